@@ -1,0 +1,38 @@
+"""nexus-cache: caches for GPU data work.
+
+The facade is lazy: ``import nexus_cache`` loads nothing heavy, and each public
+name is imported from its home module on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # program cache
+    "ProgramCacheResource": "nexus_cache.program",
+    "InMemoryProgramCache": "nexus_cache.program",
+    "FileStreamProgramCache": "nexus_cache.program",
+    "SQLiteProgramCache": "nexus_cache.program",
+    "make_program_cache_key": "nexus_cache.program",
+    "cached_compile": "nexus_cache.program",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nexus_cache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,3 @@
+"""The ``nexus-cache`` command line."""
+
+__all__: list[str] = []

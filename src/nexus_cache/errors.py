@@ -1,0 +1,78 @@
+"""One exception hierarchy for nexus-cache.
+
+Every class is rooted in a stdlib type as well as :class:`NexusCacheError`, so
+callers that already catch ``ValueError`` or ``OSError`` keep working, and
+callers that want only our failures can catch ``NexusCacheError``.
+
+Messages say what to change, with the offending value and the accepted values.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdmissionClosedError",
+    "BackendUnavailableError",
+    "CacheCapExceededError",
+    "CacheIntegrityError",
+    "CacheSecurityError",
+    "CapacityError",
+    "ConfigError",
+    "FillError",
+    "LifecycleError",
+    "ManagedCapacityExceededError",
+    "NexusCacheError",
+    "ProgramCacheKeyError",
+    "StalePlanError",
+]
+
+
+class NexusCacheError(Exception):
+    """Base of every error nexus-cache raises on purpose."""
+
+
+class ConfigError(NexusCacheError, ValueError):
+    """A setting (argument or environment variable) has a value we cannot use."""
+
+
+class ProgramCacheKeyError(NexusCacheError, ValueError):
+    """A program cache key cannot be derived safely from the compile inputs."""
+
+
+class CacheSecurityError(NexusCacheError, PermissionError):
+    """A cache root or entry is a symlink, or owned by another user."""
+
+
+class CacheIntegrityError(NexusCacheError, OSError):
+    """Stored bytes no longer match the digest or identity they were stored with."""
+
+
+class StalePlanError(NexusCacheError, RuntimeError):
+    """A planned cache hit no longer holds at execution time (entry or remote changed)."""
+
+
+class FillError(NexusCacheError, OSError):
+    """A cache fill failed (disk full, quota, validation); the read can go remote."""
+
+
+class BackendUnavailableError(NexusCacheError, ImportError):
+    """An optional backend (CuPy, cuda.core, s3fs, ...) was asked for but is missing."""
+
+
+class CapacityError(NexusCacheError, MemoryError):
+    """A device-memory request does not fit; the message carries the numbers."""
+
+
+class CacheCapExceededError(CapacityError):
+    """A cache charge would exceed the device's ``cache_cap_bytes``."""
+
+
+class ManagedCapacityExceededError(CapacityError):
+    """A grant or cache charge would exceed the free managed capacity of a device."""
+
+
+class LifecycleError(NexusCacheError, RuntimeError):
+    """Misuse of the residency lifecycle (double release, pin after destroy, ...)."""
+
+
+class AdmissionClosedError(NexusCacheError, RuntimeError):
+    """Admission on a device is closed because a teardown could not be proven safe."""
