@@ -1,0 +1,181 @@
+"""Read diagnostics and structured fill events of the lakehouse cache.
+
+Every read reports a :class:`ReadDiagnostics` (cache status, read mode, fill mode).
+Fills and the decisions around them emit :class:`CacheEvent` values. Both go to an
+:class:`EventLog`: bounded ring buffers (old events fall off), the ``logging``
+logger ``nexus_cache.lakehouse``, and an optional callback. Background failures are
+therefore never silent, and no amount of traffic grows memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "CacheEvent",
+    "CacheStatus",
+    "EventKind",
+    "EventLog",
+    "FillMode",
+    "ReadDiagnostics",
+    "ReadMode",
+]
+
+logger = logging.getLogger("nexus_cache.lakehouse")
+
+
+class CacheStatus(str, enum.Enum):
+    """How the cache answered a read: a hit, a miss, a bypass, or a stale plan."""
+
+    HIT = "hit"
+    MISS = "miss"
+    BYPASS = "bypass"
+    STALE = "stale"
+
+
+class ReadMode(str, enum.Enum):
+    """Where the bytes of a read came from."""
+
+    LOCAL = "local"
+    REMOTE = "remote"
+
+
+class FillMode(str, enum.Enum):
+    """What fill a read triggered."""
+
+    NONE = "none"
+    BACKGROUND = "background"
+    BLOCKING = "blocking"
+
+
+class EventKind(str, enum.Enum):
+    """Kinds of :class:`CacheEvent`."""
+
+    #: an entry was published (``nbytes`` bytes)
+    FILL_COMPLETED = "fill_completed"
+    #: a fill started and failed; no entry was left (``reason``: enospc, edquot, io,
+    #: validation, stale, ...); the read, if any, was served remotely
+    FILL_FAILED = "fill_failed"
+    #: a fill was not started (``reason``: no_budget, in_progress, too_large, shutdown)
+    FILL_SKIPPED = "fill_skipped"
+    #: a blocking fill gave up waiting (lock or budget) and the read went remote
+    FILL_TIMEOUT = "fill_timeout"
+    #: an entry was found damaged (truncated, resized, wrong digest) and removed
+    ENTRY_REMOVED = "entry_removed"
+    #: a planned read was rejected at execution
+    STALE_PLAN = "stale_plan"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadDiagnostics:
+    """What one read did; attached to every read handle and logged."""
+
+    location: str
+    cache_status: CacheStatus
+    read_mode: ReadMode
+    fill_mode: FillMode
+    key: str | None = None
+    size: int | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for name in ("cache_status", "read_mode", "fill_mode"):
+            out[name] = out[name].value
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheEvent:
+    """A structured fill event (completion, failure, skip, ...)."""
+
+    kind: EventKind
+    key: str | None
+    location: str | None
+    fill_mode: FillMode = FillMode.NONE
+    nbytes: int = 0
+    duration_s: float = 0.0
+    reason: str | None = None
+    error: str | None = None
+    pid: int = dataclasses.field(default_factory=os.getpid)
+    time: float = dataclasses.field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["kind"] = self.kind.value
+        out["fill_mode"] = self.fill_mode.value
+        return out
+
+
+_Callback = Callable[["CacheEvent | ReadDiagnostics"], None]
+
+
+class EventLog:
+    """Bounded record of events and read diagnostics. Thread-safe.
+
+    ``callback`` receives each event and each read's diagnostics on the thread
+    that produced it; an exception it raises is logged and otherwise ignored, so
+    a faulty observer cannot fail a read or a fill.
+    """
+
+    def __init__(self, capacity: int = 1024, callback: _Callback | None = None) -> None:
+        self._lock = threading.Lock()
+        self._events: collections.deque[CacheEvent] = collections.deque(maxlen=capacity)
+        self._reads: collections.deque[ReadDiagnostics] = collections.deque(maxlen=capacity)
+        self._counts: collections.Counter[str] = collections.Counter()
+        self.callback = callback
+
+    def emit(self, event: CacheEvent) -> None:
+        with self._lock:
+            self._events.append(event)
+            self._counts[event.kind.value] += 1
+        level = logging.WARNING if event.kind is EventKind.FILL_FAILED else logging.INFO
+        if logger.isEnabledFor(level):
+            logger.log(level, "lakehouse %s", event.to_dict())
+        self._notify(event)
+
+    def record_read(self, diag: ReadDiagnostics) -> None:
+        with self._lock:
+            self._reads.append(diag)
+            self._counts[f"read.{diag.cache_status.value}"] += 1
+            self._counts[f"read_mode.{diag.read_mode.value}"] += 1
+            self._counts[f"fill_mode.{diag.fill_mode.value}"] += 1
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("lakehouse read %s", diag.to_dict())
+        self._notify(diag)
+
+    def _notify(self, item: CacheEvent | ReadDiagnostics) -> None:
+        callback = self.callback
+        if callback is None:
+            return
+        try:
+            callback(item)
+        except Exception:
+            logger.exception("lakehouse event callback failed on %r", item)
+
+    def events(self, kind: EventKind | str | None = None) -> list[CacheEvent]:
+        """The retained events, oldest first, optionally of one kind."""
+        with self._lock:
+            items = list(self._events)
+        if kind is None:
+            return items
+        kind = EventKind(kind)
+        return [e for e in items if e.kind is kind]
+
+    def reads(self) -> list[ReadDiagnostics]:
+        """The retained read diagnostics, oldest first."""
+        with self._lock:
+            return list(self._reads)
+
+    def counts(self) -> dict[str, int]:
+        """Totals since creation (not bounded by the ring): events by kind, reads by field."""
+        with self._lock:
+            return dict(self._counts)

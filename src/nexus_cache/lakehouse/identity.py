@@ -1,0 +1,195 @@
+"""Identity of a lakehouse cache entry.
+
+An entry is reused only when its identity is proven. The identity has three parts:
+
+* **storage domain** -- protocol, endpoint and bucket/account (for local files:
+  ``file``, the host name and the device number);
+* **content identity** -- the object's size plus its ETag and/or version id; for
+  local files size, ``mtime_ns`` and inode, trusted only once the file is older
+  than a few seconds (a file still being written can change within one mtime tick);
+* **normalized source location** -- ``protocol://path`` with the protocol stripped
+  once and, for local files, symlinks resolved.
+
+The entry key is the SHA-256 of a canonical JSON encoding of the three. When no
+strong content identity exists, :func:`resolve_identity` returns a bypass reason
+instead: such an object is read remotely and never cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import socket
+import stat
+import time
+from typing import Any
+
+__all__ = [
+    "ContentIdentity",
+    "Resolution",
+    "SourceIdentity",
+    "StorageDomain",
+    "fs_protocol",
+    "identity_from_info",
+    "is_local_fs",
+    "resolve_identity",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageDomain:
+    """Where an object lives: protocol, endpoint and bucket/account."""
+
+    protocol: str
+    endpoint: str
+    container: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ContentIdentity:
+    """What an object contains, as far as the store can prove it."""
+
+    size: int
+    etag: str | None = None
+    version_id: str | None = None
+    mtime_ns: int | None = None
+    inode: int | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.inode is not None:
+            return "local"
+        return "version" if self.version_id else "etag"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceIdentity:
+    """The full identity of a remote object; ``key`` names its cache entry."""
+
+    domain: StorageDomain
+    content: ContentIdentity
+    location: str
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "domain": dataclasses.asdict(self.domain),
+            "content": dataclasses.asdict(self.content),
+            "location": self.location,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> SourceIdentity:
+        """Inverse of :meth:`to_record`; raises ``KeyError``/``TypeError`` on bad input."""
+        return cls(
+            domain=StorageDomain(**record["domain"]),
+            content=ContentIdentity(**record["content"]),
+            location=str(record["location"]),
+        )
+
+    @functools.cached_property
+    def key(self) -> str:
+        canonical = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """Outcome of resolving one source: an identity, or the reason to bypass."""
+
+    size: int | None
+    identity: SourceIdentity | None
+    bypass_reason: str | None = None
+
+
+def fs_protocol(fs: Any) -> str:
+    protocol = fs.protocol
+    return protocol if isinstance(protocol, str) else protocol[0]
+
+
+def is_local_fs(fs: Any) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return fs is None or isinstance(fs, LocalFileSystem)
+
+
+def _endpoint(fs: Any) -> str:
+    endpoint = getattr(fs, "endpoint_url", None)
+    if not endpoint:
+        endpoint = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+    if not endpoint:
+        for attr in ("account_name", "project", "host"):
+            value = getattr(fs, attr, None)
+            if isinstance(value, str) and value:
+                endpoint = f"{attr}:{value}"
+                break
+    return str(endpoint).rstrip("/").lower() if endpoint else "default"
+
+
+def _clean(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    return None if text in ("", "null", "None") else text
+
+
+def _local_resolution(path: str, min_age_s: float, now: float | None) -> Resolution:
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    if not stat.S_ISREG(st.st_mode):
+        raise IsADirectoryError(f"{path!r} is not a regular file; the cache reads files only")
+    age = (time.time() if now is None else now) - st.st_mtime_ns / 1e9
+    if age < min_age_s:
+        return Resolution(st.st_size, None, "local_file_too_new")
+    identity = SourceIdentity(
+        domain=StorageDomain("file", socket.gethostname(), f"dev:{st.st_dev}"),
+        content=ContentIdentity(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino),
+        location=f"file://{real}",
+    )
+    return Resolution(st.st_size, identity)
+
+
+def _fs_info(fs: Any, path: str) -> dict[str, Any]:
+    # A listing cache must never answer an identity question: ask the store itself.
+    try:
+        return dict(fs.info(path, refresh=True))
+    except TypeError:
+        return dict(fs.info(path))
+
+
+def identity_from_info(fs: Any, path: str, info: dict[str, Any]) -> Resolution:
+    """Build a :class:`Resolution` from an fsspec ``info`` dict of ``path``."""
+    if info.get("type", "file") != "file":
+        raise IsADirectoryError(f"{path!r} is not a file; the cache reads files only")
+    size = info.get("size")
+    if not isinstance(size, int) or size < 0:
+        return Resolution(None, None, "no_size")
+    etag = _clean(info.get("ETag") or info.get("etag"))
+    version = _clean(info.get("VersionId") or info.get("version_id") or info.get("generation"))
+    if etag is None and version is None:
+        return Resolution(size, None, "no_content_identity")
+    protocol = fs_protocol(fs)
+    stripped = fs._strip_protocol(path).lstrip("/")
+    container = stripped.split("/", 1)[0]
+    identity = SourceIdentity(
+        domain=StorageDomain(protocol, _endpoint(fs), container),
+        content=ContentIdentity(size=size, etag=etag, version_id=version),
+        location=f"{protocol}://{stripped}",
+    )
+    return Resolution(size, identity)
+
+
+def resolve_identity(
+    fs: Any, path: str, *, local_min_age_s: float = 3.0, now: float | None = None
+) -> Resolution:
+    """Resolve ``path`` on ``fs`` (``None`` or a local fs: the local filesystem).
+
+    Contacts the store once (``stat`` or a metadata request). Missing objects raise
+    ``FileNotFoundError``; directories raise ``IsADirectoryError``. Thread-safe.
+    """
+    if is_local_fs(fs):
+        local = path if fs is None else fs._strip_protocol(path)
+        return _local_resolution(local, local_min_age_s, now)
+    return identity_from_info(fs, path, _fs_info(fs, path))

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nexus_cache.errors import ConfigError
+from nexus_cache.lakehouse.config import (
+    FillPolicy,
+    LakehouseCacheConfig,
+    ReadPolicy,
+    parse_byte_size,
+)
+
+ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
+READ = "NEXUS_LAKEHOUSE_CACHE_READ"
+POLICY = "NEXUS_LAKEHOUSE_CACHE_POLICY"
+MAX = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
+CONC = "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY"
+HOST = "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES"
+BYPASS = "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES"
+
+
+def test_defaults_from_empty_env() -> None:
+    config = LakehouseCacheConfig.from_env({})
+    assert config.root is None
+    assert not config.enabled
+    assert config.read is ReadPolicy.ENABLED
+    assert config.policy is FillPolicy.DISABLED
+    assert config.max_bytes is None
+    assert config.fill_max_concurrency == 4
+    assert config.fill_max_host_bytes == 2 * 1024**3
+    assert config.bypass_bytes is None
+
+
+def test_every_variable_is_read(tmp_path: Path) -> None:
+    env = {
+        ROOT: str(tmp_path),
+        READ: "Disabled",
+        POLICY: " read_through ",
+        MAX: "10GiB",
+        CONC: "7",
+        HOST: "512MB",
+        BYPASS: "1TiB",
+    }
+    config = LakehouseCacheConfig.from_env(env)
+    assert config.root == tmp_path
+    assert config.read is ReadPolicy.DISABLED
+    assert config.policy is FillPolicy.READ_THROUGH
+    assert config.max_bytes == 10 * 1024**3
+    assert config.fill_max_concurrency == 7
+    assert config.fill_max_host_bytes == 512 * 1000**2
+    assert config.bypass_bytes == 1024**4
+
+
+def test_empty_values_count_as_unset() -> None:
+    config = LakehouseCacheConfig.from_env({ROOT: "", POLICY: " ", MAX: ""})
+    assert config.root is None
+    assert config.policy is FillPolicy.DISABLED
+
+
+def test_overrides_win(tmp_path: Path) -> None:
+    config = LakehouseCacheConfig.from_env({ROOT: "/nonexistent"}, root=tmp_path)
+    assert config.root == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [
+        (READ, "maybe", "enabled, disabled"),
+        (POLICY, "always", "disabled, read_through, fill_before_read"),
+        (MAX, "10G", "KiB"),
+        (MAX, "-5", "KiB"),
+        (MAX, "0", "positive"),
+        (CONC, "0", ">= 1"),
+        (CONC, "four", ">= 1"),
+        (HOST, "lots", "GiB"),
+        (BYPASS, "1.5GiB", "GiB"),
+    ],
+)
+def test_bad_values_name_variable_value_and_accepted(
+    tmp_path: Path, name: str, value: str, accepted: str
+) -> None:
+    env = {ROOT: str(tmp_path), MAX: "1GiB", name: value}
+    with pytest.raises(ConfigError) as info:
+        LakehouseCacheConfig.from_env(env)
+    message = str(info.value)
+    assert name in message
+    assert repr(value) in message
+    assert accepted in message
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_filling_policy_requires_max_bytes(tmp_path: Path, policy: str) -> None:
+    with pytest.raises(ConfigError, match=MAX):
+        LakehouseCacheConfig.from_env({ROOT: str(tmp_path), POLICY: policy})
+
+
+def test_read_only_root_needs_no_max_bytes(tmp_path: Path) -> None:
+    config = LakehouseCacheConfig.from_env({ROOT: str(tmp_path)})
+    assert config.enabled
+    assert config.policy is FillPolicy.DISABLED
+
+
+def test_filling_policy_without_root_is_no_cache() -> None:
+    config = LakehouseCacheConfig.from_env({POLICY: "read_through"})
+    assert not config.enabled
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1", 1),
+        ("1B", 1),
+        ("2kb", 2000),
+        ("3 KiB", 3072),
+        ("1MB", 10**6),
+        ("1mib", 2**20),
+        ("4GB", 4 * 10**9),
+        ("10GiB", 10 * 2**30),
+        ("1TB", 10**12),
+        ("1TiB", 2**40),
+        (12345, 12345),
+    ],
+)
+def test_byte_sizes(text: str | int, expected: int) -> None:
+    assert parse_byte_size(text, name="X") == expected
+
+
+def test_constructor_accepts_strings_and_relative_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = LakehouseCacheConfig(root="c", policy="fill_before_read", max_bytes="1MiB")
+    assert config.root == tmp_path / "c"
+    assert config.policy is FillPolicy.FILL_BEFORE_READ
+    assert config.max_bytes == 2**20
+    assert config.to_dict()["policy"] == "fill_before_read"
