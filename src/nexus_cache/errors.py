@@ -23,6 +23,7 @@ __all__ = [
     "NexusCacheError",
     "ProgramCacheKeyError",
     "StalePlanError",
+    "UnsafeTeardownError",
 ]
 
 
@@ -76,3 +77,7 @@ class LifecycleError(NexusCacheError, RuntimeError):
 
 class AdmissionClosedError(NexusCacheError, RuntimeError):
     """Admission on a device is closed because a teardown could not be proven safe."""
+
+
+class UnsafeTeardownError(NexusCacheError, RuntimeError):
+    """Device memory could not be proven idle and free; its charge is kept, admission closed."""
