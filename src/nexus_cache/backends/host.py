@@ -1,0 +1,261 @@
+"""Host backend: NumPy arrays on simulated devices of a configurable size.
+
+Not a mock: it keeps the same books a CUDA memory pool keeps (512-byte
+rounding, freed blocks held until released, device free memory that moves
+only when blocks go back), so the cache logic CI runs is the logic the GPU
+runs. The simulated device total is fixed by configuration, never by the
+machine, so tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from nexus_cache.backends._base import (
+    AllocationDomain,
+    AllocationScope,
+    DeviceBackend,
+    DomainCounters,
+    MemoryInfo,
+    round_allocation,
+)
+from nexus_cache.errors import CapacityError, ConfigError, LifecycleError
+
+__all__ = [
+    "DEFAULT_HOST_DEVICE_TOTAL_BYTES",
+    "ENV_HOST_DEVICE_TOTAL_BYTES",
+    "HostAllocationDomain",
+    "HostBackend",
+    "HostStream",
+]
+
+ENV_HOST_DEVICE_TOTAL_BYTES = "NEXUS_HOST_DEVICE_TOTAL_BYTES"
+DEFAULT_HOST_DEVICE_TOTAL_BYTES = 16 << 30
+
+
+class HostStream:
+    """Stand-in for a CUDA stream: host work is already complete when it returns."""
+
+    def synchronize(self) -> None:
+        return None
+
+
+def _total_from_env() -> int:
+    raw = os.environ.get(ENV_HOST_DEVICE_TOTAL_BYTES)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_HOST_DEVICE_TOTAL_BYTES
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(
+            f"{ENV_HOST_DEVICE_TOTAL_BYTES}={raw!r} is not a device size; "
+            "accepted: a positive integer number of bytes"
+        )
+    return value
+
+
+class HostBackend(DeviceBackend):
+    """NumPy backend over ``device_count`` simulated devices. Thread-safe.
+
+    ``device_total_bytes`` defaults to ``NEXUS_HOST_DEVICE_TOTAL_BYTES`` or
+    16 GiB. Allocations beyond a device's total raise :class:`CapacityError`,
+    as a GPU would raise out-of-memory.
+    """
+
+    name = "host"
+
+    def __init__(self, device_total_bytes: int | None = None, device_count: int = 1) -> None:
+        if device_total_bytes is None:
+            device_total_bytes = _total_from_env()
+        if (
+            isinstance(device_total_bytes, bool)
+            or not isinstance(device_total_bytes, int)
+            or device_total_bytes <= 0
+        ):
+            raise ConfigError(
+                f"device_total_bytes={device_total_bytes!r} is not a device size; "
+                "accepted: a positive int"
+            )
+        if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 1:
+            raise ConfigError(f"device_count={device_count!r}; accepted: an int >= 1")
+        self._total = device_total_bytes
+        self._lock = threading.Lock()
+        self._held = [0] * device_count
+
+    @property
+    def xp(self) -> Any:
+        return np
+
+    @property
+    def sparse(self) -> Any:
+        import scipy.sparse
+
+        return scipy.sparse
+
+    def device_count(self) -> int:
+        return len(self._held)
+
+    def mem_info(self, device_id: int) -> MemoryInfo:
+        self.check_device(device_id)
+        with self._lock:
+            return MemoryInfo(self._total - self._held[device_id], self._total)
+
+    def create_domain(self, device_id: int) -> HostAllocationDomain:
+        self.check_device(device_id)
+        return HostAllocationDomain(self, device_id)
+
+    def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
+        self.check_device(device_id)
+        for stream in streams:
+            stream.synchronize()
+
+    def _take(self, device_id: int, nbytes: int) -> None:
+        with self._lock:
+            held = self._held[device_id]
+            if held + nbytes > self._total:
+                raise CapacityError(
+                    f"host device {device_id} is out of memory: allocating {nbytes} B "
+                    f"with {held} B held of {self._total} B; raise "
+                    f"{ENV_HOST_DEVICE_TOTAL_BYTES} or free cache entries"
+                )
+            self._held[device_id] = held + nbytes
+
+    def _give(self, device_id: int, nbytes: int) -> None:
+        with self._lock:
+            self._held[device_id] -= nbytes
+
+
+class HostAllocationDomain(AllocationDomain):
+    """Tracking allocator for NumPy buffers of one simulated device. Thread-safe.
+
+    Every allocation is one rounded ``uint8`` buffer; arrays handed out are
+    views of it, so the buffer dies (and its bytes count as freed) only when
+    the last view dies.
+    """
+
+    def __init__(self, backend: HostBackend, device_id: int) -> None:
+        super().__init__(device_id)
+        self._backend = backend
+        # Reentrant: a buffer finalizer can fire in a thread that holds the lock.
+        self._lock = threading.RLock()
+        self._live: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
+        self._used = 0
+        self._cached = 0
+        self._allocations = 0
+        self._allocated_bytes = 0
+        self._releases = 0
+        self._returned = 0
+        self._closed = False
+
+    @property
+    def xp(self) -> Any:
+        return np
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @contextmanager
+    def scope(self) -> Iterator[AllocationScope]:
+        scope = self._push_scope()
+        try:
+            yield scope
+        finally:
+            self._pop_scope(scope)
+
+    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
+        dt = np.dtype(dtype)
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = math.prod(dims) * dt.itemsize
+        if nbytes == 0:
+            return np.empty(dims, dt)
+        size = round_allocation(nbytes)
+        with self._lock:
+            if self._closed:
+                raise LifecycleError(
+                    f"allocation domain of host device {self.device_id} is closed"
+                )
+            if self._cached >= size:
+                self._cached -= size  # reuse freed blocks, as a pool would
+            else:
+                self._backend._take(self.device_id, size)
+            self._used += size
+            self._allocations += 1
+            self._allocated_bytes += size
+            buf = np.empty(size, np.uint8)
+            self._live[id(buf)] = (weakref.ref(buf), size)
+        fin = weakref.finalize(buf, self._on_free, id(buf), size)
+        fin.atexit = False
+        for scope in self._active_scopes():
+            scope._add(size)
+        return buf[:nbytes].view(dt).reshape(dims)
+
+    def copy_in(self, array: Any) -> np.ndarray:
+        src = np.asarray(array)
+        out = self.empty(src.shape, src.dtype)
+        np.copyto(out, src)
+        return out
+
+    def root_of(self, array: Any) -> Any:
+        root = array
+        while isinstance(getattr(root, "base", None), np.ndarray):
+            root = root.base
+        return root
+
+    def allocation_bytes(self, array: Any) -> int:
+        root = self.root_of(array)
+        with self._lock:
+            record = self._live.get(id(root))
+        if record is None or record[0]() is not root:
+            raise LifecycleError(
+                f"array is not allocated in the cache domain of host device {self.device_id}; "
+                "allocate it with the domain's empty() or copy_in()"
+            )
+        return record[1]
+
+    def counters(self) -> DomainCounters:
+        with self._lock:
+            return DomainCounters(
+                used_bytes=self._used,
+                held_bytes=self._used + self._cached,
+                allocations=self._allocations,
+                allocated_bytes=self._allocated_bytes,
+                releases=self._releases,
+                returned_bytes=self._returned,
+            )
+
+    def release_unused(self) -> int:
+        with self._lock:
+            nbytes, self._cached = self._cached, 0
+            self._backend._give(self.device_id, nbytes)
+            self._releases += 1
+            self._returned += nbytes
+            return nbytes
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._used:
+                raise LifecycleError(
+                    f"cannot close the allocation domain of host device {self.device_id}: "
+                    f"{self._used} B in {len(self._live)} allocation(s) are still live"
+                )
+            self.release_unused()
+            self._closed = True
+
+    def _on_free(self, key: int, size: int) -> None:
+        with self._lock:
+            self._live.pop(key, None)
+            self._used -= size
+            self._cached += size
