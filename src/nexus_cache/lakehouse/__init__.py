@@ -1,0 +1,49 @@
+"""Lakehouse byte cache: a local filesystem cache of remote Parquet objects.
+
+See ``docs/lakehouse.md``. Importing this package registers the fsspec protocol
+``nexus`` (``nexus::s3://bucket/key.parquet``).
+"""
+
+from __future__ import annotations
+
+from nexus_cache.lakehouse.cache import LakehouseCache, default_cache
+from nexus_cache.lakehouse.config import FillPolicy, LakehouseCacheConfig, ReadPolicy
+from nexus_cache.lakehouse.device import kvikio_available, read_to_device
+from nexus_cache.lakehouse.events import (
+    CacheEvent,
+    CacheStatus,
+    EventKind,
+    EventLog,
+    FillMode,
+    ReadDiagnostics,
+    ReadMode,
+)
+from nexus_cache.lakehouse.fs import NexusCacheFileSystem
+from nexus_cache.lakehouse.identity import ContentIdentity, SourceIdentity, StorageDomain
+from nexus_cache.lakehouse.limits import FillLimits
+from nexus_cache.lakehouse.reader import LakehouseFile
+from nexus_cache.lakehouse.scan import ReadPlan
+
+__all__ = [
+    "CacheEvent",
+    "CacheStatus",
+    "ContentIdentity",
+    "EventKind",
+    "EventLog",
+    "FillLimits",
+    "FillMode",
+    "FillPolicy",
+    "LakehouseCache",
+    "LakehouseCacheConfig",
+    "LakehouseFile",
+    "NexusCacheFileSystem",
+    "ReadDiagnostics",
+    "ReadMode",
+    "ReadPlan",
+    "ReadPolicy",
+    "SourceIdentity",
+    "StorageDomain",
+    "default_cache",
+    "kvikio_available",
+    "read_to_device",
+]

@@ -1,0 +1,305 @@
+"""The lakehouse byte cache facade: :class:`LakehouseCache`.
+
+One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
+the entry store, the service-wide fill budget, the event log and a small pool of
+background fill threads. Many processes may use one root at once.
+
+Quick use::
+
+    cache = LakehouseCache(LakehouseCacheConfig(root="/cache", policy="read_through",
+                                                max_bytes="100GiB"))
+    with cache.open("s3://bucket/data.parquet") as f:   # any fsspec URL or local path
+        table = pyarrow.parquet.read_table(f)
+        print(f.diagnostics)       # cache_status / read_mode / fill_mode
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Any
+
+from nexus_cache.errors import ConfigError, FillError, StalePlanError
+from nexus_cache.lakehouse.config import ENV_ROOT, LakehouseCacheConfig
+from nexus_cache.lakehouse.events import CacheEvent, EventKind, EventLog, FillMode
+from nexus_cache.lakehouse.fill import Filler
+from nexus_cache.lakehouse.identity import SourceIdentity
+from nexus_cache.lakehouse.limits import FillLease, FillLimits
+from nexus_cache.lakehouse.maintenance import (
+    RetentionResult,
+    clear_entries,
+    enforce_retention,
+    verify_all,
+)
+from nexus_cache.lakehouse.reader import LakehouseFile
+from nexus_cache.lakehouse.scan import ReadPlan, Scanner
+from nexus_cache.lakehouse.store import EntryStore
+
+__all__ = ["LakehouseCache", "default_cache"]
+
+_Job = tuple[Any, str, SourceIdentity, FillLease]
+
+
+class LakehouseCache:
+    """Local byte cache of remote objects. Thread-safe; process-safe on one root.
+
+    ``config`` defaults to :meth:`LakehouseCacheConfig.from_env`. ``limits`` lets
+    several caches of one service share a fill budget (default: a budget of their
+    own from the config). ``on_event`` receives every event and read diagnostics.
+    Opening a root sweeps temps left by crashed fills, reclaims dead readers' pins
+    and, with ``max_bytes``, runs retention.
+    """
+
+    def __init__(
+        self,
+        config: LakehouseCacheConfig | None = None,
+        *,
+        limits: FillLimits | None = None,
+        on_event: Any = None,
+    ) -> None:
+        self.config = config if config is not None else LakehouseCacheConfig.from_env()
+        cfg = self.config
+        self.events = EventLog(cfg.event_buffer, on_event)
+        self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
+        self.store: EntryStore | None = None
+        filler: Filler | None = None
+        if cfg.root is not None:
+            self.store = EntryStore(cfg.root)
+            self.store.sweep(older_than_s=cfg.stale_temp_age_s)
+            self.store.live_pins()  # reclaims pins of dead readers
+            self.store.remove_orphan_records()
+            if cfg.max_bytes is not None:
+                enforce_retention(self.store, cfg.max_bytes)
+            filler = Filler(
+                self.store,
+                self.limits,
+                self.events,
+                max_bytes=cfg.max_bytes,
+                blocking_timeout_s=cfg.blocking_fill_timeout_s,
+            )
+        self._filler = filler
+        self._scanner = Scanner(cfg, self.store, filler, self.events, self._schedule_fill)
+        self._lock = threading.Condition()
+        self._inflight: set[str] = set()
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._closed = False
+
+    @classmethod
+    def from_env(
+        cls, environ: dict[str, str] | None = None, *, on_event: Any = None, **overrides: Any
+    ) -> LakehouseCache:
+        """A cache configured by the ``NEXUS_LAKEHOUSE_*`` variables (plus ``overrides``)."""
+        return cls(LakehouseCacheConfig.from_env(environ, **overrides), on_event=on_event)
+
+    # -- reads ---------------------------------------------------------------
+    def plan(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan:
+        """Resolve identity and decide hit / miss / bypass (one metadata request)."""
+        return self._scanner.plan(source, fs=fs, storage_options=storage_options)
+
+    def execute(self, plan: ReadPlan) -> LakehouseFile:
+        """Carry out a plan; :class:`StalePlanError` when the entry or object changed."""
+        return self._scanner.execute(plan)
+
+    def open(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 1,
+    ) -> LakehouseFile:
+        """Plan and execute; a stale plan is planned again up to ``retries`` times.
+
+        ``source`` is a local path or any fsspec URL (``s3://b/k``); or pass an
+        fsspec filesystem as ``fs`` and a path on it. Close the returned file.
+        """
+        attempt = 0
+        while True:
+            plan = self.plan(source, fs=fs, storage_options=storage_options)
+            try:
+                return self.execute(plan)
+            except StalePlanError:
+                attempt += 1
+                if attempt > retries:
+                    raise
+
+    def read(self, source: str | os.PathLike[str], **kwargs: Any) -> bytes:
+        """All bytes of ``source`` (see :meth:`open`)."""
+        with self.open(source, **kwargs) as f:
+            return f.read()
+
+    def prefetch(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> bool:
+        """Fill ``source``'s entry now, whatever the policy; ``True`` when it is present.
+
+        Returns ``False`` for an object the cache must bypass (no strong identity,
+        over the bypass threshold). Raises :class:`ConfigError` without a root and
+        :class:`FillError` when the fill fails or times out.
+        """
+        if self._filler is None:
+            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache to prefetch into")
+        plan = self.plan(source, fs=fs, storage_options=storage_options)
+        if plan.identity is None or plan.reason == "large_object":
+            return False
+        result = self._filler.blocking(plan.fs, plan.path, plan.identity)
+        if not result.entry_ready:
+            raise FillError(
+                f"prefetch of {plan.identity.location} did not fill: "
+                f"{result.outcome.value} ({result.reason}); see the cache's events"
+            )
+        return True
+
+    # -- background fills ----------------------------------------------------
+    def _schedule_fill(self, fs: Any, path: str, identity: SourceIdentity) -> None:
+        reason = None
+        with self._lock:
+            if self._closed:
+                reason = "shutdown"
+            elif identity.key in self._inflight:
+                reason = "in_progress"
+            else:
+                lease = self.limits.try_acquire(identity.content.size)
+                if lease is None:
+                    reason = "no_budget"
+                else:
+                    self._inflight.add(identity.key)
+                    self._queue.put((fs, path, identity, lease))
+                    self._start_worker_locked()
+        if reason is not None:
+            self.events.emit(
+                CacheEvent(
+                    EventKind.FILL_SKIPPED,
+                    identity.key,
+                    identity.location,
+                    FillMode.BACKGROUND,
+                    reason=reason,
+                )
+            )
+
+    def _start_worker_locked(self) -> None:
+        # Never more jobs queued than leases granted, so never more workers needed
+        # than max_concurrency. Daemon threads: a fill cut off at interpreter exit
+        # leaves only a temp, which the next open sweeps.
+        busy = len(self._inflight)
+        if len(self._workers) < min(busy, self.limits.max_concurrency):
+            worker = threading.Thread(
+                target=self._worker, name="nexus-lakehouse-fill", daemon=True
+            )
+            self._workers.append(worker)
+            worker.start()
+
+    def _worker(self) -> None:
+        while (job := self._queue.get()) is not None:
+            fs, path, identity, lease = job
+            try:
+                assert self._filler is not None
+                self._filler.background(fs, path, identity, lease)
+            except Exception as exc:  # already reported as an event where it mattered
+                self.events.emit(
+                    CacheEvent(
+                        EventKind.FILL_FAILED,
+                        identity.key,
+                        identity.location,
+                        FillMode.BACKGROUND,
+                        reason="error",
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                )
+            finally:
+                lease.release()
+                with self._lock:
+                    self._inflight.discard(identity.key)
+                    self._lock.notify_all()
+
+    def wait_for_fills(self, timeout: float | None = None) -> bool:
+        """Wait until no background fill is queued or running; ``False`` on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._inflight, timeout)
+
+    # -- maintenance -----------------------------------------------------------
+    def _need_store(self) -> EntryStore:
+        if self.store is None:
+            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache root to manage")
+        return self.store
+
+    def prune(self, max_bytes: int | None = None) -> RetentionResult:
+        """Run retention toward ``max_bytes`` (default: the configured target)."""
+        target = max_bytes if max_bytes is not None else self.config.max_bytes
+        if target is None:
+            raise ConfigError("prune needs max_bytes: pass it or set the cache's max_bytes")
+        return enforce_retention(self._need_store(), target)
+
+    def verify(self, *, remove: bool = True) -> dict[str, str]:
+        """Check every entry against its record (size, digest); remove bad ones."""
+        bad = verify_all(self._need_store(), remove=remove)
+        for key, problem in bad.items():
+            self.events.emit(CacheEvent(EventKind.ENTRY_REMOVED, key, None, reason=problem))
+        return bad
+
+    def clear(self) -> tuple[int, int]:
+        """Remove every unpinned entry; ``(removed, pinned_kept)``."""
+        return clear_entries(self._need_store())
+
+    def stats(self) -> dict[str, Any]:
+        """Counters (reads by status/mode, events by kind) and the store's size."""
+        fills, host_bytes = self.limits.in_flight()
+        out: dict[str, Any] = {
+            "counts": self.events.counts(),
+            "fills_in_flight": fills,
+            "fill_host_bytes_in_flight": host_bytes,
+        }
+        if self.store is not None:
+            entries = list(self.store.iter_entries())
+            out["entries"] = len(entries)
+            out["bytes"] = sum(e.size for e in entries)
+        return out
+
+    # -- lifetime --------------------------------------------------------------
+    def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop accepting background fills; with ``wait``, let queued ones finish."""
+        if wait:
+            self.wait_for_fills(timeout)
+        with self._lock:
+            self._closed = True
+            workers, self._workers = self._workers, []
+        for _ in workers:
+            self._queue.put(None)
+
+    def __enter__(self) -> LakehouseCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"LakehouseCache(root={str(c.root) if c.root else None!r}, read={c.read.value}, "
+            f"policy={c.policy.value}, max_bytes={c.max_bytes})"
+        )
+
+
+_default: LakehouseCache | None = None
+_default_lock = threading.Lock()
+
+
+def default_cache() -> LakehouseCache:
+    """The process-wide cache configured from the environment (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = LakehouseCache.from_env()
+        return _default

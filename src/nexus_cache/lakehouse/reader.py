@@ -1,0 +1,184 @@
+"""The read handle returned by the lakehouse cache: a seekable binary file.
+
+A local read memory-maps the entry through a descriptor opened after the entry was
+pinned and re-checked; the descriptor's bytes stay readable for the whole read even
+if retention or a ``clear`` unlinks the file meanwhile. A remote read wraps the
+store's file object, opened pinned to the planned identity. Either way the handle
+carries :class:`~.events.ReadDiagnostics`.
+
+Closing releases the pin and the descriptor. Not thread-safe (like any file).
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+from collections.abc import Callable
+from typing import IO, Any
+
+from nexus_cache.errors import StalePlanError
+from nexus_cache.lakehouse.events import ReadDiagnostics
+from nexus_cache.lakehouse.pins import Pin
+
+__all__ = ["LakehouseFile"]
+
+
+def _is_expired(exc: BaseException) -> bool:
+    return any(cls.__name__ == "FileExpired" for cls in type(exc).__mro__)
+
+
+class LakehouseFile(io.RawIOBase):
+    """One object being read: ``read``/``readinto``/``seek``/``tell`` plus diagnostics."""
+
+    def __init__(
+        self,
+        diagnostics: ReadDiagnostics,
+        size: int | None,
+        *,
+        fd: int | None = None,
+        pin: Pin | None = None,
+        remote: IO[bytes] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.diagnostics = diagnostics
+        self.name = diagnostics.location
+        self._fd = fd
+        self._pin = pin
+        self._remote = remote
+        self._on_close = on_close
+        self._mm: mmap.mmap | None = None
+        self._pos = 0
+        if fd is not None:
+            self._size = os.fstat(fd).st_size
+            if self._size:
+                self._mm = mmap.mmap(fd, self._size, prot=mmap.PROT_READ)
+        else:
+            self._size = size if size is not None else _remote_size(remote)
+
+    # -- properties ----------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def is_local(self) -> bool:
+        return self._fd is not None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise io.UnsupportedOperation("a remote read has no file descriptor")
+        return self._fd
+
+    def buffer(self) -> memoryview:
+        """Zero-copy view of a local entry (valid until the handle is closed and the
+        view released). Remote reads raise ``io.UnsupportedOperation``."""
+        self._check_open()
+        if self._fd is None:
+            raise io.UnsupportedOperation("buffer() is only available for local reads")
+        return memoryview(self._mm) if self._mm is not None else memoryview(b"")
+
+    # -- reading -------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed LakehouseFile")
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._check_open()
+        if self._remote is not None:
+            try:
+                data = self._remote.read(-1 if size is None else size)
+            except OSError as exc:
+                if _is_expired(exc):
+                    raise StalePlanError(
+                        f"{self.name} was overwritten during the read; plan it again"
+                    ) from exc
+                raise
+            self._pos += len(data)
+            return data
+        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        if self._mm is None or end <= self._pos:
+            return b""
+        data = self._mm[self._pos : end]
+        self._pos = end
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._size + offset
+        else:
+            raise ValueError(f"whence={whence!r}; use 0, 1 or 2")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        if self._remote is not None:
+            self._remote.seek(pos)
+        self._pos = pos
+        return pos
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    # -- closing -------------------------------------------------------------
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._mm is not None:
+                try:
+                    self._mm.close()
+                except BufferError:
+                    pass  # a caller still holds buffer(); the mapping goes with it
+                self._mm = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if self._remote is not None:
+                self._remote.close()
+        finally:
+            if self._pin is not None:
+                self._pin.release()
+            super().close()
+            on_close, self._on_close = self._on_close, None
+            if on_close is not None:
+                on_close()
+
+    def __repr__(self) -> str:
+        d = self.diagnostics
+        return (
+            f"<LakehouseFile {self.name} {d.cache_status.value}/{d.read_mode.value}"
+            f"/{d.fill_mode.value}{' closed' if self.closed else ''}>"
+        )
+
+
+def _remote_size(remote: IO[bytes] | None) -> int:
+    size = getattr(remote, "size", None)
+    if isinstance(size, int):
+        return size
+    if remote is not None and hasattr(remote, "fileno"):
+        try:
+            return os.fstat(remote.fileno()).st_size
+        except (OSError, io.UnsupportedOperation):
+            pass
+    raise ValueError("cannot tell the size of the remote object")

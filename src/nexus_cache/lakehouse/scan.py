@@ -1,0 +1,262 @@
+"""Plan, then execute: the two steps of every lakehouse read.
+
+**Planning** resolves the source's identity (one metadata request), looks the entry
+up, applies the policy matrix and records the expected size of a hit. **Execution**
+proves the plan still holds: a planned hit is pinned, opened and re-checked
+(exists, expected size) and its descriptor stays open for the whole read; a remote
+read or a fill opens the object pinned to the planned identity. A vanished or
+resized entry, or a remote object whose identity changed, raises
+:class:`~nexus_cache.errors.StalePlanError` (and is reported with status ``stale``).
+A planned hit never contacts the remote store at execution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from nexus_cache._storage import stat_key, touch_if_unchanged
+from nexus_cache.errors import StalePlanError
+from nexus_cache.lakehouse.config import LakehouseCacheConfig
+from nexus_cache.lakehouse.events import (
+    CacheEvent,
+    CacheStatus,
+    EventKind,
+    EventLog,
+    FillMode,
+    ReadDiagnostics,
+    ReadMode,
+)
+from nexus_cache.lakehouse.fill import Filler
+from nexus_cache.lakehouse.identity import SourceIdentity, is_local_fs, resolve_identity
+from nexus_cache.lakehouse.pins import Pin
+from nexus_cache.lakehouse.policy import decide
+from nexus_cache.lakehouse.reader import LakehouseFile
+from nexus_cache.lakehouse.remote import open_pinned
+from nexus_cache.lakehouse.store import EntryState, EntryStore
+
+__all__ = ["ReadPlan", "Scanner", "resolve_source"]
+
+#: called with (fs, path, identity) when a remote read that should warm the cache closes
+ScheduleFill = Callable[[Any, str, SourceIdentity], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadPlan:
+    """A planned read. ``expected_size`` is set for a planned hit."""
+
+    source: str
+    fs: Any
+    path: str
+    identity: SourceIdentity | None
+    size: int | None
+    status: CacheStatus
+    read_mode: ReadMode
+    fill_mode: FillMode
+    reason: str | None = None
+    expected_size: int | None = None
+
+    @property
+    def key(self) -> str | None:
+        return None if self.identity is None else self.identity.key
+
+    def diagnostics(self, **changes: Any) -> ReadDiagnostics:
+        fields = {
+            "location": self.source,
+            "cache_status": self.status,
+            "read_mode": self.read_mode,
+            "fill_mode": self.fill_mode,
+            "key": self.key,
+            "size": self.size,
+            "reason": self.reason,
+        }
+        fields.update(changes)
+        return ReadDiagnostics(**fields)
+
+
+def resolve_source(
+    source: str | os.PathLike[str], fs: Any = None, storage_options: dict[str, Any] | None = None
+) -> tuple[Any, str]:
+    """``(fs, path)`` for a source; ``fs`` is ``None`` for the local filesystem."""
+    text = os.fspath(source)
+    if fs is not None:
+        return (None if is_local_fs(fs) else fs), text
+    text = text.removeprefix("nexus::")
+    if "://" not in text and "::" not in text:
+        return None, text
+    import fsspec
+
+    resolved, path = fsspec.core.url_to_fs(text, **(storage_options or {}))
+    return (None if is_local_fs(resolved) else resolved), path
+
+
+class Scanner:
+    """Plans and executes reads against one store. Thread-safe."""
+
+    def __init__(
+        self,
+        config: LakehouseCacheConfig,
+        store: EntryStore | None,
+        filler: Filler | None,
+        events: EventLog,
+        schedule_fill: ScheduleFill,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.filler = filler
+        self.events = events
+        self._schedule_fill = schedule_fill
+
+    # -- planning ------------------------------------------------------------
+    def plan(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan:
+        fs, path = resolve_source(source, fs, storage_options)
+        name = os.fspath(source)
+        remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
+        if self.store is None:
+            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, "no_root")
+        config = self.config
+        res = resolve_identity(fs, path, local_min_age_s=config.local_min_age_s)
+        identity, size = res.identity, res.size
+        if identity is None:
+            return ReadPlan(
+                name, fs, path, None, size, bypass, remote, FillMode.NONE, res.bypass_reason
+            )
+        size = identity.content.size
+        if config.bypass_bytes is not None and size > config.bypass_bytes:
+            return ReadPlan(
+                name, fs, path, identity, size, bypass, remote, FillMode.NONE, "large_object"
+            )
+        state, found = self.store.lookup(identity.key, size)
+        damaged = state is EntryState.DAMAGED and found is not None
+        if damaged and self.store.remove(identity.key, found):
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ENTRY_REMOVED,
+                    identity.key,
+                    identity.location,
+                    reason=f"size {found.size} != {size}",
+                )
+            )
+        decision = decide(config.read, config.policy, state is EntryState.PRESENT)
+        read_mode, fill_mode, reason = decision.read_mode, decision.fill_mode, decision.reason
+        if (
+            fill_mode is not FillMode.NONE
+            and config.max_bytes is not None
+            and size > config.max_bytes
+        ):
+            read_mode, fill_mode, reason = ReadMode.REMOTE, FillMode.NONE, "too_large"
+        expected = size if decision.status is CacheStatus.HIT else None
+        return ReadPlan(
+            name, fs, path, identity, size, decision.status, read_mode, fill_mode, reason, expected
+        )
+
+    # -- execution -----------------------------------------------------------
+    def execute(self, plan: ReadPlan) -> LakehouseFile:
+        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
+        try:
+            if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
+                return self._local(plan, plan.diagnostics())
+            if plan.fill_mode is FillMode.BLOCKING:
+                return self._blocking(plan)
+            if plan.reason == "too_large" and plan.identity is not None:
+                self.events.emit(
+                    CacheEvent(
+                        EventKind.FILL_SKIPPED,
+                        plan.key,
+                        plan.identity.location,
+                        reason="too_large",
+                        nbytes=plan.size or 0,
+                    )
+                )
+            return self._remote(
+                plan, plan.diagnostics(), warm=plan.fill_mode is FillMode.BACKGROUND
+            )
+        except StalePlanError as exc:
+            self.events.record_read(
+                plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc))
+            )
+            location = plan.identity.location if plan.identity else plan.source
+            self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
+            raise
+
+    def _local(
+        self, plan: ReadPlan, diag: ReadDiagnostics, pin: Pin | None = None
+    ) -> LakehouseFile:
+        assert self.store is not None
+        assert plan.key is not None
+        assert plan.size is not None
+        pin = pin or self.store.pin(plan.key)
+        try:
+            try:
+                fd = self.store.open_data(plan.key)
+            except FileNotFoundError:
+                raise StalePlanError(
+                    f"the cache entry of {plan.source} vanished after planning; plan again"
+                ) from None
+            try:
+                st = os.fstat(fd)
+                if st.st_size != plan.size:
+                    raise StalePlanError(
+                        f"the cache entry of {plan.source} has {st.st_size} bytes, "
+                        f"planned {plan.size}; plan again"
+                    )
+                touch_if_unchanged(fd, stat_key(st))  # LRU stamp
+                handle = LakehouseFile(diag, plan.size, fd=fd, pin=pin)
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            pin.release()
+            raise
+        self.events.record_read(diag)
+        return handle
+
+    def _blocking(self, plan: ReadPlan) -> LakehouseFile:
+        assert self.store is not None
+        assert self.filler is not None
+        assert plan.identity is not None
+        # pin first, so retention after our own fill cannot take the entry away
+        pin = self.store.pin(plan.identity.key)
+        try:
+            result = self.filler.blocking(plan.fs, plan.path, plan.identity)
+            if result.entry_ready:
+                return self._local(plan, plan.diagnostics(), pin=pin)
+        except BaseException:
+            pin.release()
+            raise
+        pin.release()
+        diag = plan.diagnostics(
+            read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
+        )
+        return self._remote(plan, diag, warm=False)
+
+    def _remote(self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool) -> LakehouseFile:
+        if plan.identity is not None:
+            source = open_pinned(plan.fs, plan.path, plan.identity)
+            remote, size = source.file, plan.identity.content.size
+        elif plan.fs is None:
+            remote, size = open(plan.path, "rb"), None  # noqa: SIM115 (closed by the handle)
+        else:
+            remote, size = plan.fs.open(plan.path, "rb"), None
+        on_close = None
+        if warm and plan.identity is not None:
+            identity = plan.identity
+
+            def on_close() -> None:
+                self._schedule_fill(plan.fs, plan.path, identity)
+
+        try:
+            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close)
+        except BaseException:
+            remote.close()
+            raise
+        self.events.record_read(diag)
+        return handle
