@@ -28,7 +28,9 @@ class CacheStats:
 
     ``entries`` and ``bytes`` describe the whole store (other processes'
     writes included, for the persistent backends); the rest count this
-    object's own activity.
+    object's own activity. ``oversize`` counts stores that were skipped
+    because the entry alone is larger than ``max_size_bytes`` (a cache must
+    never make a compile fail, so such a store is dropped, not raised).
     """
 
     hits: int = 0
@@ -38,6 +40,7 @@ class CacheStats:
     corrupt: int = 0
     entries: int = 0
     bytes: int = 0
+    oversize: int = 0
 
 
 def as_key_bytes(key: object) -> bytes:

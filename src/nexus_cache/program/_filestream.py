@@ -1,0 +1,371 @@
+"""A directory of raw compiled binaries, safe to share between threads and processes."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from nexus_cache._storage import (
+    FileLock,
+    UnlinkResult,
+    atomic_write,
+    check_owned_regular,
+    ensure_private_dir,
+    lstat_key,
+    new_temp,
+    publish_temp,
+    stat_key,
+    sweep_stale_temps,
+    unlink_if_unchanged,
+    write_all,
+)
+from nexus_cache.errors import CacheSecurityError, ConfigError
+from nexus_cache.program import _fsscan
+from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._integrity import (
+    SIDECAR_SUFFIX,
+    XATTR_NAME,
+    make_record,
+    make_sidecar,
+    parse_sidecar,
+    record_matches,
+    xattrs_supported,
+)
+from nexus_cache.program._paths import default_filestream_root
+from nexus_cache.program._report import EntryInfo, VerifyReport
+from nexus_cache.program._resource import (
+    CacheStats,
+    ProgramCacheResource,
+    ProgramCacheValue,
+    as_key_bytes,
+    as_value_bytes,
+)
+from nexus_cache.program._usage import UsageCounter
+
+__all__ = ["FileStreamProgramCache"]
+
+# O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
+_LOW_WATER = 0.9  # an eviction pass frees down to this fraction of the cap
+_sha256 = hashlib.sha256
+
+
+class FileStreamProgramCache(ProgramCacheResource):
+    """Compiled binaries as raw files under ``path`` (POSIX only).
+
+    Layout: ``entries/<2 hex>/<SHA-256 of the key, hex>`` holds the binary
+    exactly as stored (cuobjdump and nvdisasm read it directly); ``tmp/``
+    holds writes in flight; ``usage`` is the shared byte counter.
+
+    Guarantees:
+
+    * Thread- and process-safe. Writes go to a private temp file, are
+      fsynced and renamed into place, so a reader sees the old or the new
+      entry, never a torn one, and a crash leaves only a temp that the next
+      open (or eviction) sweeps.
+    * Integrity: a CRC-32 and length ride beside each entry in the
+      ``user.nexus.v1`` xattr (a ``.sum`` sidecar where the filesystem has no
+      user xattrs). A truncated or bit-flipped entry reads as a miss, is
+      removed and is counted in ``stats().corrupt``.
+    * True LRU: every hit stamps the entry's atime through the open fd (same
+      inode, so a concurrent rewrite is never stamped); eviction removes the
+      least recently read first.
+    * ``max_size_bytes`` is a best-effort cap shared by all processes: a
+      store that takes the shared counter over the cap runs one eviction
+      pass (one process at a time) down to 90% of the cap. An entry larger
+      than the cap is not stored and evicts nothing (``stats().oversize``).
+    * Security: the root is created 0700; a root or entry that is a symlink
+      or belongs to another user raises :class:`CacheSecurityError`.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, max_size_bytes: int | None = None
+    ) -> None:
+        self._max = validate_cap("max_size_bytes", max_size_bytes)
+        root = Path(path).expanduser() if path is not None else default_filestream_root()
+        self._root = ensure_private_dir(root)
+        self._entries = str(ensure_private_dir(self._root / "entries"))
+        self._tmp = str(ensure_private_dir(self._root / "tmp"))
+        self._prefix = self._entries + "/"
+        self._uid = os.geteuid()
+        self._lock = threading.Lock()
+        self._hits = self._misses = self._stores = 0
+        self._evictions = self._corrupt = self._oversize = 0
+        sweep_stale_temps(self._tmp)
+        self._xattr = xattrs_supported(self._tmp)
+        self._usage = UsageCounter(str(self._root / "usage"))
+        if self._max is not None:
+            self._usage.initialise(self._scan_total)
+
+    # -- properties ---------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return self._root
+
+    @property
+    def max_size_bytes(self) -> int | None:
+        return self._max
+
+    @property
+    def uses_xattrs(self) -> bool:
+        """Whether integrity records live in xattrs (else in ``.sum`` sidecars)."""
+        return self._xattr
+
+    def _path_for(self, kb: bytes) -> str:
+        h = _sha256(kb).hexdigest()
+        return self._prefix + h[:2] + "/" + h
+
+    # -- read ---------------------------------------------------------------
+    def __getitem__(self, key: bytes | str) -> bytes:
+        kb = key if key.__class__ is bytes else as_key_bytes(key)
+        h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
+        path = self._prefix + h[:2] + "/" + h
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except FileNotFoundError:
+            self._count_miss()
+            raise KeyError(key) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise CacheSecurityError(
+                    f"cache entry {path} is a symbolic link; refusing to follow it. "
+                    "Remove it (nexus-cache program-cache verify lists such entries)."
+                ) from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != self._uid or st.st_mode & _S_IFMT != _S_IFREG:
+                check_owned_regular(path, st)
+            size = st.st_size
+            data = os.read(fd, size)
+            if len(data) != size:
+                data = self._read_rest(fd, data, size)
+            if self._xattr:
+                try:
+                    record = os.getxattr(fd, XATTR_NAME)
+                except OSError:
+                    record = b""  # no record: cannot vouch for these bytes
+            else:
+                record = self._sidecar_record(path, st.st_ino)
+                if record is None:
+                    self._count_miss()
+                    raise KeyError(key)
+            if not record_matches(record, data):
+                self._drop_corrupt(path, st)
+                raise KeyError(key)
+            # Same inode as the fstat above, so a rewriter's fresh file is never
+            # stamped; mtime is kept so stat guards elsewhere stay valid.
+            os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._hits += 1
+        return data
+
+    def _count_miss(self) -> None:
+        with self._lock:
+            self._misses += 1
+
+    @staticmethod
+    def _read_rest(fd: int, head: bytes, size: int) -> bytes:
+        parts = [head]
+        got = len(head)
+        while got < size:
+            chunk = os.read(fd, size - got)
+            if not chunk:
+                break  # shrank under us: the record check will reject it
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+    def _sidecar_record(self, path: str, ino: int) -> bytes | None:
+        try:
+            fd = os.open(path + SIDECAR_SUFFIX, _READ_FLAGS)
+        except OSError:
+            return None
+        try:
+            parsed = parse_sidecar(os.read(fd, 64))
+        finally:
+            os.close(fd)
+        if parsed is None or parsed[0] != ino:
+            return None  # belongs to another version of the entry (or none): unverifiable
+        return parsed[1]
+
+    def _drop_corrupt(self, path: str, st: os.stat_result) -> None:
+        with self._lock:
+            self._corrupt += 1
+            self._misses += 1
+        outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
+        if outcome is UnlinkResult.REMOVED:
+            self._usage.add(-st.st_size)
+            if not self._xattr:
+                _fsscan.remove_sidecar(path)
+
+    # -- write --------------------------------------------------------------
+    def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
+        kb = as_key_bytes(key)
+        data = as_value_bytes(value)
+        path = self._path_for(kb)
+        size = len(data)
+        cap = self._max
+        old = lstat_key(path)
+        if cap is not None and size > cap:
+            # Not stored, nothing else evicted; the superseded entry under this
+            # key goes, so a reader never gets bytes older than the last store.
+            if old is not None and self._remove(path):
+                self._usage.add(-old.size)
+            with self._lock:
+                self._oversize += 1
+            log_oversize(self, size, cap)
+            return
+        fd, tmp = new_temp(self._tmp)
+        try:
+            write_all(fd, data)
+            ino = os.fstat(fd).st_ino
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        if self._xattr:
+            publish_temp(fd, tmp, path, xattrs={XATTR_NAME: make_record(data)})
+        else:
+            publish_temp(fd, tmp, path)
+            atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data), tmp_dir=self._tmp)
+        with self._lock:
+            self._stores += 1
+        total = self._usage.add(size - (old.size if old is not None else 0))
+        if cap is not None:
+            if total is None:  # counter removed behind our back: rebuild it
+                total = self._usage.initialise(self._scan_total)
+            if total > cap:
+                self._evict(int(cap * _LOW_WATER), keep=path)
+
+    def _remove(self, path: str) -> bool:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        if not self._xattr:
+            _fsscan.remove_sidecar(path)
+        return True
+
+    def _scan_total(self) -> int:
+        return _fsscan.scan(self._entries).total_bytes
+
+    def _evict(self, target: int, *, keep: str | None = None) -> tuple[int, int]:
+        """One eviction pass down to ``target`` bytes; ``(entries, bytes)`` removed."""
+        lock = FileLock(str(self._root / "evict.lock"))
+        if not lock.acquire(timeout=0 if keep is not None else None):
+            return 0, 0  # another thread or process is already evicting
+        try:
+            sweep_stale_temps(self._tmp)
+            seen = self._usage.read()
+            result = _fsscan.scan(self._entries)
+            done = _fsscan.evict_oldest(
+                result, target, aside_dir=self._tmp, keep=keep, sidecars=not self._xattr
+            )
+            if seen is None:
+                self._usage.initialise(lambda: done.remaining_bytes)
+            else:
+                self._usage.add(result.total_bytes - seen - done.removed_bytes)
+        finally:
+            lock.release()
+        with self._lock:
+            self._evictions += done.evicted
+        return done.evicted, done.removed_bytes
+
+    def prune(self, max_bytes: int) -> tuple[int, int]:
+        """Evict least recently read entries until at most ``max_bytes`` remain.
+
+        Returns ``(entries removed, bytes removed)``. Stat-guarded like eviction.
+        """
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ConfigError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+        return self._evict(max_bytes)
+
+    # -- delete / size ------------------------------------------------------
+    def __delitem__(self, key: bytes | str) -> None:
+        path = self._path_for(as_key_bytes(key))
+        old = lstat_key(path)
+        if old is None or not self._remove(path):
+            raise KeyError(key)
+        self._usage.add(-old.size)
+
+    def __len__(self) -> int:
+        return len(_fsscan.scan(self._entries, with_stat=False).entries)
+
+    def clear(self) -> None:
+        """Remove every entry present at the start; entries rewritten meanwhile stay."""
+        result = _fsscan.scan(self._entries)
+        freed = 0
+        for entry in result.entries:
+            outcome = unlink_if_unchanged(entry.path, entry.key, aside_dir=self._tmp)
+            if outcome is UnlinkResult.REMOVED:
+                freed += entry.key.size
+            if outcome is not UnlinkResult.CHANGED and not self._xattr:
+                _fsscan.remove_sidecar(entry.path)
+        self._usage.add(-freed)
+        sweep_stale_temps(self._tmp)
+
+    def stats(self) -> CacheStats:
+        result = _fsscan.scan(self._entries)
+        with self._lock:
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                stores=self._stores,
+                evictions=self._evictions,
+                corrupt=self._corrupt,
+                entries=len(result.entries),
+                bytes=result.total_bytes,
+                oversize=self._oversize,
+            )
+
+    # -- administration (CLI) -----------------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Every entry, least recently read first."""
+        result = _fsscan.scan(self._entries)
+        for e in sorted(result.entries, key=lambda e: e.atime_ns):
+            yield EntryInfo(os.path.basename(e.path), e.key.size, e.atime_ns, e.key.mtime_ns)
+
+    def verify(self) -> VerifyReport:
+        """Check every entry's bytes against its record; remove the corrupt ones."""
+        report = VerifyReport()
+        result = _fsscan.scan(self._entries)
+        report.refused.extend(result.refused)
+        for e in result.entries:
+            report.checked += 1
+            name = os.path.basename(e.path)
+            try:
+                fd = os.open(e.path, _READ_FLAGS)
+            except FileNotFoundError:
+                continue
+            try:
+                st = os.fstat(fd)
+                data = self._read_rest(fd, b"", st.st_size)
+                if self._xattr:
+                    try:
+                        record: bytes | None = os.getxattr(fd, XATTR_NAME)
+                    except OSError:
+                        record = b""
+                else:
+                    record = self._sidecar_record(e.path, st.st_ino)
+            finally:
+                os.close(fd)
+            if record is None:
+                report.unverified.append(name)
+            elif record_matches(record, data):
+                report.ok += 1
+            else:
+                report.corrupt.append(name)
+                self._drop_corrupt(e.path, st)
+        return report
+
+    def __repr__(self) -> str:
+        return f"FileStreamProgramCache({str(self._root)!r}, max_size_bytes={self._max})"

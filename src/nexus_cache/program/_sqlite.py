@@ -1,0 +1,417 @@
+"""A program cache in one SQLite database (WAL), shared by threads and processes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from nexus_cache._storage import check_owned_regular, ensure_private_dir
+from nexus_cache.errors import ConfigError
+from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._paths import default_sqlite_path
+from nexus_cache.program._report import EntryInfo, VerifyReport
+from nexus_cache.program._resource import (
+    CacheStats,
+    ProgramCacheResource,
+    ProgramCacheValue,
+    as_key_bytes,
+    as_value_bytes,
+)
+
+__all__ = ["SQLiteProgramCache"]
+
+_SCHEMA_VERSION = 1
+_LOW_WATER = 0.9
+_BUSY_TIMEOUT_S = 30.0
+# Access stamps are batched: a hit does no write, and the batch is flushed
+# before any store, eviction or listing, when it grows, or when it ages.
+_TOUCH_BATCH = 256
+_TOUCH_MAX_AGE_NS = 1_000_000_000
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS entries (
+        key BLOB PRIMARY KEY,
+        value BLOB NOT NULL,
+        size INTEGER NOT NULL,
+        crc INTEGER NOT NULL,
+        last_access INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS entries_by_access ON entries (last_access)",
+    """CREATE TABLE IF NOT EXISTS totals (
+        id INTEGER PRIMARY KEY CHECK (id = 0),
+        entries INTEGER NOT NULL,
+        bytes INTEGER NOT NULL
+    )""",
+    "INSERT OR IGNORE INTO totals VALUES (0, 0, 0)",
+    # Triggers keep the totals exact whoever edits the table.
+    """CREATE TRIGGER IF NOT EXISTS entries_ins AFTER INSERT ON entries BEGIN
+        UPDATE totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 0;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS entries_del AFTER DELETE ON entries BEGIN
+        UPDATE totals SET entries = entries - 1, bytes = bytes - OLD.size WHERE id = 0;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS entries_upd AFTER UPDATE OF size ON entries BEGIN
+        UPDATE totals SET bytes = bytes - OLD.size + NEW.size WHERE id = 0;
+    END""",
+)
+
+
+def _prepare_file(path: Path) -> None:
+    """Create the database file 0600 (parents 0700), or check the existing one."""
+    parent = path.parent
+    if not parent.exists():
+        ensure_private_dir(parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise type(exc)(
+            exc.errno, f"cannot create program cache database {path}: {exc.strerror}"
+        ) from exc
+    check_owned_regular(path, os.lstat(path))
+    for suffix in ("-wal", "-shm"):
+        side = Path(f"{path}{suffix}")
+        try:
+            st = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+            check_owned_regular(side, st)
+
+
+class SQLiteProgramCache(ProgramCacheResource):
+    """Compiled binaries as raw blobs in one SQLite database in WAL mode.
+
+    Thread-safe: one connection behind a lock. Process-safe: writers take
+    the database write lock (``BEGIN IMMEDIATE``) and wait up to 30 s for it;
+    readers never block writers (WAL). A store, its byte accounting and its
+    eviction happen in one transaction, so the cap is exact, eviction never
+    over-evicts, and a crash rolls back cleanly. ``synchronous=NORMAL``: a
+    power cut may lose the last few stores, never corrupt the database.
+
+    LRU by last access: hits stamp entries in a batch flushed before the next
+    store, eviction or listing (or after 1 s / 256 hits), so a hit itself
+    never writes. Each blob carries a CRC-32 checked on read; a mismatch is
+    removed, counted in ``stats().corrupt`` and reads as a miss. An entry
+    larger than ``max_size_bytes`` is not stored (``stats().oversize``).
+    Safe to use in a forked child (it reconnects). Operations after
+    :meth:`close` raise ``ValueError``.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, max_size_bytes: int | None = None
+    ) -> None:
+        self._max = validate_cap("max_size_bytes", max_size_bytes)
+        self._path = Path(path).expanduser() if path is not None else default_sqlite_path()
+        _prepare_file(self._path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self._closed = False
+        self._touches: dict[bytes, int] = {}
+        self._touch_since = 0
+        self._hits = self._misses = self._stores = 0
+        self._evictions = self._corrupt = self._oversize = 0
+        with self._lock:
+            self._connection()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def max_size_bytes(self) -> int | None:
+        return self._max
+
+    # -- connection ---------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        """The live connection (caller holds ``_lock``); reconnects after a fork."""
+        if self._closed:
+            raise ValueError(f"{self!r} is closed; open a new cache object")
+        conn = self._conn
+        if conn is not None and self._pid == os.getpid():
+            return conn
+        # A connection inherited across fork must not be used (nor closed) here.
+        self._touches.clear()
+        conn = sqlite3.connect(
+            self._path,
+            timeout=_BUSY_TIMEOUT_S,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == _SCHEMA_VERSION:
+            return
+        if version not in (0, _SCHEMA_VERSION):
+            raise ConfigError(
+                f"{self._path} has program cache schema {version}, this version "
+                f"reads {_SCHEMA_VERSION}; point the cache at another path or clear it"
+            )
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only effective on a new file
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                for stmt in _SCHEMA:
+                    conn.execute(stmt)
+                conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _write(self, conn: sqlite3.Connection) -> _Txn:
+        return _Txn(conn)
+
+    # -- access stamps ------------------------------------------------------
+    def _flush_touches(self, conn: sqlite3.Connection) -> None:
+        """Write the batched access stamps (caller holds ``_lock``, no open transaction)."""
+        if not self._touches:
+            return
+        batch = [(ts, k) for k, ts in self._touches.items()]
+        self._touches.clear()
+        with self._write(conn):
+            conn.executemany(
+                "UPDATE entries SET last_access = MAX(last_access, ?) WHERE key = ?", batch
+            )
+
+    # -- mapping ------------------------------------------------------------
+    def __getitem__(self, key: bytes | str) -> bytes:
+        kb = as_key_bytes(key)
+        with self._lock:
+            conn = self._connection()
+            row = conn.execute("SELECT value, crc FROM entries WHERE key = ?", (kb,)).fetchone()
+            if row is None:
+                self._misses += 1
+                raise KeyError(key)
+            value, crc = row
+            if zlib.crc32(value) != crc:
+                self._corrupt += 1
+                self._misses += 1
+                with self._write(conn):
+                    conn.execute("DELETE FROM entries WHERE key = ? AND crc = ?", (kb, crc))
+                raise KeyError(key)
+            self._hits += 1
+            now = time.time_ns()
+            if not self._touches:
+                self._touch_since = now
+            self._touches[kb] = now
+            if len(self._touches) >= _TOUCH_BATCH or now - self._touch_since > _TOUCH_MAX_AGE_NS:
+                self._flush_touches(conn)
+            return bytes(value)
+
+    def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
+        kb = as_key_bytes(key)
+        data = as_value_bytes(value)
+        size = len(data)
+        cap = self._max
+        with self._lock:
+            conn = self._connection()
+            self._flush_touches(conn)
+            if cap is not None and size > cap:
+                with self._write(conn):
+                    conn.execute("DELETE FROM entries WHERE key = ?", (kb,))
+                self._oversize += 1
+                oversize = True
+            else:
+                oversize = False
+                with self._write(conn):
+                    conn.execute(
+                        "INSERT INTO entries (key, value, size, crc, last_access) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                        "value = excluded.value, size = excluded.size, crc = excluded.crc, "
+                        "last_access = excluded.last_access",
+                        (kb, data, size, zlib.crc32(data), time.time_ns()),
+                    )
+                    if cap is not None:
+                        self._evictions += self._evict_in_txn(conn, int(cap * _LOW_WATER), kb)
+                self._stores += 1
+        if oversize:
+            log_oversize(self, size, cap or 0)
+
+    def _total_bytes(self, conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT bytes FROM totals WHERE id = 0").fetchone()[0])
+
+    def _evict_in_txn(self, conn: sqlite3.Connection, target: int, keep: bytes | None) -> int:
+        """Delete least recently used rows until at most ``target`` bytes remain.
+
+        Runs inside the caller's write transaction, so the totals it reads are
+        exact and no other writer can interleave: nothing is over-evicted.
+        """
+        total = self._total_bytes(conn)
+        if total <= target or (self._max is not None and keep is not None and total <= self._max):
+            return 0
+        evicted = 0
+        while total > target:
+            rows = conn.execute(
+                "SELECT key, size FROM entries WHERE key != ? ORDER BY last_access, key LIMIT 256",
+                (keep if keep is not None else b"",),
+            ).fetchall()
+            if not rows:
+                break
+            for k, size in rows:
+                if total <= target:
+                    break
+                conn.execute("DELETE FROM entries WHERE key = ?", (k,))
+                total -= size
+                evicted += 1
+        return evicted
+
+    def prune(self, max_bytes: int) -> tuple[int, int]:
+        """Evict least recently used entries until at most ``max_bytes`` remain.
+
+        Returns ``(entries removed, bytes removed)``.
+        """
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ConfigError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+        with self._lock:
+            conn = self._connection()
+            self._flush_touches(conn)
+            with self._write(conn):
+                before = self._total_bytes(conn)
+                n = self._evict_in_txn(conn, max_bytes, None)
+                freed = before - self._total_bytes(conn)
+            self._evictions += n
+            self._vacuum(conn)
+        return n, freed
+
+    def _vacuum(self, conn: sqlite3.Connection) -> None:
+        # Give freed pages back to the filesystem (auto_vacuum=INCREMENTAL).
+        try:
+            conn.execute("PRAGMA incremental_vacuum")
+        except sqlite3.OperationalError:
+            pass  # busy: another process will do it later
+
+    def __delitem__(self, key: bytes | str) -> None:
+        kb = as_key_bytes(key)
+        with self._lock:
+            conn = self._connection()
+            self._touches.pop(kb, None)
+            with self._write(conn):
+                cur = conn.execute("DELETE FROM entries WHERE key = ?", (kb,))
+            if cur.rowcount == 0:
+                raise KeyError(key)
+
+    def __len__(self) -> int:
+        with self._lock:
+            conn = self._connection()
+            return int(conn.execute("SELECT entries FROM totals WHERE id = 0").fetchone()[0])
+
+    def clear(self) -> None:
+        with self._lock:
+            conn = self._connection()
+            self._touches.clear()
+            with self._write(conn):
+                conn.execute("DELETE FROM entries")
+            self._vacuum(conn)
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            conn = self._connection()
+            entries, nbytes = conn.execute(
+                "SELECT entries, bytes FROM totals WHERE id = 0"
+            ).fetchone()
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                stores=self._stores,
+                evictions=self._evictions,
+                corrupt=self._corrupt,
+                entries=int(entries),
+                bytes=int(nbytes),
+                oversize=self._oversize,
+            )
+
+    # -- administration (CLI) -----------------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Every entry, least recently used first; ``name`` is the key's hex."""
+        with self._lock:
+            conn = self._connection()
+            self._flush_touches(conn)
+            rows = conn.execute(
+                "SELECT key, size, last_access FROM entries ORDER BY last_access, key"
+            ).fetchall()
+        for k, size, ts in rows:
+            yield EntryInfo(bytes(k).hex(), int(size), int(ts), int(ts))
+
+    def verify(self) -> VerifyReport:
+        """Check every blob against its CRC-32; remove the corrupt ones."""
+        report = VerifyReport()
+        with self._lock:
+            conn = self._connection()
+            bad: list[tuple[bytes, int]] = []
+            for k, value, crc, size in conn.execute(
+                "SELECT key, value, crc, size FROM entries"
+            ).fetchall():
+                report.checked += 1
+                if zlib.crc32(value) == crc and len(value) == size:
+                    report.ok += 1
+                else:
+                    bad.append((k, crc))
+                    report.corrupt.append(bytes(k).hex())
+            if bad:
+                with self._write(conn):
+                    conn.executemany("DELETE FROM entries WHERE key = ? AND crc = ?", bad)
+                self._corrupt += len(bad)
+            ok = conn.execute("PRAGMA quick_check").fetchone()[0]
+            if ok != "ok":
+                report.refused.append((str(self._path), f"sqlite quick_check: {ok}"))
+        return report
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            conn, self._conn = self._conn, None
+            self._closed = True
+            if conn is not None and self._pid == os.getpid():
+                try:
+                    if self._touches:
+                        batch = [(ts, k) for k, ts in self._touches.items()]
+                        with _Txn(conn):
+                            conn.executemany(
+                                "UPDATE entries SET last_access = MAX(last_access, ?) "
+                                "WHERE key = ?",
+                                batch,
+                            )
+                finally:
+                    self._touches.clear()
+                    conn.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteProgramCache({str(self._path)!r}, max_size_bytes={self._max})"
+
+
+class _Txn:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._conn.execute("BEGIN IMMEDIATE")
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._conn.execute("COMMIT")
+        else:
+            self._conn.execute("ROLLBACK")

@@ -1,0 +1,81 @@
+"""A byte counter shared by every process that uses one file-stream cache.
+
+The counter is 8 bytes in ``<root>/usage``, read and updated under ``flock``
+on that same file; each update opens its own descriptor, so threads and
+processes exclude each other alike and a crashed holder releases the lock.
+It is an estimate: deltas are applied after the fact, and crashes or
+out-of-band deletes make it drift. Every eviction pass rescans the store
+and corrects it, so drift never outlives the next eviction.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from collections.abc import Callable
+
+__all__ = ["UsageCounter"]
+
+_VALUE = struct.Struct("<q")
+_FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class UsageCounter:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _open(self, create: bool) -> int | None:
+        try:
+            return os.open(self.path, _FLAGS | (os.O_CREAT if create else 0), 0o600)
+        except FileNotFoundError:
+            return None
+
+    def add(self, delta: int) -> int | None:
+        """Add ``delta``; return the new total, or ``None`` when the counter is not set up."""
+        if delta == 0:
+            return self.read()
+        fd = self._open(create=False)
+        if fd is None:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, _VALUE.size, 0)
+            if len(raw) != _VALUE.size:
+                return None  # being initialised by someone else's scan
+            total = max(0, _VALUE.unpack(raw)[0] + delta)
+            os.pwrite(fd, _VALUE.pack(total), 0)
+            return total
+        finally:
+            os.close(fd)  # drops the lock
+
+    def read(self) -> int | None:
+        fd = self._open(create=False)
+        if fd is None:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            raw = os.pread(fd, _VALUE.size, 0)
+        finally:
+            os.close(fd)
+        return _VALUE.unpack(raw)[0] if len(raw) == _VALUE.size else None
+
+    def initialise(self, scan_total: Callable[[], int]) -> int:
+        """Create the counter from ``scan_total()`` unless another process already has."""
+        fd = self._open(create=True)
+        assert fd is not None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, _VALUE.size, 0)
+            if len(raw) == _VALUE.size:
+                return _VALUE.unpack(raw)[0]
+            total = int(scan_total())
+            os.pwrite(fd, _VALUE.pack(total), 0)
+            return total
+        finally:
+            os.close(fd)
+
+    def correct(self, seen_at_scan: int, scanned: int, freed: int) -> int | None:
+        """Fold an eviction pass in: replace the drift ``scanned - seen_at_scan`` and
+        subtract ``freed``, keeping deltas other processes added meanwhile."""
+        return self.add(scanned - seen_at_scan - freed)
