@@ -5,10 +5,37 @@ Imports only the standard library; ``cuda.core`` is used when present.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from nexus_cache.program._filestream import FileStreamProgramCache
+from nexus_cache.program._interop import activate as _activate_interop
 from nexus_cache.program._memory import InMemoryProgramCache
 from nexus_cache.program._resource import CacheStats, ProgramCacheResource
 from nexus_cache.program._sqlite import SQLiteProgramCache
+
+# Key derivation and the compile wrapper load on first use (import cost);
+# CacheableProgram imports cuda.core.
+_LAZY = {
+    "CacheableProgram": "nexus_cache.program._cacheable",
+    "CompileInputs": "nexus_cache.program._compile",
+    "cached_compile": "nexus_cache.program._compile",
+    "make_program_cache_key": "nexus_cache.program.keys",
+    "register_with_cuda_core": "nexus_cache.program._interop",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nexus_cache.program' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+# cuda.core's Program.compile(cache=...) accepts our caches once cuda.core loads.
+_activate_interop()
 
 __all__ = [
     "CacheStats",
@@ -16,4 +43,9 @@ __all__ = [
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "SQLiteProgramCache",
+    "CacheableProgram",
+    "CompileInputs",
+    "cached_compile",
+    "make_program_cache_key",
+    "register_with_cuda_core",
 ]
