@@ -27,7 +27,6 @@ from nexus_cache.program._resource import (
 __all__ = ["SQLiteProgramCache"]
 
 _SCHEMA_VERSION = 1
-_LOW_WATER = 0.9
 _BUSY_TIMEOUT_S = 30.0
 # Access stamps are batched: a hit does no write, and the batch is flushed
 # before any store, eviction or listing, when it grows, or when it ages.
@@ -242,7 +241,7 @@ class SQLiteProgramCache(ProgramCacheResource):
                         (kb, data, size, zlib.crc32(data), time.time_ns()),
                     )
                     if cap is not None:
-                        self._evictions += self._evict_in_txn(conn, int(cap * _LOW_WATER), kb)
+                        self._evictions += self._evict_in_txn(conn, cap, kb)
                 self._stores += 1
         if oversize:
             log_oversize(self, size, cap or 0)
@@ -255,9 +254,12 @@ class SQLiteProgramCache(ProgramCacheResource):
 
         Runs inside the caller's write transaction, so the totals it reads are
         exact and no other writer can interleave: nothing is over-evicted.
+        Finding the oldest rows is an index walk, so unlike the file-stream
+        backend there is no scan to amortise and no low-water mark: a store
+        evicts exactly down to the cap.
         """
         total = self._total_bytes(conn)
-        if total <= target or (self._max is not None and keep is not None and total <= self._max):
+        if total <= target:
             return 0
         evicted = 0
         while total > target:
