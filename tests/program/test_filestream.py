@@ -1,0 +1,419 @@
+"""File-stream backend: on-disk format, LRU stamps, guards, integrity, security."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import time
+
+import pytest
+
+from nexus_cache._storage import UnlinkResult, atomic_write
+from nexus_cache._storage._names import host_tag
+from nexus_cache.errors import CacheSecurityError
+from nexus_cache.program import FileStreamProgramCache, _filestream, _fsscan
+from nexus_cache.program._integrity import SIDECAR_SUFFIX, XATTR_NAME
+
+OTHER_UID = 54321
+
+
+def entry_path(cache, key):
+    h = hashlib.sha256(key).hexdigest()
+    return cache.path / "entries" / h[:2] / h
+
+
+def set_atime(path, atime_s):
+    st = os.lstat(path)
+    os.utime(path, ns=(int(atime_s * 1e9), st.st_mtime_ns))
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return FileStreamProgramCache(tmp_path / "c")
+
+
+# -- layout ----------------------------------------------------------------
+
+
+def test_entry_on_disk_is_the_raw_binary(cache):
+    payload = b"\x7fELF\x02\x01\x01\x33" + os.urandom(4000)
+    cache[b"k"] = payload
+    p = entry_path(cache, b"k")
+    assert p.read_bytes() == payload  # no header, no framing: cuobjdump reads it as is
+    assert stat.S_IMODE(os.lstat(p).st_mode) == 0o600
+    assert os.listdir(cache.path / "tmp") == []
+    assert cache.uses_xattrs
+    assert len(os.getxattr(p, XATTR_NAME)) == 16
+
+
+def test_root_and_subdirs_private(tmp_path):
+    old = os.umask(0)
+    try:
+        c = FileStreamProgramCache(tmp_path / "a" / "c")
+        c[b"k"] = b"v"
+    finally:
+        os.umask(old)
+    for d in (c.path, c.path / "entries", c.path / "tmp", entry_path(c, b"k").parent):
+        assert stat.S_IMODE(os.lstat(d).st_mode) == 0o700, d
+
+
+def test_default_root_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "explicit"))
+    assert FileStreamProgramCache().path == tmp_path / "explicit"
+    monkeypatch.delenv("NEXUS_PROGRAM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert FileStreamProgramCache().path == tmp_path / "xdg" / "nexus-cache" / "program-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    want = tmp_path / "home" / ".cache" / "nexus-cache" / "program-cache"
+    assert FileStreamProgramCache().path == want
+
+
+# -- LRU by atime ------------------------------------------------------------
+
+
+def test_hit_stamps_atime_and_keeps_mtime(cache):
+    cache[b"k"] = b"v"
+    p = entry_path(cache, b"k")
+    os.utime(p, ns=(1_000_000_000, 2_000_000_000))
+    before = time.time_ns()
+    assert cache[b"k"] == b"v"
+    st = os.lstat(p)
+    assert st.st_atime_ns >= before - 50_000_000
+    assert st.st_mtime_ns == 2_000_000_000
+
+
+def test_eviction_follows_atime_not_write_order(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=1000)
+    for i, k in enumerate((b"a", b"b", b"c")):
+        c[k] = k * 300
+        set_atime(entry_path(c, k), 1000 + i)
+    c[b"a"]  # newest read now, despite being the oldest write
+    c[b"d"] = b"d" * 300  # 1200 > 1000: evict down to 900
+    assert c.get(b"b") is None
+    assert [c.get(k) is not None for k in (b"a", b"c", b"d")] == [True, True, True]
+    assert c.stats().evictions == 1
+
+
+def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(cache, monkeypatch):
+    cache[b"k"] = b"old bytes"
+    p = entry_path(cache, b"k")
+    real = _filestream.record_matches
+    fresh = {}
+
+    def rewrite_then_check(record, data):
+        # a rewriter replaces the entry after our open, before our stamp
+        atomic_write(p, b"fresh bytes", tmp_dir=cache.path / "tmp", xattrs={XATTR_NAME: record})
+        os.utime(p, ns=(5, 7))
+        fresh["st"] = os.lstat(p)
+        return real(record, data)
+
+    monkeypatch.setattr(_filestream, "record_matches", rewrite_then_check)
+    assert cache[b"k"] == b"old bytes"  # we read the inode we opened
+    st = os.lstat(p)
+    assert (st.st_ino, st.st_atime_ns, st.st_mtime_ns) == (fresh["st"].st_ino, 5, 7)
+
+
+# -- stat guards ------------------------------------------------------------
+
+
+def _rewrite_during_scan(monkeypatch, cache, key, value):
+    real_scan = _fsscan.scan
+
+    def scan_then_rewrite(*a, **kw):
+        result = real_scan(*a, **kw)
+        if kw.get("with_stat", True):
+            monkeypatch.setattr(_fsscan, "scan", real_scan)
+            other = FileStreamProgramCache(cache.path)  # another writer
+            other[key] = value
+        return result
+
+    monkeypatch.setattr(_fsscan, "scan", scan_then_rewrite)
+
+
+def test_clear_spares_an_entry_rewritten_after_its_scan(cache, monkeypatch):
+    cache.update({b"a": b"1", b"b": b"2", b"c": b"3"})
+    _rewrite_during_scan(monkeypatch, cache, b"b", b"rewritten")
+    cache.clear()
+    assert cache.get(b"a") is None
+    assert cache.get(b"c") is None
+    assert cache.get(b"b") == b"rewritten"
+    assert len(cache) == 1
+
+
+def test_prune_spares_an_entry_rewritten_after_its_scan(cache, monkeypatch):
+    cache.update({b"a": b"1" * 10, b"b": b"2" * 10})
+    _rewrite_during_scan(monkeypatch, cache, b"a", b"rewritten")
+    assert cache.prune(0) == (1, 10)
+    assert cache.get(b"a") == b"rewritten"
+    assert cache.get(b"b") is None
+
+
+def test_prune_frees_oldest_first(cache):
+    for i, k in enumerate((b"a", b"b", b"c")):
+        cache[k] = k * 100
+        set_atime(entry_path(cache, k), 1000 + i)
+    assert cache.prune(150) == (2, 200)
+    assert cache.get(b"c") == b"c" * 100
+    assert len(cache) == 1
+
+
+def test_over_eviction_race_credits_the_concurrent_delete(tmp_path, monkeypatch):
+    # The seed review's race: after eviction's scan, another process deletes
+    # the oldest entry first. Its bytes must be credited, or the pass goes on
+    # and evicts newer entries it had no need to touch.
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=1000)
+    c[b"old"] = b"a" * 400
+    c[b"mid"] = b"m" * 300
+    set_atime(entry_path(c, b"old"), 1000)
+    set_atime(entry_path(c, b"mid"), 2000)
+    old_path = str(entry_path(c, b"old"))
+    real = _fsscan.unlink_if_unchanged
+    other = FileStreamProgramCache(c.path)  # stands for another process
+    calls = []
+
+    def concurrent_deleter_wins_once(path, expected, **kw):
+        calls.append(path)
+        if path == old_path and len(calls) == 1:
+            del other[b"old"]  # the other process got there first
+            result = real(path, expected, **kw)
+            assert result is UnlinkResult.GONE
+            return result
+        return real(path, expected, **kw)
+
+    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", concurrent_deleter_wins_once)
+    c[b"new"] = b"b" * 400  # 1100 > 1000: free down to 900; old's 400 suffice
+    assert calls == [old_path]  # one candidate, then the pass stopped
+    assert c.get(b"new") == b"b" * 400
+    assert c.get(b"mid") == b"m" * 300
+    assert c.get(b"old") is None
+    s = c.stats()
+    assert s.evictions == 0  # the other process evicted it, not us
+    assert s.bytes == 700
+    assert c._usage.read() == 700
+
+
+def test_fresh_entry_survives_even_when_alone_above_low_water(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=1000)
+    c[b"old"] = b"a" * 500
+    c[b"new"] = b"b" * 950  # only new fits; it is above the 900 low-water mark itself
+    assert c.get(b"old") is None
+    assert c.get(b"new") == b"b" * 950
+
+
+def test_usage_counter_tracks_and_self_heals(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=10_000)
+    usage = c._usage
+    c[b"a"] = b"x" * 100
+    c[b"b"] = b"x" * 50
+    assert usage.read() == 150
+    c[b"a"] = b"x" * 10
+    del c[b"b"]
+    assert usage.read() == 10
+    os.unlink(c.path / "usage")
+    c[b"c"] = b"y" * 5  # rebuilt from a scan
+    assert usage.read() == 15
+    shutil.rmtree(c.path / "entries" / entry_path(c, b"a").parent.name)  # out-of-band delete
+    c.prune(10_000)  # any pass rescans and corrects drift
+    assert usage.read() == 5
+
+
+# -- temp handling ------------------------------------------------------------
+
+
+def test_tmp_dir_self_heals(cache):
+    shutil.rmtree(cache.path / "tmp")
+    cache[b"k"] = b"v"
+    assert cache[b"k"] == b"v"
+    assert stat.S_IMODE(os.lstat(cache.path / "tmp").st_mode) == 0o700
+
+
+def _stale_temps(tmp):
+    old = tmp / "crashed-writer.tmp"
+    old.write_bytes(b"half")
+    t = time.time_ns() - 2 * 3600 * 10**9
+    os.utime(old, ns=(t, t))
+    dead = tmp / f"{host_tag()}-999999999-abcd.tmp"  # no such pid
+    dead.write_bytes(b"half")
+    fresh = tmp / "someone-writing-now.tmp"
+    fresh.write_bytes(b"half")
+    return fresh
+
+
+def test_stale_temps_swept_on_open(tmp_path):
+    tmp = tmp_path / "c" / "tmp"
+    tmp.mkdir(parents=True)
+    fresh = _stale_temps(tmp)
+    FileStreamProgramCache(tmp_path / "c")
+    assert os.listdir(tmp) == [fresh.name]
+
+
+def test_stale_temps_swept_during_eviction(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=100)
+    fresh = _stale_temps(c.path / "tmp")
+    c[b"a"] = b"x" * 60
+    assert len(os.listdir(c.path / "tmp")) == 3  # no eviction yet
+    c[b"b"] = b"x" * 60
+    assert os.listdir(c.path / "tmp") == [fresh.name]
+
+
+# -- integrity ----------------------------------------------------------------
+
+
+def _corrupt_cases():
+    def truncate(p):
+        with open(p, "r+b") as f:
+            f.truncate(os.path.getsize(p) - 1)
+
+    def flip(p):
+        with open(p, "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0x01]))
+
+    def extend(p):
+        with open(p, "ab") as f:
+            f.write(b"\0")
+
+    def strip_record(p):
+        os.removexattr(p, XATTR_NAME)
+
+    return {"truncate": truncate, "bitflip": flip, "extend": extend, "no-record": strip_record}
+
+
+@pytest.mark.parametrize("case", sorted(_corrupt_cases()))
+@pytest.mark.parametrize("read_first", [False, True])
+def test_corruption_is_detected_counted_removed(cache, case, read_first):
+    payload = os.urandom(4096)
+    cache[b"k"] = payload
+    cache[b"other"] = b"fine"
+    if read_first:
+        assert cache[b"k"] == payload
+    _corrupt_cases()[case](entry_path(cache, b"k"))
+    with pytest.raises(KeyError):
+        cache[b"k"]
+    s = cache.stats()
+    assert s.corrupt == 1
+    assert s.misses == 1
+    assert not entry_path(cache, b"k").exists()
+    assert cache.get(b"k") is None
+    assert cache.stats().corrupt == 1  # removed, so counted once
+    assert cache[b"other"] == b"fine"
+    cache[b"k"] = payload  # the next store heals it
+    assert cache[b"k"] == payload
+
+
+def test_verify_reports_and_removes(cache):
+    cache.update({b"a": b"x" * 300, b"b": b"y" * 300, b"c": b"z" * 300})
+    _corrupt_cases()["bitflip"](entry_path(cache, b"b"))
+    report = cache.verify()
+    assert report.checked == 3
+    assert report.ok == 2
+    assert report.corrupt == [entry_path(cache, b"b").name]
+    assert cache.get(b"b") is None
+    assert cache.verify().corrupt == []
+
+
+def test_sidecar_fallback_without_xattrs(tmp_path, monkeypatch):
+    monkeypatch.setattr(_filestream, "xattrs_supported", lambda tmp: False)
+    c = FileStreamProgramCache(tmp_path / "c")
+    assert not c.uses_xattrs
+    c[b"k"] = b"payload" * 100
+    p = entry_path(c, b"k")
+    assert p.read_bytes() == b"payload" * 100
+    assert XATTR_NAME not in os.listxattr(p)
+    assert os.path.exists(str(p) + SIDECAR_SUFFIX)
+    assert c[b"k"] == b"payload" * 100
+    assert len(c) == 1  # sidecars are not entries
+    _corrupt_cases()["bitflip"](p)
+    assert c.get(b"k") is None
+    assert c.stats().corrupt == 1
+    assert not os.path.exists(str(p) + SIDECAR_SUFFIX)
+    # a sidecar that names another inode (a writer mid-publication) reads as a miss
+    c[b"k"] = b"v1"
+    other = FileStreamProgramCache(c.path)
+    os.replace(str(p) + SIDECAR_SUFFIX, tmp_path / "saved")
+    other[b"k"] = b"v2"
+    os.replace(tmp_path / "saved", str(p) + SIDECAR_SUFFIX)
+    assert c.get(b"k") is None
+    assert c.stats().corrupt == 1  # not counted as corruption, not removed
+    assert p.exists()
+    c.clear()
+    assert os.listdir(p.parent) == []
+
+
+# -- security -----------------------------------------------------------------
+
+
+def test_symlinked_root_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(CacheSecurityError, match="symbolic link"):
+        FileStreamProgramCache(tmp_path / "link")
+
+
+def test_foreign_root_refused(tmp_path):
+    root = tmp_path / "theirs"
+    root.mkdir()
+    os.chown(root, OTHER_UID, OTHER_UID)
+    with pytest.raises(CacheSecurityError, match="owned by uid"):
+        FileStreamProgramCache(root)
+
+
+def test_symlinked_entry_refused(cache, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"planted")
+    cache[b"k"] = b"v"
+    p = entry_path(cache, b"k")
+    os.unlink(p)
+    p.symlink_to(target)
+    with pytest.raises(CacheSecurityError, match="symbolic link"):
+        cache[b"k"]
+    report = cache.verify()
+    assert [r[1] for r in report.refused] == ["symbolic link"]
+    assert len(cache) == 0  # never counted as an entry
+    assert target.read_bytes() == b"planted"
+
+
+def test_foreign_owned_entry_refused(cache):
+    cache[b"k"] = b"v"
+    os.chown(entry_path(cache, b"k"), OTHER_UID, OTHER_UID)
+    with pytest.raises(CacheSecurityError, match="owned by uid"):
+        cache[b"k"]
+    assert cache.stats().entries == 0
+    cache.clear()
+    assert entry_path(cache, b"k").exists()  # not ours to delete
+
+
+def test_fifo_entry_does_not_hang(cache):
+    cache[b"k"] = b"v"
+    p = entry_path(cache, b"k")
+    os.unlink(p)
+    os.mkfifo(p)
+    with pytest.raises(CacheSecurityError, match="not a regular file"):
+        cache[b"k"]
+
+
+def test_unwritable_root_is_a_clear_error(tmp_path):
+    # chmod does not stop root; a regular file in the path stops everyone.
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(NotADirectoryError, match=r"cannot create cache directory .*file/c"):
+        FileStreamProgramCache(blocker / "c")
+
+
+def test_nothing_is_unpickled(cache):
+    # A pickle bomb stored as an entry comes back as the raw bytes, unexecuted.
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (os._exit, (3,))
+
+    blob = pickle.dumps(Boom())
+    cache[b"k"] = blob
+    assert cache[b"k"] == blob
