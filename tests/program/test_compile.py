@@ -1,0 +1,280 @@
+"""cached_compile: misses compile and store, hits rebuild ObjectCode without compiling."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any, ClassVar
+
+import pytest
+
+from nexus_cache.errors import ProgramCacheKeyError
+from nexus_cache.program import (
+    CacheableProgram,
+    CompileInputs,
+    InMemoryProgramCache,
+    _ptxcheck,
+    cached_compile,
+    make_program_cache_key,
+)
+from nexus_cache.program._sidecar import SIDECAR_SUFFIX, sidecar_key
+
+core = pytest.importorskip("cuda.core")
+ProgramOptions = core.ProgramOptions
+
+TEMPLATE = "template <typename T> __global__ void fn(T *a, T b) { a[threadIdx.x] += b; }\n"
+PLAIN = 'extern "C" __global__ void k(int *a) { *a = 1; }\n'
+NAMES = ("fn<float>", b"fn<double>")
+
+
+def opts(**kw: Any) -> Any:
+    kw.setdefault("arch", "sm_90")
+    return ProgramOptions(**kw)
+
+
+class CountingInputs(CompileInputs):
+    """CompileInputs whose Program construction is counted (a miss builds one)."""
+
+    built: ClassVar[list[int]] = []
+
+    def new_program(self) -> Any:
+        type(self).built.append(1)
+        return super().new_program()
+
+
+@pytest.fixture
+def counting() -> type[CountingInputs]:
+    CountingInputs.built = []
+    return CountingInputs
+
+
+def test_miss_compiles_and_stores_then_hit_skips_the_compiler(counting: type) -> None:
+    cache = InMemoryProgramCache()
+    inputs = counting(PLAIN, "c++", opts())
+    first = cached_compile(inputs, "cubin", cache=cache)
+    assert len(counting.built) == 1
+    assert len(cache) == 1  # raw binary only: no sidecar without name expressions
+    second = cached_compile(inputs, "cubin", cache=cache)
+    assert len(counting.built) == 1
+    assert bytes(second.code) == bytes(first.code)
+    assert (
+        (second.name, second.code_type)
+        == (first.name, first.code_type)
+        == (
+            "default_program",
+            "cubin",
+        )
+    )
+    assert second is not first
+
+
+def test_stored_entry_is_the_raw_binary(counting: type) -> None:
+    cache = InMemoryProgramCache()
+    o = opts()
+    obj = cached_compile(counting(PLAIN, "c++", o), "cubin", cache=cache)
+    k = make_program_cache_key(code=PLAIN, code_type="c++", options=o, target_type="cubin")
+    assert cache.get(k) == bytes(obj.code)
+    assert cache.get(k)[:4] == b"\x7fELF"
+
+
+def test_cacheable_program_is_a_real_program_and_shares_keys(counting: type) -> None:
+    cache = InMemoryProgramCache()
+    program = CacheableProgram(PLAIN, "c++", opts())
+    assert isinstance(program, core.Program)
+    obj = cached_compile(program, "cubin", cache=cache)
+    cached_compile(counting(PLAIN, "c++", opts()), "cubin", cache=cache)
+    assert counting.built == []  # same inputs, same key: a hit
+    assert obj.code_type == "cubin"
+
+
+def test_name_expressions_mapping_survives_a_hit(counting: type) -> None:
+    cache = InMemoryProgramCache()
+    inputs = counting(TEMPLATE, "c++", opts())
+    fresh = cached_compile(inputs, "cubin", cache=cache, name_expressions=NAMES)
+    hit = cached_compile(inputs, "cubin", cache=cache, name_expressions=list(reversed(NAMES)))
+    assert len(counting.built) == 1
+    assert hit.symbol_mapping == fresh.symbol_mapping
+    assert set(hit.symbol_mapping) == {"fn<float>", b"fn<double>"}
+    assert all(isinstance(v, bytes) for v in hit.symbol_mapping.values())
+
+
+def test_binary_stays_raw_and_mapping_lives_in_the_sidecar() -> None:
+    cache = InMemoryProgramCache()
+    o = opts()
+    fresh = cached_compile(
+        CompileInputs(TEMPLATE, "c++", o), "cubin", cache=cache, name_expressions=NAMES
+    )
+    k = make_program_cache_key(
+        code=TEMPLATE, code_type="c++", options=o, target_type="cubin", name_expressions=NAMES
+    )
+    assert cache.get(k) == bytes(fresh.code)
+    meta = cache.get(k + SIDECAR_SUFFIX)
+    assert meta is not None
+    assert meta.startswith(b"{")
+    assert b"_Z2fnIfEvPT_S0_" in meta
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "other-binary"])
+def test_hit_without_a_valid_sidecar_is_a_miss(counting: type, damage: str) -> None:
+    cache = InMemoryProgramCache()
+    o = opts()
+    inputs = counting(TEMPLATE, "c++", o)
+    cached_compile(inputs, "cubin", cache=cache, name_expressions=NAMES)
+    k = make_program_cache_key(
+        code=TEMPLATE, code_type="c++", options=o, target_type="cubin", name_expressions=NAMES
+    )
+    if damage == "delete":
+        del cache[sidecar_key(k)]
+    elif damage == "garbage":
+        cache[sidecar_key(k)] = b"\x80not json"
+    else:
+        cache[k] = cache.get(k) + b"\0"  # the sidecar now describes other bytes
+    again = cached_compile(inputs, "cubin", cache=cache, name_expressions=NAMES)
+    assert len(counting.built) == 2  # recompiled...
+    assert set(again.symbol_mapping) == set(NAMES)
+    cached_compile(inputs, "cubin", cache=cache, name_expressions=NAMES)
+    assert len(counting.built) == 2  # ...and both halves were rewritten
+
+
+def test_logs_are_written_on_a_miss_and_not_on_a_hit(counting: type) -> None:
+    cache = InMemoryProgramCache()
+    inputs = counting("#warning nexus-log-probe\n" + PLAIN, "c++", opts())
+    miss_log, hit_log = io.StringIO(), io.StringIO()
+    cached_compile(inputs, "cubin", cache=cache, logs=miss_log)
+    cached_compile(inputs, "cubin", cache=cache, logs=hit_log)
+    assert "nexus-log-probe" in miss_log.getvalue()
+    assert hit_log.getvalue() == ""
+
+
+def test_plain_program_is_keyed_through_cuda_core() -> None:
+    cache = InMemoryProgramCache()
+    fresh = cached_compile(
+        core.Program(TEMPLATE, "c++", opts(name="tmpl")),
+        "cubin",
+        cache=cache,
+        name_expressions=NAMES,
+    )
+    assert len(cache) == 2  # binary + sidecar (the name is not visible otherwise)
+
+    class NoCompile:
+        backend = "NVRTC"
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def compile(self, *args: Any, **kwargs: Any) -> Any:
+            if "cache" not in kwargs:
+                raise AssertionError("the compiler ran on a hit")
+            return self.inner.compile(*args, **kwargs)
+
+    hit = cached_compile(
+        NoCompile(core.Program(TEMPLATE, "c++", opts(name="tmpl"))),
+        "cubin",
+        cache=cache,
+        name_expressions=NAMES,
+    )
+    assert bytes(hit.code) == bytes(fresh.code)
+    assert hit.name == "tmpl"
+    assert hit.symbol_mapping == fresh.symbol_mapping
+
+
+def test_plain_program_with_unkeyable_options_points_to_the_alternatives() -> None:
+    program = core.Program(PLAIN, "c++", opts(include_path=["/x"]))
+    with pytest.raises(ProgramCacheKeyError, match="CacheableProgram"):
+        cached_compile(program, "cubin", cache=InMemoryProgramCache())
+
+
+def test_include_path_compiles_with_extra_digest(tmp_path: Any, counting: type) -> None:
+    (tmp_path / "val.h").write_text("#define VAL 7\n")
+    src = '#include <val.h>\nextern "C" __global__ void k(int *a) { *a = VAL; }\n'
+    inputs = counting(src, "c++", opts(include_path=[str(tmp_path)]))
+    cache = InMemoryProgramCache()
+    with pytest.raises(ProgramCacheKeyError, match="extra_digest"):
+        cached_compile(inputs, "cubin", cache=cache)
+    digest = b"sha256-of-val.h"
+    cached_compile(inputs, "cubin", cache=cache, extra_digest=digest)
+    cached_compile(inputs, "cubin", cache=cache, extra_digest=digest)
+    cached_compile(inputs, "cubin", cache=cache, extra_digest=b"other")
+    assert len(counting.built) == 2
+
+
+def test_bad_arguments_are_refused() -> None:
+    cache = InMemoryProgramCache()
+    with pytest.raises(TypeError, match="CompileInputs"):
+        cached_compile("source text", "cubin", cache=cache)
+    with pytest.raises(TypeError, match="name_expressions"):
+        cached_compile(
+            CompileInputs(TEMPLATE, "c++", opts()),
+            "cubin",
+            cache=cache,
+            name_expressions="fn<float>",
+        )
+    with pytest.raises(ProgramCacheKeyError, match="extra_digest"):
+        cached_compile(CompileInputs(PLAIN, "c++", opts()), "cubin", cache=cache, extra_digest=0)
+
+
+# -- hits for every target type, and the PTX loadability warning ----------------------
+
+
+def _seed(cache: InMemoryProgramCache, code: str, code_type: str, target: str, data: bytes) -> Any:
+    o = opts()
+    k = make_program_cache_key(code=code, code_type=code_type, options=o, target_type=target)
+    cache[k] = data
+    return CompileInputs(code, code_type, o)
+
+
+class _NeverBuilt(CompileInputs):
+    def new_program(self) -> Any:
+        raise AssertionError("the compiler ran on a hit")
+
+
+@pytest.mark.parametrize("target", ["cubin", "ptx", "ltoir"])
+def test_hit_rebuilds_the_right_object_code_type(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_ptxcheck, "driver_version", lambda: 10**6)
+    cache = InMemoryProgramCache()
+    inputs = _seed(cache, PLAIN, "c++", target, b"payload-" + target.encode())
+    obj = cached_compile(_NeverBuilt(*vars(inputs).values()), target, cache=cache)
+    assert obj.code_type == target
+    assert bytes(obj.code) == b"payload-" + target.encode()
+
+
+def _ptx_hit(cache: InMemoryProgramCache, code_type: str = "c++", target: str = "ptx") -> Any:
+    code = PLAIN if code_type == "c++" else ".version 8.0\n"
+    inputs = _seed(cache, code, code_type, target, b"// cached ptx\n")
+    return cached_compile(_NeverBuilt(*vars(inputs).values()), target, cache=cache)
+
+
+def test_ptx_hit_warns_when_the_driver_is_older_than_nvrtc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_ptxcheck, "nvrtc_version", lambda: (13, 5))
+    monkeypatch.setattr(_ptxcheck, "driver_version", lambda: 12080)
+    with pytest.warns(RuntimeWarning, match="older than NVRTC 13.5") as record:
+        _ptx_hit(InMemoryProgramCache())
+    assert record[0].filename == __file__  # attributed to the caller, like the uncached warning
+
+
+@pytest.mark.parametrize(
+    ("driver", "code_type", "target"),
+    [(13050, "c++", "ptx"), (13100, "c++", "ptx"), (12080, "c++", "cubin"), (12080, "ptx", "ptx")],
+)
+def test_no_warning_when_the_uncached_compile_would_not_warn(
+    monkeypatch: pytest.MonkeyPatch, driver: int, code_type: str, target: str
+) -> None:
+    monkeypatch.setattr(_ptxcheck, "nvrtc_version", lambda: (13, 5))
+    monkeypatch.setattr(_ptxcheck, "driver_version", lambda: driver)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _ptx_hit(InMemoryProgramCache(), code_type, target)
+
+
+def test_no_warning_when_the_driver_cannot_be_queried(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_driver() -> int:
+        raise OSError("libcuda.so not found")
+
+    monkeypatch.setattr(_ptxcheck, "driver_version", no_driver)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bytes(_ptx_hit(InMemoryProgramCache()).code) == b"// cached ptx\n"
