@@ -39,7 +39,27 @@ def _stale(identity: SourceIdentity, what: str) -> StalePlanError:
 
 
 def _same_content(identity: SourceIdentity, current: SourceIdentity | None) -> bool:
-    return current is not None and current.content == identity.content
+    """Whether ``current`` proves the planned content.
+
+    Sizes must match, and every field both sides know (ETag, version id) must match,
+    with at least one compared: metadata served from a listing lacks version ids,
+    and an equal ETag is already proof of equal bytes.
+    """
+    if current is None:
+        return False
+    want, got = identity.content, current.content
+    if want.inode is not None:
+        return want == got
+    if want.size != got.size:
+        return False
+    compared = False
+    for field in ("etag", "version_id"):
+        a, b = getattr(want, field), getattr(got, field)
+        if a is not None and b is not None:
+            if a != b:
+                return False
+            compared = True
+    return compared
 
 
 @dataclasses.dataclass

@@ -1,0 +1,115 @@
+"""pyarrow reading through the ``nexus`` fsspec filesystem: URL chaining and wrapping."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from lakehouse_helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
+
+from nexus_cache.lakehouse import CacheStatus, LakehouseCache, NexusCacheFileSystem
+
+
+def _table(n: int = 20_000, seed: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(range(seed, seed + n), pa.int64()),
+            "name": pa.array([f"row-{i}" for i in range(n)]),
+            "x": pa.array([i * 0.5 for i in range(n)], pa.float64()),
+        }
+    )
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def _statuses(cache: LakehouseCache) -> list[CacheStatus]:
+    return [d.cache_status for d in cache.events.reads()]
+
+
+def test_url_chaining_with_pyarrow_parquet(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    table = _table()
+    put_object(s3_endpoint, s3_bucket, "t/part-0.parquet", _parquet_bytes(table))
+    url = f"nexus::s3://{s3_bucket}/t/part-0.parquet"
+    s3_opts = {"client_kwargs": {"endpoint_url": s3_endpoint}}
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        fs, path = fsspec.core.url_to_fs(url, s3=s3_opts, nexus={"cache": cache})
+        assert isinstance(fs, NexusCacheFileSystem)
+        assert path == f"{s3_bucket}/t/part-0.parquet"
+        assert pq.read_table(path, filesystem=fs).equals(table)
+        with fsspec.open(url, s3=s3_opts, nexus={"cache": cache}) as f:
+            assert pq.read_table(f).equals(table)
+        statuses = _statuses(cache)  # pyarrow may open a file more than once
+        assert statuses[0] is CacheStatus.MISS
+        assert set(statuses[1:]) == {CacheStatus.HIT}
+        assert len(statuses) >= 2
+    assert len(entry_files(root)) == 1
+
+
+def test_wrapped_filesystem_with_pyarrow_dataset(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    tables = [_table(5_000, seed=i * 5_000) for i in range(3)]
+    for i, t in enumerate(tables):
+        put_object(s3_endpoint, s3_bucket, f"ds/part-{i}.parquet", _parquet_bytes(t))
+    expected = pa.concat_tables(tables)
+    with make_cache(tmp_path / "c", policy="read_through") as cache:
+        nfs = NexusCacheFileSystem(fs=make_s3fs(s3_endpoint), cache=cache)
+        passes = []
+        for _ in range(2):
+            got = ds.dataset(f"{s3_bucket}/ds", filesystem=nfs, format="parquet").to_table()
+            assert got.sort_by("id").equals(expected)
+            assert cache.wait_for_fills(timeout=30)
+            passes.append(_statuses(cache)[sum(len(p) for p in passes) :])
+        # (pyarrow may open a file more than once per scan)
+        assert set(passes[0]) == {CacheStatus.MISS}
+        assert set(passes[1]) == {CacheStatus.HIT}
+        assert len(passes[1]) >= 3
+        assert len(entry_files(tmp_path / "c")) == 3
+        assert pq.read_table(f"{s3_bucket}/ds/part-1.parquet", filesystem=nfs).equals(tables[1])
+
+
+def test_local_directory_remote_by_chaining(tmp_path: Path) -> None:
+    table = _table(1000)
+    path = write_old_file(tmp_path / "lake" / "a.parquet", _parquet_bytes(table))
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        for _ in range(2):
+            with fsspec.open(f"nexus::file://{path}", nexus={"cache": cache}) as f:
+                assert pq.read_table(f).equals(table)
+        assert _statuses(cache) == [CacheStatus.MISS, CacheStatus.HIT]
+        nfs = NexusCacheFileSystem(cache=cache)  # default target: the local filesystem
+        assert pq.read_table(str(path), filesystem=nfs).equals(table)
+        assert nfs.cat_file(str(path), start=0, end=4) == b"PAR1"
+        assert nfs.cat_file(str(path), start=-4) == b"PAR1"
+        assert nfs.ls(str(path.parent), detail=False) == [str(path)]
+
+
+def test_nexus_filesystem_is_read_only(tmp_path: Path) -> None:
+    with make_cache(tmp_path / "c") as cache:
+        nfs = NexusCacheFileSystem(cache=cache)
+        with pytest.raises(NotImplementedError, match="read-only"):
+            nfs.open(str(tmp_path / "x"), "wb")
+
+
+def test_default_cache_comes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_cache.lakehouse import cache as cache_module
+
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", str(tmp_path / "envroot"))
+    monkeypatch.setattr(cache_module, "_default", None)
+    path = write_old_file(tmp_path / "a.bin", b"hello")
+    fs: Any = NexusCacheFileSystem()
+    assert fs.cache.config.root == tmp_path / "envroot"
+    assert fs.cat_file(str(path)) == b"hello"
+    monkeypatch.setattr(cache_module, "_default", None)
