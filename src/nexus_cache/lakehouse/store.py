@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import errno
 import hashlib
 import json
 import os
@@ -95,7 +96,16 @@ class EntryStore:
     """The entries under one cache root. Thread-safe and process-safe."""
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
+        """Open (``create``: and initialise) the cache at ``root``.
+
+        With ``create=False`` the root must already hold a lakehouse cache.
+        """
         self.root = ensure_private_dir(root, create=create)
+        if not create and not (self.root / "layout.json").exists():
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"{self.root} is not a lakehouse cache root (no layout.json); check the path",
+            )
         self.entries_dir = ensure_private_dir(self.root / "entries")
         self.pins_dir = ensure_private_dir(self.root / "pins")
         self.locks_dir = ensure_private_dir(self.root / "locks")
