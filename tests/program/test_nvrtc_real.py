@@ -1,0 +1,90 @@
+"""Real NVRTC, real disk, real processes: a cubin stored here is a hit over there."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nexus_cache.program import CompileInputs, FileStreamProgramCache, cached_compile
+
+core = pytest.importorskip("cuda.core")
+
+SRC = (
+    "template <typename T>\n"
+    "__global__ void fn(T *out, const T *in, T scale, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) out[i] = in[i] * scale;\n"
+    "}\n"
+    'extern "C" __global__ void plain(int *a) { *a = 42; }\n'
+)
+NAMES = ("fn<float>", "fn<double>")
+ARCH = "sm_90"
+
+
+class _NoCompiler(CompileInputs):
+    def new_program(self) -> Any:
+        raise AssertionError("the compiler ran in the child, expected a cache hit")
+
+
+def _child_hit(path: str, names: tuple[str, ...], queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    import cuda.core
+
+    inputs = _NoCompiler(SRC, "c++", cuda.core.ProgramOptions(arch=ARCH))
+    with FileStreamProgramCache(path) as cache:
+        obj = cached_compile(inputs, "cubin", cache=cache, name_expressions=names)
+        stats = cache.stats()
+    queue.put((bytes(obj.code), obj.name, obj.code_type, obj.symbol_mapping, stats.hits))
+
+
+def _in_new_process(path: Path, names: tuple[str, ...]) -> tuple[Any, ...]:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_hit, args=(str(path), names, queue))
+    child.start()
+    result = queue.get(timeout=90)
+    child.join(60)
+    assert child.exitcode == 0
+    return result
+
+
+def _fresh(names: tuple[str, ...]) -> Any:
+    options = core.ProgramOptions(arch=ARCH)
+    return core.Program(SRC, "c++", options).compile("cubin", name_expressions=names)
+
+
+@pytest.mark.parametrize("names", [(), NAMES], ids=["plain", "name_expressions"])
+def test_cubin_stored_here_hits_in_a_new_process_and_equals_a_fresh_compile(
+    tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    root = tmp_path / "cache"
+    with FileStreamProgramCache(root) as cache:
+        stored = cached_compile(
+            CompileInputs(SRC, "c++", core.ProgramOptions(arch=ARCH)),
+            "cubin",
+            cache=cache,
+            name_expressions=names,
+        )
+        assert cache.stats().stores == (2 if names else 1)  # binary (+ sidecar)
+
+    data, name, code_type, mapping, hits = _in_new_process(root, names)
+    fresh = _fresh(names)
+    assert data == bytes(fresh.code) == bytes(stored.code)
+    assert data[:4] == b"\x7fELF"
+    assert (name, code_type) == (fresh.name, "cubin")
+    assert mapping == fresh.symbol_mapping
+    assert hits == (2 if names else 1)
+    if names:
+        assert mapping["fn<float>"] == b"_Z2fnIfEvPT_PKS0_S0_i"
+
+
+def test_entries_on_disk_are_raw_cubins(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    with FileStreamProgramCache(root) as cache:
+        obj = cached_compile(
+            CompileInputs(SRC, "c++", core.ProgramOptions(arch=ARCH)), "cubin", cache=cache
+        )
+    blobs = [p.read_bytes() for p in root.rglob("*") if p.is_file()]
+    assert bytes(obj.code) in blobs  # a file on disk holds exactly the cubin
