@@ -88,3 +88,30 @@ def test_entries_on_disk_are_raw_cubins(tmp_path: Path) -> None:
         )
     blobs = [p.read_bytes() for p in root.rglob("*") if p.is_file()]
     assert bytes(obj.code) in blobs  # a file on disk holds exactly the cubin
+
+
+def test_demo_shows_a_miss_then_an_identical_hit(tmp_path: Path) -> None:
+    import io
+
+    from nexus_cache.program._demo import run_demo
+
+    out = io.StringIO()
+    assert run_demo(str(tmp_path / "demo"), out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert "miss (compiled, stored)" in lines[1]
+    assert "hit  (no compiler run)" in lines[2]
+    assert "identical cubin: yes" in out.getvalue()
+    assert any(p.is_file() for p in (tmp_path / "demo").rglob("*"))  # kept: a path was given
+
+
+def test_cli_demo_runs_in_a_temporary_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from nexus_cache.cli.main import main
+
+    assert main(["demo"]) == 0
+    text = capsys.readouterr().out
+    root = re.search(r"FileStreamProgramCache at (\S+)", text)
+    assert root is not None
+    assert not Path(root.group(1)).exists()  # removed afterwards
+    assert "speed-up" in text
