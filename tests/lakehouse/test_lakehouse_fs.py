@@ -113,3 +113,26 @@ def test_default_cache_comes_from_env(tmp_path: Path, monkeypatch: pytest.Monkey
     assert fs.cache.config.root == tmp_path / "envroot"
     assert fs.cat_file(str(path)) == b"hello"
     monkeypatch.setattr(cache_module, "_default", None)
+
+
+def test_pyarrow_reads_hits_zero_copy_and_misses_natively(tmp_path: Path) -> None:
+    table = _table(3000)
+    path = write_old_file(tmp_path / "lake" / "a.parquet", _parquet_bytes(table))
+    with make_cache(tmp_path / "c", policy="read_through") as cache:
+        with cache.open(path) as f:  # a miss: the local source read through Arrow
+            assert not f.is_local
+            first = f.read_buffer(4)
+            assert bytes(first) == b"PAR1"
+            f.seek(0)
+            assert pq.read_table(f).equals(table)
+        assert cache.wait_for_fills(timeout=30)
+        with cache.open(path) as f:  # a hit: views of the mapping
+            assert f.is_local
+            view = f.read_buffer(4)
+            assert isinstance(view, memoryview)
+            assert bytes(view) == b"PAR1"
+            assert f.tell() == 4
+            f.seek(0)
+            got = pq.read_table(f)
+            del view
+        assert got.equals(table)  # still valid after the handle closed

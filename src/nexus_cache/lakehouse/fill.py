@@ -34,7 +34,7 @@ from nexus_cache.lakehouse.events import CacheEvent, EventKind, EventLog, FillMo
 from nexus_cache.lakehouse.identity import SourceIdentity
 from nexus_cache.lakehouse.limits import FillLease, FillLimits
 from nexus_cache.lakehouse.maintenance import enforce_retention
-from nexus_cache.lakehouse.remote import open_pinned
+from nexus_cache.lakehouse.remote import is_expired_error, open_pinned
 from nexus_cache.lakehouse.store import EntryState, EntryStore
 
 __all__ = ["FillOutcome", "FillResult", "Filler"]
@@ -65,11 +65,6 @@ class FillResult:
 def _write_chunk(fd: int, data: bytes) -> None:
     # One seam for fault injection (tests replace it to raise ENOSPC).
     write_all(fd, data)
-
-
-def _is_expired(exc: BaseException) -> bool:
-    # s3fs raises FileExpired when an If-Match range request finds a new object
-    return any(cls.__name__ == "FileExpired" for cls in type(exc).__mro__)
 
 
 class Filler:
@@ -195,7 +190,7 @@ class Filler:
                     hasher.update(chunk)
                     nbytes += len(chunk)
             except OSError as exc:
-                if _is_expired(exc):
+                if is_expired_error(exc):
                     raise StalePlanError(
                         f"{identity.location} was overwritten during the fill; plan again"
                     ) from exc

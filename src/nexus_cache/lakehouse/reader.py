@@ -20,12 +20,9 @@ from typing import IO, Any
 from nexus_cache.errors import StalePlanError
 from nexus_cache.lakehouse.events import ReadDiagnostics
 from nexus_cache.lakehouse.pins import Pin
+from nexus_cache.lakehouse.remote import is_expired_error
 
 __all__ = ["LakehouseFile"]
-
-
-def _is_expired(exc: BaseException) -> bool:
-    return any(cls.__name__ == "FileExpired" for cls in type(exc).__mro__)
 
 
 class LakehouseFile(io.RawIOBase):
@@ -49,6 +46,7 @@ class LakehouseFile(io.RawIOBase):
         self._remote = remote
         self._on_close = on_close
         self._mm: mmap.mmap | None = None
+        self._native: Any = None
         self._pos = 0
         if fd is not None:
             self._size = os.fstat(fd).st_size
@@ -96,7 +94,7 @@ class LakehouseFile(io.RawIOBase):
             try:
                 data = self._remote.read(-1 if size is None else size)
             except OSError as exc:
-                if _is_expired(exc):
+                if is_expired_error(exc):
                     raise StalePlanError(
                         f"{self.name} was overwritten during the read; plan it again"
                     ) from exc
@@ -109,6 +107,35 @@ class LakehouseFile(io.RawIOBase):
         data = self._mm[self._pos : end]
         self._pos = end
         return data
+
+    def read_buffer(self, nbytes: int | None = None) -> memoryview | bytes:
+        """Like :meth:`read`, but a local read returns a zero-copy view of the mapping.
+
+        ``pyarrow.PythonFile`` prefers this method when present, so Parquet reads
+        of a hit through fsspec or a plain file object copy nothing.
+        """
+        self._check_open()
+        if self._mm is None:
+            if isinstance(self._remote, io.FileIO):
+                return self._native_read_buffer(nbytes)
+            return self.read(-1 if nbytes is None else nbytes)
+        end = self._size if nbytes is None or nbytes < 0 else min(self._size, self._pos + nbytes)
+        start, self._pos = self._pos, max(self._pos, end)
+        return memoryview(self._mm)[start : max(start, end)]
+
+    def _native_read_buffer(self, nbytes: int | None) -> Any:
+        # A local source file (the local-directory remote): let Arrow read it into
+        # its own pool through the same, identity-checked descriptor. Not mmap:
+        # the source is someone else's file and may be truncated under us.
+        import pyarrow as pa
+
+        assert isinstance(self._remote, io.FileIO)
+        if self._native is None:
+            self._native = pa.OSFile(f"/proc/self/fd/{self._remote.fileno()}", "r")
+        self._native.seek(self._pos)
+        buf = self._native.read_buffer(None if nbytes is None or nbytes < 0 else nbytes)
+        self._pos += buf.size
+        return buf
 
     def readall(self) -> bytes:
         return self.read(-1)
@@ -154,6 +181,8 @@ class LakehouseFile(io.RawIOBase):
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if self._native is not None:
+                self._native.close()
             if self._remote is not None:
                 self._remote.close()
         finally:

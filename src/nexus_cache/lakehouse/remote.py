@@ -29,7 +29,15 @@ from nexus_cache.lakehouse.identity import (
     resolve_identity,
 )
 
-__all__ = ["PinnedSource", "open_pinned"]
+__all__ = ["PinnedSource", "is_expired_error", "open_pinned"]
+
+
+def is_expired_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is s3fs's ``FileExpired`` (an If-Match request met a new object).
+
+    Matched by class name so that s3fs stays an optional import.
+    """
+    return any(cls.__name__ == "FileExpired" for cls in type(exc).__mro__)
 
 
 def _stale(identity: SourceIdentity, what: str) -> StalePlanError:

@@ -63,17 +63,16 @@ class ReadPlan:
         return None if self.identity is None else self.identity.key
 
     def diagnostics(self, **changes: Any) -> ReadDiagnostics:
-        fields = {
-            "location": self.source,
-            "cache_status": self.status,
-            "read_mode": self.read_mode,
-            "fill_mode": self.fill_mode,
-            "key": self.key,
-            "size": self.size,
-            "reason": self.reason,
-        }
-        fields.update(changes)
-        return ReadDiagnostics(**fields)
+        base = ReadDiagnostics(
+            location=self.source,
+            cache_status=self.status,
+            read_mode=self.read_mode,
+            fill_mode=self.fill_mode,
+            key=self.key,
+            size=self.size,
+            reason=self.reason,
+        )
+        return dataclasses.replace(base, **changes) if changes else base
 
 
 def resolve_source(
@@ -135,8 +134,7 @@ class Scanner:
                 name, fs, path, identity, size, bypass, remote, FillMode.NONE, "large_object"
             )
         state, found = self.store.lookup(identity.key, size)
-        damaged = state is EntryState.DAMAGED and found is not None
-        if damaged and self.store.remove(identity.key, found):
+        if state is EntryState.DAMAGED and found and self.store.remove(identity.key, found):
             self.events.emit(
                 CacheEvent(
                     EventKind.ENTRY_REMOVED,
