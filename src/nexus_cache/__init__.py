@@ -20,6 +20,12 @@ _EXPORTS: dict[str, str] = {
     "SQLiteProgramCache": "nexus_cache.program",
     "make_program_cache_key": "nexus_cache.program",
     "cached_compile": "nexus_cache.program",
+    # lakehouse byte cache
+    "LakehouseCache": "nexus_cache.lakehouse",
+    "LakehouseCacheConfig": "nexus_cache.lakehouse",
+    "LakehouseFile": "nexus_cache.lakehouse",
+    "NexusCacheFileSystem": "nexus_cache.lakehouse",
+    "ReadDiagnostics": "nexus_cache.lakehouse",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
