@@ -122,3 +122,52 @@ def test_open_gives_up_after_retries(tmp_path: Path, monkeypatch: pytest.MonkeyP
         with pytest.raises(StalePlanError):
             cache.open(source, retries=2)
         assert len(calls) == 3
+
+
+def test_background_fill_of_a_changed_object_publishes_nothing(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "c.parquet", OLD)
+    root = tmp_path / "c"
+    with make_cache(root, policy="read_through") as cache:
+        with cache.open(f"s3://{s3_bucket}/c.parquet", fs=fs) as f:
+            assert f.read() == OLD
+            put_object(s3_endpoint, s3_bucket, "c.parquet", NEW)
+        # the fill starts at close, pinned to OLD's identity: it must refuse NEW
+        assert cache.wait_for_fills(timeout=30)
+        (event,) = cache.events.events(EventKind.FILL_FAILED)
+        assert event.reason == "stale"
+        assert event.fill_mode is FillMode.BACKGROUND
+    assert entry_files(root) == []
+
+
+def test_overwrite_during_a_fill_is_caught_by_if_match(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.lakehouse import fill as fill_module
+
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "d.parquet", OLD)
+    original = fill_module._write_chunk
+    overwritten: list[bool] = []
+
+    def overwrite_once(fd: int, data: bytes) -> None:
+        if not overwritten:
+            overwritten.append(True)
+            put_object(s3_endpoint, s3_bucket, "d.parquet", NEW)
+        original(fd, data)
+
+    monkeypatch.setattr(fill_module, "_CHUNK", 64 * 1024)
+    monkeypatch.setattr(fill_module, "_write_chunk", overwrite_once)
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        plan = cache.plan(f"s3://{s3_bucket}/d.parquet", fs=fs)
+        with pytest.raises(StalePlanError, match="overwritten during the fill"):
+            cache.execute(plan)
+        assert overwritten
+        assert entry_files(root) == []
+        assert list((root / "tmp").iterdir()) == []
+        # open() plans again and fills the new object
+        assert cache.read(f"s3://{s3_bucket}/d.parquet", fs=fs) == NEW
+        assert entry_files(root)[0].read_bytes() == NEW

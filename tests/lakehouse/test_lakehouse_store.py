@@ -318,3 +318,39 @@ def test_stats_report_reads_and_bytes(tmp_path: Path) -> None:
     assert stats["counts"]["read.hit"] == 1
     assert stats["counts"]["read.miss"] == 1
     assert stats["counts"]["fill_completed"] == 1
+
+
+def test_threads_missing_one_object_do_one_fill(tmp_path: Path) -> None:
+    import threading
+
+    source = str(write_old_file(tmp_path / "a.parquet", os.urandom(3 << 20)))
+    expected = Path(source).read_bytes()
+    results: list[bytes] = []
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        barrier = threading.Barrier(6)
+
+        def reader() -> None:
+            barrier.wait()
+            results.append(cache.read(source))
+
+        threads = [threading.Thread(target=reader) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert results == [expected] * 6
+        assert fill_counts(cache) == 1
+
+
+def test_background_fill_of_one_key_runs_once(tmp_path: Path) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    with make_cache(tmp_path / "c", policy="read_through") as cache:
+        handles = [cache.open(source) for _ in range(3)]
+        for h in handles:
+            assert h.diagnostics.fill_mode is FillMode.BACKGROUND
+            h.close()
+        assert cache.wait_for_fills(timeout=30)
+        assert fill_counts(cache) == 1
+        skipped = cache.events.events(EventKind.FILL_SKIPPED)
+        # the later closes found the fill queued or running, or the entry already there
+        assert all(e.reason == "in_progress" for e in skipped)

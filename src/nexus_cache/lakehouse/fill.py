@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import errno
 import hashlib
+import logging
 import os
 import time
 from typing import Any
@@ -38,6 +39,8 @@ from nexus_cache.lakehouse.remote import is_expired_error, open_pinned
 from nexus_cache.lakehouse.store import EntryState, EntryStore
 
 __all__ = ["FillOutcome", "FillResult", "Filler"]
+
+logger = logging.getLogger("nexus_cache.lakehouse")
 
 _CHUNK = 8 * 1024 * 1024
 _DISK_ERRORS = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
@@ -176,7 +179,10 @@ class Filler:
             duration_s=time.monotonic() - started,
         )
         if self.max_bytes is not None:
-            enforce_retention(self.store, self.max_bytes, protect=(key,))
+            try:
+                enforce_retention(self.store, self.max_bytes, protect=(key,))
+            except OSError:  # best effort: the fill itself succeeded
+                logger.exception("lakehouse: retention after filling %s failed", key)
         return FillResult(FillOutcome.FILLED, nbytes=nbytes)
 
     def _copy(self, fd: int, fs: Any, path: str, identity: SourceIdentity) -> tuple[int, str]:

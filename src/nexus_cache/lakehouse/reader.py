@@ -12,6 +12,7 @@ Closing releases the pin and the descriptor. Not thread-safe (like any file).
 from __future__ import annotations
 
 import io
+import logging
 import mmap
 import os
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from nexus_cache.lakehouse.pins import Pin
 from nexus_cache.lakehouse.remote import is_expired_error
 
 __all__ = ["LakehouseFile"]
+
+logger = logging.getLogger("nexus_cache.lakehouse")
 
 
 class LakehouseFile(io.RawIOBase):
@@ -191,7 +194,10 @@ class LakehouseFile(io.RawIOBase):
             super().close()
             on_close, self._on_close = self._on_close, None
             if on_close is not None:
-                on_close()
+                try:
+                    on_close()
+                except Exception:  # a failed warm-up must not fail the finished read
+                    logger.exception("lakehouse: after-read hook of %s failed", self.name)
 
     def __repr__(self) -> str:
         d = self.diagnostics
