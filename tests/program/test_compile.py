@@ -278,3 +278,36 @@ def test_no_warning_when_the_driver_cannot_be_queried(monkeypatch: pytest.Monkey
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert bytes(_ptx_hit(InMemoryProgramCache()).code) == b"// cached ptx\n"
+
+
+def test_key_memo_never_serves_a_stale_key_after_options_change(counting: type) -> None:
+    cache = InMemoryProgramCache()
+    o = opts(define_macro=["A=1"])
+    inputs = counting(PLAIN, "c++", o)
+    cached_compile(inputs, "cubin", cache=cache)
+    cached_compile(inputs, "cubin", cache=cache)
+    assert len(counting.built) == 1
+    o.define_macro.append("B=2")  # mutated in place
+    cached_compile(inputs, "cubin", cache=cache)
+    o.debug = True  # replaced
+    cached_compile(inputs, "cubin", cache=cache)
+    assert len(counting.built) == 3
+    assert len(cache) == 3
+
+
+def test_key_memo_follows_the_toolchain_probes(
+    counting: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.program.keys import _probes, clear_probe_cache
+
+    cache = InMemoryProgramCache()
+    inputs = counting(PLAIN, "c++", opts())
+    cached_compile(inputs, "cubin", cache=cache)
+    monkeypatch.setattr(_probes, "_nvrtc", lambda: "13.5;lib=another-build")
+    clear_probe_cache()
+    try:
+        cached_compile(inputs, "cubin", cache=cache)
+    finally:
+        monkeypatch.undo()
+        clear_probe_cache()
+    assert len(counting.built) == 2  # a different NVRTC build: a different key

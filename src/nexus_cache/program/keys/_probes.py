@@ -26,6 +26,7 @@ from nexus_cache.program.keys._libident import file_identity, loaded_library_pat
 __all__ = [
     "clear_probe_cache",
     "frontend_identity",
+    "generation",
     "linker_identity",
     "nvrtc_identity",
     "nvvm_identity",
@@ -34,6 +35,7 @@ __all__ = [
 
 _lock = threading.Lock()
 _results: dict[str, bytes] = {}
+_generation = 0  # bumped by clear_probe_cache, so memoized keys can tell
 
 
 def probe(label: str, fn: Callable[[], str]) -> bytes:
@@ -60,8 +62,15 @@ def probe(label: str, fn: Callable[[], str]) -> bytes:
 
 def clear_probe_cache() -> None:
     """Forget cached probe results (tests; after swapping libraries in-process)."""
+    global _generation
     with _lock:
         _results.clear()
+        _generation += 1
+
+
+def generation() -> int:
+    """Changes whenever cached probe results are dropped."""
+    return _generation
 
 
 def _library(soname_prefix: str, pathfinder_name: str | None) -> tuple[str, str | None]:
