@@ -12,7 +12,7 @@ import pytest
 
 from nexus_cache._storage import UnlinkResult, atomic_write
 from nexus_cache._storage._names import host_tag
-from nexus_cache.errors import CacheSecurityError
+from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import FileStreamProgramCache, _filestream, _fsscan
 from nexus_cache.program._integrity import SIDECAR_SUFFIX, XATTR_NAME
 
@@ -417,3 +417,63 @@ def test_nothing_is_unpickled(cache):
     blob = pickle.dumps(Boom())
     cache[b"k"] = blob
     assert cache[b"k"] == blob
+
+
+# -- in-memory memo of verified entries ------------------------------------------
+
+
+def test_memo_sees_other_writers_and_deleters(cache):
+    other = FileStreamProgramCache(cache.path)  # stands for another process
+    cache[b"k"] = b"v1"
+    assert cache[b"k"] == b"v1"  # read from disk, remembered
+    assert cache[b"k"] == b"v1"  # served from memory after one lstat
+    other[b"k"] = b"v2-longer"
+    assert cache[b"k"] == b"v2-longer"
+    other[b"k"] = b"v3-samesz"  # same size as v2, new inode
+    assert cache[b"k"] == b"v3-samesz"
+    del other[b"k"]
+    assert cache.get(b"k") is None
+    assert cache.stats().hits == 4
+
+
+def test_memo_hits_keep_stamping_atime(cache):
+    cache.update({b"a": b"1", b"b": b"2"})
+    cache[b"a"], cache[b"b"]  # both remembered now
+    pa, pb = entry_path(cache, b"a"), entry_path(cache, b"b")
+    for p in (pa, pb):
+        os.utime(p, ns=(1_000_000_000, os.lstat(p).st_mtime_ns))
+    before = time.time_ns()
+    for _ in range(3):
+        assert cache[b"a"] == b"1"
+    assert os.lstat(pa).st_atime_ns >= before - 50_000_000
+    assert os.lstat(pb).st_atime_ns == 1_000_000_000
+    mtime = os.lstat(pa).st_mtime_ns
+    cache[b"b"]
+    assert os.lstat(pb).st_atime_ns >= before - 50_000_000
+    assert os.lstat(pa).st_mtime_ns == mtime
+
+
+def test_memo_can_be_disabled_and_is_validated(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
+    c[b"k"] = b"v"
+    assert c[b"k"] == b"v"
+    assert c._memo is None
+    for bad in (-1, 1.5, True, None):
+        with pytest.raises(ConfigError, match="memory_bytes must be an int >= 0"):
+            FileStreamProgramCache(tmp_path / "c", memory_bytes=bad)
+
+
+def test_memo_is_bounded_lru():
+    from nexus_cache.program._memo import MemoEntry, VerifiedMemo
+
+    memo = VerifiedMemo(1000)
+    for name in "abcd":
+        memo.put(name, MemoEntry(1, 200, 0, 0, b"x" * 200, 0))
+    memo.get("a")
+    memo.put("e", MemoEntry(1, 200, 0, 0, b"x" * 200, 0))
+    memo.put("f", MemoEntry(1, 200, 0, 0, b"x" * 200, 0))
+    assert memo.get("b") is None  # least recently used went first
+    assert memo.get("a") is not None
+    assert memo.nbytes == 1000
+    memo.put("huge", MemoEntry(1, 251, 0, 0, b"x" * 251, 0))  # > a quarter: not kept
+    assert memo.get("huge") is None

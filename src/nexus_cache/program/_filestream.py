@@ -36,6 +36,7 @@ from nexus_cache.program._integrity import (
     record_matches,
     xattrs_supported,
 )
+from nexus_cache.program._memo import MemoEntry, VerifiedMemo
 from nexus_cache.program._paths import default_filestream_root
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
@@ -53,6 +54,11 @@ __all__ = ["FileStreamProgramCache"]
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 _LOW_WATER = 0.9  # an eviction pass frees down to this fraction of the cap
+_DEFAULT_MEMORY_BYTES = 32 << 20
+# A memo hit on the entry this object stamped last, less than this long ago,
+# skips re-stamping: LRU order stays exact within the object and within 1 ms
+# across processes, and a hot loop on one kernel does one syscall, not two.
+_STAMP_RESOLUTION_NS = 1_000_000
 _sha256 = hashlib.sha256
 
 
@@ -82,12 +88,33 @@ class FileStreamProgramCache(ProgramCacheResource):
       than the cap is not stored and evicts nothing (``stats().oversize``).
     * Security: the root is created 0700; a root or entry that is a symlink
       or belongs to another user raises :class:`CacheSecurityError`.
+    * Fast repeat hits: up to ``memory_bytes`` (default 32 MiB, ``0`` to
+      disable) of entries this object has read and verified stay in memory.
+      A repeat hit still ``lstat``s the entry and goes back to disk if it
+      was deleted, rewritten or modified in place, so other processes'
+      writes are seen exactly as without the memo; it never returns bytes
+      that failed, or skipped, the integrity check. (An in-place
+      modification is seen through its new mtime; on kernels older than
+      6.13, whose mtimes are coarse, one landing in the same clock tick as
+      the entry's last write goes unnoticed until the entry is re-read
+      from disk, while the memo keeps serving the verified bytes.)
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, max_size_bytes: int | None = None
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        max_size_bytes: int | None = None,
+        memory_bytes: int = _DEFAULT_MEMORY_BYTES,
     ) -> None:
         self._max = validate_cap("max_size_bytes", max_size_bytes)
+        if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
+            raise ConfigError(
+                f"memory_bytes must be an int >= 0 (0 disables the in-memory memo), "
+                f"got {memory_bytes!r}"
+            )
+        self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
+        self._last_stamped = ""
         root = Path(path).expanduser() if path is not None else default_filestream_root()
         self._root = ensure_private_dir(root)
         self._entries = str(ensure_private_dir(self._root / "entries"))
@@ -126,6 +153,15 @@ class FileStreamProgramCache(ProgramCacheResource):
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
         path = self._prefix + h[:2] + "/" + h
+        memo = self._memo
+        if memo is not None:
+            entry = memo.get(path)
+            if entry is not None:
+                data = self._memo_hit(memo, path, entry)
+                if data is not None:
+                    with self._lock:
+                        self._hits += 1
+                    return data
         try:
             fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError:
@@ -161,12 +197,57 @@ class FileStreamProgramCache(ProgramCacheResource):
                 raise KeyError(key)
             # Same inode as the fstat above, so a rewriter's fresh file is never
             # stamped; mtime is kept so stat guards elsewhere stay valid.
-            os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
+            now = time.time_ns()
+            os.utime(fd, ns=(now, st.st_mtime_ns))
+            if memo is not None:
+                ctime = os.fstat(fd).st_ctime_ns  # after our own stamp changed it
+                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data, now))
         finally:
             os.close(fd)
+        self._last_stamped = path
         with self._lock:
             self._hits += 1
         return data
+
+    def _memo_hit(self, memo: VerifiedMemo, path: str, entry: MemoEntry) -> bytes | None:
+        """The memo's bytes if the entry on disk is still the one they were read from."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            memo.discard(path)
+            return None  # the disk path reports the miss
+        if (
+            st.st_ino != entry.ino
+            or st.st_size != entry.size
+            or st.st_mtime_ns != entry.mtime_ns
+            or st.st_ctime_ns != entry.ctime_ns
+            or st.st_uid != self._uid
+            or st.st_mode & _S_IFMT != _S_IFREG
+        ):
+            memo.discard(path)
+            return None  # rewritten, modified or tampered with: read and verify again
+        now = time.time_ns()
+        if (
+            path != self._last_stamped
+            or now - entry.stamp_ns >= _STAMP_RESOLUTION_NS
+            or st.st_atime_ns < entry.stamp_ns
+        ):
+            # Path-based, guarded by the lstat just above: if a rewrite lands in
+            # between, its fresh file gets our atime and the old mtime, which
+            # no guard or memo mistakes for the old file (they compare inodes).
+            try:
+                os.utime(path, ns=(now, entry.mtime_ns), follow_symlinks=False)
+                after = os.lstat(path)
+            except FileNotFoundError:
+                memo.discard(path)  # deleted after our lstat: this read happened before that
+                return entry.data
+            if after.st_ino == entry.ino:
+                entry.ctime_ns = after.st_ctime_ns  # our stamp moved it
+            else:
+                memo.discard(path)
+            entry.stamp_ns = now
+            self._last_stamped = path
+        return entry.data
 
     def _count_miss(self) -> None:
         with self._lock:
@@ -198,6 +279,8 @@ class FileStreamProgramCache(ProgramCacheResource):
         return parsed[1]
 
     def _drop_corrupt(self, path: str, st: os.stat_result) -> None:
+        if self._memo is not None:
+            self._memo.discard(path)
         with self._lock:
             self._corrupt += 1
             self._misses += 1
@@ -237,6 +320,9 @@ class FileStreamProgramCache(ProgramCacheResource):
         else:
             publish_temp(fd, tmp, path)
             atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data), tmp_dir=self._tmp)
+        self._last_stamped = path  # a new file's atime is its creation time
+        if self._memo is not None:
+            self._memo.discard(path)
         with self._lock:
             self._stores += 1
         total = self._usage.add(size - (old.size if old is not None else 0))
@@ -302,6 +388,8 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     def clear(self) -> None:
         """Remove every entry present at the start; entries rewritten meanwhile stay."""
+        if self._memo is not None:
+            self._memo.clear()
         result = _fsscan.scan(self._entries)
         freed = 0
         for entry in result.entries:

@@ -1,0 +1,79 @@
+"""Bytes this process has already read from disk and verified, kept for fast hits.
+
+A file-stream hit must still prove, every time, that the entry on disk is the
+one it read before: one ``lstat`` comparing ``(inode, size, mtime_ns,
+ctime_ns)``. A rewrite (new inode), a delete, an in-place modification (new
+mtime) or a metadata change such as a stripped integrity xattr or a chown
+(new ctime) sends the read back to disk, where the bytes are verified again.
+Other processes' atime stamps change the ctime too, which only costs a disk
+read. What the memo
+returns is therefore always bytes that passed the integrity check and that
+the entry on disk still stands for.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+__all__ = ["MemoEntry", "VerifiedMemo"]
+
+
+class MemoEntry:
+    __slots__ = ("ctime_ns", "data", "ino", "mtime_ns", "size", "stamp_ns")
+
+    def __init__(
+        self, ino: int, size: int, mtime_ns: int, ctime_ns: int, data: bytes, stamp_ns: int
+    ) -> None:
+        self.ino = ino
+        self.size = size
+        self.mtime_ns = mtime_ns
+        self.ctime_ns = ctime_ns
+        self.data = data
+        self.stamp_ns = stamp_ns  # the atime we last wrote on the entry
+
+
+class VerifiedMemo:
+    """A byte-bounded LRU of :class:`MemoEntry` by entry path; thread-safe."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity = capacity_bytes
+        self._entries: OrderedDict[str, MemoEntry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> MemoEntry | None:
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None:
+                self._entries.move_to_end(path)
+            return entry
+
+    def put(self, path: str, entry: MemoEntry) -> None:
+        size = len(entry.data)
+        if size > self.capacity // 4:
+            return  # a few huge binaries must not flush everything else
+        with self._lock:
+            old = self._entries.pop(path, None)
+            if old is not None:
+                self._bytes -= len(old.data)
+            self._entries[path] = entry
+            self._bytes += size
+            while self._bytes > self.capacity:
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= len(dropped.data)
+
+    def discard(self, path: str) -> None:
+        with self._lock:
+            old = self._entries.pop(path, None)
+            if old is not None:
+                self._bytes -= len(old.data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
