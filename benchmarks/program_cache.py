@@ -4,16 +4,18 @@
 Prints, for each measurement, the median per-operation time of ours and of
 the peer (``cuda.core.utils``) and the ratio ours/peer, with its target:
 
-* ``hit 16KiB``     FileStream ``get`` of one warm 16 KiB entry     (target <= 0.25)
+* ``hit 16KiB``     FileStream ``get`` of a warm 16 KiB entry, repeated, and
+                    each entry read once by a fresh cache object (target <= 0.25)
 * ``compile hit``   source -> ObjectCode on a hit, end to end:
                     peer ``Program.compile(cache=peer)`` vs ours through the
                     same cuda.core call (``cache=ours``) and ours through
                     ``cached_compile``                               (target <= 0.33)
 * ``durable store`` FileStream store of a new 16 KiB entry (fsync)   (target <= 1.0)
-* ``scale``         store and hit with ``max_size_bytes`` set, at 1k and at
-                    ``--entries`` (default 20k; the issue's figure is 100k:
-                    ``--entries 100000``, a few minutes on 2 cores); ours at N
-                    must stay within 1.5x of ours at 1k          (target <= 1.5)
+* ``full cache``    hit (median) and store (mean, amortized over eviction)
+                    with the cache full at ``max_size_bytes``, at 1k entries
+                    and at ``--entries`` (default 20k; the issue's figure is
+                    100k: ``--entries 100000``, several minutes on 2 cores);
+                    ours at N must stay within 1.5x of ours at 1k (target <= 1.5)
 
 ``--profile`` adds a cProfile of our hit, store and compile-hit paths, for
 finding where the time goes. Needs cuda.core (the ``cuda`` extra); no GPU.
@@ -64,14 +66,36 @@ class Row:
         return self.ours_us / self.peer_us
 
 
-def median_us(op: Callable[[int], object], n: int) -> float:
-    times = []
+def _samples(op: Callable[[int], object], start: int, count: int, out: list[int]) -> None:
     clock = time.perf_counter_ns
-    for i in range(n):
+    for i in range(start, start + count):
         t0 = clock()
         op(i)
-        times.append(clock() - t0)
+        out.append(clock() - t0)
+
+
+def median_us(op: Callable[[int], object], n: int) -> float:
+    times: list[int] = []
+    _samples(op, 0, n, times)
     return statistics.median(times) / 1000.0
+
+
+def compare_us(
+    ours: Callable[[int], object], peer: Callable[[int], object], n: int, blocks: int = 10
+) -> tuple[float, float]:
+    """Medians of ours and peer, measured in alternating blocks.
+
+    Alternating keeps both sides under the same background load (CI
+    machines are shared), which matters more than any single median.
+    """
+    to: list[int] = []
+    tp: list[int] = []
+    step = max(1, n // blocks)
+    for start in range(0, n, step):
+        count = min(step, n - start)
+        _samples(ours, start, count, to)
+        _samples(peer, start, count, tp)
+    return statistics.median(to) / 1000.0, statistics.median(tp) / 1000.0
 
 
 def fill(cache: object, keys: list[bytes], value: bytes, threads: int = 64) -> None:
@@ -86,17 +110,31 @@ def bench_hit(tmp: Path, reps: int, ours_cls: type, peer_cls: type) -> Row:
     key = b"k" * 32
     ours[key] = value
     peer[key] = value
-    assert ours.get(key) == value and peer.get(key) == value
-    o = median_us(lambda _i: ours.get(key), reps)
-    p = median_us(lambda _i: peer.get(key), reps)
-    return Row("hit 16KiB (FileStream get)", o, p, 0.25)
+    assert ours.get(key) == value
+    assert peer.get(key) == value
+    o, p = compare_us(lambda _i: ours.get(key), lambda _i: peer.get(key), reps)
+    return Row("hit 16KiB, repeated (FileStream get)", o, p, 0.25)
+
+
+def bench_first_read(tmp: Path, reps: int, ours_cls: type, peer_cls: type) -> Row:
+    """Each entry read once by a freshly opened cache object (no in-process reuse)."""
+    value = os.urandom(ENTRY)
+    keys = [b"f%031d" % i for i in range(reps)]
+    fill(ours_cls(tmp / "first-ours"), keys, value)
+    fill(peer_cls(tmp / "first-peer"), keys, value)
+    ours, peer = ours_cls(tmp / "first-ours"), peer_cls(tmp / "first-peer")
+    o, p = compare_us(lambda i: ours.get(keys[i]), lambda i: peer.get(keys[i]), reps)
+    return Row("hit 16KiB, first read by this object", o, p, 0.25)
 
 
 def bench_store(tmp: Path, reps: int, ours_cls: type, peer_cls: type) -> Row:
     ours, peer = ours_cls(tmp / "store-ours"), peer_cls(tmp / "store-peer")
     value = os.urandom(ENTRY)
-    o = median_us(lambda i: ours.__setitem__(b"o%031d" % i, value), reps)
-    p = median_us(lambda i: peer.__setitem__(b"p%031d" % i, value), reps)
+    o, p = compare_us(
+        lambda i: ours.__setitem__(b"o%031d" % i, value),
+        lambda i: peer.__setitem__(b"p%031d" % i, value),
+        reps,
+    )
     return Row("durable store 16KiB (fsync)", o, p, 1.0)
 
 
@@ -113,52 +151,88 @@ def bench_compile_hit(tmp: Path, reps: int, ours_cls: type, peer_cls: type) -> l
     Program(KERNEL, "c++", options).compile("cubin", cache=ours)
     cached_compile(inputs, "cubin", cache=ours)
 
-    p = median_us(lambda _i: Program(KERNEL, "c++", options).compile("cubin", cache=peer), reps)
-    via_core = median_us(
-        lambda _i: Program(KERNEL, "c++", options).compile("cubin", cache=ours), reps
+    def peer_hit(_i: int) -> object:
+        return Program(KERNEL, "c++", options).compile("cubin", cache=peer)
+
+    via_core, p = compare_us(
+        lambda _i: Program(KERNEL, "c++", options).compile("cubin", cache=ours), peer_hit, reps
     )
-    ours_cc = median_us(lambda _i: cached_compile(inputs, "cubin", cache=ours), reps)
+    ours_cc, p2 = compare_us(
+        lambda _i: cached_compile(inputs, "cubin", cache=ours), peer_hit, reps
+    )
+    p = statistics.median([p, p2])
     return [
         Row("compile hit: Program.compile(cache=ours)", via_core, p, None, "same cuda.core call"),
         Row("compile hit: cached_compile(CompileInputs)", ours_cc, p, 0.33),
     ]
 
 
+def _mean_us(op: Callable[[int], object], n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        op(i)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def _scale_point(
+    tmp: Path, n: int, reps_hit: int, ours_cls: type, peer_cls: type
+) -> tuple[float, float, float, float, int, int, float]:
+    """Hit median and amortized store mean with the cache full at its cap.
+
+    Every store past the cap must make room: the peer rescans all entries
+    on each such store; ours frees down to 90% of the cap in one pass, so
+    it is timed over enough stores (n/10 + 50) to include a whole pass.
+    """
+    value = os.urandom(SMALL)
+    cap = n * SMALL
+    keys = [b"%08d" % i + os.urandom(24) for i in range(n)]
+    t0 = time.perf_counter()
+    ours = ours_cls(tmp / f"scale-ours-{n}", max_size_bytes=cap)
+    fill(ours, keys, value)
+    # Filled uncapped (a capped fill would rescan on every late store), then
+    # reopened with the cap for the timed part.
+    fill(peer_cls(tmp / f"scale-peer-{n}"), keys, value)
+    peer = peer_cls(tmp / f"scale-peer-{n}", max_size_bytes=cap)
+    built = time.perf_counter() - t0
+    rng = random.Random(n)
+    picks = [rng.choice(keys) for _ in range(reps_hit)]
+    ours.get(picks[0])
+    peer.get(picks[0])
+    ho, hp = compare_us(lambda i: ours.get(picks[i]), lambda i: peer.get(picks[i]), reps_hit)
+    ours_reps = n // 10 + 50
+    peer_reps = 200 if n <= 2000 else max(5, min(200, 400_000 // n))
+    so = _mean_us(lambda i: ours.__setitem__(b"new-o-%08d" % i, value), ours_reps)
+    sp = _mean_us(lambda i: peer.__setitem__(b"new-p-%08d" % i, value), peer_reps)
+    shutil.rmtree(tmp / f"scale-peer-{n}", ignore_errors=True)
+    shutil.rmtree(tmp / f"scale-ours-{n}", ignore_errors=True)
+    return ho, hp, so, sp, ours_reps, peer_reps, built
+
+
 def bench_scale(
-    tmp: Path, sizes: list[int], reps_hit: int, reps_store: int, ours_cls: type, peer_cls: type
+    tmp: Path, sizes: list[int], reps_hit: int, ours_cls: type, peer_cls: type
 ) -> list[Row]:
     rows = []
-    value = os.urandom(SMALL)
     base: dict[str, float] = {}
     for n in sizes:
-        cap = 4 * n * SMALL  # set, but never reached: measures the cap's bookkeeping
-        keys = [b"%08d" % i + os.urandom(24) for i in range(n)]
-        t0 = time.perf_counter()
-        ours = ours_cls(tmp / f"scale-ours-{n}", max_size_bytes=cap)
-        fill(ours, keys, value)
-        # The peer rescans every entry on each capped store, so it is filled
-        # uncapped and reopened with the cap for the timed part.
-        fill(peer_cls(tmp / f"scale-peer-{n}"), keys, value)
-        peer = peer_cls(tmp / f"scale-peer-{n}", max_size_bytes=cap)
-        built = time.perf_counter() - t0
-        rng = random.Random(n)
-        picks = [rng.choice(keys) for _ in range(reps_hit)]
-        ho = median_us(lambda i: ours.get(picks[i]), reps_hit)
-        hp = median_us(lambda i: peer.get(picks[i]), reps_hit)
-        so = median_us(lambda i: ours.__setitem__(b"new-o-%08d" % i, value), reps_store)
-        peer_reps = reps_store if n <= 2000 else max(5, min(reps_store, 400_000 // n))
-        sp = median_us(lambda i: peer.__setitem__(b"new-p-%08d" % i, value), peer_reps)
+        ho, hp, so, sp, ours_reps, peer_reps, built = _scale_point(
+            tmp, n, reps_hit, ours_cls, peer_cls
+        )
         tag = f"{n // 1000}k" if n % 1000 == 0 else str(n)
-        note = f"built both in {built:.0f}s; peer store n={peer_reps}"
-        rows.append(Row(f"capped hit  @ {tag} entries", ho, hp, None, note))
-        rows.append(Row(f"capped store @ {tag} entries", so, sp, None))
+        rows.append(Row(f"full cache, hit    @ {tag}", ho, hp, None, f"built in {built:.0f}s"))
+        rows.append(
+            Row(
+                f"full cache, store  @ {tag} (mean)",
+                so,
+                sp,
+                None,
+                f"amortized: ours {ours_reps} stores, peer {peer_reps}",
+            )
+        )
         if not base:
             base = {"hit": ho, "store": so}
         else:
-            rows.append(Row(f"ours hit   {tag} vs 1k", ho, base["hit"], 1.5, "ours/ours"))
-            rows.append(Row(f"ours store {tag} vs 1k", so, base["store"], 1.5, "ours/ours"))
-        shutil.rmtree(tmp / f"scale-peer-{n}", ignore_errors=True)
-        shutil.rmtree(tmp / f"scale-ours-{n}", ignore_errors=True)
+            rows.append(Row(f"ours hit   @ {tag} vs @ 1k", ho, base["hit"], 1.5, "ours/ours"))
+            rows.append(Row(f"ours store @ {tag} vs @ 1k", so, base["store"], 1.5, "ours/ours"))
     return rows
 
 
@@ -172,8 +246,13 @@ def profile_ours(tmp: Path, ours_cls: type) -> str:
     cache[b"k" * 32] = value
     inputs = CompileInputs(KERNEL, "c++", ProgramOptions(arch="sm_90"))
     cached_compile(inputs, "cubin", cache=cache)
+    first_keys = [b"first%027d" % i for i in range(3000)]
+    fill(ours_cls(tmp / "profile-first"), first_keys, value)
+    fresh = ours_cls(tmp / "profile-first")
+    first_iter = iter(first_keys)
     out = io.StringIO()
     for title, stmt, n in (
+        ("our FileStream first read (16 KiB)", lambda: fresh.get(next(first_iter)), 3000),
         ("our FileStream hit (16 KiB)", lambda: cache.get(b"k" * 32), 20000),
         ("our cached_compile hit", lambda: cached_compile(inputs, "cubin", cache=cache), 5000),
         ("our durable store (16 KiB)", None, 300),
@@ -212,7 +291,9 @@ def report(rows: list[Row]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--entries", type=int, default=20_000, help="large scale point (default 20000)")
+    ap.add_argument(
+        "--entries", type=int, default=20_000, help="large scale point (default 20000)"
+    )
     ap.add_argument("--reps", type=int, default=2000, help="repetitions for hit timings")
     ap.add_argument("--store-reps", type=int, default=200, help="repetitions for store timings")
     ap.add_argument("--skip-scale", action="store_true", help="skip the 1k/N scale section")
@@ -236,11 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         rows = [bench_hit(tmp, args.reps, Ours, Peer)]
+        rows.append(bench_first_read(tmp, min(args.reps, 1000), Ours, Peer))
         rows += bench_compile_hit(tmp, max(200, args.reps // 4), Ours, Peer)
         rows.append(bench_store(tmp, args.store_reps, Ours, Peer))
         if not args.skip_scale:
             sizes = [1000] if args.entries <= 1000 else [1000, args.entries]
-            rows += bench_scale(tmp, sizes, min(args.reps, 1000), args.store_reps, Ours, Peer)
+            rows += bench_scale(tmp, sizes, min(args.reps, 1000), Ours, Peer)
         ok = report(rows)
         if args.profile:
             print(profile_ours(tmp, Ours))
