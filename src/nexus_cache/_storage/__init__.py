@@ -19,6 +19,7 @@ from nexus_cache._storage._guard import (
     unlink_if_unchanged,
 )
 from nexus_cache._storage._lock import FileLock
+from nexus_cache._storage._names import host_tag
 from nexus_cache._storage._sweep import pid_alive, sweep_stale_temps
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "check_owned_regular",
     "ensure_private_dir",
     "fsync_dir",
+    "host_tag",
     "lstat_key",
     "new_temp",
     "pid_alive",
