@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "SQLiteProgramCache": "nexus_cache.program",
     "make_program_cache_key": "nexus_cache.program",
     "cached_compile": "nexus_cache.program",
+    "CompileInputs": "nexus_cache.program",
+    "CacheableProgram": "nexus_cache.program",
     # lakehouse byte cache
     "LakehouseCache": "nexus_cache.lakehouse",
     "LakehouseCacheConfig": "nexus_cache.lakehouse",
