@@ -15,8 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from nexus_cache._storage import ensure_private_dir, pid_alive
-from nexus_cache._storage import host_tag
+from nexus_cache._storage import ensure_private_dir, host_tag, pid_alive
 
 __all__ = ["Pin", "create_pin", "live_pins", "process_start_time"]
 
