@@ -290,14 +290,17 @@ def test_corruption_is_detected_counted_removed(cache, case, read_first):
     payload = os.urandom(4096)
     cache[b"k"] = payload
     cache[b"other"] = b"fine"
-    if read_first:
-        assert cache[b"k"] == payload
+    if read_first:  # so that the in-memory memo holds the verified bytes
+        for _ in range(3):
+            assert cache[b"k"] == payload
+        assert cache._memo.get(str(entry_path(cache, b"k"))) is not None
     _corrupt_cases()[case](entry_path(cache, b"k"))
     with pytest.raises(KeyError):
         cache[b"k"]
     s = cache.stats()
     assert s.corrupt == 1
     assert s.misses == 1
+    assert s.hits == (3 if read_first else 0)
     assert not entry_path(cache, b"k").exists()
     assert cache.get(b"k") is None
     assert cache.stats().corrupt == 1  # removed, so counted once
@@ -425,20 +428,27 @@ def test_nothing_is_unpickled(cache):
 def test_memo_sees_other_writers_and_deleters(cache):
     other = FileStreamProgramCache(cache.path)  # stands for another process
     cache[b"k"] = b"v1"
-    assert cache[b"k"] == b"v1"  # read from disk, remembered
+    p = str(entry_path(cache, b"k"))
+    assert cache[b"k"] == b"v1"  # first read from disk: not kept
+    assert cache._memo.get(p) is None
+    assert cache[b"k"] == b"v1"  # second read of the same version: kept
+    assert cache._memo.get(p) is not None
     assert cache[b"k"] == b"v1"  # served from memory after one lstat
     other[b"k"] = b"v2-longer"
+    assert cache[b"k"] == b"v2-longer"
     assert cache[b"k"] == b"v2-longer"
     other[b"k"] = b"v3-samesz"  # same size as v2, new inode
     assert cache[b"k"] == b"v3-samesz"
     del other[b"k"]
     assert cache.get(b"k") is None
-    assert cache.stats().hits == 4
+    assert cache._memo.get(p) is None
+    assert cache.stats().hits == 6
 
 
 def test_memo_hits_keep_stamping_atime(cache):
     cache.update({b"a": b"1", b"b": b"2"})
-    cache[b"a"], cache[b"b"]  # both remembered now
+    for _ in range(2):
+        cache[b"a"], cache[b"b"]  # both remembered now
     pa, pb = entry_path(cache, b"a"), entry_path(cache, b"b")
     for p in (pa, pb):
         os.utime(p, ns=(1_000_000_000, os.lstat(p).st_mtime_ns))

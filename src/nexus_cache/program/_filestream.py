@@ -199,7 +199,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             # stamped; mtime is kept so stat guards elsewhere stay valid.
             now = time.time_ns()
             os.utime(fd, ns=(now, st.st_mtime_ns))
-            if memo is not None:
+            if memo is not None and memo.second_read(path, (st.st_ino, size, st.st_mtime_ns)):
                 ctime = os.fstat(fd).st_ctime_ns  # after our own stamp changed it
                 memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data, now))
         finally:

@@ -6,9 +6,12 @@ ctime_ns)``. A rewrite (new inode), a delete, an in-place modification (new
 mtime) or a metadata change such as a stripped integrity xattr or a chown
 (new ctime) sends the read back to disk, where the bytes are verified again.
 Other processes' atime stamps change the ctime too, which only costs a disk
-read. What the memo
-returns is therefore always bytes that passed the integrity check and that
-the entry on disk still stands for.
+read. What the memo returns is therefore always bytes that passed the
+integrity check and that the entry on disk still stands for.
+
+An entry is admitted on its second read from disk, not its first: a process
+that reads each kernel once (the common compile-once pattern) would only pay
+for holding memory it never uses again (fresh pages are not free).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import threading
 from collections import OrderedDict
 
 __all__ = ["MemoEntry", "VerifiedMemo"]
+
+_SEEN_LIMIT = 4096  # paths remembered (without bytes) as read once
 
 
 class MemoEntry:
@@ -39,8 +44,20 @@ class VerifiedMemo:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
         self._entries: OrderedDict[str, MemoEntry] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+
+    def second_read(self, path: str, ident: tuple[int, int, int]) -> bool:
+        """Record a disk read of ``path`` as ``ident`` = (inode, size, mtime_ns);
+        True when the same version was read before, i.e. it is worth keeping."""
+        with self._lock:
+            if self._seen.pop(path, None) == ident:
+                return True
+            self._seen[path] = ident
+            if len(self._seen) > _SEEN_LIMIT:
+                self._seen.popitem(last=False)
+            return False
 
     def get(self, path: str) -> MemoEntry | None:
         with self._lock:
@@ -72,6 +89,7 @@ class VerifiedMemo:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._seen.clear()
             self._bytes = 0
 
     @property
