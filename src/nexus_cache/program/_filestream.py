@@ -28,11 +28,13 @@ from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import _fsscan
 from nexus_cache.program._caps import log_oversize, validate_cap
 from nexus_cache.program._integrity import (
+    READ_FLAGS,
     SIDECAR_SUFFIX,
     XATTR_NAME,
     make_record,
     make_sidecar,
-    parse_sidecar,
+    read_record,
+    read_rest,
     record_matches,
     xattrs_supported,
 )
@@ -50,8 +52,6 @@ from nexus_cache.program._usage import UsageCounter
 
 __all__ = ["FileStreamProgramCache"]
 
-# O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 _LOW_WATER = 0.9  # an eviction pass frees down to this fraction of the cap
 _DEFAULT_MEMORY_BYTES = 32 << 20
@@ -163,7 +163,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                         self._hits += 1
                     return data
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(path, READ_FLAGS)
         except FileNotFoundError:
             self._count_miss()
             raise KeyError(key) from None
@@ -181,17 +181,11 @@ class FileStreamProgramCache(ProgramCacheResource):
             size = st.st_size
             data = os.read(fd, size)
             if len(data) != size:
-                data = self._read_rest(fd, data, size)
-            if self._xattr:
-                try:
-                    record = os.getxattr(fd, XATTR_NAME)
-                except OSError:
-                    record = b""  # no record: cannot vouch for these bytes
-            else:
-                record = self._sidecar_record(path, st.st_ino)
-                if record is None:
-                    self._count_miss()
-                    raise KeyError(key)
+                data = read_rest(fd, data, size)
+            record = read_record(fd, path, st.st_ino, self._xattr)
+            if record is None:
+                self._count_miss()
+                raise KeyError(key)
             if not record_matches(record, data):
                 self._drop_corrupt(path, st)
                 raise KeyError(key)
@@ -252,31 +246,6 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _count_miss(self) -> None:
         with self._lock:
             self._misses += 1
-
-    @staticmethod
-    def _read_rest(fd: int, head: bytes, size: int) -> bytes:
-        parts = [head]
-        got = len(head)
-        while got < size:
-            chunk = os.read(fd, size - got)
-            if not chunk:
-                break  # shrank under us: the record check will reject it
-            parts.append(chunk)
-            got += len(chunk)
-        return b"".join(parts)
-
-    def _sidecar_record(self, path: str, ino: int) -> bytes | None:
-        try:
-            fd = os.open(path + SIDECAR_SUFFIX, _READ_FLAGS)
-        except OSError:
-            return None
-        try:
-            parsed = parse_sidecar(os.read(fd, 64))
-        finally:
-            os.close(fd)
-        if parsed is None or parsed[0] != ino:
-            return None  # belongs to another version of the entry (or none): unverifiable
-        return parsed[1]
 
     def _drop_corrupt(self, path: str, st: os.stat_result) -> None:
         if self._memo is not None:
@@ -431,19 +400,13 @@ class FileStreamProgramCache(ProgramCacheResource):
             report.checked += 1
             name = os.path.basename(e.path)
             try:
-                fd = os.open(e.path, _READ_FLAGS)
+                fd = os.open(e.path, READ_FLAGS)
             except FileNotFoundError:
                 continue
             try:
                 st = os.fstat(fd)
-                data = self._read_rest(fd, b"", st.st_size)
-                if self._xattr:
-                    try:
-                        record: bytes | None = os.getxattr(fd, XATTR_NAME)
-                    except OSError:
-                        record = b""
-                else:
-                    record = self._sidecar_record(e.path, st.st_ino)
+                data = read_rest(fd, b"", st.st_size)
+                record = read_record(fd, e.path, st.st_ino, self._xattr)
             finally:
                 os.close(fd)
             if record is None:

@@ -23,12 +23,15 @@ import zlib
 from nexus_cache._storage import new_temp
 
 __all__ = [
+    "READ_FLAGS",
     "RECORD_SIZE",
     "SIDECAR_SUFFIX",
     "XATTR_NAME",
     "make_record",
     "make_sidecar",
     "parse_sidecar",
+    "read_record",
+    "read_rest",
     "record_matches",
     "xattrs_supported",
 ]
@@ -39,6 +42,8 @@ _MAGIC = b"nxc1"
 _RECORD = struct.Struct("<4sIQ")
 _SIDECAR = struct.Struct("<4sQIQ")  # magic, inode, crc, length
 RECORD_SIZE = _RECORD.size
+# O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
 
 
@@ -81,3 +86,45 @@ def xattrs_supported(tmp_dir: str) -> bool:
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+def read_rest(fd: int, head: bytes, size: int) -> bytes:
+    """``head`` plus what follows it in ``fd`` up to ``size`` bytes in all."""
+    parts = [head]
+    got = len(head)
+    while got < size:
+        chunk = os.read(fd, size - got)
+        if not chunk:
+            break  # shrank under us: the record check will reject it
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _sidecar_record(path: str, ino: int) -> bytes | None:
+    try:
+        fd = os.open(path + SIDECAR_SUFFIX, READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        parsed = parse_sidecar(os.read(fd, 64))
+    finally:
+        os.close(fd)
+    if parsed is None or parsed[0] != ino:
+        return None  # belongs to another version of the entry (or none): unverifiable
+    return parsed[1]
+
+
+def read_record(fd: int, path: str, ino: int, use_xattr: bool) -> bytes | None:
+    """The integrity record of the open entry ``fd``.
+
+    ``b""`` when an xattr record is missing (nothing vouches for the bytes:
+    treat as corrupt); ``None`` when a sidecar is missing or names another
+    inode (a writer mid-publication: treat as a plain miss).
+    """
+    if use_xattr:
+        try:
+            return os.getxattr(fd, XATTR_NAME)
+        except OSError:
+            return b""
+    return _sidecar_record(path, ino)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import threading
 import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from nexus_cache._storage import check_owned_regular, ensure_private_dir
 from nexus_cache.errors import ConfigError
 from nexus_cache.program._caps import log_oversize, validate_cap
 from nexus_cache.program._paths import default_sqlite_path
@@ -23,67 +21,15 @@ from nexus_cache.program._resource import (
     as_key_bytes,
     as_value_bytes,
 )
+from nexus_cache.program._sqlite_db import SCHEMA, SCHEMA_VERSION, Txn, prepare_file
 
 __all__ = ["SQLiteProgramCache"]
 
-_SCHEMA_VERSION = 1
 _BUSY_TIMEOUT_S = 30.0
 # Access stamps are batched: a hit does no write, and the batch is flushed
 # before any store, eviction or listing, when it grows, or when it ages.
 _TOUCH_BATCH = 256
 _TOUCH_MAX_AGE_NS = 1_000_000_000
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS entries (
-        key BLOB PRIMARY KEY,
-        value BLOB NOT NULL,
-        size INTEGER NOT NULL,
-        crc INTEGER NOT NULL,
-        last_access INTEGER NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS entries_by_access ON entries (last_access)",
-    """CREATE TABLE IF NOT EXISTS totals (
-        id INTEGER PRIMARY KEY CHECK (id = 0),
-        entries INTEGER NOT NULL,
-        bytes INTEGER NOT NULL
-    )""",
-    "INSERT OR IGNORE INTO totals VALUES (0, 0, 0)",
-    # Triggers keep the totals exact whoever edits the table.
-    """CREATE TRIGGER IF NOT EXISTS entries_ins AFTER INSERT ON entries BEGIN
-        UPDATE totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 0;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS entries_del AFTER DELETE ON entries BEGIN
-        UPDATE totals SET entries = entries - 1, bytes = bytes - OLD.size WHERE id = 0;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS entries_upd AFTER UPDATE OF size ON entries BEGIN
-        UPDATE totals SET bytes = bytes - OLD.size + NEW.size WHERE id = 0;
-    END""",
-)
-
-
-def _prepare_file(path: Path) -> None:
-    """Create the database file 0600 (parents 0700), or check the existing one."""
-    parent = path.parent
-    if not parent.exists():
-        ensure_private_dir(parent)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        os.close(fd)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise type(exc)(
-            exc.errno, f"cannot create program cache database {path}: {exc.strerror}"
-        ) from exc
-    check_owned_regular(path, os.lstat(path))
-    for suffix in ("-wal", "-shm"):
-        side = Path(f"{path}{suffix}")
-        try:
-            st = os.lstat(side)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
-            check_owned_regular(side, st)
 
 
 class SQLiteProgramCache(ProgramCacheResource):
@@ -110,7 +56,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     ) -> None:
         self._max = validate_cap("max_size_bytes", max_size_bytes)
         self._path = Path(path).expanduser() if path is not None else default_sqlite_path()
-        _prepare_file(self._path)
+        prepare_file(self._path)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -158,27 +104,27 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == _SCHEMA_VERSION:
+        if version == SCHEMA_VERSION:
             return
-        if version not in (0, _SCHEMA_VERSION):
+        if version not in (0, SCHEMA_VERSION):
             raise ConfigError(
                 f"{self._path} has program cache schema {version}, this version "
-                f"reads {_SCHEMA_VERSION}; point the cache at another path or clear it"
+                f"reads {SCHEMA_VERSION}; point the cache at another path or clear it"
             )
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only effective on a new file
         conn.execute("BEGIN IMMEDIATE")
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                for stmt in _SCHEMA:
+                for stmt in SCHEMA:
                     conn.execute(stmt)
-                conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
 
-    def _write(self, conn: sqlite3.Connection) -> _Txn:
-        return _Txn(conn)
+    def _write(self, conn: sqlite3.Connection) -> Txn:
+        return Txn(conn)
 
     # -- access stamps ------------------------------------------------------
     def _flush_touches(self, conn: sqlite3.Connection) -> None:
@@ -388,7 +334,7 @@ class SQLiteProgramCache(ProgramCacheResource):
                 try:
                     if self._touches:
                         batch = [(ts, k) for k, ts in self._touches.items()]
-                        with _Txn(conn):
+                        with Txn(conn):
                             conn.executemany(
                                 "UPDATE entries SET last_access = MAX(last_access, ?) "
                                 "WHERE key = ?",
@@ -400,20 +346,3 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     def __repr__(self) -> str:
         return f"SQLiteProgramCache({str(self._path)!r}, max_size_bytes={self._max})"
-
-
-class _Txn:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._conn.execute("BEGIN IMMEDIATE")
-        return self._conn
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._conn.execute("COMMIT")
-        else:
-            self._conn.execute("ROLLBACK")
