@@ -181,7 +181,9 @@ def _scale_point(
 
     Every store past the cap must make room: the peer rescans all entries
     on each such store; ours frees down to 90% of the cap in one pass, so
-    it is timed over enough stores (n/10 + 50) to include a whole pass.
+    it is timed over exactly one such period (n/10 stores: the first one
+    runs the pass, the rest refill the freed 10%). A window that is not a
+    whole number of periods would over- or under-count evictions per store.
     """
     value = os.urandom(SMALL)
     cap = n * SMALL
@@ -199,7 +201,7 @@ def _scale_point(
     ours.get(picks[0])
     peer.get(picks[0])
     ho, hp = compare_us(lambda i: ours.get(picks[i]), lambda i: peer.get(picks[i]), reps_hit)
-    ours_reps = n // 10 + 50
+    ours_reps = max(n // 10, 1)
     peer_reps = 200 if n <= 2000 else max(5, min(200, 400_000 // n))
     so = _mean_us(lambda i: ours.__setitem__(b"new-o-%08d" % i, value), ours_reps)
     sp = _mean_us(lambda i: peer.__setitem__(b"new-p-%08d" % i, value), peer_reps)
