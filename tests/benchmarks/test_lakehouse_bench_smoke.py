@@ -1,0 +1,44 @@
+"""Smoke test of benchmarks/lakehouse.py: a tiny --quick run prints every ratio line."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_quick_run_prints_every_ratio_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Imported by name from its directory (not from a file spec) so that the
+    # spawned readers of figure (4) can import the same module.
+    monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    bench = importlib.import_module("lakehouse")
+    args = ["--quick", "--size-mib", "2", "--warm-repeats", "1", "--cold-repeats", "1"]
+    assert bench.main([*args, "--procs", "2", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+
+    for remote in ("local", "s3"):
+        for figure in (
+            "(1) warm hit, bytes",
+            "(1) warm hit, read_table",
+            "(2) cold read_through",
+            "(3) warm, bytes",
+            "(3) warm, read_table",
+            "(3) cold, bytes",
+        ):
+            pattern = rf"^RATIO {re.escape(figure)} \[{remote}\] .* = \d+\.\d\d"
+            assert re.search(pattern, out, re.MULTILINE), f"no ratio line {figure} [{remote}]"
+        for peer in ("simplecache", "filecache"):
+            assert re.search(rf"^RATIO \(4\) \[{remote}\] ours vs {peer}: ", out, re.MULTILINE)
+        # our own concurrency guarantee holds even in the smoke run
+        ours = rf"^RESULT \(4\) \[{remote}\] ours: .*1 fill\(s\); 2 correct, .* -> met$"
+        assert re.search(ours, out, re.MULTILINE)
+    assert "page cache: " in out
+    assert "Summary" in out
+    # only the generated object is kept in the work directory
+    assert [p.name for p in tmp_path.iterdir()] == ["data-2mib.parquet"]
