@@ -279,7 +279,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         fd, tmp = new_temp(self._tmp)
         try:
             write_all(fd, data)
-            ino = os.fstat(fd).st_ino
+            ino = 0 if self._xattr else os.fstat(fd).st_ino  # the sidecar names the inode
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
