@@ -37,7 +37,7 @@ class ScanResult(NamedTuple):
 
 
 def _subdirs(entries_dir: str, refused: list[tuple[str, str]]) -> list[str]:
-    out = []
+    out: list[str] = []
     try:
         it = os.scandir(entries_dir)
     except FileNotFoundError:
