@@ -146,7 +146,7 @@ class CacheSubdomain:
         """
         self._require_in_flight(entry)
         try:
-            entry.publish(measured_bytes)
+            entry.publish(measured_bytes, evict=self.evict_on_reserve)
         except BaseException:
             self.abandon(entry)
             raise

@@ -184,15 +184,14 @@ class DeviceLedger:
         _check_bytes("nbytes", nbytes)
 
         def commit() -> Grant:
-            if attempt_id in self._grants:
-                raise LifecycleError(
-                    f"attempt {attempt_id!r} already holds a grant on device {self._device_id}"
-                )
+            self._require_no_grant(attempt_id)
             grant = Grant(self._device_id, attempt_id, nbytes)
             self._grants[attempt_id] = grant
             self._grant_bytes += nbytes
             return grant
 
+        with self._lock:
+            self._require_no_grant(attempt_id)  # before any eviction on its behalf
         return self._charge(nbytes, "grant", evict, commit)
 
     def release_grant(self, grant: Grant) -> None:
@@ -230,8 +229,13 @@ class DeviceLedger:
 
         return self._charge(nbytes, "cache", evict, commit)
 
-    def reconcile(self, entry: ResidentEntry, measured_bytes: int) -> None:
-        """Replace the reservation with the measured bytes and publish (-> Evictable)."""
+    def reconcile(self, entry: ResidentEntry, measured_bytes: int, *, evict: bool = True) -> None:
+        """Replace the reservation with the measured bytes and publish (-> Evictable).
+
+        Growth beyond the reservation is a new cache charge: it must fit
+        (``evict`` as for :meth:`reserve`); on refusal the entry stays
+        AttemptOwned with its reservation.
+        """
         _check_bytes("measured_bytes", measured_bytes)
         self._require_own(entry)
         with self._lock:
@@ -245,7 +249,7 @@ class DeviceLedger:
             self._require_state(entry, _ATTEMPT_OWNED, "reconcile")
             self._publish_locked(entry, measured_bytes)
 
-        self._charge(growth, "cache", True, commit)
+        self._charge(growth, "cache", evict, commit)
 
     def _publish_locked(self, entry: ResidentEntry, measured_bytes: int) -> None:
         self._reserved -= entry._nbytes
@@ -349,8 +353,8 @@ class DeviceLedger:
             self._quarantined += entry._nbytes
             entry._state = _S.QUARANTINED
             self._unsafe_teardowns += 1
-            if self._admission_open:
-                self._admission_open = False
+            self._admission_open = False
+            if self._unsafe_teardowns == 1:  # the first unsafe teardown names the cause
                 self._closed_reason = f"unsafe teardown of {entry!r}: {reason}"
 
     # -- admission -------------------------------------------------------------------
@@ -398,7 +402,8 @@ class DeviceLedger:
         return over_cap, over_capacity
 
     def _charge(self, nbytes: int, kind: str, evict: bool, commit: Callable[[], _T]) -> _T:
-        for _ in range(_RECLAIM_ROUNDS):
+        stalled = False
+        for attempt in range(_RECLAIM_ROUNDS + 1):
             with self._lock:
                 if not self._admission_open:
                     self._refusals += 1
@@ -411,19 +416,13 @@ class DeviceLedger:
                 if need <= 0:
                     return commit()
                 reclaimable = self._evictable if (evict and self._evictors) else 0
-                if need > reclaimable:
+                if stalled:  # the evictors could free nothing (e.g. only graphs left)
+                    reclaimable = 0
+                if need > reclaimable or attempt == _RECLAIM_ROUNDS:
                     self._refusals += 1
                     raise self._refusal_locked(nbytes, kind, over_cap, over_capacity, reclaimable)
-            if self.reclaim(need) <= 0:
-                with self._lock:
-                    over_cap, over_capacity = self._shortfall_locked(nbytes, kind)
-                    self._refusals += 1
-                    raise self._refusal_locked(nbytes, kind, over_cap, over_capacity, 0)
-        with self._lock:
-            over_cap, over_capacity = self._shortfall_locked(nbytes, kind)
-            self._refusals += 1
-            error = self._refusal_locked(nbytes, kind, over_cap, over_capacity, 0)
-        raise error
+            stalled = self.reclaim(need) <= 0
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _refusal_locked(
         self, nbytes: int, kind: str, over_cap: int, over_capacity: int, reclaimable: int
@@ -445,6 +444,12 @@ class DeviceLedger:
             f"capacity={self._capacity} B by {over_capacity} B ({figures}); ask for less, "
             "or retry after grants or pins release"
         )
+
+    def _require_no_grant(self, attempt_id: Hashable) -> None:
+        if attempt_id in self._grants:
+            raise LifecycleError(
+                f"attempt {attempt_id!r} already holds a grant on device {self._device_id}"
+            )
 
     def _require_own(self, entry: ResidentEntry) -> None:
         if entry._ledger is not self:

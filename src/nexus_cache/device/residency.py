@@ -185,16 +185,17 @@ class ResidentEntry:
             return 0
         return self._domain.measured_bytes(self._roots)
 
-    def publish(self, measured_bytes: int | None = None) -> None:
+    def publish(self, measured_bytes: int | None = None, *, evict: bool = True) -> None:
         """Reconcile the reservation to the measured bytes; AttemptOwned -> Evictable.
 
         ``measured_bytes`` defaults to :meth:`measured_bytes`. Growth beyond the
-        reservation must fit the ledger (it may evict); on refusal the entry
-        stays AttemptOwned and the caller should :meth:`destroy` it.
+        reservation must fit the ledger (with ``evict``, by evicting); on
+        refusal the entry stays AttemptOwned and the caller should
+        :meth:`destroy` it.
         """
         if measured_bytes is None:
             measured_bytes = self.measured_bytes()
-        self._ledger.reconcile(self, measured_bytes)
+        self._ledger.reconcile(self, measured_bytes, evict=evict)
 
     # -- pins ------------------------------------------------------------------
 

@@ -1,0 +1,174 @@
+"""Backend selection and the host backend's tracking allocator."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from nexus_cache.backends import (
+    ALLOCATION_ROUNDING_BYTES,
+    ENV_DEVICE_BACKEND,
+    HostBackend,
+    HostStream,
+    round_allocation,
+    select_backend,
+)
+from nexus_cache.backends.host import ENV_HOST_DEVICE_TOTAL_BYTES
+from nexus_cache.errors import (
+    BackendUnavailableError,
+    CapacityError,
+    ConfigError,
+    LifecycleError,
+)
+
+_HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+def test_round_allocation_matches_cupy_granularity() -> None:
+    assert ALLOCATION_ROUNDING_BYTES == 512
+    assert [round_allocation(n) for n in (0, 1, 511, 512, 513, 1024)] == [
+        0,
+        512,
+        512,
+        512,
+        1024,
+        1024,
+    ]
+
+
+@pytest.mark.parametrize("value", ["host", "HOST", " host "])
+def test_select_host_by_env(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(ENV_DEVICE_BACKEND, value)
+    assert select_backend().name == "host"
+
+
+def test_bad_env_value_names_variable_value_and_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_DEVICE_BACKEND, "rocm")
+    with pytest.raises(ConfigError) as info:
+        select_backend()
+    message = str(info.value)
+    assert ENV_DEVICE_BACKEND in message
+    assert "'rocm'" in message
+    assert "auto, cuda, host" in message
+
+
+def test_bad_argument_value_is_config_error() -> None:
+    with pytest.raises(ConfigError, match="backend name='tpu'"):
+        select_backend("tpu")
+
+
+@pytest.mark.skipif(_HAS_CUPY, reason="CuPy is installed here")
+def test_cuda_without_cupy_is_unavailable_and_auto_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(BackendUnavailableError, match="NEXUS_DEVICE_BACKEND=host"):
+        select_backend("cuda")
+    monkeypatch.setenv(ENV_DEVICE_BACKEND, "auto")
+    assert select_backend().name == "host"
+    monkeypatch.delenv(ENV_DEVICE_BACKEND)
+    assert select_backend().name == "host"
+
+
+def test_host_total_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_HOST_DEVICE_TOTAL_BYTES, "4096")
+    assert HostBackend().mem_info(0).total_bytes == 4096
+    monkeypatch.setenv(ENV_HOST_DEVICE_TOTAL_BYTES, "-1")
+    with pytest.raises(ConfigError, match=ENV_HOST_DEVICE_TOTAL_BYTES):
+        HostBackend()
+
+
+@pytest.mark.parametrize("total", [0, -5, 1.5, True])
+def test_host_rejects_bad_total(total: object) -> None:
+    with pytest.raises(ConfigError):
+        HostBackend(device_total_bytes=total)  # type: ignore[arg-type]
+
+
+def test_bad_device_id_names_accepted_range() -> None:
+    backend = HostBackend(device_total_bytes=1 << 20, device_count=2)
+    with pytest.raises(ConfigError, match=r"accepted: 0\.\.1"):
+        backend.mem_info(2)
+    with pytest.raises(ConfigError):
+        backend.create_domain(-1)
+
+
+def test_domain_counts_rounded_bytes_and_frees_on_last_view() -> None:
+    backend = HostBackend(device_total_bytes=1 << 20)
+    domain = backend.create_domain(0)
+    with domain.scope() as scope:
+        a = domain.empty((10, 10), np.float64)  # 800 B -> 1024
+        b = domain.copy_in(np.arange(3, dtype=np.int32))  # 12 B -> 512
+    assert scope.allocated_bytes == 1536
+    assert scope.allocations == 2
+    assert domain.allocation_bytes(a) == 1024
+    assert domain.allocation_bytes(a[3:5]) == 1024  # a view counts its whole allocation
+    assert domain.measured_bytes([a, a[1], b]) == 1536
+    assert b.tolist() == [0, 1, 2]
+    assert domain.counters().used_bytes == 1536
+    assert backend.mem_info(0).free_bytes == (1 << 20) - 1536
+
+    view = a[2]
+    del a
+    assert domain.counters().used_bytes == 1536  # the view keeps the block alive
+    del view
+    counters = domain.counters()
+    assert counters.used_bytes == 512
+    assert counters.held_bytes == 1536  # freed block still held, as a pool holds it
+    assert backend.mem_info(0).free_bytes == (1 << 20) - 1536
+    assert domain.release_unused() == 1024
+    assert backend.mem_info(0).free_bytes == (1 << 20) - 512
+    del b
+    domain.close()
+    assert domain.closed
+    assert backend.mem_info(0).free_bytes == 1 << 20
+
+
+def test_domain_refuses_foreign_arrays_and_close_while_live() -> None:
+    domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    with pytest.raises(LifecycleError, match="not allocated in the cache domain"):
+        domain.allocation_bytes(np.zeros(4))
+    keep = domain.empty(8, np.uint8)
+    with pytest.raises(LifecycleError, match="still live"):
+        domain.close()
+    del keep
+    domain.close()
+    with pytest.raises(LifecycleError, match="closed"):
+        domain.empty(8, np.uint8)
+
+
+def test_host_device_out_of_memory_is_capacity_error() -> None:
+    domain = HostBackend(device_total_bytes=4096).create_domain(0)
+    keep = domain.empty(4000, np.uint8)
+    with pytest.raises(CapacityError, match=r"4096 B"):
+        domain.empty(600, np.uint8)
+    assert domain.counters().used_bytes == 4096
+    del keep
+
+
+def test_scope_counts_only_its_own_thread() -> None:
+    import threading
+
+    domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    kept = []
+    with domain.scope() as scope:
+        worker = threading.Thread(target=lambda: kept.append(domain.empty(5000, np.uint8)))
+        worker.start()
+        worker.join()
+        kept.append(domain.empty(100, np.uint8))
+    assert scope.allocated_bytes == 512
+    assert domain.counters().used_bytes == 512 + 5120
+
+
+def test_host_synchronize_runs_streams() -> None:
+    backend = HostBackend(device_total_bytes=1 << 20)
+    backend.synchronize(0, [HostStream()])
+
+    class Boom:
+        def synchronize(self) -> None:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        backend.synchronize(0, [Boom()])
+    assert backend.xp is np
+    assert backend.sparse.__name__ == "scipy.sparse"
