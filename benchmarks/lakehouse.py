@@ -391,7 +391,7 @@ class Bench:
     rows: int
     sha: str
     warm_repeats: int
-    cold_repeats: int
+    cold_repeats: dict[str, int]  # per remote
     page_cache: PageCache
     t0: float  # start of the run
     created: set[Path]  # directories to remove at the end
@@ -537,7 +537,7 @@ def bench_cold(b: Bench, remote: Remote) -> None:
         ops[k] = Op(
             lambda k=k: peer_read(peers[k], remote), b.check_bytes, lambda k=k: fresh_peer(k)
         )
-    times = measure(ops, b.cold_repeats, warmup=False)
+    times = measure(ops, b.cold_repeats[name], warmup=False)
     settle()
     what = "remote file's page cache dropped" if source and b.page_cache.method else "cache empty"
     b.report(f"[{name}] cold ({what}), full-object bytes", times)
@@ -641,7 +641,12 @@ def _conc_worker(index: int, spec_json: str, barrier: Any) -> None:
     out: list[dict[str, Any]] = []
     for task in spec["tasks"]:
         _COUNTS.clear()
-        rec: dict[str, Any] = {"remote": task["remote"], "kind": task["kind"], "error": None}
+        rec: dict[str, Any] = {
+            "remote": task["remote"],
+            "kind": task["kind"],
+            "round": task["round"],
+            "error": None,
+        }
         reader: Callable[[], tuple[bytes, Any]] | None = None
         try:
             remote = build_remote(
@@ -705,28 +710,71 @@ class ConcResult:
     partial: int
     wrong: int
     errors: list[str]
-    fetched: float  # object sizes fetched from the remote, all readers together
-    fills: int | None
-    wall_s: float
+    fetched: float  # object sizes fetched from the remote per round, all readers together
+    fills: list[int] | None  # per round
+    wall_s: float  # median over rounds: first reader's start to last reader's end
+    bad_lengths: list[int]  # lengths read by readers that got wrong or partial bytes
+
+    @classmethod
+    def from_records(
+        cls, remote: str, kind: str, recs: list[dict[str, Any]], procs: int, rounds: int, size: int
+    ) -> ConcResult:
+        by_round = [[r for r in recs if r["round"] == n] for n in range(rounds)]
+        walls = [
+            max(r["end"] for r in rs) - min(r["start"] for r in rs)
+            for rs in by_round
+            if rs and all("start" in r for r in rs)
+        ]
+        read = [r for r in recs if r["error"] is None]
+        bad = [r for r in read if not (r["len"] == size and r["sha_ok"])]
+        if remote == "s3":  # bytes of GET responses read, in object sizes
+            fetched = sum(r["s3_bytes"] for r in recs) / size / rounds
+        else:  # whole-object reads of the source file
+            fetched = sum(r.get("remote_reads", 0) for r in recs) / rounds
+        return cls(
+            remote=remote,
+            kind=kind,
+            readers=procs * rounds,
+            correct=len(read) - len(bad),
+            partial=sum(1 for r in bad if r["len"] < size),
+            wrong=sum(1 for r in bad if r["len"] >= size),
+            errors=[r["error"] for r in recs if r["error"]]
+            + ["no result"] * (procs * rounds - len(recs)),
+            fetched=fetched,
+            fills=[sum(r.get("fills", 0) for r in rs) for rs in by_round]
+            if kind == "ours"
+            else None,
+            wall_s=statistics.median(walls) if walls else float("nan"),
+            bad_lengths=sorted(r["len"] for r in bad),
+        )
 
     @property
     def verdict(self) -> str:
         if self.kind != "ours":
             return "observed"
-        ok = self.fills == 1 and self.correct == self.readers and abs(self.fetched - 1) < 0.01
+        rounds = len(self.fills or [])
+        one_fill = self.fills is not None and set(self.fills) == {1}
+        ok = one_fill and rounds and self.correct == self.readers and abs(self.fetched - 1) < 0.01
         return "met" if ok else "NOT met"
 
 
 def bench_concurrency(
-    b: Bench, remotes: list[Remote], endpoint: str | None, s3_path: str | None, procs: int
+    b: Bench,
+    remotes: list[Remote],
+    endpoint: str | None,
+    s3_path: str | None,
+    procs: int,
+    rounds: int,
 ) -> list[ConcResult]:
+    """Figure (4): ``procs`` processes, spawned once, run every task in lockstep."""
     base = b.fresh_dir("concurrency")
     tasks = []
-    for remote in remotes:
-        for kind in ("ours", *_PEERS):
-            d = base / f"{remote.name}-{kind}"
-            d.mkdir()
-            tasks.append({"remote": remote.name, "kind": kind, "dir": str(d)})
+    for n in range(rounds):
+        for remote in remotes:
+            for kind in ("ours", *_PEERS):
+                d = base / f"{remote.name}-{kind}-{n}"
+                d.mkdir()
+                tasks.append({"remote": remote.name, "kind": kind, "dir": str(d), "round": n})
     spec = {
         "tasks": tasks,
         "endpoint": endpoint,
@@ -753,37 +801,20 @@ def bench_concurrency(
         if path.exists():
             records.extend(json.loads(path.read_text()))
     results = []
-    for task in tasks:
-        recs = [r for r in records if (r["remote"], r["kind"]) == (task["remote"], task["kind"])]
-        read = [r for r in recs if r["error"] is None]
-        if task["remote"] == "s3":
-            fetched = sum(r["s3_bytes"] for r in recs) / b.size
-        else:
-            fetched = float(sum(r.get("remote_reads", 0) for r in recs))
-        starts = [r["start"] for r in recs if "start" in r]
-        ends = [r["end"] for r in recs if "end" in r]
-        results.append(
-            ConcResult(
-                remote=task["remote"],
-                kind=task["kind"],
-                readers=procs,
-                correct=sum(1 for r in read if r["len"] == b.size and r["sha_ok"]),
-                partial=sum(1 for r in read if r["len"] < b.size),
-                wrong=sum(1 for r in read if r["len"] >= b.size and not r["sha_ok"]),
-                errors=[r["error"] for r in recs if r["error"]]
-                + ["no result"] * (procs - len(recs)),
-                fetched=fetched,
-                fills=sum(r.get("fills", 0) for r in recs) if task["kind"] == "ours" else None,
-                wall_s=(max(ends) - min(starts)) if starts and ends else float("nan"),
-            )
-        )
+    for remote in remotes:
+        for kind in ("ours", *_PEERS):
+            recs = [r for r in records if (r["remote"], r["kind"]) == (remote.name, kind)]
+            results.append(ConcResult.from_records(remote.name, kind, recs, procs, rounds, b.size))
     for res in results:
-        fills = f", {res.fills} fill(s)" if res.fills is not None else ""
+        fills = f", fills per round {res.fills}" if res.fills is not None else ""
         errors = f", errors: {sorted(set(res.errors))}" if res.errors else ""
+        if res.bad_lengths:
+            errors += f" (bad readers got {res.bad_lengths} of {b.size} bytes)"
         print(
-            f"RESULT (4) [{res.remote}] {res.kind}: {res.readers} processes, remote fetched "
-            f"{res.fetched:.2f}x the object{fills}; {res.correct} correct, {res.partial} partial, "
-            f"{res.wrong} wrong bytes{errors}; wall {res.wall_s * 1e3:.0f} ms -> {res.verdict}"
+            f"RESULT (4) [{res.remote}] {res.kind}: {res.readers} reads, remote fetched "
+            f"{res.fetched:.2f}x the object per round{fills}; {res.correct} correct, "
+            f"{res.partial} partial, {res.wrong} wrong bytes{errors}; "
+            f"wall {res.wall_s * 1e3:.0f} ms per round -> {res.verdict}"
         )
     for remote in remotes:
         ours = next(r for r in results if (r.remote, r.kind) == (remote.name, "ours"))
@@ -813,12 +844,12 @@ def print_table(rows: list[Row], conc: list[ConcResult]) -> None:
         )
     if conc:
         print(
-            f"\n{'(4) concurrency':<22} {'remote':<6} {'readers':>7} {'fetched':>8} {'fills':>5} {'correct':>7} {'partial':>7} {'wrong':>5} {'errors':>6} {'wall ms':>8}  verdict"
+            f"\n{'(4) concurrency':<22} {'remote':<6} {'reads':>5} {'fetched/round':>13} {'fills/round':>11} {'correct':>7} {'partial':>7} {'wrong':>5} {'errors':>6} {'wall ms':>8}  verdict"
         )
         for c in conc:
-            fills = "-" if c.fills is None else str(c.fills)
+            fills = "-" if c.fills is None else ",".join(map(str, c.fills))
             print(
-                f"{c.kind:<22} {c.remote:<6} {c.readers:>7} {c.fetched:>7.2f}x {fills:>5} {c.correct:>7} "
+                f"{c.kind:<22} {c.remote:<6} {c.readers:>5} {c.fetched:>12.2f}x {fills:>11} {c.correct:>7} "
                 f"{c.partial:>7} {c.wrong:>5} {len(c.errors):>6} {c.wall_s * 1e3:>8.0f}  {c.verdict}"
             )
 
@@ -838,21 +869,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--quick", action="store_true", help="32 MiB, 3 warm / 2 cold repeats, 3 readers")
     add("--size-mib", type=int, help="size of the Parquet object (default 256, --quick 32)")
     add("--workdir", type=Path, default=Path("/tmp/nexus-bench"), help="keeps the object")
-    add("--warm-repeats", type=int, help="default 9 (--quick 3)")
-    add("--cold-repeats", type=int, help="default 3 (--quick 2)")
+    add("--warm-repeats", type=int, help="default 7 (--quick 3)")
+    add("--cold-repeats", type=int, help="default 5 local, 3 s3 (--quick 2)")
     add("--procs", type=int, help="concurrent readers in (4) (default 4, --quick 3)")
+    add(
+        "--rounds",
+        type=int,
+        help="rounds of (4), races being timing-dependent (default 3, --quick 1)",
+    )
     add("--remotes", default="local,s3", help="comma list of: local, s3")
     args = parser.parse_args(argv)
     quick = args.quick
     args.size_mib = args.size_mib or (32 if quick else 256)
-    args.warm_repeats = args.warm_repeats or (3 if quick else 9)
-    args.cold_repeats = args.cold_repeats or (2 if quick else 3)
+    args.warm_repeats = args.warm_repeats or (3 if quick else 7)
+    # an s3 cold repeat costs ~30 s at 256 MiB on moto (see the calibration lines)
+    cold = args.cold_repeats or (2 if quick else 0)
+    args.cold_repeats = {"local": cold or 5, "s3": cold or 3}
     args.procs = args.procs or (3 if quick else 4)
+    args.rounds = args.rounds or (1 if quick else 3)
     args.remotes = [r.strip() for r in args.remotes.split(",") if r.strip()]
     if not args.remotes or not set(args.remotes) <= {"local", "s3"}:
         parser.error(f"--remotes={','.join(args.remotes)!r}; use local, s3 or local,s3")
-    if min(args.size_mib, args.warm_repeats, args.cold_repeats) < 1 or args.procs < 2:
-        parser.error("--size-mib and the repeats must be >= 1, --procs >= 2")
+    if min(args.size_mib, args.warm_repeats, *args.cold_repeats.values(), args.rounds) < 1:
+        parser.error("--size-mib, --rounds and the repeats must be >= 1")
+    if args.procs < 2:
+        parser.error(f"--procs={args.procs}; use 2 or more concurrent readers")
     return args
 
 
@@ -888,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"object: {data}, {size / MIB:.1f} MiB, {rows} rows of random values")
         print(
-            f"repeats: {b.warm_repeats} warm, {b.cold_repeats} cold, order rotating; figures are medians"
+            f"repeats: {b.warm_repeats} warm, cold {b.cold_repeats}, order rotating; figures are medians"
         )
         print(f"page cache: {cache.describe()}")
         print(
@@ -907,8 +948,10 @@ def main(argv: list[str] | None = None) -> int:
             bench_cold(b, remote)
         print()
         calibrate(b, remotes)
-        print(f"\n== (4) {args.procs} processes (spawn) read one uncached object at once ==")
-        conc = bench_concurrency(b, remotes, endpoint, s3_path, args.procs)
+        print(
+            f"\n== (4) {args.procs} processes (spawn) read one uncached object at once, {args.rounds} round(s) =="
+        )
+        conc = bench_concurrency(b, remotes, endpoint, s3_path, args.procs, args.rounds)
         print_table(b.results, conc)
     finally:
         if server is not None:

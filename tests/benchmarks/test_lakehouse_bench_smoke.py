@@ -36,7 +36,7 @@ def test_quick_run_prints_every_ratio_line(
         for peer in ("simplecache", "filecache"):
             assert re.search(rf"^RATIO \(4\) \[{remote}\] ours vs {peer}: ", out, re.MULTILINE)
         # our own concurrency guarantee holds even in the smoke run
-        ours = rf"^RESULT \(4\) \[{remote}\] ours: .*1 fill\(s\); 2 correct, .* -> met$"
+        ours = rf"^RESULT \(4\) \[{remote}\] ours: .*fills per round \[1\]; 2 correct, .* -> met$"
         assert re.search(ours, out, re.MULTILINE)
     assert "page cache: " in out
     assert "Summary" in out
