@@ -221,7 +221,17 @@ class DeviceLedger:
         Must fit both the cap and the free managed capacity; with ``evict``
         the registered evictors may reclaim evictable cache to make room.
         """
-        _check_bytes("nbytes", nbytes)
+        if type(nbytes) is not int or nbytes < 0:
+            _check_bytes("nbytes", nbytes)
+        with self._lock:  # fast path: it fits as is (the equation, inline)
+            cache = self._cache_locked() + nbytes
+            if (
+                self._admission_open
+                and cache <= self._cap
+                and self._grant_bytes + cache <= self._capacity
+            ):
+                self._reserved += nbytes
+                return ResidentEntry(self, key, nbytes, domain=domain, backend=backend)
 
         def commit() -> ResidentEntry:
             self._reserved += nbytes
@@ -236,7 +246,8 @@ class DeviceLedger:
         (``evict`` as for :meth:`reserve`); on refusal the entry stays
         AttemptOwned with its reservation.
         """
-        _check_bytes("measured_bytes", measured_bytes)
+        if type(measured_bytes) is not int or measured_bytes < 0:
+            _check_bytes("measured_bytes", measured_bytes)
         self._require_own(entry)
         with self._lock:
             self._require_state(entry, _ATTEMPT_OWNED, "reconcile")

@@ -109,8 +109,8 @@ class ResidentEntry:
         self._domain = domain
         self._backend = backend
         self._payload: Any = None
-        self._roots: list[Any] = []
-        self._streams: list[Any] = []
+        self._roots: tuple[Any, ...] = ()
+        self._streams: tuple[Any, ...] = ()
         self._owner: Any = None
         self._failure: str | None = None
 
@@ -171,13 +171,13 @@ class ResidentEntry:
             self._domain.allocation_bytes(array)  # raises for a foreign array
             roots.append(self._domain.root_of(array))
         self._payload = value
-        self._roots.extend(roots)
+        self._roots = (*self._roots, *roots)
 
     def record_stream(self, stream: Any) -> None:
         """Remember a stream that used this entry's memory; teardown synchronizes it."""
         if self._state in (_S.DESTROYED, _S.QUARANTINED):
             raise LifecycleError(f"{self!r} is already torn down")
-        self._streams.append(stream)
+        self._streams = (*self._streams, stream)
 
     def measured_bytes(self) -> int:
         """Rounded bytes of the distinct domain allocations attached so far."""
@@ -229,7 +229,7 @@ class ResidentEntry:
         """
         if self._state is not _S.DESTROYING:
             raise LifecycleError(f"{self!r} is not being destroyed")
-        streams, self._streams = self._streams, []
+        streams, self._streams = self._streams, ()
         try:
             if self._backend is not None:
                 self._backend.synchronize(self._ledger.device_id, streams)
@@ -239,7 +239,7 @@ class ResidentEntry:
         except BaseException as exc:
             self._quarantine(f"stream synchronization failed: {exc!r}", exc)
         refs = [weakref.ref(root) for root in self._roots]
-        self._roots = []
+        self._roots = ()
         self._payload = None
         alive = [ref for ref in refs if ref() is not None]
         if alive:
