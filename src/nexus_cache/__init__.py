@@ -28,6 +28,17 @@ _EXPORTS: dict[str, str] = {
     "LakehouseFile": "nexus_cache.lakehouse",
     "NexusCacheFileSystem": "nexus_cache.lakehouse",
     "ReadDiagnostics": "nexus_cache.lakehouse",
+    # GPU-resident caches
+    "DeviceProfile": "nexus_cache.device",
+    "DeviceResidentCaches": "nexus_cache.device",
+    "DeviceLedger": "nexus_cache.device",
+    "DeviceCacheAllocationFactory": "nexus_cache.device",
+    "DeviceCacheReport": "nexus_cache.device",
+    "Grant": "nexus_cache.device",
+    "PinHandle": "nexus_cache.device",
+    "ResidencyState": "nexus_cache.device",
+    "ResidentEntry": "nexus_cache.device",
+    "select_backend": "nexus_cache.backends",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
