@@ -254,6 +254,24 @@ def test_failed_stream_sync_in_eviction_closes_admission() -> None:
         caches.ledger(0).admit_grant("a", 1)
 
 
+def test_failure_to_return_blocks_quarantines(monkeypatch: pytest.MonkeyPatch) -> None:
+    caches = make_caches()
+    graph = caches.graph_cache(0)
+    fill(graph, "g", 1000)
+    domain = caches.factory(0).domain
+
+    def broken() -> int:
+        raise OSError("cudaFree failed (injected)")
+
+    monkeypatch.setattr(domain, "release_unused", broken)
+    result = caches.shutdown(timeout=0.1)[0]
+    assert not result.complete
+    assert result.graph.quarantined == 1
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_quarantined_bytes == 1024
+    assert "cudaFree failed" in snap.admission_closed_reason
+
+
 def test_shutdown_drains_graph_before_source_then_releases_domain() -> None:
     caches = make_caches()
     fill(caches.source_cache(0), "s", 1000)

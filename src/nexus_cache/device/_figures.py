@@ -1,0 +1,52 @@
+"""Immutable records the ledger hands out: grants and snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from nexus_cache.errors import ConfigError
+
+__all__ = ["Grant", "LedgerSnapshot"]
+
+
+@dataclass(frozen=True, eq=False)
+class Grant:
+    """An attempt's immutable device-memory budget. Compared by identity."""
+
+    device_id: int
+    attempt_id: Hashable
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    """Every ledger figure, read under one lock acquisition."""
+
+    device_id: int
+    managed_capacity_bytes: int
+    cache_cap_bytes: int
+    grant_bytes: int
+    grant_count: int
+    cache_reserved_bytes: int
+    cache_evictable_resident_bytes: int
+    cache_pinned_in_use_bytes: int
+    cache_retiring_bytes: int
+    cache_quarantined_bytes: int
+    cache_charged_bytes: int
+    free_managed_bytes: int
+    admission_open: bool
+    admission_closed_reason: str | None
+    unsafe_teardowns: int
+    evicted_bytes: int
+    refusals: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_bytes(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name}={value!r}; accepted: an int >= 0")
+    return value
