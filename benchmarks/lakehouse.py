@@ -897,6 +897,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _code_version() -> str:
+    """The last commit of the measured package, and whether it has local changes."""
+    import subprocess
+
+    import nexus_cache.lakehouse as pkg
+
+    where = os.path.dirname(pkg.__file__)
+    try:
+        git = ["git", "-C", where]
+        commit = subprocess.run(
+            [*git, "log", "-1", "--format=%h", "--", "."],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"nexus_cache.lakehouse from {where} (not a git checkout)"
+    return f"nexus_cache.lakehouse at {commit}{' + uncommitted changes' if dirty else ''}"
+
+
 def _load() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -908,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"lakehouse byte cache benchmark, {time.strftime('%Y-%m-%d %H:%M')}: {_versions()}")
     print(f"machine: {os.cpu_count()} CPUs, {_load()} at the start (other work on it adds noise)")
+    print(f"measuring {_code_version()}")
     server = MotoServer().start() if "s3" in args.remotes else None  # boots meanwhile
     created: set[Path] = set()
     try:
