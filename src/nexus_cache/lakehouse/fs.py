@@ -85,7 +85,7 @@ class NexusCacheFileSystem(ChainedFileSystem):
                 f"the nexus filesystem is read-only (mode={mode!r}); write through the "
                 "underlying filesystem instead"
             )
-        return self.cache.open(path, fs=self.fs)
+        return self.cache.open(self._strip_protocol(path), fs=self.fs)
 
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kw: Any
@@ -99,34 +99,34 @@ class NexusCacheFileSystem(ChainedFileSystem):
 
     # -- metadata goes to the wrapped filesystem ---------------------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        return self.fs.ls(path, detail=detail, **kwargs)
+        return self.fs.ls(self._strip_protocol(path), detail=detail, **kwargs)
 
     def info(self, path: str, **kwargs: Any) -> Any:
-        return self.fs.info(path, **kwargs)
+        return self.fs.info(self._strip_protocol(path), **kwargs)
 
     def find(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        return self.fs.find(path, *args, **kwargs)
+        return self.fs.find(self._strip_protocol(path), *args, **kwargs)
 
     def glob(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        return self.fs.glob(path, *args, **kwargs)
+        return self.fs.glob(self._strip_protocol(path), *args, **kwargs)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
-        return bool(self.fs.exists(path, **kwargs))
+        return bool(self.fs.exists(self._strip_protocol(path), **kwargs))
 
     def isdir(self, path: str) -> bool:
-        return bool(self.fs.isdir(path))
+        return bool(self.fs.isdir(self._strip_protocol(path)))
 
     def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(path))
+        return bool(self.fs.isfile(self._strip_protocol(path)))
 
     def size(self, path: str) -> Any:
-        return self.fs.size(path)
+        return self.fs.size(self._strip_protocol(path))
 
     def modified(self, path: str) -> Any:
-        return self.fs.modified(path)
+        return self.fs.modified(self._strip_protocol(path))
 
     def ukey(self, path: str) -> Any:
-        return self.fs.ukey(path)
+        return self.fs.ukey(self._strip_protocol(path))
 
     def invalidate_cache(self, path: str | None = None) -> None:
         self.fs.invalidate_cache(path)

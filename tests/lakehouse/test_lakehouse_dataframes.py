@@ -1,0 +1,75 @@
+"""pandas and DuckDB read Parquet through the ``nexus`` fsspec filesystem."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from lakehouse_helpers import entry_files, make_cache, put_object
+
+from nexus_cache.lakehouse import CacheStatus, NexusCacheFileSystem
+
+
+def _parquet(n: int = 5_000) -> tuple[pa.Table, bytes]:
+    table = pa.table({"id": pa.array(range(n), pa.int64()), "v": [i % 7 for i in range(n)]})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return table, sink.getvalue()
+
+
+def test_pandas_reads_a_chained_url_through_the_cache(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    import pandas as pd
+
+    table, data = _parquet()
+    put_object(s3_endpoint, s3_bucket, "pd/part-0.parquet", data)
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        opts = {
+            "s3": {"client_kwargs": {"endpoint_url": s3_endpoint}},
+            "nexus": {"cache": cache},
+        }
+        url = f"nexus::s3://{s3_bucket}/pd/part-0.parquet"
+        first = pd.read_parquet(url, storage_options=opts)
+        second = pd.read_parquet(url, storage_options=opts)
+        statuses = [d.cache_status for d in cache.events.reads()]
+    assert first.equals(table.to_pandas())
+    assert second.equals(first)
+    assert statuses[0] is CacheStatus.MISS
+    assert CacheStatus.HIT in statuses[1:]
+    assert len(entry_files(root)) == 1
+
+
+def test_duckdb_reads_through_a_registered_nexus_filesystem(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    import duckdb
+
+    table, data = _parquet()
+    put_object(s3_endpoint, s3_bucket, "dk/part-0.parquet", data)
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        s3 = fsspec.filesystem(
+            "s3", client_kwargs={"endpoint_url": s3_endpoint}, skip_instance_cache=True
+        )
+        fs = NexusCacheFileSystem(fs=s3, cache=cache, skip_instance_cache=True)
+        con = duckdb.connect()
+        try:
+            con.register_filesystem(fs)
+            query = f"SELECT count(*), sum(id), sum(v) FROM read_parquet('nexus://{s3_bucket}/dk/part-0.parquet')"
+            got = con.execute(query).fetchone()
+            again = con.execute(query).fetchone()
+        finally:
+            con.close()
+        statuses = [d.cache_status for d in cache.events.reads()]
+    ids = table.column("id").to_pylist()
+    vs = table.column("v").to_pylist()
+    assert got == (len(ids), sum(ids), sum(vs))
+    assert again == got
+    assert CacheStatus.MISS in statuses
+    assert CacheStatus.HIT in statuses
+    assert len(entry_files(root)) == 1
