@@ -6,12 +6,21 @@ process start time, so a pid reused by an unrelated process does not keep a dead
 reader's pin alive. A pin whose process is gone is reclaimed (removed) by whoever
 lists the pins next. Pins made on another host (a shared cache root) cannot be
 judged by pid; they count as live until older than ``foreign_max_age_s``.
+
+Within one process, pins are shared per ``(pins_dir, key)`` and reference-counted in
+memory: the first reader of an entry creates its pin file, later readers of the same
+entry only bump the count (and refresh the file's mtime, so another host judges
+its age from the latest reader), and the last release removes the file. A hot
+entry opened over and over thus costs one create and one unlink per burst of
+overlapping reads, not per open. The file never outlives the process's last reader
+of that entry (no linger), and a crashed process's file is reclaimed as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -49,18 +58,68 @@ def _my_start_time() -> int:
     return start
 
 
+class _Shared:
+    """The one pin file of this process on one key, with its in-process reader count."""
+
+    __slots__ = ("count", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 1
+
+
+# (pins_dir, key) -> shared pin file; guarded by _lock. Both are reset in a forked
+# child: the parent's files name the parent's pid and are the parent's to remove.
+_lock = threading.Lock()
+_shared: dict[tuple[str, str], _Shared] = {}
+
+
+def _reset_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+    _shared.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 class Pin:
-    """One reader's claim on an entry; :meth:`release` removes it (idempotent)."""
+    """One reader's claim on an entry; :meth:`release` drops it (idempotent).
 
-    __slots__ = ("key", "path")
+    Thread-safe. The pin file is shared with this process's other readers of the
+    same entry and removed when the last of them releases.
+    """
 
-    def __init__(self, key: str, path: Path | None) -> None:
+    __slots__ = ("_shared", "_slot", "key", "path")
+
+    def __init__(
+        self,
+        key: str,
+        path: Path | None,
+        slot: tuple[str, str] | None = None,
+        shared: _Shared | None = None,
+    ) -> None:
         self.key = key
         self.path = path
+        self._slot = slot
+        self._shared = shared
 
     def release(self) -> None:
-        path, self.path = self.path, None
-        if path is not None:
+        with _lock:
+            path, self.path = self.path, None
+            shared, self._shared = self._shared, None
+            if path is None:
+                return
+            if shared is not None:
+                shared.count -= 1
+                if shared.count > 0:
+                    return
+                if self._slot is not None and _shared.get(self._slot) is shared:
+                    del _shared[self._slot]
+                path = shared.path
+            # unlink under the lock: a concurrent pinner of the key must not join a
+            # file that is about to vanish
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -71,8 +130,7 @@ class Pin:
         self.release()
 
 
-def create_pin(pins_dir: Path, key: str) -> Pin:
-    """Create a pin on ``key``. Process-safe; the pin survives our crash."""
+def _new_pin_file(pins_dir: Path, key: str) -> Path:
     start = _my_start_time()
     name = f"{key}.{host_tag()}-{os.getpid()}-{start}-{os.urandom(6).hex()}{_SUFFIX}"
     path = pins_dir / name
@@ -83,7 +141,28 @@ def create_pin(pins_dir: Path, key: str) -> Pin:
         ensure_private_dir(pins_dir)
         fd = os.open(path, flags, 0o600)
     os.close(fd)
-    return Pin(key, path)
+    return path
+
+
+def create_pin(pins_dir: Path, key: str) -> Pin:
+    """Pin ``key``. Thread-safe and process-safe; the pin file survives our crash.
+
+    Joins this process's existing pin file on ``key`` when there is one; if that
+    file was removed behind our back (it should not be: our process is alive), a
+    new one replaces it.
+    """
+    slot = (os.fspath(pins_dir), key)
+    with _lock:
+        shared = _shared.get(slot)
+        if shared is not None:
+            try:
+                os.utime(shared.path)
+            except FileNotFoundError:
+                shared.path = _new_pin_file(pins_dir, key)
+            shared.count += 1
+            return Pin(key, shared.path, slot, shared)
+        shared = _shared[slot] = _Shared(_new_pin_file(pins_dir, key))
+        return Pin(key, shared.path, slot, shared)
 
 
 def _parse(name: str) -> tuple[str, str, int, int] | None:
