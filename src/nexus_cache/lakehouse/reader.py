@@ -1,8 +1,11 @@
 """The read handle returned by the lakehouse cache: a seekable binary file.
 
-A local read memory-maps the entry through a descriptor opened after the entry was
-pinned and re-checked; the descriptor's bytes stay readable for the whole read even
-if retention or a ``clear`` unlinks the file meanwhile. A remote read wraps the
+A local read holds a descriptor opened after the entry was pinned and re-checked;
+the descriptor's bytes stay readable for the whole read even if retention or a
+``clear`` unlinks the file meanwhile. Byte reads (``read``/``readinto``) copy with
+``pread`` straight into the result (one copy, measured faster than slicing a
+mapping); the zero-copy paths (``buffer``/``read_buffer``, which pyarrow uses)
+memory-map the entry through the same descriptor, mapped on first use. A remote read wraps the
 store's file object, opened pinned to the planned identity. Either way the handle
 carries :class:`~.events.ReadDiagnostics`.
 
@@ -53,8 +56,6 @@ class LakehouseFile(io.RawIOBase):
         self._pos = 0
         if fd is not None:
             self._size = os.fstat(fd).st_size
-            if self._size:
-                self._mm = mmap.mmap(fd, self._size, prot=mmap.PROT_READ)
         else:
             self._size = size if size is not None else _remote_size(remote)
 
@@ -84,7 +85,13 @@ class LakehouseFile(io.RawIOBase):
         self._check_open()
         if self._fd is None:
             raise io.UnsupportedOperation("buffer() is only available for local reads")
-        return memoryview(self._mm) if self._mm is not None else memoryview(b"")
+        mm = self._mapping()
+        return memoryview(mm) if mm is not None else memoryview(b"")
+
+    def _mapping(self) -> mmap.mmap | None:
+        if self._mm is None and self._fd is not None and self._size:
+            self._mm = mmap.mmap(self._fd, self._size, prot=mmap.PROT_READ)
+        return self._mm
 
     # -- reading -------------------------------------------------------------
     def _check_open(self) -> None:
@@ -104,12 +111,28 @@ class LakehouseFile(io.RawIOBase):
                 raise
             self._pos += len(data)
             return data
+        assert self._fd is not None
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
-        if self._mm is None or end <= self._pos:
+        if end <= self._pos:
             return b""
-        data = self._mm[self._pos : end]
-        self._pos = end
+        data = os.pread(self._fd, end - self._pos, self._pos)
+        if len(data) < end - self._pos:  # a short read: finish into one buffer
+            buf = bytearray(end - self._pos)
+            buf[: len(data)] = data
+            got = len(data) + self._pread_into(memoryview(buf)[len(data) :], self._pos + len(data))
+            data = bytes(buf[:got])
+        self._pos += len(data)
         return data
+
+    def _pread_into(self, view: memoryview, offset: int) -> int:
+        assert self._fd is not None
+        done = 0
+        while done < len(view):
+            n = os.preadv(self._fd, [view[done:]], offset + done)
+            if n == 0:
+                break  # end of file
+            done += n
+        return done
 
     def read_buffer(self, nbytes: int | None = None) -> memoryview | bytes:
         """Like :meth:`read`, but a local read returns a zero-copy view of the mapping.
@@ -118,12 +141,15 @@ class LakehouseFile(io.RawIOBase):
         of a hit through fsspec or a plain file object copy nothing.
         """
         self._check_open()
-        if self._mm is None:
+        if self._mapping() is None:
+            if self._fd is not None:
+                return memoryview(b"")  # an empty entry
             if isinstance(self._remote, io.FileIO):
                 return self._native_read_buffer(nbytes)
             return self.read(-1 if nbytes is None else nbytes)
         end = self._size if nbytes is None or nbytes < 0 else min(self._size, self._pos + nbytes)
         start, self._pos = self._pos, max(self._pos, end)
+        assert self._mm is not None
         return memoryview(self._mm)[start : max(start, end)]
 
     def _native_read_buffer(self, nbytes: int | None) -> Any:
@@ -144,7 +170,14 @@ class LakehouseFile(io.RawIOBase):
         return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
+        self._check_open()
         view = memoryview(buffer).cast("B")
+        if self._fd is not None:
+            # straight from the descriptor into the caller's buffer: one copy
+            want = max(0, min(len(view), self._size - self._pos))
+            got = self._pread_into(view[:want], self._pos) if want else 0
+            self._pos += got
+            return got
         data = self.read(len(view))
         view[: len(data)] = data
         return len(data)
