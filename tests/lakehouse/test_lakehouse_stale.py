@@ -158,7 +158,10 @@ def test_overwrite_during_a_fill_is_caught_by_if_match(
             put_object(s3_endpoint, s3_bucket, "d.parquet", NEW)
         original(fd, data)
 
+    # several requests per fill, as for an object larger than the fill byte budget
+    # (within the budget a fill is one GET, which an overwrite cannot split)
     monkeypatch.setattr(fill_module, "_CHUNK", 64 * 1024)
+    monkeypatch.setattr(fill_module, "_MAX_REQUEST", 64 * 1024)
     monkeypatch.setattr(fill_module, "_write_chunk", overwrite_once)
     root = tmp_path / "c"
     with make_cache(root, policy="fill_before_read") as cache:

@@ -6,7 +6,12 @@ A fill, for entry key ``K`` of a planned identity:
    waited on the lock finds the entry the first one published, and stops);
 2. holds a lease of the service-wide :class:`~.limits.FillLimits`;
 3. writes an exclusive temp (``O_EXCL``, 0600) from the remote object opened
-   *pinned to the planned identity* (:func:`~.remote.open_pinned`), hashing it;
+   *pinned to the planned identity* (:func:`~.remote.open_pinned`), hashing it as
+   the bytes arrive (no second pass). A remote object is fetched in requests as
+   large as the fill's byte budget allows (``min(size, max_host_bytes)``: the
+   bytes the lease already charges), so an object within the budget costs one
+   GET, pinned by If-Match / version id, instead of one ranged GET per 8 MiB;
+   a local source is copied in 8 MiB ``readinto`` steps through one buffer;
 4. validates the byte count against the identity's size;
 5. writes the identity record, then publishes the temp once (fsync, then link:
    a published path is never rewritten in place);
@@ -24,9 +29,11 @@ import dataclasses
 import enum
 import errno
 import hashlib
+import io
 import logging
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from nexus_cache._storage import lstat_key, new_temp, publish_temp, write_all
@@ -42,7 +49,10 @@ __all__ = ["FillOutcome", "FillResult", "Filler"]
 
 logger = logging.getLogger("nexus_cache.lakehouse")
 
-_CHUNK = 8 * 1024 * 1024
+_CHUNK = 8 * 1024 * 1024  # write/hash step, and the read step of a local source
+#: cap on one remote request; ``None``: the fill's byte budget (tests lower it to
+#: exercise multi-request fills, as objects larger than the budget have)
+_MAX_REQUEST: int | None = None
 _DISK_ERRORS = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
 
 
@@ -65,9 +75,28 @@ class FillResult:
         return self.outcome in (FillOutcome.FILLED, FillOutcome.PRESENT)
 
 
-def _write_chunk(fd: int, data: bytes) -> None:
+def _write_chunk(fd: int, data: bytes | memoryview) -> None:
     # One seam for fault injection (tests replace it to raise ENOSPC).
     write_all(fd, data)
+
+
+def _pieces(file: Any, block: int) -> Iterator[memoryview]:
+    """The bytes of ``file`` in write/hash steps of at most ``_CHUNK`` bytes.
+
+    A local file is read with ``readinto`` into one reused buffer (each piece is
+    valid until the next is asked for); any other file with ``read(block)``, one
+    store request per call, sliced without copying.
+    """
+    if isinstance(file, io.FileIO):
+        buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        while n := file.readinto(view):
+            yield view[:n]
+        return
+    while data := file.read(block):
+        whole = memoryview(data)
+        for start in range(0, len(whole), _CHUNK):
+            yield whole[start : start + _CHUNK]
 
 
 class Filler:
@@ -185,16 +214,21 @@ class Filler:
                 logger.exception("lakehouse: retention after filling %s failed", key)
         return FillResult(FillOutcome.FILLED, nbytes=nbytes)
 
+    def _request_bytes(self, size: int) -> int:
+        cap = self.limits.max_host_bytes if _MAX_REQUEST is None else _MAX_REQUEST
+        return max(1, min(size, cap))
+
     def _copy(self, fd: int, fs: Any, path: str, identity: SourceIdentity) -> tuple[int, str]:
         hasher = hashlib.sha256()
         nbytes = 0
-        source = open_pinned(fs, path, identity, block_size=_CHUNK, cache_type="none")
+        block = self._request_bytes(identity.content.size)
+        source = open_pinned(fs, path, identity, block_size=block, cache_type="none")
         try:
             try:
-                while chunk := source.file.read(_CHUNK):
-                    _write_chunk(fd, chunk)
-                    hasher.update(chunk)
-                    nbytes += len(chunk)
+                for piece in _pieces(source.file, block):
+                    _write_chunk(fd, piece)
+                    hasher.update(piece)
+                    nbytes += len(piece)
             except OSError as exc:
                 if is_expired_error(exc):
                     raise StalePlanError(
