@@ -17,16 +17,14 @@ from nexus_cache._storage import (
     check_owned_regular,
     ensure_private_dir,
     lstat_key,
-    new_temp,
-    publish_temp,
     stat_key,
     sweep_stale_temps,
     unlink_if_unchanged,
-    write_all,
 )
 from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import _fsscan
 from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._fswrite import publish_entry
 from nexus_cache.program._integrity import (
     READ_FLAGS,
     SIDECAR_SUFFIX,
@@ -55,11 +53,18 @@ __all__ = ["FileStreamProgramCache"]
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 _LOW_WATER = 0.9  # an eviction pass frees down to this fraction of the cap
 _DEFAULT_MEMORY_BYTES = 32 << 20
-# A memo hit on the entry this object stamped last, less than this long ago,
-# skips re-stamping: LRU order stays exact within the object and within 1 ms
-# across processes, and a hot loop on one kernel does one syscall, not two.
-_STAMP_RESOLUTION_NS = 1_000_000
+# A hit re-stamps the entry's atime unless it already lies within this window
+# before now: LRU order is exact to 1 s, which eviction (least recently read
+# first, over minutes to days) cannot tell from exact, and a hot entry costs
+# no metadata write (utime dirties the inode: a journal entry) per hit.
+_STAMP_WINDOW_NS = 1_000_000_000
+# An uncapped object keeps no shared byte counter (it has no cap to enforce);
+# it removes the counter at most this often, so a capped object sharing the
+# root rebuilds it by a scan and sees what uncapped writers added.
+_FORGET_USAGE_NS = 1_000_000_000
 _sha256 = hashlib.sha256
+_open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
+_getxattr, _utime, _time_ns = os.getxattr, os.utime, time.time_ns
 
 
 class FileStreamProgramCache(ProgramCacheResource):
@@ -114,7 +119,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 f"got {memory_bytes!r}"
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
-        self._last_stamped = ""
+        self._usage_forgotten_ns: int | None = None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
         self._root = ensure_private_dir(root)
         self._entries = str(ensure_private_dir(self._root / "entries"))
@@ -163,7 +168,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                         self._hits += 1
                     return data
         try:
-            fd = os.open(path, READ_FLAGS)
+            fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
             self._count_miss()
             raise KeyError(key) from None
@@ -175,30 +180,42 @@ class FileStreamProgramCache(ProgramCacheResource):
                 ) from None
             raise
         try:
-            st = os.fstat(fd)
+            st = _fstat(fd)
             if st.st_uid != self._uid or st.st_mode & _S_IFMT != _S_IFREG:
                 check_owned_regular(path, st)
             size = st.st_size
-            data = os.read(fd, size)
+            data = _read(fd, size)
             if len(data) != size:
                 data = read_rest(fd, data, size)
-            record = read_record(fd, path, st.st_ino, self._xattr)
-            if record is None:
-                self._count_miss()
-                raise KeyError(key)
+            if self._xattr:
+                try:
+                    record: bytes | None = _getxattr(fd, XATTR_NAME)
+                except OSError:
+                    record = b""  # nothing vouches for the bytes: corrupt
+            else:
+                record = read_record(fd, path, st.st_ino, False)
+                if record is None:
+                    self._count_miss()
+                    raise KeyError(key)
             if not record_matches(record, data):
                 self._drop_corrupt(path, st)
                 raise KeyError(key)
-            # Same inode as the fstat above, so a rewriter's fresh file is never
-            # stamped; mtime is kept so stat guards elsewhere stay valid.
-            now = time.time_ns()
-            os.utime(fd, ns=(now, st.st_mtime_ns))
+            now = _time_ns()
+            stamp = st.st_atime_ns
+            if not 0 <= now - stamp < _STAMP_WINDOW_NS:
+                # Same inode as the fstat above, so a rewriter's fresh file is
+                # never stamped; mtime is kept so stat guards elsewhere stay valid.
+                _utime(fd, ns=(now, st.st_mtime_ns))
+                stamp = now
+                stamped = True
+            else:
+                stamped = False
             if memo is not None and memo.second_read(path, (st.st_ino, size, st.st_mtime_ns)):
-                ctime = os.fstat(fd).st_ctime_ns  # after our own stamp changed it
-                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data, now))
+                # our own stamp moved the ctime
+                ctime = _fstat(fd).st_ctime_ns if stamped else st.st_ctime_ns
+                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data, stamp))
         finally:
-            os.close(fd)
-        self._last_stamped = path
+            _close(fd)
         with self._lock:
             self._hits += 1
         return data
@@ -220,12 +237,8 @@ class FileStreamProgramCache(ProgramCacheResource):
         ):
             memo.discard(path)
             return None  # rewritten, modified or tampered with: read and verify again
-        now = time.time_ns()
-        if (
-            path != self._last_stamped
-            or now - entry.stamp_ns >= _STAMP_RESOLUTION_NS
-            or st.st_atime_ns < entry.stamp_ns
-        ):
+        now = _time_ns()
+        if not 0 <= now - st.st_atime_ns < _STAMP_WINDOW_NS:
             # Path-based, guarded by the lstat just above: if a rewrite lands in
             # between, its fresh file gets our atime and the old mtime, which
             # no guard or memo mistakes for the old file (they compare inodes).
@@ -240,7 +253,6 @@ class FileStreamProgramCache(ProgramCacheResource):
             else:
                 memo.discard(path)
             entry.stamp_ns = now
-            self._last_stamped = path
         return entry.data
 
     def _count_miss(self) -> None:
@@ -261,12 +273,13 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     # -- write --------------------------------------------------------------
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
-        kb = as_key_bytes(key)
-        data = as_value_bytes(value)
-        path = self._path_for(kb)
-        size = len(data)
+        kb = key if key.__class__ is bytes else as_key_bytes(key)
+        data = value if value.__class__ is bytes else as_value_bytes(value)
+        h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
+        path = self._prefix + h[:2] + "/" + h
+        size = len(data)  # type: ignore[arg-type]
         cap = self._max
-        old = lstat_key(path)
+        old = lstat_key(path) if cap is not None else None  # only a counter needs it
         if cap is not None and size > cap:
             # Not stored, nothing else evicted; the superseded entry under this
             # key goes, so a reader never gets bytes older than the last store.
@@ -276,30 +289,45 @@ class FileStreamProgramCache(ProgramCacheResource):
                 self._oversize += 1
             log_oversize(self, size, cap)
             return
-        fd, tmp = new_temp(self._tmp)
-        try:
-            write_all(fd, data)
-            ino = 0 if self._xattr else os.fstat(fd).st_ino  # the sidecar names the inode
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
         if self._xattr:
-            publish_temp(fd, tmp, path, xattrs={XATTR_NAME: make_record(data)})
+            publish_entry(self._tmp, path, data, (XATTR_NAME, make_record(data)))  # type: ignore[arg-type]
         else:
-            publish_temp(fd, tmp, path)
-            atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data), tmp_dir=self._tmp)
-        self._last_stamped = path  # a new file's atime is its creation time
+            ino = publish_entry(self._tmp, path, data, None)  # type: ignore[arg-type]
+            atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data), tmp_dir=self._tmp)  # type: ignore[arg-type]
         if self._memo is not None:
             self._memo.discard(path)
         with self._lock:
             self._stores += 1
+        if cap is None:
+            self._forget_usage()
+            return
         total = self._usage.add(size - (old.size if old is not None else 0))
-        if cap is not None:
-            if total is None:  # counter removed behind our back: rebuild it
-                total = self._usage.initialise(self._scan_total)
-            if total > cap:
-                self._evict(int(cap * _LOW_WATER), keep=path)
+        if total is None:  # counter removed behind our back: rebuild it
+            total = self._usage.initialise(self._scan_total)
+        if total > cap:
+            self._evict(int(cap * _LOW_WATER), keep=path)
+
+    def _forget_usage(self) -> None:
+        """Uncapped: remove the shared counter, at most once per second per object.
+
+        An uncapped object has no cap to enforce, so its stores skip the
+        counter's flocked read-modify-write (~5-8 us each). Removing the
+        counter instead makes the next capped store anywhere rebuild it from
+        a scan, so a capped object sharing this root undercounts uncapped
+        stores by at most about one second's worth, and every eviction pass
+        folds the scan's truth in anyway. Removals (rare, off the hot path)
+        still subtract from the counter when it exists, so a concurrent
+        deleter's bytes are accounted for exactly as before.
+        """
+        now = time.monotonic_ns()
+        last = self._usage_forgotten_ns
+        if last is not None and now - last < _FORGET_USAGE_NS:
+            return
+        self._usage_forgotten_ns = now
+        try:
+            os.unlink(self._usage.path)
+        except FileNotFoundError:
+            pass
 
     def _remove(self, path: str) -> bool:
         try:

@@ -42,6 +42,7 @@ _MAGIC = b"nxc1"
 _RECORD = struct.Struct("<4sIQ")
 _SIDECAR = struct.Struct("<4sQIQ")  # magic, inode, crc, length
 RECORD_SIZE = _RECORD.size
+_pack, _crc32 = _RECORD.pack, zlib.crc32
 # O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
@@ -53,10 +54,8 @@ def make_record(data: bytes) -> bytes:
 
 def record_matches(record: bytes, data: bytes) -> bool:
     """Whether ``record`` (as read back) vouches for exactly ``data``."""
-    if len(record) != RECORD_SIZE:
-        return False
-    magic, crc, length = _RECORD.unpack(record)
-    return magic == _MAGIC and length == len(data) and crc == zlib.crc32(data)
+    # One pack and one compare: equal exactly when magic, CRC and length all match.
+    return record == _pack(_MAGIC, _crc32(data), len(data))
 
 
 def make_sidecar(ino: int, data: bytes) -> bytes:

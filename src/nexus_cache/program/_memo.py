@@ -60,11 +60,13 @@ class VerifiedMemo:
             return False
 
     def get(self, path: str) -> MemoEntry | None:
-        with self._lock:
-            entry = self._entries.get(path)
-            if entry is not None:
-                self._entries.move_to_end(path)
-            return entry
+        # A miss (every first read) takes no lock: one dict lookup is atomic.
+        entry = self._entries.get(path)
+        if entry is not None:
+            with self._lock:
+                if path in self._entries:
+                    self._entries.move_to_end(path)
+        return entry
 
     def put(self, path: str, entry: MemoEntry) -> None:
         size = len(entry.data)
