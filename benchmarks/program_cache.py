@@ -5,7 +5,9 @@ Prints, for each measurement, the median per-operation time of ours and of
 the peer (``cuda.core.utils``) and the ratio ours/peer, with its target:
 
 * ``hit 16KiB``     FileStream ``get`` of a warm 16 KiB entry, repeated, and
-                    each entry read once by a fresh cache object (target <= 0.25)
+                    each entry read once by a fresh cache object, just after
+                    the fill and with every entry last read an hour ago
+                    (so every read writes an atime stamp)      (target <= 0.25)
 * ``compile hit``   source -> ObjectCode on a hit, end to end:
                     peer ``Program.compile(cache=peer)`` vs ours through the
                     same cuda.core call (``cache=ours``) and ours through
@@ -116,14 +118,36 @@ def bench_hit(tmp: Path, reps: int, ours_cls: type, peer_cls: type) -> Row:
     return Row("hit 16KiB, repeated (FileStream get)", o, p, 0.25)
 
 
-def bench_first_read(tmp: Path, reps: int, ours_cls: type, peer_cls: type) -> Row:
-    """Each entry read once by a freshly opened cache object (no in-process reuse)."""
+def _age_atimes(root: Path, seconds: float) -> None:
+    """Set every file's atime ``seconds`` into the past (mtime kept)."""
+    atime = time.time_ns() - int(seconds * 1e9)
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            os.utime(path, ns=(atime, os.lstat(path).st_mtime_ns))
+
+
+def bench_first_read(
+    tmp: Path, reps: int, ours_cls: type, peer_cls: type, *, aged: bool = False
+) -> Row:
+    """Each entry read once by a freshly opened cache object (no in-process reuse).
+
+    ``aged``: every entry was last read an hour ago, so every read must write
+    a fresh atime stamp (ours skips the stamp when the atime is already under
+    1 s old, which entries that were just written are).
+    """
     value = os.urandom(ENTRY)
-    keys = [b"f%031d" % i for i in range(reps)]
-    fill(ours_cls(tmp / "first-ours"), keys, value)
-    fill(peer_cls(tmp / "first-peer"), keys, value)
-    ours, peer = ours_cls(tmp / "first-ours"), peer_cls(tmp / "first-peer")
+    tag = "aged" if aged else "first"
+    keys = [b"%s%027d" % (tag.encode(), i) for i in range(reps)]
+    fill(ours_cls(tmp / f"{tag}-ours"), keys, value)
+    fill(peer_cls(tmp / f"{tag}-peer"), keys, value)
+    if aged:
+        _age_atimes(tmp / f"{tag}-ours", 3600)
+        _age_atimes(tmp / f"{tag}-peer", 3600)
+    ours, peer = ours_cls(tmp / f"{tag}-ours"), peer_cls(tmp / f"{tag}-peer")
     o, p = compare_us(lambda i: ours.get(keys[i]), lambda i: peer.get(keys[i]), reps)
+    if aged:
+        return Row("hit 16KiB, first read, last read 1 h ago", o, p, 0.25)
     return Row("hit 16KiB, first read by this object", o, p, 0.25)
 
 
@@ -320,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = [bench_hit(tmp, args.reps, Ours, Peer)]
         rows.append(bench_first_read(tmp, min(args.reps, 1000), Ours, Peer))
+        rows.append(bench_first_read(tmp, min(args.reps, 1000), Ours, Peer, aged=True))
         rows += bench_compile_hit(tmp, max(200, args.reps // 4), Ours, Peer)
         rows.append(bench_store(tmp, args.store_reps, Ours, Peer))
         if not args.skip_scale:

@@ -85,6 +85,37 @@ def test_hit_stamps_atime_and_keeps_mtime(cache):
     assert st.st_mtime_ns == 2_000_000_000
 
 
+def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
+    # LRU is exact to 1 s: an atime already that recent is not rewritten, so a
+    # hot entry costs no metadata write; one a little older is stamped again.
+    # (Stamps are observed at the call: the kernel's relatime may move atime
+    # on a read by itself.)
+    cache[b"k"] = b"v"
+    p = entry_path(cache, b"k")
+    mtime = os.lstat(p).st_mtime_ns
+    stamps = []
+    real = _filestream._utime
+
+    def spy(fd, *, ns):
+        stamps.append(ns)
+        return real(fd, ns=ns)
+
+    monkeypatch.setattr(_filestream, "_utime", spy)
+    os.utime(p, ns=(time.time_ns() - 200_000_000, mtime))
+    assert FileStreamProgramCache(cache.path)[b"k"] == b"v"  # a fresh object reads the disk
+    assert stamps == []
+    os.utime(p, ns=(time.time_ns() - 1_500_000_000, mtime))
+    before = time.time_ns()
+    assert FileStreamProgramCache(cache.path)[b"k"] == b"v"
+    assert len(stamps) == 1
+    assert stamps[0][0] >= before
+    assert stamps[0][1] == mtime
+    assert os.lstat(p).st_atime_ns >= before
+    os.utime(p, ns=(time.time_ns() + 10**11, mtime))  # a future atime (clock step) is redone
+    assert FileStreamProgramCache(cache.path)[b"k"] == b"v"
+    assert len(stamps) == 2
+
+
 def test_eviction_follows_atime_not_write_order(tmp_path):
     c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=1000)
     for i, k in enumerate((b"a", b"b", b"c")):
@@ -221,6 +252,36 @@ def test_usage_counter_tracks_and_self_heals(tmp_path):
 
 
 # -- temp handling ------------------------------------------------------------
+
+
+def test_uncapped_stores_keep_no_counter_and_capped_ones_see_them(tmp_path):
+    # An uncapped object has no cap to enforce: its stores neither create nor
+    # lock the shared counter. It removes the counter (at most once a second),
+    # so a capped object sharing the root rebuilds it and counts those bytes.
+    capped = FileStreamProgramCache(tmp_path / "c", max_size_bytes=10_000)
+    capped[b"a"] = b"x" * 100
+    assert capped._usage.read() == 100
+    free = FileStreamProgramCache(tmp_path / "c")
+    free[b"b"] = b"y" * 200
+    assert not (tmp_path / "c" / "usage").exists()
+    free[b"c"] = b"z" * 300  # within the second: not even an unlink
+    assert not (tmp_path / "c" / "usage").exists()
+    capped[b"d"] = b"w" * 50
+    assert capped._usage.read() == 650  # rebuilt from a scan: nothing lost
+    free[b"e"] = b"v" * 5  # the counter exists again, but this object forgot it < 1 s ago
+    assert capped._usage.read() == 650
+    del free[b"a"]  # removals still subtract
+    assert capped._usage.read() == 550
+
+
+def test_deleted_shard_dir_heals_on_store(cache):
+    cache[b"k"] = b"v"
+    shard = entry_path(cache, b"k").parent
+    shutil.rmtree(shard)
+    cache[b"k"] = b"v2"
+    assert cache[b"k"] == b"v2"
+    assert stat.S_IMODE(os.lstat(shard).st_mode) == 0o700
+    assert os.listdir(cache.path / "tmp") == []
 
 
 def test_tmp_dir_self_heals(cache):
