@@ -84,13 +84,16 @@ class FileStreamProgramCache(ProgramCacheResource):
       ``user.nexus.v1`` xattr (a ``.sum`` sidecar where the filesystem has no
       user xattrs). A truncated or bit-flipped entry reads as a miss, is
       removed and is counted in ``stats().corrupt``.
-    * True LRU: every hit stamps the entry's atime through the open fd (same
-      inode, so a concurrent rewrite is never stamped); eviction removes the
+    * LRU by access time, exact to 1 s: a hit stamps the entry's atime
+      through the open fd (same inode, so a concurrent rewrite is never
+      stamped) unless it is already under 1 s old; eviction removes the
       least recently read first.
     * ``max_size_bytes`` is a best-effort cap shared by all processes: a
       store that takes the shared counter over the cap runs one eviction
       pass (one process at a time) down to 90% of the cap. An entry larger
       than the cap is not stored and evicts nothing (``stats().oversize``).
+      Uncapped objects keep no counter on their stores; they remove it (at
+      most once a second) so capped objects rebuild it from a scan.
     * Security: the root is created 0700; a root or entry that is a symlink
       or belongs to another user raises :class:`CacheSecurityError`.
     * Fast repeat hits: up to ``memory_bytes`` (default 32 MiB, ``0`` to
