@@ -86,13 +86,13 @@ def test_hit_stamps_atime_and_keeps_mtime(cache):
 
 
 def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
-    # LRU is exact to 1 s: an atime already that recent is not rewritten, so a
-    # hot entry costs no metadata write; one a little older is stamped again.
-    # (Stamps are observed at the call: the kernel's relatime may move atime
-    # on a read by itself.)
+    # Re-reads are ordered to 1 s: an atime that a read stamped (after the
+    # mtime) that recently is not rewritten, so a hot entry costs no metadata
+    # write; one a little older is stamped again, and so is an entry never
+    # read since its write (atime <= mtime), however recent.
     cache[b"k"] = b"v"
     p = entry_path(cache, b"k")
-    mtime = os.lstat(p).st_mtime_ns
+    mtime = os.lstat(p).st_mtime_ns - 5_000_000_000
     stamps = []
     real = _filestream._utime
 
@@ -114,6 +114,11 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     os.utime(p, ns=(time.time_ns() + 10**11, mtime))  # a future atime (clock step) is redone
     assert FileStreamProgramCache(cache.path)[b"k"] == b"v"
     assert len(stamps) == 2
+    cache[b"n"] = b"new"  # never read: atime <= mtime, stamped on its first read
+    assert FileStreamProgramCache(cache.path)[b"n"] == b"new"
+    assert len(stamps) == 3
+    st = os.lstat(entry_path(cache, b"n"))
+    assert st.st_atime_ns > st.st_mtime_ns
 
 
 def test_eviction_follows_atime_not_write_order(tmp_path):
@@ -451,6 +456,27 @@ def test_foreign_owned_entry_refused(cache):
     assert cache.stats().entries == 0
     cache.clear()
     assert entry_path(cache, b"k").exists()  # not ours to delete
+
+
+def test_foreign_owned_entry_refused_where_o_noatime_is_refused(cache, monkeypatch):
+    # As a non-root user the kernel refuses O_NOATIME (EPERM) on a file we do
+    # not own; the read must fall back and still refuse the entry clearly.
+    cache[b"k"] = b"v"
+    p = entry_path(cache, b"k")
+    os.chown(p, OTHER_UID, OTHER_UID)
+    real_open = os.open
+    refused = []
+
+    def open_like_non_root(path, flags, *args):
+        if flags & os.O_NOATIME and os.lstat(path).st_uid != os.geteuid():
+            refused.append(path)
+            raise PermissionError(1, "Operation not permitted", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_like_non_root)
+    with pytest.raises(CacheSecurityError, match="owned by uid"):
+        cache[b"k"]
+    assert refused == [str(p)]
 
 
 def test_fifo_entry_does_not_hang(cache):

@@ -26,11 +26,11 @@ from nexus_cache.program import _fsscan
 from nexus_cache.program._caps import log_oversize, validate_cap
 from nexus_cache.program._fswrite import publish_entry
 from nexus_cache.program._integrity import (
-    READ_FLAGS,
     SIDECAR_SUFFIX,
     XATTR_NAME,
     make_record,
     make_sidecar,
+    open_entry,
     read_record,
     read_rest,
     record_matches,
@@ -53,8 +53,9 @@ __all__ = ["FileStreamProgramCache"]
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 _LOW_WATER = 0.9  # an eviction pass frees down to this fraction of the cap
 _DEFAULT_MEMORY_BYTES = 32 << 20
-# A hit re-stamps the entry's atime unless it already lies within this window
-# before now: LRU order is exact to 1 s, which eviction (least recently read
+# A hit stamps the entry's atime unless a read already stamped it (atime after
+# mtime) less than this long ago: the first read after a write always promotes
+# the entry, re-reads are ordered to 1 s, which eviction (least recently read
 # first, over minutes to days) cannot tell from exact, and a hot entry costs
 # no metadata write (utime dirties the inode: a journal entry) per hit.
 _STAMP_WINDOW_NS = 1_000_000_000
@@ -63,7 +64,7 @@ _STAMP_WINDOW_NS = 1_000_000_000
 # root rebuilds it by a scan and sees what uncapped writers added.
 _FORGET_USAGE_NS = 1_000_000_000
 _sha256 = hashlib.sha256
-_open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
+_close, _read, _fstat = os.close, os.read, os.fstat
 _getxattr, _utime, _time_ns = os.getxattr, os.utime, time.time_ns
 
 
@@ -84,9 +85,10 @@ class FileStreamProgramCache(ProgramCacheResource):
       ``user.nexus.v1`` xattr (a ``.sum`` sidecar where the filesystem has no
       user xattrs). A truncated or bit-flipped entry reads as a miss, is
       removed and is counted in ``stats().corrupt``.
-    * LRU by access time, exact to 1 s: a hit stamps the entry's atime
-      through the open fd (same inode, so a concurrent rewrite is never
-      stamped) unless it is already under 1 s old; eviction removes the
+    * LRU by access time: a hit stamps the entry's atime through the open
+      fd (same inode, so a concurrent rewrite is never stamped) unless a
+      read stamped it less than 1 s ago (so re-reads are ordered to 1 s;
+      the first read after a write always promotes); eviction removes the
       least recently read first.
     * ``max_size_bytes`` is a best-effort cap shared by all processes: a
       store that takes the shared counter over the cap runs one eviction
@@ -171,7 +173,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                         self._hits += 1
                     return data
         try:
-            fd = _open(path, READ_FLAGS)
+            fd = open_entry(path)
         except FileNotFoundError:
             self._count_miss()
             raise KeyError(key) from None
@@ -205,7 +207,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 raise KeyError(key)
             now = _time_ns()
             stamp = st.st_atime_ns
-            if not 0 <= now - stamp < _STAMP_WINDOW_NS:
+            if stamp <= st.st_mtime_ns or not 0 <= now - stamp < _STAMP_WINDOW_NS:
                 # Same inode as the fstat above, so a rewriter's fresh file is
                 # never stamped; mtime is kept so stat guards elsewhere stay valid.
                 _utime(fd, ns=(now, st.st_mtime_ns))
@@ -241,7 +243,8 @@ class FileStreamProgramCache(ProgramCacheResource):
             memo.discard(path)
             return None  # rewritten, modified or tampered with: read and verify again
         now = _time_ns()
-        if not 0 <= now - st.st_atime_ns < _STAMP_WINDOW_NS:
+        atime = st.st_atime_ns
+        if atime <= entry.mtime_ns or not 0 <= now - atime < _STAMP_WINDOW_NS:
             # Path-based, guarded by the lstat just above: if a rewrite lands in
             # between, its fresh file gets our atime and the old mtime, which
             # no guard or memo mistakes for the old file (they compare inodes).
@@ -431,7 +434,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             report.checked += 1
             name = os.path.basename(e.path)
             try:
-                fd = os.open(e.path, READ_FLAGS)
+                fd = open_entry(e.path)
             except FileNotFoundError:
                 continue
             try:

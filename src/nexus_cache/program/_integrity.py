@@ -24,6 +24,7 @@ from nexus_cache._storage import new_temp
 
 __all__ = [
     "READ_FLAGS",
+    "open_entry",
     "RECORD_SIZE",
     "SIDECAR_SUFFIX",
     "XATTR_NAME",
@@ -44,7 +45,11 @@ _SIDECAR = struct.Struct("<4sQIQ")  # magic, inode, crc, length
 RECORD_SIZE = _RECORD.size
 _pack, _crc32 = _RECORD.pack, zlib.crc32
 # O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+PLAIN_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# O_NOATIME: a read never moves the atime by itself (relatime would, on a
+# fresh entry); the cache writes its own stamp (see the stamp window), and
+# verify() leaves the LRU order alone.
+READ_FLAGS = PLAIN_READ_FLAGS | getattr(os, "O_NOATIME", 0)
 _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
 
 
@@ -87,6 +92,16 @@ def xattrs_supported(tmp_dir: str) -> bool:
         os.unlink(path)
 
 
+def open_entry(path: str) -> int:
+    """Open an entry (or sidecar) for reading without following a symlink."""
+    try:
+        return os.open(path, READ_FLAGS)
+    except PermissionError:
+        # The kernel refuses O_NOATIME on a file we do not own: open it plainly,
+        # and the caller's ownership check refuses it with a clear message.
+        return os.open(path, PLAIN_READ_FLAGS)
+
+
 def read_rest(fd: int, head: bytes, size: int) -> bytes:
     """``head`` plus what follows it in ``fd`` up to ``size`` bytes in all."""
     parts = [head]
@@ -102,7 +117,7 @@ def read_rest(fd: int, head: bytes, size: int) -> bytes:
 
 def _sidecar_record(path: str, ino: int) -> bytes | None:
     try:
-        fd = os.open(path + SIDECAR_SUFFIX, READ_FLAGS)
+        fd = open_entry(path + SIDECAR_SUFFIX)
     except OSError:
         return None
     try:
