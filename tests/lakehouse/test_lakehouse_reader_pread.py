@@ -6,7 +6,10 @@ import io
 import os
 from pathlib import Path
 
+import pytest
 from lakehouse_helpers import make_cache, write_old_file
+
+from nexus_cache.errors import StalePlanError
 
 DATA = os.urandom(3 * 65536 + 123)
 
@@ -48,3 +51,19 @@ def test_empty_entry_reads_empty(tmp_path: Path) -> None:
             assert f.readinto(bytearray(8)) == 0
             assert bytes(f.read_buffer()) == b""
             assert bytes(f.buffer()) == b""
+
+
+def test_a_kept_hit_plan_executes_again_and_rechecks_locally(tmp_path: Path) -> None:
+    """Re-executing a plan is the documented way to skip the per-open identity check."""
+    src = write_old_file(tmp_path / "src" / "k.bin", DATA)
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        cache.read(str(src))
+        plan = cache.plan(str(src))
+        for _ in range(2):
+            with cache.execute(plan) as f:
+                assert f.is_local
+                assert f.read() == DATA
+        cache.clear()
+        with pytest.raises(StalePlanError, match="vanished"):
+            cache.execute(plan)
