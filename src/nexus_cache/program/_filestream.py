@@ -59,9 +59,8 @@ _DEFAULT_MEMORY_BYTES = 32 << 20
 # first, over minutes to days) cannot tell from exact, and a hot entry costs
 # no metadata write (utime dirties the inode: a journal entry) per hit.
 _STAMP_WINDOW_NS = 1_000_000_000
-# An uncapped object keeps no shared byte counter (it has no cap to enforce);
-# it removes the counter at most this often, so a capped object sharing the
-# root rebuilds it by a scan and sees what uncapped writers added.
+# An uncapped object keeps no shared byte counter on its stores; it removes
+# the counter at most this often instead (see UsageCounter.forget).
 _FORGET_USAGE_NS = 1_000_000_000
 _sha256 = hashlib.sha256
 _close, _read, _fstat = os.close, os.read, os.fstat
@@ -124,7 +123,6 @@ class FileStreamProgramCache(ProgramCacheResource):
                 f"got {memory_bytes!r}"
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
-        self._usage_forgotten_ns: int | None = None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
         self._root = ensure_private_dir(root)
         self._entries = str(ensure_private_dir(self._root / "entries"))
@@ -194,14 +192,15 @@ class FileStreamProgramCache(ProgramCacheResource):
                 data = read_rest(fd, data, size)
             if self._xattr:
                 try:
-                    record: bytes | None = _getxattr(fd, XATTR_NAME)
+                    record: bytes = _getxattr(fd, XATTR_NAME)
                 except OSError:
                     record = b""  # nothing vouches for the bytes: corrupt
             else:
-                record = read_record(fd, path, st.st_ino, False)
-                if record is None:
+                sidecar = read_record(fd, path, st.st_ino, False)
+                if sidecar is None:
                     self._count_miss()
                     raise KeyError(key)
+                record = sidecar
             if not record_matches(record, data):
                 self._drop_corrupt(path, st)
                 raise KeyError(key)
@@ -305,35 +304,14 @@ class FileStreamProgramCache(ProgramCacheResource):
         with self._lock:
             self._stores += 1
         if cap is None:
-            self._forget_usage()
+            # No cap to enforce: skip the counter (see UsageCounter.forget).
+            self._usage.forget(_FORGET_USAGE_NS)
             return
         total = self._usage.add(size - (old.size if old is not None else 0))
         if total is None:  # counter removed behind our back: rebuild it
             total = self._usage.initialise(self._scan_total)
         if total > cap:
             self._evict(int(cap * _LOW_WATER), keep=path)
-
-    def _forget_usage(self) -> None:
-        """Uncapped: remove the shared counter, at most once per second per object.
-
-        An uncapped object has no cap to enforce, so its stores skip the
-        counter's flocked read-modify-write (~5-8 us each). Removing the
-        counter instead makes the next capped store anywhere rebuild it from
-        a scan, so a capped object sharing this root undercounts uncapped
-        stores by at most about one second's worth, and every eviction pass
-        folds the scan's truth in anyway. Removals (rare, off the hot path)
-        still subtract from the counter when it exists, so a concurrent
-        deleter's bytes are accounted for exactly as before.
-        """
-        now = time.monotonic_ns()
-        last = self._usage_forgotten_ns
-        if last is not None and now - last < _FORGET_USAGE_NS:
-            return
-        self._usage_forgotten_ns = now
-        try:
-            os.unlink(self._usage.path)
-        except FileNotFoundError:
-            pass
 
     def _remove(self, path: str) -> bool:
         try:

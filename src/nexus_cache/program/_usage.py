@@ -3,8 +3,9 @@
 The counter is 8 bytes in ``<root>/usage``, read and updated under ``flock``
 on that same file; each update opens its own descriptor, so threads and
 processes exclude each other alike and a crashed holder releases the lock.
-It is an estimate: deltas are applied after the fact, and crashes or
-out-of-band deletes make it drift. Every eviction pass rescans the store
+It is an estimate: deltas are applied after the fact (stores by capped
+objects only; see :meth:`UsageCounter.forget`), and crashes or out-of-band
+deletes make it drift. Every eviction pass rescans the store
 and corrects it, so drift never outlives the next eviction.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import time
 from collections.abc import Callable
 
 __all__ = ["UsageCounter"]
@@ -24,6 +26,30 @@ _FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
 class UsageCounter:
     def __init__(self, path: str) -> None:
         self.path = path
+        self._forgotten_ns: int | None = None
+
+    def forget(self, every_ns: int) -> None:
+        """For a store by an uncapped object: remove the counter, at most once per ``every_ns``.
+
+        An uncapped object has no cap to enforce, so its stores skip the
+        counter's flocked read-modify-write (~5-8 us each). Removing the
+        counter instead makes the next capped store anywhere rebuild it from
+        a scan (:meth:`initialise`), so a capped object sharing the root
+        undercounts uncapped stores by at most ``every_ns`` worth, and every
+        eviction pass folds the scan's truth in anyway. Removals (rare, off
+        the hot path) still subtract through :meth:`add` when the counter
+        exists, so a concurrent deleter's bytes are accounted for exactly.
+        Thread-safe: a race at worst removes the file twice.
+        """
+        now = time.monotonic_ns()
+        last = self._forgotten_ns
+        if last is not None and now - last < every_ns:
+            return
+        self._forgotten_ns = now
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
     def _open(self, create: bool) -> int | None:
         try:
