@@ -565,12 +565,12 @@ def test_memo_is_bounded_lru():
 
     memo = VerifiedMemo(1000)
     for name in "abcd":
-        memo.put(name, MemoEntry(1, 200, 0, 0, b"x" * 200, 0))
+        memo.put(name, MemoEntry(1, 200, 0, 0, b"x" * 200))
     memo.get("a")
-    memo.put("e", MemoEntry(1, 200, 0, 0, b"x" * 200, 0))
-    memo.put("f", MemoEntry(1, 200, 0, 0, b"x" * 200, 0))
+    memo.put("e", MemoEntry(1, 200, 0, 0, b"x" * 200))
+    memo.put("f", MemoEntry(1, 200, 0, 0, b"x" * 200))
     assert memo.get("b") is None  # least recently used went first
     assert memo.get("a") is not None
     assert memo.nbytes == 1000
-    memo.put("huge", MemoEntry(1, 251, 0, 0, b"x" * 251, 0))  # > a quarter: not kept
+    memo.put("huge", MemoEntry(1, 251, 0, 0, b"x" * 251))  # > a quarter: not kept
     assert memo.get("huge") is None

@@ -205,19 +205,18 @@ class FileStreamProgramCache(ProgramCacheResource):
                 self._drop_corrupt(path, st)
                 raise KeyError(key)
             now = _time_ns()
-            stamp = st.st_atime_ns
-            if stamp <= st.st_mtime_ns or not 0 <= now - stamp < _STAMP_WINDOW_NS:
+            atime = st.st_atime_ns
+            if atime <= st.st_mtime_ns or not 0 <= now - atime < _STAMP_WINDOW_NS:
                 # Same inode as the fstat above, so a rewriter's fresh file is
                 # never stamped; mtime is kept so stat guards elsewhere stay valid.
                 _utime(fd, ns=(now, st.st_mtime_ns))
-                stamp = now
                 stamped = True
             else:
                 stamped = False
             if memo is not None and memo.second_read(path, (st.st_ino, size, st.st_mtime_ns)):
                 # our own stamp moved the ctime
                 ctime = _fstat(fd).st_ctime_ns if stamped else st.st_ctime_ns
-                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data, stamp))
+                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data))
         finally:
             _close(fd)
         with self._lock:
@@ -257,7 +256,6 @@ class FileStreamProgramCache(ProgramCacheResource):
                 entry.ctime_ns = after.st_ctime_ns  # our stamp moved it
             else:
                 memo.discard(path)
-            entry.stamp_ns = now
         return entry.data
 
     def _count_miss(self) -> None:

@@ -25,17 +25,14 @@ _SEEN_LIMIT = 4096  # paths remembered (without bytes) as read once
 
 
 class MemoEntry:
-    __slots__ = ("ctime_ns", "data", "ino", "mtime_ns", "size", "stamp_ns")
+    __slots__ = ("ctime_ns", "data", "ino", "mtime_ns", "size")
 
-    def __init__(
-        self, ino: int, size: int, mtime_ns: int, ctime_ns: int, data: bytes, stamp_ns: int
-    ) -> None:
+    def __init__(self, ino: int, size: int, mtime_ns: int, ctime_ns: int, data: bytes) -> None:
         self.ino = ino
         self.size = size
         self.mtime_ns = mtime_ns
         self.ctime_ns = ctime_ns
         self.data = data
-        self.stamp_ns = stamp_ns  # the atime we last wrote on the entry
 
 
 class VerifiedMemo:
