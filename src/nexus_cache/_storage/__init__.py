@@ -3,7 +3,7 @@
 Atomic publication (temp, fsync, rename), stat-guarded unlink and touch,
 stale-temp sweeping, private directories and inter-process locks. Every
 function is thread-safe and process-safe in the sense its docstring states.
-The agreed interface is recorded in ``.agents/STORAGE_API.md``.
+The interface and its guarantees are described in ``docs/storage.md``.
 """
 
 from __future__ import annotations
