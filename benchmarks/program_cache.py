@@ -203,10 +203,59 @@ def _mean_us(op: Callable[[int], object], n: int) -> float:
 _MIN_STORES = 2000  # timed full-cache stores of ours per size, at least
 
 
-def _scale_point(
-    tmp: Path, n: int, reps_hit: int, ours_cls: type, peer_cls: type
-) -> tuple[float, float, float, float, int, int, float]:
-    """Hit median and amortized store mean with the cache full at its cap.
+@dataclass
+class _ScalePoint:
+    n: int
+    ours: object
+    peer: object
+    keys: list[bytes]
+    built: float
+
+
+def _build_scale(tmp: Path, n: int, ours_cls: type, peer_cls: type) -> _ScalePoint:
+    """A cache of each side holding ``n`` entries of 1 KiB, full at its cap."""
+    value = os.urandom(SMALL)
+    keys = [b"%08d" % i + os.urandom(24) for i in range(n)]
+    t0 = time.perf_counter()
+    ours = ours_cls(tmp / f"scale-ours-{n}", max_size_bytes=n * SMALL, memory_bytes=0)
+    fill(ours, keys, value)
+    # Filled uncapped (a capped fill would rescan on every late store), then
+    # reopened with the cap for the timed part.
+    fill(peer_cls(tmp / f"scale-peer-{n}"), keys, value)
+    peer = peer_cls(tmp / f"scale-peer-{n}", max_size_bytes=n * SMALL)
+    return _ScalePoint(n, ours, peer, keys, time.perf_counter() - t0)
+
+
+def _interleaved_medians(
+    ops: list[Callable[[int], object]], n: int, blocks: int = 10
+) -> list[float]:
+    """Median us of each op, all timed in alternating blocks (same load for each)."""
+    times: list[list[int]] = [[] for _ in ops]
+    step = max(1, n // blocks)
+    for start in range(0, n, step):
+        count = min(step, n - start)
+        for op, out in zip(ops, times, strict=True):
+            _samples(op, start, count, out)
+    return [statistics.median(t) / 1000.0 for t in times]
+
+
+def _scale_stores(point: _ScalePoint) -> tuple[float, float, int, int]:
+    """Amortized store means of ours and the peer with the cache full at its cap."""
+    value = os.urandom(SMALL)
+    n = point.n
+    period = n // 10 + 1
+    ours_reps = period * -(-_MIN_STORES // period)
+    peer_reps = 200 if n <= 2000 else max(5, min(200, 400_000 // n))
+    ours, peer = point.ours, point.peer
+    so = _mean_us(lambda i: ours.__setitem__(b"new-o-%08d" % i, value), ours_reps)  # type: ignore[attr-defined]
+    sp = _mean_us(lambda i: peer.__setitem__(b"new-p-%08d" % i, value), peer_reps)  # type: ignore[attr-defined]
+    return so, sp, ours_reps, peer_reps
+
+
+def bench_scale(
+    tmp: Path, sizes: list[int], reps_hit: int, ours_cls: type, peer_cls: type
+) -> list[Row]:
+    """Hit median and amortized store mean with the cache full at its cap, per size.
 
     Like with like at every size, so the 1k/N ratio measures the on-disk
     structure: ours runs with its in-memory memo off (``memory_bytes=0``;
@@ -214,9 +263,10 @@ def _scale_point(
     one, which made the 1k hit partly a memory hit), each timed hit reads
     a different entry (sampled without replacement: with replacement, a
     third of the 1k picks were re-reads within the 1 s stamp window, which
-    skip the atime stamp, against almost none at 100k), and the disk is
-    synced after the build so neither size's stores pay for the other
-    side's fill still being written back.
+    skip the atime stamp, against almost none at 100k), the hits of every
+    size and side are timed in alternating blocks (a shared machine's load
+    then weighs on each size alike), and the disk is synced after the
+    builds so no size's stores pay for a fill still being written back.
 
     Every store past the cap must make room: the peer rescans all entries
     on each such store; ours frees down to 90% of the cap in one pass, so
@@ -227,45 +277,27 @@ def _scale_point(
     another, fsync noise). A window that is not a whole number of
     periods would over- or under-count evictions per store.
     """
-    value = os.urandom(SMALL)
-    cap = n * SMALL
-    keys = [b"%08d" % i + os.urandom(24) for i in range(n)]
-    t0 = time.perf_counter()
-    ours = ours_cls(tmp / f"scale-ours-{n}", max_size_bytes=cap, memory_bytes=0)
-    fill(ours, keys, value)
-    # Filled uncapped (a capped fill would rescan on every late store), then
-    # reopened with the cap for the timed part.
-    fill(peer_cls(tmp / f"scale-peer-{n}"), keys, value)
-    peer = peer_cls(tmp / f"scale-peer-{n}", max_size_bytes=cap)
+    points = [_build_scale(tmp, n, ours_cls, peer_cls) for n in sizes]
     os.sync()
-    built = time.perf_counter() - t0
-    rng = random.Random(n)
-    picks = rng.sample(keys, reps_hit + 1)
-    ours.get(picks[0])
-    peer.get(picks[0])
-    picks = picks[1:]
-    ho, hp = compare_us(lambda i: ours.get(picks[i]), lambda i: peer.get(picks[i]), len(picks))
-    period = n // 10 + 1
-    ours_reps = period * -(-_MIN_STORES // period)
-    peer_reps = 200 if n <= 2000 else max(5, min(200, 400_000 // n))
-    so = _mean_us(lambda i: ours.__setitem__(b"new-o-%08d" % i, value), ours_reps)
-    sp = _mean_us(lambda i: peer.__setitem__(b"new-p-%08d" % i, value), peer_reps)
-    shutil.rmtree(tmp / f"scale-peer-{n}", ignore_errors=True)
-    shutil.rmtree(tmp / f"scale-ours-{n}", ignore_errors=True)
-    return ho, hp, so, sp, ours_reps, peer_reps, built
-
-
-def bench_scale(
-    tmp: Path, sizes: list[int], reps_hit: int, ours_cls: type, peer_cls: type
-) -> list[Row]:
+    ops: list[Callable[[int], object]] = []
+    for point in points:
+        picks = random.Random(point.n).sample(point.keys, reps_hit + 1)
+        ours, peer = point.ours, point.peer
+        ours.get(picks[0])  # type: ignore[attr-defined]
+        peer.get(picks[0])  # type: ignore[attr-defined]
+        ops.append(lambda i, o=ours, p=picks: o.get(p[i + 1]))  # type: ignore[attr-defined]
+        ops.append(lambda i, o=peer, p=picks: o.get(p[i + 1]))  # type: ignore[attr-defined]
+    hits = _interleaved_medians(ops, reps_hit)
     rows = []
     base: dict[str, float] = {}
-    for n in sizes:
-        ho, hp, so, sp, ours_reps, peer_reps, built = _scale_point(
-            tmp, n, reps_hit, ours_cls, peer_cls
-        )
+    for k, point in enumerate(points):
+        ho, hp = hits[2 * k], hits[2 * k + 1]
+        so, sp, ours_reps, peer_reps = _scale_stores(point)
+        n = point.n
         tag = f"{n // 1000}k" if n % 1000 == 0 else str(n)
-        rows.append(Row(f"full cache, hit    @ {tag}", ho, hp, None, f"built in {built:.0f}s"))
+        rows.append(
+            Row(f"full cache, hit    @ {tag}", ho, hp, None, f"built in {point.built:.0f}s")
+        )
         rows.append(
             Row(
                 f"full cache, store  @ {tag} (mean)",
@@ -280,6 +312,9 @@ def bench_scale(
         else:
             rows.append(Row(f"ours hit   @ {tag} vs @ 1k", ho, base["hit"], 1.5, "ours/ours"))
             rows.append(Row(f"ours store @ {tag} vs @ 1k", so, base["store"], 1.5, "ours/ours"))
+    for n in sizes:
+        shutil.rmtree(tmp / f"scale-peer-{n}", ignore_errors=True)
+        shutil.rmtree(tmp / f"scale-ours-{n}", ignore_errors=True)
     return rows
 
 
@@ -370,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(bench_store(tmp, args.store_reps, Ours, Peer))
         if not args.skip_scale:
             sizes = [1000] if args.entries <= 1000 else [1000, args.entries]
-            # distinct entries per hit (see _scale_point), so fewer than the smallest size
+            # distinct entries per hit (see bench_scale), so fewer than the smallest size
             rows += bench_scale(tmp, sizes, min(args.reps, 999), Ours, Peer)
         ok = report(rows)
         if args.profile:
