@@ -13,7 +13,7 @@ import pytest
 from nexus_cache._storage import UnlinkResult, atomic_write
 from nexus_cache._storage._names import host_tag
 from nexus_cache.errors import CacheSecurityError, ConfigError
-from nexus_cache.program import FileStreamProgramCache, _filestream, _fsscan
+from nexus_cache.program import FileStreamProgramCache, _evictq, _filestream, _fsscan
 from nexus_cache.program._integrity import SIDECAR_SUFFIX, XATTR_NAME
 
 OTHER_UID = 54321
@@ -237,6 +237,74 @@ def test_fresh_entry_survives_even_when_alone_above_low_water(tmp_path):
     c[b"new"] = b"b" * 950  # only new fits; it is above the 900 low-water mark itself
     assert c.get(b"old") is None
     assert c.get(b"new") == b"b" * 950
+
+
+def test_each_store_evicts_a_bounded_batch_from_one_scan(tmp_path, monkeypatch):
+    # Bounded latency: the store that crosses the cap evicts what gets it back
+    # under the cap plus at most _EVICT_EXTRA more, and later stores above the
+    # low-water mark carry on from the same scan's list, rather than one store
+    # draining the cache to 90% of the cap (O(entries) unlinks) by itself.
+    extra = _filestream._EVICT_EXTRA
+    n, size = 1000, 100
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=n * size, memory_bytes=0)
+    for i in range(n):
+        c[b"k%d" % i] = b"x" * size
+        set_atime(entry_path(c, b"k%d" % i), 1000 + i)  # k0 least recently read
+    assert c.stats().evictions == 0  # exactly at the cap
+    real_unlink, real_scan = _fsscan.unlink_if_unchanged, _fsscan.scan
+    unlinks, scans = [], []
+
+    def counting_unlink(path, expected, **kw):
+        unlinks.append(path)
+        return real_unlink(path, expected, **kw)
+
+    def counting_scan(*a, **kw):
+        scans.append(a)
+        return real_scan(*a, **kw)
+
+    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", counting_unlink)
+    monkeypatch.setattr(_fsscan, "scan", counting_scan)
+    per_store = []
+    for i in range(n, n + 40):
+        before = len(unlinks)
+        c[b"k%d" % i] = b"y" * size
+        per_store.append(len(unlinks) - before)
+        assert c._usage.read() <= n * size
+        if i == n:
+            c[b"k%d" % (extra + 1)]  # read after the scan: no longer among the oldest
+    # 100_100 -> under the cap (1) + 64 more = 93_600; then 93_700 -> 90_000
+    # (37, the one read since the scan skipped); then one per store at 90_100.
+    assert per_store == [1 + extra, 37] + [1] * 38
+    assert len(scans) == 1  # one scan served all 40 stores
+    assert c.get(b"k%d" % (extra + 1)) is not None
+    gone = [k for k in range(extra + 1 + 37 + 38 + 1) if c.get(b"k%d" % k) is None]
+    assert gone == [k for k in range(extra + 1 + 37 + 38 + 1) if k != extra + 1]
+    assert c.stats().evictions == sum(per_store)
+    assert c._usage.read() == c.stats().bytes == 90_000
+
+
+def test_stale_candidate_list_that_runs_dry_over_the_cap_rescans(tmp_path, monkeypatch):
+    # The list outlives its scan: a candidate rewritten since is skipped, and
+    # when that leaves the list empty with the store still over the cap, the
+    # same store rescans (once) and evicts from the fresh list.
+    monkeypatch.setattr(_evictq, "_MIN_KEEP", 0)  # keep only what the bytes rule asks
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=1000, memory_bytes=0)
+    keys = [bytes([k]) for k in b"abcdefghij"]
+    for i, k in enumerate(keys):
+        c[k] = k * 100
+        set_atime(entry_path(c, k), 1000 + i)
+    real_scan = _fsscan.scan
+    scans = []
+    monkeypatch.setattr(_fsscan, "scan", lambda *a, **kw: scans.append(a) or real_scan(*a, **kw))
+    c[b"k"] = b"k" * 100  # 1100: list [a, b, c]; a then b go, down to 900
+    assert len(c._candidates) == 1
+    other = FileStreamProgramCache(c.path, max_size_bytes=1000)  # capped: keeps the counter
+    other[b"c"] = b"C" * 100  # another writer rewrites c
+    c[b"l"] = b"l" * 200  # 1100 again: c is skipped, the list runs dry, rescan
+    assert len(scans) == 2
+    assert [c.get(k) is None for k in keys] == [True] * 2 + [False] + [True] * 2 + [False] * 5
+    assert c.get(b"c") == b"C" * 100
+    assert c._usage.read() == c.stats().bytes == 900
 
 
 def test_usage_counter_tracks_and_self_heals(tmp_path):

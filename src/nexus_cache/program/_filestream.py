@@ -24,6 +24,7 @@ from nexus_cache._storage import (
 from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import _fsscan
 from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._evictq import CandidateQueue
 from nexus_cache.program._fswrite import publish_entry
 from nexus_cache.program._integrity import (
     SIDECAR_SUFFIX,
@@ -51,7 +52,11 @@ from nexus_cache.program._usage import UsageCounter
 __all__ = ["FileStreamProgramCache"]
 
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
-_LOW_WATER = 0.9  # an eviction pass frees down to this fraction of the cap
+_LOW_WATER = 0.9  # stores above this fraction of the cap evict (in batches)
+# A store evicts what it needs to get under the cap plus at most this many
+# more, so no single store pays for draining to the low-water mark; the next
+# stores above the mark carry on (each store adds one entry, evicts up to 64).
+_EVICT_EXTRA = 64
 _DEFAULT_MEMORY_BYTES = 32 << 20
 # A hit stamps the entry's atime unless a read already stamped it (atime after
 # mtime) less than this long ago: the first read after a write always promotes
@@ -90,8 +95,11 @@ class FileStreamProgramCache(ProgramCacheResource):
       the first read after a write always promotes); eviction removes the
       least recently read first.
     * ``max_size_bytes`` is a best-effort cap shared by all processes: a
-      store that takes the shared counter over the cap runs one eviction
-      pass (one process at a time) down to 90% of the cap. An entry larger
+      store that takes the shared counter over the cap evicts (one process
+      at a time) back under it plus at most 64 more, least recently read
+      first, from a candidate list kept from one scan; later stores above
+      90% of the cap evict their own bounded batch from that list, and a
+      fresh scan waits until the list is used up. An entry larger
       than the cap is not stored and evicts nothing (``stats().oversize``).
       Uncapped objects keep no counter on their stores; they remove it (at
       most once a second) so capped objects rebuild it from a scan.
@@ -135,6 +143,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         sweep_stale_temps(self._tmp)
         self._xattr = xattrs_supported(self._tmp)
         self._usage = UsageCounter(str(self._root / "usage"))
+        self._candidates = CandidateQueue()
         if self._max is not None:
             self._usage.initialise(self._scan_total)
 
@@ -308,8 +317,11 @@ class FileStreamProgramCache(ProgramCacheResource):
         total = self._usage.add(size - (old.size if old is not None else 0))
         if total is None:  # counter removed behind our back: rebuild it
             total = self._usage.initialise(self._scan_total)
-        if total > cap:
-            self._evict(int(cap * _LOW_WATER), keep=path)
+        low = int(cap * _LOW_WATER)
+        # Over the cap always evicts; between low water and the cap only while
+        # the last scan's list lasts (a fresh scan waits for the cap).
+        if total > cap or (total > low and len(self._candidates)):
+            self._evict_batch(total, cap, low, keep=path)
 
     def _remove(self, path: str) -> bool:
         try:
@@ -344,6 +356,58 @@ class FileStreamProgramCache(ProgramCacheResource):
         with self._lock:
             self._evictions += done.evicted
         return done.evicted, done.removed_bytes
+
+    def _evict_batch(self, total: int, cap: int, low: int, *, keep: str) -> None:
+        """A store's share of eviction: back under ``cap``, then a bounded batch toward ``low``."""
+        lock = FileLock(str(self._root / "evict.lock"))
+        if not lock.acquire(timeout=0):
+            return  # another thread or process is evicting; it will get under the cap
+        evicted = 0
+        try:
+            queue = self._candidates
+            scanned = False
+            while True:
+                if total > cap and not len(queue) and not scanned:
+                    total = self._rescan(cap, low)
+                    scanned = True
+                got, _, total = queue.evict_batch(
+                    self._usage,
+                    total,
+                    cap,
+                    low,
+                    extra=_EVICT_EXTRA,
+                    aside_dir=self._tmp,
+                    keep=keep,
+                    sidecars=not self._xattr,
+                )
+                evicted += got
+                # A stale list can run dry while still over the cap (its
+                # entries were read, rewritten or deleted): rescan once.
+                if total <= cap or scanned:
+                    break
+            if self._usage.read() is None:  # removed meanwhile (uncapped store)
+                self._usage.initialise(lambda: total)
+        finally:
+            lock.release()
+        with self._lock:
+            self._evictions += evicted
+
+    def _rescan(self, cap: int, low: int) -> int:
+        """Scan, fold the scan's truth into the counter, refill the list; the new total."""
+        sweep_stale_temps(self._tmp)
+        seen = self._usage.read()
+        result = _fsscan.scan(self._entries)
+        # As a full pass does, so drift never outlives the next scan.
+        if seen is None:
+            now: int | None = self._usage.initialise(lambda: result.total_bytes)
+        else:
+            now = self._usage.add(result.total_bytes - seen)
+        total = now if now is not None else result.total_bytes
+        # Keep the oldest entries worth twice the cap-to-low-water gap (plus
+        # any overshoot): one scan serves about two drains, and the list holds
+        # a fraction of the entries in memory, not all of them.
+        self._candidates.refill(result, 2 * (cap - low) + max(0, total - cap))
+        return total
 
     def prune(self, max_bytes: int) -> tuple[int, int]:
         """Evict least recently read entries until at most ``max_bytes`` remain.

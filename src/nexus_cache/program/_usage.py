@@ -5,8 +5,8 @@ on that same file; each update opens its own descriptor, so threads and
 processes exclude each other alike and a crashed holder releases the lock.
 It is an estimate: deltas are applied after the fact (stores by capped
 objects only; see :meth:`UsageCounter.forget`), and crashes or out-of-band
-deletes make it drift. Every eviction pass rescans the store
-and corrects it, so drift never outlives the next eviction.
+deletes make it drift. Every eviction scan (see _evictq) corrects it, so
+drift never outlives the next scan.
 """
 
 from __future__ import annotations
