@@ -269,9 +269,10 @@ def bench_scale(
     builds so no size's stores pay for a fill still being written back.
 
     Every store past the cap must make room: the peer rescans all entries
-    on each such store; ours frees down to 90% of the cap in one pass, so
-    it is timed over a whole number of such periods (n/10 + 1 stores each:
-    the first one runs the pass, the rest refill the freed 10%), at least
+    on each such store; ours scans once, then evicts from that scan's
+    oldest-first candidate list in bounded batches over the following
+    stores until about 10% of the cap is freed, so it is timed over a
+    whole number of such periods (about n/10 + 1 stores each), at least
     ``_MIN_STORES`` stores in all: one period from 20k entries up, 20 at 1k
     (a single 100-store period read 295 us in one H200 run and 711 us in
     another, fsync noise). A window that is not a whole number of
