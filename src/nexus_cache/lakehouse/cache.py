@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
@@ -79,7 +80,17 @@ class LakehouseCache:
                 blocking_timeout_s=cfg.blocking_fill_timeout_s,
             )
         self._filler = filler
-        self._scanner = Scanner(cfg, self.store, filler, self.events, self._schedule_fill)
+        # Identity probes of deferred checks (see Scanner.execute_deferred): a few
+        # threads suffice since each waits on one metadata request; idle threads
+        # are only created on demand by the executor.
+        self._probes = (
+            ThreadPoolExecutor(max_workers=4, thread_name_prefix="nexus-lakehouse-probe")
+            if self.store is not None
+            else None
+        )
+        self._scanner = Scanner(
+            cfg, self.store, filler, self.events, self._schedule_fill, self._probes
+        )
         self._lock = threading.Condition()
         self._inflight: set[str] = set()
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -120,8 +131,25 @@ class LakehouseCache:
 
         ``source`` is a local path or any fsspec URL (``s3://b/k``); or pass an
         fsspec filesystem as ``fs`` and a path on it. Close the returned file.
+
+        A remote object planned before in this cache whose entry is present opens
+        without waiting for its identity request: the request runs concurrently
+        and the handle's first read waits for it. If the object changed, that
+        read raises :class:`StalePlanError` (nothing is retried then: bytes may
+        have been sized or seeked against the old object); open again.
         """
         attempt = 0
+        if not self._closed:  # a closed cache has shut its probe pool down
+            remembered = self._scanner.plan_remembered(
+                source, fs=fs, storage_options=storage_options
+            )
+            if remembered is not None:
+                try:
+                    return self._scanner.execute_deferred(remembered)
+                except StalePlanError:
+                    attempt += 1  # the entry vanished: plan normally below
+                    if attempt > retries:
+                        raise
         while True:
             plan = self.plan(source, fs=fs, storage_options=storage_options)
             try:
@@ -132,9 +160,20 @@ class LakehouseCache:
                     raise
 
     def read(self, source: str | os.PathLike[str], **kwargs: Any) -> bytes:
-        """All bytes of ``source`` (see :meth:`open`)."""
-        with self.open(source, **kwargs) as f:
-            return f.read()
+        """All bytes of ``source`` (see :meth:`open`).
+
+        A deferred identity check that fails at the read is retried here with a
+        fresh plan, within ``retries``: nothing was handed out yet.
+        """
+        retries = kwargs.get("retries", 1)
+        for attempt in range(retries + 1):
+            with self.open(source, **kwargs) as f:
+                try:
+                    return f.read()
+                except StalePlanError:
+                    if attempt >= retries:
+                        raise
+        raise AssertionError("unreachable")
 
     def prefetch(
         self,
@@ -277,6 +316,9 @@ class LakehouseCache:
             workers, self._workers = self._workers, []
         for _ in workers:
             self._queue.put(None)
+        if self._probes is not None:
+            # later opens plan synchronously (open() checks _closed)
+            self._probes.shutdown(wait=False, cancel_futures=False)
 
     def __enter__(self) -> LakehouseCache:
         return self

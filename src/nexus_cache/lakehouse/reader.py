@@ -9,6 +9,11 @@ memory-map the entry through the same descriptor, mapped on first use. A remote 
 store's file object, opened pinned to the planned identity. Either way the handle
 carries :class:`~.events.ReadDiagnostics`.
 
+A hit planned from a remembered identity carries a ``confirm`` callable (the
+deferred identity check): every call that hands out bytes or the descriptor does
+its local work (``pread``, mapping) first, then calls it once, before returning
+anything, so the remote probe overlaps the local read but gates its result.
+
 Closing releases the pin and the descriptor. Not thread-safe (like any file).
 """
 
@@ -43,6 +48,7 @@ class LakehouseFile(io.RawIOBase):
         pin: Pin | None = None,
         remote: IO[bytes] | None = None,
         on_close: Callable[[], None] | None = None,
+        confirm: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self.diagnostics = diagnostics
@@ -51,6 +57,8 @@ class LakehouseFile(io.RawIOBase):
         self._pin = pin
         self._remote = remote
         self._on_close = on_close
+        self._confirm = confirm
+        self._refused: str | None = None
         self._mm: mmap.mmap | None = None
         self._native: Any = None
         self._pos = 0
@@ -77,7 +85,26 @@ class LakehouseFile(io.RawIOBase):
     def fileno(self) -> int:
         if self._fd is None:
             raise io.UnsupportedOperation("a remote read has no file descriptor")
+        self._confirmed()  # the descriptor reads the entry's bytes: gate it too
         return self._fd
+
+    def _confirmed(self) -> None:
+        """Wait for the deferred identity check; raises :class:`StalePlanError`.
+
+        A failed check stays failed: every later call raises again, so no call
+        can slip stale bytes out after the first one was refused.
+        """
+        if self._confirm is None:
+            if self._refused is not None:
+                raise StalePlanError(self._refused)
+            return
+        try:
+            self._confirm()
+        except StalePlanError as exc:
+            self._refused = str(exc)  # reported once (by confirm), refused for good
+            raise
+        finally:
+            self._confirm = None
 
     def buffer(self) -> memoryview:
         """Zero-copy view of a local entry (valid until the handle is closed and the
@@ -86,6 +113,7 @@ class LakehouseFile(io.RawIOBase):
         if self._fd is None:
             raise io.UnsupportedOperation("buffer() is only available for local reads")
         mm = self._mapping()
+        self._confirmed()
         return memoryview(mm) if mm is not None else memoryview(b"")
 
     def _mapping(self) -> mmap.mmap | None:
@@ -114,6 +142,7 @@ class LakehouseFile(io.RawIOBase):
         assert self._fd is not None
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         if end <= self._pos:
+            self._confirmed()
             return b""
         data = os.pread(self._fd, end - self._pos, self._pos)
         if len(data) < end - self._pos:  # a short read: finish into one buffer
@@ -121,6 +150,7 @@ class LakehouseFile(io.RawIOBase):
             buf[: len(data)] = data
             got = len(data) + self._pread_into(memoryview(buf)[len(data) :], self._pos + len(data))
             data = bytes(buf[:got])
+        self._confirmed()
         self._pos += len(data)
         return data
 
@@ -143,11 +173,13 @@ class LakehouseFile(io.RawIOBase):
         self._check_open()
         if self._mapping() is None:
             if self._fd is not None:
+                self._confirmed()
                 return memoryview(b"")  # an empty entry
             if isinstance(self._remote, io.FileIO):
                 return self._native_read_buffer(nbytes)
             return self.read(-1 if nbytes is None else nbytes)
         end = self._size if nbytes is None or nbytes < 0 else min(self._size, self._pos + nbytes)
+        self._confirmed()
         start, self._pos = self._pos, max(self._pos, end)
         assert self._mm is not None
         return memoryview(self._mm)[start : max(start, end)]
@@ -176,6 +208,11 @@ class LakehouseFile(io.RawIOBase):
             # straight from the descriptor into the caller's buffer: one copy
             want = max(0, min(len(view), self._size - self._pos))
             got = self._pread_into(view[:want], self._pos) if want else 0
+            try:
+                self._confirmed()
+            except BaseException:
+                view[:got] = bytes(got)  # leave no stale byte in the caller's buffer
+                raise
             self._pos += got
             return got
         data = self.read(len(view))

@@ -8,13 +8,26 @@ read or a fill opens the object pinned to the planned identity. A vanished or
 resized entry, or a remote object whose identity changed, raises
 :class:`~nexus_cache.errors.StalePlanError` (and is reported with status ``stale``).
 A planned hit never contacts the remote store at execution.
+
+**Deferred identity check** (:meth:`Scanner.plan_remembered`,
+:meth:`Scanner.execute_deferred`): for a remote object this process planned
+before, :meth:`LakehouseCache.open` plans a hit from the remembered identity, opens
+and pins the local entry at once and sends the identity request on the cache's
+small probe pool. The handle does its local work first and waits for the answer
+before handing over any byte; a changed identity raises :class:`StalePlanError`
+at that read (reported as ``stale`` like any stale plan). The request is as
+fresh as a planning one (it starts during ``open``), so the guarantee is the
+same; only its latency overlaps the local work.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from nexus_cache._storage import stat_key, touch_if_unchanged
@@ -30,7 +43,12 @@ from nexus_cache.lakehouse.events import (
     ReadMode,
 )
 from nexus_cache.lakehouse.fill import Filler
-from nexus_cache.lakehouse.identity import SourceIdentity, is_local_fs, resolve_identity
+from nexus_cache.lakehouse.identity import (
+    SourceIdentity,
+    fs_protocol,
+    is_local_fs,
+    resolve_identity,
+)
 from nexus_cache.lakehouse.pins import Pin
 from nexus_cache.lakehouse.policy import decide
 from nexus_cache.lakehouse.reader import LakehouseFile
@@ -41,6 +59,16 @@ __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 
 #: called with (fs, path, identity) when a remote read that should warm the cache closes
 ScheduleFill = Callable[[Any, str, SourceIdentity], None]
+
+#: remembered identities kept for deferred checks; bounded so a scan of millions of
+#: objects cannot grow it without limit (an evicted one just plans synchronously)
+_REMEMBER_MAX = 4096
+
+
+def _remember_key(fs: Any, path: str) -> tuple[str, str, str]:
+    # No network: the filesystem object's protocol and options plus the path. A
+    # wrong guess costs nothing but a normal plan, since the probe decides.
+    return (fs_protocol(fs), repr(getattr(fs, "storage_options", None)), fs._strip_protocol(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +129,31 @@ class Scanner:
         filler: Filler | None,
         events: EventLog,
         schedule_fill: ScheduleFill,
+        probes: Executor | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.filler = filler
         self.events = events
         self._schedule_fill = schedule_fill
+        self._probes = probes
+        self._known: collections.OrderedDict[tuple[str, str, str], SourceIdentity] = (
+            collections.OrderedDict()
+        )
+        self._known_lock = threading.Lock()
+
+    def _remember(self, fs: Any, path: str, identity: SourceIdentity | None) -> None:
+        if fs is None:
+            return  # local files: planning is one stat, nothing to hide
+        key = _remember_key(fs, path)
+        with self._known_lock:
+            if identity is None:
+                self._known.pop(key, None)
+                return
+            self._known[key] = identity
+            self._known.move_to_end(key)
+            while len(self._known) > _REMEMBER_MAX:
+                self._known.popitem(last=False)
 
     # -- planning ------------------------------------------------------------
     def plan(
@@ -124,6 +171,7 @@ class Scanner:
         config = self.config
         res = resolve_identity(fs, path, local_min_age_s=config.local_min_age_s)
         identity, size = res.identity, res.size
+        self._remember(fs, path, identity)
         if identity is None:
             return ReadPlan(
                 name, fs, path, None, size, bypass, remote, FillMode.NONE, res.bypass_reason
@@ -156,6 +204,95 @@ class Scanner:
             name, fs, path, identity, size, decision.status, read_mode, fill_mode, reason, expected
         )
 
+    def plan_remembered(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan | None:
+        """A hit planned from the identity remembered for a remote ``source``, or ``None``.
+
+        Contacts nothing remote: only :meth:`execute_deferred` may run such a plan,
+        since its identity is proven by the probe it starts, not by planning.
+        """
+        if self.store is None or self._probes is None:
+            return None
+        fs, path = resolve_source(source, fs, storage_options)
+        if fs is None:
+            return None
+        with self._known_lock:
+            identity = self._known.get(_remember_key(fs, path))
+        if identity is None:
+            return None
+        size = identity.content.size
+        if self.config.bypass_bytes is not None and size > self.config.bypass_bytes:
+            return None
+        state, _ = self.store.lookup(identity.key, size)
+        decision = decide(self.config.read, self.config.policy, state is EntryState.PRESENT)
+        if decision.status is not CacheStatus.HIT or decision.read_mode is not ReadMode.LOCAL:
+            return None  # READ=disabled, or no entry: plan normally
+        return ReadPlan(
+            os.fspath(source),
+            fs,
+            path,
+            identity,
+            size,
+            decision.status,
+            decision.read_mode,
+            decision.fill_mode,
+            decision.reason,
+            size,
+        )
+
+    def execute_deferred(self, plan: ReadPlan) -> LakehouseFile:
+        """Execute a remembered hit while its identity is probed concurrently.
+
+        The handle is returned before the probe answers; its first data-returning
+        call waits for the answer and raises :class:`StalePlanError` if the
+        object's identity is not the planned one.
+        """
+        assert self._probes is not None
+        assert plan.identity is not None
+        fs, path, planned = plan.fs, plan.path, plan.identity
+
+        def probe() -> SourceIdentity | None:
+            return resolve_identity(fs, path, local_min_age_s=0.0).identity
+
+        future: Future[SourceIdentity | None] = self._probes.submit(probe)
+
+        def confirm() -> None:
+            try:
+                current = future.result()
+            except FileNotFoundError:
+                current = None
+            except BaseException:
+                self._remember(fs, path, None)
+                raise
+            self._remember(fs, path, current)
+            if current is None or current.key != planned.key:
+                exc = StalePlanError(
+                    f"{planned.location} changed since it was planned "
+                    "(identity probe at open); plan the read again"
+                )
+                self._record_stale(plan, exc)
+                raise exc
+
+        try:
+            return self._local(plan, plan.diagnostics(), confirm=confirm)
+        except StalePlanError as exc:
+            future.cancel()
+            self._record_stale(plan, exc)
+            raise
+        except BaseException:
+            future.cancel()
+            raise
+
+    def _record_stale(self, plan: ReadPlan, exc: StalePlanError) -> None:
+        self.events.record_read(plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc)))
+        location = plan.identity.location if plan.identity else plan.source
+        self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
+
     # -- execution -----------------------------------------------------------
     def execute(self, plan: ReadPlan) -> LakehouseFile:
         """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
@@ -178,15 +315,15 @@ class Scanner:
                 plan, plan.diagnostics(), warm=plan.fill_mode is FillMode.BACKGROUND
             )
         except StalePlanError as exc:
-            self.events.record_read(
-                plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc))
-            )
-            location = plan.identity.location if plan.identity else plan.source
-            self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
+            self._record_stale(plan, exc)
             raise
 
     def _local(
-        self, plan: ReadPlan, diag: ReadDiagnostics, pin: Pin | None = None
+        self,
+        plan: ReadPlan,
+        diag: ReadDiagnostics,
+        pin: Pin | None = None,
+        confirm: Callable[[], None] | None = None,
     ) -> LakehouseFile:
         assert self.store is not None
         assert plan.key is not None
@@ -207,7 +344,7 @@ class Scanner:
                         f"planned {plan.size}; plan again"
                     )
                 touch_if_unchanged(fd, stat_key(st))  # LRU stamp
-                handle = LakehouseFile(diag, plan.size, fd=fd, pin=pin)
+                handle = LakehouseFile(diag, plan.size, fd=fd, pin=pin, confirm=confirm)
             except BaseException:
                 os.close(fd)
                 raise

@@ -1,0 +1,143 @@
+"""Deferred identity check of a warm S3 hit: overlapped with the local read, yet gating it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lakehouse_helpers import make_cache, make_s3fs, put_object
+
+import nexus_cache.lakehouse.scan as scan_module
+from nexus_cache.errors import StalePlanError
+from nexus_cache.lakehouse import CacheStatus, EventKind
+
+OLD = os.urandom(300_000)
+NEW = os.urandom(300_000)  # same size: only the identity tells them apart
+
+
+def _warm(cache: Any, source: str, fs: Any) -> None:
+    """Fill the entry and let the cache remember the object's identity."""
+    assert cache.prefetch(source, fs=fs)
+
+
+def test_unchanged_object_reads_from_the_entry(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "u.parquet", OLD)
+    source = f"s3://{s3_bucket}/u.parquet"
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        _warm(cache, source, fs)
+        for reader in ("read", "readinto", "read_buffer", "buffer"):
+            with cache.open(source, fs=fs) as f:
+                assert f.is_local
+                assert f.diagnostics.cache_status is CacheStatus.HIT
+                if reader == "read":
+                    got = f.read()
+                elif reader == "readinto":
+                    buf = bytearray(len(OLD))
+                    assert f.readinto(buf) == len(OLD)
+                    got = bytes(buf)
+                else:
+                    got = bytes(getattr(f, reader)())
+            assert got == OLD, reader
+        assert not cache.events.events(EventKind.STALE_PLAN)
+
+
+@pytest.mark.parametrize("reader", ["read", "readinto", "read_buffer", "buffer", "fileno"])
+def test_overwrite_before_first_read_is_stale_and_returns_nothing(
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    reader: str,
+) -> None:
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "o.parquet", OLD)
+    source = f"s3://{s3_bucket}/o.parquet"
+    real = scan_module.resolve_identity
+    gate = threading.Event()
+
+    def probe_after_overwrite(*args: Any, **kwargs: Any) -> Any:
+        # the probe runs after the overwrite, which the test does after open()
+        if threading.current_thread().name.startswith("nexus-lakehouse-probe"):
+            assert gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "resolve_identity", probe_after_overwrite)
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        _warm(cache, source, fs)
+        f = cache.open(source, fs=fs)  # a hit of the old entry, probe pending
+        with f:
+            assert f.diagnostics.cache_status is CacheStatus.HIT
+            put_object(s3_endpoint, s3_bucket, "o.parquet", NEW)
+            gate.set()
+            buf = bytearray(len(OLD))
+            call = (lambda: f.readinto(buf)) if reader == "readinto" else getattr(f, reader)
+            with pytest.raises(StalePlanError, match="changed since it was planned"):
+                call()
+            assert bytes(buf) == bytes(len(OLD))  # no old byte left in the caller's buffer
+            with pytest.raises(StalePlanError):  # refused for good, not only once
+                f.read()
+        assert cache.events.reads()[-1].cache_status is CacheStatus.STALE
+        assert len(cache.events.events(EventKind.STALE_PLAN)) == 1
+        # the next open plans afresh and serves the new object
+        assert cache.read(source, fs=fs) == NEW
+
+
+def test_probe_overlaps_the_local_read(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local pread starts while the (slow) probe is still running.
+
+    Ordering is proven with events, not wall-clock thresholds: the probe waits
+    until the read's pread has started; run sequentially, it would never see it.
+    """
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "p.parquet", OLD)
+    source = f"s3://{s3_bucket}/p.parquet"
+    real_probe = scan_module.resolve_identity
+    real_pread = os.pread
+    pread_started = threading.Event()
+    seen: list[bool] = []
+
+    def slow_probe(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("nexus-lakehouse-probe"):
+            seen.append(pread_started.wait(10))  # an S3 request slower than the read
+        return real_probe(*args, **kwargs)
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        pread_started.set()
+        return real_pread(fd, n, offset)
+
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        _warm(cache, source, fs)
+        monkeypatch.setattr(scan_module, "resolve_identity", slow_probe)
+        monkeypatch.setattr(os, "pread", pread)
+        with cache.open(source, fs=fs) as f:
+            assert f.read() == OLD
+    assert seen == [True]
+
+
+def test_read_disabled_and_local_sources_do_not_defer(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "r.parquet", OLD)
+    source = f"s3://{s3_bucket}/r.parquet"
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        _warm(cache, source, fs)
+    with make_cache(root, read="disabled") as cache:
+        _warm(cache, source, fs)
+        assert cache._scanner.plan_remembered(source, fs=fs) is None
+        with cache.open(source, fs=fs) as f:
+            assert f.diagnostics.cache_status is CacheStatus.BYPASS
+            assert f.read() == OLD
+    local = tmp_path / "l.bin"
+    local.write_bytes(OLD)
+    with make_cache(root) as cache:
+        assert cache._scanner.plan_remembered(str(local)) is None
