@@ -88,6 +88,32 @@ def test_overwrite_before_first_read_is_stale_and_returns_nothing(
         assert cache.read(source, fs=fs) == NEW
 
 
+def test_a_failed_probe_keeps_refusing_the_entry(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe that errors proves nothing: no later call may serve the entry's bytes."""
+    fs = make_s3fs(s3_endpoint)
+    put_object(s3_endpoint, s3_bucket, "f.parquet", OLD)
+    source = f"s3://{s3_bucket}/f.parquet"
+    real = scan_module.resolve_identity
+
+    def failing_probe(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("nexus-lakehouse-probe"):
+            raise ConnectionError("store unreachable")
+        return real(*args, **kwargs)
+
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        _warm(cache, source, fs)
+        monkeypatch.setattr(scan_module, "resolve_identity", failing_probe)
+        with cache.open(source, fs=fs) as f:
+            with pytest.raises(ConnectionError):
+                f.read()
+            with pytest.raises(StalePlanError, match="identity check failed"):
+                f.read()
+            with pytest.raises(StalePlanError):
+                f.buffer()
+
+
 def test_probe_overlaps_the_local_read(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -103,6 +103,14 @@ class LakehouseFile(io.RawIOBase):
         except StalePlanError as exc:
             self._refused = str(exc)  # reported once (by confirm), refused for good
             raise
+        except BaseException as exc:
+            # An unanswered probe (network error, ...) proves nothing: later calls
+            # must not treat the identity as confirmed.
+            self._refused = (
+                f"{self.name}: the identity check failed ({type(exc).__name__}: {exc}); "
+                "plan the read again"
+            )
+            raise
         finally:
             self._confirm = None
 
