@@ -94,6 +94,6 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "not a lakehouse cache root" in capsys.readouterr().err
     assert not (tmp_path / "plain" / "entries").exists()
     assert (
-        main(["lakehouse", "prune", "--root", str(tmp_path / "plain"), "--max-bytes", "10G"]) == 2
+        main(["lakehouse", "prune", "--root", str(tmp_path / "plain"), "--max-bytes", "10Q"]) == 2
     )
     assert "KiB" in capsys.readouterr().err

@@ -69,7 +69,7 @@ def test_overrides_win(tmp_path: Path) -> None:
     [
         (READ, "maybe", "enabled, disabled"),
         (POLICY, "always", "disabled, read_through, fill_before_read"),
-        (MAX, "10G", "KiB"),
+        (MAX, "10Q", "KiB"),
         (MAX, "-5", "KiB"),
         (MAX, "0", "positive"),
         (CONC, "0", ">= 1"),

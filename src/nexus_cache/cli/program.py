@@ -5,34 +5,22 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_size", "register"]
+from nexus_cache._sizes import format_size
+from nexus_cache._sizes import parse_size as _parse_size
+from nexus_cache.errors import ConfigError
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE_RE = re.compile(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
+__all__ = ["parse_size", "register"]
 
 
 def parse_size(text: str) -> int:
-    """``"1048576"``, ``"512K"``, ``"64MiB"``, ``"2g"`` -> bytes (binary units)."""
-    m = _SIZE_RE.fullmatch(text)
-    if m is None:
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}; use a byte count >= 0, optionally with K, M, G or T "
-            "(powers of 1024), e.g. 1048576 or 64M"
-        )
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover
+    """argparse type for size options: the package's one grammar, ``0`` allowed."""
+    try:
+        return _parse_size(text, name="size", allow_zero=True)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _stamp(ns: int) -> str:
@@ -71,7 +59,7 @@ def _info(args: argparse.Namespace) -> int:
         print(f"backend: {args.backend}")
         print(f"path:    {cache.path}")
         print(f"entries: {s.entries}")
-        print(f"bytes:   {s.bytes} ({_human(s.bytes)})")
+        print(f"bytes:   {s.bytes} ({format_size(s.bytes)})")
         if args.backend == "filestream":
             record = "xattr user.nexus.v1" if cache.uses_xattrs else "sidecar .sum files"
             print(f"integrity records: {record}")
@@ -119,7 +107,7 @@ def _prune(args: argparse.Namespace) -> int:
     with cache:
         n, freed = cache.prune(args.max_bytes)
         left = cache.stats().bytes
-    print(f"removed {n} entries ({_human(freed)}); {_human(left)} remain")
+    print(f"removed {n} entries ({format_size(freed)}); {format_size(left)} remain")
     return 0
 
 
@@ -132,7 +120,7 @@ def _clear(args: argparse.Namespace) -> int:
         cache.clear()
         after = cache.stats()
     freed = before.bytes - after.bytes
-    print(f"removed {before.entries - after.entries} entries ({_human(freed)})")
+    print(f"removed {before.entries - after.entries} entries ({format_size(freed)})")
     return 0
 
 

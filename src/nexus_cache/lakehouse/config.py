@@ -28,11 +28,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nexus_cache._sizes import parse_size
 from nexus_cache.errors import ConfigError
 
 __all__ = [
@@ -77,40 +77,13 @@ class FillPolicy(str, enum.Enum):
         return self is not FillPolicy.DISABLED
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-_SIZE_ACCEPTED = "a whole number of bytes, optionally with B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
-
-
 def parse_byte_size(value: str | int, *, name: str) -> int:
-    """Parse ``value`` ("10GiB", "500MB", "1048576", 1048576) to a positive byte count.
+    """Parse ``value`` ("10GiB", "500MB", "64M", 1048576) to a positive byte count.
 
-    Raises :class:`ConfigError` naming ``name``, the value and the accepted forms.
+    The package's one size grammar (:mod:`nexus_cache._sizes`); raises
+    :class:`ConfigError` naming ``name``, the value and the accepted forms.
     """
-    if isinstance(value, bool):
-        raise ConfigError(f"{name}={value!r} is not a byte size; use {_SIZE_ACCEPTED}")
-    if isinstance(value, int):
-        number = value
-    else:
-        match = _SIZE_RE.match(str(value))
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _UNITS:
-            raise ConfigError(f"{name}={value!r} is not a byte size; use {_SIZE_ACCEPTED}")
-        number = int(match.group(1)) * _UNITS[unit]
-    if number <= 0:
-        raise ConfigError(f"{name}={value!r} must be a positive byte size ({_SIZE_ACCEPTED})")
-    return number
+    return parse_size(value, name=name)
 
 
 def _parse_enum(kind: type[enum.Enum], value: Any, name: str) -> Any:
