@@ -40,7 +40,6 @@ def parse_size(value: str | int, *, name: str, allow_zero: bool = False) -> int:
     ``allow_zero`` (for settings where ``0`` means something, such as "off").
     Pure function: thread-safe.
     """
-    floor = "0" if allow_zero else "1"
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ConfigError(f"{name}={value!r} is not a byte size; use {SIZE_GRAMMAR}")
     if isinstance(value, int):
@@ -58,7 +57,8 @@ def parse_size(value: str | int, *, name: str, allow_zero: bool = False) -> int:
         decimal = bool(prefix) and bool(byte) and not binary
         number = int(digits) * (_DECIMAL[prefix] if decimal else _BINARY[prefix])
     if number < (0 if allow_zero else 1):
-        raise ConfigError(f"{name}={value!r} must be a byte size >= {floor}; use {SIZE_GRAMMAR}")
+        need = "a byte size >= 0" if allow_zero else "a positive byte size"
+        raise ConfigError(f"{name}={value!r} must be {need}; use {SIZE_GRAMMAR}")
     return number
 
 
