@@ -45,7 +45,7 @@ def test_entry_on_disk_is_the_raw_binary(cache):
     assert stat.S_IMODE(os.lstat(p).st_mode) == 0o600
     assert os.listdir(cache.path / "tmp") == []
     assert cache.uses_xattrs
-    assert len(os.getxattr(p, XATTR_NAME)) == 16
+    assert len(os.getxattr(p, XATTR_NAME)) == 32
 
 
 def test_root_and_subdirs_private(tmp_path):
@@ -139,12 +139,12 @@ def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(cache, monkeypatch):
     real = _filestream.record_matches
     fresh = {}
 
-    def rewrite_then_check(record, data):
+    def rewrite_then_check(record, data, kd):
         # a rewriter replaces the entry after our open, before our stamp
         atomic_write(p, b"fresh bytes", tmp_dir=cache.path / "tmp", xattrs={XATTR_NAME: record})
         os.utime(p, ns=(5, 7))
         fresh["st"] = os.lstat(p)
-        return real(record, data)
+        return real(record, data, kd)
 
     monkeypatch.setattr(_filestream, "record_matches", rewrite_then_check)
     assert cache[b"k"] == b"old bytes"  # we read the inode we opened
@@ -642,3 +642,49 @@ def test_memo_is_bounded_lru():
     assert memo.nbytes == 1000
     memo.put("huge", MemoEntry(1, 251, 0, 0, b"x" * 251))  # > a quarter: not kept
     assert memo.get("huge") is None
+
+
+# -- the record binds the key -------------------------------------------------
+
+
+@pytest.mark.parametrize("move", ["copy-with-xattr", "rename"])
+def test_an_entry_moved_onto_another_keys_path_is_not_served(cache, move):
+    cache[b"A"] = b"bytes of A"
+    cache[b"B"] = b"bytes of B"
+    a, b = entry_path(cache, b"A"), entry_path(cache, b"B")
+    if move == "rename":
+        os.replace(a, b)
+    else:
+        shutil.copyfile(a, b)
+        os.setxattr(b, XATTR_NAME, os.getxattr(a, XATTR_NAME))
+    cache._memo = None  # a fresh process: nothing remembered
+    assert cache.get(b"B") is None
+    assert cache.stats().corrupt == 1
+    report = FileStreamProgramCache(cache.path).verify()
+    assert report.corrupt == []
+    assert report.ok == (0 if move == "rename" else 1)
+
+
+def test_verify_refuses_a_moved_entry(cache):
+    cache[b"A"] = b"bytes of A"
+    cache[b"B"] = b"bytes of B"
+    shutil.copyfile(entry_path(cache, b"A"), entry_path(cache, b"B"))
+    os.setxattr(
+        entry_path(cache, b"B"), XATTR_NAME, os.getxattr(entry_path(cache, b"A"), XATTR_NAME)
+    )
+    report = cache.verify()
+    assert report.corrupt == [entry_path(cache, b"B").name]
+    assert report.ok == 1
+    assert cache[b"A"] == b"bytes of A"
+
+
+def test_sidecar_record_binds_the_key_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(_filestream, "xattrs_supported", lambda tmp: False)
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
+    c[b"A"] = b"bytes of A"
+    c[b"B"] = b"bytes of B"
+    a, b = entry_path(c, b"A"), entry_path(c, b"B")
+    os.replace(a, b)
+    os.replace(str(a) + SIDECAR_SUFFIX, str(b) + SIDECAR_SUFFIX)
+    assert c.get(b"B") is None
+    assert c.stats().corrupt == 1

@@ -27,8 +27,10 @@ from nexus_cache.program._caps import log_oversize, validate_cap
 from nexus_cache.program._evictq import CandidateQueue
 from nexus_cache.program._fswrite import publish_entry
 from nexus_cache.program._integrity import (
+    KEY_DIGEST_SIZE,
     SIDECAR_SUFFIX,
     XATTR_NAME,
+    key_digest_of_name,
     make_record,
     make_sidecar,
     open_entry,
@@ -168,7 +170,8 @@ class FileStreamProgramCache(ProgramCacheResource):
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
-        h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
+        digest = _sha256(kb).digest()  # type: ignore[arg-type]
+        h = digest.hex()
         path = self._prefix + h[:2] + "/" + h
         memo = self._memo
         if memo is not None:
@@ -210,7 +213,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                     self._count_miss()
                     raise KeyError(key)
                 record = sidecar
-            if not record_matches(record, data):
+            if not record_matches(record, data, digest[:KEY_DIGEST_SIZE]):
                 self._drop_corrupt(path, st)
                 raise KeyError(key)
             now = _time_ns()
@@ -287,8 +290,10 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value if value.__class__ is bytes else as_value_bytes(value)
-        h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
+        digest = _sha256(kb).digest()  # type: ignore[arg-type]
+        h = digest.hex()
         path = self._prefix + h[:2] + "/" + h
+        kd = digest[:KEY_DIGEST_SIZE]
         size = len(data)  # type: ignore[arg-type]
         cap = self._max
         old = lstat_key(path) if cap is not None else None  # only a counter needs it
@@ -302,10 +307,10 @@ class FileStreamProgramCache(ProgramCacheResource):
             log_oversize(self, size, cap)
             return
         if self._xattr:
-            publish_entry(self._tmp, path, data, (XATTR_NAME, make_record(data)))  # type: ignore[arg-type]
+            publish_entry(self._tmp, path, data, (XATTR_NAME, make_record(data, kd)))  # type: ignore[arg-type]
         else:
             ino = publish_entry(self._tmp, path, data, None)  # type: ignore[arg-type]
-            atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data), tmp_dir=self._tmp)  # type: ignore[arg-type]
+            atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data, kd), tmp_dir=self._tmp)  # type: ignore[arg-type]
         if self._memo is not None:
             self._memo.discard(path)
         with self._lock:
@@ -485,7 +490,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 os.close(fd)
             if record is None:
                 report.unverified.append(name)
-            elif record_matches(record, data):
+            elif record_matches(record, data, key_digest_of_name(name)):
                 report.ok += 1
             else:
                 report.corrupt.append(name)
