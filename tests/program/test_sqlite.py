@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from nexus_cache.errors import CacheSecurityError, ConfigError
+from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, ConfigError
 from nexus_cache.program import SQLiteProgramCache
 
 OTHER_UID = 54321
@@ -163,3 +163,58 @@ def test_totals_follow_out_of_band_edits(db):
     conn.close()
     assert (len(c), c.stats().bytes) == (1, 20)
     c.close()
+
+
+@pytest.mark.parametrize("empty", [b"", ""])
+def test_prune_zero_removes_the_empty_key_too(db, empty):
+    c = SQLiteProgramCache(db)
+    c[empty] = b"v" * 10
+    c[b"x"] = b"w" * 10
+    assert c.prune(0) == (2, 20)
+    assert len(c) == 0
+    assert c.get(empty) is None
+    c.close()
+
+
+def test_a_file_that_is_not_a_database_is_named(db):
+    db.parent.mkdir(mode=0o700)
+    db.write_bytes(b"these are not the pages you are looking for" * 100)
+    with pytest.raises(ConfigError, match=f"{db} is not a SQLite database"):
+        SQLiteProgramCache(db)
+
+
+@pytest.mark.parametrize("cut", [100, 4096, 50_000])
+def test_a_truncated_database_is_named(db, cut):
+    with SQLiteProgramCache(db) as c:
+        for i in range(100):
+            c[b"k%d" % i] = os.urandom(3000)
+    data = db.read_bytes()
+    db.write_bytes(data[:cut])
+
+    def use() -> None:
+        c = SQLiteProgramCache(db)
+        c.get(b"k99")
+        c.stats()
+
+    with pytest.raises(CacheIntegrityError, match=f"{db} is damaged.*remove it"):
+        use()
+
+
+def test_foreign_schemas_are_refused_and_left_alone(tmp_path):
+    cases = {
+        "other-tables": ["CREATE TABLE users (name, email)"],
+        "entries-of-another-shape": ["CREATE TABLE entries (a, b)"],
+        "our-version-their-tables": ["CREATE TABLE x (a)", "PRAGMA user_version=1"],
+    }
+    for name, statements in cases.items():
+        path = tmp_path / f"{name}.sqlite"
+        conn = raw(path)
+        for stmt in statements:
+            conn.execute(stmt)
+        conn.close()
+        before = path.read_bytes()
+        with pytest.raises(
+            ConfigError, match=f"{path} is a SQLite database with a foreign schema"
+        ):
+            SQLiteProgramCache(path)
+        assert path.read_bytes() == before, name

@@ -21,7 +21,14 @@ from nexus_cache.program._resource import (
     as_key_bytes,
     as_value_bytes,
 )
-from nexus_cache.program._sqlite_db import SCHEMA, SCHEMA_VERSION, Txn, prepare_file
+from nexus_cache.program._sqlite_db import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    Txn,
+    check_schema,
+    db_error,
+    prepare_file,
+)
 
 __all__ = ["SQLiteProgramCache"]
 
@@ -30,6 +37,28 @@ _BUSY_TIMEOUT_S = 30.0
 # before any store, eviction or listing, when it grows, or when it ages.
 _TOUCH_BATCH = 256
 _TOUCH_MAX_AGE_NS = 1_000_000_000
+
+
+class _Guard:
+    """The cache's lock, plus one translation: a SQLite error that says what is
+    wrong with the file (not a database, damaged, foreign schema) leaves as our
+    error naming the path; any other error passes unchanged."""
+
+    __slots__ = ("_lock", "_path")
+
+    def __init__(self, lock: threading.Lock, path: Path) -> None:
+        self._lock = lock
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self._lock.release()
+        if isinstance(exc, sqlite3.DatabaseError):
+            ours = db_error(self._path, exc)
+            if ours is not exc:
+                raise ours from exc
 
 
 class SQLiteProgramCache(ProgramCacheResource):
@@ -58,6 +87,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._path = Path(path).expanduser() if path is not None else default_sqlite_path()
         prepare_file(self._path)
         self._lock = threading.Lock()
+        self._guard = _Guard(self._lock, self._path)
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._closed = False
@@ -65,7 +95,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._touch_since = 0
         self._hits = self._misses = self._stores = 0
         self._evictions = self._corrupt = self._oversize = 0
-        with self._lock:
+        with self._guard:
             self._connection()
 
     @property
@@ -93,28 +123,38 @@ class SQLiteProgramCache(ProgramCacheResource):
             check_same_thread=False,
         )
         try:
+            # Judge the file before changing anything in it (even the journal mode).
+            self._check(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise db_error(self._path, exc) from exc
         except BaseException:
             conn.close()
             raise
         self._conn, self._pid = conn, os.getpid()
         return conn
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
+    def _check(self, conn: sqlite3.Connection) -> None:
+        """Refuse a newer schema or a database of someone else's (ConfigError)."""
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
         if version not in (0, SCHEMA_VERSION):
             raise ConfigError(
                 f"{self._path} has program cache schema {version}, this version "
                 f"reads {SCHEMA_VERSION}; point the cache at another path or clear it"
             )
+        check_schema(conn, self._path, version)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only effective on a new file
         conn.execute("BEGIN IMMEDIATE")
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                check_schema(conn, self._path, 0)
                 for stmt in SCHEMA:
                     conn.execute(stmt)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -141,7 +181,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     # -- mapping ------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
         kb = as_key_bytes(key)
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             row = conn.execute("SELECT value, crc FROM entries WHERE key = ?", (kb,)).fetchone()
             if row is None:
@@ -168,7 +208,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         data = as_value_bytes(value)
         size = len(data)
         cap = self._max
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._flush_touches(conn)
             if cap is not None and size > cap:
@@ -209,10 +249,16 @@ class SQLiteProgramCache(ProgramCacheResource):
             return 0
         evicted = 0
         while total > target:
-            rows = conn.execute(
-                "SELECT key, size FROM entries WHERE key != ? ORDER BY last_access, key LIMIT 256",
-                (keep if keep is not None else b"",),
-            ).fetchall()
+            if keep is None:  # every key may go, the empty key b"" included
+                rows = conn.execute(
+                    "SELECT key, size FROM entries ORDER BY last_access, key LIMIT 256"
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT key, size FROM entries WHERE key != ? "
+                    "ORDER BY last_access, key LIMIT 256",
+                    (keep,),
+                ).fetchall()
             if not rows:
                 break
             for k, size in rows:
@@ -230,7 +276,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         """
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ConfigError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._flush_touches(conn)
             with self._write(conn):
@@ -250,7 +296,7 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     def __delitem__(self, key: bytes | str) -> None:
         kb = as_key_bytes(key)
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._touches.pop(kb, None)
             with self._write(conn):
@@ -259,12 +305,12 @@ class SQLiteProgramCache(ProgramCacheResource):
                 raise KeyError(key)
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             return int(conn.execute("SELECT entries FROM totals WHERE id = 0").fetchone()[0])
 
     def clear(self) -> None:
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._touches.clear()
             with self._write(conn):
@@ -272,7 +318,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             self._vacuum(conn)
 
     def stats(self) -> CacheStats:
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             entries, nbytes = conn.execute(
                 "SELECT entries, bytes FROM totals WHERE id = 0"
@@ -291,7 +337,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every entry, least recently used first; ``name`` is the key's hex."""
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._flush_touches(conn)
             rows = conn.execute(
@@ -303,7 +349,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     def verify(self) -> VerifyReport:
         """Check every blob against its CRC-32; remove the corrupt ones."""
         report = VerifyReport()
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             bad: list[tuple[bytes, int]] = []
             for k, value, crc, size in conn.execute(
@@ -325,7 +371,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         return report
 
     def close(self) -> None:
-        with self._lock:
+        with self._guard:
             if self._closed:
                 return
             conn, self._conn = self._conn, None
