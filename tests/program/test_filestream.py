@@ -210,16 +210,27 @@ def test_over_eviction_race_credits_the_concurrent_delete(tmp_path, monkeypatch)
     other = FileStreamProgramCache(c.path)  # stands for another process
     calls = []
 
-    def concurrent_deleter_wins_once(path, expected, **kw):
-        calls.append(path)
-        if path == old_path and len(calls) == 1:
-            del other[b"old"]  # the other process got there first
-            result = real(path, expected, **kw)
-            assert result is UnlinkResult.GONE
-            return result
-        return real(path, expected, **kw)
+    holds = []
+    real_hold = c._usage.hold
 
-    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", concurrent_deleter_wins_once)
+    def hold():
+        # Holds: the store's, the rescan's, then eviction's first removal; the
+        # other process deletes "old" just before that one (a deleter takes
+        # the counter's lock too, so it cannot land inside ours).
+        holds.append(1)
+        if len(holds) == 3:
+            del other[b"old"]
+        return real_hold()
+
+    def record(path, expected, **kw):
+        calls.append(path)
+        result = real(path, expected, **kw)
+        if path == old_path:
+            assert result is UnlinkResult.GONE
+        return result
+
+    monkeypatch.setattr(c._usage, "hold", hold)
+    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", record)
     c[b"new"] = b"b" * 400  # 1100 > 1000: free down to 900; old's 400 suffice
     assert calls == [old_path]  # one candidate, then the pass stopped
     assert c.get(b"new") == b"b" * 400
@@ -688,3 +699,61 @@ def test_sidecar_record_binds_the_key_too(tmp_path, monkeypatch):
     os.replace(str(a) + SIDECAR_SUFFIX, str(b) + SIDECAR_SUFFIX)
     assert c.get(b"B") is None
     assert c.stats().corrupt == 1
+
+
+# -- counts and clear errors --------------------------------------------------
+
+
+def test_len_and_stats_count_the_same_entries(cache):
+    cache[b"mine"] = b"v" * 10
+    cache[b"theirs"] = b"w" * 10
+    cache[b"linked"] = b"x" * 10
+    os.chown(entry_path(cache, b"theirs"), OTHER_UID, OTHER_UID)
+    p = entry_path(cache, b"linked")
+    p.unlink()
+    p.symlink_to(entry_path(cache, b"mine"))
+    assert len(cache) == cache.stats().entries == 1
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+@pytest.mark.parametrize("cap", [None, 1000])
+def test_a_usage_path_that_is_not_a_file_is_named(tmp_path, kind, cap):
+    FileStreamProgramCache(tmp_path / "c").close()
+    usage = tmp_path / "c" / "usage"
+    usage.unlink(missing_ok=True)
+    if kind == "directory":
+        usage.mkdir()
+    else:
+        usage.symlink_to(tmp_path / "elsewhere")
+
+    def store() -> None:
+        c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=cap)
+        c[b"k"] = b"v"
+
+    if kind == "symlink" and cap is None:
+        store()  # an uncapped store removes the counter, the link with it
+        assert not usage.is_symlink()
+        return
+    with pytest.raises(
+        CacheSecurityError, match=f"{usage} is a {kind.replace('symlink', 'symbolic link')}"
+    ):
+        store()
+
+
+@pytest.mark.parametrize("cap", [None, 1000])
+def test_an_entry_path_that_is_a_directory_is_named(tmp_path, cap):
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=cap)
+    p = entry_path(c, b"k")
+    p.mkdir(parents=True)
+    with pytest.raises(CacheSecurityError, match=f"{p} is not a regular file"):
+        c.get(b"k")
+    with pytest.raises(
+        CacheSecurityError, match=f"{p} is a directory where a cache entry belongs"
+    ):
+        c[b"k"] = b"v"
+    with pytest.raises(
+        CacheSecurityError, match=f"{p} is a directory where a cache entry belongs"
+    ):
+        del c[b"k"]
+    assert c.verify().refused == [(str(p), "not a regular file")]
+    assert os.listdir(c.path / "tmp") == []
