@@ -186,3 +186,45 @@ def test_without_cuda_core_nothing_happens() -> None:
         """
     )
     assert out.strip() == "ok"
+
+
+# -- warming a cache ahead of time: one documented way per path ----------------
+
+SENTINEL = b"\x7fELF pre-filled, no compiler ran"
+
+
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
+def test_prefill_for_program_compile_uses_cuda_cores_key(kind: str, tmp_path: Path) -> None:
+    from cuda.core.utils import make_program_cache_key as cuda_core_key
+
+    from ._backends import open_cache
+
+    options = core.ProgramOptions(arch="sm_90")
+    with open_cache(kind, str(tmp_path)) as cache:
+        cache[cuda_core_key(code=SRC, code_type="c++", options=options, target_type="cubin")] = (
+            SENTINEL
+        )
+        obj = core.Program(SRC, "c++", options).compile("cubin", cache=cache)
+        assert bytes(obj.code) == SENTINEL  # served from the pre-filled entry
+        assert len(cache) == 1
+
+
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
+def test_prefill_for_cached_compile_uses_our_key(kind: str, tmp_path: Path) -> None:
+    from nexus_cache.program import CompileInputs, cached_compile, make_program_cache_key
+
+    from ._backends import open_cache
+
+    options = core.ProgramOptions(arch="sm_90")
+    with open_cache(kind, str(tmp_path)) as cache:
+        cache[
+            make_program_cache_key(code=SRC, code_type="c++", options=options, target_type="cubin")
+        ] = SENTINEL
+        obj = cached_compile(CompileInputs(SRC, "c++", options), "cubin", cache=cache)
+        assert bytes(obj.code) == SENTINEL
+        # the same entry serves a CacheableProgram, which is a real Program
+        from nexus_cache.program import CacheableProgram
+
+        again = cached_compile(CacheableProgram(SRC, "c++", options), "cubin", cache=cache)
+        assert bytes(again.code) == SENTINEL
+        assert len(cache) == 1
