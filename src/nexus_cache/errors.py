@@ -13,12 +13,14 @@ __all__ = [
     "AdmissionClosedError",
     "BackendUnavailableError",
     "CacheCapExceededError",
+    "CacheClosedError",
     "CacheIntegrityError",
     "CacheSecurityError",
     "CapacityError",
     "ConfigError",
     "FillError",
     "LifecycleError",
+    "LockUsageError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
     "ProgramCacheKeyError",
@@ -81,3 +83,11 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class CacheClosedError(NexusCacheError, ValueError):
+    """An operation on a cache object after its ``close()``; open a new one."""
+
+
+class LockUsageError(NexusCacheError, RuntimeError):
+    """Misuse of a file lock: acquiring it twice from one thread, or releasing it unheld."""

@@ -8,7 +8,12 @@ import stat
 
 import pytest
 
-from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, ConfigError
+from nexus_cache.errors import (
+    CacheClosedError,
+    CacheIntegrityError,
+    CacheSecurityError,
+    ConfigError,
+)
 from nexus_cache.program import SQLiteProgramCache
 
 OTHER_UID = 54321
@@ -118,10 +123,11 @@ def test_prune(db):
 def test_closed_cache_says_so(db):
     c = SQLiteProgramCache(db)
     c.close()
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(CacheClosedError, match="closed"):
         c[b"k"] = b"v"
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(CacheClosedError, match="closed"):
         c.get(b"k")
+    assert issubclass(CacheClosedError, ValueError)  # callers catching ValueError still do
 
 
 def test_symlinked_db_refused(tmp_path):

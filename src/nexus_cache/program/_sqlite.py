@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from nexus_cache.errors import ConfigError
+from nexus_cache.errors import CacheClosedError, ConfigError
 from nexus_cache.program._caps import log_oversize, validate_cap
 from nexus_cache.program._paths import default_sqlite_path
 from nexus_cache.program._report import EntryInfo, VerifyReport
@@ -77,7 +77,8 @@ class SQLiteProgramCache(ProgramCacheResource):
     removed, counted in ``stats().corrupt`` and reads as a miss. An entry
     larger than ``max_size_bytes`` is not stored (``stats().oversize``).
     Safe to use in a forked child (it reconnects). Operations after
-    :meth:`close` raise ``ValueError``.
+    :meth:`close` raise :class:`~nexus_cache.errors.CacheClosedError` (a
+    ``ValueError``).
     """
 
     def __init__(
@@ -110,7 +111,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     def _connection(self) -> sqlite3.Connection:
         """The live connection (caller holds ``_lock``); reconnects after a fork."""
         if self._closed:
-            raise ValueError(f"{self!r} is closed; open a new cache object")
+            raise CacheClosedError(f"{self!r} is closed; open a new cache object")
         conn = self._conn
         if conn is not None and self._pid == os.getpid():
             return conn
