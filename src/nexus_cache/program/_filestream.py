@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,8 @@ from nexus_cache._storage import (
 )
 from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import _fsscan
-from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._caps import validate_cap
+from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._evictq import CandidateQueue
 from nexus_cache.program._integrity import (
     KEY_DIGEST_SIZE,
@@ -147,9 +147,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._tmp = str(ensure_private_dir(self._root / "tmp"))
         self._prefix = self._entries + "/"
         self._uid = os.geteuid()
-        self._lock = threading.Lock()
-        self._hits = self._misses = self._stores = 0
-        self._evictions = self._corrupt = self._oversize = 0
+        self._counts = OpCounters()
         sweep_stale_temps(self._tmp)
         self._xattr = xattrs_supported(self._tmp)
         self._usage = UsageCounter(str(self._root / "usage"))
@@ -187,8 +185,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             if entry is not None:
                 data = self._memo_hit(memo, path, entry)
                 if data is not None:
-                    with self._lock:
-                        self._hits += 1
+                    self._counts.hit()
                     return data
         try:
             fd = open_entry(path)
@@ -239,8 +236,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data))
         finally:
             _close(fd)
-        with self._lock:
-            self._hits += 1
+        self._counts.hit()
         return data
 
     def _memo_hit(self, memo: VerifiedMemo, path: str, entry: MemoEntry) -> bytes | None:
@@ -279,15 +275,12 @@ class FileStreamProgramCache(ProgramCacheResource):
         return entry.data
 
     def _count_miss(self) -> None:
-        with self._lock:
-            self._misses += 1
+        self._counts.miss()
 
     def _drop_corrupt(self, path: str, st: os.stat_result) -> None:
         if self._memo is not None:
             self._memo.discard(path)
-        with self._lock:
-            self._corrupt += 1
-            self._misses += 1
+        self._counts.miss(corrupt=1)
         with self._usage.hold() as held:
             outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
             if outcome is UnlinkResult.REMOVED:
@@ -329,8 +322,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
             self._memo.discard(path)
-        with self._lock:
-            self._stores += 1
+        self._counts.stored()
         if cap is None:
             self._usage.forget(_FORGET_USAGE_NS)
             return
@@ -346,9 +338,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         # Not stored, nothing else evicted; the superseded entry under this
         # key goes, so a reader never gets bytes older than the last store.
         self._remove_counted(path)
-        with self._lock:
-            self._oversize += 1
-        log_oversize(self, size, cap)
+        self._counts.skipped_oversize(self, size, cap)
 
     def _remove_counted(self, path: str) -> bool:
         """Remove the entry at ``path`` and subtract its bytes, under the counter's lock."""
@@ -400,8 +390,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 self._usage.initialise(lambda: done.remaining_bytes)
         finally:
             lock.release()
-        with self._lock:
-            self._evictions += done.evicted
+        self._counts.evicted(done.evicted)
         return done.evicted, done.removed_bytes
 
     def _evict_batch(self, total: int, cap: int, low: int, *, keep: str) -> None:
@@ -436,8 +425,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 self._usage.initialise(lambda: total)
         finally:
             lock.release()
-        with self._lock:
-            self._evictions += evicted
+        self._counts.evicted(evicted)
 
     def _rescan(self, cap: int, low: int) -> int:
         """Scan, replace the counter with the scan's truth, refill the list; the new total."""
@@ -494,17 +482,7 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     def stats(self) -> CacheStats:
         result = _fsscan.scan(self._entries)
-        with self._lock:
-            return CacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                stores=self._stores,
-                evictions=self._evictions,
-                corrupt=self._corrupt,
-                entries=len(result.entries),
-                bytes=result.total_bytes,
-                oversize=self._oversize,
-            )
+        return self._counts.snapshot(len(result.entries), result.total_bytes)
 
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nexus_cache.errors import CacheClosedError, ConfigError
-from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._caps import validate_cap
+from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._paths import default_sqlite_path
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
@@ -94,8 +95,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._closed = False
         self._touches: dict[bytes, int] = {}
         self._touch_since = 0
-        self._hits = self._misses = self._stores = 0
-        self._evictions = self._corrupt = self._oversize = 0
+        self._counts = OpCounters()
         with self._guard:
             self._connection()
 
@@ -186,16 +186,15 @@ class SQLiteProgramCache(ProgramCacheResource):
             conn = self._connection()
             row = conn.execute("SELECT value, crc FROM entries WHERE key = ?", (kb,)).fetchone()
             if row is None:
-                self._misses += 1
+                self._counts.miss()
                 raise KeyError(key)
             value, crc = row
             if zlib.crc32(value) != crc:
-                self._corrupt += 1
-                self._misses += 1
+                self._counts.miss(corrupt=1)
                 with self._write(conn):
                     conn.execute("DELETE FROM entries WHERE key = ? AND crc = ?", (kb, crc))
                 raise KeyError(key)
-            self._hits += 1
+            self._counts.hit()
             now = time.time_ns()
             if not self._touches:
                 self._touch_since = now
@@ -215,7 +214,6 @@ class SQLiteProgramCache(ProgramCacheResource):
             if cap is not None and size > cap:
                 with self._write(conn):
                     conn.execute("DELETE FROM entries WHERE key = ?", (kb,))
-                self._oversize += 1
                 oversize = True
             else:
                 oversize = False
@@ -228,10 +226,10 @@ class SQLiteProgramCache(ProgramCacheResource):
                         (kb, data, size, zlib.crc32(data), time.time_ns()),
                     )
                     if cap is not None:
-                        self._evictions += self._evict_in_txn(conn, cap, kb)
-                self._stores += 1
+                        self._counts.evicted(self._evict_in_txn(conn, cap, kb))
+                self._counts.stored()
         if oversize:
-            log_oversize(self, size, cap or 0)
+            self._counts.skipped_oversize(self, size, cap or 0)
 
     def _total_bytes(self, conn: sqlite3.Connection) -> int:
         return int(conn.execute("SELECT bytes FROM totals WHERE id = 0").fetchone()[0])
@@ -284,7 +282,7 @@ class SQLiteProgramCache(ProgramCacheResource):
                 before = self._total_bytes(conn)
                 n = self._evict_in_txn(conn, max_bytes, None)
                 freed = before - self._total_bytes(conn)
-            self._evictions += n
+            self._counts.evicted(n)
             self._vacuum(conn)
         return n, freed
 
@@ -324,16 +322,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             entries, nbytes = conn.execute(
                 "SELECT entries, bytes FROM totals WHERE id = 0"
             ).fetchone()
-            return CacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                stores=self._stores,
-                evictions=self._evictions,
-                corrupt=self._corrupt,
-                entries=int(entries),
-                bytes=int(nbytes),
-                oversize=self._oversize,
-            )
+            return self._counts.snapshot(int(entries), int(nbytes))
 
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
@@ -365,7 +354,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             if bad:
                 with self._write(conn):
                     conn.executemany("DELETE FROM entries WHERE key = ? AND crc = ?", bad)
-                self._corrupt += len(bad)
+                self._counts.found_corrupt(len(bad))
             ok = conn.execute("PRAGMA quick_check").fetchone()[0]
             if ok != "ok":
                 report.refused.append((str(self._path), f"sqlite quick_check: {ok}"))
