@@ -438,7 +438,7 @@ def test_corruption_is_detected_counted_removed(cache, case, read_first):
     if read_first:  # so that the in-memory memo holds the verified bytes
         for _ in range(3):
             assert cache[b"k"] == payload
-        assert cache._memo.get(str(entry_path(cache, b"k"))) is not None
+        assert cache._memo.get(b"k") is not None
     _corrupt_cases()[case](entry_path(cache, b"k"))
     with pytest.raises(KeyError):
         cache[b"k"]
@@ -594,7 +594,7 @@ def test_nothing_is_unpickled(cache):
 def test_memo_sees_other_writers_and_deleters(cache):
     other = FileStreamProgramCache(cache.path)  # stands for another process
     cache[b"k"] = b"v1"
-    p = str(entry_path(cache, b"k"))
+    p = b"k"  # the memo is keyed by the cache key
     assert cache[b"k"] == b"v1"  # first read from disk: not kept
     assert cache._memo.get(p) is None
     assert cache[b"k"] == b"v1"  # second read of the same version: kept
@@ -644,14 +644,14 @@ def test_memo_is_bounded_lru():
 
     memo = VerifiedMemo(1000)
     for name in "abcd":
-        memo.put(name, MemoEntry(1, 200, 0, 0, b"x" * 200))
+        memo.put(name, MemoEntry("p", 1, 200, 0, 0, b"x" * 200))
     memo.get("a")
-    memo.put("e", MemoEntry(1, 200, 0, 0, b"x" * 200))
-    memo.put("f", MemoEntry(1, 200, 0, 0, b"x" * 200))
+    memo.put("e", MemoEntry("p", 1, 200, 0, 0, b"x" * 200))
+    memo.put("f", MemoEntry("p", 1, 200, 0, 0, b"x" * 200))
     assert memo.get("b") is None  # least recently used went first
     assert memo.get("a") is not None
     assert memo.nbytes == 1000
-    memo.put("huge", MemoEntry(1, 251, 0, 0, b"x" * 251))  # > a quarter: not kept
+    memo.put("huge", MemoEntry("p", 1, 251, 0, 0, b"x" * 251))  # > a quarter: not kept
     assert memo.get("huge") is None
 
 

@@ -176,17 +176,18 @@ class FileStreamProgramCache(ProgramCacheResource):
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
-        digest = _sha256(kb).digest()  # type: ignore[arg-type]
-        h = digest.hex()
-        path = self._prefix + h[:2] + "/" + h
         memo = self._memo
         if memo is not None:
-            entry = memo.get(path)
+            # Keyed by the key itself: a repeat hit hashes nothing.
+            entry = memo.get(kb)  # type: ignore[arg-type]
             if entry is not None:
-                data = self._memo_hit(memo, path, entry)
+                data = self._memo_hit(memo, kb, entry)  # type: ignore[arg-type]
                 if data is not None:
                     self._counts.hit()
                     return data
+        digest = _sha256(kb).digest()  # type: ignore[arg-type]
+        h = digest.hex()
+        path = self._prefix + h[:2] + "/" + h
         try:
             fd = open_entry(path)
         except FileNotFoundError:
@@ -219,7 +220,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                     raise KeyError(key)
                 record = sidecar
             if not record_matches(record, data, digest[:KEY_DIGEST_SIZE]):
-                self._drop_corrupt(path, st)
+                self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
                 raise KeyError(key)
             now = _time_ns()
             atime = st.st_atime_ns
@@ -230,21 +231,22 @@ class FileStreamProgramCache(ProgramCacheResource):
                 stamped = True
             else:
                 stamped = False
-            if memo is not None and memo.second_read(path, (st.st_ino, size, st.st_mtime_ns)):
+            if memo is not None and memo.second_read(kb, (st.st_ino, size, st.st_mtime_ns)):
                 # our own stamp moved the ctime
                 ctime = _fstat(fd).st_ctime_ns if stamped else st.st_ctime_ns
-                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data))
+                memo.put(kb, MemoEntry(path, st.st_ino, size, st.st_mtime_ns, ctime, data))
         finally:
             _close(fd)
         self._counts.hit()
         return data
 
-    def _memo_hit(self, memo: VerifiedMemo, path: str, entry: MemoEntry) -> bytes | None:
+    def _memo_hit(self, memo: VerifiedMemo, kb: bytes, entry: MemoEntry) -> bytes | None:
         """The memo's bytes if the entry on disk is still the one they were read from."""
+        path = entry.path
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            memo.discard(path)
+            memo.discard(kb)
             return None  # the disk path reports the miss
         if (
             st.st_ino != entry.ino
@@ -254,7 +256,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             or st.st_uid != self._uid
             or st.st_mode & _S_IFMT != _S_IFREG
         ):
-            memo.discard(path)
+            memo.discard(kb)
             return None  # rewritten, modified or tampered with: read and verify again
         now = _time_ns()
         atime = st.st_atime_ns
@@ -266,20 +268,22 @@ class FileStreamProgramCache(ProgramCacheResource):
                 os.utime(path, ns=(now, entry.mtime_ns), follow_symlinks=False)
                 after = os.lstat(path)
             except FileNotFoundError:
-                memo.discard(path)  # deleted after our lstat: this read happened before that
+                memo.discard(kb)  # deleted after our lstat: this read happened before that
                 return entry.data
             if after.st_ino == entry.ino:
                 entry.ctime_ns = after.st_ctime_ns  # our stamp moved it
             else:
-                memo.discard(path)
+                memo.discard(kb)
         return entry.data
 
     def _count_miss(self) -> None:
         self._counts.miss()
 
-    def _drop_corrupt(self, path: str, st: os.stat_result) -> None:
-        if self._memo is not None:
-            self._memo.discard(path)
+    def _drop_corrupt(self, path: str, st: os.stat_result, kb: bytes | None = None) -> None:
+        # Without the key (verify) the memo is left alone: its lstat guard
+        # sees the removal on the next hit.
+        if self._memo is not None and kb is not None:
+            self._memo.discard(kb)
         self._counts.miss(corrupt=1)
         with self._usage.hold() as held:
             outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
@@ -298,7 +302,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         size = len(data)  # type: ignore[arg-type]
         cap = self._max
         if cap is not None and size > cap:
-            self._store_oversize(path, size, cap)
+            self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
             return
         xattr = (XATTR_NAME, make_record(data, digest[:KEY_DIGEST_SIZE])) if self._xattr else None  # type: ignore[arg-type]
         # The bytes are written and fsynced before any lock is taken.
@@ -321,7 +325,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             sidecar = make_sidecar(ino, data, digest[:KEY_DIGEST_SIZE])  # type: ignore[arg-type]
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
-            self._memo.discard(path)
+            self._memo.discard(kb)  # type: ignore[arg-type]
         self._counts.stored()
         if cap is None:
             self._usage.forget(_FORGET_USAGE_NS)
@@ -334,13 +338,13 @@ class FileStreamProgramCache(ProgramCacheResource):
         if total > cap or (total > low and len(self._candidates)):
             self._evict_batch(total, cap, low, keep=path)
 
-    def _store_oversize(self, path: str, size: int, cap: int) -> None:
+    def _store_oversize(self, path: str, kb: bytes, size: int, cap: int) -> None:
         # Not stored, nothing else evicted; the superseded entry under this
         # key goes, so a reader never gets bytes older than the last store.
-        self._remove_counted(path)
+        self._remove_counted(path, kb)
         self._counts.skipped_oversize(self, size, cap)
 
-    def _remove_counted(self, path: str) -> bool:
+    def _remove_counted(self, path: str, kb: bytes) -> bool:
         """Remove the entry at ``path`` and subtract its bytes, under the counter's lock."""
         with self._usage.hold() as held:
             old = lstat_key(path)
@@ -348,7 +352,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 return False
             held.add(-old.size)
         if self._memo is not None:
-            self._memo.discard(path)
+            self._memo.discard(kb)
         return True
 
     def _remove(self, path: str) -> bool:
@@ -456,7 +460,8 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     # -- delete / size ------------------------------------------------------
     def __delitem__(self, key: bytes | str) -> None:
-        if not self._remove_counted(self._path_for(as_key_bytes(key))):
+        kb = as_key_bytes(key)
+        if not self._remove_counted(self._path_for(kb), kb):
             raise KeyError(key)
 
     def __len__(self) -> int:
