@@ -29,6 +29,7 @@ from nexus_cache.program.keys import _probes
 __all__ = ["KeyMemo", "option_state"]
 
 _PLAIN = (str, bytes, int, float, bool, type(None))
+_PLAIN_TYPES = frozenset(_PLAIN)
 _UNUSABLE = object()
 
 
@@ -73,7 +74,14 @@ class KeyMemo:
 
     def put(self, mk: Hashable, state: dict[str, Any], value: Any, generation: int) -> None:
         """Remember ``value``; ``generation`` is the probe generation read *before* deriving it."""
-        mutable = tuple((n, _frozen(v)) for n, v in state.items() if not isinstance(v, _PLAIN))
+        # Most of ~55 option fields are None: a type lookup per field, then
+        # the (rare) list values snapshotted.
+        if _PLAIN_TYPES.issuperset(map(type, state.values())):
+            mutable: tuple[tuple[str, Any], ...] = ()  # the common case, checked in C
+        else:
+            mutable = tuple(
+                (n, _frozen(v)) for n, v in state.items() if v.__class__ not in _PLAIN_TYPES
+            )
         if any(v is _UNUSABLE for _, v in mutable):
             return  # a value we cannot snapshot: derive every time
         if len(self._entries) >= self._max:
