@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AdmissionClosedError",
     "BackendUnavailableError",
+    "ByteCountError",
     "CacheCapExceededError",
     "CacheIntegrityError",
     "CacheSecurityError",
@@ -81,3 +82,7 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class ByteCountError(NexusCacheError, ValueError):
+    """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
