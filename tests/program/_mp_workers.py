@@ -131,3 +131,10 @@ def rewrite_and_delete(base: str, cap: int, writer: int, n: int) -> None:
                     pass
             else:
                 c[key] = make_value(writer, seq)
+
+
+def open_at_once(base: str, go, writer: int) -> None:  # type: ignore[no-untyped-def]
+    """Open a (fresh) SQLite cache the moment ``go`` is set, and store one key."""
+    assert go.wait(30)
+    with open_cache("sqlite", base) as c:
+        c[f"opener{writer}"] = make_value(writer, 0)

@@ -169,3 +169,18 @@ def test_byte_counter_stays_exact_under_rewrites_and_deletes(tmp_path, cap):
         on_disk = _fsscan.scan(str(c.path / "entries")).total_bytes
         assert c._usage.read() == on_disk
         assert c.stats().bytes == on_disk
+
+
+def test_processes_creating_one_sqlite_cache_at_once_all_succeed(tmp_path):
+    # One creates the schema while the others judge the file: ours, not foreign.
+    base = str(tmp_path)
+    go = CTX.Event()
+    procs = [proc(w.open_at_once, base, go, i) for i in range(6)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(90)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    with open_cache("sqlite", base) as c:
+        assert len(c) == 6

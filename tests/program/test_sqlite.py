@@ -224,3 +224,18 @@ def test_foreign_schemas_are_refused_and_left_alone(tmp_path):
         ):
             SQLiteProgramCache(path)
         assert path.read_bytes() == before, name
+
+
+def test_our_own_tables_before_the_version_is_set_are_not_foreign(db):
+    # What a process opening the file sees while another has just created the
+    # schema: our tables, version not yet read as set. That is ours, not foreign.
+    from nexus_cache.program._sqlite_db import SCHEMA
+
+    db.parent.mkdir(mode=0o700)
+    conn = raw(db)
+    for stmt in SCHEMA:
+        conn.execute(stmt)
+    conn.close()
+    with SQLiteProgramCache(db) as c:
+        c[b"k"] = b"v"
+        assert c.get(b"k") == b"v"

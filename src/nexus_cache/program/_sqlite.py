@@ -140,7 +140,19 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     def _check(self, conn: sqlite3.Connection) -> None:
         """Refuse a newer schema or a database of someone else's (ConfigError)."""
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute("BEGIN")  # one snapshot for the version and the schema
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            self._check_version(conn, version)
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the original error says more
+            raise
+        conn.execute("COMMIT")
+
+    def _check_version(self, conn: sqlite3.Connection, version: int) -> None:
         if version not in (0, SCHEMA_VERSION):
             raise ConfigError(
                 f"{self._path} has program cache schema {version}, this version "

@@ -66,15 +66,20 @@ def _foreign(path: Path, what: str) -> ConfigError:
 
 
 def check_schema(conn: sqlite3.Connection, path: Path, version: int) -> None:
-    """Refuse a database that holds tables we did not create (ConfigError)."""
+    """Refuse a database that holds tables we did not create (ConfigError).
+
+    At version 0 our own objects may already be there (another process
+    created them and set the version just after our read), so only objects
+    that are not ours, or an ``entries`` table of another shape, are foreign.
+    """
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     names = {n for n in names if not n.startswith("sqlite_")}
-    if version == 0:
-        if names:
-            raise _foreign(path, f"tables {', '.join(sorted(names))}")
-        return
+    if version == 0 and names - _OURS:
+        raise _foreign(path, f"tables {', '.join(sorted(names - _OURS))}")
+    if version == 0 and "entries" not in names:
+        return  # empty: ours to create
     columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(entries)"))
-    if columns != COLUMNS or "totals" not in names:
+    if columns != COLUMNS or (version != 0 and "totals" not in names):
         raise _foreign(path, f"entries columns {columns!r}")
 
 
