@@ -19,6 +19,8 @@ __all__ = ["CompileInputs", "cached_compile"]
 
 _CONSTRUCTORS = {"cubin": "from_cubin", "ptx": "from_ptx", "ltoir": "from_ltoir"}
 _builders: dict[str, Any] = {}
+# key -> (sidecar bytes, binary bytes, target, decoded meta) of the last check
+_last_meta: dict[bytes, tuple[bytes, bytes, str, Any]] = {}
 
 
 def _object_code(data: bytes, target_type: str, name: str, mapping: dict | None) -> Any:
@@ -36,9 +38,20 @@ def _with_sidecar(
     """The ``ObjectCode`` of a hit whose name or symbol mapping lives in the sidecar;
     ``None`` (a miss) when the sidecar is missing, damaged or describes other bytes."""
     raw = cache.get(sidecar_key(plan.key))
-    meta = None if raw is None else decode_meta(raw, data, plan.target_type)
-    if meta is None:
+    if raw is None:
         return None
+    # A memoizing backend hands back the same (immutable) bytes objects while
+    # the entries are unchanged: then the check below has been done already.
+    last = _last_meta.get(plan.key)
+    if last is not None and last[0] is raw and last[1] is data and last[2] == plan.target_type:
+        meta = last[3]
+    else:
+        meta = decode_meta(raw, data, plan.target_type)
+        if meta is None:
+            return None
+        if len(_last_meta) >= 256:
+            _last_meta.clear()
+        _last_meta[plan.key] = (raw, data, plan.target_type, meta)
     if plan.code_type == "c++" and set(meta.symbol_mapping) != set(names):
         return None
     name = plan.name if plan.name is not None else meta.name
