@@ -377,3 +377,24 @@ def test_make_program_cache_key_memo_compares_options_by_value() -> None:
     assert (
         make_program_cache_key(code=PLAIN, code_type="c++", options=o, target_type="cubin") != k2
     )
+
+
+def test_the_program_memo_keeps_no_program_alive_and_never_confuses_two() -> None:
+    import gc
+    import weakref
+
+    cache = InMemoryProgramCache()
+    options = opts()
+    first = core.Program(PLAIN, "c++", options)
+    cached_compile(first, "cubin", cache=cache)
+    ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert ref() is None  # the memo held no reference
+    # Many new Programs with the same options object and other code (ids get
+    # reused): each must get its own key.
+    for i in range(20):
+        src = f'extern "C" __global__ void k{i}(int *a) {{ *a = {i}; }}\n'
+        obj = cached_compile(core.Program(src, "c++", options), "cubin", cache=cache)
+        assert f"k{i}".encode() in bytes(obj.code)
+    assert len(cache) == 21

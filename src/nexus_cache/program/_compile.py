@@ -19,7 +19,9 @@ __all__ = ["CompileInputs", "cached_compile"]
 
 _CONSTRUCTORS = {"cubin": "from_cubin", "ptx": "from_ptx", "ltoir": "from_ltoir"}
 _builders: dict[str, Any] = {}
-# key -> (sidecar bytes, binary bytes, target, decoded meta) of the last check
+# key -> (sidecar bytes, binary bytes, target, decoded meta) of the last check.
+# Few entries: they keep their binaries alive after a backend's memo let go.
+_LAST_META_MAX = 64
 _last_meta: dict[bytes, tuple[bytes, bytes, str, Any]] = {}
 
 
@@ -49,7 +51,7 @@ def _with_sidecar(
         meta = decode_meta(raw, data, plan.target_type)
         if meta is None:
             return None
-        if len(_last_meta) >= 256:
+        if len(_last_meta) >= _LAST_META_MAX:
             _last_meta.clear()
         _last_meta[plan.key] = (raw, data, plan.target_type, meta)
     if plan.code_type == "c++" and set(meta.symbol_mapping) != set(names):

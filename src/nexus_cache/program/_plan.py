@@ -19,6 +19,7 @@ key per call and memoizes it for what is invariant:
 from __future__ import annotations
 
 import gc
+import weakref
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -122,8 +123,8 @@ def _program_plan(program: Any, target_type: str, names: tuple[Any, ...], extra:
             mk = None
         else:
             found = _program_memo.get(mk, state)
-            if found is not None and found[0] is program and found[1] is options:
-                return found[2]  # type: ignore[no-any-return]
+            if found is not None and found[0]() is program and found[1] is options:
+                return found[2]._replace(program=program)  # type: ignore[no-any-return]
     generation = _probes.generation()
     key, ct, tt = delegated_key(program, target_type, names, digest)
     if options is None:  # the name is known only to the sidecar
@@ -131,8 +132,15 @@ def _program_plan(program: Any, target_type: str, names: tuple[Any, ...], extra:
     else:
         plan = Plan(key, ct, tt, _name_of(options), ct == "c++" and bool(names), None, program)
     if mk is not None:
-        # The entry holds the Program and its options, so their ids stay theirs.
-        _program_memo.put(mk, state, (program, options, plan), generation)  # type: ignore[arg-type]
+        # A weak reference: the memo never keeps a Program (and its NVRTC
+        # program) alive, and a new Program that reuses a dead one's id never
+        # matches. The options object is held, so its id stays its own.
+        try:
+            ref = weakref.ref(program)
+        except TypeError:
+            return plan  # not weakly referenceable: derive every time
+        kept = plan._replace(program=None)  # nor through the plan
+        _program_memo.put(mk, state, (ref, options, kept), generation)  # type: ignore[arg-type]
     return plan
 
 
