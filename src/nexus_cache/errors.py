@@ -18,6 +18,8 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "FillError",
+    "GraphConvergenceError",
+    "GraphInputError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -81,3 +83,11 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class GraphInputError(NexusCacheError, ValueError):
+    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
+
+
+class GraphConvergenceError(NexusCacheError, RuntimeError):
+    """An iterative graph algorithm did not converge and the caller asked for an error."""
