@@ -130,12 +130,11 @@ def csr_from_arcs(
         del is_start
     indices = (key & ((1 << bits) - 1)).astype(index_dtype)
     key >>= bits  # now the row of every arc, in ascending order
-    counts = xp.bincount(key, minlength=n) if key.size else xp.zeros(n, dtype=np.int64)
+    # Row starts by binary search in the sorted rows: no atomics, no second pass.
+    indptr = xp.searchsorted(key, xp.arange(n + 1, dtype=np.int64), side="left")
     del key
     indptr_dtype = np.int32 if indices.size < np.iinfo(np.int32).max else np.int64
-    indptr = xp.zeros(n + 1, dtype=indptr_dtype)
-    indptr[1:] = xp.cumsum(counts)
-    return indptr, indices, weights
+    return indptr.astype(indptr_dtype, copy=False), indices, weights
 
 
 def rows_of(xp: Any, indptr: Any, n_arcs: int) -> Any:
@@ -143,5 +142,7 @@ def rows_of(xp: Any, indptr: Any, n_arcs: int) -> Any:
     n = int(indptr.size) - 1
     if n_arcs == 0:
         return xp.zeros(0, dtype=np.int64)
-    starts = xp.bincount(indptr[1:n], minlength=n_arcs + 1)[:n_arcs]
-    return xp.cumsum(starts)
+    # Mark where each row after the first starts; the running count is the row.
+    starts = xp.zeros(n_arcs + 1, dtype=np.int64)
+    scatter_add(xp, starts, indptr[1:n], xp.ones(max(n - 1, 0), dtype=np.int64))
+    return xp.cumsum(starts[:n_arcs])

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
+from nexus_cache.graph._xp import scatter_add
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 
@@ -102,7 +103,8 @@ def pagerank(
         if pull.weights is not None
         else xp.ones(pull.n_arcs, dtype=dtype)
     )
-    out_weight = xp.bincount(sources, weights=weights, minlength=n).astype(dtype)
+    out_weight = xp.zeros(n, dtype=dtype)
+    scatter_add(xp, out_weight, sources, weights)
     is_dangling = out_weight == 0
     share = xp.where(is_dangling, 1, out_weight).astype(dtype)
     matrix = pull.matrix(weights / share[sources])

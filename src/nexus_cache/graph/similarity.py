@@ -106,9 +106,12 @@ def _intersections(
         element = graph.indices[indptr[short[pair]] + pos]
         other = long_[pair]
         found = _contains(xp, graph.indices, indptr[other], indptr[other + 1], element)
-        # ``pair`` is non-decreasing within a chunk: count over its own range only.
+        # ``pair`` is non-decreasing within a chunk: the hits of each pair are a
+        # run, counted by binary search (no atomics on one hot counter).
         low, high = int(pair[0]), int(pair[-1])
-        counts[low : high + 1] += xp.bincount(pair[found] - low, minlength=high - low + 1)
+        hits = pair[found]
+        bounds = xp.searchsorted(hits, xp.arange(low, high + 2, dtype=np.int64), side="left")
+        counts[low : high + 1] += xp.diff(bounds)
     return counts, deg_a, deg_b
 
 
