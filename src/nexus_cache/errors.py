@@ -18,6 +18,7 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "FillError",
+    "FrameTypeError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -81,3 +82,7 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class FrameTypeError(NexusCacheError, TypeError):
+    """An Arrow type (or a column's size) that a device frame cannot hold."""
