@@ -32,6 +32,7 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
 from nexus_cache.frames._builder import ColumnBuilder
 from nexus_cache.frames._host import HostPiece, host_piece
+from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.staging import TransferStats, open_transfer
 
@@ -136,6 +137,8 @@ def decode_parquet(
     pf = pq.ParquetFile(source, read_dictionary=read_dictionary)
     wanted, groups = _check_request(pf, columns, row_groups)
     schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
+    for f in schema:
+        column_kind(f.type, f.name)  # refuse before allocating anything
     total = sum(pf.metadata.row_group(g).num_rows for g in groups)
     transfer = open_transfer(domain, timing=timing)
     stop = threading.Event()
@@ -143,8 +146,9 @@ def decode_parquet(
     worker = threading.Thread(
         target=_decoder, args=(pf, groups, wanted, pipe, stop, stats), daemon=True
     )
+    builders: list[ColumnBuilder] = []
     try:
-        builders = [ColumnBuilder(f, total, transfer) for f in schema]
+        builders.extend(ColumnBuilder(f, total, transfer) for f in schema)
         worker.start()
         while True:
             waited = time.perf_counter()
@@ -155,13 +159,19 @@ def decode_parquet(
             if isinstance(item, BaseException):
                 raise item
             rows, pieces = item
-            for builder, piece in zip(builders, pieces, strict=True):
-                builder.add(piece)
+            for i, piece in enumerate(pieces):
+                builders[i].add(piece)
             stats.row_groups += 1
             stats.rows += rows
             stats.host_bytes += sum(_piece_bytes(p) for p in pieces)
         result = [b.finish() for b in builders]
         transfer.finish()
+    except BaseException:
+        # The traceback keeps this frame (and the builders) alive: let go of
+        # the device memory now, not when the exception is dropped.
+        for builder in builders:
+            builder.discard()
+        raise
     finally:
         stop.set()
         if worker.ident is not None:

@@ -14,7 +14,7 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import LifecycleError
 from nexus_cache.frames._builder import build_column
 from nexus_cache.frames._host import arrow_array
-from nexus_cache.frames.column import DeviceColumn
+from nexus_cache.frames.column import DeviceColumn, column_kind
 from nexus_cache.frames.owner import FrameOwner
 from nexus_cache.frames.staging import is_cuda_domain, open_transfer
 
@@ -85,6 +85,8 @@ class DeviceFrame:
         """Copy ``table`` into ``domain``. Raises FrameTypeError for unsupported types."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
+        for f in table.schema:
+            column_kind(f.type, f.name)  # refuse before allocating anything
         transfer = open_transfer(domain)
         try:
             columns = [
