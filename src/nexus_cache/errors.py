@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AdmissionClosedError",
     "BackendUnavailableError",
+    "ByteCountError",
     "CacheCapExceededError",
     "CacheIntegrityError",
     "CacheSecurityError",
@@ -86,3 +87,7 @@ class UnsafeTeardownError(NexusCacheError, RuntimeError):
 
 class FrameTypeError(NexusCacheError, TypeError):
     """An Arrow type (or a column's size) that a device frame cannot hold."""
+
+
+class ByteCountError(NexusCacheError, ValueError):
+    """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
