@@ -25,9 +25,8 @@ from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from frames._tables import assert_same_table, tables  # noqa: E402
-
-from nexus_cache.frames import (  # noqa: E402
+from frames._tables import assert_same_table, tables
+from nexus_cache.frames import (
     DecodeStats,
     DeviceFrame,
     FrameOwner,
@@ -35,7 +34,7 @@ from nexus_cache.frames import (  # noqa: E402
     read_parquet,
     read_to_device,
 )
-from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig  # noqa: E402
+from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -160,6 +159,7 @@ def test_decode_through_the_lakehouse_with_small_staging_slots(
                 cache=cache,
                 columns=["cat", "name", "x", "flag", "ts"],
                 stats=stats,
+                slot_bytes=slot_bytes,
             )
             _accounted(domain, frame)
             expected = pq.read_table(source, columns=["cat", "name", "x", "flag", "ts"])

@@ -200,6 +200,7 @@ def read_parquet(
     row_groups: Sequence[int] | None = None,
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
+    slot_bytes: int = DEFAULT_SLOT_BYTES,
 ) -> DeviceFrame:
     """Open ``source`` through the lakehouse ``cache`` (default: the process's
     ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
@@ -220,4 +221,5 @@ def read_parquet(
             row_groups=row_groups,
             read_dictionary=read_dictionary,
             stats=stats,
+            slot_bytes=slot_bytes,
         )
