@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "AdmissionClosedError",
+    "AttemptCancelledError",
     "BackendUnavailableError",
     "ByteCountError",
     "CacheCapExceededError",
@@ -24,6 +25,8 @@ __all__ = [
     "ManagedCapacityExceededError",
     "NexusCacheError",
     "ProgramCacheKeyError",
+    "SourceDecodeError",
+    "SourceWaitTimeoutError",
     "StalePlanError",
     "UnsafeTeardownError",
 ]
@@ -91,3 +94,17 @@ class FrameTypeError(NexusCacheError, TypeError):
 
 class ByteCountError(NexusCacheError, ValueError):
     """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
+
+
+class AttemptCancelledError(NexusCacheError, RuntimeError):
+    """The query attempt was cancelled. A decode leader that stops for it hands
+    leadership to a waiting follower instead of failing the followers."""
+
+
+class SourceDecodeError(NexusCacheError, RuntimeError):
+    """The decode leader of a source frame failed deterministically; every follower
+    of that key gets this error, chained to the leader's (``__cause__``)."""
+
+
+class SourceWaitTimeoutError(NexusCacheError, TimeoutError):
+    """A follower's own deadline passed while it waited for a decode leader."""
