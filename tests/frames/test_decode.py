@@ -102,7 +102,7 @@ def test_decoded_frame_is_fully_accounted_in_the_domain(tmp_path: Path) -> None:
     frame = decode_parquet(str(source), domain=domain)
     gc.collect()
     # per-row-group string pieces were joined and dropped: only the frame is live
-    assert domain.counters().used_bytes == domain.measured_bytes(frame.arrays())
+    assert domain.counters().used_bytes == domain.measured_bytes(frame.device_arrays())
     assert domain.counters().allocated_bytes > domain.counters().used_bytes
     frame.release()
     gc.collect()

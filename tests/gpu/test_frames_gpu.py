@@ -95,11 +95,11 @@ def no_default_pool() -> Iterator[list[int]]:
 def _accounted(domain: Any, frame: DeviceFrame) -> None:
     import cupy
 
-    for array in frame.arrays():
+    for array in frame.device_arrays():
         assert isinstance(array, cupy.ndarray)
         assert array.device.id == domain.device_id
         assert domain.allocation_bytes(array) >= array.nbytes
-    assert domain.counters().used_bytes >= domain.measured_bytes(frame.arrays())
+    assert domain.counters().used_bytes >= domain.measured_bytes(frame.device_arrays())
 
 
 def _write(path: Path, table: pa.Table, row_group_size: int) -> Path:
@@ -177,7 +177,7 @@ def test_device_copies_compact_slices_and_carry_the_owner(make_domain: Callable[
     released: list[int] = []
     with no_default_pool():
         frame = DeviceFrame.from_arrow(table, domain=first)
-        copy = frame.slice(1000, 5000).copy_to(
+        copy = frame.slice(1000, 5000).copy_into(
             second, owner=FrameOwner(lambda: released.append(1))
         )
         _accounted(second, copy)

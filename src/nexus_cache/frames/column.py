@@ -128,18 +128,18 @@ class DeviceColumn:
     def kind(self) -> ColumnKind:
         return column_kind(self.field.type, self.name)
 
-    def arrays(self) -> tuple[Any, ...]:
+    def device_arrays(self) -> tuple[Any, ...]:
         """Every non-empty device buffer this column references (dictionary values
         included); empty buffers own no allocation."""
         own = tuple(
             a for a in (self.data, self.offsets, self.validity) if a is not None and a.size
         )
-        return own + (self.dictionary.arrays() if self.dictionary is not None else ())
+        return own + (self.dictionary.device_arrays() if self.dictionary is not None else ())
 
     @property
     def nbytes(self) -> int:
         """Bytes of the buffers it references (a slice counts its views)."""
-        return sum(int(a.nbytes) for a in self.arrays())
+        return sum(int(a.nbytes) for a in self.device_arrays())
 
     def slice(self, start: int, stop: int) -> DeviceColumn:
         """Rows ``[start, stop)`` as views of the same buffers (no copy)."""

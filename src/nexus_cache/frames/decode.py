@@ -48,7 +48,9 @@ class DecodeStats:
     ``decode_seconds``: the decoder thread's host decode; ``wait_seconds``:
     how long the copying thread waited for decoded row groups; ``transfer``:
     the host-to-device stage (on CUDA the copy engine's busy time, measured
-    with CUDA events); ``wall_seconds``: the whole call.
+    with CUDA events); ``wall_seconds``: the whole call; ``lakehouse``: the
+    lakehouse read's ``ReadDiagnostics``; ``source``: the source cache's
+    ``SourceDiagnostics`` (:func:`~nexus_cache.frames.read_cached_parquet`).
     """
 
     row_groups: int = 0
@@ -59,6 +61,7 @@ class DecodeStats:
     wall_seconds: float = 0.0
     transfer: TransferStats = field(default_factory=TransferStats)
     lakehouse: Any = None
+    source: Any = None
 
 
 def _check_request(
