@@ -214,3 +214,40 @@ def test_read_to_device_of_a_cache_hit(
         array = read_to_device(handle, domain=domain, use_kvikio=use_kvikio)
         assert domain.allocation_bytes(array) >= len(payload)
         assert bytes(cupy.asnumpy(array)) == payload
+
+
+def test_source_cache_hit_is_a_pinned_device_copy(tmp_path: Path) -> None:
+    pytest.importorskip("cupy")
+    from nexus_cache.device import CheckoutStatus, DeviceProfile, DeviceResidentCaches
+    from nexus_cache.frames import read_cached_parquet
+
+    source = _write(tmp_path / "src" / "t.parquet", _sample(100_000), row_group_size=20_000)
+    config = LakehouseCacheConfig(
+        root=tmp_path / "root", policy="fill_before_read", max_bytes=1 << 30
+    )
+    attempt = _cupy_domain()
+    with (
+        LakehouseCache(config) as lake,
+        DeviceResidentCaches([DeviceProfile(0, 256 << 20)], backend="cuda") as caches,
+        no_default_pool(),
+    ):
+        sub = caches.source_cache(0)
+        stats = DecodeStats()
+        frame = read_cached_parquet(
+            str(source), domain=attempt, source_cache=sub, lake=lake, stats=stats
+        )
+        assert stats.source.status is CheckoutStatus.LEADER
+        assert stats.source.retained
+        frame.release()
+        stats = DecodeStats()
+        frame = read_cached_parquet(
+            str(source), domain=attempt, source_cache=sub, lake=lake, stats=stats
+        )
+        assert stats.source.status is CheckoutStatus.HIT
+        _accounted(attempt, frame)
+        assert_same_table(frame.to_arrow(), pq.read_table(source))
+        part = frame.slice(10, 10)
+        frame.release()
+        assert caches.ledger(0).snapshot().cache_pinned_in_use_bytes > 0
+        part.release()
+        assert caches.ledger(0).snapshot().cache_pinned_in_use_bytes == 0
