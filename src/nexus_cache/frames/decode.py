@@ -4,8 +4,9 @@ Two stages run at once:
 
 * a decoder thread reads the projected columns of one row group after the
   other with PyArrow on the host (PyArrow decodes without holding the GIL)
-  and turns each into NumPy buffers; it stays at most one row group ahead,
-  so host memory holds at most two decoded row groups;
+  and turns each into NumPy buffers; a queue of one bounds it, so host
+  memory holds at most three row groups (one being copied, one waiting,
+  one being decoded);
 * the calling thread moves each decoded row group into the domain through a
   :class:`~nexus_cache.frames.staging.Transfer` (on CUDA: pinned staging
   slots and one stream, see :mod:`nexus_cache.frames.staging`).
@@ -134,7 +135,8 @@ def decode_parquet(
     read from several row groups carry their row groups' dictionaries one
     after another). Raises ConfigError for unknown columns or row groups and
     FrameTypeError for types a frame cannot hold; on any error every device
-    allocation made so far is dropped.
+    allocation made so far is dropped. Thread-safe: concurrent decodes (into
+    one domain or several) each use their own staging and decoder thread.
     """
     timing = stats is not None
     stats = stats if stats is not None else DecodeStats()
