@@ -106,7 +106,10 @@ class DeviceColumn:
     """Immutable description of one column's device buffers (see the module doc).
 
     ``field`` keeps the name, type, nullability and metadata, so the column
-    converts back to exactly the Arrow type it came from.
+    converts back to exactly the Arrow type it came from. ``compact`` says
+    that the offsets start at 0 and ``data`` holds exactly the rows' bytes
+    (true for every built or copied column; a slice of strings is not), so
+    a copy needs no look at the offsets.
     """
 
     field: pa.Field
@@ -115,6 +118,7 @@ class DeviceColumn:
     offsets: Any = None
     validity: Any = None
     dictionary: DeviceColumn | None = None
+    compact: bool = True
 
     @property
     def name(self) -> str:
@@ -145,8 +149,10 @@ class DeviceColumn:
         """Rows ``[start, stop)`` as views of the same buffers (no copy)."""
         validity = None if self.validity is None else self.validity[start:stop]
         if self.offsets is not None:
+            whole = self.compact and start == 0 and stop == self.length
+            offsets = self.offsets[start : stop + 1]
             return DeviceColumn(
-                self.field, stop - start, self.data, self.offsets[start : stop + 1], validity
+                self.field, stop - start, self.data, offsets, validity, None, whole
             )
         return DeviceColumn(
             self.field, stop - start, self.data[start:stop], None, validity, self.dictionary
