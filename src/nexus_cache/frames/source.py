@@ -17,6 +17,7 @@ from typing import Any
 
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import SOURCE_WAIT_TIMEOUT_S, SourceCacheSubdomain, SourceFrameKey
+from nexus_cache.errors import StalePlanError
 from nexus_cache.frames.decode import DecodeStats, decode_parquet
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.owner import FrameOwner
@@ -90,6 +91,12 @@ def read_cached_parquet(
     def decode() -> DeviceFrame:
         with lake.execute(plan) as handle:
             stats.lakehouse = handle.diagnostics
+            served = handle.diagnostics.key
+            if plan.key is not None and served is not None and served != plan.key:
+                # the frame would be cached under the identity of another object
+                raise StalePlanError(
+                    f"{source} changed between planning and reading; read it again"
+                )
             return decode_parquet(
                 handle,
                 domain=domain,
