@@ -122,7 +122,7 @@ def decode_parquet(
     row_groups: Sequence[int] | None = None,
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
-    slot_bytes: int = DEFAULT_SLOT_BYTES,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
 ) -> DeviceFrame:
     """Decode ``columns`` (default all, in the order given) of ``row_groups``
     (default all) of the Parquet ``source`` into a frame allocated in ``domain``.
@@ -205,7 +205,7 @@ def read_parquet(
     row_groups: Sequence[int] | None = None,
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
-    slot_bytes: int = DEFAULT_SLOT_BYTES,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
 ) -> DeviceFrame:
     """Open ``source`` through the lakehouse ``cache`` (default: the process's
     ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
