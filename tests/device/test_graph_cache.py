@@ -311,3 +311,13 @@ def test_parked_graph_matches_an_uncached_build(caches: Any) -> None:
         for got, want in zip(handle.value.arrays(), reference.arrays(), strict=True):
             assert np.array_equal(got, want)
         assert handle.entry.state is ResidencyState.PINNED
+
+
+def test_build_and_run_blocks_go_back_to_the_device(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(11)
+    cache.run(_plan(), edges)
+    cache.run(_plan("jaccard"), edges)
+    counters = caches.factory(0).counters()
+    charged = caches.ledger(0).snapshot().cache_charged_bytes
+    assert counters.used_bytes == counters.held_bytes == charged

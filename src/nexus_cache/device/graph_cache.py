@@ -19,6 +19,9 @@ No LRU eviction and no per-key invalidation: parked graphs stay until
 shutdown. Concurrent builds of one key are reconciled at publication: the
 first published graph wins, the other is torn down and its charge released.
 
+After each build and run the domain's freed blocks go back to the device,
+so the memory it holds stays what the ledger charges.
+
 Runs on parked graphs are serialized per device so the baseline check sees
 only its own run; source-cache fills share the domain, so one that overlaps
 a run can be reported as drift (the graph is then rebuilt by the next miss:
@@ -181,6 +184,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                 del built
             entry.attach(parked, parked.device_arrays())
             del parked
+            domain.release_unused()  # the build's transient blocks go back to the device
         except MemoryError as exc:  # the domain ran out while building
             self.abandon(entry)
             return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
@@ -239,6 +243,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                 del result
                 run_s = time.perf_counter() - started
                 drift = domain.used_bytes() - baseline
+                domain.release_unused()  # so the domain holds no more than the ledger charges
         except BaseException:
             handle.release()
             raise
