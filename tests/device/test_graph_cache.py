@@ -190,14 +190,14 @@ def test_concurrent_duplicate_builds_reconcile_with_exact_charges(
     caches: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = caches.graph_cache(0)
-    both_building = threading.Barrier(2, timeout=30)
-    real = graph_cache.build_graph
+    both_missed = threading.Barrier(2, timeout=30)
+    real = graph_cache.edge_columns
 
-    def build_together(*args: Any, **kwargs: Any) -> Any:
-        both_building.wait()  # both threads missed and are building the same key
+    def read_together(*args: Any, **kwargs: Any) -> Any:
+        both_missed.wait()  # both threads missed the same key and start to build it
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(graph_cache, "build_graph", build_together)
+    monkeypatch.setattr(graph_cache, "edge_columns", read_together)
     edges = _edges(4)
     runs: list[Any] = []
     threads = [
@@ -321,3 +321,78 @@ def test_build_and_run_blocks_go_back_to_the_device(caches: Any) -> None:
     counters = caches.factory(0).counters()
     charged = caches.ledger(0).snapshot().cache_charged_bytes
     assert counters.used_bytes == counters.held_bytes == charged
+
+
+def test_many_threads_leave_exact_charges_and_a_clean_shutdown(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edge_sets = [_edges(20), _edges(21)]
+    sources = [("proven", 20), ("proven", 21)]
+    expected = {
+        (i, a): run_graph(None, _plan(a, source=sources[i]), edge_sets[i], **p).result.to_arrow()
+        for i in range(2)
+        for a, p in RUNS
+    }
+    failures: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(6):
+                i = int(rng.integers(2))
+                algorithm, params = RUNS[int(rng.integers(len(RUNS)))]
+                run = cache.run(_plan(algorithm, source=sources[i]), edge_sets[i], **params)
+                assert run.status is not GraphRunStatus.UNCACHED
+                assert run.result.to_arrow().equals(expected[(i, algorithm)])
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    stats = cache.stats()
+    assert stats.entries == 2
+    assert stats.publishes == 2
+    assert cache.graph_stats().builds == 2 + stats.duplicates
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0
+    assert caches.factory(0).domain.used_bytes() == snap.cache_charged_bytes
+    results = caches.shutdown()
+    assert all(r.complete for r in results)
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+
+
+def test_drift_waits_for_other_pins_before_destroying(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(12)
+    cache.run(_plan(), edges)
+    domain = caches.factory(0).domain
+    leaked: list[Any] = []
+
+    def leaky_pagerank(graph: Any, **params: Any) -> Any:
+        leaked.append(domain.empty(512, np.uint8))
+        return pagerank(graph, **params)
+
+    monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", leaky_pagerank)
+    reader = cache.checkout(_plan().key)  # another attempt still reads the graph
+    assert reader is not None
+    runs: list[Any] = []
+    worker = threading.Thread(target=lambda: runs.append(cache.run(_plan(), edges)))
+    worker.start()
+    for _ in range(2000):  # until the drifted run blocked new pins and waits for ours
+        if reader.entry.pins_blocked:
+            break
+        threading.Event().wait(0.005)
+    assert reader.entry.pins_blocked
+    assert cache.checkout(_plan().key) is None  # no new pins on a graph being destroyed
+    reader.release()
+    worker.join(30)
+    assert runs[0].drift_bytes == 512
+    assert runs[0].detail.endswith("the graph: destroyed")
+    assert reader.entry.state is ResidencyState.DESTROYED
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    leaked.clear()

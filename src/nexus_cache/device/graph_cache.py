@@ -22,10 +22,11 @@ first published graph wins, the other is torn down and its charge released.
 After each build and run the domain's freed blocks go back to the device,
 so the memory it holds stays what the ledger charges.
 
-Runs on parked graphs are serialized per device so the baseline check sees
-only its own run; source-cache fills share the domain, so one that overlaps
-a run can be reported as drift (the graph is then rebuilt by the next miss:
-wasteful, never unsafe). Thread-safe.
+Every graph-cache step that allocates or frees in the cache domain (build,
+park, publish, run, drift teardown) is serialized per device, so a run's
+baseline check sees only that run. Source-cache fills share the domain, so
+one that overlaps a run can be reported as drift (the graph is then rebuilt
+by the next miss: wasteful, never unsafe). Thread-safe.
 """
 
 from __future__ import annotations
@@ -111,7 +112,10 @@ class GraphCacheSubdomain(CacheSubdomain):
 
     def __init__(self, ledger: Any, factory: Any) -> None:
         super().__init__(ledger, factory)
-        self._run_lock = threading.Lock()
+        # Held by every step that allocates or frees in the cache domain (build,
+        # park, publish, run, drift teardown), so a run's baseline check sees
+        # only that run.
+        self._domain_lock = threading.Lock()
         self._builds = 0
         self._drifts = 0
         self._drift_bytes = 0
@@ -167,38 +171,39 @@ class GraphCacheSubdomain(CacheSubdomain):
         except LifecycleError as exc:
             return GraphUncachedReason.NO_CACHE, str(exc)
         domain = self._factory.domain
-        try:
-            with domain.scope():
-                columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
-                if weights is not None:
-                    columns["w"] = domain.copy_in(weights)
-                del src, dst, weights
-                built = build_graph(
-                    columns,
-                    weight="w" if "w" in columns else None,
-                    options=plan.options,
-                    xp=domain.xp,
-                )
-                del columns
-                parked = built.copy_into(domain)
-                del built
-            entry.attach(parked, parked.device_arrays())
-            del parked
-            domain.release_unused()  # the build's transient blocks go back to the device
-        except MemoryError as exc:  # the domain ran out while building
-            self.abandon(entry)
-            return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
-        except BaseException:
-            self.abandon(entry)
-            raise
-        with self._lock:
-            self._builds += 1
-        try:
-            winner = self.publish(entry)
-        except (CapacityError, AdmissionClosedError) as exc:
-            return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
-        except LifecycleError as exc:
-            return GraphUncachedReason.NO_CACHE, str(exc)
+        with self._domain_lock:
+            try:
+                with domain.scope():
+                    columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
+                    if weights is not None:
+                        columns["w"] = domain.copy_in(weights)
+                    del src, dst, weights
+                    built = build_graph(
+                        columns,
+                        weight="w" if "w" in columns else None,
+                        options=plan.options,
+                        xp=domain.xp,
+                    )
+                    del columns
+                    parked = built.copy_into(domain)
+                    del built
+                entry.attach(parked, parked.device_arrays())
+                del parked
+                domain.release_unused()  # the build's transient blocks go back to the device
+            except MemoryError as exc:  # the domain ran out while building
+                self.abandon(entry)
+                return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
+            except BaseException:
+                self.abandon(entry)
+                raise
+            with self._lock:
+                self._builds += 1
+            try:
+                winner = self.publish(entry)  # a duplicate is torn down here
+            except (CapacityError, AdmissionClosedError) as exc:
+                return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
+            except LifecycleError as exc:
+                return GraphUncachedReason.NO_CACHE, str(exc)
         try:
             return winner.pin()
         except LifecycleError as exc:
@@ -232,8 +237,10 @@ class GraphCacheSubdomain(CacheSubdomain):
                 plan, edges, params, GraphUncachedReason.NO_HEADROOM, f"no run headroom: {exc}"
             )
         domain = self._factory.domain
+        released = False
+        torn_down: str | None = None
         try:
-            with self._run_lock:
+            with self._domain_lock:
                 baseline = domain.used_bytes()
                 started = time.perf_counter()
                 with domain.scope():
@@ -243,43 +250,69 @@ class GraphCacheSubdomain(CacheSubdomain):
                 del result
                 run_s = time.perf_counter() - started
                 drift = domain.used_bytes() - baseline
+                if drift > 0:
+                    handle.release()
+                    released = True
+                    torn_down = self._teardown_now(entry)
                 domain.release_unused()  # so the domain holds no more than the ledger charges
-        except BaseException:
-            handle.release()
-            raise
         finally:
             headroom.destroy()
-        handle.release()
+            if not released:
+                handle.release()
         if drift > 0:
-            detail = self._retire(entry, drift)
+            detail = self._retire(entry, drift, torn_down)
             return GraphRun(
                 owned, status, fingerprint, None, detail, build_s, run_s, drift_bytes=drift
             )
         return GraphRun(owned, status, fingerprint, None, "parked", build_s, run_s)
 
-    def _retire(self, entry: ResidentEntry, drift: int) -> str:
-        """Destroy a graph whose run left the domain above its baseline."""
+    def _teardown_now(self, entry: ResidentEntry) -> str | None:
+        """Tear a drifted graph down if nobody else holds a pin (domain lock held).
+
+        Returns what happened, or None when other pins hold it (then
+        :meth:`_retire` waits for them outside the domain lock).
+        """
+        if not entry.begin_eviction():
+            return None
         with self._lock:
-            self._drifts += 1
-            self._drift_bytes += drift
             self._tearing_down += 1
-        detail = f"drift: {drift} B above the baseline after the run; the graph was destroyed"
         try:
-            entry.destroy(DRIFT_TEARDOWN_TIMEOUT_S, owner=self)
+            entry.teardown()
         except UnsafeTeardownError as exc:
             self._record_unsafe(entry)
-            detail = f"drift: {drift} B above the baseline; teardown unsafe: {exc}"
-        except LifecycleError as exc:  # other pins outlived the wait; pins stay blocked
-            detail = f"drift: {drift} B above the baseline; teardown pending: {exc}"
-        else:
-            with self._lock:
-                self._remove_published(entry)
-                self._counts["destroyed"] += 1
+            return f"teardown unsafe: {exc}"
         finally:
             with self._lock:
                 self._tearing_down -= 1
                 self._settled.notify_all()
-        return detail
+        return "destroyed"
+
+    def _retire(self, entry: ResidentEntry, drift: int, torn_down: str | None) -> str:
+        """Account a drifted graph and finish its teardown (no domain lock held)."""
+        with self._lock:
+            self._drifts += 1
+            self._drift_bytes += drift
+        outcome = torn_down
+        if outcome is None:  # other pins: block new ones and wait for them
+            with self._lock:
+                self._tearing_down += 1
+            try:
+                entry.destroy(DRIFT_TEARDOWN_TIMEOUT_S, owner=self)
+                outcome = "destroyed"
+            except UnsafeTeardownError as exc:
+                self._record_unsafe(entry)
+                outcome = f"teardown unsafe: {exc}"
+            except LifecycleError as exc:  # pins outlived the wait; they stay blocked
+                outcome = f"teardown pending: {exc}"
+            finally:
+                with self._lock:
+                    self._tearing_down -= 1
+                    self._settled.notify_all()
+        if outcome == "destroyed":
+            with self._lock:
+                self._remove_published(entry)
+                self._counts["destroyed"] += 1
+        return f"drift: {drift} B above the baseline after the run; the graph: {outcome}"
 
     # -- uncached ----------------------------------------------------------------------------
 
