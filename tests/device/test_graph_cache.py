@@ -26,7 +26,9 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph import GraphOptions, build_graph, pagerank
 
-graph_cache = importlib.import_module("nexus_cache.device.graph_cache")
+csr = importlib.import_module("nexus_cache.graph.csr")
+edges_module = importlib.import_module("nexus_cache.graph.edges")
+ranking = importlib.import_module("nexus_cache.graph.ranking")
 
 MIB = 1 << 20
 SOURCE = SourceFrameKey(("local", "/data/edges.parquet", "etag-1"), columns=("src", "dst", "w"))
@@ -61,13 +63,13 @@ def _plan(algorithm: str = "pagerank", **kw: Any) -> Any:
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = graph_cache.build_graph
+    real = csr.build_graph
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(graph_cache, "build_graph", counted)
+    monkeypatch.setattr(csr, "build_graph", counted)
     return calls
 
 
@@ -191,13 +193,13 @@ def test_concurrent_duplicate_builds_reconcile_with_exact_charges(
 ) -> None:
     cache = caches.graph_cache(0)
     both_missed = threading.Barrier(2, timeout=30)
-    real = graph_cache.edge_columns
+    real = edges_module.edge_columns
 
     def read_together(*args: Any, **kwargs: Any) -> Any:
         both_missed.wait()  # both threads missed the same key and start to build it
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(graph_cache, "edge_columns", read_together)
+    monkeypatch.setattr(edges_module, "edge_columns", read_together)
     edges = _edges(4)
     runs: list[Any] = []
     threads = [
@@ -262,7 +264,7 @@ def test_baseline_drift_destroys_the_graph_and_is_reported(
         leaked.append(domain.empty(4096, np.uint8))  # injected leak in the cache domain
         return pagerank(graph, **params)
 
-    monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", leaky_pagerank)
+    monkeypatch.setattr(ranking, "pagerank", leaky_pagerank)
     run = cache.run(_plan(), edges)
     assert run.status is GraphRunStatus.HIT
     assert run.drift_bytes == 4096
@@ -275,7 +277,7 @@ def test_baseline_drift_destroys_the_graph_and_is_reported(
     assert snap.cache_charged_bytes == 0  # the destroyed graph's charge is released
     assert snap.admission_open
     leaked.clear()
-    monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", pagerank)
+    monkeypatch.setattr(ranking, "pagerank", pagerank)
     assert cache.run(_plan(), edges).status is GraphRunStatus.MISS
 
 
@@ -377,7 +379,7 @@ def test_drift_waits_for_other_pins_before_destroying(
         leaked.append(domain.empty(512, np.uint8))
         return pagerank(graph, **params)
 
-    monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", leaky_pagerank)
+    monkeypatch.setattr(ranking, "pagerank", leaky_pagerank)
     reader = cache.checkout(_plan().key)  # another attempt still reads the graph
     assert reader is not None
     runs: list[Any] = []

@@ -32,11 +32,13 @@ by the next miss: wasteful, never unsafe). Thread-safe.
 from __future__ import annotations
 
 import enum
+import importlib
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from nexus_cache.device.graph_key import GraphPlan, GraphUncachedReason
 from nexus_cache.device.residency import PinHandle, ResidentEntry
@@ -48,9 +50,9 @@ from nexus_cache.errors import (
     LifecycleError,
     UnsafeTeardownError,
 )
-from nexus_cache.graph import Graph, GraphResult, bfs, build_graph, pagerank, similarity
-from nexus_cache.graph.edges import edge_columns
-from nexus_cache.graph.memory import build_bytes, transient_bytes
+
+if TYPE_CHECKING:
+    from nexus_cache.graph import Graph, GraphResult
 
 __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus", "run_graph"]
 
@@ -58,15 +60,22 @@ __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus
 DRIFT_TEARDOWN_TIMEOUT_S = 10.0
 
 
-def _similarity(metric: str) -> Callable[..., GraphResult]:
-    return lambda graph, **params: similarity(graph, metric, **params)
-
-
-_RUNNERS: dict[str, Callable[..., GraphResult]] = {
-    "bfs": bfs,
-    "pagerank": pagerank,
-    **{m: _similarity(m) for m in ("jaccard", "sorensen", "overlap", "cosine")},
+#: algorithm -> (module of nexus_cache.graph, function). Resolved at call
+#: time: the graph package (NumPy, Arrow) loads only when a graph runs.
+_RUNNERS: dict[str, tuple[str, str]] = {
+    "bfs": ("traversal", "bfs"),
+    "pagerank": ("ranking", "pagerank"),
+    **{m: ("similarities", m) for m in ("jaccard", "sorensen", "overlap", "cosine")},
 }
+
+
+def _graph(module: str) -> ModuleType:
+    return importlib.import_module(f"nexus_cache.graph.{module}")
+
+
+def _runner(algorithm: str) -> Callable[..., GraphResult]:
+    module, name = _RUNNERS[algorithm]
+    return getattr(_graph(module), name)
 
 
 class GraphRunStatus(enum.Enum):
@@ -160,10 +169,10 @@ class GraphCacheSubdomain(CacheSubdomain):
     def _build_and_park(
         self, plan: GraphPlan, edges: Any
     ) -> PinHandle | tuple[GraphUncachedReason, str]:
-        src, dst, weights, _ = edge_columns(
+        src, dst, weights, _ = _graph("edges").edge_columns(
             edges, plan.source_column, plan.destination_column, plan.weight_column, None
         )
-        estimate = build_bytes(int(src.size), plan.options, weights is not None)
+        estimate = _graph("memory").build_bytes(int(src.size), plan.options, weights is not None)
         try:
             entry = self.reserve(plan.key, estimate)
         except (CapacityError, AdmissionClosedError) as exc:
@@ -178,7 +187,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                     if weights is not None:
                         columns["w"] = domain.copy_in(weights)
                     del src, dst, weights
-                    built = build_graph(
+                    built = _graph("csr").build_graph(
                         columns,
                         weight="w" if "w" in columns else None,
                         options=plan.options,
@@ -226,7 +235,7 @@ class GraphCacheSubdomain(CacheSubdomain):
         assert graph is not None
         try:
             headroom = self._ledger.reserve(
-                transient_bytes(graph, plan.algorithm, params),
+                _graph("memory").transient_bytes(graph, plan.algorithm, params),
                 key=("headroom", fingerprint),
                 evict=self.evict_on_reserve,
             )
@@ -244,7 +253,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                 baseline = domain.used_bytes()
                 started = time.perf_counter()
                 with domain.scope():
-                    result = _RUNNERS[plan.algorithm](graph, **params)
+                    result = _runner(plan.algorithm)(graph, **params)
                 del graph
                 owned = _to_attempt(result)
                 del result
@@ -352,8 +361,9 @@ def _to_attempt(result: GraphResult) -> GraphResult:
 
     columns = {name: copy(result[name]) for name in result}
     valid = {name: copy(m) for name in result if (m := result.valid(name)) is not None}
-    info = {k: _to_attempt(v) if isinstance(v, GraphResult) else v for k, v in result.info.items()}
-    return GraphResult(columns, valid=valid, info=info)
+    result_type = type(result)
+    info = {k: _to_attempt(v) if isinstance(v, result_type) else v for k, v in result.info.items()}
+    return result_type(columns, valid=valid, info=info)
 
 
 def _run_uncached(
@@ -364,7 +374,7 @@ def _run_uncached(
     detail: str,
 ) -> GraphRun:
     started = time.perf_counter()
-    graph = build_graph(
+    graph = _graph("csr").build_graph(
         edges,
         source=plan.source_column,
         destination=plan.destination_column,
@@ -372,7 +382,7 @@ def _run_uncached(
         options=plan.options,
     )
     built = time.perf_counter()
-    result = _RUNNERS[plan.algorithm](graph, **params)
+    result = _runner(plan.algorithm)(graph, **params)
     done = time.perf_counter()
     text = detail or (reason.value if reason is not None else "")
     return GraphRun(
