@@ -52,6 +52,8 @@ from nexus_cache.errors import (
 )
 
 if TYPE_CHECKING:
+    from nexus_cache.device.domain import DeviceCacheAllocationFactory
+    from nexus_cache.device.ledger import DeviceLedger
     from nexus_cache.graph import Graph, GraphResult
 
 __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus", "run_graph"]
@@ -119,7 +121,7 @@ class GraphCacheSubdomain(CacheSubdomain):
     evicts_lru = False
     evict_on_reserve = False
 
-    def __init__(self, ledger: Any, factory: Any) -> None:
+    def __init__(self, ledger: DeviceLedger, factory: DeviceCacheAllocationFactory) -> None:
         super().__init__(ledger, factory)
         # Held by every step that allocates or frees in the cache domain (build,
         # park, publish, run, drift teardown), so a run's baseline check sees
