@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from nexus_cache.lakehouse.cache import LakehouseCache, default_cache
 from nexus_cache.lakehouse.config import FillPolicy, LakehouseCacheConfig, ReadPolicy
-from nexus_cache.lakehouse.device import kvikio_available, read_to_device
 from nexus_cache.lakehouse.events import (
     CacheEvent,
     CacheStatus,
@@ -44,6 +43,4 @@ __all__ = [
     "SourceIdentity",
     "StorageDomain",
     "default_cache",
-    "kvikio_available",
-    "read_to_device",
 ]
