@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse.config import (
+from nexus_cache.lakehouse._config import (
     FillPolicy,
     LakehouseCacheConfig,
     ReadPolicy,

@@ -9,9 +9,10 @@ from typing import Any
 
 import fsspec
 import pytest
-from lakehouse_helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, LakehouseCache, ReadMode
+
+from ._helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 DATA = os.urandom(300_000)
 

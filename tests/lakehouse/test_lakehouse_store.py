@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
-from lakehouse_helpers import entry_files, fill_counts, make_cache, write_old_file
 
 from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, FillError
 from nexus_cache.lakehouse import (
@@ -24,7 +23,9 @@ from nexus_cache.lakehouse import (
     LakehouseCacheConfig,
     ReadMode,
 )
-from nexus_cache.lakehouse import fill as fill_module
+from nexus_cache.lakehouse import _fill as fill_module
+
+from ._helpers import entry_files, fill_counts, make_cache, write_old_file
 
 DATA = os.urandom(150_000)
 

@@ -1,8 +1,8 @@
 """The lakehouse byte cache facade: :class:`LakehouseCache`.
 
 One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
-the entry store, the service-wide fill budget, the event log and a small pool of
-background fill threads. Many processes may use one root at once.
+the entry store, the service-wide fill budget, the event log and the background
+fills (:mod:`._background`). Many processes may use one root at once.
 
 Quick use::
 
@@ -16,30 +16,28 @@ Quick use::
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse.config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse.events import CacheEvent, EventKind, EventLog, FillMode
-from nexus_cache.lakehouse.fill import Filler
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.limits import FillLease, FillLimits
-from nexus_cache.lakehouse.maintenance import (
+from nexus_cache.lakehouse._background import BackgroundFills
+from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._limits import FillLimits
+from nexus_cache.lakehouse._maintenance import (
     RetentionResult,
     clear_entries,
     enforce_retention,
     verify_all,
 )
-from nexus_cache.lakehouse.reader import LakehouseFile
-from nexus_cache.lakehouse.scan import ReadPlan, Scanner
-from nexus_cache.lakehouse.store import EntryStore
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._scan import ReadPlan, Scanner
+from nexus_cache.lakehouse._store import EntryStore
 
 __all__ = ["LakehouseCache", "default_cache"]
-
-_Job = tuple[Any, str, SourceIdentity, FillLease]
 
 
 class LakehouseCache:
@@ -91,10 +89,9 @@ class LakehouseCache:
         self._scanner = Scanner(
             cfg, self.store, filler, self.events, self._schedule_fill, self._probes
         )
-        self._lock = threading.Condition()
-        self._inflight: set[str] = set()
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
+        self._fills = (
+            BackgroundFills(filler, self.limits, self.events) if filler is not None else None
+        )
         self._closed = False
 
     @classmethod
@@ -203,70 +200,12 @@ class LakehouseCache:
 
     # -- background fills ----------------------------------------------------
     def _schedule_fill(self, fs: Any, path: str, identity: SourceIdentity) -> None:
-        reason = None
-        with self._lock:
-            if self._closed:
-                reason = "shutdown"
-            elif identity.key in self._inflight:
-                reason = "in_progress"
-            else:
-                lease = self.limits.try_acquire(identity.content.size)
-                if lease is None:
-                    reason = "no_budget"
-                else:
-                    self._inflight.add(identity.key)
-                    self._queue.put((fs, path, identity, lease))
-                    self._start_worker_locked()
-        if reason is not None:
-            self.events.emit(
-                CacheEvent(
-                    EventKind.FILL_SKIPPED,
-                    identity.key,
-                    identity.location,
-                    FillMode.BACKGROUND,
-                    reason=reason,
-                )
-            )
-
-    def _start_worker_locked(self) -> None:
-        # Never more jobs queued than leases granted, so never more workers needed
-        # than max_concurrency. Daemon threads: a fill cut off at interpreter exit
-        # leaves only a temp, which the next open sweeps.
-        busy = len(self._inflight)
-        if len(self._workers) < min(busy, self.limits.max_concurrency):
-            worker = threading.Thread(
-                target=self._worker, name="nexus-lakehouse-fill", daemon=True
-            )
-            self._workers.append(worker)
-            worker.start()
-
-    def _worker(self) -> None:
-        while (job := self._queue.get()) is not None:
-            fs, path, identity, lease = job
-            try:
-                assert self._filler is not None
-                self._filler.background(fs, path, identity, lease)
-            except Exception as exc:  # already reported as an event where it mattered
-                self.events.emit(
-                    CacheEvent(
-                        EventKind.FILL_FAILED,
-                        identity.key,
-                        identity.location,
-                        FillMode.BACKGROUND,
-                        reason="error",
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
-                )
-            finally:
-                lease.release()
-                with self._lock:
-                    self._inflight.discard(identity.key)
-                    self._lock.notify_all()
+        if self._fills is not None:
+            self._fills.schedule(fs, path, identity)
 
     def wait_for_fills(self, timeout: float | None = None) -> bool:
         """Wait until no background fill is queued or running; ``False`` on timeout."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self._inflight, timeout)
+        return True if self._fills is None else self._fills.wait(timeout)
 
     # -- maintenance -----------------------------------------------------------
     def _need_store(self) -> EntryStore:
@@ -311,11 +250,9 @@ class LakehouseCache:
         """Stop accepting background fills; with ``wait``, let queued ones finish."""
         if wait:
             self.wait_for_fills(timeout)
-        with self._lock:
-            self._closed = True
-            workers, self._workers = self._workers, []
-        for _ in workers:
-            self._queue.put(None)
+        self._closed = True
+        if self._fills is not None:
+            self._fills.close()
         if self._probes is not None:
             # later opens plan synchronously (open() checks _closed)
             self._probes.shutdown(wait=False, cancel_futures=False)

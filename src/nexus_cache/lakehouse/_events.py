@@ -19,41 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = [
-    "CacheEvent",
-    "CacheStatus",
-    "EventKind",
-    "EventLog",
-    "FillMode",
-    "ReadDiagnostics",
-    "ReadMode",
-]
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+
+__all__ = ["CacheEvent", "EventKind", "EventLog", "ReadDiagnostics"]
 
 logger = logging.getLogger("nexus_cache.lakehouse")
-
-
-class CacheStatus(str, enum.Enum):
-    """How the cache answered a read: a hit, a miss, a bypass, or a stale plan."""
-
-    HIT = "hit"
-    MISS = "miss"
-    BYPASS = "bypass"
-    STALE = "stale"
-
-
-class ReadMode(str, enum.Enum):
-    """Where the bytes of a read came from."""
-
-    LOCAL = "local"
-    REMOTE = "remote"
-
-
-class FillMode(str, enum.Enum):
-    """What fill a read triggered."""
-
-    NONE = "none"
-    BACKGROUND = "background"
-    BLOCKING = "blocking"
 
 
 class EventKind(str, enum.Enum):
