@@ -126,6 +126,19 @@ def test_root_only_uses_hits_without_filling(tmp_path: Path) -> None:
     assert len(entry_files(root)) == 1
 
 
+def test_root_only_config_says_policy_disabled_on_a_miss(tmp_path: Path) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    cache = LakehouseCache.from_env({"NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c")})
+    with cache, cache.open(source) as f:
+        assert f.read() == DATA
+        diag = f.diagnostics
+    assert (diag.cache_status, diag.fill_mode, diag.reason) == (
+        CacheStatus.MISS,
+        FillMode.NONE,
+        "policy_disabled",
+    )
+
+
 def test_no_root_reads_remote(tmp_path: Path, s3: Any, s3_endpoint: str, s3_bucket: str) -> None:
     put_object(s3_endpoint, s3_bucket, "x.parquet", DATA)
     cache = LakehouseCache.from_env({"NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read"})

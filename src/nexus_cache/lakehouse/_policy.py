@@ -21,6 +21,8 @@ Around the matrix:
   the background. With ``fill_before_read`` the miss is filled in the background
   too, because a blocking fill only exists to serve a local read, which
   ``READ=disabled`` forbids;
+* a miss under ``POLICY=disabled`` (a root set alone) says so: reason
+  ``policy_disabled``;
 * a miss that would fill an object larger than ``max_bytes`` reads remotely
   without a fill (reason ``too_large``).
 """
@@ -55,7 +57,7 @@ def decide(config: LakehouseCacheConfig, size: int, entry_present: bool) -> Deci
             return Decision(CacheStatus.HIT, ReadMode.LOCAL, FillMode.NONE)
         return Decision(CacheStatus.BYPASS, ReadMode.REMOTE, FillMode.NONE, "read_disabled")
     if policy is FillPolicy.DISABLED:
-        return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.NONE)
+        return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.NONE, "policy_disabled")
     if config.max_bytes is not None and size > config.max_bytes:
         return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.NONE, "too_large")
     if policy is FillPolicy.FILL_BEFORE_READ and read is ReadPolicy.ENABLED:
