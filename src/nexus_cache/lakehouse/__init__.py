@@ -13,8 +13,10 @@ import sys
 from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
 from nexus_cache.lakehouse._config import (
     ENV_BYPASS_BYTES,
+    ENV_FILL_EXIT_WAIT_S,
     ENV_FILL_MAX_CONCURRENCY,
     ENV_FILL_MAX_HOST_BYTES,
+    ENV_LOG_READS,
     ENV_MAX_BYTES,
     ENV_POLICY,
     ENV_READ,
@@ -43,8 +45,10 @@ from nexus_cache.lakehouse.device import kvikio_available, read_to_device  # noq
 
 __all__ = [
     "ENV_BYPASS_BYTES",
+    "ENV_FILL_EXIT_WAIT_S",
     "ENV_FILL_MAX_CONCURRENCY",
     "ENV_FILL_MAX_HOST_BYTES",
+    "ENV_LOG_READS",
     "ENV_MAX_BYTES",
     "ENV_POLICY",
     "ENV_READ",

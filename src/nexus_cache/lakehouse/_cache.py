@@ -15,9 +15,11 @@ Quick use::
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
@@ -38,6 +40,9 @@ from nexus_cache.lakehouse._scan import ReadPlan, Scanner
 from nexus_cache.lakehouse._store import EntryStore
 
 __all__ = ["LakehouseCache", "default_cache"]
+
+#: errors creating a root that make this cache read remotely instead of failing
+_DISK_FULL = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
 
 
 class LakehouseCache:
@@ -63,8 +68,11 @@ class LakehouseCache:
         self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
         self.store: EntryStore | None = None
         filler: Filler | None = None
+        no_store = "no_root"
         if cfg.root is not None:
-            self.store = EntryStore(cfg.root)
+            self.store = self._open_root(cfg.root)
+            no_store = "root_unavailable"
+        if self.store is not None:
             self.store.sweep(older_than_s=cfg.stale_temp_age_s)
             self.store.live_pins()  # reclaims pins of dead readers
             self.store.remove_orphan_records()
@@ -87,12 +95,36 @@ class LakehouseCache:
             else None
         )
         self._scanner = Scanner(
-            cfg, self.store, filler, self.events, self._schedule_fill, self._probes
+            cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
         )
         self._fills = (
             BackgroundFills(filler, self.limits, self.events) if filler is not None else None
         )
         self._closed = False
+
+    def _open_root(self, root: Path) -> EntryStore | None:
+        """The store at ``root``; ``None`` (reads go remote, with an event) on a full disk."""
+        try:
+            return EntryStore(root)
+        except NotADirectoryError as exc:
+            raise ConfigError(
+                f"{ENV_ROOT}={str(root)!r} cannot be a cache directory ({exc}); "
+                "point it at a directory"
+            ) from exc
+        except OSError as exc:
+            reason = _DISK_FULL.get(exc.errno or 0)
+            if reason is None:
+                raise
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ROOT_UNAVAILABLE,
+                    None,
+                    str(root),
+                    reason=reason,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            return None
 
     @classmethod
     def from_env(
@@ -186,7 +218,7 @@ class LakehouseCache:
         :class:`FillError` when the fill fails or times out.
         """
         if self._filler is None:
-            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache to prefetch into")
+            raise ConfigError(self._no_store_message("prefetch into"))
         plan = self.plan(source, fs=fs, storage_options=storage_options)
         if plan.identity is None or plan.reason == "large_object":
             return False
@@ -210,8 +242,16 @@ class LakehouseCache:
     # -- maintenance -----------------------------------------------------------
     def _need_store(self) -> EntryStore:
         if self.store is None:
-            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache root to manage")
+            raise ConfigError(self._no_store_message("manage"))
         return self.store
+
+    def _no_store_message(self, what: str) -> str:
+        if self.config.root is None:
+            return f"{ENV_ROOT} is not set: there is no cache root to {what}"
+        return (
+            f"the cache root {self.config.root} could not be created (see the "
+            f"root_unavailable event): there is no cache to {what}; free space there"
+        )
 
     def prune(self, max_bytes: int | None = None) -> RetentionResult:
         """Run retention toward ``max_bytes`` (default: the configured target)."""

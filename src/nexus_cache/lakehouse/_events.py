@@ -42,6 +42,9 @@ class EventKind(str, enum.Enum):
     ENTRY_REMOVED = "entry_removed"
     #: a planned read was rejected at execution
     STALE_PLAN = "stale_plan"
+    #: the cache root could not be created (``reason``: enospc, edquot); every
+    #: read of this cache goes remote (reason ``root_unavailable``)
+    ROOT_UNAVAILABLE = "root_unavailable"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,6 +123,7 @@ class Scanner:
         events: EventLog,
         schedule_fill: ScheduleFill,
         probes: Executor | None = None,
+        no_store_reason: str = "no_root",
     ) -> None:
         self.config = config
         self.store = store
@@ -130,6 +131,7 @@ class Scanner:
         self.events = events
         self._schedule_fill = schedule_fill
         self._probes = probes
+        self._no_store_reason = no_store_reason
         self._known: collections.OrderedDict[tuple[str, str, str], SourceIdentity] = (
             collections.OrderedDict()
         )
@@ -160,7 +162,8 @@ class Scanner:
         name = os.fspath(source)
         remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
         if self.store is None:
-            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, "no_root")
+            reason = self._no_store_reason
+            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
         res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
         self._remember(fs, path, res.identity)
         if res.identity is None:
