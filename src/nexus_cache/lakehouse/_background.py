@@ -7,12 +7,24 @@ of the same entry is queued or running in this cache; otherwise the skip is an
 event (``fill_skipped`` with reason ``no_budget``, ``in_progress`` or
 ``shutdown``). Never more jobs are queued than leases granted, so never more
 than ``max_concurrency`` worker threads exist; they start on demand.
+
+**Interpreter exit.** Scripts and batch jobs exit right after their last read,
+which is when ``read_through`` queues its fills. An ``atexit`` hook therefore
+waits, at most ``exit_wait_s`` seconds (``NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S``,
+default 30), for the queued and running fills of every live pool to publish.
+The workers stay daemon threads, so a fill still running when the wait ends is
+cut off: it leaves only a temp, which the next open of the root sweeps, and
+the hook logs a warning naming how many fills were abandoned.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import queue
 import threading
+import time
+import weakref
 from typing import Any
 
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
@@ -25,11 +37,41 @@ __all__ = ["BackgroundFills"]
 
 _Job = tuple[Any, str, SourceIdentity, FillLease]
 
+logger = logging.getLogger("nexus_cache.lakehouse")
+
+#: every pool that may still have work at exit (weak: a collected cache has none)
+_live: weakref.WeakSet[BackgroundFills] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def _finish_at_exit() -> None:
+    """Give each live pool up to its own ``exit_wait_s`` to finish, all at once."""
+    with _live_lock:
+        pools = [p for p in _live if p.pending()]
+    if not pools:
+        return
+    start = time.monotonic()
+    for pool in sorted(pools, key=lambda p: p.exit_wait_s):
+        remaining = pool.exit_wait_s - (time.monotonic() - start)
+        if not pool.wait(max(0.0, remaining)) and (left := pool.pending()):
+            logger.warning(
+                "lakehouse: %d background fill(s) still running after waiting %.1f s at exit "
+                "(NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S); they leave only temps",
+                left,
+                pool.exit_wait_s,
+            )
+
+
+atexit.register(_finish_at_exit)
+
 
 class BackgroundFills:
     """Background fill workers of one cache. Thread-safe."""
 
-    def __init__(self, filler: Filler, limits: FillLimits, events: EventLog) -> None:
+    def __init__(
+        self, filler: Filler, limits: FillLimits, events: EventLog, *, exit_wait_s: float = 30.0
+    ) -> None:
+        self.exit_wait_s = exit_wait_s
         self._filler = filler
         self._limits = limits
         self._events = events
@@ -38,6 +80,8 @@ class BackgroundFills:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._closed = False
+        with _live_lock:
+            _live.add(self)
 
     def schedule(self, fs: Any, path: str, identity: SourceIdentity) -> None:
         """Queue a fill of ``identity`` now, or report why not (never waits)."""

@@ -98,7 +98,9 @@ class LakehouseCache:
             cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
         )
         self._fills = (
-            BackgroundFills(filler, self.limits, self.events) if filler is not None else None
+            BackgroundFills(filler, self.limits, self.events, exit_wait_s=cfg.fill_exit_wait_s)
+            if filler is not None
+            else None
         )
         self._closed = False
 
