@@ -35,6 +35,7 @@ from nexus_cache.lakehouse._maintenance import (
     enforce_retention,
     verify_all,
 )
+from nexus_cache.lakehouse._policy import fill_refusal
 from nexus_cache.lakehouse._reader import LakehouseFile
 from nexus_cache.lakehouse._scan import ReadPlan, Scanner
 from nexus_cache.lakehouse._store import EntryStore
@@ -215,14 +216,27 @@ class LakehouseCache:
     ) -> bool:
         """Fill ``source``'s entry now, whatever the policy; ``True`` when it is present.
 
-        Returns ``False`` for an object the cache must bypass (no strong identity,
-        over the bypass threshold). Raises :class:`ConfigError` without a root and
+        Returns ``False`` for an object the cache must not hold (no strong
+        identity, over ``bypass_bytes``, or over ``max_bytes``: a
+        ``fill_skipped`` event says which). Raises :class:`ConfigError` without a root and
         :class:`FillError` when the fill fails or times out.
         """
         if self._filler is None:
             raise ConfigError(self._no_store_message("prefetch into"))
         plan = self.plan(source, fs=fs, storage_options=storage_options)
-        if plan.identity is None or plan.reason == "large_object":
+        if plan.identity is None:
+            return False
+        refusal = fill_refusal(self.config, plan.identity.content.size)
+        if refusal is not None:
+            self.events.emit(
+                CacheEvent(
+                    EventKind.FILL_SKIPPED,
+                    plan.identity.key,
+                    plan.identity.location,
+                    reason=refusal,
+                    nbytes=plan.identity.content.size,
+                )
+            )
             return False
         result = self._filler.blocking(plan.fs, plan.path, plan.identity)
         if not result.entry_ready:
