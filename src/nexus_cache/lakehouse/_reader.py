@@ -14,6 +14,12 @@ deferred identity check): every call that hands out bytes or the descriptor does
 its local work (``pread``, mapping) first, then calls it once, before returning
 anything, so the remote probe overlaps the local read but gates its result.
 
+An entry is never rewritten in place, so a local file shorter than the size it
+was opened with was truncated from outside: every read then raises
+:class:`~nexus_cache.errors.CacheIntegrityError` rather than return short data,
+and the zero-copy paths check the size before handing out a view (a mapping
+read past a truncated end would fault the process).
+
 Closing releases the pin and the descriptor. Not thread-safe (like any file).
 """
 
@@ -26,7 +32,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from nexus_cache.errors import StalePlanError
+from nexus_cache.errors import CacheIntegrityError, StalePlanError
 from nexus_cache.lakehouse._events import ReadDiagnostics
 from nexus_cache.lakehouse._pins import Pin
 from nexus_cache.lakehouse._remote import is_expired_error
@@ -120,6 +126,7 @@ class LakehouseFile(io.RawIOBase):
         self._check_open()
         if self._fd is None:
             raise io.UnsupportedOperation("buffer() is only available for local reads")
+        self._check_not_truncated()
         mm = self._mapping()
         self._confirmed()
         return memoryview(mm) if mm is not None else memoryview(b"")
@@ -128,6 +135,20 @@ class LakehouseFile(io.RawIOBase):
         if self._mm is None and self._fd is not None and self._size:
             self._mm = mmap.mmap(self._fd, self._size, prot=mmap.PROT_READ)
         return self._mm
+
+    def _truncated(self, have: int) -> CacheIntegrityError:
+        return CacheIntegrityError(
+            f"the cache entry of {self.name} was truncated while it was read: it has "
+            f"{have} of its {self._size} bytes; no short data was returned. Read it again "
+            "(the next plan removes the damaged entry); nothing but nexus-cache should "
+            "write under the cache root"
+        )
+
+    def _check_not_truncated(self) -> None:
+        assert self._fd is not None
+        have = os.fstat(self._fd).st_size
+        if have < self._size:
+            raise self._truncated(have)
 
     # -- reading -------------------------------------------------------------
     def _check_open(self) -> None:
@@ -157,7 +178,9 @@ class LakehouseFile(io.RawIOBase):
             buf = bytearray(end - self._pos)
             buf[: len(data)] = data
             got = len(data) + self._pread_into(memoryview(buf)[len(data) :], self._pos + len(data))
-            data = bytes(buf[:got])
+            if got < end - self._pos:
+                raise self._truncated(self._pos + got)
+            data = bytes(buf)
         self._confirmed()
         self._pos += len(data)
         return data
@@ -179,6 +202,8 @@ class LakehouseFile(io.RawIOBase):
         of a hit through fsspec or a plain file object copy nothing.
         """
         self._check_open()
+        if self._fd is not None:
+            self._check_not_truncated()  # before mapping: a view past the end faults
         if self._mapping() is None:
             if self._fd is not None:
                 self._confirmed()
@@ -217,6 +242,8 @@ class LakehouseFile(io.RawIOBase):
             want = max(0, min(len(view), self._size - self._pos))
             got = self._pread_into(view[:want], self._pos) if want else 0
             try:
+                if got < want:
+                    raise self._truncated(self._pos + got)
                 self._confirmed()
             except BaseException:
                 view[:got] = bytes(got)  # leave no stale byte in the caller's buffer
