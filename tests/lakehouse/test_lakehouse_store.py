@@ -387,3 +387,63 @@ def test_full_filesystem_creating_a_new_root_reads_remotely_with_an_event(
             assert f.read() == b"payload"
             assert f.diagnostics.cache_status is CacheStatus.BYPASS
             assert f.diagnostics.reason == "root_unavailable"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+@pytest.mark.parametrize("policy", ["disabled", "fill_before_read"])
+def test_foreign_owned_entry_reads_remotely_and_verify_lists_it_and_goes_on(
+    tmp_path: Path, policy: str
+) -> None:
+    from nexus_cache.lakehouse import CacheStatus, EventKind, ReadMode
+
+    a = str(write_old_file(tmp_path / "a.parquet", DATA))
+    b = str(write_old_file(tmp_path / "b.parquet", DATA[::-1]))
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        cache.prefetch(a)
+        cache.prefetch(b)
+        foreign_key = cache.plan(a).key
+    foreign = root / "entries" / foreign_key[:2] / foreign_key
+    os.chown(foreign, 54321, 54321)
+    with make_cache(root, policy=policy) as cache:
+        for _ in range(2):  # the second open tries the remembered-identity path too
+            with cache.open(a) as f:
+                assert f.read() == DATA
+                diag = f.diagnostics
+            assert (diag.cache_status, diag.read_mode, diag.reason) == (
+                CacheStatus.BYPASS,
+                ReadMode.REMOTE,
+                "entry_refused",
+            )
+        refused = cache.events.events(EventKind.ENTRY_REFUSED)
+        assert refused
+        assert "54321" in str(refused[0].reason)
+        assert cache.read(b) == DATA[::-1]  # other entries still hit
+        bad = cache.verify(remove=False)
+        assert list(bad) == [foreign_key]
+        assert "54321" in bad[foreign_key]
+        assert cache.verify() == bad  # removed this time
+        assert not foreign.exists()
+        assert len(entry_files(root)) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_foreign_owned_entry_of_a_remembered_s3_object_reads_remotely(
+    tmp_path: Path, s3: Any, s3_endpoint: str, s3_bucket: str
+) -> None:
+    from nexus_cache.lakehouse import CacheStatus, EventKind
+
+    from ._helpers import put_object
+
+    put_object(s3_endpoint, s3_bucket, "x.parquet", DATA)
+    url = f"s3://{s3_bucket}/x.parquet"
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        assert cache.read(url, fs=s3) == DATA  # fills, and remembers the identity
+        key = cache.plan(url, fs=s3).key
+        assert key is not None
+        os.chown(root / "entries" / key[:2] / key, 54321, 54321)
+        with cache.open(url, fs=s3) as f:  # planned from the remembered identity
+            assert f.read() == DATA
+            assert f.diagnostics.cache_status is CacheStatus.BYPASS
+        assert cache.events.events(EventKind.ENTRY_REFUSED)

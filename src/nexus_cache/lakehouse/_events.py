@@ -40,6 +40,9 @@ class EventKind(str, enum.Enum):
     FILL_TIMEOUT = "fill_timeout"
     #: an entry was found damaged (truncated, resized, wrong digest) and removed
     ENTRY_REMOVED = "entry_removed"
+    #: an entry could not be trusted (owned by another user, not a regular file);
+    #: the read went remote, the entry stays for ``verify``
+    ENTRY_REFUSED = "entry_refused"
     #: a planned read was rejected at execution
     STALE_PLAN = "stale_plan"
     #: the cache root could not be created (``reason``: enospc, edquot); every

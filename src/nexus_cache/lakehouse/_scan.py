@@ -31,7 +31,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from nexus_cache._storage import stat_key, touch_if_unchanged
-from nexus_cache.errors import StalePlanError
+from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
 from nexus_cache.lakehouse._fill import Filler
@@ -264,6 +264,9 @@ class Scanner:
 
         try:
             return self._local(plan, plan.diagnostics(), confirm=confirm)
+        except CacheSecurityError as exc:
+            future.cancel()  # the remote open below proves the identity itself
+            return self._refused(plan, exc)
         except StalePlanError as exc:
             future.cancel()
             self._record_stale(plan, exc)
@@ -282,7 +285,10 @@ class Scanner:
         """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
         try:
             if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
-                return self._local(plan, plan.diagnostics())
+                try:
+                    return self._local(plan, plan.diagnostics())
+                except CacheSecurityError as exc:
+                    return self._refused(plan, exc)
             if plan.fill_mode is FillMode.BLOCKING:
                 return self._blocking(plan)
             if plan.reason == "too_large" and plan.identity is not None:
@@ -348,12 +354,32 @@ class Scanner:
             result = self.filler.blocking(plan.fs, plan.path, plan.identity)
             if result.entry_ready:
                 return self._local(plan, plan.diagnostics(), pin=pin)
+        except CacheSecurityError as exc:
+            pin.release()  # idempotent: _local may have released it already
+            return self._refused(plan, exc)
         except BaseException:
             pin.release()
             raise
         pin.release()
         diag = plan.diagnostics(
             read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
+        )
+        return self._remote(plan, diag, warm=False)
+
+    def _refused(self, plan: ReadPlan, exc: CacheSecurityError) -> LakehouseFile:
+        """Serve a read remotely because its entry cannot be trusted (foreign owner, ...).
+
+        Reported twice: an ``entry_refused`` event with the reason, and the read's
+        diagnostics (status ``bypass``, reason ``entry_refused``). The entry stays
+        for ``verify`` to list and remove; a fill cannot replace it meanwhile.
+        """
+        location = plan.identity.location if plan.identity else plan.source
+        self.events.emit(CacheEvent(EventKind.ENTRY_REFUSED, plan.key, location, reason=str(exc)))
+        diag = plan.diagnostics(
+            cache_status=CacheStatus.BYPASS,
+            read_mode=ReadMode.REMOTE,
+            fill_mode=FillMode.NONE,
+            reason="entry_refused",
         )
         return self._remote(plan, diag, warm=False)
 
