@@ -166,18 +166,36 @@ class LakehouseCache:
 
         A remote object planned before in this cache whose entry is present opens
         without waiting for its identity request: the request runs concurrently
-        and the handle's first read waits for it. If the object changed, that
-        read raises :class:`StalePlanError` (nothing is retried then: bytes may
-        have been sized or seeked against the old object); open again.
+        and the handle's first read waits for it. If the object changed, or if
+        the store refuses a read because the object was overwritten, before any
+        byte was handed out, the handle plans again and serves the new object.
+        :class:`StalePlanError` is raised only once bytes of the old object
+        were returned (read again then).
         """
+
+        def replan() -> LakehouseFile:
+            return self._open(source, fs, storage_options, retries, None)
+
+        return self._open(source, fs, storage_options, retries, replan)
+
+    def _open(
+        self,
+        source: str | os.PathLike[str],
+        fs: Any,
+        storage_options: dict[str, Any] | None,
+        retries: int,
+        replan: Any,
+    ) -> LakehouseFile:
+        # replan=None: the fresh open of a handle that went stale; it plans
+        # synchronously, so its own identity is proven before it is returned.
         attempt = 0
-        if not self._closed:  # a closed cache has shut its probe pool down
+        if replan is not None and not self._closed:  # a closed cache has no probe pool
             remembered = self._scanner.plan_remembered(
                 source, fs=fs, storage_options=storage_options
             )
             if remembered is not None:
                 try:
-                    return self._scanner.execute_deferred(remembered)
+                    return self._scanner.execute_deferred(remembered, replan)
                 except StalePlanError:
                     attempt += 1  # the entry vanished: plan normally below
                     if attempt > retries:
@@ -185,7 +203,7 @@ class LakehouseCache:
         while True:
             plan = self.plan(source, fs=fs, storage_options=storage_options)
             try:
-                return self.execute(plan)
+                return self._scanner.execute(plan, replan)
             except StalePlanError:
                 attempt += 1
                 if attempt > retries:

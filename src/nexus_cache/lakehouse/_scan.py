@@ -52,6 +52,8 @@ __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 
 #: called with (fs, path, identity) when a remote read that should warm the cache closes
 ScheduleFill = Callable[[Any, str, SourceIdentity], None]
+#: opens the same source afresh (a new plan), for a handle found stale early
+Replan = Callable[[], LakehouseFile]
 
 #: remembered identities kept for deferred checks; bounded so a scan of millions of
 #: objects cannot grow it without limit (an evicted one just plans synchronously)
@@ -229,7 +231,7 @@ class Scanner:
             name, fs, path, identity, size, d.status, d.read_mode, d.fill_mode, d.reason, expected
         )
 
-    def execute_deferred(self, plan: ReadPlan) -> LakehouseFile:
+    def execute_deferred(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
         """Execute a remembered hit while its identity is probed concurrently.
 
         The handle is returned before the probe answers; its first data-returning
@@ -263,10 +265,10 @@ class Scanner:
                 raise exc
 
         try:
-            return self._local(plan, plan.diagnostics(), confirm=confirm)
+            return self._local(plan, plan.diagnostics(), confirm=confirm, replan=replan)
         except CacheSecurityError as exc:
             future.cancel()  # the remote open below proves the identity itself
-            return self._refused(plan, exc)
+            return self._refused(plan, exc, replan)
         except StalePlanError as exc:
             future.cancel()
             self._record_stale(plan, exc)
@@ -281,16 +283,20 @@ class Scanner:
         self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
 
     # -- execution -----------------------------------------------------------
-    def execute(self, plan: ReadPlan) -> LakehouseFile:
-        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
+    def execute(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
+        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds.
+
+        ``replan``: how the handle opens the source afresh when the object turns
+        out stale before any byte was handed out (see :mod:`._reader`).
+        """
         try:
             if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
                 try:
-                    return self._local(plan, plan.diagnostics())
+                    return self._local(plan, plan.diagnostics(), replan=replan)
                 except CacheSecurityError as exc:
-                    return self._refused(plan, exc)
+                    return self._refused(plan, exc, replan)
             if plan.fill_mode is FillMode.BLOCKING:
-                return self._blocking(plan)
+                return self._blocking(plan, replan)
             if plan.reason == "too_large" and plan.identity is not None:
                 self.events.emit(
                     CacheEvent(
@@ -301,9 +307,8 @@ class Scanner:
                         nbytes=plan.size or 0,
                     )
                 )
-            return self._remote(
-                plan, plan.diagnostics(), warm=plan.fill_mode is FillMode.BACKGROUND
-            )
+            warm = plan.fill_mode is FillMode.BACKGROUND
+            return self._remote(plan, plan.diagnostics(), warm=warm, replan=replan)
         except StalePlanError as exc:
             self._record_stale(plan, exc)
             raise
@@ -314,6 +319,7 @@ class Scanner:
         diag: ReadDiagnostics,
         pin: Pin | None = None,
         confirm: Callable[[], None] | None = None,
+        replan: Replan | None = None,
     ) -> LakehouseFile:
         assert self.store is not None
         assert plan.key is not None
@@ -334,7 +340,9 @@ class Scanner:
                         f"planned {plan.size}; plan again"
                     )
                 touch_if_unchanged(fd, stat_key(st))  # LRU stamp
-                handle = LakehouseFile(diag, plan.size, fd=fd, pin=pin, confirm=confirm)
+                handle = LakehouseFile(
+                    diag, plan.size, fd=fd, pin=pin, confirm=confirm, replan=replan
+                )
             except BaseException:
                 os.close(fd)
                 raise
@@ -344,7 +352,7 @@ class Scanner:
         self.events.record_read(diag)
         return handle
 
-    def _blocking(self, plan: ReadPlan) -> LakehouseFile:
+    def _blocking(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
         assert self.store is not None
         assert self.filler is not None
         assert plan.identity is not None
@@ -353,10 +361,10 @@ class Scanner:
         try:
             result = self.filler.blocking(plan.fs, plan.path, plan.identity)
             if result.entry_ready:
-                return self._local(plan, plan.diagnostics(), pin=pin)
+                return self._local(plan, plan.diagnostics(), pin=pin, replan=replan)
         except CacheSecurityError as exc:
             pin.release()  # idempotent: _local may have released it already
-            return self._refused(plan, exc)
+            return self._refused(plan, exc, replan)
         except BaseException:
             pin.release()
             raise
@@ -364,9 +372,11 @@ class Scanner:
         diag = plan.diagnostics(
             read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
         )
-        return self._remote(plan, diag, warm=False)
+        return self._remote(plan, diag, warm=False, replan=replan)
 
-    def _refused(self, plan: ReadPlan, exc: CacheSecurityError) -> LakehouseFile:
+    def _refused(
+        self, plan: ReadPlan, exc: CacheSecurityError, replan: Replan | None
+    ) -> LakehouseFile:
         """Serve a read remotely because its entry cannot be trusted (foreign owner, ...).
 
         Reported twice: an ``entry_refused`` event with the reason, and the read's
@@ -381,9 +391,11 @@ class Scanner:
             fill_mode=FillMode.NONE,
             reason="entry_refused",
         )
-        return self._remote(plan, diag, warm=False)
+        return self._remote(plan, diag, warm=False, replan=replan)
 
-    def _remote(self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool) -> LakehouseFile:
+    def _remote(
+        self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
+    ) -> LakehouseFile:
         if plan.identity is not None:
             source = open_pinned(plan.fs, plan.path, plan.identity)
             remote, size = source.file, plan.identity.content.size
@@ -399,7 +411,7 @@ class Scanner:
                 self._schedule_fill(plan.fs, plan.path, identity)
 
         try:
-            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close)
+            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close, replan=replan)
         except BaseException:
             remote.close()
             raise
