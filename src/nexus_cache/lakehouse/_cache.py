@@ -346,13 +346,26 @@ class LakehouseCache:
 
 
 _default: LakehouseCache | None = None
+_by_root: dict[Path, LakehouseCache] = {}
 _default_lock = threading.Lock()
 
 
-def default_cache() -> LakehouseCache:
-    """The process-wide cache configured from the environment (created on first use)."""
+def default_cache(root: str | os.PathLike[str] | None = None) -> LakehouseCache:
+    """The process-wide cache configured from the environment (created on first use).
+
+    With ``root``: the process-wide cache of that directory, configured from the
+    environment except for the root (what ``nexus::`` builds for the fsspec
+    option ``cache_storage``). Thread-safe; one instance per root per process.
+    """
     global _default
     with _default_lock:
-        if _default is None:
-            _default = LakehouseCache.from_env()
-        return _default
+        if root is None:
+            if _default is None:
+                _default = LakehouseCache.from_env()
+            return _default
+        config = LakehouseCacheConfig.from_env(root=root)
+        assert config.root is not None
+        cache = _by_root.get(config.root)
+        if cache is None:
+            cache = _by_root[config.root] = LakehouseCache(config)
+        return cache

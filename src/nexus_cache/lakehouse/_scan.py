@@ -105,7 +105,11 @@ def resolve_source(
     text = os.fspath(source)
     if fs is not None:
         return (None if is_local_fs(fs) else fs), text
+    # our own protocol in front names the source behind it (never recurse into
+    # the nexus filesystem): nexus::X, and nexus:///abs for a local path
     text = text.removeprefix("nexus::")
+    if text.startswith("nexus://"):
+        text = text[len("nexus://") :]
     if "://" not in text and "::" not in text:
         return None, text
     import fsspec
