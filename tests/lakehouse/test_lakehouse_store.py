@@ -313,12 +313,59 @@ def test_stats_report_reads_and_bytes(tmp_path: Path) -> None:
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
         cache.read(source)
         cache.read(source)
-        stats = cache.stats()
+        stats = cache.stats(recent=1)
+    assert stats["root"] == str(tmp_path / "c")
     assert stats["entries"] == 1
     assert stats["bytes"] == len(DATA)
+    assert stats["reads"] == {"hit": 1, "miss": 1, "bypass": 0, "stale": 0, "total": 2}
+    assert stats["read_modes"] == {"local": 2, "remote": 0}
+    assert stats["fill_modes"] == {"none": 1, "background": 0, "blocking": 1}
+    assert stats["events"]["fill_completed"] == 1
+    (last,) = stats["recent_reads"]
+    assert (last["cache_status"], last["read_mode"], last["fill_mode"]) == ("hit", "local", "none")
     assert stats["counts"]["read.hit"] == 1
-    assert stats["counts"]["read.miss"] == 1
-    assert stats["counts"]["fill_completed"] == 1
+
+
+def test_read_stats_merges_closed_caches_of_a_root(tmp_path: Path) -> None:
+    from nexus_cache.errors import ConfigError
+    from nexus_cache.lakehouse import read_stats
+
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    for _ in range(2):
+        with make_cache(root, policy="fill_before_read") as cache:
+            cache.read(source)
+    stats = read_stats(root, recent=5)
+    assert stats["processes"] == 2  # two caches: two summaries
+    assert (stats["reads"]["miss"], stats["reads"]["hit"]) == (1, 1)
+    assert [r["cache_status"] for r in stats["recent_reads"]] == ["miss", "hit"]
+    (root / "stats" / "junk.json").write_text("[1, 2")  # malformed: skipped
+    assert read_stats(root)["processes"] == 2
+    with pytest.raises(FileNotFoundError):
+        read_stats(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="NEXUS_LAKEHOUSE_CACHE_ROOT"):
+        read_stats()
+
+
+@pytest.mark.parametrize("log_reads", [True, False])
+def test_log_reads_setting_logs_each_read_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, log_reads: bool
+) -> None:
+    import logging
+
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    caplog.set_level(logging.INFO, logger="nexus_cache.lakehouse")
+    with make_cache(tmp_path / "c", policy="fill_before_read", log_reads=log_reads) as cache:
+        cache.read(source)
+        cache.read(source)
+    lines = [r.getMessage() for r in caplog.records if "lakehouse read" in r.getMessage()]
+    if not log_reads:
+        assert lines == []
+        return
+    assert lines == [
+        f"lakehouse read {source}: miss local fill=blocking",
+        f"lakehouse read {source}: hit local fill=none",
+    ]
 
 
 def test_threads_missing_one_object_do_one_fill(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ Quick use::
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import threading
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse._background import BackgroundFills
+from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
 from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
 from nexus_cache.lakehouse._fill import Filler
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._limits import FillLimits
@@ -37,6 +38,7 @@ from nexus_cache.lakehouse._maintenance import (
 )
 from nexus_cache.lakehouse._policy import fill_refusal
 from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
 from nexus_cache.lakehouse._scan import ReadPlan, Scanner
 from nexus_cache.lakehouse._store import EntryStore
 
@@ -65,7 +67,7 @@ class LakehouseCache:
     ) -> None:
         self.config = config if config is not None else LakehouseCacheConfig.from_env()
         cfg = self.config
-        self.events = EventLog(cfg.event_buffer, on_event)
+        self.events = EventLog(cfg.event_buffer, on_event, log_reads=cfg.log_reads)
         self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
         self.store: EntryStore | None = None
         filler: Filler | None = None
@@ -87,6 +89,14 @@ class LakehouseCache:
                 blocking_timeout_s=cfg.blocking_fill_timeout_s,
             )
         self._filler = filler
+        self._summary = None
+        if self.store is not None:
+            events = self.events
+            self._summary = SummaryWriter(
+                self.store.root,
+                self.store.tmp_dir,
+                lambda: (events.counts(), [d.to_dict() for d in events.reads()[-RECENT:]]),
+            )
         # Identity probes of deferred checks (see Scanner.execute_deferred): a few
         # threads suffice since each waits on one metadata request; idle threads
         # are only created on demand by the executor.
@@ -305,13 +315,29 @@ class LakehouseCache:
         """Remove every unpinned entry; ``(removed, pinned_kept)``."""
         return clear_entries(self._need_store())
 
-    def stats(self) -> dict[str, Any]:
-        """Counters (reads by status/mode, events by kind) and the store's size."""
+    def stats(self, *, recent: int = 20) -> dict[str, Any]:
+        """What this cache did in this process, plus the root's size.
+
+        Keys: ``root``; ``reads`` (by cache status, and ``total``),
+        ``read_modes``, ``fill_modes`` and ``events`` (by kind): totals since
+        the cache was created; ``recent_reads``: the last ``recent`` reads'
+        diagnostics (newest last); ``fills_in_flight``,
+        ``fill_host_bytes_in_flight``, ``background_fills_pending``; with a
+        root, ``entries`` and ``bytes``; ``counts``: the raw counters.
+        Thread-safe; it lists the root's entries (one directory scan).
+        """
         fills, host_bytes = self.limits.in_flight()
+        counts = self.events.counts()
         out: dict[str, Any] = {
-            "counts": self.events.counts(),
+            "root": str(self.store.root) if self.store is not None else None,
+            **summarize_counts(counts),
+            "recent_reads": [d.to_dict() for d in self.events.reads()[-recent:]]
+            if recent > 0
+            else [],
             "fills_in_flight": fills,
             "fill_host_bytes_in_flight": host_bytes,
+            "background_fills_pending": self._fills.pending() if self._fills else 0,
+            "counts": counts,
         }
         if self.store is not None:
             entries = list(self.store.iter_entries())
@@ -327,6 +353,8 @@ class LakehouseCache:
         self._closed = True
         if self._fills is not None:
             self._fills.close()
+        if self._summary is not None:
+            self._summary.write()  # for read_stats() in other processes
         if self._probes is not None:
             # later opens plan synchronously (open() checks _closed)
             self._probes.shutdown(wait=False, cancel_futures=False)
@@ -343,6 +371,15 @@ class LakehouseCache:
             f"LakehouseCache(root={str(c.root) if c.root else None!r}, read={c.read.value}, "
             f"policy={c.policy.value}, max_bytes={c.max_bytes})"
         )
+
+
+@atexit.register
+def _at_exit() -> None:
+    # Scripts exit right after their last read: let queued read_through fills
+    # publish (bounded by NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S), then record what
+    # every cache did, so that read_stats() in another process sees it all.
+    finish_at_exit()
+    write_all()
 
 
 _default: LakehouseCache | None = None
