@@ -1,0 +1,416 @@
+"""The lakehouse byte cache facade: :class:`LakehouseCache`.
+
+One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
+the entry store, the service-wide fill budget, the event log and the background
+fills (:mod:`._background`). Many processes may use one root at once.
+
+Quick use::
+
+    cache = LakehouseCache(LakehouseCacheConfig(root="/cache", policy="read_through",
+                                                max_bytes="100GiB"))
+    with cache.open("s3://bucket/data.parquet") as f:   # any fsspec URL or local path
+        table = pyarrow.parquet.read_table(f)
+        print(f.diagnostics)       # cache_status / read_mode / fill_mode
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from nexus_cache.errors import ConfigError, FillError, StalePlanError
+from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
+from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._limits import FillLimits
+from nexus_cache.lakehouse._maintenance import (
+    RetentionResult,
+    clear_entries,
+    enforce_retention,
+    verify_all,
+)
+from nexus_cache.lakehouse._policy import fill_refusal
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
+from nexus_cache.lakehouse._scan import ReadPlan, Scanner
+from nexus_cache.lakehouse._store import EntryStore
+
+__all__ = ["LakehouseCache", "default_cache"]
+
+#: errors creating a root that make this cache read remotely instead of failing
+_DISK_FULL = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
+
+
+class LakehouseCache:
+    """Local byte cache of remote objects. Thread-safe; process-safe on one root.
+
+    ``config`` defaults to :meth:`LakehouseCacheConfig.from_env`. ``limits`` lets
+    several caches of one service share a fill budget (default: a budget of their
+    own from the config). ``on_event`` receives every event and read diagnostics.
+    Opening a root sweeps temps left by crashed fills, reclaims dead readers' pins
+    and, with ``max_bytes``, runs retention.
+    """
+
+    def __init__(
+        self,
+        config: LakehouseCacheConfig | None = None,
+        *,
+        limits: FillLimits | None = None,
+        on_event: Any = None,
+    ) -> None:
+        self.config = config if config is not None else LakehouseCacheConfig.from_env()
+        cfg = self.config
+        self.events = EventLog(cfg.event_buffer, on_event, log_reads=cfg.log_reads)
+        self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
+        self.store: EntryStore | None = None
+        filler: Filler | None = None
+        no_store = "no_root"
+        if cfg.root is not None:
+            self.store = self._open_root(cfg.root)
+            no_store = "root_unavailable"
+        if self.store is not None:
+            self.store.sweep(older_than_s=cfg.stale_temp_age_s)
+            self.store.live_pins()  # reclaims pins of dead readers
+            self.store.remove_orphan_records()
+            if cfg.max_bytes is not None:
+                enforce_retention(self.store, cfg.max_bytes)
+            filler = Filler(
+                self.store,
+                self.limits,
+                self.events,
+                max_bytes=cfg.max_bytes,
+                blocking_timeout_s=cfg.blocking_fill_timeout_s,
+            )
+        self._filler = filler
+        self._summary = None
+        if self.store is not None:
+            events = self.events
+            self._summary = SummaryWriter(
+                self.store.root,
+                self.store.tmp_dir,
+                lambda: (events.counts(), [d.to_dict() for d in events.reads()[-RECENT:]]),
+            )
+        # Identity probes of deferred checks (see Scanner.execute_deferred): a few
+        # threads suffice since each waits on one metadata request; idle threads
+        # are only created on demand by the executor.
+        self._probes = (
+            ThreadPoolExecutor(max_workers=4, thread_name_prefix="nexus-lakehouse-probe")
+            if self.store is not None
+            else None
+        )
+        self._scanner = Scanner(
+            cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
+        )
+        self._fills = (
+            BackgroundFills(filler, self.limits, self.events, exit_wait_s=cfg.fill_exit_wait_s)
+            if filler is not None
+            else None
+        )
+        self._closed = False
+
+    def _open_root(self, root: Path) -> EntryStore | None:
+        """The store at ``root``; ``None`` (reads go remote, with an event) on a full disk."""
+        try:
+            return EntryStore(root)
+        except NotADirectoryError as exc:
+            raise ConfigError(
+                f"{ENV_ROOT}={str(root)!r} cannot be a cache directory ({exc}); "
+                "point it at a directory"
+            ) from exc
+        except OSError as exc:
+            reason = _DISK_FULL.get(exc.errno or 0)
+            if reason is None:
+                raise
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ROOT_UNAVAILABLE,
+                    None,
+                    str(root),
+                    reason=reason,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            return None
+
+    @classmethod
+    def from_env(
+        cls, environ: dict[str, str] | None = None, *, on_event: Any = None, **overrides: Any
+    ) -> LakehouseCache:
+        """A cache configured by the ``NEXUS_LAKEHOUSE_*`` variables (plus ``overrides``)."""
+        return cls(LakehouseCacheConfig.from_env(environ, **overrides), on_event=on_event)
+
+    # -- reads ---------------------------------------------------------------
+    def plan(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan:
+        """Resolve identity and decide hit / miss / bypass (one metadata request)."""
+        return self._scanner.plan(source, fs=fs, storage_options=storage_options)
+
+    def execute(self, plan: ReadPlan) -> LakehouseFile:
+        """Carry out a plan; :class:`StalePlanError` when the entry or object changed."""
+        return self._scanner.execute(plan)
+
+    def open(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 1,
+    ) -> LakehouseFile:
+        """Plan and execute; a stale plan is planned again up to ``retries`` times.
+
+        ``source`` is a local path or any fsspec URL (``s3://b/k``); or pass an
+        fsspec filesystem as ``fs`` and a path on it. Close the returned file.
+
+        A remote object planned before in this cache whose entry is present opens
+        without waiting for its identity request: the request runs concurrently
+        and the handle's first read waits for it. If the object changed, or if
+        the store refuses a read because the object was overwritten, before any
+        byte was handed out, the handle plans again and serves the new object.
+        :class:`StalePlanError` is raised only once bytes of the old object
+        were returned (read again then).
+        """
+
+        def replan() -> LakehouseFile:
+            return self._open(source, fs, storage_options, retries, None)
+
+        return self._open(source, fs, storage_options, retries, replan)
+
+    def _open(
+        self,
+        source: str | os.PathLike[str],
+        fs: Any,
+        storage_options: dict[str, Any] | None,
+        retries: int,
+        replan: Any,
+    ) -> LakehouseFile:
+        # replan=None: the fresh open of a handle that went stale; it plans
+        # synchronously, so its own identity is proven before it is returned.
+        attempt = 0
+        if replan is not None and not self._closed:  # a closed cache has no probe pool
+            remembered = self._scanner.plan_remembered(
+                source, fs=fs, storage_options=storage_options
+            )
+            if remembered is not None:
+                try:
+                    return self._scanner.execute_deferred(remembered, replan)
+                except StalePlanError:
+                    attempt += 1  # the entry vanished: plan normally below
+                    if attempt > retries:
+                        raise
+        while True:
+            plan = self.plan(source, fs=fs, storage_options=storage_options)
+            try:
+                return self._scanner.execute(plan, replan)
+            except StalePlanError:
+                attempt += 1
+                if attempt > retries:
+                    raise
+
+    def read(self, source: str | os.PathLike[str], **kwargs: Any) -> bytes:
+        """All bytes of ``source`` (see :meth:`open`).
+
+        A deferred identity check that fails at the read is retried here with a
+        fresh plan, within ``retries``: nothing was handed out yet.
+        """
+        retries = kwargs.get("retries", 1)
+        for attempt in range(retries + 1):
+            with self.open(source, **kwargs) as f:
+                try:
+                    return f.read()
+                except StalePlanError:
+                    if attempt >= retries:
+                        raise
+        raise AssertionError("unreachable")
+
+    def prefetch(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> bool:
+        """Fill ``source``'s entry now, whatever the policy; ``True`` when it is present.
+
+        Returns ``False`` for an object the cache must not hold (no strong
+        identity, over ``bypass_bytes``, or over ``max_bytes``: a
+        ``fill_skipped`` event says which). Raises :class:`ConfigError` without a root and
+        :class:`FillError` when the fill fails or times out.
+        """
+        if self._filler is None:
+            raise ConfigError(self._no_store_message("prefetch into"))
+        plan = self.plan(source, fs=fs, storage_options=storage_options)
+        if plan.identity is None:
+            return False
+        refusal = fill_refusal(self.config, plan.identity.content.size)
+        if refusal is not None:
+            self.events.emit(
+                CacheEvent(
+                    EventKind.FILL_SKIPPED,
+                    plan.identity.key,
+                    plan.identity.location,
+                    reason=refusal,
+                    nbytes=plan.identity.content.size,
+                )
+            )
+            return False
+        result = self._filler.blocking(plan.fs, plan.path, plan.identity)
+        if not result.entry_ready:
+            raise FillError(
+                f"prefetch of {plan.identity.location} did not fill: "
+                f"{result.outcome.value} ({result.reason}); see the cache's events"
+            )
+        return True
+
+    # -- background fills ----------------------------------------------------
+    def _schedule_fill(self, fs: Any, path: str, identity: SourceIdentity) -> None:
+        if self._fills is not None:
+            self._fills.schedule(fs, path, identity)
+
+    def wait_for_fills(self, timeout: float | None = None) -> bool:
+        """Wait until no background fill is queued or running; ``False`` on timeout."""
+        return True if self._fills is None else self._fills.wait(timeout)
+
+    # -- maintenance -----------------------------------------------------------
+    def _need_store(self) -> EntryStore:
+        if self.store is None:
+            raise ConfigError(self._no_store_message("manage"))
+        return self.store
+
+    def _no_store_message(self, what: str) -> str:
+        if self.config.root is None:
+            return f"{ENV_ROOT} is not set: there is no cache root to {what}"
+        return (
+            f"the cache root {self.config.root} could not be created (see the "
+            f"root_unavailable event): there is no cache to {what}; free space there"
+        )
+
+    def prune(self, max_bytes: int | None = None) -> RetentionResult:
+        """Run retention toward ``max_bytes`` (default: the configured target)."""
+        target = max_bytes if max_bytes is not None else self.config.max_bytes
+        if target is None:
+            raise ConfigError("prune needs max_bytes: pass it or set the cache's max_bytes")
+        return enforce_retention(self._need_store(), target)
+
+    def verify(self, *, remove: bool = True) -> dict[str, str]:
+        """Check every entry against its record (size, digest); remove bad ones."""
+        bad = verify_all(self._need_store(), remove=remove)
+        for key, problem in bad.items():
+            self.events.emit(CacheEvent(EventKind.ENTRY_REMOVED, key, None, reason=problem))
+        return bad
+
+    def clear(self) -> tuple[int, int]:
+        """Remove every unpinned entry; ``(removed, pinned_kept)``."""
+        return clear_entries(self._need_store())
+
+    def stats(self, *, recent: int = 20) -> dict[str, Any]:
+        """What this cache did in this process, plus the root's size.
+
+        Keys: ``root``; ``reads`` (by cache status, and ``total``),
+        ``read_modes``, ``fill_modes`` and ``events`` (by kind): totals since
+        the cache was created; ``recent_reads``: the last ``recent`` reads'
+        diagnostics (newest last); ``fills_in_flight``,
+        ``fill_host_bytes_in_flight``, ``background_fills_pending``; with a
+        root, ``entries`` and ``bytes``; ``counts``: the raw counters.
+        Thread-safe; it lists the root's entries (one directory scan).
+        """
+        fills, host_bytes = self.limits.in_flight()
+        counts = self.events.counts()
+        out: dict[str, Any] = {
+            "root": str(self.store.root) if self.store is not None else None,
+            **summarize_counts(counts),
+            "recent_reads": [d.to_dict() for d in self.events.reads()[-recent:]]
+            if recent > 0
+            else [],
+            "fills_in_flight": fills,
+            "fill_host_bytes_in_flight": host_bytes,
+            "background_fills_pending": self._fills.pending() if self._fills else 0,
+            "counts": counts,
+        }
+        if self.store is not None:
+            entries = list(self.store.iter_entries())
+            out["entries"] = len(entries)
+            out["bytes"] = sum(e.size for e in entries)
+        return out
+
+    # -- lifetime --------------------------------------------------------------
+    def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop accepting background fills; with ``wait``, let queued ones finish."""
+        if wait:
+            self.wait_for_fills(timeout)
+        self._closed = True
+        if self._fills is not None:
+            self._fills.close()
+        if self._summary is not None:
+            self._summary.write()  # for read_stats() in other processes
+        if self._probes is not None:
+            # later opens plan synchronously (open() checks _closed)
+            self._probes.shutdown(wait=False, cancel_futures=False)
+
+    def __enter__(self) -> LakehouseCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"LakehouseCache(root={str(c.root) if c.root else None!r}, read={c.read.value}, "
+            f"policy={c.policy.value}, max_bytes={c.max_bytes})"
+        )
+
+
+def _at_exit() -> None:
+    # Scripts exit right after their last read: let queued read_through fills
+    # publish (bounded by NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S), then record what
+    # every cache did, so that read_stats() in another process sees it all.
+    finish_at_exit()
+    write_all()
+
+
+# Registered with threading's exit hooks, not atexit: those run before the
+# interpreter shuts concurrent.futures' executors down (a hook of the same kind,
+# registered earlier, so it runs after ours). s3fs/aiobotocore schedule work on
+# such executors; from an atexit hook a fill would fail with "cannot schedule
+# new futures after shutdown". atexit is the fallback where the hook is missing.
+_register = getattr(threading, "_register_atexit", atexit.register)
+_register(_at_exit)
+
+
+_default: LakehouseCache | None = None
+_by_root: dict[Path, LakehouseCache] = {}
+_default_lock = threading.Lock()
+
+
+def default_cache(root: str | os.PathLike[str] | None = None) -> LakehouseCache:
+    """The process-wide cache configured from the environment (created on first use).
+
+    With ``root``: the process-wide cache of that directory, configured from the
+    environment except for the root (what ``nexus::`` builds for the fsspec
+    option ``cache_storage``). Thread-safe; one instance per root per process.
+    """
+    global _default
+    with _default_lock:
+        if root is None:
+            if _default is None:
+                _default = LakehouseCache.from_env()
+            return _default
+        config = LakehouseCacheConfig.from_env(root=root)
+        assert config.root is not None
+        cache = _by_root.get(config.root)
+        if cache is None:
+            cache = _by_root[config.root] = LakehouseCache(config)
+        return cache

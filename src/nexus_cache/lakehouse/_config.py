@@ -1,0 +1,288 @@
+"""Configuration of the lakehouse byte cache.
+
+:class:`LakehouseCacheConfig` is an immutable value; :meth:`LakehouseCacheConfig.from_env`
+reads exactly these variables (an empty value counts as unset):
+
+``NEXUS_LAKEHOUSE_CACHE_ROOT``
+    Directory of the cache. Unset: no cache, every read is remote.
+``NEXUS_LAKEHOUSE_CACHE_READ``
+    ``enabled`` (default) or ``disabled``: may an existing entry serve a read?
+``NEXUS_LAKEHOUSE_CACHE_POLICY``
+    ``disabled`` (default), ``read_through`` or ``fill_before_read``: what a miss does.
+``NEXUS_LAKEHOUSE_CACHE_MAX_BYTES``
+    Best-effort LRU target of the entries' bytes; required with a filling policy.
+``NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY``
+    Fills in flight at once in this service (default 4).
+``NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES``
+    Object bytes in flight through fills at once in this service (default 2GiB).
+``NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES``
+    Objects larger than this are never cached (default: no threshold).
+``NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S``
+    Seconds the interpreter waits at exit for queued and running background
+    fills to publish (default 30; ``0``: do not wait).
+``NEXUS_LAKEHOUSE_LOG_READS``
+    ``1``/``true``/``yes``/``on``: log every read's status, read mode and fill
+    mode at INFO on the ``nexus_cache.lakehouse`` logger (default off).
+
+Byte sizes use the package's one grammar (:mod:`nexus_cache._sizes`): plain bytes,
+``64M``/``10G``/``10GiB`` (powers of 1024) or ``500MB``/``10GB`` (powers of 1000).
+Seconds are finite numbers ``>= 0``. Every refused value raises
+:class:`~nexus_cache.errors.ConfigError` naming the setting; a configuration with
+several bad values names all of them in one error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nexus_cache._sizes import parse_size
+from nexus_cache.errors import ConfigError
+
+__all__ = [
+    "ENV_BYPASS_BYTES",
+    "ENV_FILL_EXIT_WAIT_S",
+    "ENV_FILL_MAX_CONCURRENCY",
+    "ENV_FILL_MAX_HOST_BYTES",
+    "ENV_LOG_READS",
+    "ENV_MAX_BYTES",
+    "ENV_POLICY",
+    "ENV_READ",
+    "ENV_ROOT",
+    "FillPolicy",
+    "LakehouseCacheConfig",
+    "ReadPolicy",
+    "parse_byte_size",
+]
+
+ENV_ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
+ENV_READ = "NEXUS_LAKEHOUSE_CACHE_READ"
+ENV_POLICY = "NEXUS_LAKEHOUSE_CACHE_POLICY"
+ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
+ENV_FILL_MAX_CONCURRENCY = "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY"
+ENV_FILL_MAX_HOST_BYTES = "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES"
+ENV_BYPASS_BYTES = "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES"
+ENV_FILL_EXIT_WAIT_S = "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S"
+ENV_LOG_READS = "NEXUS_LAKEHOUSE_LOG_READS"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class ReadPolicy(str, enum.Enum):
+    """Whether an existing complete entry may serve a read."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+class FillPolicy(str, enum.Enum):
+    """What a miss does: nothing, a background fill, or a fill before the read."""
+
+    DISABLED = "disabled"
+    READ_THROUGH = "read_through"
+    FILL_BEFORE_READ = "fill_before_read"
+
+    @property
+    def fills(self) -> bool:
+        return self is not FillPolicy.DISABLED
+
+
+def parse_byte_size(value: str | int, *, name: str) -> int:
+    """Parse ``value`` ("10GiB", "500MB", "64M", 1048576) to a positive byte count.
+
+    The package's one size grammar (:mod:`nexus_cache._sizes`); raises
+    :class:`ConfigError` naming ``name``, the value and the accepted forms.
+    """
+    return parse_size(value, name=name)
+
+
+def _parse_enum(kind: type[enum.Enum], value: Any, name: str) -> Any:
+    if isinstance(value, kind):
+        return value
+    text = str(value).strip().lower()
+    for member in kind:
+        if member.value == text:
+            return member
+    accepted = ", ".join(m.value for m in kind)
+    raise ConfigError(f"{name}={value!r} is not accepted; use one of: {accepted}")
+
+
+def _parse_positive_int(value: Any, name: str) -> int:
+    try:
+        number = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        number = 0
+    if isinstance(value, bool) or number <= 0:
+        raise ConfigError(f"{name}={value!r} is not accepted; use a whole number >= 1")
+    return number
+
+
+def _parse_seconds(value: Any, name: str) -> float:
+    # bool is an int subclass, and NaN compares false with everything: refuse both
+    # here, where the value enters, instead of failing later in a timeout.
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{name}={value!r} is not accepted; use a finite number of seconds >= 0")
+    return number
+
+
+def _parse_flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r} is not accepted; use 1/true/yes/on or 0/false/no/off")
+
+
+def _check_root(value: Any) -> Path:
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(
+            f"{ENV_ROOT}={text!r} is not accepted: an empty root would mean the current "
+            "directory; set a directory path, or leave it unset (root=None) for no cache"
+        )
+    root = Path(os.path.abspath(os.path.expanduser(text)))
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{ENV_ROOT}={text!r} is not a directory ({root} exists as a file); "
+            "point it at a directory, or remove the file"
+        )
+    return root
+
+
+#: how each seconds field is named in messages (the variable, where it has one)
+_SECONDS_NAMES = {
+    "blocking_fill_timeout_s": "blocking_fill_timeout_s",
+    "local_min_age_s": "local_min_age_s",
+    "stale_temp_age_s": "stale_temp_age_s",
+    "fill_exit_wait_s": ENV_FILL_EXIT_WAIT_S,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LakehouseCacheConfig:
+    """Immutable settings of one lakehouse cache; validated on construction.
+
+    ``root=None`` means no cache: every read is remote and nothing is filled.
+    The constructor accepts strings for the enum and size fields, so
+    ``LakehouseCacheConfig(root="/c", policy="read_through", max_bytes="10GiB")``
+    works. ``blocking_fill_timeout_s``, ``local_min_age_s``, ``stale_temp_age_s``
+    and ``event_buffer`` have no environment variable.
+    """
+
+    root: Path | None = None
+    read: ReadPolicy = ReadPolicy.ENABLED
+    policy: FillPolicy = FillPolicy.DISABLED
+    max_bytes: int | None = None
+    fill_max_concurrency: int = 4
+    fill_max_host_bytes: int = 2 * 1024**3
+    bypass_bytes: int | None = None
+    #: how long a blocking fill waits for the entry lock and the fill budget
+    blocking_fill_timeout_s: float = 120.0
+    #: a local file is trusted (size, mtime_ns, inode) only when older than this
+    local_min_age_s: float = 3.0
+    #: temps older than this are swept at open even if their creator looks alive
+    stale_temp_age_s: float = 3600.0
+    #: capacity of each event ring buffer
+    event_buffer: int = 1024
+    #: seconds the interpreter waits at exit for background fills to publish
+    fill_exit_wait_s: float = 30.0
+    #: log every read's diagnostics at INFO (``nexus_cache.lakehouse`` logger)
+    log_reads: bool = False
+
+    def __post_init__(self) -> None:
+        errors: list[str] = []
+        set_ = object.__setattr__
+
+        def check(field: str, parse: Any) -> None:
+            try:
+                set_(self, field, parse(getattr(self, field)))
+            except ConfigError as exc:
+                errors.append(str(exc))
+
+        def optional_size(name: str) -> Any:
+            return lambda v: None if v is None else parse_byte_size(v, name=name)
+
+        check("root", lambda v: None if v is None else _check_root(v))
+        check("read", lambda v: _parse_enum(ReadPolicy, v, ENV_READ))
+        check("policy", lambda v: _parse_enum(FillPolicy, v, ENV_POLICY))
+        check("max_bytes", optional_size(ENV_MAX_BYTES))
+        check("fill_max_concurrency", lambda v: _parse_positive_int(v, ENV_FILL_MAX_CONCURRENCY))
+        check("fill_max_host_bytes", lambda v: parse_byte_size(v, name=ENV_FILL_MAX_HOST_BYTES))
+        check("bypass_bytes", optional_size(ENV_BYPASS_BYTES))
+        for field, name in _SECONDS_NAMES.items():
+            check(field, lambda v, name=name: _parse_seconds(v, name))
+        check("event_buffer", lambda v: _parse_positive_int(v, "event_buffer"))
+        check("log_reads", lambda v: _parse_flag(v, ENV_LOG_READS))
+        if errors:
+            raise ConfigError("; ".join(errors))
+        if self.root is not None and self.policy.fills and self.max_bytes is None:
+            raise ConfigError(
+                f"{ENV_POLICY}={self.policy.value} fills the cache at {self.root}, so "
+                f"{ENV_MAX_BYTES} is required; set it (e.g. {ENV_MAX_BYTES}=50GiB) "
+                f"or use {ENV_POLICY}=disabled"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """True when a root is configured (a cache exists at all)."""
+        return self.root is not None
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> LakehouseCacheConfig:
+        """Build from the ``NEXUS_LAKEHOUSE_*`` variables; ``overrides`` win over them."""
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name)
+            return value if value is not None and value.strip() != "" else None
+
+        kwargs: dict[str, Any] = {}
+        if (root := get(ENV_ROOT)) is not None:
+            kwargs["root"] = root
+        if (read := get(ENV_READ)) is not None:
+            kwargs["read"] = read
+        if (policy := get(ENV_POLICY)) is not None:
+            kwargs["policy"] = policy
+        if (max_bytes := get(ENV_MAX_BYTES)) is not None:
+            kwargs["max_bytes"] = max_bytes
+        if (conc := get(ENV_FILL_MAX_CONCURRENCY)) is not None:
+            kwargs["fill_max_concurrency"] = conc
+        if (host := get(ENV_FILL_MAX_HOST_BYTES)) is not None:
+            kwargs["fill_max_host_bytes"] = host
+        if (bypass := get(ENV_BYPASS_BYTES)) is not None:
+            kwargs["bypass_bytes"] = bypass
+        if (exit_wait := get(ENV_FILL_EXIT_WAIT_S)) is not None:
+            kwargs["fill_exit_wait_s"] = exit_wait
+        if (log_reads := get(ENV_LOG_READS)) is not None:
+            kwargs["log_reads"] = log_reads
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view (for ``nexus-cache lakehouse info``)."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, Path):
+                value = str(value)
+            out[field.name] = value
+        return out

@@ -1,0 +1,267 @@
+"""Fills: publishing a complete, validated local copy of one remote object.
+
+A fill, for entry key ``K`` of a planned identity:
+
+1. holds ``K``'s inter-process lock, and finds ``K`` still absent (a process that
+   waited on the lock finds the entry the first one published, and stops);
+2. holds a lease of the service-wide :class:`~.limits.FillLimits`;
+3. writes an exclusive temp (``O_EXCL``, 0600) from the remote object opened
+   *pinned to the planned identity* (:func:`~.remote.open_pinned`), hashing it as
+   the bytes arrive (no second pass). A remote object is fetched in requests as
+   large as the fill's byte budget allows (``min(size, max_host_bytes)``: the
+   bytes the lease already charges), so an object within the budget costs one
+   GET, pinned by If-Match / version id, instead of one ranged GET per 8 MiB;
+   a local source is copied in 8 MiB ``readinto`` steps through one buffer;
+4. validates the byte count against the identity's size;
+5. writes the identity record, then publishes the temp once (fsync, then link:
+   a published path is never rewritten in place);
+6. runs retention toward ``max_bytes``.
+
+Any failure leaves no entry: the temp is removed (or swept at the next open after a
+crash), a record without data is removed. Failures become ``fill_failed`` events;
+disk-full and quota errors are reported as ``enospc``/``edquot``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import errno
+import hashlib
+import io
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from nexus_cache._storage import lstat_key, new_temp, publish_temp, write_all
+from nexus_cache.errors import FillError, StalePlanError
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._limits import FillLease, FillLimits
+from nexus_cache.lakehouse._maintenance import enforce_retention
+from nexus_cache.lakehouse._remote import is_expired_error, open_pinned
+from nexus_cache.lakehouse._store import EntryState, EntryStore
+from nexus_cache.lakehouse._vocabulary import FillMode
+
+__all__ = ["FillOutcome", "FillResult", "Filler"]
+
+logger = logging.getLogger("nexus_cache.lakehouse")
+
+_CHUNK = 8 * 1024 * 1024  # write/hash step, and the read step of a local source
+#: cap on one remote request; ``None``: the fill's byte budget (tests lower it to
+#: exercise multi-request fills, as objects larger than the budget have)
+_MAX_REQUEST: int | None = None
+_DISK_ERRORS = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
+
+
+class FillOutcome(enum.Enum):
+    FILLED = "filled"  # we published the entry
+    PRESENT = "present"  # it was already there (another process filled it)
+    SKIPPED = "skipped"  # not attempted (no budget, fill in progress elsewhere)
+    TIMEOUT = "timeout"  # a blocking fill gave up waiting
+    FAILED = "failed"  # attempted, failed, nothing left behind
+
+
+@dataclasses.dataclass(frozen=True)
+class FillResult:
+    outcome: FillOutcome
+    reason: str | None = None
+    nbytes: int = 0
+
+    @property
+    def entry_ready(self) -> bool:
+        return self.outcome in (FillOutcome.FILLED, FillOutcome.PRESENT)
+
+
+def _write_chunk(fd: int, data: bytes | memoryview) -> None:
+    # One seam for fault injection (tests replace it to raise ENOSPC).
+    write_all(fd, data)
+
+
+def _pieces(file: Any, block: int) -> Iterator[memoryview]:
+    """The bytes of ``file`` in write/hash steps of at most ``_CHUNK`` bytes.
+
+    A local file is read with ``readinto`` into one reused buffer (each piece is
+    valid until the next is asked for); any other file with ``read(block)``, one
+    store request per call, sliced without copying.
+    """
+    if isinstance(file, io.FileIO):
+        buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        while n := file.readinto(view):
+            yield view[:n]
+        return
+    while data := file.read(block):
+        whole = memoryview(data)
+        for start in range(0, len(whole), _CHUNK):
+            yield whole[start : start + _CHUNK]
+
+
+class Filler:
+    """Runs fills for one store under one budget. Thread-safe and process-safe."""
+
+    def __init__(
+        self,
+        store: EntryStore,
+        limits: FillLimits,
+        events: EventLog,
+        *,
+        max_bytes: int | None,
+        blocking_timeout_s: float,
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.events = events
+        self.max_bytes = max_bytes
+        self.blocking_timeout_s = blocking_timeout_s
+
+    def _event(self, kind: EventKind, identity: SourceIdentity, mode: FillMode, **kw: Any) -> None:
+        self.events.emit(CacheEvent(kind, identity.key, identity.location, mode, **kw))
+
+    def blocking(self, fs: Any, path: str, identity: SourceIdentity) -> FillResult:
+        """Fill now, waiting at most ``blocking_timeout_s`` for the lock and the budget.
+
+        Raises :class:`StalePlanError` when the remote object no longer has
+        ``identity``; every other failure is an event and a non-ready result.
+        """
+        mode = FillMode.BLOCKING
+        deadline = time.monotonic() + self.blocking_timeout_s
+        lock = self.store.lock(identity.key)
+        if not lock.acquire(timeout=self.blocking_timeout_s):
+            self._event(EventKind.FILL_TIMEOUT, identity, mode, reason="lock")
+            return FillResult(FillOutcome.TIMEOUT, "lock")
+        try:
+            if self._present(identity):
+                return FillResult(FillOutcome.PRESENT)
+            lease = self.limits.acquire(identity.content.size, deadline - time.monotonic())
+            if lease is None:
+                self._event(EventKind.FILL_TIMEOUT, identity, mode, reason="no_budget")
+                return FillResult(FillOutcome.TIMEOUT, "no_budget")
+            with lease:
+                return self._fill_locked(fs, path, identity, mode)
+        finally:
+            lock.release()
+
+    def background(
+        self, fs: Any, path: str, identity: SourceIdentity, lease: FillLease
+    ) -> FillResult:
+        """Fill with an already granted ``lease`` (released here); never waits on a lock."""
+        mode = FillMode.BACKGROUND
+        with lease:
+            lock = self.store.lock(identity.key)
+            if not lock.acquire(timeout=0):
+                self._event(EventKind.FILL_SKIPPED, identity, mode, reason="in_progress")
+                return FillResult(FillOutcome.SKIPPED, "in_progress")
+            try:
+                if self._present(identity):
+                    return FillResult(FillOutcome.PRESENT)
+                try:
+                    return self._fill_locked(fs, path, identity, mode)
+                except StalePlanError:
+                    return FillResult(FillOutcome.FAILED, "stale")
+            finally:
+                lock.release()
+
+    def _present(self, identity: SourceIdentity) -> bool:
+        state, found = self.store.lookup(identity.key, identity.content.size)
+        if state is EntryState.DAMAGED and found is not None:
+            # we hold the lock: remove the damaged file so the fill can publish
+            self.store.remove_locked(identity.key, found)
+            self._event(EventKind.ENTRY_REMOVED, identity, FillMode.NONE, reason="size_mismatch")
+        return state is EntryState.PRESENT
+
+    def _fill_locked(
+        self, fs: Any, path: str, identity: SourceIdentity, mode: FillMode
+    ) -> FillResult:
+        key = identity.key
+        started = time.monotonic()
+        fd, tmp = new_temp(self.store.tmp_dir, prefix="fill-")
+        fd_open = True
+        record_written = False
+        try:
+            nbytes, digest = self._copy(fd, fs, path, identity)
+            if nbytes != identity.content.size:
+                raise FillError(
+                    f"fill of {identity.location} read {nbytes} bytes, expected "
+                    f"{identity.content.size}; the object changed or the store is inconsistent"
+                )
+            self.store.write_record(key, self.store.make_record(identity, nbytes, digest))
+            record_written = True
+            fd_open = False  # publish_temp closes it, and removes the temp on error
+            publish_temp(fd, tmp, self.store.data_path(key), replace=False)
+        except BaseException as exc:
+            if fd_open:
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            if record_written and lstat_key(self.store.data_path(key)) is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.store.record_path(key))
+            return self._failed(exc, identity, mode, time.monotonic() - started)
+        self._event(
+            EventKind.FILL_COMPLETED,
+            identity,
+            mode,
+            nbytes=nbytes,
+            duration_s=time.monotonic() - started,
+        )
+        if self.max_bytes is not None:
+            try:
+                enforce_retention(self.store, self.max_bytes, protect=(key,))
+            except OSError:  # best effort: the fill itself succeeded
+                logger.exception("lakehouse: retention after filling %s failed", key)
+        return FillResult(FillOutcome.FILLED, nbytes=nbytes)
+
+    def _request_bytes(self, size: int) -> int:
+        cap = self.limits.max_host_bytes if _MAX_REQUEST is None else _MAX_REQUEST
+        return max(1, min(size, cap))
+
+    def _copy(self, fd: int, fs: Any, path: str, identity: SourceIdentity) -> tuple[int, str]:
+        hasher = hashlib.sha256()
+        nbytes = 0
+        block = self._request_bytes(identity.content.size)
+        source = open_pinned(fs, path, identity, block_size=block, cache_type="none")
+        try:
+            try:
+                for piece in _pieces(source.file, block):
+                    _write_chunk(fd, piece)
+                    hasher.update(piece)
+                    nbytes += len(piece)
+            except OSError as exc:
+                if is_expired_error(exc):
+                    raise StalePlanError(
+                        f"{identity.location} was overwritten during the fill; plan again"
+                    ) from exc
+                raise
+            source.recheck()
+        finally:
+            source.close()
+        return nbytes, f"sha256:{hasher.hexdigest()}"
+
+    def _failed(
+        self, exc: BaseException, identity: SourceIdentity, mode: FillMode, duration: float
+    ) -> FillResult:
+        if isinstance(exc, StalePlanError):
+            reason = "stale"
+        elif isinstance(exc, FillError):
+            reason = "validation"
+        elif isinstance(exc, OSError):
+            reason = _DISK_ERRORS.get(exc.errno or 0, "io")
+        elif isinstance(exc, Exception):
+            reason = "error"
+        else:
+            raise exc  # KeyboardInterrupt, SystemExit: nothing to report, just go
+        self._event(
+            EventKind.FILL_FAILED,
+            identity,
+            mode,
+            duration_s=duration,
+            reason=reason,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        if isinstance(exc, StalePlanError):
+            raise exc
+        return FillResult(FillOutcome.FAILED, reason)

@@ -1,0 +1,103 @@
+"""Service-wide fill budget: concurrent fills and in-flight host bytes.
+
+Blocking (``fill_before_read``) and background (``read_through``) fills of one
+service draw on the same :class:`FillLimits`. A fill is charged its object's size
+for its whole duration: until the entry is fsynced those bytes sit in host memory
+(buffers and dirty page cache). An object larger than the whole byte budget is
+charged the whole budget, so it can still run, alone.
+
+The budget never queues: :meth:`FillLimits.try_acquire` answers at once (background
+fills that find no room are skipped by the caller), and :meth:`FillLimits.acquire`
+waits at most ``timeout`` seconds (blocking fills then read remotely).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from nexus_cache.errors import ConfigError
+
+__all__ = ["FillLease", "FillLimits"]
+
+
+class FillLease:
+    """A granted share of the budget; release it exactly once (idempotent)."""
+
+    __slots__ = ("_limits", "_released", "charge")
+
+    def __init__(self, limits: FillLimits, charge: int) -> None:
+        self._limits = limits
+        self.charge = charge
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._limits._release(self.charge)
+
+    def __enter__(self) -> FillLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class FillLimits:
+    """Budget of concurrent fills and host bytes, shared by all fills of a service.
+
+    Thread-safe; per process (the service). Processes coordinate on entries
+    through per-entry file locks, not through this budget.
+    """
+
+    def __init__(self, max_concurrency: int, max_host_bytes: int) -> None:
+        if max_concurrency < 1:
+            raise ConfigError(
+                f"FillLimits max_concurrency={max_concurrency!r} is not accepted; "
+                "use a whole number >= 1 (NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY)"
+            )
+        if max_host_bytes < 1:
+            raise ConfigError(
+                f"FillLimits max_host_bytes={max_host_bytes!r} is not accepted; "
+                "use a byte count >= 1 (NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES)"
+            )
+        self.max_concurrency = max_concurrency
+        self.max_host_bytes = max_host_bytes
+        self._cond = threading.Condition()
+        self._fills = 0
+        self._bytes = 0
+
+    def _charge(self, nbytes: int) -> int:
+        return max(0, min(int(nbytes), self.max_host_bytes))
+
+    def _fits(self, charge: int) -> bool:
+        return self._fills < self.max_concurrency and self._bytes + charge <= self.max_host_bytes
+
+    def try_acquire(self, nbytes: int) -> FillLease | None:
+        """A lease now, or ``None`` when the budget is full. Never waits."""
+        return self.acquire(nbytes, timeout=0.0)
+
+    def acquire(self, nbytes: int, timeout: float) -> FillLease | None:
+        """Wait up to ``timeout`` seconds for room for ``nbytes``; ``None`` on timeout."""
+        charge = self._charge(nbytes)
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while not self._fits(charge):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            self._fills += 1
+            self._bytes += charge
+        return FillLease(self, charge)
+
+    def _release(self, charge: int) -> None:
+        with self._cond:
+            self._fills -= 1
+            self._bytes -= charge
+            self._cond.notify_all()
+
+    def in_flight(self) -> tuple[int, int]:
+        """(fills, host bytes) currently charged."""
+        with self._cond:
+            return self._fills, self._bytes

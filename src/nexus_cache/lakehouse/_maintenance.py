@@ -1,0 +1,131 @@
+"""Retention, verification and clearing of lakehouse entries.
+
+Retention is a best-effort LRU toward ``max_bytes``: not a reservation, not a hard
+quota. Entries are ordered by access time (hits stamp it explicitly, so ``noatime``
+mounts do not matter) and removed oldest first until the total fits, skipping every
+entry with a live pin and every entry whose fill lock is busy. One pass runs at a
+time per root (others skip). A reader that pinned an entry after the pass listed the
+pins, but before it removed the file, either already holds the descriptor (its
+read completes from the unlinked file) or gets :class:`StalePlanError` and plans
+again: a reader never sees a torn entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+
+from nexus_cache._storage import FileLock
+from nexus_cache.errors import CacheSecurityError
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._store import EntryStore, file_digest
+
+__all__ = ["RetentionResult", "clear_entries", "enforce_retention", "verify_entry", "verify_all"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RetentionResult:
+    """What one retention pass did (``ran=False``: another pass was running)."""
+
+    ran: bool
+    removed: int = 0
+    freed_bytes: int = 0
+    total_bytes: int = 0
+    pinned_skipped: int = 0
+
+
+def enforce_retention(
+    store: EntryStore, max_bytes: int, *, protect: Iterable[str] = ()
+) -> RetentionResult:
+    """Remove least recently used, unpinned entries until the total fits ``max_bytes``.
+
+    ``protect`` names keys to keep regardless (e.g. an entry just filled for a
+    waiting reader). Process-safe; never removes a pinned entry.
+    """
+    lock = FileLock(store.root / "retention.lock")
+    if not lock.acquire(timeout=0):
+        return RetentionResult(ran=False)
+    try:
+        entries = list(store.iter_entries())
+        total = sum(e.size for e in entries)
+        if total <= max_bytes:
+            return RetentionResult(ran=True, total_bytes=total)
+        pins = store.live_pins()
+        keep = set(protect)
+        removed = freed = skipped = 0
+        for entry in sorted(entries, key=lambda e: e.atime_ns):
+            if total <= max_bytes:
+                break
+            if entry.key in keep or pins.get(entry.key):
+                skipped += 1
+                continue
+            if store.remove(entry.key, entry.stat):
+                removed += 1
+                freed += entry.size
+                total -= entry.size
+        return RetentionResult(True, removed, freed, total, skipped)
+    finally:
+        lock.release()
+
+
+def verify_entry(store: EntryStore, key: str) -> str | None:
+    """``None`` when ``key``'s bytes match its record, else what is wrong."""
+    record = store.read_record(key)
+    if record is None:
+        return "identity record missing or unreadable"
+    try:
+        identity = SourceIdentity.from_record(record["identity"])
+        size = int(record["size"])
+        digest = str(record["digest"])
+    except (KeyError, TypeError, ValueError):
+        return "identity record malformed"
+    if record.get("key") != key or identity.key != key:
+        return "identity record belongs to another key"
+    if size != identity.content.size:
+        return "record size differs from the identity's size"
+    try:
+        fd = store.open_data(key)
+    except FileNotFoundError:
+        return "data missing"
+    except CacheSecurityError as exc:  # foreign owner, not a regular file: list it, go on
+        return f"refused: {exc}"
+    try:
+        if os.fstat(fd).st_size != size:
+            return f"size {os.fstat(fd).st_size} != recorded {size}"
+        if file_digest(fd) != digest:
+            return "content digest differs from the record"
+    finally:
+        os.close(fd)
+    return None
+
+
+def verify_all(store: EntryStore, *, remove: bool = True) -> dict[str, str]:
+    """Check every entry; remove bad ones when ``remove``. Returns ``{key: problem}``.
+
+    An entry that cannot be opened as ours (another user's file, a non-regular
+    file) is one more bad entry: listed, removed with ``remove``, and the pass
+    goes on to the rest.
+    """
+    bad: dict[str, str] = {}
+    for entry in list(store.iter_entries()):
+        problem = verify_entry(store, entry.key)
+        if problem is None:
+            continue
+        bad[entry.key] = problem
+        if remove:
+            store.remove(entry.key, entry.stat, lock_timeout=5.0)
+    return bad
+
+
+def clear_entries(store: EntryStore) -> tuple[int, int]:
+    """Remove every unpinned entry; returns ``(removed, pinned_kept)``."""
+    pins = store.live_pins()
+    removed = kept = 0
+    for entry in list(store.iter_entries()):
+        if pins.get(entry.key):
+            kept += 1
+        elif store.remove(entry.key, entry.stat, lock_timeout=5.0):
+            removed += 1
+    store.remove_orphan_records(older_than_s=0.0)
+    return removed, kept

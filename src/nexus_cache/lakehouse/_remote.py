@@ -1,0 +1,158 @@
+"""Opening a remote object pinned to a planned identity.
+
+A remote read or a fill must read the bytes of the identity that was planned, not
+whatever the object holds now. :func:`open_pinned` opens the object and proves the
+opened object still has the planned identity, or raises :class:`StalePlanError`:
+
+* local files: the descriptor's ``fstat`` must match inode, size and ``mtime_ns``;
+  :meth:`PinnedSource.recheck` repeats that after a fill to catch in-place writes;
+* s3fs: the opened file's own metadata (ETag, version id, size) must match; s3fs
+  then sends ``If-Match: <ETag>`` (and the version id on a version-aware
+  filesystem) with every range request, so an overwrite during the read fails
+  instead of mixing versions;
+* other fsspec stores: the opened file's metadata when it exposes some, otherwise
+  a fresh ``info``; :meth:`PinnedSource.recheck` asks again after a fill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from typing import IO, Any
+
+from nexus_cache.errors import StalePlanError
+from nexus_cache.lakehouse._identity import (
+    SourceIdentity,
+    identity_from_info,
+    is_local_fs,
+    resolve_identity,
+)
+
+__all__ = ["PinnedSource", "is_expired_error", "open_pinned"]
+
+
+def is_expired_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is s3fs's ``FileExpired`` (an If-Match request met a new object).
+
+    Matched by class name so that s3fs stays an optional import.
+    """
+    return any(cls.__name__ == "FileExpired" for cls in type(exc).__mro__)
+
+
+def _stale(identity: SourceIdentity, what: str) -> StalePlanError:
+    return StalePlanError(
+        f"{identity.location} changed since it was planned ({what}); plan the read again"
+    )
+
+
+def _same_content(identity: SourceIdentity, current: SourceIdentity | None) -> bool:
+    """Whether ``current`` proves the planned content.
+
+    Sizes must match, and every field both sides know (ETag, version id) must match,
+    with at least one compared: metadata served from a listing lacks version ids,
+    and an equal ETag is already proof of equal bytes.
+    """
+    if current is None:
+        return False
+    want, got = identity.content, current.content
+    if want.inode is not None:
+        return want == got
+    if want.size != got.size:
+        return False
+    compared = False
+    for field in ("etag", "version_id"):
+        a, b = getattr(want, field), getattr(got, field)
+        if a is not None and b is not None:
+            if a != b:
+                return False
+            compared = True
+    return compared
+
+
+@dataclasses.dataclass
+class PinnedSource:
+    """An open remote object known to have the planned identity."""
+
+    file: IO[bytes]
+    identity: SourceIdentity
+    _fs: Any
+    _path: str
+    _strong: bool
+
+    def recheck(self) -> None:
+        """After reading everything: raise :class:`StalePlanError` if the source moved.
+
+        A no-op where the store itself pins every request (s3fs with an ETag).
+        """
+        if self._strong:
+            return
+        if isinstance(self.file, io.FileIO):
+            st = os.fstat(self.file.fileno())
+            if (st.st_size, st.st_mtime_ns) != (
+                self.identity.content.size,
+                self.identity.content.mtime_ns,
+            ):
+                raise _stale(self.identity, "local file written during the read")
+            return
+        current = resolve_identity(self._fs, self._path, local_min_age_s=0.0).identity
+        if not _same_content(self.identity, current):
+            raise _stale(self.identity, "content identity differs after the read")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _open_local(identity: SourceIdentity) -> PinnedSource:
+    path = identity.location.removeprefix("file://")
+    try:
+        raw = io.FileIO(path, "rb")
+    except FileNotFoundError as exc:
+        raise _stale(identity, "file is gone") from exc
+    st = os.fstat(raw.fileno())
+    expected = identity.content
+    found = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if found != (expected.inode, expected.size, expected.mtime_ns):
+        raw.close()
+        raise _stale(identity, "inode, size or mtime differ")
+    return PinnedSource(raw, identity, None, path, _strong=False)
+
+
+def open_pinned(fs: Any, path: str, identity: SourceIdentity, **open_kwargs: Any) -> PinnedSource:
+    """Open ``path`` on ``fs`` for reading, proven to have ``identity``.
+
+    Raises :class:`StalePlanError` when it does not (or is gone); other errors of
+    the store propagate. The caller closes the returned source.
+    """
+    if is_local_fs(fs):
+        return _open_local(identity)
+    try:
+        try:
+            f = fs.open(path, "rb", **open_kwargs)
+        except TypeError:
+            f = fs.open(path, "rb")
+    except FileNotFoundError as exc:
+        raise _stale(identity, "object is gone") from exc
+    details = getattr(f, "details", None)
+    strong = False
+    try:
+        if isinstance(details, dict) and (details.get("ETag") or details.get("VersionId")):
+            current = identity_from_info(fs, path, details).identity
+            # s3fs pins range requests with If-Match on the ETag it opened
+            strong = (
+                bool((getattr(f, "read_kw", None) or {}).get("IfMatch"))
+                or bool(getattr(f, "version_id", None))
+                or bool(getattr(fs, "local_expiry_check", False))
+            )
+        else:
+            current = resolve_identity(fs, path, local_min_age_s=0.0).identity
+    except FileNotFoundError as exc:
+        f.close()
+        raise _stale(identity, "object is gone") from exc
+    except BaseException:
+        f.close()
+        raise
+    if not _same_content(identity, current):
+        f.close()
+        raise _stale(identity, "content identity differs")
+    return PinnedSource(f, identity, fs, path, _strong=strong)

@@ -1,0 +1,426 @@
+"""Plan, then execute: the two steps of every lakehouse read.
+
+**Planning** resolves the source's identity (one metadata request), looks the entry
+up, applies the policy matrix and records the expected size of a hit. **Execution**
+proves the plan still holds: a planned hit is pinned, opened and re-checked
+(exists, expected size) and its descriptor stays open for the whole read; a remote
+read or a fill opens the object pinned to the planned identity. A vanished or
+resized entry, or a remote object whose identity changed, raises
+:class:`~nexus_cache.errors.StalePlanError` (and is reported with status ``stale``).
+A planned hit never contacts the remote store at execution.
+
+**Deferred identity check** (:meth:`Scanner.plan_remembered`,
+:meth:`Scanner.execute_deferred`): for a remote object this process planned
+before, :meth:`LakehouseCache.open` plans a hit from the remembered identity, opens
+and pins the local entry at once and sends the identity request on the cache's
+small probe pool. The handle does its local work first and waits for the answer
+before handing over any byte; a changed identity is reported as ``stale`` like
+any stale plan, and the handle then plans again (its ``replan``) or raises
+:class:`StalePlanError` at that read (see :mod:`._reader`). The request is as
+fresh as a planning one (it starts during ``open``), so the guarantee is the
+same; only its latency overlaps the local work.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any
+
+from nexus_cache._storage import stat_key, touch_if_unchanged
+from nexus_cache.errors import CacheSecurityError, StalePlanError
+from nexus_cache.lakehouse._config import LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import (
+    SourceIdentity,
+    fs_protocol,
+    is_local_fs,
+    resolve_identity,
+)
+from nexus_cache.lakehouse._pins import Pin
+from nexus_cache.lakehouse._policy import decide
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._remote import open_pinned
+from nexus_cache.lakehouse._store import EntryState, EntryStore
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+
+__all__ = ["ReadPlan", "Scanner", "resolve_source"]
+
+#: called with (fs, path, identity) when a remote read that should warm the cache closes
+ScheduleFill = Callable[[Any, str, SourceIdentity], None]
+#: opens the same source afresh (a new plan), for a handle found stale early
+Replan = Callable[[], LakehouseFile]
+
+#: remembered identities kept for deferred checks; bounded so a scan of millions of
+#: objects cannot grow it without limit (an evicted one just plans synchronously)
+_REMEMBER_MAX = 4096
+
+
+def _remember_key(fs: Any, path: str) -> tuple[str, str, str]:
+    # No network: the filesystem object's protocol and options plus the path. A
+    # wrong guess costs nothing but a normal plan, since the probe decides.
+    return (fs_protocol(fs), repr(getattr(fs, "storage_options", None)), fs._strip_protocol(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadPlan:
+    """A planned read. ``expected_size`` is set for a planned hit."""
+
+    source: str
+    fs: Any
+    path: str
+    identity: SourceIdentity | None
+    size: int | None
+    status: CacheStatus
+    read_mode: ReadMode
+    fill_mode: FillMode
+    reason: str | None = None
+    expected_size: int | None = None
+
+    @property
+    def key(self) -> str | None:
+        return None if self.identity is None else self.identity.key
+
+    def diagnostics(self, **changes: Any) -> ReadDiagnostics:
+        base = ReadDiagnostics(
+            location=self.source,
+            cache_status=self.status,
+            read_mode=self.read_mode,
+            fill_mode=self.fill_mode,
+            key=self.key,
+            size=self.size,
+            reason=self.reason,
+        )
+        return dataclasses.replace(base, **changes) if changes else base
+
+
+def resolve_source(
+    source: str | os.PathLike[str], fs: Any = None, storage_options: dict[str, Any] | None = None
+) -> tuple[Any, str]:
+    """``(fs, path)`` for a source; ``fs`` is ``None`` for the local filesystem."""
+    text = os.fspath(source)
+    if fs is not None:
+        return (None if is_local_fs(fs) else fs), text
+    # our own protocol in front names the source behind it (never recurse into
+    # the nexus filesystem): nexus::X, and nexus:///abs for a local path
+    text = text.removeprefix("nexus::")
+    if text.startswith("nexus://"):
+        text = text[len("nexus://") :]
+    if "://" not in text and "::" not in text:
+        return None, text
+    import fsspec
+
+    resolved, path = fsspec.core.url_to_fs(text, **(storage_options or {}))
+    return (None if is_local_fs(resolved) else resolved), path
+
+
+class Scanner:
+    """Plans and executes reads against one store. Thread-safe."""
+
+    def __init__(
+        self,
+        config: LakehouseCacheConfig,
+        store: EntryStore | None,
+        filler: Filler | None,
+        events: EventLog,
+        schedule_fill: ScheduleFill,
+        probes: Executor | None = None,
+        no_store_reason: str = "no_root",
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.filler = filler
+        self.events = events
+        self._schedule_fill = schedule_fill
+        self._probes = probes
+        self._no_store_reason = no_store_reason
+        self._known: collections.OrderedDict[tuple[str, str, str], SourceIdentity] = (
+            collections.OrderedDict()
+        )
+        self._known_lock = threading.Lock()
+
+    def _remember(self, fs: Any, path: str, identity: SourceIdentity | None) -> None:
+        if fs is None:
+            return  # local files: planning is one stat, nothing to hide
+        key = _remember_key(fs, path)
+        with self._known_lock:
+            if identity is None:
+                self._known.pop(key, None)
+                return
+            self._known[key] = identity
+            self._known.move_to_end(key)
+            while len(self._known) > _REMEMBER_MAX:
+                self._known.popitem(last=False)
+
+    # -- planning ------------------------------------------------------------
+    def plan(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan:
+        fs, path = resolve_source(source, fs, storage_options)
+        name = os.fspath(source)
+        remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
+        if self.store is None:
+            reason = self._no_store_reason
+            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
+        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+        self._remember(fs, path, res.identity)
+        if res.identity is None:
+            return ReadPlan(
+                name, fs, path, None, res.size, bypass, remote, FillMode.NONE, res.bypass_reason
+            )
+        return self._decide(name, fs, path, res.identity, tidy=True)
+
+    def plan_remembered(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan | None:
+        """A hit planned from the identity remembered for a remote ``source``, or ``None``.
+
+        Contacts nothing remote: only :meth:`execute_deferred` may run such a plan,
+        since its identity is proven by the probe it starts, not by planning.
+        """
+        if self.store is None or self._probes is None:
+            return None
+        fs, path = resolve_source(source, fs, storage_options)
+        if fs is None:
+            return None
+        with self._known_lock:
+            identity = self._known.get(_remember_key(fs, path))
+        if identity is None:
+            return None
+        plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
+        if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
+            return None  # READ=disabled, no entry, a bypass: plan normally
+        return plan
+
+    def _decide(
+        self, name: str, fs: Any, path: str, identity: SourceIdentity, *, tidy: bool
+    ) -> ReadPlan:
+        """The one plan path of a known identity: look the entry up, ask the policy.
+
+        ``tidy``: remove a damaged entry on the way (only when the identity was
+        proven by a fresh request, not remembered).
+        """
+        assert self.store is not None
+        size = identity.content.size
+        state, found = self.store.lookup(identity.key, size)
+        if (
+            tidy
+            and state is EntryState.DAMAGED
+            and found
+            and self.store.remove(identity.key, found)
+        ):
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ENTRY_REMOVED,
+                    identity.key,
+                    identity.location,
+                    reason=f"size {found.size} != {size}",
+                )
+            )
+        d = decide(self.config, size, state is EntryState.PRESENT)
+        expected = size if d.status is CacheStatus.HIT else None
+        return ReadPlan(
+            name, fs, path, identity, size, d.status, d.read_mode, d.fill_mode, d.reason, expected
+        )
+
+    def execute_deferred(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
+        """Execute a remembered hit while its identity is probed concurrently.
+
+        The handle is returned before the probe answers; its first data-returning
+        call waits for the answer and, if the object's identity is not the
+        planned one, opens the source afresh through ``replan`` (or raises
+        :class:`StalePlanError` without one). An entry that cannot be trusted
+        (foreign owner) is read remotely instead.
+        """
+        assert self._probes is not None
+        assert plan.identity is not None
+        fs, path, planned = plan.fs, plan.path, plan.identity
+
+        def probe() -> SourceIdentity | None:
+            return resolve_identity(fs, path, local_min_age_s=0.0).identity
+
+        future: Future[SourceIdentity | None] = self._probes.submit(probe)
+
+        def confirm() -> None:
+            try:
+                current = future.result()
+            except FileNotFoundError:
+                current = None
+            except BaseException:
+                self._remember(fs, path, None)
+                raise
+            self._remember(fs, path, current)
+            if current is None or current.key != planned.key:
+                exc = StalePlanError(
+                    f"{planned.location} changed since it was planned "
+                    "(identity probe at open); plan the read again"
+                )
+                self._record_stale(plan, exc)
+                raise exc
+
+        try:
+            return self._local(plan, plan.diagnostics(), confirm=confirm, replan=replan)
+        except CacheSecurityError as exc:
+            future.cancel()  # the remote open below proves the identity itself
+            return self._refused(plan, exc, replan)
+        except StalePlanError as exc:
+            future.cancel()
+            self._record_stale(plan, exc)
+            raise
+        except BaseException:
+            future.cancel()
+            raise
+
+    def _record_stale(self, plan: ReadPlan, exc: StalePlanError) -> None:
+        self.events.record_read(plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc)))
+        location = plan.identity.location if plan.identity else plan.source
+        self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
+
+    # -- execution -----------------------------------------------------------
+    def execute(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
+        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds.
+
+        ``replan``: how the handle opens the source afresh when the object turns
+        out stale before any byte was handed out (see :mod:`._reader`).
+        """
+        try:
+            if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
+                try:
+                    return self._local(plan, plan.diagnostics(), replan=replan)
+                except CacheSecurityError as exc:
+                    return self._refused(plan, exc, replan)
+            if plan.fill_mode is FillMode.BLOCKING:
+                return self._blocking(plan, replan)
+            if plan.reason == "too_large" and plan.identity is not None:
+                self.events.emit(
+                    CacheEvent(
+                        EventKind.FILL_SKIPPED,
+                        plan.key,
+                        plan.identity.location,
+                        reason="too_large",
+                        nbytes=plan.size or 0,
+                    )
+                )
+            warm = plan.fill_mode is FillMode.BACKGROUND
+            return self._remote(plan, plan.diagnostics(), warm=warm, replan=replan)
+        except StalePlanError as exc:
+            self._record_stale(plan, exc)
+            raise
+
+    def _local(
+        self,
+        plan: ReadPlan,
+        diag: ReadDiagnostics,
+        pin: Pin | None = None,
+        confirm: Callable[[], None] | None = None,
+        replan: Replan | None = None,
+    ) -> LakehouseFile:
+        assert self.store is not None
+        assert plan.key is not None
+        assert plan.size is not None
+        pin = pin or self.store.pin(plan.key)
+        try:
+            try:
+                fd = self.store.open_data(plan.key)
+            except FileNotFoundError:
+                raise StalePlanError(
+                    f"the cache entry of {plan.source} vanished after planning; plan again"
+                ) from None
+            try:
+                st = os.fstat(fd)
+                if st.st_size != plan.size:
+                    raise StalePlanError(
+                        f"the cache entry of {plan.source} has {st.st_size} bytes, "
+                        f"planned {plan.size}; plan again"
+                    )
+                touch_if_unchanged(fd, stat_key(st))  # LRU stamp
+                handle = LakehouseFile(
+                    diag, plan.size, fd=fd, pin=pin, confirm=confirm, replan=replan
+                )
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            pin.release()
+            raise
+        self.events.record_read(diag)
+        return handle
+
+    def _blocking(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
+        assert self.store is not None
+        assert self.filler is not None
+        assert plan.identity is not None
+        # pin first, so retention after our own fill cannot take the entry away
+        pin = self.store.pin(plan.identity.key)
+        try:
+            result = self.filler.blocking(plan.fs, plan.path, plan.identity)
+            if result.entry_ready:
+                return self._local(plan, plan.diagnostics(), pin=pin, replan=replan)
+        except CacheSecurityError as exc:
+            pin.release()  # idempotent: _local may have released it already
+            return self._refused(plan, exc, replan)
+        except BaseException:
+            pin.release()
+            raise
+        pin.release()
+        diag = plan.diagnostics(
+            read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
+        )
+        return self._remote(plan, diag, warm=False, replan=replan)
+
+    def _refused(
+        self, plan: ReadPlan, exc: CacheSecurityError, replan: Replan | None
+    ) -> LakehouseFile:
+        """Serve a read remotely because its entry cannot be trusted (foreign owner, ...).
+
+        Reported twice: an ``entry_refused`` event with the reason, and the read's
+        diagnostics (status ``bypass``, reason ``entry_refused``). The entry stays
+        for ``verify`` to list and remove; a fill cannot replace it meanwhile.
+        """
+        location = plan.identity.location if plan.identity else plan.source
+        self.events.emit(CacheEvent(EventKind.ENTRY_REFUSED, plan.key, location, reason=str(exc)))
+        diag = plan.diagnostics(
+            cache_status=CacheStatus.BYPASS,
+            read_mode=ReadMode.REMOTE,
+            fill_mode=FillMode.NONE,
+            reason="entry_refused",
+        )
+        return self._remote(plan, diag, warm=False, replan=replan)
+
+    def _remote(
+        self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
+    ) -> LakehouseFile:
+        if plan.identity is not None:
+            source = open_pinned(plan.fs, plan.path, plan.identity)
+            remote, size = source.file, plan.identity.content.size
+        elif plan.fs is None:
+            remote, size = open(plan.path, "rb"), None  # noqa: SIM115 (closed by the handle)
+        else:
+            remote, size = plan.fs.open(plan.path, "rb"), None
+        on_close = None
+        if warm and plan.identity is not None:
+            identity = plan.identity
+
+            def on_close() -> None:
+                self._schedule_fill(plan.fs, plan.path, identity)
+
+        try:
+            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close, replan=replan)
+        except BaseException:
+            remote.close()
+            raise
+        self.events.record_read(diag)
+        return handle

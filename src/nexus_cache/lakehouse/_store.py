@@ -1,0 +1,279 @@
+"""Entries of the lakehouse cache on disk.
+
+Layout under the root (every directory 0700, every file 0600, owned by us)::
+
+    layout.json                  {"format": "nexus-lakehouse", "version": 1}
+    entries/<k2>/<key>           the object's bytes, published once by rename/link
+    entries/<k2>/<key>.json      identity record (JSON), written before the data
+    pins/<key>.<pin-id>.pin      reader pins (see :mod:`.pins`)
+    locks/<k3>.lock              fill/removal locks, striped by key prefix
+    tmp/                         fill temps; stale ones are swept at open
+    retention.lock               one retention pass at a time
+    stats/<host>-<pid>-<n>.json  read summaries of processes (see :mod:`._readlog`)
+
+``<key>`` is the 64-hex SHA-256 entry key; ``<k2>``/``<k3>`` its first 2/3 digits.
+Lock files are striped (4096 at most) and never deleted, because deleting a lock
+file that another process has open splits the lock in two.
+
+An entry is *present* when its data file exists with the identity's size. The
+record exists whenever the data does (it is written first); it carries the
+identity, the size and a SHA-256 digest of the bytes taken during the fill, which
+``verify`` checks. Guarantees: process-safe and thread-safe; a crash at any instant
+leaves no visible partial entry (only temps, swept later, or an orphan record
+without data, which is not an entry and is removed by retention).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nexus_cache._storage import (
+    FileLock,
+    StatKey,
+    UnlinkResult,
+    atomic_write,
+    check_owned_regular,
+    ensure_private_dir,
+    lstat_key,
+    sweep_stale_temps,
+    unlink_if_unchanged,
+)
+from nexus_cache.errors import CacheIntegrityError
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._pins import Pin, create_pin, live_pins
+
+__all__ = ["EntryInfo", "EntryState", "EntryStore", "RECORD_VERSION", "file_digest"]
+
+RECORD_VERSION = 1
+_LAYOUT = {"format": "nexus-lakehouse", "version": 1}
+_KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
+_CHUNK = 8 * 1024 * 1024
+
+
+class EntryState(enum.Enum):
+    PRESENT = "present"
+    ABSENT = "absent"
+    #: a data file exists with the wrong size (truncated or overwritten)
+    DAMAGED = "damaged"
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryInfo:
+    """One entry as found on disk."""
+
+    key: str
+    path: Path
+    stat: StatKey
+    atime_ns: int
+
+    @property
+    def size(self) -> int:
+        return self.stat.size
+
+
+def file_digest(fd: int) -> str:
+    """``sha256:<hex>`` of everything readable from ``fd`` (from offset 0)."""
+    hasher = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        hasher.update(chunk)
+        offset += len(chunk)
+    return f"sha256:{hasher.hexdigest()}"
+
+
+class EntryStore:
+    """The entries under one cache root. Thread-safe and process-safe."""
+
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
+        """Open (``create``: and initialise) the cache at ``root``.
+
+        With ``create=False`` the root must already hold a lakehouse cache.
+        """
+        self.root = ensure_private_dir(root, create=create)
+        if not create and not (self.root / "layout.json").exists():
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"{self.root} is not a lakehouse cache root (no layout.json); check the path",
+            )
+        self.entries_dir = ensure_private_dir(self.root / "entries")
+        self.pins_dir = ensure_private_dir(self.root / "pins")
+        self.locks_dir = ensure_private_dir(self.root / "locks")
+        self.tmp_dir = ensure_private_dir(self.root / "tmp")
+        self._check_layout()
+
+    def _check_layout(self) -> None:
+        marker = self.root / "layout.json"
+        try:
+            found = json.loads(marker.read_text("utf-8"))
+        except FileNotFoundError:
+            atomic_write(marker, json.dumps(_LAYOUT).encode(), tmp_dir=self.tmp_dir)
+            return
+        except (OSError, ValueError) as exc:
+            raise CacheIntegrityError(
+                f"{marker} is unreadable ({exc}); remove it if {self.root} is a lakehouse cache"
+            ) from exc
+        if found != _LAYOUT:
+            raise CacheIntegrityError(
+                f"{self.root} holds cache layout {found!r}, not {_LAYOUT!r}; "
+                "point NEXUS_LAKEHOUSE_CACHE_ROOT at another directory or clear this one"
+            )
+
+    # -- paths ---------------------------------------------------------------
+    def data_path(self, key: str) -> Path:
+        return self.entries_dir / key[:2] / key
+
+    def record_path(self, key: str) -> Path:
+        return self.entries_dir / key[:2] / f"{key}.json"
+
+    def lock(self, key: str) -> FileLock:
+        """A fresh (unheld) lock object guarding fills and removals of ``key``."""
+        return FileLock(self.locks_dir / f"{key[:3]}.lock")
+
+    # -- lookup --------------------------------------------------------------
+    def lookup(self, key: str, size: int) -> tuple[EntryState, StatKey | None]:
+        """Whether ``key`` is present with ``size`` bytes (one ``lstat``)."""
+        found = lstat_key(self.data_path(key))
+        if found is None:
+            return EntryState.ABSENT, None
+        if found.size != size:
+            return EntryState.DAMAGED, found
+        return EntryState.PRESENT, found
+
+    def open_data(self, key: str) -> int:
+        """Open the entry's data read-only; ``FileNotFoundError`` when absent."""
+        fd = os.open(self.data_path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            check_owned_regular(self.data_path(key), os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    # -- records -------------------------------------------------------------
+    @staticmethod
+    def make_record(identity: SourceIdentity, size: int, digest: str) -> dict[str, Any]:
+        return {
+            "version": RECORD_VERSION,
+            "key": identity.key,
+            "identity": identity.to_record(),
+            "size": size,
+            "digest": digest,
+            "filled_by_pid": os.getpid(),
+        }
+
+    def write_record(self, key: str, record: dict[str, Any]) -> None:
+        data = json.dumps(record, sort_keys=True).encode("utf-8")
+        atomic_write(self.record_path(key), data, tmp_dir=self.tmp_dir)
+
+    def read_record(self, key: str) -> dict[str, Any] | None:
+        """The entry's identity record, or ``None`` when missing or not valid JSON."""
+        try:
+            raw = self.record_path(key).read_bytes()
+            record = json.loads(raw)
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    # -- pins ----------------------------------------------------------------
+    def pin(self, key: str) -> Pin:
+        return create_pin(self.pins_dir, key)
+
+    def live_pins(self) -> dict[str, int]:
+        """Live pins per key; pins of dead processes are reclaimed on the way."""
+        return live_pins(self.pins_dir)
+
+    # -- listing -------------------------------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Every data file under ``entries/`` (records and strays skipped)."""
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.entries_dir) as shards:
+            for shard in shards:
+                if not shard.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    files = list(os.scandir(shard.path))
+                except FileNotFoundError:
+                    continue
+                for entry in files:
+                    if not _KEY_RE.match(entry.name):
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        yield EntryInfo(
+                            entry.name,
+                            Path(entry.path),
+                            StatKey(st.st_ino, st.st_size, st.st_mtime_ns),
+                            st.st_atime_ns,
+                        )
+
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.iter_entries())
+
+    # -- removal -------------------------------------------------------------
+    def remove(
+        self, key: str, expected: StatKey | None = None, *, lock_timeout: float | None = 0.0
+    ) -> bool:
+        """Remove ``key``'s data (only if still ``expected``) and then its record.
+
+        Takes the entry lock (``lock_timeout``; ``0`` = skip when a fill holds it),
+        so a removal never splits a record from the data a concurrent fill
+        publishes. Returns whether the data is gone afterwards.
+        """
+        lock = self.lock(key)
+        if not lock.acquire(timeout=lock_timeout):
+            return False
+        try:
+            return self.remove_locked(key, expected)
+        finally:
+            lock.release()
+
+    def remove_locked(self, key: str, expected: StatKey | None) -> bool:
+        """:meth:`remove` for a caller that already holds ``self.lock(key)``."""
+        data = self.data_path(key)
+        current = lstat_key(data)
+        if current is not None:
+            if expected is not None and current != expected:
+                return False
+            result = unlink_if_unchanged(data, current, aside_dir=self.tmp_dir)
+            if result is UnlinkResult.CHANGED:
+                return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.record_path(key))
+        return True
+
+    def sweep(self, *, older_than_s: float = 3600.0) -> int:
+        """Remove temps left by crashed or long-dead fills; returns the count."""
+        return sweep_stale_temps(self.tmp_dir, older_than_s=older_than_s)
+
+    def remove_orphan_records(self, *, older_than_s: float = 600.0) -> int:
+        """Remove records whose data never got published (a fill crashed between)."""
+        cutoff = time.time() - older_than_s
+        removed = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.entries_dir) as shards:
+            for shard in shards:
+                if not shard.is_dir(follow_symlinks=False):
+                    continue
+                for entry in list(os.scandir(shard.path)):
+                    name = entry.name
+                    if not name.endswith(".json") or not _KEY_RE.match(name[:-5]):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                            continue
+                        if lstat_key(self.data_path(name[:-5])) is None:
+                            removed += int(self.remove(name[:-5]))
+        return removed
