@@ -59,29 +59,15 @@ def to_numpy(array: Any) -> np.ndarray:
 
 def scatter_add(xp: Any, out: Any, index: Any, values: Any) -> None:
     """``out[index] += values`` with repeated indices all counted."""
-    if is_cupy(xp):
-        import cupyx
-
-        cupyx.scatter_add(out, index, values)
-    else:
-        np.add.at(out, index, values)
+    # ufunc.at on both modules (CuPy >= 13); cupyx.scatter_* are deprecated in CuPy 14.
+    xp.add.at(out, index, values)
 
 
 def scatter_min(xp: Any, out: Any, index: Any, values: Any) -> None:
     """``out[index] = min(out[index], values)`` with repeated indices all applied."""
-    if is_cupy(xp):
-        import cupyx
-
-        cupyx.scatter_min(out, index, values)
-    else:
-        np.minimum.at(out, index, values)
+    xp.minimum.at(out, index, values)
 
 
 def scatter_max(xp: Any, out: Any, index: Any, values: Any) -> None:
     """``out[index] = max(out[index], values)`` with repeated indices all applied."""
-    if is_cupy(xp):
-        import cupyx
-
-        cupyx.scatter_max(out, index, values)
-    else:
-        np.maximum.at(out, index, values)
+    xp.maximum.at(out, index, values)
