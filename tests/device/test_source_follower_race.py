@@ -22,6 +22,7 @@ import pytest
 
 from nexus_cache.backends.host import HostAllocationDomain
 from nexus_cache.device import ArrayBundle, CheckoutStatus, SourceCheckout, SourceFrameKey
+from nexus_cache.device._source_flight import DecodeFlight, FlightState
 from nexus_cache.errors import LifecycleError, SourceWaitTimeoutError
 from nexus_cache.frames import DeviceFrame
 
@@ -231,3 +232,47 @@ def test_a_follower_that_timed_out_does_not_hold_the_leader() -> None:
     assert done == [False]
     value.release()
     assert source.in_flight_keys() == 0
+
+
+def test_flight_drops_the_value_after_the_last_copier_and_refuses_extra_copies() -> None:
+    lock = threading.Lock()
+    flight = DecodeFlight("f", lock)
+    states: list[Any] = []
+
+    def wait() -> None:
+        with lock:
+            states.append(flight.await_outcome(time.monotonic() + 10))
+
+    waiters = [threading.Thread(target=wait) for _ in range(2)]
+    for waiter in waiters:
+        waiter.start()
+    for _ in range(5000):  # until both wait inside the flight
+        with lock:
+            if flight.waiters == 2:
+                break
+        time.sleep(0.002)
+    value = object()
+    with lock:
+        assert flight.waiters == 2
+        flight.finish(value)
+        assert (flight.copiers, flight.value) == (2, value)
+    for waiter in waiters:
+        waiter.join(10)
+    with lock:
+        assert states == [FlightState.PUBLISHED] * 2
+        flight.copied()
+        assert flight.value is value  # one copier left: still held
+        flight.copied()
+        assert (flight.copiers, flight.value) == (0, None)
+        flight.await_copies()  # returns at once
+        with pytest.raises(LifecycleError, match="no copier left"):
+            flight.copied()
+
+
+def test_publish_with_nobody_waiting_holds_nothing() -> None:
+    lock = threading.Lock()
+    flight = DecodeFlight("g", lock)
+    with lock:  # as the subdomain calls it
+        flight.finish(object())
+        assert (flight.copiers, flight.value) == (0, None)
+        flight.await_copies()  # returns at once

@@ -13,6 +13,11 @@
   into the cache domain, reconciles the reservation to the measured
   allocation and publishes. The leader keeps its own frame. Capacity pressure
   or an allocation failure skips retention; the query still succeeds.
+* **Follower copies**: a follower of a value that was not retained copies
+  the leader's own (attempt-owned) value while the flight keeps it alive:
+  the leader's ``publish`` returns only after every follower waiting at that
+  moment has its copy. A value released anyway makes the follower ask again
+  (and decode itself), never an error.
 * **Bypass**: keys with a bypass reason never touch the cache.
 
 Lock order: subdomain lock, then ledger lock. No lock is held while a value
@@ -106,7 +111,10 @@ class SourceCacheSubdomain(CacheSubdomain):
         handed to it are allocated there. A follower waits at most
         ``timeout`` seconds, then raises :class:`SourceWaitTimeoutError` and
         leaves nothing behind. A leader's deterministic failure raises
-        :class:`SourceDecodeError` (chained to it) in every follower.
+        :class:`SourceDecodeError` (chained to it) in every follower. A
+        follower's value is always its own independent copy; when the
+        leader's unretained value was released before it could be copied,
+        this caller gets a claim and decodes instead.
         """
         if not isinstance(key, SourceFrameKey):
             raise ConfigError(
