@@ -60,14 +60,14 @@ def violations(path: Path) -> list[str]:
         for name in names:
             if _internal(name):
                 out.append(f"{where}: imports internal name {module}.{name}")
-            elif (name not in public and not hasattr(target, "__path__")) or (
-                name not in public and not _is_public_submodule(module, name)
-            ):
+            elif name not in public and not _is_public_submodule(module, name):
                 out.append(f"{where}: {module}.{name} is not in {module}.__all__")
     return out
 
 
 def _is_public_submodule(package: str, name: str) -> bool:
+    if not hasattr(importlib.import_module(package), "__path__"):
+        return False  # a module, not a package: it has no submodules
     try:
         importlib.import_module(f"{package}.{name}")
     except ModuleNotFoundError:
