@@ -92,10 +92,10 @@ def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(
         raise RuntimeError("NVRTC said no\nsecond line")
 
     monkeypatch.setattr(program, "run_demo", broken)
-    assert main(["demo"]) == EXIT_PROBLEMS
+    assert main(["program-cache", "demo"]) == EXIT_PROBLEMS
     err = capsys.readouterr().err
     assert err == "nexus-cache: error: RuntimeError: NVRTC said no second line\n"
-    assert main(["--debug", "demo"]) == EXIT_PROBLEMS
+    assert main(["--debug", "program-cache", "demo"]) == EXIT_PROBLEMS
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
     assert err.rstrip().endswith("nexus-cache: error: RuntimeError: NVRTC said no second line")
