@@ -214,3 +214,13 @@ def test_read_shows_what_each_read_did_and_warms_the_cache(
     assert main(["lakehouse", "read", "--root", str(root), "--plan", source]) == 0
     out = capsys.readouterr().out
     assert re.search(r"hit +local +none +4\.9 KiB", out)
+
+
+def test_info_without_a_root_still_shows_the_configuration(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "read_through")
+    assert main(["lakehouse", "info", "--json"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["environment_config"]["policy"] == "read_through"
+    assert "no cache root: pass --root or set NEXUS_LAKEHOUSE_CACHE_ROOT" in out.err
