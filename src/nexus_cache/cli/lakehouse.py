@@ -44,7 +44,7 @@ _ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "lakehouse",
-        help="lakehouse byte cache: info, ls, verify, prune, clear",
+        help="lakehouse byte cache: info, ls, read, verify, prune, clear",
         description="Inspect and maintain a lakehouse byte cache root.",
     )
     sub = parser.add_subparsers(dest="lakehouse_command", metavar="SUBCOMMAND")
