@@ -20,6 +20,7 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "FillError",
+    "FrameTypeError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -85,6 +86,10 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class FrameTypeError(NexusCacheError, TypeError):
+    """An Arrow type (or a column's size) that a device frame cannot hold."""
 
 
 class ByteCountError(NexusCacheError, ValueError):
