@@ -21,6 +21,8 @@ __all__ = [
     "ConfigError",
     "FillError",
     "FrameTypeError",
+    "GraphConvergenceError",
+    "GraphInputError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -108,3 +110,11 @@ class SourceDecodeError(NexusCacheError, RuntimeError):
 
 class SourceWaitTimeoutError(NexusCacheError, TimeoutError):
     """A follower's own deadline passed while it waited for a decode leader."""
+
+
+class GraphInputError(NexusCacheError, ValueError):
+    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
+
+
+class GraphConvergenceError(NexusCacheError, RuntimeError):
+    """An iterative graph algorithm did not converge and the caller asked for an error."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ def test_quick_run_prints_every_ratio_line(
 ) -> None:
     # Imported by name from its directory (not from a file spec) so that the
     # spawned readers of figure (4) can import the same module.
+    # The test package tests/lakehouse is also named ``lakehouse``: set it aside.
+    monkeypatch.delitem(sys.modules, "lakehouse", raising=False)
     monkeypatch.syspath_prepend(str(_BENCHMARKS))
     bench = importlib.import_module("lakehouse")
     args = ["--quick", "--size-mib", "2", "--warm-repeats", "1", "--cold-repeats", "1"]

@@ -124,3 +124,14 @@ def test_every_reporting_command_has_json(tmp_path: Path, capsys: pytest.Capture
     for argv in commands:
         assert main([*argv, "--json"]) == 0, argv
         json.loads(capsys.readouterr().out)
+
+
+def test_building_the_command_line_imports_no_library_layer() -> None:
+    code = (
+        "import sys; from nexus_cache.cli.main import build_parser; build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('fsspec', 'pyarrow', 'numpy', 'cupy', 'cuda') or m.startswith('nexus_cache.lakehouse') "
+        "or m.startswith('nexus_cache.program') or m.startswith('nexus_cache.device')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -8,25 +8,16 @@ import re
 from pathlib import Path
 
 import pytest
-from lakehouse_helpers import entry_files, make_cache, write_old_file
 
 from nexus_cache.cli.main import main
 
-_VARS = (
-    "NEXUS_LAKEHOUSE_CACHE_ROOT",
-    "NEXUS_LAKEHOUSE_CACHE_READ",
-    "NEXUS_LAKEHOUSE_CACHE_POLICY",
-    "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES",
-    "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY",
-    "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES",
-    "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES",
-)
+from ._helpers import entry_files, make_cache, write_old_file
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _VARS:
-        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith("NEXUS_LAKEHOUSE_")]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ from typing import Any
 
 import fsspec
 import pytest
-from lakehouse_helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, LakehouseCache, ReadMode
+
+from ._helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 DATA = os.urandom(300_000)
 
@@ -125,6 +126,19 @@ def test_root_only_uses_hits_without_filling(tmp_path: Path) -> None:
     assert len(entry_files(root)) == 1
 
 
+def test_root_only_config_says_policy_disabled_on_a_miss(tmp_path: Path) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    cache = LakehouseCache.from_env({"NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c")})
+    with cache, cache.open(source) as f:
+        assert f.read() == DATA
+        diag = f.diagnostics
+    assert (diag.cache_status, diag.fill_mode, diag.reason) == (
+        CacheStatus.MISS,
+        FillMode.NONE,
+        "policy_disabled",
+    )
+
+
 def test_no_root_reads_remote(tmp_path: Path, s3: Any, s3_endpoint: str, s3_bucket: str) -> None:
     put_object(s3_endpoint, s3_bucket, "x.parquet", DATA)
     cache = LakehouseCache.from_env({"NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read"})
@@ -187,6 +201,20 @@ def test_bypass_threshold_and_too_large(tmp_path: Path) -> None:
             assert f.diagnostics.reason == "too_large"
         assert cache.events.events(EventKind.FILL_SKIPPED)[0].reason == "too_large"
     assert entry_files(tmp_path / "c2") == []
+
+
+@pytest.mark.parametrize("policy", ["disabled", "read_through", "fill_before_read"])
+def test_prefetch_honours_max_bytes(tmp_path: Path, policy: str) -> None:
+    fits = str(write_old_file(tmp_path / "fits.parquet", b"x" * 1024))
+    over = str(write_old_file(tmp_path / "over.parquet", b"x" * 1025))
+    root = tmp_path / "c"
+    with make_cache(root, policy=policy, max_bytes=1024) as cache:
+        assert not cache.prefetch(over)
+        (skipped,) = cache.events.events(EventKind.FILL_SKIPPED)
+        assert (skipped.reason, skipped.nbytes) == ("too_large", 1025)
+        assert entry_files(root) == []
+        assert cache.prefetch(fits)
+    assert len(entry_files(root)) == 1
 
 
 def test_hit_read_is_memory_mapped_and_seekable(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ from nexus_cache.errors import ConfigError
 
 __all__ = ["register"]
 
+# Spelled out, not imported: building the command line must not import the
+# lakehouse package (fsspec), which only the lakehouse commands need.
 _ENV_ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
 _ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
 

@@ -13,22 +13,85 @@ Two ways in::
 
 Listing and metadata calls go to the wrapped filesystem unchanged; ``open`` for
 reading goes through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
-Without ``cache=`` the process-wide :func:`~.cache.default_cache` (configured from
+Without ``cache=`` the process-wide :func:`~._cache.default_cache` (configured from
 the environment) is used. The filesystem is read-only. Importing this module
 registers the ``nexus`` protocol with fsspec.
+
+Paths: ``nexus::/abs/path``, ``nexus:///abs/path`` and ``nexus::file:///abs/path``
+name the same local file through fsspec (pandas and pyarrow only hand URLs that
+contain ``://`` to fsspec, so give them one of the last two).
+
+Options (``storage_options={"nexus": {...}}``): ``cache`` (a
+:class:`LakehouseCache`), or ``cache_storage`` (a directory: the process-wide
+cache of that root, the rest of its settings from the environment), the
+spelling fsspec's simplecache users bring. Any other option is refused with a
+:class:`~nexus_cache.errors.ConfigError` naming it, never ignored: the
+simplecache options that govern expiry and file checks have no meaning here,
+since every read proves the object's identity instead.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
-from nexus_cache.lakehouse.cache import LakehouseCache, default_cache
-from nexus_cache.lakehouse.reader import LakehouseFile
+from nexus_cache.errors import ConfigError
+from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
+from nexus_cache.lakehouse._reader import LakehouseFile
 
 __all__ = ["NexusCacheFileSystem"]
+
+#: options of fsspec's own base class that chaining and instance caching pass on
+_FSSPEC_OPTIONS = frozenset(
+    {"skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths"}
+)
+#: simplecache/filecache options with no meaning for an identity-checked cache
+_SIMPLECACHE_ONLY = frozenset(
+    {
+        "cache_check",
+        "cache_mapper",
+        "cache_storage_mode",
+        "check_files",
+        "compression",
+        "expiry_time",
+        "same_names",
+    }
+)
+
+
+def _cache_from_options(
+    cache: LakehouseCache | None, cache_storage: Any, unknown: dict[str, Any]
+) -> LakehouseCache:
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        why = (
+            "they are simplecache/filecache options; the nexus cache proves every "
+            "object's identity instead of expiring or checking files"
+            if set(unknown) <= _SIMPLECACHE_ONLY
+            else "accepted: cache, cache_storage, fs, target_protocol, target_options"
+        )
+        raise ConfigError(
+            f"nexus filesystem option(s) not supported: {names} ({why}); remove them"
+        )
+    if cache_storage is None:
+        return cache if cache is not None else default_cache()
+    if cache is not None:
+        raise ConfigError("pass either nexus option cache= or cache_storage=, not both")
+    if isinstance(cache_storage, (list, tuple)):
+        if len(cache_storage) != 1:
+            raise ConfigError(
+                f"nexus option cache_storage={cache_storage!r}: give one directory "
+                "(layered cache directories are not supported)"
+            )
+        cache_storage = cache_storage[0]
+    if not isinstance(cache_storage, (str, os.PathLike)) or cache_storage == "TMP":
+        raise ConfigError(
+            f"nexus option cache_storage={cache_storage!r}: give the cache directory's path"
+        )
+    return default_cache(cache_storage)
 
 
 class NexusCacheFileSystem(ChainedFileSystem):
@@ -36,6 +99,8 @@ class NexusCacheFileSystem(ChainedFileSystem):
 
     ``fs``: the filesystem to wrap; or ``target_protocol``/``target_options`` to
     build it (what URL chaining passes); default: the local filesystem.
+    ``cache`` or ``cache_storage``: see the module notes; unknown options raise
+    :class:`~nexus_cache.errors.ConfigError`.
     Thread-safe as far as the wrapped filesystem is.
     """
 
@@ -52,14 +117,17 @@ class NexusCacheFileSystem(ChainedFileSystem):
         target_options: dict[str, Any] | None = None,
         fo: str | None = None,
         cache: LakehouseCache | None = None,
+        cache_storage: Any = None,
         **kwargs: Any,
     ) -> None:
+        unknown = {k: v for k, v in kwargs.items() if k not in _FSSPEC_OPTIONS}
+        chosen = _cache_from_options(cache, cache_storage, unknown)
         super().__init__(**kwargs)
         if fs is None:
             fs = fsspec.filesystem(target_protocol or "file", **(target_options or {}))
         self.fs = fs
         self.fo = fo
-        self.cache = cache if cache is not None else default_cache()
+        self.cache = chosen
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:

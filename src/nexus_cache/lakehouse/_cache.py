@@ -1,8 +1,8 @@
 """The lakehouse byte cache facade: :class:`LakehouseCache`.
 
 One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
-the entry store, the service-wide fill budget, the event log and a small pool of
-background fill threads. Many processes may use one root at once.
+the entry store, the service-wide fill budget, the event log and the background
+fills (:mod:`._background`). Many processes may use one root at once.
 
 Quick use::
 
@@ -15,31 +15,37 @@ Quick use::
 
 from __future__ import annotations
 
+import atexit
+import errno
 import os
-import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse.config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse.events import CacheEvent, EventKind, EventLog, FillMode
-from nexus_cache.lakehouse.fill import Filler
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.limits import FillLease, FillLimits
-from nexus_cache.lakehouse.maintenance import (
+from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
+from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._limits import FillLimits
+from nexus_cache.lakehouse._maintenance import (
     RetentionResult,
     clear_entries,
     enforce_retention,
     verify_all,
 )
-from nexus_cache.lakehouse.reader import LakehouseFile
-from nexus_cache.lakehouse.scan import ReadPlan, Scanner
-from nexus_cache.lakehouse.store import EntryStore
+from nexus_cache.lakehouse._policy import fill_refusal
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
+from nexus_cache.lakehouse._scan import ReadPlan, Scanner
+from nexus_cache.lakehouse._store import EntryStore
 
 __all__ = ["LakehouseCache", "default_cache"]
 
-_Job = tuple[Any, str, SourceIdentity, FillLease]
+#: errors creating a root that make this cache read remotely instead of failing
+_DISK_FULL = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
 
 
 class LakehouseCache:
@@ -61,12 +67,15 @@ class LakehouseCache:
     ) -> None:
         self.config = config if config is not None else LakehouseCacheConfig.from_env()
         cfg = self.config
-        self.events = EventLog(cfg.event_buffer, on_event)
+        self.events = EventLog(cfg.event_buffer, on_event, log_reads=cfg.log_reads)
         self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
         self.store: EntryStore | None = None
         filler: Filler | None = None
+        no_store = "no_root"
         if cfg.root is not None:
-            self.store = EntryStore(cfg.root)
+            self.store = self._open_root(cfg.root)
+            no_store = "root_unavailable"
+        if self.store is not None:
             self.store.sweep(older_than_s=cfg.stale_temp_age_s)
             self.store.live_pins()  # reclaims pins of dead readers
             self.store.remove_orphan_records()
@@ -80,6 +89,14 @@ class LakehouseCache:
                 blocking_timeout_s=cfg.blocking_fill_timeout_s,
             )
         self._filler = filler
+        self._summary = None
+        if self.store is not None:
+            events = self.events
+            self._summary = SummaryWriter(
+                self.store.root,
+                self.store.tmp_dir,
+                lambda: (events.counts(), [d.to_dict() for d in events.reads()[-RECENT:]]),
+            )
         # Identity probes of deferred checks (see Scanner.execute_deferred): a few
         # threads suffice since each waits on one metadata request; idle threads
         # are only created on demand by the executor.
@@ -89,13 +106,38 @@ class LakehouseCache:
             else None
         )
         self._scanner = Scanner(
-            cfg, self.store, filler, self.events, self._schedule_fill, self._probes
+            cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
         )
-        self._lock = threading.Condition()
-        self._inflight: set[str] = set()
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
+        self._fills = (
+            BackgroundFills(filler, self.limits, self.events, exit_wait_s=cfg.fill_exit_wait_s)
+            if filler is not None
+            else None
+        )
         self._closed = False
+
+    def _open_root(self, root: Path) -> EntryStore | None:
+        """The store at ``root``; ``None`` (reads go remote, with an event) on a full disk."""
+        try:
+            return EntryStore(root)
+        except NotADirectoryError as exc:
+            raise ConfigError(
+                f"{ENV_ROOT}={str(root)!r} cannot be a cache directory ({exc}); "
+                "point it at a directory"
+            ) from exc
+        except OSError as exc:
+            reason = _DISK_FULL.get(exc.errno or 0)
+            if reason is None:
+                raise
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ROOT_UNAVAILABLE,
+                    None,
+                    str(root),
+                    reason=reason,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            return None
 
     @classmethod
     def from_env(
@@ -134,18 +176,36 @@ class LakehouseCache:
 
         A remote object planned before in this cache whose entry is present opens
         without waiting for its identity request: the request runs concurrently
-        and the handle's first read waits for it. If the object changed, that
-        read raises :class:`StalePlanError` (nothing is retried then: bytes may
-        have been sized or seeked against the old object); open again.
+        and the handle's first read waits for it. If the object changed, or if
+        the store refuses a read because the object was overwritten, before any
+        byte was handed out, the handle plans again and serves the new object.
+        :class:`StalePlanError` is raised only once bytes of the old object
+        were returned (read again then).
         """
+
+        def replan() -> LakehouseFile:
+            return self._open(source, fs, storage_options, retries, None)
+
+        return self._open(source, fs, storage_options, retries, replan)
+
+    def _open(
+        self,
+        source: str | os.PathLike[str],
+        fs: Any,
+        storage_options: dict[str, Any] | None,
+        retries: int,
+        replan: Any,
+    ) -> LakehouseFile:
+        # replan=None: the fresh open of a handle that went stale; it plans
+        # synchronously, so its own identity is proven before it is returned.
         attempt = 0
-        if not self._closed:  # a closed cache has shut its probe pool down
+        if replan is not None and not self._closed:  # a closed cache has no probe pool
             remembered = self._scanner.plan_remembered(
                 source, fs=fs, storage_options=storage_options
             )
             if remembered is not None:
                 try:
-                    return self._scanner.execute_deferred(remembered)
+                    return self._scanner.execute_deferred(remembered, replan)
                 except StalePlanError:
                     attempt += 1  # the entry vanished: plan normally below
                     if attempt > retries:
@@ -153,7 +213,7 @@ class LakehouseCache:
         while True:
             plan = self.plan(source, fs=fs, storage_options=storage_options)
             try:
-                return self.execute(plan)
+                return self._scanner.execute(plan, replan)
             except StalePlanError:
                 attempt += 1
                 if attempt > retries:
@@ -184,14 +244,27 @@ class LakehouseCache:
     ) -> bool:
         """Fill ``source``'s entry now, whatever the policy; ``True`` when it is present.
 
-        Returns ``False`` for an object the cache must bypass (no strong identity,
-        over the bypass threshold). Raises :class:`ConfigError` without a root and
+        Returns ``False`` for an object the cache must not hold (no strong
+        identity, over ``bypass_bytes``, or over ``max_bytes``: a
+        ``fill_skipped`` event says which). Raises :class:`ConfigError` without a root and
         :class:`FillError` when the fill fails or times out.
         """
         if self._filler is None:
-            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache to prefetch into")
+            raise ConfigError(self._no_store_message("prefetch into"))
         plan = self.plan(source, fs=fs, storage_options=storage_options)
-        if plan.identity is None or plan.reason == "large_object":
+        if plan.identity is None:
+            return False
+        refusal = fill_refusal(self.config, plan.identity.content.size)
+        if refusal is not None:
+            self.events.emit(
+                CacheEvent(
+                    EventKind.FILL_SKIPPED,
+                    plan.identity.key,
+                    plan.identity.location,
+                    reason=refusal,
+                    nbytes=plan.identity.content.size,
+                )
+            )
             return False
         result = self._filler.blocking(plan.fs, plan.path, plan.identity)
         if not result.entry_ready:
@@ -203,76 +276,26 @@ class LakehouseCache:
 
     # -- background fills ----------------------------------------------------
     def _schedule_fill(self, fs: Any, path: str, identity: SourceIdentity) -> None:
-        reason = None
-        with self._lock:
-            if self._closed:
-                reason = "shutdown"
-            elif identity.key in self._inflight:
-                reason = "in_progress"
-            else:
-                lease = self.limits.try_acquire(identity.content.size)
-                if lease is None:
-                    reason = "no_budget"
-                else:
-                    self._inflight.add(identity.key)
-                    self._queue.put((fs, path, identity, lease))
-                    self._start_worker_locked()
-        if reason is not None:
-            self.events.emit(
-                CacheEvent(
-                    EventKind.FILL_SKIPPED,
-                    identity.key,
-                    identity.location,
-                    FillMode.BACKGROUND,
-                    reason=reason,
-                )
-            )
-
-    def _start_worker_locked(self) -> None:
-        # Never more jobs queued than leases granted, so never more workers needed
-        # than max_concurrency. Daemon threads: a fill cut off at interpreter exit
-        # leaves only a temp, which the next open sweeps.
-        busy = len(self._inflight)
-        if len(self._workers) < min(busy, self.limits.max_concurrency):
-            worker = threading.Thread(
-                target=self._worker, name="nexus-lakehouse-fill", daemon=True
-            )
-            self._workers.append(worker)
-            worker.start()
-
-    def _worker(self) -> None:
-        while (job := self._queue.get()) is not None:
-            fs, path, identity, lease = job
-            try:
-                assert self._filler is not None
-                self._filler.background(fs, path, identity, lease)
-            except Exception as exc:  # already reported as an event where it mattered
-                self.events.emit(
-                    CacheEvent(
-                        EventKind.FILL_FAILED,
-                        identity.key,
-                        identity.location,
-                        FillMode.BACKGROUND,
-                        reason="error",
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
-                )
-            finally:
-                lease.release()
-                with self._lock:
-                    self._inflight.discard(identity.key)
-                    self._lock.notify_all()
+        if self._fills is not None:
+            self._fills.schedule(fs, path, identity)
 
     def wait_for_fills(self, timeout: float | None = None) -> bool:
         """Wait until no background fill is queued or running; ``False`` on timeout."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self._inflight, timeout)
+        return True if self._fills is None else self._fills.wait(timeout)
 
     # -- maintenance -----------------------------------------------------------
     def _need_store(self) -> EntryStore:
         if self.store is None:
-            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache root to manage")
+            raise ConfigError(self._no_store_message("manage"))
         return self.store
+
+    def _no_store_message(self, what: str) -> str:
+        if self.config.root is None:
+            return f"{ENV_ROOT} is not set: there is no cache root to {what}"
+        return (
+            f"the cache root {self.config.root} could not be created (see the "
+            f"root_unavailable event): there is no cache to {what}; free space there"
+        )
 
     def prune(self, max_bytes: int | None = None) -> RetentionResult:
         """Run retention toward ``max_bytes`` (default: the configured target)."""
@@ -292,13 +315,29 @@ class LakehouseCache:
         """Remove every unpinned entry; ``(removed, pinned_kept)``."""
         return clear_entries(self._need_store())
 
-    def stats(self) -> dict[str, Any]:
-        """Counters (reads by status/mode, events by kind) and the store's size."""
+    def stats(self, *, recent: int = 20) -> dict[str, Any]:
+        """What this cache did in this process, plus the root's size.
+
+        Keys: ``root``; ``reads`` (by cache status, and ``total``),
+        ``read_modes``, ``fill_modes`` and ``events`` (by kind): totals since
+        the cache was created; ``recent_reads``: the last ``recent`` reads'
+        diagnostics (newest last); ``fills_in_flight``,
+        ``fill_host_bytes_in_flight``, ``background_fills_pending``; with a
+        root, ``entries`` and ``bytes``; ``counts``: the raw counters.
+        Thread-safe; it lists the root's entries (one directory scan).
+        """
         fills, host_bytes = self.limits.in_flight()
+        counts = self.events.counts()
         out: dict[str, Any] = {
-            "counts": self.events.counts(),
+            "root": str(self.store.root) if self.store is not None else None,
+            **summarize_counts(counts),
+            "recent_reads": [d.to_dict() for d in self.events.reads()[-recent:]]
+            if recent > 0
+            else [],
             "fills_in_flight": fills,
             "fill_host_bytes_in_flight": host_bytes,
+            "background_fills_pending": self._fills.pending() if self._fills else 0,
+            "counts": counts,
         }
         if self.store is not None:
             entries = list(self.store.iter_entries())
@@ -311,11 +350,11 @@ class LakehouseCache:
         """Stop accepting background fills; with ``wait``, let queued ones finish."""
         if wait:
             self.wait_for_fills(timeout)
-        with self._lock:
-            self._closed = True
-            workers, self._workers = self._workers, []
-        for _ in workers:
-            self._queue.put(None)
+        self._closed = True
+        if self._fills is not None:
+            self._fills.close()
+        if self._summary is not None:
+            self._summary.write()  # for read_stats() in other processes
         if self._probes is not None:
             # later opens plan synchronously (open() checks _closed)
             self._probes.shutdown(wait=False, cancel_futures=False)
@@ -334,14 +373,44 @@ class LakehouseCache:
         )
 
 
+def _at_exit() -> None:
+    # Scripts exit right after their last read: let queued read_through fills
+    # publish (bounded by NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S), then record what
+    # every cache did, so that read_stats() in another process sees it all.
+    finish_at_exit()
+    write_all()
+
+
+# Registered with threading's exit hooks, not atexit: those run before the
+# interpreter shuts concurrent.futures' executors down (a hook of the same kind,
+# registered earlier, so it runs after ours). s3fs/aiobotocore schedule work on
+# such executors; from an atexit hook a fill would fail with "cannot schedule
+# new futures after shutdown". atexit is the fallback where the hook is missing.
+_register = getattr(threading, "_register_atexit", atexit.register)
+_register(_at_exit)
+
+
 _default: LakehouseCache | None = None
+_by_root: dict[Path, LakehouseCache] = {}
 _default_lock = threading.Lock()
 
 
-def default_cache() -> LakehouseCache:
-    """The process-wide cache configured from the environment (created on first use)."""
+def default_cache(root: str | os.PathLike[str] | None = None) -> LakehouseCache:
+    """The process-wide cache configured from the environment (created on first use).
+
+    With ``root``: the process-wide cache of that directory, configured from the
+    environment except for the root (what ``nexus::`` builds for the fsspec
+    option ``cache_storage``). Thread-safe; one instance per root per process.
+    """
     global _default
     with _default_lock:
-        if _default is None:
-            _default = LakehouseCache.from_env()
-        return _default
+        if root is None:
+            if _default is None:
+                _default = LakehouseCache.from_env()
+            return _default
+        config = LakehouseCacheConfig.from_env(root=root)
+        assert config.root is not None
+        cache = _by_root.get(config.root)
+        if cache is None:
+            cache = _by_root[config.root] = LakehouseCache(config)
+        return cache

@@ -14,8 +14,9 @@ A planned hit never contacts the remote store at execution.
 before, :meth:`LakehouseCache.open` plans a hit from the remembered identity, opens
 and pins the local entry at once and sends the identity request on the cache's
 small probe pool. The handle does its local work first and waits for the answer
-before handing over any byte; a changed identity raises :class:`StalePlanError`
-at that read (reported as ``stale`` like any stale plan). The request is as
+before handing over any byte; a changed identity is reported as ``stale`` like
+any stale plan, and the handle then plans again (its ``replan``) or raises
+:class:`StalePlanError` at that read (see :mod:`._reader`). The request is as
 fresh as a planning one (it starts during ``open``), so the guarantee is the
 same; only its latency overlaps the local work.
 """
@@ -31,34 +32,29 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from nexus_cache._storage import stat_key, touch_if_unchanged
-from nexus_cache.errors import StalePlanError
-from nexus_cache.lakehouse.config import LakehouseCacheConfig
-from nexus_cache.lakehouse.events import (
-    CacheEvent,
-    CacheStatus,
-    EventKind,
-    EventLog,
-    FillMode,
-    ReadDiagnostics,
-    ReadMode,
-)
-from nexus_cache.lakehouse.fill import Filler
-from nexus_cache.lakehouse.identity import (
+from nexus_cache.errors import CacheSecurityError, StalePlanError
+from nexus_cache.lakehouse._config import LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import (
     SourceIdentity,
     fs_protocol,
     is_local_fs,
     resolve_identity,
 )
-from nexus_cache.lakehouse.pins import Pin
-from nexus_cache.lakehouse.policy import decide
-from nexus_cache.lakehouse.reader import LakehouseFile
-from nexus_cache.lakehouse.remote import open_pinned
-from nexus_cache.lakehouse.store import EntryState, EntryStore
+from nexus_cache.lakehouse._pins import Pin
+from nexus_cache.lakehouse._policy import decide
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._remote import open_pinned
+from nexus_cache.lakehouse._store import EntryState, EntryStore
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
 __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 
 #: called with (fs, path, identity) when a remote read that should warm the cache closes
 ScheduleFill = Callable[[Any, str, SourceIdentity], None]
+#: opens the same source afresh (a new plan), for a handle found stale early
+Replan = Callable[[], LakehouseFile]
 
 #: remembered identities kept for deferred checks; bounded so a scan of millions of
 #: objects cannot grow it without limit (an evicted one just plans synchronously)
@@ -110,7 +106,11 @@ def resolve_source(
     text = os.fspath(source)
     if fs is not None:
         return (None if is_local_fs(fs) else fs), text
+    # our own protocol in front names the source behind it (never recurse into
+    # the nexus filesystem): nexus::X, and nexus:///abs for a local path
     text = text.removeprefix("nexus::")
+    if text.startswith("nexus://"):
+        text = text[len("nexus://") :]
     if "://" not in text and "::" not in text:
         return None, text
     import fsspec
@@ -130,6 +130,7 @@ class Scanner:
         events: EventLog,
         schedule_fill: ScheduleFill,
         probes: Executor | None = None,
+        no_store_reason: str = "no_root",
     ) -> None:
         self.config = config
         self.store = store
@@ -137,6 +138,7 @@ class Scanner:
         self.events = events
         self._schedule_fill = schedule_fill
         self._probes = probes
+        self._no_store_reason = no_store_reason
         self._known: collections.OrderedDict[tuple[str, str, str], SourceIdentity] = (
             collections.OrderedDict()
         )
@@ -167,42 +169,15 @@ class Scanner:
         name = os.fspath(source)
         remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
         if self.store is None:
-            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, "no_root")
-        config = self.config
-        res = resolve_identity(fs, path, local_min_age_s=config.local_min_age_s)
-        identity, size = res.identity, res.size
-        self._remember(fs, path, identity)
-        if identity is None:
+            reason = self._no_store_reason
+            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
+        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+        self._remember(fs, path, res.identity)
+        if res.identity is None:
             return ReadPlan(
-                name, fs, path, None, size, bypass, remote, FillMode.NONE, res.bypass_reason
+                name, fs, path, None, res.size, bypass, remote, FillMode.NONE, res.bypass_reason
             )
-        size = identity.content.size
-        if config.bypass_bytes is not None and size > config.bypass_bytes:
-            return ReadPlan(
-                name, fs, path, identity, size, bypass, remote, FillMode.NONE, "large_object"
-            )
-        state, found = self.store.lookup(identity.key, size)
-        if state is EntryState.DAMAGED and found and self.store.remove(identity.key, found):
-            self.events.emit(
-                CacheEvent(
-                    EventKind.ENTRY_REMOVED,
-                    identity.key,
-                    identity.location,
-                    reason=f"size {found.size} != {size}",
-                )
-            )
-        decision = decide(config.read, config.policy, state is EntryState.PRESENT)
-        read_mode, fill_mode, reason = decision.read_mode, decision.fill_mode, decision.reason
-        if (
-            fill_mode is not FillMode.NONE
-            and config.max_bytes is not None
-            and size > config.max_bytes
-        ):
-            read_mode, fill_mode, reason = ReadMode.REMOTE, FillMode.NONE, "too_large"
-        expected = size if decision.status is CacheStatus.HIT else None
-        return ReadPlan(
-            name, fs, path, identity, size, decision.status, read_mode, fill_mode, reason, expected
-        )
+        return self._decide(name, fs, path, res.identity, tidy=True)
 
     def plan_remembered(
         self,
@@ -225,32 +200,50 @@ class Scanner:
             identity = self._known.get(_remember_key(fs, path))
         if identity is None:
             return None
+        plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
+        if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
+            return None  # READ=disabled, no entry, a bypass: plan normally
+        return plan
+
+    def _decide(
+        self, name: str, fs: Any, path: str, identity: SourceIdentity, *, tidy: bool
+    ) -> ReadPlan:
+        """The one plan path of a known identity: look the entry up, ask the policy.
+
+        ``tidy``: remove a damaged entry on the way (only when the identity was
+        proven by a fresh request, not remembered).
+        """
+        assert self.store is not None
         size = identity.content.size
-        if self.config.bypass_bytes is not None and size > self.config.bypass_bytes:
-            return None
-        state, _ = self.store.lookup(identity.key, size)
-        decision = decide(self.config.read, self.config.policy, state is EntryState.PRESENT)
-        if decision.status is not CacheStatus.HIT or decision.read_mode is not ReadMode.LOCAL:
-            return None  # READ=disabled, or no entry: plan normally
+        state, found = self.store.lookup(identity.key, size)
+        if (
+            tidy
+            and state is EntryState.DAMAGED
+            and found
+            and self.store.remove(identity.key, found)
+        ):
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ENTRY_REMOVED,
+                    identity.key,
+                    identity.location,
+                    reason=f"size {found.size} != {size}",
+                )
+            )
+        d = decide(self.config, size, state is EntryState.PRESENT)
+        expected = size if d.status is CacheStatus.HIT else None
         return ReadPlan(
-            os.fspath(source),
-            fs,
-            path,
-            identity,
-            size,
-            decision.status,
-            decision.read_mode,
-            decision.fill_mode,
-            decision.reason,
-            size,
+            name, fs, path, identity, size, d.status, d.read_mode, d.fill_mode, d.reason, expected
         )
 
-    def execute_deferred(self, plan: ReadPlan) -> LakehouseFile:
+    def execute_deferred(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
         """Execute a remembered hit while its identity is probed concurrently.
 
         The handle is returned before the probe answers; its first data-returning
-        call waits for the answer and raises :class:`StalePlanError` if the
-        object's identity is not the planned one.
+        call waits for the answer and, if the object's identity is not the
+        planned one, opens the source afresh through ``replan`` (or raises
+        :class:`StalePlanError` without one). An entry that cannot be trusted
+        (foreign owner) is read remotely instead.
         """
         assert self._probes is not None
         assert plan.identity is not None
@@ -279,7 +272,10 @@ class Scanner:
                 raise exc
 
         try:
-            return self._local(plan, plan.diagnostics(), confirm=confirm)
+            return self._local(plan, plan.diagnostics(), confirm=confirm, replan=replan)
+        except CacheSecurityError as exc:
+            future.cancel()  # the remote open below proves the identity itself
+            return self._refused(plan, exc, replan)
         except StalePlanError as exc:
             future.cancel()
             self._record_stale(plan, exc)
@@ -294,13 +290,20 @@ class Scanner:
         self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
 
     # -- execution -----------------------------------------------------------
-    def execute(self, plan: ReadPlan) -> LakehouseFile:
-        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
+    def execute(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
+        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds.
+
+        ``replan``: how the handle opens the source afresh when the object turns
+        out stale before any byte was handed out (see :mod:`._reader`).
+        """
         try:
             if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
-                return self._local(plan, plan.diagnostics())
+                try:
+                    return self._local(plan, plan.diagnostics(), replan=replan)
+                except CacheSecurityError as exc:
+                    return self._refused(plan, exc, replan)
             if plan.fill_mode is FillMode.BLOCKING:
-                return self._blocking(plan)
+                return self._blocking(plan, replan)
             if plan.reason == "too_large" and plan.identity is not None:
                 self.events.emit(
                     CacheEvent(
@@ -311,9 +314,8 @@ class Scanner:
                         nbytes=plan.size or 0,
                     )
                 )
-            return self._remote(
-                plan, plan.diagnostics(), warm=plan.fill_mode is FillMode.BACKGROUND
-            )
+            warm = plan.fill_mode is FillMode.BACKGROUND
+            return self._remote(plan, plan.diagnostics(), warm=warm, replan=replan)
         except StalePlanError as exc:
             self._record_stale(plan, exc)
             raise
@@ -324,6 +326,7 @@ class Scanner:
         diag: ReadDiagnostics,
         pin: Pin | None = None,
         confirm: Callable[[], None] | None = None,
+        replan: Replan | None = None,
     ) -> LakehouseFile:
         assert self.store is not None
         assert plan.key is not None
@@ -344,7 +347,9 @@ class Scanner:
                         f"planned {plan.size}; plan again"
                     )
                 touch_if_unchanged(fd, stat_key(st))  # LRU stamp
-                handle = LakehouseFile(diag, plan.size, fd=fd, pin=pin, confirm=confirm)
+                handle = LakehouseFile(
+                    diag, plan.size, fd=fd, pin=pin, confirm=confirm, replan=replan
+                )
             except BaseException:
                 os.close(fd)
                 raise
@@ -354,7 +359,7 @@ class Scanner:
         self.events.record_read(diag)
         return handle
 
-    def _blocking(self, plan: ReadPlan) -> LakehouseFile:
+    def _blocking(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
         assert self.store is not None
         assert self.filler is not None
         assert plan.identity is not None
@@ -363,7 +368,10 @@ class Scanner:
         try:
             result = self.filler.blocking(plan.fs, plan.path, plan.identity)
             if result.entry_ready:
-                return self._local(plan, plan.diagnostics(), pin=pin)
+                return self._local(plan, plan.diagnostics(), pin=pin, replan=replan)
+        except CacheSecurityError as exc:
+            pin.release()  # idempotent: _local may have released it already
+            return self._refused(plan, exc, replan)
         except BaseException:
             pin.release()
             raise
@@ -371,9 +379,30 @@ class Scanner:
         diag = plan.diagnostics(
             read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
         )
-        return self._remote(plan, diag, warm=False)
+        return self._remote(plan, diag, warm=False, replan=replan)
 
-    def _remote(self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool) -> LakehouseFile:
+    def _refused(
+        self, plan: ReadPlan, exc: CacheSecurityError, replan: Replan | None
+    ) -> LakehouseFile:
+        """Serve a read remotely because its entry cannot be trusted (foreign owner, ...).
+
+        Reported twice: an ``entry_refused`` event with the reason, and the read's
+        diagnostics (status ``bypass``, reason ``entry_refused``). The entry stays
+        for ``verify`` to list and remove; a fill cannot replace it meanwhile.
+        """
+        location = plan.identity.location if plan.identity else plan.source
+        self.events.emit(CacheEvent(EventKind.ENTRY_REFUSED, plan.key, location, reason=str(exc)))
+        diag = plan.diagnostics(
+            cache_status=CacheStatus.BYPASS,
+            read_mode=ReadMode.REMOTE,
+            fill_mode=FillMode.NONE,
+            reason="entry_refused",
+        )
+        return self._remote(plan, diag, warm=False, replan=replan)
+
+    def _remote(
+        self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
+    ) -> LakehouseFile:
         if plan.identity is not None:
             source = open_pinned(plan.fs, plan.path, plan.identity)
             remote, size = source.file, plan.identity.content.size
@@ -389,7 +418,7 @@ class Scanner:
                 self._schedule_fill(plan.fs, plan.path, identity)
 
         try:
-            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close)
+            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close, replan=replan)
         except BaseException:
             remote.close()
             raise

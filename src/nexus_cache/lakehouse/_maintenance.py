@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from nexus_cache._storage import FileLock
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.store import EntryStore, file_digest
+from nexus_cache.errors import CacheSecurityError
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._store import EntryStore, file_digest
 
 __all__ = [
     "EntryListing",
@@ -104,6 +105,8 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
         fd = store.open_data(key)
     except FileNotFoundError:
         return "data missing"
+    except CacheSecurityError as exc:  # foreign owner, not a regular file: list it, go on
+        return f"refused: {exc}"
     try:
         if os.fstat(fd).st_size != size:
             return f"size {os.fstat(fd).st_size} != recorded {size}"
@@ -122,7 +125,9 @@ def verify_all(
 ) -> dict[str, str]:
     """Check every entry; remove bad ones when ``remove``. Returns ``{key: problem}``.
 
-    ``progress(1)`` is called once per entry checked.
+    An entry that cannot be opened as ours (another user's file, a non-regular
+    file) is one more bad entry: listed, removed with ``remove``, and the pass
+    goes on to the rest. ``progress(1)`` is called once per entry checked.
     """
     bad: dict[str, str] = {}
     for entry in list(store.iter_entries()):

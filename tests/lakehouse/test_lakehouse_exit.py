@@ -1,0 +1,118 @@
+"""read_through from short-lived processes: fills finish at interpreter exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nexus_cache.lakehouse import read_stats
+
+from ._helpers import entry_files, write_old_file
+
+# A one-shot reader: a fill slowed down as a large remote object would be, then
+# the script ends right after its read, as scripts and CLI runs do.
+_SCRIPT = """
+import sys, time
+from nexus_cache.lakehouse import _fill, default_cache
+
+real = _fill._write_chunk
+def slow(fd, data):
+    time.sleep(float(sys.argv[2]))
+    real(fd, data)
+_fill._write_chunk = slow
+data = default_cache().read(sys.argv[1])
+assert len(data) == 4096, len(data)
+"""
+
+
+def _one_shot(
+    source: Path, root: Path, delay_s: float, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
+        "NEXUS_LAKEHOUSE_CACHE_READ": "disabled",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1M",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(source), str(delay_s)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_one_shot_read_through_process_leaves_a_published_entry(tmp_path: Path) -> None:
+    source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
+    root = tmp_path / "c"
+    done = _one_shot(source, root, 1.0, {})
+    assert done.returncode == 0, done.stderr
+    (entry,) = entry_files(root)
+    assert entry.read_bytes() == source.read_bytes()
+    assert list((root / "tmp").iterdir()) == []
+    # the finished process's reads are visible from here (what the CLI shows)
+    stats = read_stats(root)
+    assert stats["processes"] == 1
+    assert stats["reads"]["miss"] == stats["reads"]["total"] == 1
+    assert stats["fill_modes"]["background"] == 1
+    assert stats["events"]["fill_completed"] == 1
+    (last,) = stats["recent_reads"]
+    assert (last["location"], last["read_mode"]) == (str(source), "remote")
+
+
+def test_exit_wait_is_bounded_by_its_setting(tmp_path: Path) -> None:
+    source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
+    root = tmp_path / "c"
+    started = time.monotonic()
+    done = _one_shot(source, root, 30.0, {"NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "0.5"})
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20
+    assert entry_files(root) == []
+    assert "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S" in done.stderr
+
+
+_S3_SCRIPT = """
+import sys
+import fsspec
+url, endpoint = sys.argv[1], sys.argv[2]
+with fsspec.open(url, s3={"client_kwargs": {"endpoint_url": endpoint}}) as f:
+    assert len(f.read()) == 3 << 20
+"""
+
+
+def test_one_shot_script_over_s3_warms_the_cache(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    """The fill runs on s3fs at exit, before the interpreter shuts its executors down."""
+    from ._helpers import put_object
+
+    data = os.urandom(3 << 20)
+    put_object(s3_endpoint, s3_bucket, "t.parquet", data)
+    root = tmp_path / "c"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
+        "NEXUS_LAKEHOUSE_CACHE_READ": "disabled",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+    }
+    url = f"nexus::s3://{s3_bucket}/t.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _S3_SCRIPT, url, s3_endpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (entry,) = entry_files(root)
+    assert entry.read_bytes() == data
+    assert read_stats(root)["events"]["fill_failed"] == 0
