@@ -119,7 +119,9 @@ def test_every_reporting_command_has_json(tmp_path: Path, capsys: pytest.Capture
         ["program-cache", action, "--path", str(tmp_path / "p")]
         for action in ("info", "ls", "verify")
     ]
-    commands += [["lakehouse", a, "--root", str(tmp_path / "l")] for a in ("info", "ls", "verify")]
+    commands += [
+        ["lakehouse", a, "--root", str(tmp_path / "l")] for a in ("info", "ls", "stats", "verify")
+    ]
     commands.append(["device", "report", "--backend", "host"])
     for argv in commands:
         assert main([*argv, "--json"]) == 0, argv

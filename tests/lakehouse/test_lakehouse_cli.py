@@ -237,3 +237,25 @@ def test_public_helpers_read_the_environment_like_from_env(tmp_path: Path) -> No
     assert "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES" in str(errors[0])
     assert "NEXUS_LAKEHOUSE_CACHE_READ" in str(errors[1])
     assert config_errors_from_env({}) == []
+
+
+def test_stats_shows_the_reads_of_other_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = str(write_old_file(tmp_path / "remote" / "a.parquet", os.urandom(3_000)))
+    root = tmp_path / "c"
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "fill_before_read")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "1G")
+    # two `read` runs stand for two reading programs; stats sees both
+    assert main(["lakehouse", "read", "--root", str(root), source]) == 0
+    assert main(["lakehouse", "read", "--root", str(root), source]) == 0
+    capsys.readouterr()
+    assert main(["lakehouse", "stats", "--root", str(root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["processes"], data["reads"]["hit"], data["reads"]["miss"]) == (2, 1, 1)
+    assert [r["cache_status"] for r in data["recent_reads"]] == ["miss", "hit"]
+    assert main(["lakehouse", "stats", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"read hit +1", out)
+    assert "recent reads" in out
+    assert main(["lakehouse", "stats", "--root", str(tmp_path / "none")]) == 2

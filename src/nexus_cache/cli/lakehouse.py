@@ -1,7 +1,8 @@
 """``nexus-cache lakehouse``: inspect and maintain a lakehouse cache root.
 
 Sub-commands: ``info`` (totals of the root and the configuration read from
-the environment, with every problem of it), ``ls`` (entries), ``read``
+the environment, with every problem of it), ``ls`` (entries), ``stats``
+(the reads of every process that used the root), ``read``
 (read objects through the cache as the environment configures it and say
 what each read did: hit, miss or bypass, local or remote, and why), ``verify``
 (re-hash every entry against its identity record and remove the ones that no
@@ -46,7 +47,7 @@ _ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "lakehouse",
-        help="lakehouse byte cache: info, ls, read, verify, prune, clear",
+        help="lakehouse byte cache: info, ls, stats, read, verify, prune, clear",
         description="Inspect and maintain a lakehouse byte cache root.",
     )
     sub = parser.add_subparsers(dest="lakehouse_command", metavar="SUBCOMMAND")
@@ -61,6 +62,14 @@ def register(subparsers: Any) -> None:
 
     add("info", "totals of the root and the configuration read from the environment", _info)
     add("ls", "list entries: source, size, last access, pins, key", _ls)
+    add(
+        "stats",
+        "reads of every process that used the root: hits, misses, bypasses, modes, events, "
+        "and the most recent reads",
+        _stats,
+    ).add_argument(
+        "--recent", type=int, default=10, metavar="N", help="recent reads to show (default 10)"
+    )
     add(
         "verify",
         "re-hash every entry, remove those whose bytes no longer match their record",
@@ -264,4 +273,44 @@ def _read(args: argparse.Namespace) -> int:
             row["location"],
         )
     emit(rows, table, as_json=args.json)
+    return EXIT_OK
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from nexus_cache.lakehouse import read_stats
+
+    path = _root_path(args)
+    try:
+        data = read_stats(path, recent=max(0, args.recent))
+    except FileNotFoundError as exc:
+        raise NoCacheError(" ".join(str(exc).split())) from exc
+    reads = data["reads"]
+    table = Table(
+        ["WHAT", "COUNT"],
+        title=f"processes: {data['processes']}",
+        right=("COUNT",),
+        footer="a process's reads are counted once its cache closes or it exits",
+    )
+    for status, count in reads.items():
+        if status != "total":
+            table.add(f"read {status}", count)
+    table.add("reads in all", reads["total"])
+    for group, label in (("read_modes", "read mode"), ("fill_modes", "fill mode")):
+        for mode, count in data[group].items():
+            table.add(f"{label} {mode}", count)
+    for kind, count in data["events"].items():
+        if count:
+            table.add(f"event {kind}", count)
+    emit(data, table, as_json=args.json)
+    if not args.json and data["recent_reads"]:
+        recent = Table(["STATUS", "READ", "FILL", "REASON", "LOCATION"], title="recent reads")
+        for r in data["recent_reads"]:
+            recent.add(
+                r.get("cache_status"),
+                r.get("read_mode"),
+                r.get("fill_mode"),
+                r.get("reason") or "-",
+                r.get("location"),
+            )
+        emit(None, recent, as_json=False)
     return EXIT_OK
