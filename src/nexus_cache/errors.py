@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "AdmissionClosedError",
+    "AdmissionError",
     "BackendUnavailableError",
     "CacheCapExceededError",
     "CacheIntegrityError",
@@ -18,6 +19,7 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "FillError",
+    "GrantExhaustedError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -81,3 +83,14 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class AdmissionError(CapacityError):
+    """An attempt's grant did not fit within the bounded admission wait; the
+    message names the request, the managed capacity, the grants, the cache
+    bytes and how long it waited."""
+
+
+class GrantExhaustedError(CapacityError):
+    """An attempt needed more device memory than its immutable grant; the query
+    service retries it as a new attempt with a larger grant."""
