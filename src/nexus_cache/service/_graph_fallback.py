@@ -25,6 +25,8 @@ from nexus_cache.errors import ConfigError
 
 __all__ = ["run_algorithm"]
 
+_CHUNK_NNZ = 1 << 22
+
 
 def _renumber(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
@@ -105,7 +107,16 @@ def _similarity(matrix: Any, ids: np.ndarray, algorithm: str) -> pa.Table:
     upper = sp.triu(sym, k=1).tocoo()
     first, second = upper.row.astype(np.int64), upper.col.astype(np.int64)
     degree = np.asarray(sym.sum(axis=1)).ravel()
-    inter = np.asarray(sym[first].multiply(sym[second]).sum(axis=1)).ravel()
+    inter = np.zeros(len(first))
+    # Chunks bound the row copies below to about _CHUNK_NNZ stored entries.
+    cumulative = np.cumsum(degree[first] + degree[second])
+    total = int(cumulative[-1]) if len(cumulative) else 0
+    cuts = np.searchsorted(cumulative, np.arange(_CHUNK_NNZ, total, _CHUNK_NNZ))
+    bounds = [0, *sorted(set(int(c) + 1 for c in cuts)), len(first)]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        if start < stop:
+            rows = sym[first[start:stop]].multiply(sym[second[start:stop]])
+            inter[start:stop] = np.asarray(rows.sum(axis=1)).ravel()
     du, dv = degree[first], degree[second]
     if algorithm == "jaccard":
         score = inter / (du + dv - inter)
