@@ -13,6 +13,7 @@ __all__ = [
     "AdmissionClosedError",
     "AdmissionError",
     "BackendUnavailableError",
+    "ByteCountError",
     "CacheCapExceededError",
     "CacheIntegrityError",
     "CacheSecurityError",
@@ -94,3 +95,7 @@ class AdmissionError(CapacityError):
 class GrantExhaustedError(CapacityError):
     """An attempt needed more device memory than its immutable grant; the query
     service retries it as a new attempt with a larger grant."""
+
+
+class ByteCountError(NexusCacheError, ValueError):
+    """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""

@@ -10,16 +10,14 @@ CuPy rounds to 512 bytes.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from nexus_cache.backends._base import (
+from nexus_cache.backends.base import (
     AllocationDomain,
     AllocationScope,
     DeviceBackend,
-    DomainCounters,
     MemoryInfo,
 )
 from nexus_cache.errors import BackendUnavailableError, LifecycleError
@@ -98,36 +96,22 @@ class CudaBackend(DeviceBackend):
 class CudaAllocationDomain(AllocationDomain):
     """A dedicated CuPy memory pool on one device. Thread-safe."""
 
+    kind = "CUDA"
+
     def __init__(self, cupy: Any, device_id: int) -> None:
         super().__init__(device_id)
         self._cp = cupy
         with cupy.cuda.Device(device_id):
             self._pool = cupy.cuda.MemoryPool()
-        self._lock = threading.Lock()
-        self._allocations = 0
-        self._allocated_bytes = 0
-        self._releases = 0
-        self._returned = 0
-        self._closed = False
 
     @property
     def xp(self) -> Any:
         return self._cp
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _malloc(self, size: int) -> Any:
-        if self._closed:
-            raise LifecycleError(f"allocation domain of CUDA device {self.device_id} is closed")
+        self.require_open()
         ptr = self._pool.malloc(size)
-        nbytes = int(ptr.mem.size)
-        with self._lock:
-            self._allocations += 1
-            self._allocated_bytes += nbytes
-        for scope in self._active_scopes():
-            scope._add(nbytes)
+        self.count_allocation(int(ptr.mem.size))
         return ptr
 
     @contextmanager
@@ -175,17 +159,8 @@ class CudaAllocationDomain(AllocationDomain):
             return 0
         return int(root.data.mem.size)
 
-    def counters(self) -> DomainCounters:
-        pool = self._pool
-        with self._lock:
-            return DomainCounters(
-                used_bytes=int(pool.used_bytes()),
-                held_bytes=int(pool.total_bytes()),
-                allocations=self._allocations,
-                allocated_bytes=self._allocated_bytes,
-                releases=self._releases,
-                returned_bytes=self._returned,
-            )
+    def physical_usage(self) -> tuple[int, int]:
+        return int(self._pool.used_bytes()), int(self._pool.total_bytes())
 
     def release_unused(self) -> int:
         pool = self._pool
@@ -193,20 +168,5 @@ class CudaAllocationDomain(AllocationDomain):
             before = int(pool.total_bytes())
             pool.free_all_blocks()
             returned = before - int(pool.total_bytes())
-        with self._lock:
-            self._releases += 1
-            self._returned += returned
+        self.count_release(returned)
         return returned
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        used = int(self._pool.used_bytes())
-        if used:
-            # Dropping the pool now would strand live blocks; keep it.
-            raise LifecycleError(
-                f"cannot close the allocation domain of CUDA device {self.device_id}: "
-                f"{used} B are still live in its memory pool"
-            )
-        self.release_unused()
-        self._closed = True

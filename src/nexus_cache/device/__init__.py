@@ -10,7 +10,6 @@ domain) and the source and graph subdomains that share it. See
 
 from __future__ import annotations
 
-from nexus_cache.device._subdomain import CacheSubdomain, DrainResult, SubdomainStats
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
 from nexus_cache.device.graph_cache import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger, Evictor, Grant, LedgerSnapshot
@@ -27,6 +26,7 @@ from nexus_cache.device.report import REPORT_COLUMNS, DeviceCacheReport, format_
 from nexus_cache.device.residency import TRANSITIONS, PinHandle, ResidencyState, ResidentEntry
 from nexus_cache.device.resident import DeviceResidentCaches, DeviceShutdown
 from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.subdomain import CacheSubdomain, DrainResult, SubdomainStats
 
 __all__ = [
     "GAUGES",

@@ -10,7 +10,6 @@ from types import TracebackType
 from typing import Any
 
 from nexus_cache.backends import DeviceBackend, select_backend
-from nexus_cache.device._subdomain import DrainResult
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
 from nexus_cache.device.graph_cache import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger
@@ -18,6 +17,7 @@ from nexus_cache.device.metrics import DeviceCacheCollector, gauge_snapshot, reg
 from nexus_cache.device.profile import DeviceProfile
 from nexus_cache.device.report import DeviceCacheReport
 from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.subdomain import DrainResult
 from nexus_cache.errors import ConfigError, LifecycleError
 
 __all__ = ["DeviceResidentCaches", "DeviceShutdown"]

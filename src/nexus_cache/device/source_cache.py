@@ -8,7 +8,7 @@ leader and followers) builds on this class.
 
 from __future__ import annotations
 
-from nexus_cache.device._subdomain import CacheSubdomain
+from nexus_cache.device.subdomain import CacheSubdomain
 
 __all__ = ["SourceCacheSubdomain"]
 

@@ -130,7 +130,7 @@ class CacheSubdomain:
         """
         self._require_open()
         entry = self._factory.reserve(self._ledger, key, nbytes, evict=self.evict_on_reserve)
-        entry._owner = self
+        entry.claim(self)
         with self._lock:
             self._in_flight[id(entry)] = entry
             self._counts["reservations"] += 1
@@ -205,7 +205,7 @@ class CacheSubdomain:
             with self._lock:
                 self._tearing_down += 1
             try:
-                entry._destroy(remaining)
+                entry.destroy(remaining, owner=self)
             except UnsafeTeardownError:
                 self._record_unsafe(entry)
             except LifecycleError:
@@ -257,7 +257,7 @@ class CacheSubdomain:
             for entry in self._entries.values():
                 if planned >= nbytes:
                     break
-                if self._ledger._try_begin_eviction(entry):
+                if entry.begin_eviction():
                     victims.append(entry)
                     planned += entry.nbytes
             for entry in victims:
@@ -266,7 +266,7 @@ class CacheSubdomain:
         freed = 0
         for entry in victims:
             try:
-                entry._teardown()
+                entry.teardown()
             except UnsafeTeardownError:
                 self._record_unsafe(entry)
             else:
@@ -282,7 +282,7 @@ class CacheSubdomain:
 
     def _discard(self, entry: ResidentEntry, counter: str) -> None:
         try:
-            entry._destroy(0.0)
+            entry.destroy(0.0, owner=self)
         except UnsafeTeardownError:
             self._record_unsafe(entry)
             raise
