@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "FillError",
     "GrantExhaustedError",
+    "FrameTypeError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -99,3 +100,7 @@ class GrantExhaustedError(CapacityError):
 
 class ByteCountError(NexusCacheError, ValueError):
     """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
+
+
+class FrameTypeError(NexusCacheError, TypeError):
+    """An Arrow type (or a column's size) that a device frame cannot hold."""
