@@ -11,6 +11,22 @@ from lakehouse_helpers import entry_files, make_cache, write_old_file
 
 from nexus_cache.cli.main import main
 
+_VARS = (
+    "NEXUS_LAKEHOUSE_CACHE_ROOT",
+    "NEXUS_LAKEHOUSE_CACHE_READ",
+    "NEXUS_LAKEHOUSE_CACHE_POLICY",
+    "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES",
+    "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY",
+    "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES",
+    "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _VARS:
+        monkeypatch.delenv(name, raising=False)
+
 
 @pytest.fixture
 def filled(tmp_path: Path) -> tuple[Path, list[str]]:
@@ -27,17 +43,24 @@ def filled(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def test_info_and_ls(filled: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
     root, sources = filled
-    assert main(["lakehouse", "info", "--root", str(root)]) == 0
+    assert main(["lakehouse", "info", "--root", str(root), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["entries"] == 3
     assert info["bytes"] == 60_000
+    assert info["config_errors"] == []
+    assert main(["lakehouse", "info", "--root", str(root)]) == 0
+    table = capsys.readouterr().out
+    assert "58.6 KiB" in table  # 60,000 bytes, IEC
     assert main(["lakehouse", "ls", "--root", str(root), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert sorted(r["location"] for r in rows) == sorted(f"file://{s}" for s in sources)
+    assert all(r["last_access"].endswith("Z") for r in rows)
     assert main(["lakehouse", "ls", "--root", str(root)]) == 0
     table = capsys.readouterr().out
     assert "LOCATION" in table
     assert sources[0] in table
+    assert "9.8 KiB" in table
+    assert "entries: 3, 58.6 KiB" in table
 
 
 def test_root_from_env(
@@ -47,8 +70,51 @@ def test_root_from_env(
 ) -> None:
     root, _ = filled
     monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", str(root))
-    assert main(["lakehouse", "info"]) == 0
+    assert main(["lakehouse", "info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["root"] == str(root)
+
+
+def test_blank_root_variable_counts_as_unset(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # from_env's rule: a blank value is unset (the CLI used to take "  " as a path)
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", "   ")
+    assert main(["lakehouse", "ls"]) == 2
+    assert (
+        "no cache root: pass --root or set NEXUS_LAKEHOUSE_CACHE_ROOT" in capsys.readouterr().err
+    )
+
+
+def test_info_reports_every_bad_variable_and_exits_2(
+    filled: tuple[Path, list[str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root, _ = filled
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_READ", "sometimes")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "lots")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY", "0")
+    assert main(["lakehouse", "info", "--root", str(root), "--json"]) == 2
+    out = capsys.readouterr()
+    info = json.loads(out.out)
+    assert info["entries"] == 3  # the root is still reported
+    assert info["environment_config"] is None
+    assert len(info["config_errors"]) == 3
+    for name in ("CACHE_READ", "CACHE_MAX_BYTES", "FILL_MAX_CONCURRENCY"):
+        assert f"NEXUS_LAKEHOUSE_{name}" in out.err
+    assert out.err.count("nexus-cache: error:") == 3
+
+
+def test_info_reports_a_bad_combination(
+    filled: tuple[Path, list[str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root, _ = filled
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", str(root))
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "read_through")
+    assert main(["lakehouse", "info"]) == 2
+    assert "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES is required" in capsys.readouterr().err
 
 
 def test_verify_removes_mismatching_entries(
@@ -61,8 +127,12 @@ def test_verify_removes_mismatching_entries(
     data = bytearray(victim.read_bytes())
     data[5] ^= 1
     victim.write_bytes(bytes(data))
-    assert main(["lakehouse", "verify", "--root", str(root), "--keep"]) == 1
-    assert "digest" in capsys.readouterr().out
+    assert main(["lakehouse", "verify", "--root", str(root), "--keep", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["checked"] == 3
+    assert report["good"] == 2
+    assert [b["key"] for b in report["bad"]] == [victim.name]
+    assert "digest" in report["bad"][0]["problem"]
     assert victim.exists()
     assert main(["lakehouse", "verify", "--root", str(root)]) == 1
     assert "2 good, 1 bad" in capsys.readouterr().out
@@ -75,25 +145,44 @@ def test_prune_and_clear(
 ) -> None:
     root, sources = filled
     assert main(["lakehouse", "prune", "--root", str(root), "--max-bytes", "35KB"]) == 0
-    assert "removed" in capsys.readouterr().out
+    assert "removed 2 entries (29.3 KiB); 29.3 KiB remain" in capsys.readouterr().out
     assert sum(p.stat().st_size for p in entry_files(root)) <= 35_000
     with make_cache(root) as cache, cache.open(sources[2]) as pinned:
         assert pinned.is_local
-        assert main(["lakehouse", "clear", "--root", str(root)]) == 0
-        assert "1 pinned entries kept" in capsys.readouterr().out
+        assert main(["lakehouse", "clear", "--root", str(root), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"removed": 0, "pinned_kept": 1}
         assert len(entry_files(root)) == 1
     assert main(["lakehouse", "clear", "--root", str(root)]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
     assert entry_files(root) == []
 
 
-def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_prune_target_from_env_uses_the_config_rules(
+    filled: tuple[Path, list[str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root, _ = filled
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "40K")  # K: powers of 1024
+    assert main(["lakehouse", "prune", "--root", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["remaining_bytes"] == 30_000
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "")
+    assert main(["lakehouse", "prune", "--root", str(root)]) == 2
+    assert "pass --max-bytes or set" in capsys.readouterr().err
+
+
+def test_missing_root_and_bad_options_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["lakehouse", "info", "--root", str(tmp_path / "missing")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "does not exist" in err
+    assert len(err.strip().splitlines()) == 1
     tmp_path.joinpath("plain").mkdir()
     assert main(["lakehouse", "ls", "--root", str(tmp_path / "plain")]) == 2
     assert "not a lakehouse cache root" in capsys.readouterr().err
     assert not (tmp_path / "plain" / "entries").exists()
-    assert (
-        main(["lakehouse", "prune", "--root", str(tmp_path / "plain"), "--max-bytes", "10Q"]) == 2
-    )
-    assert "KiB" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["lakehouse", "prune", "--root", str(tmp_path / "plain"), "--max-bytes", "10Q"])
+    assert exc.value.code == 2
+    assert "--max-bytes='10Q' is not a byte size" in capsys.readouterr().err

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from nexus_cache.cli.program import parse_arch
+
 __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from nexus_cache.program._demo import run_demo
+    from nexus_cache import program
 
-    return run_demo(args.path, arch=args.arch)
+    return int(program.run_demo(args.path, arch=args.arch))
 
 
 def register(subparsers: Any) -> None:
@@ -29,5 +31,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="cache directory to use and keep (default: a temporary one, removed afterwards)",
     )
-    parser.add_argument("--arch", default="sm_90", help="target architecture (default: sm_90)")
+    parser.add_argument(
+        "--arch", type=parse_arch, default="sm_90", help="target architecture (default: sm_90)"
+    )
     parser.set_defaults(func=_run)

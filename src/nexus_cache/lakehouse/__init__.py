@@ -7,7 +7,13 @@ See ``docs/lakehouse.md``. Importing this package registers the fsspec protocol
 from __future__ import annotations
 
 from nexus_cache.lakehouse.cache import LakehouseCache, default_cache
-from nexus_cache.lakehouse.config import FillPolicy, LakehouseCacheConfig, ReadPolicy
+from nexus_cache.lakehouse.config import (
+    FillPolicy,
+    LakehouseCacheConfig,
+    ReadPolicy,
+    config_errors_from_env,
+    resolve_root,
+)
 from nexus_cache.lakehouse.device import kvikio_available, read_to_device
 from nexus_cache.lakehouse.events import (
     CacheEvent,
@@ -21,6 +27,13 @@ from nexus_cache.lakehouse.events import (
 from nexus_cache.lakehouse.fs import NexusCacheFileSystem
 from nexus_cache.lakehouse.identity import ContentIdentity, SourceIdentity, StorageDomain
 from nexus_cache.lakehouse.limits import FillLimits
+from nexus_cache.lakehouse.maintenance import (
+    EntryListing,
+    LakehouseRoot,
+    RetentionResult,
+    RootSummary,
+    VerifyResult,
+)
 from nexus_cache.lakehouse.reader import LakehouseFile
 from nexus_cache.lakehouse.scan import ReadPlan
 
@@ -46,4 +59,12 @@ __all__ = [
     "default_cache",
     "kvikio_available",
     "read_to_device",
+    # maintenance of a root (the CLI's API)
+    "EntryListing",
+    "LakehouseRoot",
+    "RetentionResult",
+    "RootSummary",
+    "VerifyResult",
+    "config_errors_from_env",
+    "resolve_root",
 ]
