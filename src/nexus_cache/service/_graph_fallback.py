@@ -13,6 +13,7 @@ Results are keyed by the original vertex ids:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -113,7 +114,7 @@ def _similarity(matrix: Any, ids: np.ndarray, algorithm: str) -> pa.Table:
     total = int(cumulative[-1]) if len(cumulative) else 0
     cuts = np.searchsorted(cumulative, np.arange(_CHUNK_NNZ, total, _CHUNK_NNZ))
     bounds = [0, *sorted(set(int(c) + 1 for c in cuts)), len(first)]
-    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+    for start, stop in itertools.pairwise(bounds):
         if start < stop:
             rows = sym[first[start:stop]].multiply(sym[second[start:stop]])
             inter[start:stop] = np.asarray(rows.sum(axis=1)).ravel()
