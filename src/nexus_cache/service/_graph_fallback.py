@@ -56,6 +56,8 @@ def run_algorithm(
         u, v, w = np.concatenate([u, v]), np.concatenate([v, u]), np.concatenate([w, w])
     matrix = sp.csr_matrix((w, (u, v)), shape=(n, n))
     matrix.sum_duplicates()
+    if weight is None:  # duplicate edges are one edge; with weights they add up
+        matrix.data[:] = 1.0
     if algorithm == "pagerank":
         return _pagerank(matrix, ids, **params)
     if algorithm == "bfs":

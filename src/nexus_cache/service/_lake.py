@@ -18,8 +18,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
+from nexus_cache.errors import ConfigError, StalePlanError
+from nexus_cache.lakehouse import (
+    CacheStatus,
+    LakehouseCache,
+    LakehouseFile,
+    ReadDiagnostics,
+    ReadPlan,
+)
 from nexus_cache.lakehouse.scan import resolve_source
 
 __all__ = ["SourcePlan", "count_rows", "lakehouse_summary", "plan_source", "read_table"]
@@ -110,8 +116,7 @@ def read_table(
     """
     tables: list[pa.Table] = []
     for read_plan in plan.plans:
-        with cache.execute(read_plan) as handle:
-            diagnostics.append(handle.diagnostics)
+        with _execute(cache, read_plan, diagnostics) as handle:
             parquet = pq.ParquetFile(handle)
             _check_columns(parquet.schema_arrow, columns, read_plan.source)
             batches = list(parquet.iter_batches(batch_size=batch_rows, columns=columns))
@@ -128,10 +133,22 @@ def count_rows(cache: LakehouseCache, plan: SourcePlan, diagnostics: list[ReadDi
     """Rows of every object, from the Parquet footers (read through the cache)."""
     total = 0
     for read_plan in plan.plans:
-        with cache.execute(read_plan) as handle:
-            diagnostics.append(handle.diagnostics)
+        with _execute(cache, read_plan, diagnostics) as handle:
             total += pq.ParquetFile(handle).metadata.num_rows
     return total
+
+
+def _execute(
+    cache: LakehouseCache, read_plan: ReadPlan, diagnostics: list[ReadDiagnostics]
+) -> LakehouseFile:
+    """Execute one plan, recording its diagnostics; a stale plan is recorded as ``stale``."""
+    try:
+        handle = cache.execute(read_plan)
+    except StalePlanError as exc:
+        diagnostics.append(read_plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc)))
+        raise
+    diagnostics.append(handle.diagnostics)
+    return handle
 
 
 def _check_columns(schema: pa.Schema, columns: Sequence[str] | None, where: str) -> None:

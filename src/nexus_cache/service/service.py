@@ -162,7 +162,8 @@ class QueryService:
         for number in range(1, self.config.max_attempts + 1):
             attempt_id = f"{query_id}-{number}"
             try:
-                return self._attempt(query, query_id, attempt_id, floor, records, start)
+                last = number == self.config.max_attempts
+                return self._attempt(query, query_id, attempt_id, floor, records, start, last)
             except _TRANSIENT as exc:
                 if number == self.config.max_attempts:
                     raise
@@ -178,6 +179,7 @@ class QueryService:
         floor: int,
         records: list[AttemptRecord],
         start: float,
+        last: bool,
     ) -> QueryResult:
         cfg = self.config
         timings: dict[str, float] = {}
@@ -209,7 +211,7 @@ class QueryService:
             table = run_attempt(plan, grant, self._lakehouse, self._sources, self._graphs, outcome)
             timings["execute_s"] = time.perf_counter() - t0
         except BaseException as exc:
-            kind = "retried" if isinstance(exc, _TRANSIENT) else "failed"
+            kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
             self._seal(
                 query_id,
                 attempt_id,
