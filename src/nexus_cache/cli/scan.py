@@ -97,7 +97,7 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
     footer = (
         f"{table.num_rows} rows"
         + (f" written to {args.out}" if args.out is not None else "")
-        + f"; lakehouse {diag.lakehouse['status']} ({diag.lakehouse['read_mode']})"
+        + f"; lakehouse {_status(diag.lakehouse)} (read {diag.lakehouse['read_mode']})"
         + f", source cache {_status(diag.source_cache)}, graph cache {_status(diag.graph_cache)}"
         + f"; {diag.timings.get('total_s', 0.0) * 1000:.1f} ms"
     )

@@ -164,11 +164,13 @@ def _check_columns(schema: pa.Schema, columns: Sequence[str] | None, where: str)
 def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: SourcePlan) -> dict:
     """One status for a source: the reads' statuses when it was read, else the plans'."""
     if diagnostics:
+        reasons = sorted({d.reason for d in diagnostics if d.reason})
         statuses = [d.cache_status.value for d in diagnostics]
         modes = [d.read_mode.value for d in diagnostics]
         fills = [d.fill_mode.value for d in diagnostics]
         read = True
     else:
+        reasons = sorted({p.reason for p in plan.plans if p.reason})
         statuses = [p.status.value for p in plan.plans]
         modes = ["not_read"] * len(plan.plans)
         fills = ["none"] * len(plan.plans)
@@ -177,6 +179,7 @@ def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: Sourc
         "status": _one(statuses),
         "read_mode": _one(modes),
         "fill_mode": _one(fills),
+        "reason": "; ".join(reasons) or None,
         "objects": len(plan.plans),
         "read": read,
     }
