@@ -10,8 +10,10 @@ in, so the device ledger can charge it.
 from __future__ import annotations
 
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
+from nexus_cache.frames.decode import DecodeStats, decode_parquet, read_parquet
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.owner import FrameOwner
+from nexus_cache.frames.read import kvikio_available, read_to_device
 from nexus_cache.frames.staging import (
     DEFAULT_SLOT_BYTES,
     DEFAULT_SLOTS,
@@ -26,6 +28,7 @@ __all__ = [
     "DEFAULT_SLOTS",
     "DEFAULT_SLOT_BYTES",
     "ColumnKind",
+    "DecodeStats",
     "DeviceColumn",
     "DeviceFrame",
     "FrameOwner",
@@ -33,7 +36,11 @@ __all__ = [
     "Transfer",
     "TransferStats",
     "column_kind",
+    "decode_parquet",
     "is_cuda_domain",
+    "kvikio_available",
     "open_transfer",
+    "read_parquet",
+    "read_to_device",
     "storage_dtype",
 ]

@@ -129,8 +129,11 @@ class DeviceColumn:
         return column_kind(self.field.type, self.name)
 
     def arrays(self) -> tuple[Any, ...]:
-        """Every device buffer this column references (dictionary values included)."""
-        own = tuple(a for a in (self.data, self.offsets, self.validity) if a is not None)
+        """Every non-empty device buffer this column references (dictionary values
+        included); empty buffers own no allocation."""
+        own = tuple(
+            a for a in (self.data, self.offsets, self.validity) if a is not None and a.size
+        )
         return own + (self.dictionary.arrays() if self.dictionary is not None else ())
 
     @property

@@ -70,6 +70,13 @@ class TransferStats:
     h2d_seconds: float = 0.0
     staging_seconds: float = 0.0
 
+    def add(self, other: TransferStats) -> None:
+        """Accumulate ``other`` into these figures."""
+        self.h2d_bytes += other.h2d_bytes
+        self.h2d_copies += other.h2d_copies
+        self.h2d_seconds += other.h2d_seconds
+        self.staging_seconds += other.staging_seconds
+
 
 class Transfer:
     """Host-to-device copies into one domain (the host backend's plain copy).
@@ -97,11 +104,29 @@ class Transfer:
         self.stats.h2d_bytes += int(host.nbytes)
         self.stats.h2d_copies += 1
 
+    def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
+        """Fill ``dst`` (``nbytes`` contiguous bytes) from ``reader.readinto``."""
+        started = time.perf_counter()
+        view = memoryview(dst.reshape(-1).view(np.uint8))
+        pos = 0
+        while pos < nbytes:
+            pos += _read_some(reader, view[pos:nbytes], pos, nbytes)
+        self.stats.h2d_seconds += time.perf_counter() - started
+        self.stats.h2d_bytes += nbytes
+        self.stats.h2d_copies += 1
+
     def finish(self) -> None:
         """Wait until every queued copy and device operation is done."""
 
     def close(self) -> None:
         """Give back what the transfer borrowed (idempotent)."""
+
+
+def _read_some(reader: Any, into: memoryview, pos: int, nbytes: int) -> int:
+    got = reader.readinto(into)
+    if not got:
+        raise OSError(f"the source ended after {pos} of {nbytes} bytes")
+    return int(got)
 
 
 class PinnedStaging:
@@ -184,9 +209,7 @@ class _CudaTransfer(Transfer):
         n = int(src.nbytes)
         if n != int(dst.nbytes) or not dst.flags.c_contiguous:
             raise ValueError(f"destination of {dst.nbytes} B does not take {n} B contiguously")
-        staging, cp = self._staging, self._cp
-        stream_ptr, dst_ptr = staging.stream.ptr, int(dst.data.ptr)
-        pos = 0
+        staging, dst_ptr, pos = self._staging, int(dst.data.ptr), 0
         while pos < n:
             room = staging.slot_bytes - self._used
             if room == 0:
@@ -196,24 +219,46 @@ class _CudaTransfer(Transfer):
             started = time.perf_counter()
             np.copyto(staging.buffers[self._slot][self._used : self._used + k], src[pos : pos + k])
             self.stats.staging_seconds += time.perf_counter() - started
-            events = None
-            if self._timing:
-                events = (cp.cuda.Event(), cp.cuda.Event())
-                events[0].record(staging.stream)
-            cp.cuda.runtime.memcpyAsync(
-                dst_ptr + pos,
-                staging.pointers[self._slot] + self._used,
-                k,
-                cp.cuda.runtime.memcpyHostToDevice,
-                stream_ptr,
-            )
-            if events is not None:
-                events[1].record(staging.stream)
-                self._timed.append(events)
-            self._used += k
+            self._queue_copy(dst_ptr + pos, k)
             pos += k
-            self.stats.h2d_copies += 1
         self.stats.h2d_bytes += n
+
+    def _queue_copy(self, dst_ptr: int, k: int) -> None:
+        staging, cp = self._staging, self._cp
+        events = None
+        if self._timing:
+            events = (cp.cuda.Event(), cp.cuda.Event())
+            events[0].record(staging.stream)
+        cp.cuda.runtime.memcpyAsync(
+            dst_ptr,
+            staging.pointers[self._slot] + self._used,
+            k,
+            cp.cuda.runtime.memcpyHostToDevice,
+            staging.stream.ptr,
+        )
+        if events is not None:
+            events[1].record(staging.stream)
+            self._timed.append(events)
+        self._used += k
+        self.stats.h2d_copies += 1
+
+    def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
+        if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:
+            raise ValueError(f"destination of {dst.nbytes} B does not take {nbytes} B")
+        staging, dst_ptr, pos = self._staging, int(dst.data.ptr), 0
+        while pos < nbytes:
+            room = staging.slot_bytes - self._used
+            if room == 0:
+                self._next_slot()
+                continue
+            k = min(room, nbytes - pos)
+            started = time.perf_counter()
+            slot = memoryview(staging.buffers[self._slot])[self._used : self._used + k]
+            k = _read_some(reader, slot, pos, nbytes)
+            self.stats.staging_seconds += time.perf_counter() - started
+            self._queue_copy(dst_ptr + pos, k)
+            pos += k
+        self.stats.h2d_bytes += nbytes
 
     def finish(self) -> None:
         self._staging.stream.synchronize()

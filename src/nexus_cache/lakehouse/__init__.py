@@ -14,7 +14,6 @@ from nexus_cache.lakehouse.config import (
     config_errors_from_env,
     resolve_root,
 )
-from nexus_cache.lakehouse.device import kvikio_available, read_to_device
 from nexus_cache.lakehouse.events import (
     CacheEvent,
     CacheStatus,
@@ -57,8 +56,6 @@ __all__ = [
     "SourceIdentity",
     "StorageDomain",
     "default_cache",
-    "kvikio_available",
-    "read_to_device",
     # maintenance of a root (the CLI's API)
     "EntryListing",
     "LakehouseRoot",
