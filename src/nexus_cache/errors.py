@@ -22,6 +22,8 @@ __all__ = [
     "FillError",
     "GrantExhaustedError",
     "FrameTypeError",
+    "GraphConvergenceError",
+    "GraphInputError",
     "LifecycleError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
@@ -104,3 +106,11 @@ class ByteCountError(NexusCacheError, ValueError):
 
 class FrameTypeError(NexusCacheError, TypeError):
     """An Arrow type (or a column's size) that a device frame cannot hold."""
+
+
+class GraphInputError(NexusCacheError, ValueError):
+    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
+
+
+class GraphConvergenceError(NexusCacheError, RuntimeError):
+    """An iterative graph algorithm did not converge and the caller asked for an error."""
