@@ -157,11 +157,11 @@ def run_attempt(
             outcome.table = table
             return table
         t0 = time.perf_counter()
-        result, outcome.graph = graphs.run(
+        result, outcome.graph, graph_bytes = graphs.run(
             grant.device_id, query, table, plan.source.identity_keys
         )
         timings["graph_s"] = time.perf_counter() - t0
-        budget.charge(result.nbytes, "the graph algorithm")
+        budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
         outcome.table = result
         return result
     finally:

@@ -1,24 +1,31 @@
 """The service's one door to the graph layer and the resident-graph cache.
 
-``GraphPort.run`` returns the algorithm's result and how the graph cache
-answered: ``hit`` (a parked graph was reused), ``miss`` (built, run, parked),
+``GraphPort.run`` builds the graph of a :class:`~nexus_cache.service.Graph`
+query with :mod:`nexus_cache.graph` (on the backend's array module), runs
+the algorithm and returns its Arrow table with how the graph cache answered:
+``hit`` (a parked graph was reused), ``miss`` (built, run, parked),
 ``bypass`` with a reason (no stable key, no headroom, ``cache_cap_bytes=0``),
-or ``unavailable`` when this build has no resident graph cache (the algorithm
-then runs uncached on NumPy/SciPy).
+or ``unavailable`` when this build has no resident-graph cache (the graph is
+then built for the attempt and dropped with it).
+
+Construction contract per algorithm: PageRank pulls along in-edges, so its
+graph is stored ``transposed``; BFS and the similarities use ``as_stored``.
+Duplicate edges merge (weights summed), self loops stay, as in NetworkX.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
 import pyarrow as pa
 
 from nexus_cache.device import DeviceResidentCaches
-from nexus_cache.service import _graph_fallback
-from nexus_cache.service.queries import Graph
+from nexus_cache.graph import GraphOptions, bfs, build_graph, pagerank, similarity
+from nexus_cache.service.queries import SIMILARITIES, Graph
 
-__all__ = ["GraphOutcome", "GraphPort"]
+__all__ = ["GraphOutcome", "GraphPort", "graph_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +42,39 @@ class GraphOutcome:
 NOT_APPLICABLE = GraphOutcome("not_applicable")
 
 
+def graph_options(query: Graph) -> GraphOptions:
+    """The construction contract of ``query``'s graph (part of its cache key)."""
+    orientation = "transposed" if query.algorithm == "pagerank" else "as_stored"
+    return GraphOptions(
+        directed=query.directed,
+        orientation=orientation,
+        weight_dtype="float64",
+        vertex_dtype="int32",
+    )
+
+
+def run_algorithm(graph: Any, query: Graph) -> Any:
+    """Run ``query``'s algorithm on a built graph; returns a GraphResult."""
+    params = dict(query.params)
+    if query.algorithm == "pagerank":
+        return pagerank(
+            graph, alpha=params["alpha"], tol=params["tol"], max_iter=params["max_iter"]
+        )
+    if query.algorithm == "bfs":
+        return bfs(graph, params["source"], depth_limit=params["depth_limit"])
+    assert query.algorithm in SIMILARITIES
+    return similarity(graph, query.algorithm)
+
+
+def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager[Any]:
+    """Make ``device_id`` current for CuPy work (nothing to do on the host backend)."""
+    if backend != "cuda":
+        return contextlib.nullcontext()
+    import cupy
+
+    return cupy.cuda.Device(device_id)
+
+
 class GraphPort:
     """Runs graph queries through the graph cache of a device, where one exists."""
 
@@ -43,14 +83,18 @@ class GraphPort:
 
     def run(
         self, device_id: int, query: Graph, edges: pa.Table, source_key: Any
-    ) -> tuple[pa.Table, GraphOutcome]:
-        table = _graph_fallback.run_algorithm(
-            edges,
-            query.src,
-            query.dst,
-            query.weight,
-            query.directed,
-            query.algorithm,
-            dict(query.params),
-        )
-        return table, GraphOutcome("unavailable", "this build has no resident graph cache")
+    ) -> tuple[pa.Table, GraphOutcome, int]:
+        """``(result table, outcome, bytes the attempt held for the graph)``."""
+        backend = self._caches.backend
+        with on_device(backend.name, device_id):
+            graph = build_graph(
+                edges,
+                source=query.src,
+                destination=query.dst,
+                weight=query.weight,
+                options=graph_options(query),
+                xp=backend.xp,
+            )
+            held = graph.nbytes
+            result = run_algorithm(graph, query).to_arrow()
+        return result, GraphOutcome("unavailable", "this build has no resident graph cache"), held
