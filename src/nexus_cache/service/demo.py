@@ -29,8 +29,8 @@ from nexus_cache.service.service import QueryService
 
 __all__ = ["DEFAULT_SCALE", "DemoQuery", "DemoReport", "demo_queries", "run_demo"]
 
-#: R-MAT scale of the default demo (2**14 vertices, 2**18 edges): seconds on a laptop
-DEFAULT_SCALE = 14
+#: R-MAT scale of the default demo (2**12 vertices, 2**16 edges): seconds on a laptop
+DEFAULT_SCALE = 12
 
 #: called as progress(phase, done, total) with phase in "generate", "cold", "warm"
 Progress = Callable[[str, int, int], None]
