@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AdmissionClosedError",
     "AdmissionError",
+    "AttemptCancelledError",
     "BackendUnavailableError",
     "ByteCountError",
     "CacheCapExceededError",
@@ -28,6 +29,8 @@ __all__ = [
     "ManagedCapacityExceededError",
     "NexusCacheError",
     "ProgramCacheKeyError",
+    "SourceDecodeError",
+    "SourceWaitTimeoutError",
     "StalePlanError",
     "UnsafeTeardownError",
 ]
@@ -114,3 +117,17 @@ class GraphInputError(NexusCacheError, ValueError):
 
 class GraphConvergenceError(NexusCacheError, RuntimeError):
     """An iterative graph algorithm did not converge and the caller asked for an error."""
+
+
+class AttemptCancelledError(NexusCacheError, RuntimeError):
+    """The query attempt was cancelled. A decode leader that stops for it hands
+    leadership to a waiting follower instead of failing the followers."""
+
+
+class SourceDecodeError(NexusCacheError, RuntimeError):
+    """The decode leader of a source frame failed deterministically; every follower
+    of that key gets this error, chained to the leader's (``__cause__``)."""
+
+
+class SourceWaitTimeoutError(NexusCacheError, TimeoutError):
+    """A follower's own deadline passed while it waited for a decode leader."""

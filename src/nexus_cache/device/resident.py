@@ -17,6 +17,7 @@ from nexus_cache.device.metrics import DeviceCacheCollector, gauge_snapshot, reg
 from nexus_cache.device.profile import DeviceProfile
 from nexus_cache.device.report import DeviceCacheReport
 from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.source_events import SourceEventSnapshot
 from nexus_cache.device.subdomain import DrainResult
 from nexus_cache.errors import ConfigError, LifecycleError
 
@@ -166,6 +167,19 @@ class DeviceResidentCaches:
                 )
             )
         return reports
+
+    def device_cache_source_event_snapshots(self) -> list[SourceEventSnapshot]:
+        """Per device with caches installed: the last ``SOURCE_EVENT_LIMIT``
+        fingerprinted load and promotion events of its source cache, with its
+        hits, misses, waits, leader retries, skipped retentions and evictions.
+
+        Keys appear only as fingerprints; errors only by class name.
+        """
+        return [
+            device.source.event_snapshot()
+            for device in (self._devices[d] for d in self.device_ids)
+            if device.source is not None
+        ]
 
     def gauge_snapshot(self) -> dict[str, dict[int, int]]:
         """``{gauge name: {device: bytes}}`` for the two ledger gauges."""
