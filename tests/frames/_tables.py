@@ -55,8 +55,12 @@ def _valid_time(arrow_type: pa.DataType, values: np.ndarray) -> np.ndarray:
 
 
 @st.composite
-def arrays(draw: Any, n: int, kind: str | None = None) -> pa.Array:
-    """One Arrow array of ``n`` rows of a random supported type, with nulls or not."""
+def arrays(draw: Any, n: int, kind: str | None = None, parquet: bool = False) -> pa.Array:
+    """One Arrow array of ``n`` rows of a random supported type, with nulls or not.
+
+    ``parquet``: keep temporal values within what Parquet can store (its
+    writer converts seconds to milliseconds and date64 to days).
+    """
     kind = kind or draw(st.sampled_from(KINDS))
     nulls = draw(st.booleans())
     mask = _mask(draw, n, nulls)
@@ -66,6 +70,10 @@ def arrays(draw: Any, n: int, kind: str | None = None) -> pa.Array:
     if kind == "temporal":
         arrow_type, storage = draw(st.sampled_from(TEMPORAL))
         values = _valid_time(arrow_type, _numbers(draw, storage, n))
+        if parquet and values.dtype == np.int64:
+            values = values % (1 << 32)
+            if arrow_type == pa.date64():
+                values = values % 100_000 * 86_400_000
         return pa.array(values, type=storage, mask=mask).view(arrow_type)
     if kind == "bool":
         values = draw(st.lists(st.booleans(), min_size=n, max_size=n))
@@ -92,11 +100,11 @@ def arrays(draw: Any, n: int, kind: str | None = None) -> pa.Array:
 
 
 @st.composite
-def tables(draw: Any, max_rows: int = 40, max_columns: int = 8) -> pa.Table:
+def tables(draw: Any, max_rows: int = 40, max_columns: int = 8, parquet: bool = False) -> pa.Table:
     """A table of 1..max_columns random columns, sometimes sliced or in several chunks."""
     n = draw(st.integers(0, max_rows))
     width = draw(st.integers(1, max_columns))
-    columns = [draw(arrays(n)) for _ in range(width)]
+    columns = [draw(arrays(n, parquet=parquet)) for _ in range(width)]
     nullable = [draw(st.booleans()) or c.null_count > 0 for c in columns]
     fields = [
         pa.field(f"c{i}_{c.type}", c.type, nullable=nb, metadata={"k": str(i)} if i % 2 else None)

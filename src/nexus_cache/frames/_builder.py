@@ -122,6 +122,12 @@ class ColumnBuilder:
             with self._transfer.device():
                 self._transfer.domain.xp.add(view, view.dtype.type(self._dict_base), out=view)
 
+    def discard(self) -> None:
+        """Drop every buffer (after a failure), even if a traceback keeps the builder."""
+        self._data = self._offsets = self._validity = None
+        self._pieces = []
+        self._dicts = []
+
     def finish(self) -> DeviceColumn:
         """The column (after the transfer's :meth:`~Transfer.finish`, it is complete)."""
         if self._row != self._total:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import ExitStack
 from typing import Any
 
@@ -10,7 +11,28 @@ import numpy as np
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.frames.column import DeviceColumn
 
-__all__ = ["copy_column"]
+__all__ = ["copy_column", "copy_stream"]
+
+
+class _Streams(threading.local):
+    def __init__(self) -> None:
+        self.by_device: dict[int, Any] = {}
+
+
+_streams = _Streams()
+
+
+def copy_stream(domain: AllocationDomain) -> Any:
+    """This thread's non-blocking stream for copies on the domain's CUDA device
+    (created once per thread and device: creating a stream per copy costs more
+    than a small copy)."""
+    stream = _streams.by_device.get(domain.device_id)
+    if stream is None:
+        cupy = domain.xp
+        with cupy.cuda.Device(domain.device_id):
+            stream = cupy.cuda.Stream(non_blocking=True)
+        _streams.by_device[domain.device_id] = stream
+    return stream
 
 
 def _copy(domain: AllocationDomain, src: Any, stream: Any) -> Any:

@@ -32,8 +32,9 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
 from nexus_cache.frames._builder import ColumnBuilder
 from nexus_cache.frames._host import HostPiece, host_piece
+from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
-from nexus_cache.frames.staging import TransferStats, open_transfer
+from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_transfer
 
 __all__ = ["DecodeStats", "decode_parquet", "read_parquet"]
 
@@ -117,13 +118,15 @@ def decode_parquet(
     row_groups: Sequence[int] | None = None,
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
+    slot_bytes: int = DEFAULT_SLOT_BYTES,
 ) -> DeviceFrame:
     """Decode ``columns`` (default all, in the order given) of ``row_groups``
     (default all) of the Parquet ``source`` into a frame allocated in ``domain``.
 
     ``source``: a path or a readable binary file object (e.g. a
     :class:`~nexus_cache.lakehouse.LakehouseFile`). ``read_dictionary``:
-    columns to read as dictionary-encoded. The result equals
+    columns to read as dictionary-encoded. ``slot_bytes``: size of each
+    pinned staging slot on CUDA. The result equals
     ``pyarrow.parquet.read_table`` of the same projection (dictionary columns
     read from several row groups carry their row groups' dictionaries one
     after another). Raises ConfigError for unknown columns or row groups and
@@ -136,15 +139,18 @@ def decode_parquet(
     pf = pq.ParquetFile(source, read_dictionary=read_dictionary)
     wanted, groups = _check_request(pf, columns, row_groups)
     schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
+    for f in schema:
+        column_kind(f.type, f.name)  # refuse before allocating anything
     total = sum(pf.metadata.row_group(g).num_rows for g in groups)
-    transfer = open_transfer(domain, timing=timing)
+    transfer = open_transfer(domain, timing=timing, slot_bytes=slot_bytes)
     stop = threading.Event()
     pipe: queue.Queue[Any] = queue.Queue(maxsize=1)
     worker = threading.Thread(
         target=_decoder, args=(pf, groups, wanted, pipe, stop, stats), daemon=True
     )
+    builders: list[ColumnBuilder] = []
     try:
-        builders = [ColumnBuilder(f, total, transfer) for f in schema]
+        builders.extend(ColumnBuilder(f, total, transfer) for f in schema)
         worker.start()
         while True:
             waited = time.perf_counter()
@@ -155,13 +161,19 @@ def decode_parquet(
             if isinstance(item, BaseException):
                 raise item
             rows, pieces = item
-            for builder, piece in zip(builders, pieces, strict=True):
-                builder.add(piece)
+            for i, piece in enumerate(pieces):
+                builders[i].add(piece)
             stats.row_groups += 1
             stats.rows += rows
             stats.host_bytes += sum(_piece_bytes(p) for p in pieces)
         result = [b.finish() for b in builders]
         transfer.finish()
+    except BaseException:
+        # The traceback keeps this frame (and the builders) alive: let go of
+        # the device memory now, not when the exception is dropped.
+        for builder in builders:
+            builder.discard()
+        raise
     finally:
         stop.set()
         if worker.ident is not None:

@@ -13,8 +13,9 @@ import pyarrow as pa
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import LifecycleError
 from nexus_cache.frames._builder import build_column
+from nexus_cache.frames._copy import copy_column, copy_stream
 from nexus_cache.frames._host import arrow_array
-from nexus_cache.frames.column import DeviceColumn
+from nexus_cache.frames.column import DeviceColumn, column_kind
 from nexus_cache.frames.owner import FrameOwner
 from nexus_cache.frames.staging import is_cuda_domain, open_transfer
 
@@ -85,6 +86,8 @@ class DeviceFrame:
         """Copy ``table`` into ``domain``. Raises FrameTypeError for unsupported types."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
+        for f in table.schema:
+            column_kind(f.type, f.name)  # refuse before allocating anything
         transfer = open_transfer(domain)
         try:
             columns = [
@@ -187,12 +190,7 @@ class DeviceFrame:
         Slices are compacted: string bytes outside the rows are not copied.
         ``owner`` becomes the copy's owner (e.g. a pin kept until it is released).
         """
-        from nexus_cache.frames._copy import copy_column
-
-        cuda = is_cuda_domain(domain)
-        stream = None
-        if cuda:
-            stream = domain.xp.cuda.Stream(non_blocking=True)
+        stream = copy_stream(domain) if is_cuda_domain(domain) else None
         columns = [copy_column(c, domain, stream) for c in self.columns]
         if stream is not None:
             stream.synchronize()

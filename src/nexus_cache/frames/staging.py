@@ -147,16 +147,17 @@ class PinnedStaging:
                 "and slots >= 2 (one fills while another copies)"
             )
         import cupy
+        import cupyx
 
         self.cupy = cupy
         self.device_id = device_id
         self.slot_bytes = slot_bytes
         with cupy.cuda.Device(device_id):
             self.stream = cupy.cuda.Stream(non_blocking=True)
-            self._mems = [cupy.cuda.alloc_pinned_memory(slot_bytes) for _ in range(slots)]
             self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(slots)]
-        self.buffers = [np.frombuffer(m, np.uint8, slot_bytes) for m in self._mems]
-        self.pointers = [int(m.ptr) for m in self._mems]
+        # NumPy arrays over page-locked memory: the copy engine reads them directly.
+        self.buffers = [cupyx.empty_pinned((slot_bytes,), np.uint8) for _ in range(slots)]
+        self.pointers = [int(b.ctypes.data) for b in self.buffers]
 
     @classmethod
     def acquire(
