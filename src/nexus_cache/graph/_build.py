@@ -51,8 +51,9 @@ def renumber(xp: Any, src: Any, dst: Any, index_dtype: Any) -> Renumbering:
     span = hi - lo + 1  # Python ints: no overflow for ids near +-2**63
     if span <= _TABLE_SLOTS_PER_ENDPOINT * 2 * m + _TABLE_FLOOR:
         present = xp.zeros(span, dtype=bool)
-        src_off = src - lo
-        dst_off = dst - lo
+        # Ids from 0 (the common case) index the table directly, with no copy.
+        src_off = src - lo if lo else src
+        dst_off = dst - lo if lo else dst
         present[src_off] = True
         present[dst_off] = True
         vertex_ids = xp.flatnonzero(present).astype(np.int64) + lo
@@ -111,8 +112,9 @@ def csr_from_arcs(
     bits = max(1, (max(n, 1) - 1).bit_length())
     if 2 * bits > 62:
         raise GraphInputError(f"{n} vertices are too many to pack an arc into an int64 key")
-    key = rows.astype(np.int64) << bits
-    key |= cols.astype(np.int64, copy=False)
+    key = rows.astype(np.int64)
+    key <<= bits
+    key |= cols  # in place: no int64 copy of the columns
     if weights is None:
         key = xp.sort(key)
     else:

@@ -1,9 +1,12 @@
 """CUDA kernels for the steps where plain CuPy array code does not pay.
 
-Only the bottom-up BFS step is a kernel: it lets each unvisited vertex stop
-at its first neighbour in the frontier, which array code (one SpMV over
-every arc) cannot do. Kernels are compiled by CuPy (NVRTC) on first use and
-cached per dtype combination; CuPy is imported only here and lazily.
+Two kernels: the bottom-up BFS step lets each unvisited vertex stop at its
+first neighbour in the frontier, which array code (one SpMV over every arc)
+cannot do; the pair-intersection count walks the shorter neighbour list of
+each pair with one warp and binary-searches the other list, with no
+per-element temporaries (array code materializes ~64 bytes per element).
+Kernels are compiled by CuPy (NVRTC) on first use and cached per dtype
+combination; CuPy is imported only here and lazily.
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PULL_SOURCE", "ctype_of", "pull_source", "pull_step"]
+__all__ = [
+    "INTERSECT_SOURCE",
+    "PULL_SOURCE",
+    "ctype_of",
+    "intersect_counts",
+    "intersect_source",
+    "pull_source",
+    "pull_step",
+]
 
 _CTYPES = {
     np.dtype(np.int32): "int",
@@ -50,17 +61,68 @@ extern "C" __global__ void bfs_pull(
 """
 
 
+#: One warp per pair: lanes stride over the shorter sorted row and
+#: binary-search each element in the longer one; a warp reduction gives the
+#: intersection size. The pair loop is warp-uniform, so full-mask shuffles
+#: are safe.
+INTERSECT_SOURCE = r"""
+extern "C" __global__ void pair_intersections(
+    const OFFSET_T* __restrict__ indptr,
+    const VERTEX_T* __restrict__ indices,
+    const VERTEX_T* __restrict__ first,
+    const VERTEX_T* __restrict__ second,
+    const long long n_pairs,
+    long long* __restrict__ counts)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long p = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5; p < n_pairs;
+         p += warps) {
+        long long a0 = indptr[first[p]], a1 = indptr[first[p] + 1];
+        long long b0 = indptr[second[p]], b1 = indptr[second[p] + 1];
+        if (a1 - a0 > b1 - b0) {
+            long long t0 = a0, t1 = a1;
+            a0 = b0; a1 = b1; b0 = t0; b1 = t1;
+        }
+        long long c = 0;
+        for (long long e = a0 + lane; e < a1; e += 32) {
+            VERTEX_T w = indices[e];
+            long long lo = b0, hi = b1;
+            while (lo < hi) {
+                long long mid = (lo + hi) >> 1;
+                if (indices[mid] < w) lo = mid + 1; else hi = mid;
+            }
+            if (lo < b1 && indices[lo] == w) ++c;
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            c += __shfl_down_sync(0xffffffffu, c, offset);
+        }
+        if (lane == 0) counts[p] = c;
+    }
+}
+"""
+
+
 def ctype_of(dtype: Any) -> str:
     """The C type name of an int32 / int64 dtype."""
     return _CTYPES[np.dtype(dtype)]
 
 
-def pull_source(offset_dtype: Any, vertex_dtype: Any) -> str:
-    """The compilable source of the bottom-up kernel for these dtypes."""
+def _typed(source: str, offset_dtype: Any, vertex_dtype: Any) -> str:
     return (
         f"typedef {ctype_of(offset_dtype)} OFFSET_T;\n"
-        f"typedef {ctype_of(vertex_dtype)} VERTEX_T;\n" + PULL_SOURCE
+        f"typedef {ctype_of(vertex_dtype)} VERTEX_T;\n" + source
     )
+
+
+def pull_source(offset_dtype: Any, vertex_dtype: Any) -> str:
+    """The compilable source of the bottom-up kernel for these dtypes."""
+    return _typed(PULL_SOURCE, offset_dtype, vertex_dtype)
+
+
+def intersect_source(offset_dtype: Any, vertex_dtype: Any) -> str:
+    """The compilable source of the pair-intersection kernel for these dtypes."""
+    return _typed(INTERSECT_SOURCE, offset_dtype, vertex_dtype)
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,6 +130,30 @@ def _pull_kernel(offset_dtype: np.dtype, vertex_dtype: np.dtype) -> Any:
     import cupy
 
     return cupy.RawKernel(pull_source(offset_dtype, vertex_dtype), "bfs_pull")
+
+
+@functools.lru_cache(maxsize=8)
+def _intersect_kernel(offset_dtype: np.dtype, vertex_dtype: np.dtype) -> Any:
+    import cupy
+
+    return cupy.RawKernel(intersect_source(offset_dtype, vertex_dtype), "pair_intersections")
+
+
+def intersect_counts(indptr: Any, indices: Any, first: Any, second: Any) -> Any:
+    """``|N(first[i]) & N(second[i])|`` for every pair, as int64 (GPU, one pass)."""
+    import cupy
+
+    first = cupy.ascontiguousarray(first, dtype=indices.dtype)
+    second = cupy.ascontiguousarray(second, dtype=indices.dtype)
+    n_pairs = int(first.size)
+    counts = cupy.zeros(n_pairs, dtype=cupy.int64)
+    if n_pairs == 0:
+        return counts
+    kernel = _intersect_kernel(np.dtype(indptr.dtype), np.dtype(indices.dtype))
+    threads = 256
+    blocks = min((n_pairs * 32 + threads - 1) // threads, 65535 * 16)
+    kernel((blocks,), (threads,), (indptr, indices, first, second, np.int64(n_pairs), counts))
+    return counts
 
 
 def pull_step(indptr: Any, indices: Any, frontier: Any, dist: Any, pred: Any, level: int) -> None:

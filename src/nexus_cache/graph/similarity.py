@@ -10,11 +10,13 @@ and 0 where the denominator is 0. Weights are ignored; the graph should
 merge duplicates (a ``keep`` multigraph counts every copy).
 
 Memory bound: ``c`` is counted by walking the shorter neighbour list of each
-pair and binary-searching each element in the other (sorted) list. That walk
-is flattened over all pairs and processed in chunks of
-``max_temp_bytes / _BYTES_PER_ELEMENT`` elements, so temporary memory stays
-within ``max_temp_bytes`` (default 256 MiB) however high a vertex's degree,
-on top of O(pairs) arrays for the pairs, their counts and the result.
+pair and binary-searching each element in the other (sorted) list. On CuPy
+one kernel does the walk with a warp per pair and no per-element
+temporaries. On NumPy the walk is flattened over all pairs and processed in
+chunks of ``max_temp_bytes / _BYTES_PER_ELEMENT`` elements, so temporary
+memory stays within ``max_temp_bytes`` (default 256 MiB) however high a
+vertex's degree. Both add O(pairs) arrays for the pairs, their degrees,
+counts and the result.
 """
 
 from __future__ import annotations
@@ -46,30 +48,9 @@ DEFAULT_MAX_TEMP_BYTES = 256 << 20
 _BYTES_PER_ELEMENT = 64
 METRICS = ("jaccard", "sorensen", "overlap", "cosine")
 
-_SEARCH_KERNEL: Any = None
 
-
-def _contains(xp: Any, indices: Any, lo: Any, hi: Any, values: Any) -> Any:
-    """Whether ``values[i]`` is in the sorted slice ``indices[lo[i]:hi[i]]``."""
-    if is_cupy(xp):
-        global _SEARCH_KERNEL
-        if _SEARCH_KERNEL is None:
-            import cupy
-
-            _SEARCH_KERNEL = cupy.ElementwiseKernel(
-                "int64 lo, int64 hi, T value, raw T indices",
-                "bool found",
-                """
-                long long a = lo, b = hi;
-                while (a < b) {
-                    long long mid = (a + b) >> 1;
-                    if (indices[mid] < value) a = mid + 1; else b = mid;
-                }
-                found = a < hi && indices[a] == value;
-                """,
-                "nexus_sorted_contains",
-            )
-        return _SEARCH_KERNEL(lo, hi, values, indices)
+def _contains(indices: Any, lo: Any, hi: Any, values: Any) -> Any:
+    """Whether ``values[i]`` is in the sorted slice ``indices[lo[i]:hi[i]]`` (NumPy)."""
     lo = lo.copy()
     hi0 = hi
     hi = hi.copy()
@@ -95,6 +76,10 @@ def _intersections(
     indptr = graph.indptr.astype(np.int64, copy=False)
     deg_a = indptr[first + 1] - indptr[first]
     deg_b = indptr[second + 1] - indptr[second]
+    if is_cupy(xp):
+        from nexus_cache.graph._kernels import intersect_counts
+
+        return intersect_counts(graph.indptr, graph.indices, first, second), deg_a, deg_b
     a_short = deg_a <= deg_b
     short = xp.where(a_short, first, second)
     long_ = xp.where(a_short, second, first)
@@ -105,7 +90,7 @@ def _intersections(
     for pair, pos in expand_chunks(xp, offsets, chunk):
         element = graph.indices[indptr[short[pair]] + pos]
         other = long_[pair]
-        found = _contains(xp, graph.indices, indptr[other], indptr[other + 1], element)
+        found = _contains(graph.indices, indptr[other], indptr[other + 1], element)
         # ``pair`` is non-decreasing within a chunk: the hits of each pair are a
         # run, counted by binary search (no atomics on one hot counter).
         low, high = int(pair[0]), int(pair[-1])

@@ -1,0 +1,31 @@
+"""docs/graph.md states the GraphOptions fields, defaults and BFS switch points of the code."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+
+from nexus_cache.graph import DEFAULT_MAX_TEMP_BYTES, GraphOptions
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "graph.md").read_text()
+
+
+def test_options_table_matches_graph_options() -> None:
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", DOC, re.MULTILINE)
+    documented = {name: default for name, default in rows}
+    fields = {f.name: f.default for f in dataclasses.fields(GraphOptions)}
+    assert documented.keys() == fields.keys()
+    for name, default in fields.items():
+        assert documented[name] == (f'"{default}"' if isinstance(default, str) else str(default))
+
+
+def test_bfs_switch_points_and_memory_bound_are_the_code_s() -> None:
+    bfs_module = importlib.import_module("nexus_cache.graph.bfs")
+    similarity = importlib.import_module("nexus_cache.graph.similarity")
+    assert f"1/{bfs_module._ALPHA} of the unexplored arcs" in DOC
+    assert f"fewer than 1/{bfs_module._BETA} of the vertices" in DOC
+    assert f"max_temp_bytes / {similarity._BYTES_PER_ELEMENT}" in DOC
+    assert DEFAULT_MAX_TEMP_BYTES == 256 << 20
+    assert 'max_temp_bytes="256M"' in DOC
