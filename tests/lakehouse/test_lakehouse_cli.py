@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,30 @@ def test_missing_root_and_bad_options_exit_2(
         main(["lakehouse", "prune", "--root", str(tmp_path / "plain"), "--max-bytes", "10Q"])
     assert exc.value.code == 2
     assert "--max-bytes='10Q' is not a byte size" in capsys.readouterr().err
+
+
+def test_read_shows_what_each_read_did_and_warms_the_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = str(write_old_file(tmp_path / "remote" / "a.parquet", os.urandom(5_000)))
+    fresh = tmp_path / "remote" / "fresh.parquet"
+    fresh.write_bytes(b"written just now")
+    root = tmp_path / "c"
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "read_through")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "1G")
+    argv = ["lakehouse", "read", "--root", str(root), "--json"]
+    assert main([*argv, source]) == 0
+    (first,) = json.loads(capsys.readouterr().out)
+    assert (first["cache_status"], first["read_mode"], first["fill_mode"]) == (
+        "miss",
+        "remote",
+        "background",
+    )
+    assert len(entry_files(root)) == 1  # the background fill finished before exit
+    assert main([*argv, source, str(fresh)]) == 0
+    hit, too_new = json.loads(capsys.readouterr().out)
+    assert (hit["cache_status"], hit["read_mode"]) == ("hit", "local")
+    assert (too_new["cache_status"], too_new["reason"]) == ("bypass", "local_file_too_new")
+    assert main(["lakehouse", "read", "--root", str(root), "--plan", source]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"hit +local +none +4\.9 KiB", out)

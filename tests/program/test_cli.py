@@ -182,13 +182,13 @@ def test_demo_delegates_to_run_demo(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(program, "run_demo", lambda path, arch: calls.append((path, arch)) or 0)
     assert main(["program-cache", "demo", "--path", str(tmp_path), "--arch", "sm_80"]) == 0
-    assert main(["demo", "--arch", "sm_90a"]) == 0
+    assert main(["program-cache", "demo", "--arch", "sm_90a"]) == 0
     assert calls == [(str(tmp_path), "sm_80"), (None, "sm_90a")]
 
 
 def test_demo_bad_arch_is_one_usage_line(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["demo", "--arch", "bogus"])
+        main(["program-cache", "demo", "--arch", "bogus"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "'bogus' is not a CUDA architecture" in err
