@@ -40,6 +40,11 @@ def test_demo_json_at_small_scale(capsys: pytest.CaptureFixture[str]) -> None:
         assert query["warm"]["attempts"] == 1
     assert by_name["scan"]["cold"]["lakehouse"] == "miss"
     assert by_name["pagerank"]["cold"]["lakehouse"] == "miss"
+    assert by_name["scan"]["cold"]["source_cache"] == "miss-led"
+    assert by_name["pagerank"]["cold"]["source_cache"] == "miss-led"
+    for name in ("scan", "pagerank", "bfs", "jaccard"):
+        assert by_name[name]["warm"]["source_cache"] == "hit"
+        assert by_name[name]["warm"]["lakehouse_read"] is False
     assert by_name["count"]["cold"]["source_cache"] == "bypass"
     assert by_name["count"]["warm"]["source_cache"] == "bypass"
     assert by_name["scan"]["cold"]["graph_cache"] == "not_applicable"

@@ -16,18 +16,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
-from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics
+from nexus_cache.frames import is_cuda_domain as domain_is_cuda
+from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import NOT_APPLICABLE, GraphOutcome, GraphPort
 from nexus_cache.service._lake import (
     SourcePlan,
     count_rows,
+    decode_object,
     lakehouse_summary,
     plan_source,
-    read_table,
 )
-from nexus_cache.service._source_port import BYPASS_COUNT, SourceOutcome, SourcePort
+from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
 from nexus_cache.service.queries import Count, Graph, Query, Scan
 
 __all__ = ["AttemptBudget", "AttemptOutcome", "AttemptPlan", "plan_attempt", "run_attempt"]
@@ -118,15 +120,19 @@ class AttemptOutcome:
 def run_attempt(
     plan: AttemptPlan,
     grant: Grant,
+    domain: AllocationDomain,
     cache: LakehouseCache,
     sources: SourcePort,
     graphs: GraphPort,
     outcome: AttemptOutcome,
 ) -> pa.Table:
-    """Run ``plan`` under ``grant``, filling ``outcome`` as it goes (also on failure)."""
+    """Run ``plan`` under ``grant`` with device work in ``domain`` (the attempt's),
+    filling ``outcome`` as it goes (also on failure). Every frame and pin the
+    attempt took is released before this returns."""
     budget = AttemptBudget(grant)
     query = plan.query
     timings = outcome.timings
+    load = SourceLoad()
     try:
         if isinstance(query, Count):
             t0 = time.perf_counter()
@@ -140,29 +146,45 @@ def run_attempt(
         scan = _scan_of(query)
         assert isinstance(scan, Scan)
 
-        def decode() -> pa.Table:
+        decoded = [0]
+
+        def decode(read_plan: ReadPlan) -> Any:
             t = time.perf_counter()
-            decoded = read_table(cache, plan.source, scan.columns, scan.batch_rows, outcome.reads)
-            timings["read_decode_s"] = time.perf_counter() - t
-            return decoded
+            frame = decode_object(cache, read_plan, scan.columns, domain, outcome.reads)
+            timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
+            decoded[0] += int(frame.nbytes)
+            try:
+                budget.charge(int(frame.nbytes), "decoding the scan")
+            except BaseException:
+                frame.release()  # the traceback must not keep device memory alive
+                raise
+            return frame
 
         t0 = time.perf_counter()
-        table, outcome.source = sources.load(
-            grant.device_id, plan.source, scan.columns, scan.batch_rows, decode
-        )
+        try:
+            sources.load(
+                grant.device_id, plan.source, scan.columns, scan.batch_rows, domain, decode, load
+            )
+        finally:
+            outcome.source = load.outcome
         timings["source_s"] = time.perf_counter() - t0
-        budget.charge(table.nbytes, "the scan")
+        budget.charge(load.nbytes - decoded[0], "copying cached frames")
         if isinstance(query, Scan):
             outcome.graph = NOT_APPLICABLE
+            t0 = time.perf_counter()
+            table = load.table(detach=not domain_is_cuda(domain))
+            timings["to_arrow_s"] = time.perf_counter() - t0
+            budget.charge(table.nbytes, "the result table")
             outcome.table = table
             return table
         t0 = time.perf_counter()
         result, outcome.graph, graph_bytes = graphs.run(
-            grant.device_id, query, table, plan.source.identity_keys
+            grant.device_id, query, load.frames, domain
         )
         timings["graph_s"] = time.perf_counter() - t0
         budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
         outcome.table = result
         return result
     finally:
+        load.release()
         outcome.used_bytes = budget.used

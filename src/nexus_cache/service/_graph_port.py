@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import DeviceResidentCaches
+from nexus_cache.frames import DeviceFrame
 from nexus_cache.graph import GraphOptions, bfs, build_graph, pagerank, similarity
 from nexus_cache.service.queries import SIMILARITIES, Graph
 
-__all__ = ["GraphOutcome", "GraphPort", "graph_options"]
+__all__ = ["GraphOutcome", "GraphPort", "edge_input", "graph_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,23 @@ def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager
     return cupy.cuda.Device(device_id)
 
 
+def edge_input(frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any) -> Any:
+    """The edge columns of the scan's frames, as arrays on ``xp`` (no host round trip).
+
+    Columns with nulls go through Arrow instead, so the graph layer can
+    refuse them with its own message.
+    """
+    columns = [[frame.column(name) for frame in frames] for name in names]
+    if any(c.validity is not None for group in columns for c in group):
+        tables = [frame.select(list(names)).to_arrow() for frame in frames]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    out = {}
+    for name, group in zip(names, columns, strict=True):
+        parts = [c.data for c in group]
+        out[name] = parts[0] if len(parts) == 1 else xp.concatenate(parts)
+    return out
+
+
 class GraphPort:
     """Runs graph queries through the graph cache of a device, where one exists."""
 
@@ -82,11 +102,17 @@ class GraphPort:
         self._caches = caches
 
     def run(
-        self, device_id: int, query: Graph, edges: pa.Table, source_key: Any
+        self, device_id: int, query: Graph, frames: Sequence[DeviceFrame], domain: AllocationDomain
     ) -> tuple[pa.Table, GraphOutcome, int]:
-        """``(result table, outcome, bytes the attempt held for the graph)``."""
+        """``(result table, outcome, bytes the attempt held for the graph)``.
+
+        Device work runs inside ``domain.scope()``, so on CUDA every CuPy
+        allocation of the build and the algorithm lands in the attempt's domain.
+        """
         backend = self._caches.backend
-        with on_device(backend.name, device_id):
+        names = [n for n in (query.src, query.dst, query.weight) if n is not None]
+        with on_device(backend.name, device_id), domain.scope():
+            edges = edge_input(frames, names, backend.xp)
             graph = build_graph(
                 edges,
                 source=query.src,
@@ -95,6 +121,8 @@ class GraphPort:
                 options=graph_options(query),
                 xp=backend.xp,
             )
+            del edges
             held = graph.nbytes
             result = run_algorithm(graph, query).to_arrow()
+            del graph
         return result, GraphOutcome("unavailable", "this build has no resident graph cache"), held

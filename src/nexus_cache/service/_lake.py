@@ -15,10 +15,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError, StalePlanError
+from nexus_cache.frames import DeviceFrame, decode_parquet
 from nexus_cache.lakehouse import (
     CacheStatus,
     LakehouseCache,
@@ -28,7 +29,7 @@ from nexus_cache.lakehouse import (
 )
 from nexus_cache.lakehouse.scan import resolve_source
 
-__all__ = ["SourcePlan", "count_rows", "lakehouse_summary", "plan_source", "read_table"]
+__all__ = ["SourcePlan", "count_rows", "decode_object", "lakehouse_summary", "plan_source"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,31 +103,20 @@ def plan_source(cache: LakehouseCache, source: str) -> SourcePlan:
     return SourcePlan(source, plans)
 
 
-def read_table(
+def decode_object(
     cache: LakehouseCache,
-    plan: SourcePlan,
+    read_plan: ReadPlan,
     columns: Sequence[str] | None,
-    batch_rows: int,
+    domain: AllocationDomain,
     diagnostics: list[ReadDiagnostics],
-) -> pa.Table:
-    """Read the projected columns of every object through the cache, in batches.
+) -> DeviceFrame:
+    """Read one planned object through the cache and decode it into ``domain``.
 
-    Appends each object's read diagnostics to ``diagnostics``. Raises
-    :class:`StalePlanError` when a plan no longer holds.
+    Appends the read's diagnostics to ``diagnostics``. Raises
+    :class:`StalePlanError` when the plan no longer holds.
     """
-    tables: list[pa.Table] = []
-    for read_plan in plan.plans:
-        with _execute(cache, read_plan, diagnostics) as handle:
-            parquet = pq.ParquetFile(handle)
-            _check_columns(parquet.schema_arrow, columns, read_plan.source)
-            batches = list(parquet.iter_batches(batch_size=batch_rows, columns=columns))
-            schema = parquet.schema_arrow
-            if columns is not None:
-                schema = pa.schema([schema.field(c) for c in columns])
-            tables.append(pa.Table.from_batches(batches, schema=schema))
-    if len(tables) == 1:
-        return tables[0]
-    return pa.concat_tables(tables)
+    with _execute(cache, read_plan, diagnostics) as handle:
+        return decode_parquet(handle, domain=domain, columns=columns)
 
 
 def count_rows(cache: LakehouseCache, plan: SourcePlan, diagnostics: list[ReadDiagnostics]) -> int:
@@ -149,16 +139,6 @@ def _execute(
         raise
     diagnostics.append(handle.diagnostics)
     return handle
-
-
-def _check_columns(schema: pa.Schema, columns: Sequence[str] | None, where: str) -> None:
-    if columns is None:
-        return
-    missing = [c for c in columns if schema.get_field_index(c) < 0]
-    if missing:
-        raise ConfigError(
-            f"column(s) {missing} are not in {where}; its columns: {', '.join(schema.names)}"
-        )
 
 
 def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: SourcePlan) -> dict:

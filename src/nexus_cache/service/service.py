@@ -32,6 +32,7 @@ from typing import Any
 from nexus_cache.backends import DeviceBackend, select_backend
 from nexus_cache.device import (
     MANAGED_CAPACITY_FRACTION,
+    SOURCE_WAIT_TIMEOUT_S,
     DeviceCacheReport,
     DeviceProfile,
     DeviceResidentCaches,
@@ -109,8 +110,15 @@ class QueryService:
         except BaseException:
             self._caches.shutdown()
             raise
-        self._sources = SourcePort(self._caches)
+        self._sources = SourcePort(self._caches, SOURCE_WAIT_TIMEOUT_S)
         self._graphs = GraphPort(self._caches)
+        # One working domain per device for what attempts allocate (decoded
+        # frames, copies of cached frames, graphs built uncached), so nothing
+        # lands in a library's default pool. Freed blocks go back to the
+        # device whenever no attempt is running.
+        backend_ = self._caches.backend
+        self._work = {d: backend_.create_domain(d) for d in self._caches.device_ids}
+        self._running = 0
         self._on_planned = on_planned
         self._lock = threading.Lock()
         self._closed = False
@@ -208,7 +216,7 @@ class QueryService:
         timings["admit_s"] = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
-            table = run_attempt(plan, grant, self._lakehouse, self._sources, self._graphs, outcome)
+            table = self._run(plan, grant, ledger.device_id, outcome)
             timings["execute_s"] = time.perf_counter() - t0
         except BaseException as exc:
             kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
@@ -253,6 +261,20 @@ class QueryService:
             result_fingerprint=digest,
         )
         return QueryResult(table, diagnostics)
+
+    def _run(self, plan: AttemptPlan, grant: Any, device_id: int, outcome: AttemptOutcome) -> Any:
+        domain = self._work[device_id]
+        with self._lock:
+            self._running += 1
+        try:
+            return run_attempt(
+                plan, grant, domain, self._lakehouse, self._sources, self._graphs, outcome
+            )
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    domain.release_unused()
 
     def _seal(
         self,
@@ -326,6 +348,15 @@ class QueryService:
                 return self._shutdown
             self._shutdown = self._caches.shutdown(timeout)
             self._lakehouse.close(wait=True, timeout=timeout)
+            for domain in self._work.values():
+                if not domain.closed:
+                    domain.release_unused()
+                    try:
+                        domain.close()
+                    except LifecycleError:
+                        # something of an attempt is still referenced (an error's
+                        # traceback); the domain stays open and frees it later
+                        pass
             return self._shutdown
 
     @property
