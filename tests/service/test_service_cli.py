@@ -61,9 +61,10 @@ def test_demo_table_and_kept_workdir(tmp_path: Path, capsys: pytest.CaptureFixtu
     argv = ["demo", "--scale", "6", "--backend", "host", "--workdir", str(work)]
     assert main(argv) == 0
     out = capsys.readouterr().out
+    assert "every warm result equals its cold result" in out
     for word in ("query", "cold", "warm", "speedup", "lakehouse", "pagerank", "jaccard", "device"):
         assert word in out
-    assert "miss -> hit" in out
+    assert "miss→hit" in out
     assert main(["evidence", "verify", str(work / "evidence")]) == 0
     assert (work / "lake" / "edges.parquet").is_file()
     assert pq.ParquetFile(work / "lake" / "edges.parquet").num_row_groups > 1

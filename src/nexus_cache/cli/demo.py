@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -105,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
         emit(report.to_dict(), None, as_json=True)
     else:
         emit(None, _query_table(report), as_json=False)
+        sys.stdout.write("\n")
         emit(None, _device_table(report.device_cache_reports), as_json=False)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -134,40 +136,44 @@ class _PhaseBars:
 
 
 def _pair(cold: Any, warm: Any) -> str:
-    return str(cold) if cold == warm else f"{cold} -> {warm}"
+    return str(cold) if cold == warm else f"{cold}→{warm}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    ms = seconds * 1000
+    return f"{ms:.1f}ms" if ms < 10 else f"{ms:.0f}ms"
+
+
+def _short(status: Any) -> str:
+    return "-" if status == "not_applicable" else str(status)
 
 
 def _query_table(report: Any) -> Table:
+    differ = [q.name for q in report.queries if not q.equal]
     table = Table(
-        [
-            "query",
-            "rows",
-            "cold",
-            "warm",
-            "speedup",
-            "lakehouse",
-            "source cache",
-            "graph cache",
-            "warm = cold",
-        ],
+        ["query", "cold", "warm", "speedup", "lakehouse", "source cache", "graph cache"],
         title=(
             f"nexus-cache demo: R-MAT scale {report.scale} ({report.edges} edges), "
             f"{report.fact_rows} fact rows, {report.backend} backend"
         ),
-        right=["rows", "cold", "warm", "speedup"],
-        footer=None if report.ok else "a warm result differs from its cold result",
+        right=["cold", "warm", "speedup"],
+        footer=(
+            "every warm result equals its cold result"
+            if not differ
+            else f"warm results DIFFER from cold ones: {', '.join(differ)}"
+        ),
     )
     for q in report.queries:
         table.add(
             q.name,
-            q.rows,
-            f"{q.cold_s * 1000:.1f} ms",
-            f"{q.warm_s * 1000:.1f} ms",
+            _duration(q.cold_s),
+            _duration(q.warm_s),
             f"{q.speedup:.1f}x",
             _pair(q.cold["lakehouse"], q.warm["lakehouse"]),
             _pair(q.cold["source_cache"], q.warm["source_cache"]),
-            _pair(q.cold["graph_cache"], q.warm["graph_cache"]),
-            "yes" if q.equal else "NO",
+            _pair(_short(q.cold["graph_cache"]), _short(q.warm["graph_cache"])),
         )
     return table
 
@@ -176,23 +182,19 @@ def _device_table(rows: Any) -> Table:
     table = Table(
         [
             "device",
-            "backend",
-            "managed",
             "cache cap",
             "evictable",
             "pinned",
             "domain used",
-            "source hits/misses",
-            "graph hits/misses",
+            "source hit/miss",
+            "graph hit/miss",
         ],
-        title="device cache report (ledger beside the allocation domain)",
-        right=["managed", "cache cap", "evictable", "pinned", "domain used"],
+        title="device cache report: the ledger beside the allocation domain",
+        right=["cache cap", "evictable", "pinned", "domain used"],
     )
     for row in rows:
         table.add(
-            row["device_id"],
-            row["backend"],
-            size(row["managed_capacity_bytes"]),
+            f"{row['device_id']} ({row['backend']})",
             size(row["cache_cap_bytes"]),
             size(row["cache_evictable_resident_bytes"]),
             size(row["cache_pinned_in_use_bytes"]),
