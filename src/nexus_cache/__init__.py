@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     "ResidencyState": "nexus_cache.device",
     "ResidentEntry": "nexus_cache.device",
     "select_backend": "nexus_cache.backends",
+    # device frames
+    "DeviceFrame": "nexus_cache.frames",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -29,6 +29,7 @@ def test_host_run_prints_every_ratio_line(
         "CSR build, warm",
         "PageRank per iteration",
         r"BFS TEPS \(2 roots\)",
-        r"Jaccard \(every edge\)",
+        r"Jaccard \(\d+ sampled edges\)",
+        *(f"cache {a}, end to end" for a in ("bfs", "pagerank", "jaccard", "cosine")),
     ):
         assert re.search(rf"^RATIO {figure}: ours .* = \d", out, re.MULTILINE), figure

@@ -102,7 +102,7 @@ def test_decoded_frame_is_fully_accounted_in_the_domain(tmp_path: Path) -> None:
     frame = decode_parquet(str(source), domain=domain)
     gc.collect()
     # per-row-group string pieces were joined and dropped: only the frame is live
-    assert domain.counters().used_bytes == domain.measured_bytes(frame.arrays())
+    assert domain.counters().used_bytes == domain.measured_bytes(frame.device_arrays())
     assert domain.counters().allocated_bytes > domain.counters().used_bytes
     frame.release()
     gc.collect()
@@ -228,3 +228,25 @@ def test_read_to_device_of_a_remote_read_uses_staging_and_refuses_kvikio(
     monkeypatch.setitem(sys.modules, "kvikio", None)  # import kvikio -> ImportError
     with open(source, "rb") as f, pytest.raises(BackendUnavailableError, match="kvikio"):
         read_to_device(f, domain=domain, use_kvikio=True)
+
+
+@pytest.mark.parametrize(
+    ("slot_bytes", "slots", "match"),
+    [
+        (1024, 3, "too small"),
+        ("-1M", 3, "slot_bytes"),
+        (True, 3, "slot_bytes"),
+        (4096, 1, "slots"),
+    ],
+)
+def test_staging_settings_are_checked_where_they_enter(slot_bytes, slots, match) -> None:
+    from nexus_cache.frames import open_transfer
+
+    with pytest.raises(ConfigError, match=match):
+        open_transfer(_domain(), slot_bytes=slot_bytes, slots=slots)
+
+
+def test_slot_sizes_take_the_size_grammar(tmp_path: Path) -> None:
+    source = _write(tmp_path / "t.parquet", _sample(100), row_group_size=50)
+    frame = decode_parquet(str(source), domain=_domain(), slot_bytes="64KiB")
+    assert frame.num_rows == 100

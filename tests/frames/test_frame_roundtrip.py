@@ -26,9 +26,9 @@ def _domain(total: int = 256 << 20):
 
 def _accounted(domain, frame: DeviceFrame) -> None:
     """Every buffer is the domain's, and the domain holds nothing else."""
-    for array in frame.arrays():
+    for array in frame.device_arrays():
         assert domain.allocation_bytes(array) >= array.nbytes > 0
-    assert domain.counters().used_bytes == domain.measured_bytes(frame.arrays())
+    assert domain.counters().used_bytes == domain.measured_bytes(frame.device_arrays())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=HEALTH)
@@ -59,7 +59,7 @@ def test_slices_projections_and_copies_equal_arrow_slices(table: pa.Table, data)
     expected = table.slice(start, length).select(keep)
     assert_same_table(projected.to_arrow(), expected)
 
-    copy = projected.copy_to(other)
+    copy = projected.copy_into(other)
     assert copy.domain is other
     assert_same_table(copy.to_arrow(), expected)
     _accounted(other, copy)
@@ -112,7 +112,7 @@ def test_owner_lives_until_the_last_derived_frame_is_released() -> None:
     released: list[str] = []
     owner = FrameOwner(lambda: released.append("pin"))
     base = DeviceFrame.from_arrow(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]}), domain=domain)
-    frame = base.copy_to(domain, owner=owner)
+    frame = base.copy_into(domain, owner=owner)
     part = frame.slice(1)
     proj = part.select(["b"])
     assert frame.owner is part.owner is proj.owner is owner
@@ -137,7 +137,7 @@ def test_owner_lives_until_the_last_derived_frame_is_released() -> None:
 def test_a_dropped_frame_still_lets_its_owner_go() -> None:
     released: list[int] = []
     owner = FrameOwner(lambda: released.append(1))
-    frame = DeviceFrame.from_arrow(pa.table({"a": [1]}), domain=_domain()).copy_to(
+    frame = DeviceFrame.from_arrow(pa.table({"a": [1]}), domain=_domain()).copy_into(
         _domain(), owner=owner
     )
     derived = frame.slice(0, 1)

@@ -143,3 +143,63 @@ def test_gpu_pagerank_and_jaccard_equal_host(cp: Any) -> None:
     np.testing.assert_allclose(
         got_j.column("jaccard").to_numpy(), want_j.column("jaccard").to_numpy(), rtol=1e-12
     )
+
+
+def _cuda_caches(cap: int = 2 << 30) -> Any:
+    from nexus_cache.device import DeviceProfile, DeviceResidentCaches
+
+    return DeviceResidentCaches([DeviceProfile(0, cap)], backend="cuda")
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "params"),
+    [("bfs", {"sources": [3]}), ("pagerank", {}), ("jaccard", {}), ("cosine", {})],
+)
+def test_cache_hit_after_miss_on_the_gpu(cp: Any, algorithm: str, params: dict) -> None:
+    from nexus_cache.device import GraphRunStatus, plan_graph_run
+
+    edges = {k: cp.asarray(v) for k, v in _rmat_like(11, 12, 1 << 16).items()}
+    edges["src"][0] = 3  # a known BFS source
+    plan = plan_graph_run(algorithm, source=("gpu-test", 11), options=GraphOptions(directed=False))
+    with _cuda_caches() as caches:
+        cache = caches.graph_cache(0)
+        domain = caches.factory(0).domain
+        miss = cache.run(plan, edges, **params)
+        hit = cache.run(plan, edges, **params)
+        assert (miss.status, hit.status) == (GraphRunStatus.MISS, GraphRunStatus.HIT)
+        assert hit.result.to_arrow().equals(miss.result.to_arrow())
+        assert hit.drift_bytes == 0
+        snap = caches.ledger(0).snapshot()
+        assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0
+        # Only the parked graph stays live in the cache pool, and it is what is charged.
+        assert domain.used_bytes() == snap.cache_evictable_resident_bytes > 0
+        # ... while the results are alive: they live in the attempt's memory.
+        assert hit.result.num_rows > 0
+
+
+def test_cache_drift_on_the_gpu_destroys_the_graph(
+    cp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    from nexus_cache.device import GraphRunStatus, plan_graph_run
+
+    graph_cache = importlib.import_module("nexus_cache.device.graph_cache")
+    edges = {k: cp.asarray(v) for k, v in _rmat_like(12, 12, 1 << 16).items()}
+    plan = plan_graph_run("pagerank", source=("gpu-test", 12))
+    leaked: list[Any] = []
+
+    def leaky(graph: Any, **params: Any) -> Any:
+        leaked.append(cp.empty(1 << 20, cp.uint8))  # allocated inside the cache domain's scope
+        return pagerank(graph, **params)
+
+    with _cuda_caches() as caches:
+        cache = caches.graph_cache(0)
+        assert cache.run(plan, edges).status is GraphRunStatus.MISS
+        monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", leaky)
+        run = cache.run(plan, edges)
+        assert run.status is GraphRunStatus.HIT
+        assert run.drift_bytes >= 1 << 20
+        assert cache.stats().entries == 0
+        assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+        leaked.clear()

@@ -29,3 +29,10 @@ def test_bfs_switch_points_and_memory_bound_are_the_code_s() -> None:
     assert f"max_temp_bytes / {similarity._BYTES_PER_ELEMENT}" in DOC
     assert DEFAULT_MAX_TEMP_BYTES == 256 << 20
     assert 'max_temp_bytes="256M"' in DOC
+
+
+def test_every_uncached_reason_is_documented() -> None:
+    from nexus_cache.device import GraphUncachedReason
+
+    documented = set(re.findall(r"^\| `(\w+)` \| ", DOC, re.MULTILINE))
+    assert {r.value for r in GraphUncachedReason} <= documented

@@ -157,3 +157,20 @@ def test_result_is_a_mapping_with_nulls_in_arrow() -> None:
     table = result.to_arrow()
     assert table.column("distance").to_pylist() == [0, 1, None, None]
     assert table.column("predecessor").to_pylist() == [None, 1, None, None]
+
+
+def test_device_frame_edges_on_the_host_backend() -> None:
+    from nexus_cache.backends import HostBackend
+    from nexus_cache.frames import DeviceFrame
+
+    domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    frame = DeviceFrame.from_arrow(pa.table(EDGES), domain=domain)
+    graph = build_graph(frame, source="a", destination="b", weight="w")
+    reference = build_graph(EDGES, source="a", destination="b", weight="w")
+    for got, want in zip(graph.arrays(), reference.arrays(), strict=True):
+        assert np.array_equal(got, want)
+    nulls = DeviceFrame.from_arrow(pa.table({"src": [1, None], "dst": [2, 3]}), domain=domain)
+    with pytest.raises(GraphInputError, match="null values"):
+        build_graph(nulls)
+    frame.release()
+    nulls.release()

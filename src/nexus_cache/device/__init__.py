@@ -17,7 +17,20 @@ from nexus_cache.device.checkout import (
     SourceDiagnostics,
 )
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
-from nexus_cache.device.graph_cache import GraphCacheSubdomain
+from nexus_cache.device.graph_cache import (
+    GraphCacheStats,
+    GraphCacheSubdomain,
+    GraphRun,
+    GraphRunStatus,
+    run_graph,
+)
+from nexus_cache.device.graph_key import (
+    ALGORITHMS,
+    GraphPlan,
+    GraphUncachedReason,
+    ResidentGraphKey,
+    plan_graph_run,
+)
 from nexus_cache.device.ledger import DeviceLedger, Evictor, Grant, LedgerSnapshot
 from nexus_cache.device.metrics import (
     GAUGE_EVICTABLE_RESIDENT,
@@ -48,6 +61,15 @@ from nexus_cache.device.subdomain import CacheSubdomain, DrainResult, SubdomainS
 from nexus_cache.device.values import ArrayBundle, DeviceValue
 
 __all__ = [
+    "ALGORITHMS",
+    "GraphCacheStats",
+    "GraphPlan",
+    "GraphRun",
+    "GraphRunStatus",
+    "GraphUncachedReason",
+    "ResidentGraphKey",
+    "plan_graph_run",
+    "run_graph",
     "GAUGES",
     "LEADER_LOCAL_ERRORS",
     "SOURCE_EVENT_KINDS",

@@ -14,6 +14,7 @@ from nexus_cache.frames.decode import DecodeStats, decode_parquet, read_parquet
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.owner import FrameOwner
 from nexus_cache.frames.read import kvikio_available, read_to_device
+from nexus_cache.frames.source import read_cached_parquet, source_frame_key
 from nexus_cache.frames.staging import (
     DEFAULT_SLOT_BYTES,
     DEFAULT_SLOTS,
@@ -40,7 +41,9 @@ __all__ = [
     "is_cuda_domain",
     "kvikio_available",
     "open_transfer",
+    "read_cached_parquet",
     "read_parquet",
     "read_to_device",
+    "source_frame_key",
     "storage_dtype",
 ]

@@ -60,9 +60,10 @@ def copy_column(
         dictionary = None
         if column.dictionary is not None:
             dictionary = copy_column(column.dictionary, domain, stream)
-        if column.offsets is None:
-            data, offsets = _copy(domain, column.data, stream), None
-        else:
+        if column.offsets is None or column.compact:
+            data = _copy(domain, column.data, stream)
+            offsets = None if column.offsets is None else _copy(domain, column.offsets, stream)
+        else:  # a slice: rebase the offsets, copy only the rows' bytes
             start, stop = int(column.offsets[0]), int(column.offsets[-1])
             if start == 0:
                 offsets = _copy(domain, column.offsets, stream)

@@ -106,7 +106,10 @@ class DeviceColumn:
     """Immutable description of one column's device buffers (see the module doc).
 
     ``field`` keeps the name, type, nullability and metadata, so the column
-    converts back to exactly the Arrow type it came from.
+    converts back to exactly the Arrow type it came from. ``compact`` says
+    that the offsets start at 0 and ``data`` holds exactly the rows' bytes
+    (true for every built or copied column; a slice of strings is not), so
+    a copy needs no look at the offsets.
     """
 
     field: pa.Field
@@ -115,6 +118,7 @@ class DeviceColumn:
     offsets: Any = None
     validity: Any = None
     dictionary: DeviceColumn | None = None
+    compact: bool = True
 
     @property
     def name(self) -> str:
@@ -128,25 +132,27 @@ class DeviceColumn:
     def kind(self) -> ColumnKind:
         return column_kind(self.field.type, self.name)
 
-    def arrays(self) -> tuple[Any, ...]:
+    def device_arrays(self) -> tuple[Any, ...]:
         """Every non-empty device buffer this column references (dictionary values
         included); empty buffers own no allocation."""
         own = tuple(
             a for a in (self.data, self.offsets, self.validity) if a is not None and a.size
         )
-        return own + (self.dictionary.arrays() if self.dictionary is not None else ())
+        return own + (self.dictionary.device_arrays() if self.dictionary is not None else ())
 
     @property
     def nbytes(self) -> int:
         """Bytes of the buffers it references (a slice counts its views)."""
-        return sum(int(a.nbytes) for a in self.arrays())
+        return sum(int(a.nbytes) for a in self.device_arrays())
 
     def slice(self, start: int, stop: int) -> DeviceColumn:
         """Rows ``[start, stop)`` as views of the same buffers (no copy)."""
         validity = None if self.validity is None else self.validity[start:stop]
         if self.offsets is not None:
+            whole = self.compact and start == 0 and stop == self.length
+            offsets = self.offsets[start : stop + 1]
             return DeviceColumn(
-                self.field, stop - start, self.data, self.offsets[start : stop + 1], validity
+                self.field, stop - start, self.data, offsets, validity, None, whole
             )
         return DeviceColumn(
             self.field, stop - start, self.data[start:stop], None, validity, self.dictionary

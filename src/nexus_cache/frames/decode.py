@@ -4,8 +4,9 @@ Two stages run at once:
 
 * a decoder thread reads the projected columns of one row group after the
   other with PyArrow on the host (PyArrow decodes without holding the GIL)
-  and turns each into NumPy buffers; it stays at most one row group ahead,
-  so host memory holds at most two decoded row groups;
+  and turns each into NumPy buffers; a queue of one bounds it, so host
+  memory holds at most three row groups (one being copied, one waiting,
+  one being decoded);
 * the calling thread moves each decoded row group into the domain through a
   :class:`~nexus_cache.frames.staging.Transfer` (on CUDA: pinned staging
   slots and one stream, see :mod:`nexus_cache.frames.staging`).
@@ -48,7 +49,9 @@ class DecodeStats:
     ``decode_seconds``: the decoder thread's host decode; ``wait_seconds``:
     how long the copying thread waited for decoded row groups; ``transfer``:
     the host-to-device stage (on CUDA the copy engine's busy time, measured
-    with CUDA events); ``wall_seconds``: the whole call.
+    with CUDA events); ``wall_seconds``: the whole call; ``lakehouse``: the
+    lakehouse read's ``ReadDiagnostics``; ``source``: the source cache's
+    ``SourceDiagnostics`` (:func:`~nexus_cache.frames.read_cached_parquet`).
     """
 
     row_groups: int = 0
@@ -59,6 +62,7 @@ class DecodeStats:
     wall_seconds: float = 0.0
     transfer: TransferStats = field(default_factory=TransferStats)
     lakehouse: Any = None
+    source: Any = None
 
 
 def _check_request(
@@ -118,7 +122,7 @@ def decode_parquet(
     row_groups: Sequence[int] | None = None,
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
-    slot_bytes: int = DEFAULT_SLOT_BYTES,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
 ) -> DeviceFrame:
     """Decode ``columns`` (default all, in the order given) of ``row_groups``
     (default all) of the Parquet ``source`` into a frame allocated in ``domain``.
@@ -131,7 +135,8 @@ def decode_parquet(
     read from several row groups carry their row groups' dictionaries one
     after another). Raises ConfigError for unknown columns or row groups and
     FrameTypeError for types a frame cannot hold; on any error every device
-    allocation made so far is dropped.
+    allocation made so far is dropped. Thread-safe: concurrent decodes (into
+    one domain or several) each use their own staging and decoder thread.
     """
     timing = stats is not None
     stats = stats if stats is not None else DecodeStats()
@@ -200,6 +205,7 @@ def read_parquet(
     row_groups: Sequence[int] | None = None,
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
 ) -> DeviceFrame:
     """Open ``source`` through the lakehouse ``cache`` (default: the process's
     ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
@@ -220,4 +226,5 @@ def read_parquet(
             row_groups=row_groups,
             read_dictionary=read_dictionary,
             stats=stats,
+            slot_bytes=slot_bytes,
         )

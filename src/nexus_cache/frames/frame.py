@@ -34,7 +34,7 @@ class DeviceFrame:
     Columns keep their order and their Arrow fields (name, type, nullability,
     metadata), so :meth:`to_arrow` returns the schema :meth:`from_arrow` got.
     :meth:`slice` and :meth:`select` derive frames that share the buffers (no
-    copy) and the :class:`FrameOwner`; :meth:`copy_to` makes an independent
+    copy) and the :class:`FrameOwner`; :meth:`copy_into` makes an independent
     copy in another domain.
 
     Thread-safety: reading a frame from several threads is safe; release it
@@ -148,9 +148,9 @@ class DeviceFrame:
         """Bytes of the device buffers the frame references (views count their span)."""
         return sum(c.nbytes for c in self.columns)
 
-    def arrays(self) -> tuple[Any, ...]:
+    def device_arrays(self) -> tuple[Any, ...]:
         """Every device buffer the frame references, e.g. to attach to a cache entry."""
-        return tuple(a for c in self.columns for a in c.arrays())
+        return tuple(a for c in self.columns for a in c.device_arrays())
 
     def column(self, key: str | int) -> DeviceColumn:
         """The column at an index, or the first one of a name."""
@@ -184,10 +184,24 @@ class DeviceFrame:
         """A projection, in the order given (names or indices)."""
         return self._derive((self.column(k) for k in columns), self._num_rows)
 
-    def copy_to(self, domain: AllocationDomain, *, owner: FrameOwner | None = None) -> DeviceFrame:
+    def with_owner(self, owner: FrameOwner) -> DeviceFrame:
+        """The same rows and columns (no copy), held by ``owner`` instead."""
+        return DeviceFrame(
+            self.columns,
+            num_rows=self._num_rows,
+            domain=self._domain,
+            metadata=self._metadata,
+            owner=owner,
+        )
+
+    def copy_into(
+        self, domain: AllocationDomain, *, owner: FrameOwner | None = None
+    ) -> DeviceFrame:
         """An independent copy allocated in ``domain`` (same device), synchronized.
 
-        Slices are compacted: string bytes outside the rows are not copied.
+        This and :attr:`nbytes` / :meth:`device_arrays` make a frame a value the
+        device caches can hold (``nexus_cache.device.DeviceValue``). Slices are
+        compacted: string bytes outside the rows are not copied.
         ``owner`` becomes the copy's owner (e.g. a pin kept until it is released).
         """
         stream = copy_stream(domain) if is_cuda_domain(domain) else None

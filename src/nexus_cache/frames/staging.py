@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nexus_cache._sizes import parse_size
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
 
@@ -41,6 +42,7 @@ __all__ = [
     "PinnedStaging",
     "Transfer",
     "TransferStats",
+    "check_staging",
     "is_cuda_domain",
     "open_transfer",
 ]
@@ -122,6 +124,16 @@ class Transfer:
         """Give back what the transfer borrowed (idempotent)."""
 
 
+def check_staging(slot_bytes: int | str, slots: int) -> tuple[int, int]:
+    """Validated ``(slot_bytes, slots)``; ``slot_bytes`` may be a size string ("32MiB")."""
+    size = parse_size(slot_bytes, name="slot_bytes")
+    if size < 4096:
+        raise ConfigError(f"slot_bytes={slot_bytes!r} is too small; accepted: >= 4096 bytes")
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 2:
+        raise ConfigError(f"slots={slots!r}; accepted: an int >= 2 (one fills while one copies)")
+    return size, slots
+
+
 def _read_some(reader: Any, into: memoryview, pos: int, nbytes: int) -> int:
     got = reader.readinto(into)
     if not got:
@@ -141,11 +153,7 @@ class PinnedStaging:
     def __init__(
         self, device_id: int, slot_bytes: int = DEFAULT_SLOT_BYTES, slots: int = DEFAULT_SLOTS
     ) -> None:
-        if slot_bytes < 4096 or slots < 2:
-            raise ConfigError(
-                f"staging slot_bytes={slot_bytes}, slots={slots}; accepted: slot_bytes >= 4096 "
-                "and slots >= 2 (one fills while another copies)"
-            )
+        slot_bytes, slots = check_staging(slot_bytes, slots)
         import cupy
         import cupyx
 
@@ -278,13 +286,15 @@ def open_transfer(
     domain: AllocationDomain,
     *,
     timing: bool = False,
-    slot_bytes: int = DEFAULT_SLOT_BYTES,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
     slots: int = DEFAULT_SLOTS,
 ) -> Transfer:
     """A transfer into ``domain``: pinned staging on CUDA, a plain copy on the host.
 
-    Close it when done (it returns its pinned slots to the pool).
+    Close it when done (it returns its pinned slots to the pool). Raises
+    ConfigError for a slot size under 4096 bytes or fewer than 2 slots.
     """
+    slot_bytes, slots = check_staging(slot_bytes, slots)
     if is_cuda_domain(domain):
         staging = PinnedStaging.acquire(domain.device_id, slot_bytes, slots)
         return _CudaTransfer(domain, staging, timing)

@@ -1,9 +1,9 @@
 """Reading edge columns out of an edge frame onto the chosen array module.
 
-An edge frame is a ``pyarrow.Table`` / ``RecordBatch``, or any mapping of
-column name to column (a ``DeviceFrame``, a ``dict`` of NumPy or CuPy arrays,
-of Arrow arrays, or of anything with ``__cuda_array_interface__`` or
-``__array__``).
+An edge frame is a ``pyarrow.Table`` / ``RecordBatch``, a
+``nexus_cache.frames.DeviceFrame``, or any mapping of column name to column
+(a ``dict`` of NumPy or CuPy arrays, of Arrow arrays, or of anything with
+``__cuda_array_interface__`` or ``__array__``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,24 @@ def _raw_column(frame: Any, name: str) -> Any:
         ) from exc
 
 
+def _device_column_array(column: Any, name: str) -> Any:
+    """The values buffer of a frames ``DeviceColumn`` (fixed width, no nulls)."""
+    if column.offsets is not None or column.dictionary is not None:
+        raise GraphInputError(
+            f"column {name!r} has Arrow type {column.type}; use an integer or float column"
+        )
+    validity = column.validity
+    if validity is not None and not bool(validity.all()):
+        raise GraphInputError(
+            f"column {name!r} has null values; drop or fill them before building a graph"
+        )
+    return column.data
+
+
 def _as_array(column: Any, name: str) -> Any:
     """A NumPy or CuPy array for one column, refusing nulls."""
+    if all(hasattr(column, a) for a in ("field", "data", "validity", "offsets")):
+        return _device_column_array(column, name)
     null_count = getattr(column, "null_count", 0)
     if null_count:
         raise GraphInputError(

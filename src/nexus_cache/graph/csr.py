@@ -75,6 +75,24 @@ class Graph:
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arrays())
 
+    def device_arrays(self) -> tuple[Any, ...]:
+        """The arrays a device cache measures and proves unreachable (``arrays()``)."""
+        return self.arrays()
+
+    def copy_into(self, domain: Any) -> Graph:
+        """An independent copy whose arrays are allocated in ``domain`` (a cache
+        allocation domain); the graph then lives on ``domain.xp``."""
+        weights = None if self.weights is None else domain.copy_in(self.weights)
+        return Graph(
+            indptr=domain.copy_in(self.indptr),
+            indices=domain.copy_in(self.indices),
+            weights=weights,
+            vertex_ids=domain.copy_in(self.vertex_ids),
+            options=self.options,
+            xp=domain.xp,
+            input_edges=self.input_edges,
+        )
+
     @property
     def sparse(self) -> Any:
         """``scipy.sparse`` or ``cupyx.scipy.sparse``, matching ``xp``."""
