@@ -102,9 +102,13 @@ class AllocationDomain(abc.ABC):
 
     #: what the messages call the device ("CUDA", "host")
     kind: str = "device"
+    #: True when allocations past :attr:`limit_bytes` fail in the allocator
+    #: itself (RMM's limiting adaptor); otherwise the ledger alone holds the cap
+    enforces_limit: bool = False
 
-    def __init__(self, device_id: int) -> None:
+    def __init__(self, device_id: int, *, limit_bytes: int | None = None) -> None:
         self._device_id = device_id
+        self._limit_bytes = limit_bytes
         self._scope_stack = _ScopeStack()
         self._counter_lock = threading.Lock()
         self._allocations = 0
@@ -116,6 +120,11 @@ class AllocationDomain(abc.ABC):
     @property
     def device_id(self) -> int:
         return self._device_id
+
+    @property
+    def limit_bytes(self) -> int | None:
+        """The limit the domain was built with (the cache cap), or None."""
+        return self._limit_bytes
 
     @property
     @abc.abstractmethod
@@ -254,7 +263,10 @@ class DeviceBackend(abc.ABC):
     def mem_info(self, device_id: int) -> MemoryInfo: ...
 
     @abc.abstractmethod
-    def create_domain(self, device_id: int) -> AllocationDomain: ...
+    def create_domain(self, device_id: int, *, limit_bytes: int | None = None) -> AllocationDomain:
+        """A new allocation domain on ``device_id`` with ``limit_bytes`` (the cache
+        cap, None for none). Domains with ``enforces_limit`` refuse allocations past
+        it (``MemoryError``); the others leave the cap to the ledger."""
 
     @abc.abstractmethod
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:

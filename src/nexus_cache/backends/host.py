@@ -101,9 +101,11 @@ class HostBackend(DeviceBackend):
         with self._lock:
             return MemoryInfo(self._total - self._held[device_id], self._total)
 
-    def create_domain(self, device_id: int) -> HostAllocationDomain:
+    def create_domain(
+        self, device_id: int, *, limit_bytes: int | None = None
+    ) -> HostAllocationDomain:
         self.check_device(device_id)
-        return HostAllocationDomain(self, device_id)
+        return HostAllocationDomain(self, device_id, limit_bytes=limit_bytes)
 
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
         self.check_device(device_id)
@@ -131,6 +133,10 @@ class HostBackend(DeviceBackend):
 class HostAllocationDomain(AllocationDomain):
     """Tracking allocator for NumPy buffers of one simulated device. Thread-safe.
 
+    ``limit_bytes`` is recorded, not enforced: like the CuPy pool domain, the
+    host domain leaves the cap to the ledger (only RMM domains add a physical
+    backstop), and only the simulated device's total bounds allocations.
+
     Every allocation is one rounded ``uint8`` buffer; arrays handed out are
     views of it, so the buffer dies (and its bytes count as freed) only when
     the last view dies.
@@ -138,8 +144,10 @@ class HostAllocationDomain(AllocationDomain):
 
     kind = "host"
 
-    def __init__(self, backend: HostBackend, device_id: int) -> None:
-        super().__init__(device_id)
+    def __init__(
+        self, backend: HostBackend, device_id: int, *, limit_bytes: int | None = None
+    ) -> None:
+        super().__init__(device_id, limit_bytes=limit_bytes)
         self._backend = backend
         # Reentrant: a buffer finalizer can fire in a thread that holds the lock.
         self._lock = threading.RLock()

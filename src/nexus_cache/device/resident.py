@@ -95,7 +95,9 @@ class DeviceResidentCaches:
         device = _Device(profile, ledger)
         self._devices[profile.device_id] = device
         if profile.cache_cap_bytes > 0:
-            device.factory = DeviceCacheAllocationFactory(self._backend, profile.device_id)
+            device.factory = DeviceCacheAllocationFactory(
+                self._backend, profile.device_id, limit_bytes=profile.cache_cap_bytes
+            )
             device.source = SourceCacheSubdomain(ledger, device.factory)
             device.graph = GraphCacheSubdomain(ledger, device.factory)
 
