@@ -214,3 +214,35 @@ def test_read_shows_what_each_read_did_and_warms_the_cache(
     assert main(["lakehouse", "read", "--root", str(root), "--plan", source]) == 0
     out = capsys.readouterr().out
     assert re.search(r"hit +local +none +4\.9 KiB", out)
+
+
+def test_info_without_a_root_still_shows_the_configuration(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "read_through")
+    assert main(["lakehouse", "info", "--json"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["environment_config"]["policy"] == "read_through"
+    assert "no cache root: pass --root or set NEXUS_LAKEHOUSE_CACHE_ROOT" in out.err
+
+
+def test_public_helpers_read_the_environment_like_from_env(tmp_path: Path) -> None:
+    from nexus_cache.lakehouse import config_errors_from_env, resolve_root
+
+    assert resolve_root(environ={"NEXUS_LAKEHOUSE_CACHE_ROOT": " "}) is None
+    assert resolve_root(environ={"NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "a")}) == (
+        tmp_path / "a"
+    )
+    assert resolve_root(tmp_path / "b", environ={"NEXUS_LAKEHOUSE_CACHE_ROOT": "/x"}) == (
+        tmp_path / "b"
+    )
+    env = {
+        "NEXUS_LAKEHOUSE_CACHE_READ": "maybe",
+        "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES": "-1",
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "",  # blank: unset, not an error
+    }
+    errors = config_errors_from_env(env)
+    assert len(errors) == 2
+    assert "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES" in str(errors[0])
+    assert "NEXUS_LAKEHOUSE_CACHE_READ" in str(errors[1])
+    assert config_errors_from_env({}) == []

@@ -44,7 +44,7 @@ _ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "lakehouse",
-        help="lakehouse byte cache: info, ls, verify, prune, clear",
+        help="lakehouse byte cache: info, ls, read, verify, prune, clear",
         description="Inspect and maintain a lakehouse byte cache root.",
     )
     sub = parser.add_subparsers(dest="lakehouse_command", metavar="SUBCOMMAND")
@@ -108,14 +108,13 @@ def _open(args: argparse.Namespace) -> Any:
 def _info(args: argparse.Namespace) -> int:
     from nexus_cache.lakehouse import LakehouseCacheConfig, config_errors_from_env
 
-    errors = config_errors_from_env()
+    errors: list[Exception] = list(config_errors_from_env())
     config = None if errors else LakehouseCacheConfig.from_env().to_dict()
+    summary = None
     try:
         summary = _open(args).summary()
-    except ConfigError as exc:  # a bad root variable: already among the errors
-        if not errors:
-            raise
-        summary = None
+    except (ConfigError, NoCacheError) as exc:
+        # Still show the configuration: it often explains the missing root.
         if str(exc) not in {str(e) for e in errors}:
             errors.append(exc)
     data: dict[str, Any] = {}

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nexus_cache._sizes import parse_size as _parse_size
 from nexus_cache.cli._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
+    SIZE_HELP,
     CommandError,
     NoCacheError,
     Table,
@@ -26,21 +26,17 @@ from nexus_cache.cli._output import (
     emit,
     progress,
     size,
+    size_option,
     utc,
 )
-from nexus_cache.errors import ConfigError
 
 __all__ = ["parse_size", "register"]
 
 _ARCH_RE = re.compile(r"(sm|compute)_[0-9]+[af]?\Z")
 
 
-def parse_size(text: str) -> int:
-    """argparse type for size options: the package's one grammar, ``0`` allowed."""
-    try:
-        return _parse_size(text, name="size", allow_zero=True)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+#: argparse type for size options: the package's one grammar, ``0`` allowed
+parse_size = size_option("--max-bytes")
 
 
 def parse_arch(text: str) -> str:
@@ -267,8 +263,7 @@ def register(subparsers: Any) -> None:
         type=parse_size,
         required=True,
         metavar="SIZE",
-        help="bytes to keep at most: 1048576, 64M, 10GiB (K/M/G/T and KiB.. are powers of "
-        "1024, KB/MB/GB/TB of 1000); 0 empties the cache",
+        help=f"bytes to keep at most; {SIZE_HELP}; 0 empties the cache",
     )
     p.set_defaults(func=_prune)
     p = sub.add_parser("clear", parents=[common], help="remove every entry")

@@ -215,18 +215,6 @@ class LakehouseCacheConfig:
         return out
 
 
-# variable -> field, for checking each variable on its own
-_ENV_FIELDS = {
-    ENV_ROOT: "root",
-    ENV_READ: "read",
-    ENV_POLICY: "policy",
-    ENV_MAX_BYTES: "max_bytes",
-    ENV_FILL_MAX_CONCURRENCY: "fill_max_concurrency",
-    ENV_FILL_MAX_HOST_BYTES: "fill_max_host_bytes",
-    ENV_BYPASS_BYTES: "bypass_bytes",
-}
-
-
 def _env_value(env: Mapping[str, str], name: str) -> str | None:
     # The rule of from_env: an empty or blank value counts as unset.
     value = env.get(name)
@@ -258,12 +246,15 @@ def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[Con
     """
     env = os.environ if environ is None else environ
     errors: list[ConfigError] = []
-    for name, field in _ENV_FIELDS.items():
+    # Each variable alone, through from_env itself: whatever variables
+    # from_env reads are checked, with its rules, and no error hides another.
+    names = sorted(n for n in env if n.startswith("NEXUS_LAKEHOUSE_"))
+    for name in names:
         value = _env_value(env, name)
         if value is None:
             continue
         try:
-            LakehouseCacheConfig(**{field: value})
+            LakehouseCacheConfig.from_env({name: value})
         except ConfigError as exc:
             errors.append(exc)
     if not errors:
