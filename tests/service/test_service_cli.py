@@ -45,6 +45,9 @@ def test_demo_json_at_small_scale(capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("scan", "pagerank", "bfs", "jaccard"):
         assert by_name[name]["warm"]["source_cache"] == "hit"
         assert by_name[name]["warm"]["lakehouse_read"] is False
+    for name in ("pagerank", "bfs", "jaccard"):
+        assert by_name[name]["cold"]["graph_cache"] == "miss"
+        assert by_name[name]["warm"]["graph_cache"] == "hit"
     assert by_name["count"]["cold"]["source_cache"] == "bypass"
     assert by_name["count"]["warm"]["source_cache"] == "bypass"
     assert by_name["scan"]["cold"]["graph_cache"] == "not_applicable"

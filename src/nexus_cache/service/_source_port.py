@@ -41,7 +41,7 @@ from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import ReadPlan
 from nexus_cache.service._lake import SourcePlan
 
-__all__ = ["BYPASS_COUNT", "FrameValue", "SourceLoad", "SourceOutcome", "SourcePort"]
+__all__ = ["BYPASS_COUNT", "SourceLoad", "SourceOutcome", "SourcePort"]
 
 #: what the frames were decoded with: part of every key, so a change of
 #: decoder never reuses frames of another
@@ -60,25 +60,6 @@ class SourceOutcome:
 
 
 BYPASS_COUNT = SourceOutcome("bypass", "synthetic count source")
-
-
-class FrameValue:
-    """A :class:`DeviceFrame` as a device-cache value (size, copy, arrays)."""
-
-    __slots__ = ("frame",)
-
-    def __init__(self, frame: DeviceFrame) -> None:
-        self.frame = frame
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.frame.nbytes)
-
-    def copy_into(self, domain: AllocationDomain) -> FrameValue:
-        return FrameValue(self.frame.copy_to(domain))
-
-    def device_arrays(self) -> tuple[Any, ...]:
-        return self.frame.arrays()
 
 
 @dataclasses.dataclass
@@ -170,7 +151,7 @@ class SourcePort:
                 )
                 checkout = self._one(subdomain, key, domain, read_plan, decode)
                 load.checkouts.append(checkout)
-                load.frames.append(checkout.value.frame)
+                load.frames.append(checkout.value)
                 status = _STATUS[checkout.status]
                 statuses.append(status)
                 if status == "bypass":
@@ -198,7 +179,7 @@ class SourcePort:
             except StalePlanError:
                 result.abandon("stale lakehouse plan")  # our plan, not the key, is bad
                 raise
-            return result.publish(FrameValue(frame))
+            return result.publish(frame)  # a DeviceFrame is a device-cache value
 
 
 def _one_word(values: Sequence[str]) -> str:
