@@ -8,7 +8,10 @@ shutdown that returns the caches' device memory.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +72,53 @@ def test_service_on_cuda_cold_equals_warm_with_expected_statuses(tmp_path: Path)
         assert w.diagnostics.lakehouse["status"] == "hit"
     assert cold[0].diagnostics.lakehouse["status"] == "miss"
     assert cold[1].diagnostics.source_cache["status"] == "bypass"
+    assert cold[0].diagnostics.source_cache["status"] == "miss-led"
+    assert cold[2].diagnostics.source_cache["status"] == "miss-led"
+    for result in cold[2:]:
+        assert result.diagnostics.graph_cache["status"] == "miss"
+    for result in warm[2:]:
+        assert result.diagnostics.source_cache["status"] == "hit"
+        assert result.diagnostics.graph_cache["status"] == "hit"
     assert reports[0].ledger.grant_bytes == 0
     assert verify_evidence(tmp_path / "evidence").ok
+
+
+@contextlib.contextmanager
+def _no_default_pool() -> Iterator[list[int]]:
+    """Record every allocation that reaches CuPy's default pool (outside any domain)."""
+    import cupy
+
+    gc.collect()
+    pool = cupy.get_default_memory_pool()
+    escaped: list[int] = []
+
+    def guard(size: int) -> Any:
+        escaped.append(size)
+        return pool.malloc(size)
+
+    cupy.cuda.set_allocator(guard)
+    try:
+        yield escaped
+    finally:
+        cupy.cuda.set_allocator(pool.malloc)
+
+
+def test_attempts_allocate_only_in_domains(tmp_path: Path) -> None:
+    edges, facts, source = _lake(tmp_path, scale=10)
+    edge_scan = Scan(edges, columns=("src", "dst"))
+    mix = [
+        Scan(facts),
+        Graph(edge_scan, "src", "dst", "pagerank"),
+        Graph(edge_scan, "src", "dst", "bfs", params={"source": source}),
+        Graph(edge_scan, "src", "dst", "cosine", directed=False),
+    ]
+    with _service(tmp_path) as service:
+        for query in mix:  # first run outside the guard: kernels compile, modules load
+            service.execute(query)
+        with _no_default_pool() as escaped:
+            for query in mix:
+                service.execute(query)
+    assert escaped == [], f"allocations escaped to CuPy's default pool: {escaped}"
 
 
 def test_pagerank_on_cuda_agrees_with_networkx(tmp_path: Path) -> None:
