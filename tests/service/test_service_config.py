@@ -59,6 +59,23 @@ cache_cap_bytes = "512MiB"
     assert config.admission_timeout_s == 1
 
 
+def test_storage_options_table(tmp_path: Path) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text(
+        "[storage_options]\nanon = false\n[storage_options.client_kwargs]\n"
+        'endpoint_url = "http://127.0.0.1:9000"\n'
+    )
+    config = ServiceConfig.load(toml, environ={})
+    assert config.storage_options == {
+        "anon": False,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"},
+    }
+    assert config.to_dict()["storage_options"] == ["anon", "client_kwargs"]  # keys only
+    toml.write_text('storage_options = "anon"\n')
+    with pytest.raises(ConfigError, match=r"\[storage_options\] table"):
+        ServiceConfig.load(toml, environ={})
+
+
 def test_environment_names_the_file(tmp_path: Path) -> None:
     toml = tmp_path / "s.toml"
     toml.write_text('backend = "host"\ncache_cap_bytes = "1G"\n')

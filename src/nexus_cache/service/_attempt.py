@@ -66,9 +66,10 @@ def plan_attempt(
     expansion: float,
     min_grant: int,
     floor: int = 0,
+    storage_options: dict[str, Any] | None = None,
 ) -> AttemptPlan:
     """Plan ``query`` now; the grant is the decoded-size estimate, at least ``floor``."""
-    source = plan_source(cache, _scan_of(query).source)
+    source = plan_source(cache, _scan_of(query).source, storage_options)
     if isinstance(query, Count):
         estimate = min_grant
     else:

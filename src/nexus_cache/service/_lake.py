@@ -67,8 +67,8 @@ class SourcePlan:
         }
 
 
-def _list_objects(source: str) -> tuple[Any, list[str]]:
-    fs, path = resolve_source(source)
+def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[Any, list[str]]:
+    fs, path = resolve_source(source, None, storage_options)
     if fs is None:
         if os.path.isdir(path):
             names = sorted(
@@ -94,9 +94,12 @@ def _list_objects(source: str) -> tuple[Any, list[str]]:
     return fs, names
 
 
-def plan_source(cache: LakehouseCache, source: str) -> SourcePlan:
-    """One lakehouse plan per Parquet object of ``source`` (a file or a directory)."""
-    fs, names = _list_objects(source)
+def plan_source(
+    cache: LakehouseCache, source: str, storage_options: dict[str, Any] | None = None
+) -> SourcePlan:
+    """One lakehouse plan per Parquet object of ``source`` (a file or a directory);
+    ``storage_options`` go to fsspec for a remote URL."""
+    fs, names = _list_objects(source, storage_options)
     plans = tuple(
         cache.plan(name, fs=fs) if fs is not None else cache.plan(name) for name in names
     )

@@ -97,6 +97,7 @@ _TOP_KEYS = (
     "cache_cap_bytes",
     "devices",
     "lakehouse",
+    "storage_options",
 )
 _DEVICE_KEYS = ("id", "cache_cap_bytes", "managed_capacity_bytes")
 
@@ -162,9 +163,18 @@ class ServiceConfig:
     max_attempts: int = 3
     grant_expansion: float = 8.0
     min_grant_bytes: int = 1 << 20
+    #: fsspec options for remote sources (e.g. ``{"client_kwargs": {"endpoint_url": ...}}``)
+    storage_options: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        if self.storage_options is not None:
+            if not isinstance(self.storage_options, Mapping):
+                raise ConfigError(
+                    f"storage_options={self.storage_options!r} is not accepted; use a mapping "
+                    "of fsspec options (a [storage_options] table in TOML)"
+                )
+            set_(self, "storage_options", dict(self.storage_options))
         backend = str(self.backend).strip().lower()
         if backend not in BACKEND_NAMES:
             raise ConfigError(
@@ -283,6 +293,10 @@ class ServiceConfig:
             "max_attempts": self.max_attempts,
             "grant_expansion": self.grant_expansion,
             "min_grant_bytes": self.min_grant_bytes,
+            # option values may hold credentials: name the keys only
+            "storage_options": None
+            if self.storage_options is None
+            else sorted(self.storage_options),
         }
 
 
@@ -318,6 +332,11 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     _check_keys(data, _TOP_KEYS, f"{path}")
     fields = {k: v for k, v in data.items() if k not in ("lakehouse", "devices")}
+    if "storage_options" in fields and not isinstance(fields["storage_options"], dict):
+        raise ConfigError(
+            f"{path}: storage_options={fields['storage_options']!r}; accepted: a "
+            "[storage_options] table"
+        )
     lake = data.get("lakehouse", {})
     if not isinstance(lake, dict):
         raise ConfigError(f"{path}: lakehouse={lake!r}; accepted: a [lakehouse] table")

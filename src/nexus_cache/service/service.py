@@ -198,6 +198,7 @@ class QueryService:
             expansion=cfg.grant_expansion,
             min_grant=cfg.min_grant_bytes,
             floor=floor,
+            storage_options=cfg.storage_options,  # type: ignore[arg-type]
         )
         timings["plan_s"] = time.perf_counter() - t0
         if self._on_planned is not None:
