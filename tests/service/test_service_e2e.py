@@ -226,9 +226,18 @@ def test_an_exhausted_grant_is_retried_with_a_larger_grant(tmp_path: Path, lake)
 
 def test_shutdown_is_idempotent_and_refuses_new_queries(tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
     service = make_service(tmp_path)
-    service.execute(Scan(lake.facts))
+    service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+    graph, source = service.caches.graph_cache(0), service.caches.source_cache(0)
+    assert graph.stats().entries == 1
+    assert source.stats().entries == 1
+    assert service.caches.ledger(0).snapshot().cache_evictable_resident_bytes > 0
     first = service.shutdown()
-    assert all(d.complete for d in first)
+    (device,) = first
+    assert device.complete
+    assert device.graph.destroyed == 1  # the graph cache drained, then the source cache
+    assert device.source.destroyed == 1
+    assert device.domain_released
+    assert service.caches.ledger(0).snapshot().cache_charged_bytes == 0
     assert service.shutdown() is first
     assert service.caches.closed
     with pytest.raises(LifecycleError, match="shut down"):
