@@ -300,3 +300,37 @@ def test_source_cache_skips_what_does_not_fit_and_bypass_touches_nothing(cp: Any
     assert caches.factory(0).counters() == before
     assert source.stats().skipped_retentions == 1
     assert all(r.complete for r in caches.shutdown(timeout=30))
+
+
+# -- one domain per device -------------------------------------------------------------------
+
+
+def test_a_profile_naming_a_missing_device_fails_clearly(cp: Any) -> None:
+    from nexus_cache.errors import ConfigError
+
+    count = cp.cuda.runtime.getDeviceCount()
+    with pytest.raises(ConfigError, match=rf"device_id {count} does not exist on the cuda"):
+        DeviceResidentCaches([DeviceProfile(0, MIB), DeviceProfile(count, MIB)], backend="cuda")
+
+
+def test_two_devices_have_independent_domains_and_figures(cp: Any) -> None:
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    caches = DeviceResidentCaches(
+        [DeviceProfile(0, 256 * MIB), DeviceProfile(1, 256 * MIB)], backend="cuda"
+    )
+    before = caches.device_cache_reports()[0]
+    attempt = caches.backend.create_domain(1)
+    calls: list[int] = []
+    for i in range(4):
+        with caches.source_cache(1).get_or_decode(
+            _key(f"d1-{i}"), _decoder(attempt, 16 * MIB, calls), domain=attempt
+        ) as result:
+            assert result.value["a"].device.id == 1
+    after = caches.device_cache_reports()
+    assert after[0].ledger == before.ledger
+    assert after[0].domain == before.domain
+    assert after[1].ledger.cache_evictable_resident_bytes == 4 * 32 * MIB
+    assert after[1].domain.used_bytes == 4 * 32 * MIB
+    assert caches.factory(1).domain.device_id == 1
+    assert all(r.complete for r in caches.shutdown(timeout=30))

@@ -44,12 +44,8 @@ from nexus_cache.device.profile import MANAGED_CAPACITY_FRACTION, DeviceProfile
 from nexus_cache.device.report import REPORT_COLUMNS, DeviceCacheReport, format_tsv
 from nexus_cache.device.residency import TRANSITIONS, PinHandle, ResidencyState, ResidentEntry
 from nexus_cache.device.resident import DeviceResidentCaches, DeviceShutdown
-from nexus_cache.device.source_cache import (
-    LEADER_LOCAL_ERRORS,
-    SOURCE_WAIT_TIMEOUT_S,
-    SourceCacheSubdomain,
-    SourceClaim,
-)
+from nexus_cache.device.source_cache import SOURCE_WAIT_TIMEOUT_S, SourceCacheSubdomain
+from nexus_cache.device.source_claim import LEADER_LOCAL_ERRORS, SourceClaim
 from nexus_cache.device.source_events import (
     SOURCE_EVENT_KINDS,
     SOURCE_EVENT_LIMIT,
