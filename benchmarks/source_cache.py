@@ -21,6 +21,9 @@ second, not read + write). Every figure is a median.
     python benchmarks/source_cache.py                  # GPU: 2 GiB source
     python benchmarks/source_cache.py --quick          # host backend smoke size
     python benchmarks/source_cache.py --backend host --size-mib 8
+
+On CUDA the domains are RMM pools when RMM imports, else CuPy pools; set
+NEXUS_DEVICE_ALLOCATOR=cupy or =rmm to choose.
 """
 
 from __future__ import annotations
@@ -218,7 +221,8 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     rows = make_parquet(source, args.size_mib * MIB, args.group_rows)
     size = source.stat().st_size
     print(
-        f"source cache benchmark, {time.strftime('%Y-%m-%d %H:%M')}: backend {backend.name}, "
+        f"source cache benchmark, {time.strftime('%Y-%m-%d %H:%M')}: backend {backend.name} "
+        f"(domains: {getattr(backend, 'allocator', 'host')}), "
         f"pyarrow {pa.__version__}, {os.cpu_count()} CPUs"
     )
     print(

@@ -1,8 +1,7 @@
 """Device frames on a real GPU: Arrow round trips, Parquet decode through the
-lakehouse with pinned staging, device copies, and reads of cache hits, on
-every kind of allocation domain the CUDA backend offers (CuPy pool; RMM where
-``rmm`` imports and the backend builds RMM domains). Nothing may reach CuPy's
-default memory pool.
+lakehouse with pinned staging, device copies, reads of cache hits and
+source-cache hits, on both kinds of CUDA allocation domain (CuPy pool; RMM
+where ``rmm`` imports). Nothing may reach CuPy's default memory pool.
 
 Run on the GPU machine (CuPy, one GPU); skipped elsewhere by tests/conftest.py.
 """
@@ -40,30 +39,24 @@ from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
 pytestmark = pytest.mark.gpu
 
 
-def _cupy_domain() -> Any:
-    from nexus_cache.backends import select_backend
-
-    return select_backend("cuda").create_domain(0)
-
-
-def _rmm_domain() -> Any:
-    pytest.importorskip("rmm")
-    from nexus_cache.backends import select_backend
-
-    backend = select_backend("cuda")
-    make = getattr(backend, "create_rmm_domain", None)
-    if make is None:
-        pytest.skip("this CUDA backend builds no RMM domains")
-    return make(0)
-
-
-DOMAINS: dict[str, Callable[[], Any]] = {"cupy-pool": _cupy_domain, "rmm": _rmm_domain}
-
-
-@pytest.fixture(params=sorted(DOMAINS))
-def make_domain(request: pytest.FixtureRequest) -> Callable[[], Any]:
+@pytest.fixture(params=["cupy", "rmm"])
+def make_domain(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], Any]:
+    """Builds domains of the kind under test (NEXUS_DEVICE_ALLOCATOR set to it)."""
     pytest.importorskip("cupy")
-    return DOMAINS[request.param]
+    if request.param == "rmm":
+        pytest.importorskip("rmm")
+    monkeypatch.setenv("NEXUS_DEVICE_ALLOCATOR", request.param)
+    from nexus_cache.backends.cuda import CudaBackend
+
+    backend = CudaBackend()
+    assert backend.allocator == request.param
+
+    def make() -> Any:
+        return backend.create_domain(0)
+
+    return make
 
 
 @contextmanager
@@ -219,8 +212,9 @@ def test_read_to_device_of_a_cache_hit(
         assert bytes(cupy.asnumpy(array)) == payload
 
 
-def test_source_cache_hit_is_a_pinned_device_copy(tmp_path: Path) -> None:
-    pytest.importorskip("cupy")
+def test_source_cache_hit_is_a_pinned_device_copy(
+    make_domain: Callable[[], Any], tmp_path: Path
+) -> None:
     from nexus_cache.device import CheckoutStatus, DeviceProfile, DeviceResidentCaches
     from nexus_cache.frames import read_cached_parquet
 
@@ -228,7 +222,7 @@ def test_source_cache_hit_is_a_pinned_device_copy(tmp_path: Path) -> None:
     config = LakehouseCacheConfig(
         root=tmp_path / "root", policy="fill_before_read", max_bytes=1 << 30
     )
-    attempt = _cupy_domain()
+    attempt = make_domain()
     with (
         LakehouseCache(config) as lake,
         DeviceResidentCaches([DeviceProfile(0, 256 << 20)], backend="cuda") as caches,
