@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
-from nexus_cache.graph._xp import is_cupy, sparse_module, to_numpy
+from nexus_cache.graph.arrays import is_cupy, sparse_module, to_numpy
 
 RMAT = (0.57, 0.19, 0.19)
 

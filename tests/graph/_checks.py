@@ -21,7 +21,7 @@ from nexus_cache.graph import (
     pagerank,
     similarity,
 )
-from nexus_cache.graph._xp import to_numpy
+from nexus_cache.graph.arrays import to_numpy
 
 __all__ = [
     "RULES",

@@ -45,7 +45,7 @@ from nexus_cache.errors import (
     UnsafeTeardownError,
 )
 from nexus_cache.graph import Graph, GraphResult, bfs, build_graph, pagerank, similarity
-from nexus_cache.graph._edges import edge_columns
+from nexus_cache.graph.edges import edge_columns
 from nexus_cache.graph.memory import build_bytes, transient_bytes
 
 __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus", "run_graph"]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import GraphInputError
-from nexus_cache.graph._xp import is_cupy, scatter_add, scatter_max, scatter_min
+from nexus_cache.graph.arrays import is_cupy, scatter_add, scatter_max, scatter_min
 
 __all__ = ["Renumbering", "csr_from_arcs", "renumber", "rows_of"]
 
@@ -145,6 +145,7 @@ def rows_of(xp: Any, indptr: Any, n_arcs: int) -> Any:
     if n_arcs == 0:
         return xp.zeros(0, dtype=np.int64)
     # Mark where each row after the first starts; the running count is the row.
-    starts = xp.zeros(n_arcs + 1, dtype=np.int64)
-    scatter_add(xp, starts, indptr[1:n], xp.ones(max(n - 1, 0), dtype=np.int64))
-    return xp.cumsum(starts[:n_arcs])
+    # int32 marks: a position starts at most n rows, and int32 atomics are universal.
+    starts = xp.zeros(n_arcs + 1, dtype=np.int32)
+    scatter_add(xp, starts, indptr[1:n], xp.ones(max(n - 1, 0), dtype=np.int32))
+    return xp.cumsum(starts[:n_arcs], dtype=np.int64)

@@ -20,7 +20,7 @@ import numpy as np
 
 from nexus_cache.errors import ConfigError
 from nexus_cache.graph._expand import expand_chunks, offsets_of
-from nexus_cache.graph._xp import is_cupy
+from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 

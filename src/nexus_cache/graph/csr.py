@@ -8,8 +8,8 @@ import numpy as np
 
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph._build import csr_from_arcs, renumber, rows_of
-from nexus_cache.graph._edges import edge_columns, vertex_array
-from nexus_cache.graph._xp import sparse_module, to_numpy
+from nexus_cache.graph.arrays import sparse_module, to_numpy
+from nexus_cache.graph.edges import edge_columns, vertex_array
 from nexus_cache.graph.options import GraphOptions
 
 __all__ = ["Graph", "build_graph"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache._sizes import parse_size
-from nexus_cache.graph._xp import is_cupy
+from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.options import GraphOptions
 from nexus_cache.graph.similarity import DEFAULT_MAX_TEMP_BYTES

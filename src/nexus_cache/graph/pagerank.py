@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
-from nexus_cache.graph._xp import scatter_add
+from nexus_cache.graph.arrays import scatter_add
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 

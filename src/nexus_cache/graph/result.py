@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from nexus_cache.graph._xp import to_numpy
+from nexus_cache.graph.arrays import to_numpy
 
 __all__ = ["GraphResult"]
 

@@ -28,7 +28,7 @@ import numpy as np
 from nexus_cache._sizes import parse_size
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph._expand import chunk_elements, expand_chunks, offsets_of
-from nexus_cache.graph._xp import is_cupy
+from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import GraphInputError
-from nexus_cache.graph._xp import array_module, is_cupy
+from nexus_cache.graph.arrays import array_module, is_cupy
 
 __all__ = ["edge_columns", "vertex_array"]
 
