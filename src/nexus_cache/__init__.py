@@ -41,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "select_backend": "nexus_cache.backends",
     # device frames
     "DeviceFrame": "nexus_cache.frames",
+    # query service
+    "QueryService": "nexus_cache.service",
+    "ServiceConfig": "nexus_cache.service",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
