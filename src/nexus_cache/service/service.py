@@ -37,6 +37,7 @@ from nexus_cache.device import (
     DeviceProfile,
     DeviceResidentCaches,
     DeviceShutdown,
+    Grant,
 )
 from nexus_cache.errors import (
     AdmissionError,
@@ -118,7 +119,7 @@ class QueryService:
         # device whenever no attempt is running.
         backend_ = self._caches.backend
         self._work = {d: backend_.create_domain(d) for d in self._caches.device_ids}
-        self._running = 0
+        self._running = dict.fromkeys(self._work, 0)
         self._on_planned = on_planned
         self._lock = threading.Lock()
         self._closed = False
@@ -215,39 +216,28 @@ class QueryService:
             )
             raise
         timings["admit_s"] = time.perf_counter() - t0
+        # The evidence's ledger snapshot is taken while the grant is still held;
+        # the grant is released whatever sealing does.
         try:
             t0 = time.perf_counter()
             table = self._run(plan, grant, ledger.device_id, outcome)
             timings["execute_s"] = time.perf_counter() - t0
         except BaseException as exc:
             kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
-            self._seal(
-                query_id,
-                attempt_id,
-                plan,
-                outcome,
-                ledger.device_id,
-                kind,
-                exc,
-                records,
-                snapshot_first=True,
-            )
-            self._admission.release(ledger, grant)
+            try:
+                self._seal(
+                    query_id, attempt_id, plan, outcome, ledger.device_id, kind, exc, records
+                )
+            finally:
+                self._admission.release(ledger, grant)
             raise
         timings["total_s"] = time.perf_counter() - start
-        digest = self._seal(
-            query_id,
-            attempt_id,
-            plan,
-            outcome,
-            ledger.device_id,
-            "ok",
-            None,
-            records,
-            snapshot_first=True,
-            table=table,
-        )
-        self._admission.release(ledger, grant)
+        try:
+            digest = self._seal(
+                query_id, attempt_id, plan, outcome, ledger.device_id, "ok", None, records, table
+            )
+        finally:
+            self._admission.release(ledger, grant)
         statuses = outcome.statuses(plan)
         diagnostics = Diagnostics(
             query_id=query_id,
@@ -263,18 +253,20 @@ class QueryService:
         )
         return QueryResult(table, diagnostics)
 
-    def _run(self, plan: AttemptPlan, grant: Any, device_id: int, outcome: AttemptOutcome) -> Any:
+    def _run(
+        self, plan: AttemptPlan, grant: Grant, device_id: int, outcome: AttemptOutcome
+    ) -> Any:
         domain = self._work[device_id]
         with self._lock:
-            self._running += 1
+            self._running[device_id] += 1
         try:
             return run_attempt(
                 plan, grant, domain, self._lakehouse, self._sources, self._graphs, outcome
             )
         finally:
             with self._lock:
-                self._running -= 1
-                if self._running == 0:
+                self._running[device_id] -= 1
+                if self._running[device_id] == 0:
                     domain.release_unused()
 
     def _seal(
@@ -287,8 +279,6 @@ class QueryService:
         kind: str,
         error: BaseException | None,
         records: list[AttemptRecord],
-        *,
-        snapshot_first: bool = False,
         table: Any = None,
     ) -> str:
         """Seal the attempt's evidence; returns the result fingerprint (or '')."""
