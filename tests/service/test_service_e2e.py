@@ -253,3 +253,32 @@ def test_json_queries_and_errors_reach_the_caller(tmp_path: Path, lake) -> None:
         with pytest.raises(Exception, match="not in"):
             service.execute(Scan(lake.facts, columns=("nope",)))
     assert verify_evidence(tmp_path / "evidence").ok
+
+
+def test_concurrent_cold_scans_decode_once(tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    barrier = threading.Barrier(4)
+    results: list = []  # type: ignore[type-arg]
+
+    def together(plan) -> None:  # type: ignore[no-untyped-def]
+        barrier.wait(timeout=10)  # every attempt planned before any decodes
+
+    with make_service(tmp_path, on_planned=together) as service:
+        query = Scan(lake.edges, columns=("src", "dst"))
+
+        def run() -> None:
+            results.append(service.execute(query))
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        events = service.caches.source_cache(0).event_snapshot()
+    statuses = sorted(r.diagnostics.source_cache["status"] for r in results)
+    assert len(results) == 4
+    assert statuses.count("miss-led") == 1
+    assert set(statuses) <= {"miss-led", "miss-followed", "hit"}
+    assert [e.kind for e in events.events].count("load") == 1  # one decode for four scans
+    assert all(r.table.equals(results[0].table) for r in results)
