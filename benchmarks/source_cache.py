@@ -235,8 +235,11 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     )
     with LakehouseCache(config) as lake:
         started = time.perf_counter()
-        lake.prefetch(str(source))
-        print(f"lakehouse fill: {time.perf_counter() - started:.2f} s (not part of any figure)")
+        present = lake.prefetch(str(source))
+        print(
+            f"lakehouse fill: {time.perf_counter() - started:.2f} s, entry present: {present} "
+            "(not part of any figure)"
+        )
 
         attempt = backend.create_domain(0)  # the caller's (attempt's) domain
         cold_stats: list[DecodeStats] = []

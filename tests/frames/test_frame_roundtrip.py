@@ -178,3 +178,37 @@ def test_nbytes_counts_the_buffers() -> None:
     frame = DeviceFrame.from_arrow(table, domain=_domain())
     # a: 3*4 values + 3 validity; s: 4*4 offsets + 3 bytes + 3 validity
     assert frame.nbytes == 12 + 3 + 16 + 3 + 3
+
+
+def test_a_copy_is_one_allocation_and_copies_again_as_one_block() -> None:
+    from nexus_cache.frames._copy import _buffers, _packed_root
+
+    table = pa.table(
+        {
+            "a": pa.array([1, None, 3] * 100, pa.int16()),
+            "s": ["x", "yz", None] * 100,
+            "c": pa.array(["p", "q", "p"] * 100).dictionary_encode(),
+        }
+    )
+    source, first, second = _domain(), _domain(), _domain()
+    frame = DeviceFrame.from_arrow(table, domain=source)
+    copy = frame.copy_into(first)
+    assert first.counters().allocations == 1
+    assert len({id(first.root_of(a)) for a in copy.device_arrays()}) == 1
+    _accounted(first, copy)
+
+    def layout(f: DeviceFrame) -> tuple[list, list[int], int]:
+        bufs = [b for c in f.columns for b in _buffers(c)]
+        offsets, at = [], 0
+        for b in bufs:
+            offsets.append(at)
+            at += -(-b.nbytes // 512) * 512
+        return bufs, offsets, at
+
+    assert _packed_root(*layout(frame), source) is None  # decoded: one allocation per buffer
+    assert _packed_root(*layout(copy), first) is not None  # packed: copied as one block
+    again = copy.copy_into(second)
+    assert second.counters().allocations == 1
+    assert_same_table(again.to_arrow(), table)
+    assert _packed_root(*layout(copy.select(["s"])), first) is None  # a projection is not
+    assert_same_table(copy.select(["s", "a"]).copy_into(second).to_arrow(), table.select([1, 0]))

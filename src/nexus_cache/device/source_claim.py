@@ -24,7 +24,7 @@ from nexus_cache.errors import (
 )
 
 if TYPE_CHECKING:
-    from nexus_cache.device.source_flight import DecodeFlight
+    from nexus_cache.device._source_flight import DecodeFlight
     from nexus_cache.device.source_key import SourceFrameKey
     from nexus_cache.device.values import DeviceValue
 

@@ -1,17 +1,27 @@
-"""Device-to-device copy of a column into another domain (compacting slices)."""
+"""Device-to-device copies of columns into another domain.
+
+Compact columns (every built or copied column) are packed into ONE
+allocation of the target domain, each buffer at a 512-byte-aligned offset:
+one pool allocation instead of one per buffer. A frame packed that way and
+copied whole again (a source-cache hit of a resident frame) is laid out
+exactly like its copy, so the copy is a single device-to-device memcpy of
+the block. Slices of strings take the per-buffer path, which rebases their
+offsets and copies only the bytes their rows use.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 
-from nexus_cache.backends import AllocationDomain
+from nexus_cache.backends import AllocationDomain, round_allocation
 from nexus_cache.frames.column import DeviceColumn
 
-__all__ = ["copy_column", "copy_stream"]
+__all__ = ["copy_column", "copy_columns", "copy_stream"]
 
 
 class _Streams(threading.local):
@@ -73,3 +83,71 @@ def copy_column(
                 domain.xp.subtract(column.offsets, base, out=offsets)
             data = _copy(domain, column.data[start:stop], stream)
     return DeviceColumn(column.field, column.length, data, offsets, validity, dictionary)
+
+
+def _buffers(column: DeviceColumn) -> list[Any]:
+    """A compact column's buffers, in the order :func:`_rebuild` consumes them."""
+    out = [b for b in (column.validity, column.data, column.offsets) if b is not None]
+    return out + (_buffers(column.dictionary) if column.dictionary is not None else [])
+
+
+def _rebuild(column: DeviceColumn, views: Iterator[Any]) -> DeviceColumn:
+    validity = next(views) if column.validity is not None else None
+    data = next(views)
+    offsets = next(views) if column.offsets is not None else None
+    dictionary = None if column.dictionary is None else _rebuild(column.dictionary, views)
+    return DeviceColumn(column.field, column.length, data, offsets, validity, dictionary)
+
+
+def _address(array: Any) -> int:
+    if isinstance(array, np.ndarray):
+        return int(array.__array_interface__["data"][0])
+    return int(array.data.ptr)
+
+
+def _packed_root(bufs: list[Any], layout: list[int], total: int, source: AllocationDomain) -> Any:
+    """The one source allocation laid out exactly like ``layout``, or None."""
+    if not bufs:
+        return None
+    root = source.root_of(bufs[0])
+    if getattr(root, "dtype", None) != np.uint8 or int(root.nbytes) < total:
+        return None
+    base = _address(root)
+    for buf, at in zip(bufs, layout, strict=True):
+        if source.root_of(buf) is not root or _address(buf) - base != at:
+            return None
+    return root
+
+
+def copy_columns(
+    columns: Sequence[DeviceColumn],
+    source: AllocationDomain,
+    domain: AllocationDomain,
+    stream: Any = None,
+) -> list[DeviceColumn]:
+    """``columns`` (allocated by ``source``) copied into ``domain``; on CUDA
+    queued on ``stream`` (the caller synchronizes)."""
+    if not all(c.compact for c in columns):
+        return [copy_column(c, domain, stream) for c in columns]
+    bufs = [b for c in columns for b in _buffers(c)]
+    layout, total = [], 0
+    for buf in bufs:
+        layout.append(total)
+        total += round_allocation(int(buf.nbytes))
+    with ExitStack() as stack:
+        stack.enter_context(domain.scope())
+        if stream is not None:
+            stack.enter_context(stream)
+        block = domain.empty(total, np.uint8)
+        views = [
+            block[at : at + b.nbytes].view(b.dtype) for at, b in zip(layout, bufs, strict=True)
+        ]
+        root = _packed_root(bufs, layout, total, source)
+        pairs = [(block, root[:total])] if root is not None else zip(views, bufs, strict=True)
+        for dst, src in pairs:
+            if stream is None:
+                np.copyto(dst, src)
+            elif src.nbytes:
+                dst.data.copy_from_device_async(src.data, src.nbytes, stream)
+    it = iter(views)
+    return [_rebuild(c, it) for c in columns]

@@ -13,7 +13,7 @@ import pyarrow as pa
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import LifecycleError
 from nexus_cache.frames._builder import build_column
-from nexus_cache.frames._copy import copy_column, copy_stream
+from nexus_cache.frames._copy import copy_columns, copy_stream
 from nexus_cache.frames._host import arrow_array
 from nexus_cache.frames.column import DeviceColumn, column_kind
 from nexus_cache.frames.owner import FrameOwner
@@ -200,12 +200,14 @@ class DeviceFrame:
         """An independent copy allocated in ``domain`` (same device), synchronized.
 
         This and :attr:`nbytes` / :meth:`device_arrays` make a frame a value the
-        device caches can hold (``nexus_cache.device.DeviceValue``). Slices are
-        compacted: string bytes outside the rows are not copied.
+        device caches can hold (``nexus_cache.device.DeviceValue``). The copy's
+        buffers share one allocation (a slice of it keeps all of it alive); a
+        frame made this way copies again in one memcpy. Slices are compacted:
+        string bytes outside the rows are not copied.
         ``owner`` becomes the copy's owner (e.g. a pin kept until it is released).
         """
         stream = copy_stream(domain) if is_cuda_domain(domain) else None
-        columns = [copy_column(c, domain, stream) for c in self.columns]
+        columns = copy_columns(self.columns, self._domain, domain, stream)
         if stream is not None:
             stream.synchronize()
         return DeviceFrame(
