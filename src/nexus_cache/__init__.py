@@ -44,6 +44,13 @@ _EXPORTS: dict[str, str] = {
     # query service
     "QueryService": "nexus_cache.service",
     "ServiceConfig": "nexus_cache.service",
+
+
+    # graphs and the resident graph cache
+    "GraphOptions": "nexus_cache.graph",
+    "build_graph": "nexus_cache.graph",
+    "ResidentGraphKey": "nexus_cache.device",
+    "plan_graph_run": "nexus_cache.device",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

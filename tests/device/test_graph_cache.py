@@ -26,7 +26,9 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph import GraphOptions, build_graph, pagerank
 
-graph_cache = importlib.import_module("nexus_cache.device.graph_cache")
+csr = importlib.import_module("nexus_cache.graph.csr")
+edges_module = importlib.import_module("nexus_cache.graph.edges")
+ranking = importlib.import_module("nexus_cache.graph.ranking")
 
 MIB = 1 << 20
 SOURCE = SourceFrameKey(("local", "/data/edges.parquet", "etag-1"), columns=("src", "dst", "w"))
@@ -61,13 +63,13 @@ def _plan(algorithm: str = "pagerank", **kw: Any) -> Any:
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = graph_cache.build_graph
+    real = csr.build_graph
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(graph_cache, "build_graph", counted)
+    monkeypatch.setattr(csr, "build_graph", counted)
     return calls
 
 
@@ -190,14 +192,14 @@ def test_concurrent_duplicate_builds_reconcile_with_exact_charges(
     caches: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = caches.graph_cache(0)
-    both_building = threading.Barrier(2, timeout=30)
-    real = graph_cache.build_graph
+    both_missed = threading.Barrier(2, timeout=30)
+    real = edges_module.edge_columns
 
-    def build_together(*args: Any, **kwargs: Any) -> Any:
-        both_building.wait()  # both threads missed and are building the same key
+    def read_together(*args: Any, **kwargs: Any) -> Any:
+        both_missed.wait()  # both threads missed the same key and start to build it
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(graph_cache, "build_graph", build_together)
+    monkeypatch.setattr(edges_module, "edge_columns", read_together)
     edges = _edges(4)
     runs: list[Any] = []
     threads = [
@@ -262,7 +264,7 @@ def test_baseline_drift_destroys_the_graph_and_is_reported(
         leaked.append(domain.empty(4096, np.uint8))  # injected leak in the cache domain
         return pagerank(graph, **params)
 
-    monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", leaky_pagerank)
+    monkeypatch.setattr(ranking, "pagerank", leaky_pagerank)
     run = cache.run(_plan(), edges)
     assert run.status is GraphRunStatus.HIT
     assert run.drift_bytes == 4096
@@ -275,7 +277,7 @@ def test_baseline_drift_destroys_the_graph_and_is_reported(
     assert snap.cache_charged_bytes == 0  # the destroyed graph's charge is released
     assert snap.admission_open
     leaked.clear()
-    monkeypatch.setitem(graph_cache._RUNNERS, "pagerank", pagerank)
+    monkeypatch.setattr(ranking, "pagerank", pagerank)
     assert cache.run(_plan(), edges).status is GraphRunStatus.MISS
 
 
@@ -311,3 +313,88 @@ def test_parked_graph_matches_an_uncached_build(caches: Any) -> None:
         for got, want in zip(handle.value.arrays(), reference.arrays(), strict=True):
             assert np.array_equal(got, want)
         assert handle.entry.state is ResidencyState.PINNED
+
+
+def test_build_and_run_blocks_go_back_to_the_device(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(11)
+    cache.run(_plan(), edges)
+    cache.run(_plan("jaccard"), edges)
+    counters = caches.factory(0).counters()
+    charged = caches.ledger(0).snapshot().cache_charged_bytes
+    assert counters.used_bytes == counters.held_bytes == charged
+
+
+def test_many_threads_leave_exact_charges_and_a_clean_shutdown(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edge_sets = [_edges(20), _edges(21)]
+    sources = [("proven", 20), ("proven", 21)]
+    expected = {
+        (i, a): run_graph(None, _plan(a, source=sources[i]), edge_sets[i], **p).result.to_arrow()
+        for i in range(2)
+        for a, p in RUNS
+    }
+    failures: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(6):
+                i = int(rng.integers(2))
+                algorithm, params = RUNS[int(rng.integers(len(RUNS)))]
+                run = cache.run(_plan(algorithm, source=sources[i]), edge_sets[i], **params)
+                assert run.status is not GraphRunStatus.UNCACHED
+                assert run.result.to_arrow().equals(expected[(i, algorithm)])
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    stats = cache.stats()
+    assert stats.entries == 2
+    assert stats.publishes == 2
+    assert cache.graph_stats().builds == 2 + stats.duplicates
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0
+    assert caches.factory(0).domain.used_bytes() == snap.cache_charged_bytes
+    results = caches.shutdown()
+    assert all(r.complete for r in results)
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+
+
+def test_drift_waits_for_other_pins_before_destroying(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(12)
+    cache.run(_plan(), edges)
+    domain = caches.factory(0).domain
+    leaked: list[Any] = []
+
+    def leaky_pagerank(graph: Any, **params: Any) -> Any:
+        leaked.append(domain.empty(512, np.uint8))
+        return pagerank(graph, **params)
+
+    monkeypatch.setattr(ranking, "pagerank", leaky_pagerank)
+    reader = cache.checkout(_plan().key)  # another attempt still reads the graph
+    assert reader is not None
+    runs: list[Any] = []
+    worker = threading.Thread(target=lambda: runs.append(cache.run(_plan(), edges)))
+    worker.start()
+    for _ in range(2000):  # until the drifted run blocked new pins and waits for ours
+        if reader.entry.pins_blocked:
+            break
+        threading.Event().wait(0.005)
+    assert reader.entry.pins_blocked
+    assert cache.checkout(_plan().key) is None  # no new pins on a graph being destroyed
+    reader.release()
+    worker.join(30)
+    assert runs[0].drift_bytes == 512
+    assert runs[0].detail.endswith("the graph: destroyed")
+    assert reader.entry.state is ResidencyState.DESTROYED
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    leaked.clear()

@@ -22,8 +22,8 @@ def test_options_table_matches_graph_options() -> None:
 
 
 def test_bfs_switch_points_and_memory_bound_are_the_code_s() -> None:
-    bfs_module = importlib.import_module("nexus_cache.graph.bfs")
-    similarity = importlib.import_module("nexus_cache.graph.similarity")
+    bfs_module = importlib.import_module("nexus_cache.graph.traversal")
+    similarity = importlib.import_module("nexus_cache.graph.similarities")
     assert f"1/{bfs_module._ALPHA} of the unexplored arcs" in DOC
     assert f"fewer than 1/{bfs_module._BETA} of the vertices" in DOC
     assert f"max_temp_bytes / {similarity._BYTES_PER_ELEMENT}" in DOC

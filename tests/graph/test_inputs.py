@@ -12,7 +12,7 @@ import pytest
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
 
-bfs_module = importlib.import_module("nexus_cache.graph.bfs")
+bfs_module = importlib.import_module("nexus_cache.graph.traversal")
 
 EDGES = {"a": np.array([5, 7, 7, 9]), "b": np.array([7, 9, 9, 5]), "w": np.array([1, 2, 3, 4.0])}
 

@@ -19,20 +19,26 @@ No LRU eviction and no per-key invalidation: parked graphs stay until
 shutdown. Concurrent builds of one key are reconciled at publication: the
 first published graph wins, the other is torn down and its charge released.
 
-Runs on parked graphs are serialized per device so the baseline check sees
-only its own run; source-cache fills share the domain, so one that overlaps
-a run can be reported as drift (the graph is then rebuilt by the next miss:
-wasteful, never unsafe). Thread-safe.
+After each build and run the domain's freed blocks go back to the device,
+so the memory it holds stays what the ledger charges.
+
+Every graph-cache step that allocates or frees in the cache domain (build,
+park, publish, run, drift teardown) is serialized per device, so a run's
+baseline check sees only that run. Source-cache fills share the domain, so
+one that overlaps a run can be reported as drift (the graph is then rebuilt
+by the next miss: wasteful, never unsafe). Thread-safe.
 """
 
 from __future__ import annotations
 
 import enum
+import importlib
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from nexus_cache.device.graph_key import GraphPlan, GraphUncachedReason
 from nexus_cache.device.residency import PinHandle, ResidentEntry
@@ -44,9 +50,11 @@ from nexus_cache.errors import (
     LifecycleError,
     UnsafeTeardownError,
 )
-from nexus_cache.graph import Graph, GraphResult, bfs, build_graph, pagerank, similarity
-from nexus_cache.graph.edges import edge_columns
-from nexus_cache.graph.memory import build_bytes, transient_bytes
+
+if TYPE_CHECKING:
+    from nexus_cache.device.domain import DeviceCacheAllocationFactory
+    from nexus_cache.device.ledger import DeviceLedger
+    from nexus_cache.graph import Graph, GraphResult
 
 __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus", "run_graph"]
 
@@ -54,15 +62,22 @@ __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus
 DRIFT_TEARDOWN_TIMEOUT_S = 10.0
 
 
-def _similarity(metric: str) -> Callable[..., GraphResult]:
-    return lambda graph, **params: similarity(graph, metric, **params)
-
-
-_RUNNERS: dict[str, Callable[..., GraphResult]] = {
-    "bfs": bfs,
-    "pagerank": pagerank,
-    **{m: _similarity(m) for m in ("jaccard", "sorensen", "overlap", "cosine")},
+#: algorithm -> (module of nexus_cache.graph, function). Resolved at call
+#: time: the graph package (NumPy, Arrow) loads only when a graph runs.
+_RUNNERS: dict[str, tuple[str, str]] = {
+    "bfs": ("traversal", "bfs"),
+    "pagerank": ("ranking", "pagerank"),
+    **{m: ("similarities", m) for m in ("jaccard", "sorensen", "overlap", "cosine")},
 }
+
+
+def _graph(module: str) -> ModuleType:
+    return importlib.import_module(f"nexus_cache.graph.{module}")
+
+
+def _runner(algorithm: str) -> Callable[..., GraphResult]:
+    module, name = _RUNNERS[algorithm]
+    return getattr(_graph(module), name)
 
 
 class GraphRunStatus(enum.Enum):
@@ -106,9 +121,12 @@ class GraphCacheSubdomain(CacheSubdomain):
     evicts_lru = False
     evict_on_reserve = False
 
-    def __init__(self, ledger: Any, factory: Any) -> None:
+    def __init__(self, ledger: DeviceLedger, factory: DeviceCacheAllocationFactory) -> None:
         super().__init__(ledger, factory)
-        self._run_lock = threading.Lock()
+        # Held by every step that allocates or frees in the cache domain (build,
+        # park, publish, run, drift teardown), so a run's baseline check sees
+        # only that run.
+        self._domain_lock = threading.Lock()
         self._builds = 0
         self._drifts = 0
         self._drift_bytes = 0
@@ -153,10 +171,10 @@ class GraphCacheSubdomain(CacheSubdomain):
     def _build_and_park(
         self, plan: GraphPlan, edges: Any
     ) -> PinHandle | tuple[GraphUncachedReason, str]:
-        src, dst, weights, _ = edge_columns(
+        src, dst, weights, _ = _graph("edges").edge_columns(
             edges, plan.source_column, plan.destination_column, plan.weight_column, None
         )
-        estimate = build_bytes(int(src.size), plan.options, weights is not None)
+        estimate = _graph("memory").build_bytes(int(src.size), plan.options, weights is not None)
         try:
             entry = self.reserve(plan.key, estimate)
         except (CapacityError, AdmissionClosedError) as exc:
@@ -164,37 +182,39 @@ class GraphCacheSubdomain(CacheSubdomain):
         except LifecycleError as exc:
             return GraphUncachedReason.NO_CACHE, str(exc)
         domain = self._factory.domain
-        try:
-            with domain.scope():
-                columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
-                if weights is not None:
-                    columns["w"] = domain.copy_in(weights)
-                del src, dst, weights
-                built = build_graph(
-                    columns,
-                    weight="w" if "w" in columns else None,
-                    options=plan.options,
-                    xp=domain.xp,
-                )
-                del columns
-                parked = built.copy_into(domain)
-                del built
-            entry.attach(parked, parked.device_arrays())
-            del parked
-        except MemoryError as exc:  # the domain ran out while building
-            self.abandon(entry)
-            return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
-        except BaseException:
-            self.abandon(entry)
-            raise
-        with self._lock:
-            self._builds += 1
-        try:
-            winner = self.publish(entry)
-        except (CapacityError, AdmissionClosedError) as exc:
-            return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
-        except LifecycleError as exc:
-            return GraphUncachedReason.NO_CACHE, str(exc)
+        with self._domain_lock:
+            try:
+                with domain.scope():
+                    columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
+                    if weights is not None:
+                        columns["w"] = domain.copy_in(weights)
+                    del src, dst, weights
+                    built = _graph("csr").build_graph(
+                        columns,
+                        weight="w" if "w" in columns else None,
+                        options=plan.options,
+                        xp=domain.xp,
+                    )
+                    del columns
+                    parked = built.copy_into(domain)
+                    del built
+                entry.attach(parked, parked.device_arrays())
+                del parked
+                domain.release_unused()  # the build's transient blocks go back to the device
+            except MemoryError as exc:  # the domain ran out while building
+                self.abandon(entry)
+                return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
+            except BaseException:
+                self.abandon(entry)
+                raise
+            with self._lock:
+                self._builds += 1
+            try:
+                winner = self.publish(entry)  # a duplicate is torn down here
+            except (CapacityError, AdmissionClosedError) as exc:
+                return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
+            except LifecycleError as exc:
+                return GraphUncachedReason.NO_CACHE, str(exc)
         try:
             return winner.pin()
         except LifecycleError as exc:
@@ -217,7 +237,7 @@ class GraphCacheSubdomain(CacheSubdomain):
         assert graph is not None
         try:
             headroom = self._ledger.reserve(
-                transient_bytes(graph, plan.algorithm, params),
+                _graph("memory").transient_bytes(graph, plan.algorithm, params),
                 key=("headroom", fingerprint),
                 evict=self.evict_on_reserve,
             )
@@ -228,53 +248,82 @@ class GraphCacheSubdomain(CacheSubdomain):
                 plan, edges, params, GraphUncachedReason.NO_HEADROOM, f"no run headroom: {exc}"
             )
         domain = self._factory.domain
+        released = False
+        torn_down: str | None = None
         try:
-            with self._run_lock:
+            with self._domain_lock:
                 baseline = domain.used_bytes()
                 started = time.perf_counter()
                 with domain.scope():
-                    result = _RUNNERS[plan.algorithm](graph, **params)
+                    result = _runner(plan.algorithm)(graph, **params)
                 del graph
                 owned = _to_attempt(result)
                 del result
                 run_s = time.perf_counter() - started
                 drift = domain.used_bytes() - baseline
-        except BaseException:
-            handle.release()
-            raise
+                if drift > 0:
+                    handle.release()
+                    released = True
+                    torn_down = self._teardown_now(entry)
+                domain.release_unused()  # so the domain holds no more than the ledger charges
         finally:
             headroom.destroy()
-        handle.release()
+            if not released:
+                handle.release()
         if drift > 0:
-            detail = self._retire(entry, drift)
+            detail = self._retire(entry, drift, torn_down)
             return GraphRun(
                 owned, status, fingerprint, None, detail, build_s, run_s, drift_bytes=drift
             )
         return GraphRun(owned, status, fingerprint, None, "parked", build_s, run_s)
 
-    def _retire(self, entry: ResidentEntry, drift: int) -> str:
-        """Destroy a graph whose run left the domain above its baseline."""
+    def _teardown_now(self, entry: ResidentEntry) -> str | None:
+        """Tear a drifted graph down if nobody else holds a pin (domain lock held).
+
+        Returns what happened, or None when other pins hold it (then
+        :meth:`_retire` waits for them outside the domain lock).
+        """
+        if not entry.begin_eviction():
+            return None
         with self._lock:
-            self._drifts += 1
-            self._drift_bytes += drift
             self._tearing_down += 1
-        detail = f"drift: {drift} B above the baseline after the run; the graph was destroyed"
         try:
-            entry.destroy(DRIFT_TEARDOWN_TIMEOUT_S, owner=self)
+            entry.teardown()
         except UnsafeTeardownError as exc:
             self._record_unsafe(entry)
-            detail = f"drift: {drift} B above the baseline; teardown unsafe: {exc}"
-        except LifecycleError as exc:  # other pins outlived the wait; pins stay blocked
-            detail = f"drift: {drift} B above the baseline; teardown pending: {exc}"
-        else:
-            with self._lock:
-                self._remove_published(entry)
-                self._counts["destroyed"] += 1
+            return f"teardown unsafe: {exc}"
         finally:
             with self._lock:
                 self._tearing_down -= 1
                 self._settled.notify_all()
-        return detail
+        return "destroyed"
+
+    def _retire(self, entry: ResidentEntry, drift: int, torn_down: str | None) -> str:
+        """Account a drifted graph and finish its teardown (no domain lock held)."""
+        with self._lock:
+            self._drifts += 1
+            self._drift_bytes += drift
+        outcome = torn_down
+        if outcome is None:  # other pins: block new ones and wait for them
+            with self._lock:
+                self._tearing_down += 1
+            try:
+                entry.destroy(DRIFT_TEARDOWN_TIMEOUT_S, owner=self)
+                outcome = "destroyed"
+            except UnsafeTeardownError as exc:
+                self._record_unsafe(entry)
+                outcome = f"teardown unsafe: {exc}"
+            except LifecycleError as exc:  # pins outlived the wait; they stay blocked
+                outcome = f"teardown pending: {exc}"
+            finally:
+                with self._lock:
+                    self._tearing_down -= 1
+                    self._settled.notify_all()
+        if outcome == "destroyed":
+            with self._lock:
+                self._remove_published(entry)
+                self._counts["destroyed"] += 1
+        return f"drift: {drift} B above the baseline after the run; the graph: {outcome}"
 
     # -- uncached ----------------------------------------------------------------------------
 
@@ -314,8 +363,9 @@ def _to_attempt(result: GraphResult) -> GraphResult:
 
     columns = {name: copy(result[name]) for name in result}
     valid = {name: copy(m) for name in result if (m := result.valid(name)) is not None}
-    info = {k: _to_attempt(v) if isinstance(v, GraphResult) else v for k, v in result.info.items()}
-    return GraphResult(columns, valid=valid, info=info)
+    result_type = type(result)
+    info = {k: _to_attempt(v) if isinstance(v, result_type) else v for k, v in result.info.items()}
+    return result_type(columns, valid=valid, info=info)
 
 
 def _run_uncached(
@@ -326,7 +376,7 @@ def _run_uncached(
     detail: str,
 ) -> GraphRun:
     started = time.perf_counter()
-    graph = build_graph(
+    graph = _graph("csr").build_graph(
         edges,
         source=plan.source_column,
         destination=plan.destination_column,
@@ -334,7 +384,7 @@ def _run_uncached(
         options=plan.options,
     )
     built = time.perf_counter()
-    result = _RUNNERS[plan.algorithm](graph, **params)
+    result = _runner(plan.algorithm)(graph, **params)
     done = time.perf_counter()
     text = detail or (reason.value if reason is not None else "")
     return GraphRun(

@@ -200,8 +200,8 @@ def build_graph(
     GPU); without, it stays where the columns are.
 
     Edge preparation, in order: symmetrize (undirected), drop self loops
-    (``drop_self_loops``), merge duplicates (``duplicates``). Not thread-safe
-    only in the sense that ``edges`` must not change during the call.
+    (``drop_self_loops``), merge duplicates (``duplicates``). Thread-safe:
+    it only reads ``edges``, which must not change during the call.
     """
     options = options or GraphOptions()
     src, dst, weights, xp = edge_columns(edges, source, destination, weight, xp)

@@ -18,7 +18,7 @@ from nexus_cache._sizes import parse_size
 from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.options import GraphOptions
-from nexus_cache.graph.similarity import DEFAULT_MAX_TEMP_BYTES
+from nexus_cache.graph.similarities import DEFAULT_MAX_TEMP_BYTES
 
 __all__ = ["build_bytes", "transient_bytes"]
 

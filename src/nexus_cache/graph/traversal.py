@@ -106,13 +106,13 @@ def _bfs_dense(
     ref = push_g if push_g is not None else pull_g
     assert ref is not None
     degree = xp.diff(ref.indptr)
-    unexplored = ref.n_arcs - int(degree[frontier].sum())
+    frontier_arcs = int(degree[frontier].sum())
+    unexplored = ref.n_arcs - frontier_arcs
     pushing = push_g is not None
     rows: Any = None
     level = 0
     while frontier.size and (depth_limit is None or level < depth_limit):
         if push_g is not None and pull_g is not None:
-            frontier_arcs = int(degree[frontier].sum())
             if pushing and frontier_arcs * _ALPHA > unexplored:
                 pushing = False
             elif not pushing and frontier.size * _BETA < n:
@@ -127,7 +127,8 @@ def _bfs_dense(
                 rows = pull_g.rows()
             _pull_step(pull_g, rows, dist, pred, level)
         frontier = xp.flatnonzero(dist == level)
-        unexplored -= int(degree[frontier].sum())
+        frontier_arcs = int(degree[frontier].sum())
+        unexplored -= frontier_arcs
     return dist, pred, level
 
 
