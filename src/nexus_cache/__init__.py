@@ -44,8 +44,6 @@ _EXPORTS: dict[str, str] = {
     # query service
     "QueryService": "nexus_cache.service",
     "ServiceConfig": "nexus_cache.service",
-
-
     # graphs and the resident graph cache
     "GraphOptions": "nexus_cache.graph",
     "build_graph": "nexus_cache.graph",
