@@ -33,7 +33,7 @@ __all__ = ["register"]
 _PHASES = {
     "generate": "generating R-MAT edges and facts",
     "cold": "cold run (empty caches)",
-    "warm": "warm run",
+    "warm": "warm runs (median of 3)",
 }
 
 
