@@ -36,3 +36,10 @@ def test_every_uncached_reason_is_documented() -> None:
 
     documented = set(re.findall(r"^\| `(\w+)` \| ", DOC, re.MULTILINE))
     assert {r.value for r in GraphUncachedReason} <= documented
+
+
+def test_build_estimate_in_the_troubleshooting_is_the_code_s() -> None:
+    memory = importlib.import_module("nexus_cache.graph.memory")
+    text = re.sub(r"\s+", " ", DOC)
+    per_edge, per_arc = memory._BUILD_PER_EDGE, memory._BUILD_PER_ARC
+    assert f"about {per_edge} B per input edge plus {per_arc} B per stored arc" in text

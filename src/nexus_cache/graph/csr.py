@@ -192,15 +192,15 @@ def build_graph(
 ) -> Graph:
     """Build a :class:`Graph` from the edge frame ``edges``.
 
-    ``edges`` is a ``pyarrow.Table`` or a mapping of column name to array
-    (a ``DeviceFrame``, a dict of NumPy / CuPy arrays). ``source`` and
+    ``edges`` is a ``pyarrow.Table``, a ``DeviceFrame``, or a mapping of
+    column name to array (a dict of NumPy / CuPy arrays). ``source`` and
     ``destination`` name integer id columns (any int64 ids, renumbered to a
     dense range); ``weight`` optionally names a numeric column. With ``xp``
     the graph is built on that module (``cupy`` copies host columns to the
     GPU); without, it stays where the columns are.
 
-    Edge preparation, in order: symmetrize (undirected), drop self loops
-    (``drop_self_loops``), merge duplicates (``duplicates``). Thread-safe:
+    Edge preparation, in order: drop self loops (``drop_self_loops``),
+    symmetrize (undirected), merge duplicates (``duplicates``). Thread-safe:
     it only reads ``edges``, which must not change during the call.
     """
     options = options or GraphOptions()
