@@ -19,7 +19,7 @@ from nexus_cache.cli._output import EXIT_INTERRUPTED, exit_code_for
 __all__ = ["build_parser", "main"]
 
 # sub-command modules under nexus_cache.cli, in help order
-_AREAS = ("demo", "program", "lakehouse", "device")
+_AREAS = ("demo", "scan", "graph", "evidence", "program", "lakehouse", "device")
 
 
 def _version() -> str:
