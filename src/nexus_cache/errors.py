@@ -141,11 +141,3 @@ class CacheClosedError(NexusCacheError, ValueError):
 
 class LockUsageError(NexusCacheError, RuntimeError):
     """Misuse of a file lock: acquiring it twice from one thread, or releasing it unheld."""
-
-
-class GraphInputError(NexusCacheError, ValueError):
-    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
-
-
-class GraphConvergenceError(NexusCacheError, RuntimeError):
-    """An iterative graph algorithm did not converge and the caller asked for an error."""
