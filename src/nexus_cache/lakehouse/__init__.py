@@ -40,7 +40,7 @@ from nexus_cache.lakehouse._maintenance import (
 )
 from nexus_cache.lakehouse._reader import LakehouseFile
 from nexus_cache.lakehouse._readlog import read_stats
-from nexus_cache.lakehouse._scan import ReadPlan
+from nexus_cache.lakehouse._scan import ReadPlan, resolve_source
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
 # Transitional: installs made before the fsspec entry point moved to this
@@ -79,6 +79,7 @@ __all__ = [
     "StorageDomain",
     "default_cache",
     "read_stats",
+    "resolve_source",
     # maintenance of a root (the CLI's API)
     "EntryListing",
     "LakehouseRoot",

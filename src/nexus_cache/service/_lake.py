@@ -26,8 +26,8 @@ from nexus_cache.lakehouse import (
     LakehouseFile,
     ReadDiagnostics,
     ReadPlan,
+    resolve_source,
 )
-from nexus_cache.lakehouse.scan import resolve_source
 
 __all__ = ["SourcePlan", "count_rows", "decode_object", "lakehouse_summary", "plan_source"]
 

@@ -49,8 +49,7 @@ else:  # pragma: no cover - Python 3.10
 from nexus_cache._sizes import parse_size
 from nexus_cache.backends import BACKEND_NAMES, ENV_DEVICE_BACKEND
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse import LakehouseCacheConfig
-from nexus_cache.lakehouse.config import (
+from nexus_cache.lakehouse import (
     ENV_BYPASS_BYTES,
     ENV_FILL_MAX_CONCURRENCY,
     ENV_FILL_MAX_HOST_BYTES,
@@ -58,6 +57,7 @@ from nexus_cache.lakehouse.config import (
     ENV_POLICY,
     ENV_READ,
     ENV_ROOT,
+    LakehouseCacheConfig,
 )
 
 __all__ = [
