@@ -140,9 +140,12 @@ def _push_step(g: Graph, frontier: Any, dist: Any, pred: Any, level: int) -> Non
         neighbours = g.indices[starts[item] + pos]
         fresh = dist[neighbours] == -1
         neighbours = neighbours[fresh]
-        # Duplicate neighbours get one of their frontier parents: any is valid.
         dist[neighbours] = level
-        pred[neighbours] = frontier[item[fresh]]
+        # A neighbour reached from several frontier vertices keeps the smallest:
+        # a plain scatter lets the GPU's racing writes pick, and then two runs of
+        # one BFS (a cache miss and its hit) would return different trees.
+        pred[neighbours] = np.iinfo(pred.dtype).max
+        xp.minimum.at(pred, neighbours, frontier[item[fresh]])
 
 
 def _pull_step(g: Graph, rows: Any, dist: Any, pred: Any, level: int) -> None:
@@ -156,4 +159,6 @@ def _pull_step(g: Graph, rows: Any, dist: Any, pred: Any, level: int) -> None:
     hit = (dist[rows] == -1) & frontier[g.indices]
     vertices = rows[hit]
     dist[vertices] = level
-    pred[vertices] = g.indices[hit]
+    # The smallest parent, as the CUDA kernel (first in-neighbour found) picks.
+    pred[vertices] = np.iinfo(pred.dtype).max
+    xp.minimum.at(pred, vertices, g.indices[hit])
