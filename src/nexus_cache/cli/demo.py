@@ -37,9 +37,12 @@ _PHASES = {
 }
 
 
-def register(subparsers: Any) -> None:
-    from nexus_cache.service.demo import DEFAULT_SCALE
+# service.demo.DEFAULT_SCALE, spelled out: building the command line must not
+# import the service (NumPy, PyArrow); tests/cli checks that the two agree.
+DEFAULT_SCALE = 12
 
+
+def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="run scan, count, PageRank, BFS and Jaccard cold then warm through every cache",
