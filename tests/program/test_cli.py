@@ -219,3 +219,14 @@ def test_ls_names_programs_from_their_sidecar(tmp_path, capsys, backend):
     assert (rows[None]["code_type"], rows[None]["target"]) == (None, None)
     rc, out, _ = run(capsys, "ls", "--backend", backend, "--path", str(path))
     assert re.search(r"axpy_prog: axpy<float> +cubin +sm_80", out)
+
+
+@pytest.mark.parametrize("make", [fs_cache, sqlite_cache])
+def test_verify_reports_progress_once_per_entry(tmp_path, make):
+    c = make(tmp_path)
+    cache = FileStreamProgramCache(c.path) if make is fs_cache else SQLiteProgramCache(c.path)
+    ticks = []
+    with cache:
+        report = cache.verify(progress=ticks.append)
+    assert report.checked == 3
+    assert ticks == [1, 1, 1]

@@ -37,6 +37,11 @@ _PHASES = {
 }
 
 
+# service.demo.DEFAULT_SCALE, spelled out: building the command line must not
+# import the service (NumPy, PyArrow); tests/cli checks that the two agree.
+DEFAULT_SCALE = 12
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
@@ -54,8 +59,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--scale",
         type=int,
-        default=None,
-        help="R-MAT scale: 2**SCALE vertices, 16 * 2**SCALE edges (default 12)",
+        default=DEFAULT_SCALE,
+        help=f"R-MAT scale: 2**SCALE vertices, 16 * 2**SCALE edges (default {DEFAULT_SCALE})",
     )
     parser.add_argument(
         "--fact-rows", type=int, default=None, help="rows of the fact table (default: as edges)"
@@ -87,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
     from nexus_cache.service.demo import run_demo
 
-    if args.scale is not None and not 1 <= args.scale <= 30:
+    if not 1 <= args.scale <= 30:
         raise ConfigError(f"--scale={args.scale} is not accepted; use 1..30")
     if args.fact_rows is not None and args.fact_rows < 1:
         raise ConfigError(f"--fact-rows={args.fact_rows} is not accepted; use a number >= 1")

@@ -15,10 +15,12 @@ from nexus_cache.cli.scan import add_output_options, run_query
 
 __all__ = ["register"]
 
+# The keys of service.ALGORITHMS, spelled out: building the command line must
+# not import the service (NumPy, PyArrow); tests/cli checks that they agree.
+ALGORITHMS = ("pagerank", "bfs", "jaccard", "sorensen", "overlap", "cosine")
+
 
 def register(subparsers: Any) -> None:
-    from nexus_cache.service.queries import ALGORITHMS
-
     parser = subparsers.add_parser(
         "graph",
         help="run pagerank, bfs, jaccard, sorensen, overlap or cosine on Parquet edges",
@@ -55,9 +57,10 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
-    from nexus_cache.service import ALGORITHMS, Graph, Scan
+    from nexus_cache.service import ALGORITHMS as accepted_options
+    from nexus_cache.service import Graph, Scan
 
-    accepted = ALGORITHMS[args.algorithm]
+    accepted = accepted_options[args.algorithm]
     given = {
         "source": args.source,
         "depth_limit": args.depth_limit,

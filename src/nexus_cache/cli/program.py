@@ -158,8 +158,8 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    with _open(args) as cache, progress("verifying entries", None):
-        r = cache.verify()
+    with _open(args) as cache, progress("verifying entries", cache.stats().entries) as advance:
+        r = cache.verify(progress=advance)
     data = {
         "checked": r.checked,
         "ok": r.ok,

@@ -6,7 +6,7 @@ import errno
 import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nexus_cache._storage import (
@@ -496,12 +496,17 @@ class FileStreamProgramCache(ProgramCacheResource):
         for e in sorted(result.entries, key=lambda e: e.atime_ns):
             yield EntryInfo(os.path.basename(e.path), e.key.size, e.atime_ns, e.key.mtime_ns)
 
-    def verify(self) -> VerifyReport:
-        """Check every entry's bytes against its record; remove the corrupt ones."""
+    def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every entry's bytes against its record; remove the corrupt ones.
+
+        ``progress(1)`` is called once per entry checked (for progress bars).
+        """
         report = VerifyReport()
         result = _fsscan.scan(self._entries)
         report.refused.extend(result.refused)
         for e in result.entries:
+            if progress is not None:
+                progress(1)
             report.checked += 1
             name = os.path.basename(e.path)
             try:

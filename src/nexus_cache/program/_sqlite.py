@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nexus_cache.errors import CacheClosedError, ConfigError
@@ -348,8 +348,11 @@ class SQLiteProgramCache(ProgramCacheResource):
         for k, size, ts in rows:
             yield EntryInfo(bytes(k).hex(), int(size), int(ts), int(ts))
 
-    def verify(self) -> VerifyReport:
-        """Check every blob against its CRC-32; remove the corrupt ones."""
+    def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every blob against its CRC-32; remove the corrupt ones.
+
+        ``progress(1)`` is called once per entry checked (for progress bars).
+        """
         report = VerifyReport()
         with self._guard:
             conn = self._connection()
@@ -357,6 +360,8 @@ class SQLiteProgramCache(ProgramCacheResource):
             for k, value, crc, size in conn.execute(
                 "SELECT key, value, crc, size FROM entries"
             ).fetchall():
+                if progress is not None:
+                    progress(1)
                 report.checked += 1
                 if zlib.crc32(value) == crc and len(value) == size:
                     report.ok += 1
