@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from lakehouse_helpers import entry_files, make_cache, write_old_file
 
 from nexus_cache.cli.main import main
+
+from ._helpers import entry_files, make_cache, write_old_file
 
 
 @pytest.fixture

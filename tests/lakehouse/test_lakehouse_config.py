@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse.config import (
+from nexus_cache.lakehouse._config import (
     FillPolicy,
     LakehouseCacheConfig,
     ReadPolicy,
@@ -136,3 +136,62 @@ def test_constructor_accepts_strings_and_relative_root(
     assert config.policy is FillPolicy.FILL_BEFORE_READ
     assert config.max_bytes == 2**20
     assert config.to_dict()["policy"] == "fill_before_read"
+
+
+# --- values refused where they enter ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field", ["blocking_fill_timeout_s", "local_min_age_s", "stale_temp_age_s", "fill_exit_wait_s"]
+)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "nan", True, "soon"])
+def test_seconds_settings_refuse_nan_inf_negative(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        LakehouseCacheConfig(root=tmp_path, **{field: value})
+    named = "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S" if field == "fill_exit_wait_s" else field
+    assert named in str(info.value)
+    assert "finite" in str(info.value)
+
+
+def test_seconds_settings_accept_numbers_and_text(tmp_path: Path) -> None:
+    config = LakehouseCacheConfig.from_env(
+        {ROOT: str(tmp_path), "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": " 2.5 "}, local_min_age_s=0
+    )
+    assert (config.fill_exit_wait_s, config.local_min_age_s) == (2.5, 0.0)
+
+
+def test_every_bad_value_is_named_in_one_error(tmp_path: Path) -> None:
+    env = {ROOT: str(tmp_path), MAX: "lots", CONC: "0", POLICY: "always"}
+    with pytest.raises(ConfigError) as info:
+        LakehouseCacheConfig.from_env(env)
+    for name in (MAX, CONC, POLICY):
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("root", ["", "  "])
+def test_empty_root_is_refused(root: str) -> None:
+    with pytest.raises(ConfigError, match=ROOT):
+        LakehouseCacheConfig(root=root)
+
+
+def test_root_that_is_a_file_is_a_config_error_naming_the_variable(tmp_path: Path) -> None:
+    from nexus_cache.lakehouse import LakehouseCache
+
+    afile = tmp_path / "afile"
+    afile.write_bytes(b"x")
+    with pytest.raises(ConfigError, match=ROOT):
+        LakehouseCache.from_env({ROOT: str(afile)})
+    # a file as a parent component fails when the root is created: same error
+    with pytest.raises(ConfigError, match=ROOT):
+        LakehouseCache.from_env({ROOT: str(afile / "sub")})
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("ON", True), ("0", False)])
+def test_log_reads_flag(value: str, expected: bool) -> None:
+    assert (
+        LakehouseCacheConfig.from_env({"NEXUS_LAKEHOUSE_LOG_READS": value}).log_reads is expected
+    )
+    with pytest.raises(ConfigError, match="NEXUS_LAKEHOUSE_LOG_READS"):
+        LakehouseCacheConfig.from_env({"NEXUS_LAKEHOUSE_LOG_READS": "sometimes"})

@@ -8,9 +8,10 @@ from pathlib import Path
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from lakehouse_helpers import entry_files, make_cache, put_object
 
 from nexus_cache.lakehouse import CacheStatus, NexusCacheFileSystem
+
+from ._helpers import entry_files, make_cache, put_object
 
 
 def _parquet(n: int = 5_000) -> tuple[pa.Table, bytes]:

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lakehouse_helpers import make_cache, make_s3fs, put_object
 
-import nexus_cache.lakehouse.scan as scan_module
+import nexus_cache.lakehouse._scan as scan_module
 from nexus_cache.errors import StalePlanError
 from nexus_cache.lakehouse import CacheStatus, EventKind
+
+from ._helpers import make_cache, make_s3fs, put_object
 
 OLD = os.urandom(300_000)
 NEW = os.urandom(300_000)  # same size: only the identity tells them apart

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from lakehouse_helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
 from nexus_cache.lakehouse import CacheStatus, LakehouseCache, NexusCacheFileSystem
+
+from ._helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
 
 def _table(n: int = 20_000, seed: int = 0) -> pa.Table:
@@ -104,7 +105,7 @@ def test_nexus_filesystem_is_read_only(tmp_path: Path) -> None:
 
 
 def test_default_cache_comes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nexus_cache.lakehouse import cache as cache_module
+    from nexus_cache.lakehouse import _cache as cache_module
 
     monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", str(tmp_path / "envroot"))
     monkeypatch.setattr(cache_module, "_default", None)

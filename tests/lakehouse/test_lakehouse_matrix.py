@@ -9,9 +9,10 @@ from typing import Any
 
 import fsspec
 import pytest
-from lakehouse_helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, LakehouseCache, ReadMode
+
+from ._helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 DATA = os.urandom(300_000)
 
@@ -123,6 +124,19 @@ def test_root_only_uses_hits_without_filling(tmp_path: Path) -> None:
         assert f.read() == DATA[:10]
         assert f.diagnostics.read_mode is ReadMode.REMOTE
     assert len(entry_files(root)) == 1
+
+
+def test_root_only_config_says_policy_disabled_on_a_miss(tmp_path: Path) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    cache = LakehouseCache.from_env({"NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c")})
+    with cache, cache.open(source) as f:
+        assert f.read() == DATA
+        diag = f.diagnostics
+    assert (diag.cache_status, diag.fill_mode, diag.reason) == (
+        CacheStatus.MISS,
+        FillMode.NONE,
+        "policy_disabled",
+    )
 
 
 def test_no_root_reads_remote(tmp_path: Path, s3: Any, s3_endpoint: str, s3_bucket: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from lakehouse_helpers import make_cache, write_old_file
+from nexus_cache.lakehouse._pins import create_pin, live_pins
 
-from nexus_cache.lakehouse.pins import create_pin, live_pins
+from ._helpers import make_cache, write_old_file
 
 
 def _pin_files(root: Path) -> list[Path]:

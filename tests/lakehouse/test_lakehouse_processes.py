@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from lakehouse_helpers import (
+
+from nexus_cache.lakehouse._pins import live_pins
+
+from ._helpers import (
     entry_files,
     make_cache,
     put_object,
@@ -20,8 +23,6 @@ from lakehouse_helpers import (
     worker_slow_fill,
     write_old_file,
 )
-
-from nexus_cache.lakehouse.pins import live_pins
 
 CTX = mp.get_context("spawn")
 

@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from lakehouse_helpers import make_cache, write_old_file
 
 from nexus_cache.errors import StalePlanError
+
+from ._helpers import make_cache, write_old_file
 
 DATA = os.urandom(3 * 65536 + 123)
 

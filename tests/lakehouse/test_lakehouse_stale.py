@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lakehouse_helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
 from nexus_cache.errors import StalePlanError
 from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, ReadMode
+
+from ._helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
 OLD = os.urandom(200_000)
 NEW = os.urandom(200_000)  # same size: only the identity tells them apart
@@ -145,7 +146,7 @@ def test_background_fill_of_a_changed_object_publishes_nothing(
 def test_overwrite_during_a_fill_is_caught_by_if_match(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nexus_cache.lakehouse import fill as fill_module
+    from nexus_cache.lakehouse import _fill as fill_module
 
     fs = make_s3fs(s3_endpoint)
     put_object(s3_endpoint, s3_bucket, "d.parquet", OLD)

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
-from lakehouse_helpers import entry_files, fill_counts, make_cache, write_old_file
 
 from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, FillError
 from nexus_cache.lakehouse import (
@@ -24,7 +23,9 @@ from nexus_cache.lakehouse import (
     LakehouseCacheConfig,
     ReadMode,
 )
-from nexus_cache.lakehouse import fill as fill_module
+from nexus_cache.lakehouse import _fill as fill_module
+
+from ._helpers import entry_files, fill_counts, make_cache, write_old_file
 
 DATA = os.urandom(150_000)
 
@@ -354,3 +355,35 @@ def test_background_fill_of_one_key_runs_once(tmp_path: Path) -> None:
         skipped = cache.events.events(EventKind.FILL_SKIPPED)
         # the later closes found the fill queued or running, or the entry already there
         assert all(e.reason == "in_progress" for e in skipped)
+
+
+def test_full_filesystem_creating_a_new_root_reads_remotely_with_an_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.lakehouse import CacheStatus, EventKind, LakehouseCache
+
+    source = str(write_old_file(tmp_path / "src" / "a.parquet", b"payload"))
+    full = tmp_path / "full"
+    real_mkdir = os.mkdir
+
+    def mkdir_on_full_disk(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path).startswith(str(full)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_on_full_disk)
+    cache = LakehouseCache.from_env(
+        {
+            "NEXUS_LAKEHOUSE_CACHE_ROOT": str(full / "root"),
+            "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
+            "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1M",
+        }
+    )
+    with cache:
+        (event,) = cache.events.events(EventKind.ROOT_UNAVAILABLE)
+        assert event.reason == "enospc"
+        assert str(full / "root") in str(event.location)
+        with cache.open(source) as f:
+            assert f.read() == b"payload"
+            assert f.diagnostics.cache_status is CacheStatus.BYPASS
+            assert f.diagnostics.reason == "root_unavailable"

@@ -11,21 +11,22 @@ from typing import Any
 
 import fsspec
 import pytest
-from lakehouse_helpers import make_s3fs, put_object, write_old_file
 
-from nexus_cache.lakehouse.config import FillPolicy, ReadPolicy
-from nexus_cache.lakehouse.events import (
+from nexus_cache.lakehouse import (
     CacheEvent,
     CacheStatus,
     EventKind,
     EventLog,
     FillMode,
+    LakehouseCacheConfig,
     ReadDiagnostics,
     ReadMode,
 )
-from nexus_cache.lakehouse.identity import resolve_identity
-from nexus_cache.lakehouse.limits import FillLimits
-from nexus_cache.lakehouse.policy import decide
+from nexus_cache.lakehouse._identity import resolve_identity
+from nexus_cache.lakehouse._limits import FillLimits
+from nexus_cache.lakehouse._policy import decide
+
+from ._helpers import make_s3fs, put_object, write_old_file
 
 # --- identity ---------------------------------------------------------------
 
@@ -146,8 +147,35 @@ def test_policy_matrix(
     mode: ReadMode,
     fill: FillMode,
 ) -> None:
-    decision = decide(ReadPolicy(read), FillPolicy(policy), present)
+    config = LakehouseCacheConfig(root="/c", read=read, policy=policy, max_bytes=1000)
+    decision = decide(config, 10, present)
     assert (decision.status, decision.read_mode, decision.fill_mode) == (status, mode, fill)
+
+
+@pytest.mark.parametrize("policy", ["disabled", "read_through", "fill_before_read"])
+@pytest.mark.parametrize("present", [True, False])
+def test_policy_bypasses_objects_over_bypass_bytes(policy: str, present: bool) -> None:
+    config = LakehouseCacheConfig(root="/c", policy=policy, max_bytes=1000, bypass_bytes=100)
+    decision = decide(config, 101, present)
+    assert (decision.status, decision.fill_mode, decision.reason) == (
+        CacheStatus.BYPASS,
+        FillMode.NONE,
+        "large_object",
+    )
+    assert decide(config, 100, present).reason != "large_object"
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_policy_reads_objects_over_max_bytes_remotely_without_fill(policy: str) -> None:
+    config = LakehouseCacheConfig(root="/c", policy=policy, max_bytes=1000)
+    decision = decide(config, 1001, False)
+    assert (decision.status, decision.read_mode, decision.fill_mode, decision.reason) == (
+        CacheStatus.MISS,
+        ReadMode.REMOTE,
+        FillMode.NONE,
+        "too_large",
+    )
+    assert decide(config, 1001, True).status is CacheStatus.HIT  # a hit is served
 
 
 # --- fill limits --------------------------------------------------------------
@@ -229,3 +257,13 @@ def test_failing_callback_does_not_break_emit(caplog: pytest.LogCaptureFixture) 
         log.emit(CacheEvent(EventKind.FILL_SKIPPED, key=None, location=None, reason="no_budget"))
     assert log.counts()["fill_skipped"] == 1
     assert any("callback failed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("conc", "nbytes", "named"), [(0, 10, "max_concurrency"), (1, 0, "max_host_bytes")]
+)
+def test_limits_refuse_a_zero_budget_as_config_error(conc: int, nbytes: int, named: str) -> None:
+    from nexus_cache.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        FillLimits(max_concurrency=conc, max_host_bytes=nbytes)

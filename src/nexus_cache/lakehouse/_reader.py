@@ -27,9 +27,9 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from nexus_cache.errors import StalePlanError
-from nexus_cache.lakehouse.events import ReadDiagnostics
-from nexus_cache.lakehouse.pins import Pin
-from nexus_cache.lakehouse.remote import is_expired_error
+from nexus_cache.lakehouse._events import ReadDiagnostics
+from nexus_cache.lakehouse._pins import Pin
+from nexus_cache.lakehouse._remote import is_expired_error
 
 __all__ = ["LakehouseFile"]
 

@@ -1,8 +1,8 @@
 """The lakehouse byte cache facade: :class:`LakehouseCache`.
 
 One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
-the entry store, the service-wide fill budget, the event log and a small pool of
-background fill threads. Many processes may use one root at once.
+the entry store, the service-wide fill budget, the event log and the background
+fills (:mod:`._background`). Many processes may use one root at once.
 
 Quick use::
 
@@ -15,31 +15,34 @@ Quick use::
 
 from __future__ import annotations
 
+import errno
 import os
-import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse.config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse.events import CacheEvent, EventKind, EventLog, FillMode
-from nexus_cache.lakehouse.fill import Filler
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.limits import FillLease, FillLimits
-from nexus_cache.lakehouse.maintenance import (
+from nexus_cache.lakehouse._background import BackgroundFills
+from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._limits import FillLimits
+from nexus_cache.lakehouse._maintenance import (
     RetentionResult,
     clear_entries,
     enforce_retention,
     verify_all,
 )
-from nexus_cache.lakehouse.reader import LakehouseFile
-from nexus_cache.lakehouse.scan import ReadPlan, Scanner
-from nexus_cache.lakehouse.store import EntryStore
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._scan import ReadPlan, Scanner
+from nexus_cache.lakehouse._store import EntryStore
 
 __all__ = ["LakehouseCache", "default_cache"]
 
-_Job = tuple[Any, str, SourceIdentity, FillLease]
+#: errors creating a root that make this cache read remotely instead of failing
+_DISK_FULL = {errno.ENOSPC: "enospc", errno.EDQUOT: "edquot"}
 
 
 class LakehouseCache:
@@ -65,8 +68,11 @@ class LakehouseCache:
         self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
         self.store: EntryStore | None = None
         filler: Filler | None = None
+        no_store = "no_root"
         if cfg.root is not None:
-            self.store = EntryStore(cfg.root)
+            self.store = self._open_root(cfg.root)
+            no_store = "root_unavailable"
+        if self.store is not None:
             self.store.sweep(older_than_s=cfg.stale_temp_age_s)
             self.store.live_pins()  # reclaims pins of dead readers
             self.store.remove_orphan_records()
@@ -89,13 +95,38 @@ class LakehouseCache:
             else None
         )
         self._scanner = Scanner(
-            cfg, self.store, filler, self.events, self._schedule_fill, self._probes
+            cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
         )
-        self._lock = threading.Condition()
-        self._inflight: set[str] = set()
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
+        self._fills = (
+            BackgroundFills(filler, self.limits, self.events, exit_wait_s=cfg.fill_exit_wait_s)
+            if filler is not None
+            else None
+        )
         self._closed = False
+
+    def _open_root(self, root: Path) -> EntryStore | None:
+        """The store at ``root``; ``None`` (reads go remote, with an event) on a full disk."""
+        try:
+            return EntryStore(root)
+        except NotADirectoryError as exc:
+            raise ConfigError(
+                f"{ENV_ROOT}={str(root)!r} cannot be a cache directory ({exc}); "
+                "point it at a directory"
+            ) from exc
+        except OSError as exc:
+            reason = _DISK_FULL.get(exc.errno or 0)
+            if reason is None:
+                raise
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ROOT_UNAVAILABLE,
+                    None,
+                    str(root),
+                    reason=reason,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            return None
 
     @classmethod
     def from_env(
@@ -189,7 +220,7 @@ class LakehouseCache:
         :class:`FillError` when the fill fails or times out.
         """
         if self._filler is None:
-            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache to prefetch into")
+            raise ConfigError(self._no_store_message("prefetch into"))
         plan = self.plan(source, fs=fs, storage_options=storage_options)
         if plan.identity is None or plan.reason == "large_object":
             return False
@@ -203,76 +234,26 @@ class LakehouseCache:
 
     # -- background fills ----------------------------------------------------
     def _schedule_fill(self, fs: Any, path: str, identity: SourceIdentity) -> None:
-        reason = None
-        with self._lock:
-            if self._closed:
-                reason = "shutdown"
-            elif identity.key in self._inflight:
-                reason = "in_progress"
-            else:
-                lease = self.limits.try_acquire(identity.content.size)
-                if lease is None:
-                    reason = "no_budget"
-                else:
-                    self._inflight.add(identity.key)
-                    self._queue.put((fs, path, identity, lease))
-                    self._start_worker_locked()
-        if reason is not None:
-            self.events.emit(
-                CacheEvent(
-                    EventKind.FILL_SKIPPED,
-                    identity.key,
-                    identity.location,
-                    FillMode.BACKGROUND,
-                    reason=reason,
-                )
-            )
-
-    def _start_worker_locked(self) -> None:
-        # Never more jobs queued than leases granted, so never more workers needed
-        # than max_concurrency. Daemon threads: a fill cut off at interpreter exit
-        # leaves only a temp, which the next open sweeps.
-        busy = len(self._inflight)
-        if len(self._workers) < min(busy, self.limits.max_concurrency):
-            worker = threading.Thread(
-                target=self._worker, name="nexus-lakehouse-fill", daemon=True
-            )
-            self._workers.append(worker)
-            worker.start()
-
-    def _worker(self) -> None:
-        while (job := self._queue.get()) is not None:
-            fs, path, identity, lease = job
-            try:
-                assert self._filler is not None
-                self._filler.background(fs, path, identity, lease)
-            except Exception as exc:  # already reported as an event where it mattered
-                self.events.emit(
-                    CacheEvent(
-                        EventKind.FILL_FAILED,
-                        identity.key,
-                        identity.location,
-                        FillMode.BACKGROUND,
-                        reason="error",
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
-                )
-            finally:
-                lease.release()
-                with self._lock:
-                    self._inflight.discard(identity.key)
-                    self._lock.notify_all()
+        if self._fills is not None:
+            self._fills.schedule(fs, path, identity)
 
     def wait_for_fills(self, timeout: float | None = None) -> bool:
         """Wait until no background fill is queued or running; ``False`` on timeout."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self._inflight, timeout)
+        return True if self._fills is None else self._fills.wait(timeout)
 
     # -- maintenance -----------------------------------------------------------
     def _need_store(self) -> EntryStore:
         if self.store is None:
-            raise ConfigError(f"{ENV_ROOT} is not set: there is no cache root to manage")
+            raise ConfigError(self._no_store_message("manage"))
         return self.store
+
+    def _no_store_message(self, what: str) -> str:
+        if self.config.root is None:
+            return f"{ENV_ROOT} is not set: there is no cache root to {what}"
+        return (
+            f"the cache root {self.config.root} could not be created (see the "
+            f"root_unavailable event): there is no cache to {what}; free space there"
+        )
 
     def prune(self, max_bytes: int | None = None) -> RetentionResult:
         """Run retention toward ``max_bytes`` (default: the configured target)."""
@@ -311,11 +292,9 @@ class LakehouseCache:
         """Stop accepting background fills; with ``wait``, let queued ones finish."""
         if wait:
             self.wait_for_fills(timeout)
-        with self._lock:
-            self._closed = True
-            workers, self._workers = self._workers, []
-        for _ in workers:
-            self._queue.put(None)
+        self._closed = True
+        if self._fills is not None:
+            self._fills.close()
         if self._probes is not None:
             # later opens plan synchronously (open() checks _closed)
             self._probes.shutdown(wait=False, cancel_futures=False)

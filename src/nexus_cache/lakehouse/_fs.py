@@ -25,8 +25,8 @@ from typing import Any
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
-from nexus_cache.lakehouse.cache import LakehouseCache, default_cache
-from nexus_cache.lakehouse.reader import LakehouseFile
+from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
+from nexus_cache.lakehouse._reader import LakehouseFile
 
 __all__ = ["NexusCacheFileSystem"]
 

@@ -38,12 +38,13 @@ from typing import Any
 
 from nexus_cache._storage import lstat_key, new_temp, publish_temp, write_all
 from nexus_cache.errors import FillError, StalePlanError
-from nexus_cache.lakehouse.events import CacheEvent, EventKind, EventLog, FillMode
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.limits import FillLease, FillLimits
-from nexus_cache.lakehouse.maintenance import enforce_retention
-from nexus_cache.lakehouse.remote import is_expired_error, open_pinned
-from nexus_cache.lakehouse.store import EntryState, EntryStore
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._limits import FillLease, FillLimits
+from nexus_cache.lakehouse._maintenance import enforce_retention
+from nexus_cache.lakehouse._remote import is_expired_error, open_pinned
+from nexus_cache.lakehouse._store import EntryState, EntryStore
+from nexus_cache.lakehouse._vocabulary import FillMode
 
 __all__ = ["FillOutcome", "FillResult", "Filler"]
 

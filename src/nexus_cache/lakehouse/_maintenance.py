@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterable
 
 from nexus_cache._storage import FileLock
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.store import EntryStore, file_digest
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._store import EntryStore, file_digest
 
 __all__ = ["RetentionResult", "clear_entries", "enforce_retention", "verify_entry", "verify_all"]
 

@@ -19,41 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = [
-    "CacheEvent",
-    "CacheStatus",
-    "EventKind",
-    "EventLog",
-    "FillMode",
-    "ReadDiagnostics",
-    "ReadMode",
-]
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+
+__all__ = ["CacheEvent", "EventKind", "EventLog", "ReadDiagnostics"]
 
 logger = logging.getLogger("nexus_cache.lakehouse")
-
-
-class CacheStatus(str, enum.Enum):
-    """How the cache answered a read: a hit, a miss, a bypass, or a stale plan."""
-
-    HIT = "hit"
-    MISS = "miss"
-    BYPASS = "bypass"
-    STALE = "stale"
-
-
-class ReadMode(str, enum.Enum):
-    """Where the bytes of a read came from."""
-
-    LOCAL = "local"
-    REMOTE = "remote"
-
-
-class FillMode(str, enum.Enum):
-    """What fill a read triggered."""
-
-    NONE = "none"
-    BACKGROUND = "background"
-    BLOCKING = "blocking"
 
 
 class EventKind(str, enum.Enum):
@@ -72,6 +42,9 @@ class EventKind(str, enum.Enum):
     ENTRY_REMOVED = "entry_removed"
     #: a planned read was rejected at execution
     STALE_PLAN = "stale_plan"
+    #: the cache root could not be created (``reason``: enospc, edquot); every
+    #: read of this cache goes remote (reason ``root_unavailable``)
+    ROOT_UNAVAILABLE = "root_unavailable"
 
 
 @dataclasses.dataclass(frozen=True)

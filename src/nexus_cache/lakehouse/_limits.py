@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 import time
 
+from nexus_cache.errors import ConfigError
+
 __all__ = ["FillLease", "FillLimits"]
 
 
@@ -49,8 +51,16 @@ class FillLimits:
     """
 
     def __init__(self, max_concurrency: int, max_host_bytes: int) -> None:
-        if max_concurrency < 1 or max_host_bytes < 1:
-            raise ValueError("max_concurrency and max_host_bytes must be >= 1")
+        if max_concurrency < 1:
+            raise ConfigError(
+                f"FillLimits max_concurrency={max_concurrency!r} is not accepted; "
+                "use a whole number >= 1 (NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY)"
+            )
+        if max_host_bytes < 1:
+            raise ConfigError(
+                f"FillLimits max_host_bytes={max_host_bytes!r} is not accepted; "
+                "use a byte count >= 1 (NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES)"
+            )
         self.max_concurrency = max_concurrency
         self.max_host_bytes = max_host_bytes
         self._cond = threading.Condition()

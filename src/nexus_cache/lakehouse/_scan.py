@@ -32,28 +32,21 @@ from typing import Any
 
 from nexus_cache._storage import stat_key, touch_if_unchanged
 from nexus_cache.errors import StalePlanError
-from nexus_cache.lakehouse.config import LakehouseCacheConfig
-from nexus_cache.lakehouse.events import (
-    CacheEvent,
-    CacheStatus,
-    EventKind,
-    EventLog,
-    FillMode,
-    ReadDiagnostics,
-    ReadMode,
-)
-from nexus_cache.lakehouse.fill import Filler
-from nexus_cache.lakehouse.identity import (
+from nexus_cache.lakehouse._config import LakehouseCacheConfig
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
+from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._identity import (
     SourceIdentity,
     fs_protocol,
     is_local_fs,
     resolve_identity,
 )
-from nexus_cache.lakehouse.pins import Pin
-from nexus_cache.lakehouse.policy import decide
-from nexus_cache.lakehouse.reader import LakehouseFile
-from nexus_cache.lakehouse.remote import open_pinned
-from nexus_cache.lakehouse.store import EntryState, EntryStore
+from nexus_cache.lakehouse._pins import Pin
+from nexus_cache.lakehouse._policy import decide
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._remote import open_pinned
+from nexus_cache.lakehouse._store import EntryState, EntryStore
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
 __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 
@@ -130,6 +123,7 @@ class Scanner:
         events: EventLog,
         schedule_fill: ScheduleFill,
         probes: Executor | None = None,
+        no_store_reason: str = "no_root",
     ) -> None:
         self.config = config
         self.store = store
@@ -137,6 +131,7 @@ class Scanner:
         self.events = events
         self._schedule_fill = schedule_fill
         self._probes = probes
+        self._no_store_reason = no_store_reason
         self._known: collections.OrderedDict[tuple[str, str, str], SourceIdentity] = (
             collections.OrderedDict()
         )
@@ -167,42 +162,15 @@ class Scanner:
         name = os.fspath(source)
         remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
         if self.store is None:
-            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, "no_root")
-        config = self.config
-        res = resolve_identity(fs, path, local_min_age_s=config.local_min_age_s)
-        identity, size = res.identity, res.size
-        self._remember(fs, path, identity)
-        if identity is None:
+            reason = self._no_store_reason
+            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
+        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+        self._remember(fs, path, res.identity)
+        if res.identity is None:
             return ReadPlan(
-                name, fs, path, None, size, bypass, remote, FillMode.NONE, res.bypass_reason
+                name, fs, path, None, res.size, bypass, remote, FillMode.NONE, res.bypass_reason
             )
-        size = identity.content.size
-        if config.bypass_bytes is not None and size > config.bypass_bytes:
-            return ReadPlan(
-                name, fs, path, identity, size, bypass, remote, FillMode.NONE, "large_object"
-            )
-        state, found = self.store.lookup(identity.key, size)
-        if state is EntryState.DAMAGED and found and self.store.remove(identity.key, found):
-            self.events.emit(
-                CacheEvent(
-                    EventKind.ENTRY_REMOVED,
-                    identity.key,
-                    identity.location,
-                    reason=f"size {found.size} != {size}",
-                )
-            )
-        decision = decide(config.read, config.policy, state is EntryState.PRESENT)
-        read_mode, fill_mode, reason = decision.read_mode, decision.fill_mode, decision.reason
-        if (
-            fill_mode is not FillMode.NONE
-            and config.max_bytes is not None
-            and size > config.max_bytes
-        ):
-            read_mode, fill_mode, reason = ReadMode.REMOTE, FillMode.NONE, "too_large"
-        expected = size if decision.status is CacheStatus.HIT else None
-        return ReadPlan(
-            name, fs, path, identity, size, decision.status, read_mode, fill_mode, reason, expected
-        )
+        return self._decide(name, fs, path, res.identity, tidy=True)
 
     def plan_remembered(
         self,
@@ -225,24 +193,40 @@ class Scanner:
             identity = self._known.get(_remember_key(fs, path))
         if identity is None:
             return None
+        plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
+        if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
+            return None  # READ=disabled, no entry, a bypass: plan normally
+        return plan
+
+    def _decide(
+        self, name: str, fs: Any, path: str, identity: SourceIdentity, *, tidy: bool
+    ) -> ReadPlan:
+        """The one plan path of a known identity: look the entry up, ask the policy.
+
+        ``tidy``: remove a damaged entry on the way (only when the identity was
+        proven by a fresh request, not remembered).
+        """
+        assert self.store is not None
         size = identity.content.size
-        if self.config.bypass_bytes is not None and size > self.config.bypass_bytes:
-            return None
-        state, _ = self.store.lookup(identity.key, size)
-        decision = decide(self.config.read, self.config.policy, state is EntryState.PRESENT)
-        if decision.status is not CacheStatus.HIT or decision.read_mode is not ReadMode.LOCAL:
-            return None  # READ=disabled, or no entry: plan normally
+        state, found = self.store.lookup(identity.key, size)
+        if (
+            tidy
+            and state is EntryState.DAMAGED
+            and found
+            and self.store.remove(identity.key, found)
+        ):
+            self.events.emit(
+                CacheEvent(
+                    EventKind.ENTRY_REMOVED,
+                    identity.key,
+                    identity.location,
+                    reason=f"size {found.size} != {size}",
+                )
+            )
+        d = decide(self.config, size, state is EntryState.PRESENT)
+        expected = size if d.status is CacheStatus.HIT else None
         return ReadPlan(
-            os.fspath(source),
-            fs,
-            path,
-            identity,
-            size,
-            decision.status,
-            decision.read_mode,
-            decision.fill_mode,
-            decision.reason,
-            size,
+            name, fs, path, identity, size, d.status, d.read_mode, d.fill_mode, d.reason, expected
         )
 
     def execute_deferred(self, plan: ReadPlan) -> LakehouseFile:

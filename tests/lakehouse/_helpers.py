@@ -67,7 +67,7 @@ def worker_read(root: str, source: str, endpoint: str | None, barrier: Any, resu
 
 def worker_slow_fill(root: str, source: str, started: Any) -> None:
     """Fill ``source`` in small, slow chunks so a SIGKILL lands mid-fill."""
-    from nexus_cache.lakehouse import fill
+    from nexus_cache.lakehouse import _fill as fill
 
     original = fill._write_chunk
     fill._CHUNK = 64 * 1024

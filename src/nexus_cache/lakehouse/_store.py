@@ -50,8 +50,8 @@ from nexus_cache._storage import (
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheIntegrityError
-from nexus_cache.lakehouse.identity import SourceIdentity
-from nexus_cache.lakehouse.pins import Pin, create_pin, live_pins
+from nexus_cache.lakehouse._identity import SourceIdentity
+from nexus_cache.lakehouse._pins import Pin, create_pin, live_pins
 
 __all__ = ["EntryInfo", "EntryState", "EntryStore", "RECORD_VERSION", "file_digest"]
 

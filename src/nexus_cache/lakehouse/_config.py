@@ -17,16 +17,25 @@ reads exactly these variables (an empty value counts as unset):
     Object bytes in flight through fills at once in this service (default 2GiB).
 ``NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES``
     Objects larger than this are never cached (default: no threshold).
+``NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S``
+    Seconds the interpreter waits at exit for queued and running background
+    fills to publish (default 30; ``0``: do not wait).
+``NEXUS_LAKEHOUSE_LOG_READS``
+    ``1``/``true``/``yes``/``on``: log every read's status, read mode and fill
+    mode at INFO on the ``nexus_cache.lakehouse`` logger (default off).
 
-Byte sizes are a whole number with an optional unit: ``B``, decimal ``KB MB GB TB``
-(powers of 1000) or binary ``KiB MiB GiB TiB`` (powers of 1024), case-insensitive,
-e.g. ``10GiB``. Bare letters (``10G``) are refused because they are ambiguous.
+Byte sizes use the package's one grammar (:mod:`nexus_cache._sizes`): plain bytes,
+``64M``/``10G``/``10GiB`` (powers of 1024) or ``500MB``/``10GB`` (powers of 1000).
+Seconds are finite numbers ``>= 0``. Every refused value raises
+:class:`~nexus_cache.errors.ConfigError` naming the setting; a configuration with
+several bad values names all of them in one error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,8 +46,10 @@ from nexus_cache.errors import ConfigError
 
 __all__ = [
     "ENV_BYPASS_BYTES",
+    "ENV_FILL_EXIT_WAIT_S",
     "ENV_FILL_MAX_CONCURRENCY",
     "ENV_FILL_MAX_HOST_BYTES",
+    "ENV_LOG_READS",
     "ENV_MAX_BYTES",
     "ENV_POLICY",
     "ENV_READ",
@@ -56,6 +67,11 @@ ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
 ENV_FILL_MAX_CONCURRENCY = "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY"
 ENV_FILL_MAX_HOST_BYTES = "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES"
 ENV_BYPASS_BYTES = "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES"
+ENV_FILL_EXIT_WAIT_S = "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S"
+ENV_LOG_READS = "NEXUS_LAKEHOUSE_LOG_READS"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class ReadPolicy(str, enum.Enum):
@@ -107,6 +123,56 @@ def _parse_positive_int(value: Any, name: str) -> int:
     return number
 
 
+def _parse_seconds(value: Any, name: str) -> float:
+    # bool is an int subclass, and NaN compares false with everything: refuse both
+    # here, where the value enters, instead of failing later in a timeout.
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{name}={value!r} is not accepted; use a finite number of seconds >= 0")
+    return number
+
+
+def _parse_flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r} is not accepted; use 1/true/yes/on or 0/false/no/off")
+
+
+def _check_root(value: Any) -> Path:
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(
+            f"{ENV_ROOT}={text!r} is not accepted: an empty root would mean the current "
+            "directory; set a directory path, or leave it unset (root=None) for no cache"
+        )
+    root = Path(os.path.abspath(os.path.expanduser(text)))
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{ENV_ROOT}={text!r} is not a directory ({root} exists as a file); "
+            "point it at a directory, or remove the file"
+        )
+    return root
+
+
+#: how each seconds field is named in messages (the variable, where it has one)
+_SECONDS_NAMES = {
+    "blocking_fill_timeout_s": "blocking_fill_timeout_s",
+    "local_min_age_s": "local_min_age_s",
+    "stale_temp_age_s": "stale_temp_age_s",
+    "fill_exit_wait_s": ENV_FILL_EXIT_WAIT_S,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class LakehouseCacheConfig:
     """Immutable settings of one lakehouse cache; validated on construction.
@@ -114,7 +180,8 @@ class LakehouseCacheConfig:
     ``root=None`` means no cache: every read is remote and nothing is filled.
     The constructor accepts strings for the enum and size fields, so
     ``LakehouseCacheConfig(root="/c", policy="read_through", max_bytes="10GiB")``
-    works. Fields past ``bypass_bytes`` have no environment variable.
+    works. ``blocking_fill_timeout_s``, ``local_min_age_s``, ``stale_temp_age_s``
+    and ``event_buffer`` have no environment variable.
     """
 
     root: Path | None = None
@@ -132,33 +199,37 @@ class LakehouseCacheConfig:
     stale_temp_age_s: float = 3600.0
     #: capacity of each event ring buffer
     event_buffer: int = 1024
+    #: seconds the interpreter waits at exit for background fills to publish
+    fill_exit_wait_s: float = 30.0
+    #: log every read's diagnostics at INFO (``nexus_cache.lakehouse`` logger)
+    log_reads: bool = False
 
     def __post_init__(self) -> None:
+        errors: list[str] = []
         set_ = object.__setattr__
-        if self.root is not None:
-            root = Path(os.path.expanduser(os.fspath(self.root)))
-            set_(self, "root", Path(os.path.abspath(root)))
-        set_(self, "read", _parse_enum(ReadPolicy, self.read, ENV_READ))
-        set_(self, "policy", _parse_enum(FillPolicy, self.policy, ENV_POLICY))
-        if self.max_bytes is not None:
-            set_(self, "max_bytes", parse_byte_size(self.max_bytes, name=ENV_MAX_BYTES))
-        set_(
-            self,
-            "fill_max_concurrency",
-            _parse_positive_int(self.fill_max_concurrency, ENV_FILL_MAX_CONCURRENCY),
-        )
-        set_(
-            self,
-            "fill_max_host_bytes",
-            parse_byte_size(self.fill_max_host_bytes, name=ENV_FILL_MAX_HOST_BYTES),
-        )
-        if self.bypass_bytes is not None:
-            set_(self, "bypass_bytes", parse_byte_size(self.bypass_bytes, name=ENV_BYPASS_BYTES))
-        for field in ("blocking_fill_timeout_s", "local_min_age_s", "stale_temp_age_s"):
-            value = getattr(self, field)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"{field}={value!r} is not accepted; use seconds >= 0")
-        set_(self, "event_buffer", _parse_positive_int(self.event_buffer, "event_buffer"))
+
+        def check(field: str, parse: Any) -> None:
+            try:
+                set_(self, field, parse(getattr(self, field)))
+            except ConfigError as exc:
+                errors.append(str(exc))
+
+        def optional_size(name: str) -> Any:
+            return lambda v: None if v is None else parse_byte_size(v, name=name)
+
+        check("root", lambda v: None if v is None else _check_root(v))
+        check("read", lambda v: _parse_enum(ReadPolicy, v, ENV_READ))
+        check("policy", lambda v: _parse_enum(FillPolicy, v, ENV_POLICY))
+        check("max_bytes", optional_size(ENV_MAX_BYTES))
+        check("fill_max_concurrency", lambda v: _parse_positive_int(v, ENV_FILL_MAX_CONCURRENCY))
+        check("fill_max_host_bytes", lambda v: parse_byte_size(v, name=ENV_FILL_MAX_HOST_BYTES))
+        check("bypass_bytes", optional_size(ENV_BYPASS_BYTES))
+        for field, name in _SECONDS_NAMES.items():
+            check(field, lambda v, name=name: _parse_seconds(v, name))
+        check("event_buffer", lambda v: _parse_positive_int(v, "event_buffer"))
+        check("log_reads", lambda v: _parse_flag(v, ENV_LOG_READS))
+        if errors:
+            raise ConfigError("; ".join(errors))
         if self.root is not None and self.policy.fills and self.max_bytes is None:
             raise ConfigError(
                 f"{ENV_POLICY}={self.policy.value} fills the cache at {self.root}, so "
@@ -197,6 +268,10 @@ class LakehouseCacheConfig:
             kwargs["fill_max_host_bytes"] = host
         if (bypass := get(ENV_BYPASS_BYTES)) is not None:
             kwargs["bypass_bytes"] = bypass
+        if (exit_wait := get(ENV_FILL_EXIT_WAIT_S)) is not None:
+            kwargs["fill_exit_wait_s"] = exit_wait
+        if (log_reads := get(ENV_LOG_READS)) is not None:
+            kwargs["log_reads"] = log_reads
         kwargs.update(overrides)
         return cls(**kwargs)
 

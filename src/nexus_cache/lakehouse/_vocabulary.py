@@ -1,0 +1,36 @@
+"""The read vocabulary of the lakehouse cache: how a read was answered.
+
+Three small enumerations, shared by planning, the policy matrix, the read handle
+and the events. They hold no behaviour; kept apart from the events so that the
+policy and the planner depend on the words, not on the event machinery.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["CacheStatus", "FillMode", "ReadMode"]
+
+
+class CacheStatus(str, enum.Enum):
+    """How the cache answered a read: a hit, a miss, a bypass, or a stale plan."""
+
+    HIT = "hit"
+    MISS = "miss"
+    BYPASS = "bypass"
+    STALE = "stale"
+
+
+class ReadMode(str, enum.Enum):
+    """Where the bytes of a read came from."""
+
+    LOCAL = "local"
+    REMOTE = "remote"
+
+
+class FillMode(str, enum.Enum):
+    """What fill a read triggered."""
+
+    NONE = "none"
+    BACKGROUND = "background"
+    BLOCKING = "blocking"

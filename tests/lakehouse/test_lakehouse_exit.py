@@ -1,0 +1,68 @@
+"""read_through from short-lived processes: fills finish at interpreter exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ._helpers import entry_files, write_old_file
+
+# A one-shot reader: a fill slowed down as a large remote object would be, then
+# the script ends right after its read, as scripts and CLI runs do.
+_SCRIPT = """
+import sys, time
+from nexus_cache.lakehouse import _fill, default_cache
+
+real = _fill._write_chunk
+def slow(fd, data):
+    time.sleep(float(sys.argv[2]))
+    real(fd, data)
+_fill._write_chunk = slow
+data = default_cache().read(sys.argv[1])
+assert len(data) == 4096, len(data)
+"""
+
+
+def _one_shot(
+    source: Path, root: Path, delay_s: float, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
+        "NEXUS_LAKEHOUSE_CACHE_READ": "disabled",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1M",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(source), str(delay_s)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_one_shot_read_through_process_leaves_a_published_entry(tmp_path: Path) -> None:
+    source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
+    root = tmp_path / "c"
+    done = _one_shot(source, root, 1.0, {})
+    assert done.returncode == 0, done.stderr
+    (entry,) = entry_files(root)
+    assert entry.read_bytes() == source.read_bytes()
+    assert list((root / "tmp").iterdir()) == []
+
+
+def test_exit_wait_is_bounded_by_its_setting(tmp_path: Path) -> None:
+    source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
+    root = tmp_path / "c"
+    started = time.monotonic()
+    done = _one_shot(source, root, 30.0, {"NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "0.5"})
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20
+    assert entry_files(root) == []
+    assert "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S" in done.stderr
