@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -157,26 +158,34 @@ class LakehouseCache:
         fs: Any = None,
         storage_options: dict[str, Any] | None = None,
         retries: int = 1,
+        listed_info: Mapping[str, Any] | None = None,
     ) -> LakehouseFile:
         """Plan and execute; a stale plan is planned again up to ``retries`` times.
 
         ``source`` is a local path or any fsspec URL (``s3://b/k``); or pass an
         fsspec filesystem as ``fs`` and a path on it. Close the returned file.
 
+        ``listed_info``: ``source``'s entry (an fsspec info dict) in a listing or
+        metadata answer fetched from the store *just now* (a dataset read lists
+        its prefix anyway). Its ETag and size prove the identity: a hit then costs
+        no request, and execution only checks the local entry. Stale information
+        here serves stale bytes: pass only what the store answered moments ago.
+
         A remote object planned before in this cache whose entry is present opens
         without waiting for its identity request: the request runs concurrently
-        and the handle's first read waits for it. If the object changed, that
-        read raises :class:`StalePlanError` (nothing is retried then: bytes may
-        have been sized or seeked against the old object); open again.
+        and the handle's first read waits for it (none at all while the identity
+        is younger than ``identity_ttl_s``). If the object changed, that read
+        raises :class:`StalePlanError` (nothing is retried then: bytes may have
+        been sized or seeked against the old object); open again.
         """
         attempt = 0
         if not self._closed:  # a closed cache has shut its probe pool down
             remembered = self._scanner.plan_remembered(
-                source, fs=fs, storage_options=storage_options
+                source, fs=fs, storage_options=storage_options, listed_info=listed_info
             )
             if remembered is not None:
                 try:
-                    return self._scanner.execute_deferred(remembered)
+                    return self._scanner.execute_remembered(*remembered)
                 except StalePlanError:
                     attempt += 1  # the entry vanished: plan normally below
                     if attempt > retries:

@@ -11,8 +11,20 @@ Two ways in::
     fs = NexusCacheFileSystem(fs=s3fs.S3FileSystem(...), cache=cache)
     dataset = pyarrow.dataset.dataset("bucket/table/", filesystem=fs, format="parquet")
 
-Listing and metadata calls go to the wrapped filesystem unchanged; ``open`` for
-reading goes through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
+Listing and metadata calls go to the wrapped filesystem, always to the store
+itself (``refresh=True``: never from a listing cache); ``open`` for reading goes
+through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
+
+**Metadata proves identities.** An engine lists a dataset's prefix (or asks
+``info`` of one file) before it opens the files. Each file entry of such a fresh
+answer (with its ETag and size) proves the file's identity for the ``open``,
+``isfile``, ``exists`` and ``size`` calls that follow through this filesystem
+object, for :data:`PROOF_WINDOW_S` seconds: a warm dataset read then costs one
+LIST and no HEAD, a warm single-file ``read_table`` one HEAD (its ``info``), and
+execution only checks that the local entry exists with the listed size. Every
+``ls``/``find``/``glob``/``info`` asks the store again, so every engine-level
+read proves afresh. Past the window (or for a file never listed), an open
+proves the identity itself.
 Without ``cache=`` the process-wide :func:`~.cache.default_cache` (configured from
 the environment) is used. The filesystem is read-only. Importing this module
 registers the ``nexus`` protocol with fsspec.
@@ -20,15 +32,27 @@ registers the ``nexus`` protocol with fsspec.
 
 from __future__ import annotations
 
+import collections
+import threading
+import time
+from collections.abc import Iterable
 from typing import Any
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
 from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
+from nexus_cache.lakehouse._identity import is_local_fs
 from nexus_cache.lakehouse._reader import LakehouseFile
 
-__all__ = ["NexusCacheFileSystem"]
+__all__ = ["PROOF_WINDOW_S", "NexusCacheFileSystem"]
+
+#: seconds a file's entry in a listing (or ``info`` answer) fetched through the
+#: filesystem proves its identity for the opens that follow (a dataset read
+#: lists, then opens every file); later opens prove it with a request of their own
+PROOF_WINDOW_S = 10.0
+#: file entries kept as proofs per filesystem object (the oldest go first)
+_PROOFS_MAX = 65536
 
 
 class NexusCacheFileSystem(ChainedFileSystem):
@@ -60,6 +84,12 @@ class NexusCacheFileSystem(ChainedFileSystem):
         self.fs = fs
         self.fo = fo
         self.cache = cache if cache is not None else default_cache()
+        # path -> (info, monotonic time its request was sent); see PROOF_WINDOW_S
+        self._proofs: collections.OrderedDict[str, tuple[dict[str, Any], float]] = (
+            collections.OrderedDict()
+        )
+        self._proofs_lock = threading.Lock()
+        self._remote = not is_local_fs(fs)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -85,7 +115,8 @@ class NexusCacheFileSystem(ChainedFileSystem):
                 f"the nexus filesystem is read-only (mode={mode!r}); write through the "
                 "underlying filesystem instead"
             )
-        return self.cache.open(self._strip_protocol(path), fs=self.fs)
+        path = self._strip_protocol(path)
+        return self.cache.open(path, fs=self.fs, listed_info=self._proof(path))
 
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kw: Any
@@ -97,30 +128,119 @@ class NexusCacheFileSystem(ChainedFileSystem):
             f.seek(lo)
             return f.read(max(0, hi - lo))
 
+    # -- proofs: fresh metadata answers, kept for the opens that follow ---------
+    def _fresh(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Call the wrapped ``method`` past its listing cache (a proof must be fresh)."""
+        call = getattr(self.fs, method)
+        if not self._remote:
+            return call(path, **kwargs)
+        try:
+            return call(path, refresh=True, **kwargs)
+        except TypeError:  # no ``refresh`` keyword: drop the listing cache instead
+            self.fs.invalidate_cache()
+            return call(path, **kwargs)
+
+    def _prove(self, infos: Iterable[Any], sent: float) -> None:
+        if not self._remote:
+            return  # a local file's identity is one stat away: nothing to save
+        with self._proofs_lock:
+            for info in infos:
+                if isinstance(info, dict) and info.get("type") == "file" and "name" in info:
+                    key = self.fs._strip_protocol(info["name"])
+                    self._proofs[key] = (info, sent)
+                    self._proofs.move_to_end(key)
+            while len(self._proofs) > _PROOFS_MAX:
+                self._proofs.popitem(last=False)
+
+    def _proof(self, path: str) -> dict[str, Any] | None:
+        """``path``'s entry in a listing fetched within :data:`PROOF_WINDOW_S`, else ``None``."""
+        if not self._remote:
+            return None
+        key = self.fs._strip_protocol(path)
+        with self._proofs_lock:
+            found = self._proofs.get(key)
+        if found is None or time.monotonic() - found[1] >= PROOF_WINDOW_S:
+            return None
+        return found[0]
+
     # -- metadata goes to the wrapped filesystem ---------------------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        return self.fs.ls(self._strip_protocol(path), detail=detail, **kwargs)
-
-    def info(self, path: str, **kwargs: Any) -> Any:
-        return self.fs.info(self._strip_protocol(path), **kwargs)
+        sent = time.monotonic()
+        out = self._fresh("ls", self._strip_protocol(path), detail=True, **kwargs)
+        self._prove(out, sent)
+        return out if detail else [info["name"] for info in out]
 
     def find(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        return self.fs.find(self._strip_protocol(path), *args, **kwargs)
+        detail = kwargs.pop("detail", False)
+        if args:  # maxdepth, withdirs by position
+            kwargs.update(zip(("maxdepth", "withdirs"), args, strict=False))
+        sent = time.monotonic()
+        out = self._fresh("find", self._strip_protocol(path), detail=True, **kwargs)
+        self._prove(out.values(), sent)
+        return out if detail else list(out)
 
     def glob(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        return self.fs.glob(self._strip_protocol(path), *args, **kwargs)
+        detail = kwargs.pop("detail", False)
+        if args:
+            kwargs["maxdepth"] = args[0]
+        sent = time.monotonic()
+        out = self._fresh("glob", self._strip_protocol(path), detail=True, **kwargs)
+        self._prove(out.values(), sent)
+        return out if detail else list(out)
+
+    def _in_listing_cache(self, path: str) -> bool:
+        """Whether the wrapped filesystem's listing cache holds ``path`` or its directory."""
+        dircache = getattr(self.fs, "dircache", None)
+        if dircache is None:
+            return False
+        try:
+            stripped = self.fs._strip_protocol(path).rstrip("/")
+            return stripped in dircache or self.fs._parent(stripped) in dircache
+        except Exception:  # a listing cache of another shape: ask the store
+            return False
+
+    def info(self, path: str, **kwargs: Any) -> Any:
+        """Fresh metadata of ``path``; a file's answer proves its identity (see above).
+
+        Always asked of the store for a file, even right after a listing: an
+        engine's ``info`` starts a read, so the read's opens hold a fresh proof.
+        """
+        path = self._strip_protocol(path)
+        if self._remote and self._in_listing_cache(path):
+            # Directories and absent paths prove no identity: the listing cache
+            # may answer them (a missing _metadata costs no request). A file
+            # found there is not fresh, so it is asked of the store below.
+            cached = self.fs.info(path, **kwargs)
+            if cached.get("type") != "file":
+                return cached
+        sent = time.monotonic()
+        out = self._fresh("info", path, **kwargs)
+        self._prove([out], sent)
+        return out
+
+    def _proven_info(self, path: str) -> dict[str, Any]:
+        # what an engine asks between its listing (or info) and its opens
+        proof = self._proof(self._strip_protocol(path))
+        return dict(proof) if proof is not None else dict(self.info(path))
 
     def exists(self, path: str, **kwargs: Any) -> bool:
-        return bool(self.fs.exists(self._strip_protocol(path), **kwargs))
+        try:
+            self._proven_info(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def isfile(self, path: str) -> bool:
+        try:
+            return self._proven_info(path).get("type") == "file"
+        except FileNotFoundError:
+            return False
+
+    def size(self, path: str) -> Any:
+        return self._proven_info(path).get("size")
 
     def isdir(self, path: str) -> bool:
         return bool(self.fs.isdir(self._strip_protocol(path)))
-
-    def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(self._strip_protocol(path)))
-
-    def size(self, path: str) -> Any:
-        return self.fs.size(self._strip_protocol(path))
 
     def modified(self, path: str) -> Any:
         return self.fs.modified(self._strip_protocol(path))
@@ -129,6 +249,8 @@ class NexusCacheFileSystem(ChainedFileSystem):
         return self.fs.ukey(self._strip_protocol(path))
 
     def invalidate_cache(self, path: str | None = None) -> None:
+        with self._proofs_lock:
+            self._proofs.clear()
         self.fs.invalidate_cache(path)
 
     def __repr__(self) -> str:

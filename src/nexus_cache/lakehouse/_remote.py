@@ -127,6 +127,21 @@ def open_pinned(fs: Any, path: str, identity: SourceIdentity, **open_kwargs: Any
     if is_local_fs(fs):
         return _open_local(identity)
     try:
+        return _open_remote(fs, path, identity, open_kwargs)
+    except StalePlanError:
+        if getattr(fs, "dircache", None) is None:
+            raise
+    # s3fs takes an opened file's metadata (and the ETag it pins) from its
+    # listing cache when it holds the path: a listing older than the object
+    # refutes a fresh plan. Drop it and ask the store once more.
+    fs.invalidate_cache(path)
+    return _open_remote(fs, path, identity, open_kwargs)
+
+
+def _open_remote(
+    fs: Any, path: str, identity: SourceIdentity, open_kwargs: dict[str, Any]
+) -> PinnedSource:
+    try:
         try:
             f = fs.open(path, "rb", **open_kwargs)
         except TypeError:
