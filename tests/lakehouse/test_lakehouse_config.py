@@ -76,6 +76,7 @@ def test_overrides_win(tmp_path: Path) -> None:
         (CONC, "four", ">= 1"),
         (HOST, "lots", "GiB"),
         (BYPASS, "1.5GiB", "GiB"),
+        (MAX, "\u0661\u0662\u0663", "not a byte size"),  # Arabic-Indic digits, not 123
     ],
 )
 def test_bad_values_name_variable_value_and_accepted(

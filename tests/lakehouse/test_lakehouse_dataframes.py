@@ -8,6 +8,7 @@ from pathlib import Path
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from nexus_cache.lakehouse import CacheStatus, NexusCacheFileSystem
 
@@ -43,6 +44,31 @@ def test_pandas_reads_a_chained_url_through_the_cache(
     assert statuses[0] is CacheStatus.MISS
     assert CacheStatus.HIT in statuses[1:]
     assert len(entry_files(root)) == 1
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_pandas_reads_an_overwritten_object_without_stale_plan_error(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, policy: str
+) -> None:
+    import pandas as pd
+
+    old_table, old = _parquet(5_000)
+    new_table, new = _parquet(7_000)
+    put_object(s3_endpoint, s3_bucket, "pd/t.parquet", old)
+    with make_cache(tmp_path / "c", policy=policy) as cache:
+        opts = {
+            "s3": {"client_kwargs": {"endpoint_url": s3_endpoint}},
+            "nexus": {"cache": cache},
+        }
+        url = f"nexus::s3://{s3_bucket}/pd/t.parquet"
+        assert pd.read_parquet(url, storage_options=opts).equals(old_table.to_pandas())
+        assert cache.wait_for_fills(30)
+        assert pd.read_parquet(url, storage_options=opts).equals(old_table.to_pandas())
+        assert cache.events.reads()[-1].cache_status is CacheStatus.HIT
+        put_object(s3_endpoint, s3_bucket, "pd/t.parquet", new)
+        # the same process reads again: the cache remembers the old identity and
+        # finds it changed before a byte is returned; pandas gets the new table
+        assert pd.read_parquet(url, storage_options=opts).equals(new_table.to_pandas())
 
 
 def test_duckdb_reads_through_a_registered_nexus_filesystem(

@@ -48,8 +48,8 @@ def test_unchanged_object_reads_from_the_entry(
         assert not cache.events.events(EventKind.STALE_PLAN)
 
 
-@pytest.mark.parametrize("reader", ["read", "readinto", "read_buffer", "buffer", "fileno"])
-def test_overwrite_before_first_read_is_stale_and_returns_nothing(
+@pytest.mark.parametrize("reader", ["read", "readinto", "read_buffer", "buffer", "fileno", "size"])
+def test_overwrite_before_first_read_replans_and_serves_the_new_object(
     tmp_path: Path,
     s3_endpoint: str,
     s3_bucket: str,
@@ -61,6 +61,7 @@ def test_overwrite_before_first_read_is_stale_and_returns_nothing(
     source = f"s3://{s3_bucket}/o.parquet"
     real = scan_module.resolve_identity
     gate = threading.Event()
+    newer = NEW + b"-longer"  # sizes differ too: a caller sizing by the old one would break
 
     def probe_after_overwrite(*args: Any, **kwargs: Any) -> Any:
         # the probe runs after the overwrite, which the test does after open()
@@ -74,45 +75,59 @@ def test_overwrite_before_first_read_is_stale_and_returns_nothing(
         f = cache.open(source, fs=fs)  # a hit of the old entry, probe pending
         with f:
             assert f.diagnostics.cache_status is CacheStatus.HIT
-            put_object(s3_endpoint, s3_bucket, "o.parquet", NEW)
+            put_object(s3_endpoint, s3_bucket, "o.parquet", newer)
             gate.set()
-            buf = bytearray(len(OLD))
-            call = (lambda: f.readinto(buf)) if reader == "readinto" else getattr(f, reader)
-            with pytest.raises(StalePlanError, match="changed since it was planned"):
-                call()
-            assert bytes(buf) == bytes(len(OLD))  # no old byte left in the caller's buffer
-            with pytest.raises(StalePlanError):  # refused for good, not only once
-                f.read()
-        assert cache.events.reads()[-1].cache_status is CacheStatus.STALE
+            if reader == "size":
+                assert f.size == len(newer)
+                got = f.read()
+            elif reader == "readinto":
+                buf = bytearray(len(newer))
+                assert f.readinto(buf) == len(newer)
+                got = bytes(buf)
+            elif reader == "fileno":
+                got = os.pread(f.fileno(), len(newer) + 1, 0)
+            else:
+                got = bytes(getattr(f, reader)())
+            assert got == newer
+            assert f.diagnostics.cache_status is CacheStatus.MISS  # the new plan's
+        statuses = [d.cache_status for d in cache.events.reads()]
+        assert CacheStatus.STALE in statuses  # the old plan is still reported
         assert len(cache.events.events(EventKind.STALE_PLAN)) == 1
-        # the next open plans afresh and serves the new object
-        assert cache.read(source, fs=fs) == NEW
+        assert cache.read(source, fs=fs) == newer
 
 
 def test_a_failed_probe_keeps_refusing_the_entry(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A probe that errors proves nothing: no later call may serve the entry's bytes."""
+    """A probe that errors proves nothing: no later call serves bytes without a proof."""
     fs = make_s3fs(s3_endpoint)
     put_object(s3_endpoint, s3_bucket, "f.parquet", OLD)
     source = f"s3://{s3_bucket}/f.parquet"
     real = scan_module.resolve_identity
+    unreachable = {"probe"}
 
-    def failing_probe(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name.startswith("nexus-lakehouse-probe"):
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        in_probe = threading.current_thread().name.startswith("nexus-lakehouse-probe")
+        if "all" in unreachable or in_probe:
             raise ConnectionError("store unreachable")
         return real(*args, **kwargs)
 
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
         _warm(cache, source, fs)
-        monkeypatch.setattr(scan_module, "resolve_identity", failing_probe)
+        monkeypatch.setattr(scan_module, "resolve_identity", failing)
         with cache.open(source, fs=fs) as f:
             with pytest.raises(ConnectionError):
                 f.read()
-            with pytest.raises(StalePlanError, match="identity check failed"):
+            unreachable.add("all")  # the handle's fresh plan cannot prove it either
+            with pytest.raises(ConnectionError):
                 f.read()
+            unreachable.clear()
+            with pytest.raises(StalePlanError, match="identity check failed"):
+                f.read()  # one fresh plan per handle: refused for good now
             with pytest.raises(StalePlanError):
                 f.buffer()
+        with cache.open(source, fs=fs) as f:  # a new open proves it and serves
+            assert f.read() == OLD
 
 
 def test_probe_overlaps_the_local_read(

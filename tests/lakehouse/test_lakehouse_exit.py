@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from nexus_cache.lakehouse import read_stats
+
 from ._helpers import entry_files, write_old_file
 
 # A one-shot reader: a fill slowed down as a large remote object would be, then
@@ -55,6 +57,14 @@ def test_one_shot_read_through_process_leaves_a_published_entry(tmp_path: Path) 
     (entry,) = entry_files(root)
     assert entry.read_bytes() == source.read_bytes()
     assert list((root / "tmp").iterdir()) == []
+    # the finished process's reads are visible from here (what the CLI shows)
+    stats = read_stats(root)
+    assert stats["processes"] == 1
+    assert stats["reads"]["miss"] == stats["reads"]["total"] == 1
+    assert stats["fill_modes"]["background"] == 1
+    assert stats["events"]["fill_completed"] == 1
+    (last,) = stats["recent_reads"]
+    assert (last["location"], last["read_mode"]) == (str(source), "remote")
 
 
 def test_exit_wait_is_bounded_by_its_setting(tmp_path: Path) -> None:

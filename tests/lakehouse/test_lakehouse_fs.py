@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ def test_wrapped_filesystem_with_pyarrow_dataset(
         for _ in range(2):
             got = ds.dataset(f"{s3_bucket}/ds", filesystem=nfs, format="parquet").to_table()
             assert got.sort_by("id").equals(expected)
+            gc.collect()  # pyarrow closes a file (scheduling its fill) when collected
             assert cache.wait_for_fills(timeout=30)
             passes.append(_statuses(cache)[sum(len(p) for p in passes) :])
         # (pyarrow may open a file more than once per scan)
@@ -137,3 +139,74 @@ def test_pyarrow_reads_hits_zero_copy_and_misses_natively(tmp_path: Path) -> Non
             got = pq.read_table(f)
             del view
         assert got.equals(table)  # still valid after the handle closed
+
+
+# --- fsspec conventions ----------------------------------------------------------
+
+
+def test_nexus_double_colon_before_an_absolute_path(tmp_path: Path) -> None:
+    table = _table(500)
+    path = write_old_file(tmp_path / "lake" / "a.parquet", _parquet_bytes(table))
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        for url in (f"nexus::{path}", f"nexus://{path}", f"nexus::file://{path}"):
+            with fsspec.open(url, nexus={"cache": cache}) as f:
+                assert pq.read_table(f).equals(table), url
+            fs, inner = fsspec.core.url_to_fs(url, nexus={"cache": cache})
+            assert inner == str(path)
+            assert pq.read_table(inner, filesystem=fs).equals(table), url
+            # the cache's own entry point takes the same spellings as local paths
+            with cache.open(url) as h:
+                assert h.is_local, url
+        assert _statuses(cache)[0] is CacheStatus.MISS
+        assert set(_statuses(cache)[1:]) == {CacheStatus.HIT}
+
+
+def test_pandas_accepts_the_url_spellings_with_a_scheme(tmp_path: Path) -> None:
+    import pandas as pd
+
+    table = _table(500)
+    path = write_old_file(tmp_path / "lake" / "a.parquet", _parquet_bytes(table))
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        for url in (f"nexus://{path}", f"nexus::file://{path}"):
+            got = pd.read_parquet(url, storage_options={"cache": cache})
+            assert got.equals(table.to_pandas()), url
+
+
+def test_cache_storage_option_picks_the_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.lakehouse import _cache as cache_module
+
+    monkeypatch.setattr(cache_module, "_by_root", {})
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "fill_before_read")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "1G")
+    path = write_old_file(tmp_path / "lake" / "a.bin", b"hello")
+    root = tmp_path / "picked"
+    for storage in (str(root), [str(root)]):
+        with fsspec.open(f"nexus::file://{path}", nexus={"cache_storage": storage}) as f:
+            assert f.read() == b"hello"
+    assert len(entry_files(root)) == 1
+    fs = NexusCacheFileSystem(cache_storage=str(root))
+    assert fs.cache is cache_module.default_cache(root)  # one cache per root and process
+    assert fs.cache.events.reads()[-1].cache_status is CacheStatus.HIT
+    fs.cache.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"expiry_time": 60}, "expiry_time"),
+        ({"check_files": True, "same_names": True}, "check_files, same_names"),
+        ({"cache_storag": "/tmp/x"}, "cache_storag"),
+        ({"cache_storage": "TMP"}, "cache_storage"),
+        ({"cache_storage": ["/a", "/b"]}, "cache_storage"),
+    ],
+)
+def test_unknown_or_unsupported_options_are_refused_by_name(
+    tmp_path: Path, options: dict[str, Any], named: str
+) -> None:
+    from nexus_cache.errors import ConfigError
+
+    path = write_old_file(tmp_path / "a.bin", b"x")
+    with pytest.raises(ConfigError, match=named):
+        fsspec.open(f"nexus::file://{path}", nexus=options).open()

@@ -203,6 +203,20 @@ def test_bypass_threshold_and_too_large(tmp_path: Path) -> None:
     assert entry_files(tmp_path / "c2") == []
 
 
+@pytest.mark.parametrize("policy", ["disabled", "read_through", "fill_before_read"])
+def test_prefetch_honours_max_bytes(tmp_path: Path, policy: str) -> None:
+    fits = str(write_old_file(tmp_path / "fits.parquet", b"x" * 1024))
+    over = str(write_old_file(tmp_path / "over.parquet", b"x" * 1025))
+    root = tmp_path / "c"
+    with make_cache(root, policy=policy, max_bytes=1024) as cache:
+        assert not cache.prefetch(over)
+        (skipped,) = cache.events.events(EventKind.FILL_SKIPPED)
+        assert (skipped.reason, skipped.nbytes) == ("too_large", 1025)
+        assert entry_files(root) == []
+        assert cache.prefetch(fits)
+    assert len(entry_files(root)) == 1
+
+
 def test_hit_read_is_memory_mapped_and_seekable(tmp_path: Path) -> None:
     source = str(write_old_file(tmp_path / "a.parquet", DATA))
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:

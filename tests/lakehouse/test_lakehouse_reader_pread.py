@@ -68,3 +68,27 @@ def test_a_kept_hit_plan_executes_again_and_rechecks_locally(tmp_path: Path) -> 
         cache.clear()
         with pytest.raises(StalePlanError, match="vanished"):
             cache.execute(plan)
+
+
+@pytest.mark.parametrize("how", ["read", "readinto", "read_buffer", "buffer"])
+def test_entry_truncated_under_an_open_handle_raises_never_short_data(
+    tmp_path: Path, how: str
+) -> None:
+    from nexus_cache.errors import CacheIntegrityError
+
+    data = os.urandom(1 << 20)
+    src = write_old_file(tmp_path / "src" / "t.bin", data)
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        cache.read(str(src))
+        with cache.open(str(src)) as f:
+            assert f.is_local
+            (entry,) = [p for p in (root / "entries").glob("*/*") if p.suffix != ".json"]
+            os.truncate(entry, len(data) // 2)
+            buf = bytearray(len(data))
+            call = (lambda: f.readinto(buf)) if how == "readinto" else getattr(f, how)
+            with pytest.raises(CacheIntegrityError, match="truncated"):
+                call()
+            assert not any(buf)  # nothing half-read was left in the caller's buffer
+        # the next read plans afresh: the damaged entry is replaced
+        assert cache.read(str(src)) == data

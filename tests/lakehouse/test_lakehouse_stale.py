@@ -115,7 +115,7 @@ def test_open_gives_up_after_retries(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with make_cache(tmp_path / "c") as cache:
         calls: list[Any] = []
 
-        def always_stale(plan: Any) -> Any:
+        def always_stale(plan: Any, replan: Any = None) -> Any:
             calls.append(plan)
             raise StalePlanError("test")
 

@@ -313,12 +313,59 @@ def test_stats_report_reads_and_bytes(tmp_path: Path) -> None:
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
         cache.read(source)
         cache.read(source)
-        stats = cache.stats()
+        stats = cache.stats(recent=1)
+    assert stats["root"] == str(tmp_path / "c")
     assert stats["entries"] == 1
     assert stats["bytes"] == len(DATA)
+    assert stats["reads"] == {"hit": 1, "miss": 1, "bypass": 0, "stale": 0, "total": 2}
+    assert stats["read_modes"] == {"local": 2, "remote": 0}
+    assert stats["fill_modes"] == {"none": 1, "background": 0, "blocking": 1}
+    assert stats["events"]["fill_completed"] == 1
+    (last,) = stats["recent_reads"]
+    assert (last["cache_status"], last["read_mode"], last["fill_mode"]) == ("hit", "local", "none")
     assert stats["counts"]["read.hit"] == 1
-    assert stats["counts"]["read.miss"] == 1
-    assert stats["counts"]["fill_completed"] == 1
+
+
+def test_read_stats_merges_closed_caches_of_a_root(tmp_path: Path) -> None:
+    from nexus_cache.errors import ConfigError
+    from nexus_cache.lakehouse import read_stats
+
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    for _ in range(2):
+        with make_cache(root, policy="fill_before_read") as cache:
+            cache.read(source)
+    stats = read_stats(root, recent=5)
+    assert stats["processes"] == 2  # two caches: two summaries
+    assert (stats["reads"]["miss"], stats["reads"]["hit"]) == (1, 1)
+    assert [r["cache_status"] for r in stats["recent_reads"]] == ["miss", "hit"]
+    (root / "stats" / "junk.json").write_text("[1, 2")  # malformed: skipped
+    assert read_stats(root)["processes"] == 2
+    with pytest.raises(FileNotFoundError):
+        read_stats(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="NEXUS_LAKEHOUSE_CACHE_ROOT"):
+        read_stats()
+
+
+@pytest.mark.parametrize("log_reads", [True, False])
+def test_log_reads_setting_logs_each_read_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, log_reads: bool
+) -> None:
+    import logging
+
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    caplog.set_level(logging.INFO, logger="nexus_cache.lakehouse")
+    with make_cache(tmp_path / "c", policy="fill_before_read", log_reads=log_reads) as cache:
+        cache.read(source)
+        cache.read(source)
+    lines = [r.getMessage() for r in caplog.records if "lakehouse read" in r.getMessage()]
+    if not log_reads:
+        assert lines == []
+        return
+    assert lines == [
+        f"lakehouse read {source}: miss local fill=blocking",
+        f"lakehouse read {source}: hit local fill=none",
+    ]
 
 
 def test_threads_missing_one_object_do_one_fill(tmp_path: Path) -> None:
@@ -387,3 +434,63 @@ def test_full_filesystem_creating_a_new_root_reads_remotely_with_an_event(
             assert f.read() == b"payload"
             assert f.diagnostics.cache_status is CacheStatus.BYPASS
             assert f.diagnostics.reason == "root_unavailable"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+@pytest.mark.parametrize("policy", ["disabled", "fill_before_read"])
+def test_foreign_owned_entry_reads_remotely_and_verify_lists_it_and_goes_on(
+    tmp_path: Path, policy: str
+) -> None:
+    from nexus_cache.lakehouse import CacheStatus, EventKind, ReadMode
+
+    a = str(write_old_file(tmp_path / "a.parquet", DATA))
+    b = str(write_old_file(tmp_path / "b.parquet", DATA[::-1]))
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        cache.prefetch(a)
+        cache.prefetch(b)
+        foreign_key = cache.plan(a).key
+    foreign = root / "entries" / foreign_key[:2] / foreign_key
+    os.chown(foreign, 54321, 54321)
+    with make_cache(root, policy=policy) as cache:
+        for _ in range(2):  # the second open tries the remembered-identity path too
+            with cache.open(a) as f:
+                assert f.read() == DATA
+                diag = f.diagnostics
+            assert (diag.cache_status, diag.read_mode, diag.reason) == (
+                CacheStatus.BYPASS,
+                ReadMode.REMOTE,
+                "entry_refused",
+            )
+        refused = cache.events.events(EventKind.ENTRY_REFUSED)
+        assert refused
+        assert "54321" in str(refused[0].reason)
+        assert cache.read(b) == DATA[::-1]  # other entries still hit
+        bad = cache.verify(remove=False)
+        assert list(bad) == [foreign_key]
+        assert "54321" in bad[foreign_key]
+        assert cache.verify() == bad  # removed this time
+        assert not foreign.exists()
+        assert len(entry_files(root)) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_foreign_owned_entry_of_a_remembered_s3_object_reads_remotely(
+    tmp_path: Path, s3: Any, s3_endpoint: str, s3_bucket: str
+) -> None:
+    from nexus_cache.lakehouse import CacheStatus, EventKind
+
+    from ._helpers import put_object
+
+    put_object(s3_endpoint, s3_bucket, "x.parquet", DATA)
+    url = f"s3://{s3_bucket}/x.parquet"
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        assert cache.read(url, fs=s3) == DATA  # fills, and remembers the identity
+        key = cache.plan(url, fs=s3).key
+        assert key is not None
+        os.chown(root / "entries" / key[:2] / key, 54321, 54321)
+        with cache.open(url, fs=s3) as f:  # planned from the remembered identity
+            assert f.read() == DATA
+            assert f.diagnostics.cache_status is CacheStatus.BYPASS
+        assert cache.events.events(EventKind.ENTRY_REFUSED)

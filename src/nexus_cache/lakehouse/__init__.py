@@ -32,6 +32,7 @@ from nexus_cache.lakehouse._identity import ContentIdentity, SourceIdentity, Sto
 from nexus_cache.lakehouse._limits import FillLimits
 from nexus_cache.lakehouse._maintenance import RetentionResult
 from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import read_stats
 from nexus_cache.lakehouse._scan import ReadPlan
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
@@ -76,5 +77,6 @@ __all__ = [
     "StorageDomain",
     "default_cache",
     "kvikio_available",
+    "read_stats",
     "read_to_device",
 ]

@@ -19,7 +19,6 @@ the hook logs a warning naming how many fills were abandoned.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import queue
 import threading
@@ -33,7 +32,7 @@ from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._limits import FillLease, FillLimits
 from nexus_cache.lakehouse._vocabulary import FillMode
 
-__all__ = ["BackgroundFills"]
+__all__ = ["BackgroundFills", "finish_at_exit"]
 
 _Job = tuple[Any, str, SourceIdentity, FillLease]
 
@@ -44,8 +43,12 @@ _live: weakref.WeakSet[BackgroundFills] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
-def _finish_at_exit() -> None:
-    """Give each live pool up to its own ``exit_wait_s`` to finish, all at once."""
+def finish_at_exit() -> None:
+    """Give each live pool up to its own ``exit_wait_s`` to finish, all at once.
+
+    Called once at interpreter exit (registered by :mod:`._cache`, so that it
+    runs before the read summaries are written).
+    """
     with _live_lock:
         pools = [p for p in _live if p.pending()]
     if not pools:
@@ -60,9 +63,6 @@ def _finish_at_exit() -> None:
                 left,
                 pool.exit_wait_s,
             )
-
-
-atexit.register(_finish_at_exit)
 
 
 class BackgroundFills:

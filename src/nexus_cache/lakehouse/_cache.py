@@ -15,6 +15,7 @@ Quick use::
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import threading
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse._background import BackgroundFills
+from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
 from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
 from nexus_cache.lakehouse._fill import Filler
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._limits import FillLimits
@@ -36,7 +37,9 @@ from nexus_cache.lakehouse._maintenance import (
     enforce_retention,
     verify_all,
 )
+from nexus_cache.lakehouse._policy import fill_refusal
 from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
 from nexus_cache.lakehouse._scan import ReadPlan, Scanner
 from nexus_cache.lakehouse._store import EntryStore
 
@@ -65,7 +68,7 @@ class LakehouseCache:
     ) -> None:
         self.config = config if config is not None else LakehouseCacheConfig.from_env()
         cfg = self.config
-        self.events = EventLog(cfg.event_buffer, on_event)
+        self.events = EventLog(cfg.event_buffer, on_event, log_reads=cfg.log_reads)
         self.limits = limits or FillLimits(cfg.fill_max_concurrency, cfg.fill_max_host_bytes)
         self.store: EntryStore | None = None
         filler: Filler | None = None
@@ -87,6 +90,14 @@ class LakehouseCache:
                 blocking_timeout_s=cfg.blocking_fill_timeout_s,
             )
         self._filler = filler
+        self._summary = None
+        if self.store is not None:
+            events = self.events
+            self._summary = SummaryWriter(
+                self.store.root,
+                self.store.tmp_dir,
+                lambda: (events.counts(), [d.to_dict() for d in events.reads()[-RECENT:]]),
+            )
         # Identity probes of deferred checks (see Scanner.execute_deferred): a few
         # threads suffice since each waits on one metadata request; idle threads
         # are only created on demand by the executor.
@@ -174,18 +185,38 @@ class LakehouseCache:
         A remote object planned before in this cache whose entry is present opens
         without waiting for its identity request: the request runs concurrently
         and the handle's first read waits for it (none at all while the identity
-        is younger than ``identity_ttl_s``). If the object changed, that read
-        raises :class:`StalePlanError` (nothing is retried then: bytes may have
-        been sized or seeked against the old object); open again.
+        is younger than ``identity_ttl_s``). If the object changed, or if the
+        store refuses a read because the object was overwritten, before any byte
+        was handed out, the handle plans again and serves the new object.
+        :class:`StalePlanError` is raised only once bytes of the old object
+        were returned (read again then).
         """
+
+        def replan() -> LakehouseFile:
+            return self._open(source, fs, storage_options, retries, None, None)
+
+        return self._open(source, fs, storage_options, retries, replan, listed_info)
+
+    def _open(
+        self,
+        source: str | os.PathLike[str],
+        fs: Any,
+        storage_options: dict[str, Any] | None,
+        retries: int,
+        replan: Any,
+        listed_info: Mapping[str, Any] | None,
+    ) -> LakehouseFile:
+        # replan=None: the fresh open of a handle that went stale; it plans
+        # synchronously, so its own identity is proven before it is returned
+        # (and the listing that proved the stale one is not used again).
         attempt = 0
-        if not self._closed:  # a closed cache has shut its probe pool down
+        if replan is not None and not self._closed:  # a closed cache has no probe pool
             remembered = self._scanner.plan_remembered(
                 source, fs=fs, storage_options=storage_options, listed_info=listed_info
             )
             if remembered is not None:
                 try:
-                    return self._scanner.execute_remembered(*remembered)
+                    return self._scanner.execute_remembered(*remembered, replan)
                 except StalePlanError:
                     attempt += 1  # the entry vanished: plan normally below
                     if attempt > retries:
@@ -193,7 +224,7 @@ class LakehouseCache:
         while True:
             plan = self.plan(source, fs=fs, storage_options=storage_options)
             try:
-                return self.execute(plan)
+                return self._scanner.execute(plan, replan)
             except StalePlanError:
                 attempt += 1
                 if attempt > retries:
@@ -224,14 +255,27 @@ class LakehouseCache:
     ) -> bool:
         """Fill ``source``'s entry now, whatever the policy; ``True`` when it is present.
 
-        Returns ``False`` for an object the cache must bypass (no strong identity,
-        over the bypass threshold). Raises :class:`ConfigError` without a root and
+        Returns ``False`` for an object the cache must not hold (no strong
+        identity, over ``bypass_bytes``, or over ``max_bytes``: a
+        ``fill_skipped`` event says which). Raises :class:`ConfigError` without a root and
         :class:`FillError` when the fill fails or times out.
         """
         if self._filler is None:
             raise ConfigError(self._no_store_message("prefetch into"))
         plan = self.plan(source, fs=fs, storage_options=storage_options)
-        if plan.identity is None or plan.reason == "large_object":
+        if plan.identity is None:
+            return False
+        refusal = fill_refusal(self.config, plan.identity.content.size)
+        if refusal is not None:
+            self.events.emit(
+                CacheEvent(
+                    EventKind.FILL_SKIPPED,
+                    plan.identity.key,
+                    plan.identity.location,
+                    reason=refusal,
+                    nbytes=plan.identity.content.size,
+                )
+            )
             return False
         result = self._filler.blocking(plan.fs, plan.path, plan.identity)
         if not result.entry_ready:
@@ -282,13 +326,29 @@ class LakehouseCache:
         """Remove every unpinned entry; ``(removed, pinned_kept)``."""
         return clear_entries(self._need_store())
 
-    def stats(self) -> dict[str, Any]:
-        """Counters (reads by status/mode, events by kind) and the store's size."""
+    def stats(self, *, recent: int = 20) -> dict[str, Any]:
+        """What this cache did in this process, plus the root's size.
+
+        Keys: ``root``; ``reads`` (by cache status, and ``total``),
+        ``read_modes``, ``fill_modes`` and ``events`` (by kind): totals since
+        the cache was created; ``recent_reads``: the last ``recent`` reads'
+        diagnostics (newest last); ``fills_in_flight``,
+        ``fill_host_bytes_in_flight``, ``background_fills_pending``; with a
+        root, ``entries`` and ``bytes``; ``counts``: the raw counters.
+        Thread-safe; it lists the root's entries (one directory scan).
+        """
         fills, host_bytes = self.limits.in_flight()
+        counts = self.events.counts()
         out: dict[str, Any] = {
-            "counts": self.events.counts(),
+            "root": str(self.store.root) if self.store is not None else None,
+            **summarize_counts(counts),
+            "recent_reads": [d.to_dict() for d in self.events.reads()[-recent:]]
+            if recent > 0
+            else [],
             "fills_in_flight": fills,
             "fill_host_bytes_in_flight": host_bytes,
+            "background_fills_pending": self._fills.pending() if self._fills else 0,
+            "counts": counts,
         }
         if self.store is not None:
             entries = list(self.store.iter_entries())
@@ -304,6 +364,8 @@ class LakehouseCache:
         self._closed = True
         if self._fills is not None:
             self._fills.close()
+        if self._summary is not None:
+            self._summary.write()  # for read_stats() in other processes
         if self._probes is not None:
             # later opens plan synchronously (open() checks _closed)
             self._probes.shutdown(wait=False, cancel_futures=False)
@@ -322,14 +384,36 @@ class LakehouseCache:
         )
 
 
+@atexit.register
+def _at_exit() -> None:
+    # Scripts exit right after their last read: let queued read_through fills
+    # publish (bounded by NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S), then record what
+    # every cache did, so that read_stats() in another process sees it all.
+    finish_at_exit()
+    write_all()
+
+
 _default: LakehouseCache | None = None
+_by_root: dict[Path, LakehouseCache] = {}
 _default_lock = threading.Lock()
 
 
-def default_cache() -> LakehouseCache:
-    """The process-wide cache configured from the environment (created on first use)."""
+def default_cache(root: str | os.PathLike[str] | None = None) -> LakehouseCache:
+    """The process-wide cache configured from the environment (created on first use).
+
+    With ``root``: the process-wide cache of that directory, configured from the
+    environment except for the root (what ``nexus::`` builds for the fsspec
+    option ``cache_storage``). Thread-safe; one instance per root per process.
+    """
     global _default
     with _default_lock:
-        if _default is None:
-            _default = LakehouseCache.from_env()
-        return _default
+        if root is None:
+            if _default is None:
+                _default = LakehouseCache.from_env()
+            return _default
+        config = LakehouseCacheConfig.from_env(root=root)
+        assert config.root is not None
+        cache = _by_root.get(config.root)
+        if cache is None:
+            cache = _by_root[config.root] = LakehouseCache(config)
+        return cache

@@ -5,6 +5,10 @@ Fills and the decisions around them emit :class:`CacheEvent` values. Both go to 
 :class:`EventLog`: bounded ring buffers (old events fall off), the ``logging``
 logger ``nexus_cache.lakehouse``, and an optional callback. Background failures are
 therefore never silent, and no amount of traffic grows memory.
+
+Log levels: failed fills at WARNING, other events at INFO, each read's
+diagnostics at DEBUG, or at INFO with ``log_reads`` (``NEXUS_LAKEHOUSE_LOG_READS=1``)
+as one line: ``lakehouse read <location>: <status> <read mode> fill=<fill mode>``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
-__all__ = ["CacheEvent", "EventKind", "EventLog", "ReadDiagnostics"]
+__all__ = ["CacheEvent", "EventKind", "EventLog", "ReadDiagnostics", "summarize_counts"]
 
 logger = logging.getLogger("nexus_cache.lakehouse")
 
@@ -40,6 +44,9 @@ class EventKind(str, enum.Enum):
     FILL_TIMEOUT = "fill_timeout"
     #: an entry was found damaged (truncated, resized, wrong digest) and removed
     ENTRY_REMOVED = "entry_removed"
+    #: an entry could not be trusted (owned by another user, not a regular file);
+    #: the read went remote, the entry stays for ``verify``
+    ENTRY_REFUSED = "entry_refused"
     #: a planned read was rejected at execution
     STALE_PLAN = "stale_plan"
     #: the cache root could not be created (``reason``: enospc, edquot); every
@@ -58,12 +65,22 @@ class ReadDiagnostics:
     key: str | None = None
     size: int | None = None
     reason: str | None = None
+    #: wall-clock time the read was planned (``time.time()``)
+    time: float = dataclasses.field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         for name in ("cache_status", "read_mode", "fill_mode"):
             out[name] = out[name].value
         return out
+
+    def describe(self) -> str:
+        """One human line: location, status, read mode, fill mode, reason."""
+        why = f" ({self.reason})" if self.reason else ""
+        return (
+            f"{self.location}: {self.cache_status.value} {self.read_mode.value} "
+            f"fill={self.fill_mode.value}{why}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +116,10 @@ class EventLog:
     a faulty observer cannot fail a read or a fill.
     """
 
-    def __init__(self, capacity: int = 1024, callback: _Callback | None = None) -> None:
+    def __init__(
+        self, capacity: int = 1024, callback: _Callback | None = None, *, log_reads: bool = False
+    ) -> None:
+        self._read_level = logging.INFO if log_reads else logging.DEBUG
         self._lock = threading.Lock()
         self._events: collections.deque[CacheEvent] = collections.deque(maxlen=capacity)
         self._reads: collections.deque[ReadDiagnostics] = collections.deque(maxlen=capacity)
@@ -121,8 +141,8 @@ class EventLog:
             self._counts[f"read.{diag.cache_status.value}"] += 1
             self._counts[f"read_mode.{diag.read_mode.value}"] += 1
             self._counts[f"fill_mode.{diag.fill_mode.value}"] += 1
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("lakehouse read %s", diag.to_dict())
+        if logger.isEnabledFor(self._read_level):
+            logger.log(self._read_level, "lakehouse read %s", diag.describe())
         self._notify(diag)
 
     def _notify(self, item: CacheEvent | ReadDiagnostics) -> None:
@@ -152,3 +172,19 @@ class EventLog:
         """Totals since creation (not bounded by the ring): events by kind, reads by field."""
         with self._lock:
             return dict(self._counts)
+
+
+def summarize_counts(counts: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Group :meth:`EventLog.counts` into ``reads``, ``read_modes``, ``fill_modes``, ``events``.
+
+    Every known status, mode and event kind is present (zero when none), so a
+    reader of the summary never needs to guess a missing key.
+    """
+    reads = {s.value: counts.get(f"read.{s.value}", 0) for s in CacheStatus}
+    reads["total"] = sum(reads.values())
+    return {
+        "reads": reads,
+        "read_modes": {m.value: counts.get(f"read_mode.{m.value}", 0) for m in ReadMode},
+        "fill_modes": {m.value: counts.get(f"fill_mode.{m.value}", 0) for m in FillMode},
+        "events": {k.value: counts.get(k.value, 0) for k in EventKind},
+    }

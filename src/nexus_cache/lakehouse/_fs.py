@@ -11,48 +11,92 @@ Two ways in::
     fs = NexusCacheFileSystem(fs=s3fs.S3FileSystem(...), cache=cache)
     dataset = pyarrow.dataset.dataset("bucket/table/", filesystem=fs, format="parquet")
 
-Listing and metadata calls go to the wrapped filesystem, always to the store
-itself (``refresh=True``: never from a listing cache); ``open`` for reading goes
-through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
-
-**Metadata proves identities.** An engine lists a dataset's prefix (or asks
-``info`` of one file) before it opens the files. Each file entry of such a fresh
-answer (with its ETag and size) proves the file's identity for the ``open``,
-``isfile``, ``exists`` and ``size`` calls that follow through this filesystem
-object, for :data:`PROOF_WINDOW_S` seconds: a warm dataset read then costs one
-LIST and no HEAD, a warm single-file ``read_table`` one HEAD (its ``info``), and
-execution only checks that the local entry exists with the listed size. Every
-``ls``/``find``/``glob``/``info`` asks the store again, so every engine-level
-read proves afresh. Past the window (or for a file never listed), an open
-proves the identity itself.
-Without ``cache=`` the process-wide :func:`~.cache.default_cache` (configured from
+Listing and metadata calls go to the wrapped filesystem, listings and ``info``
+of files always to the store itself (never from a listing cache); ``open`` for
+reading goes through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
+The listing or ``info`` an engine makes before it opens files proves their
+identities for those opens (:mod:`._proofs`): a warm dataset read costs one
+LIST and no HEAD.
+Without ``cache=`` the process-wide :func:`~._cache.default_cache` (configured from
 the environment) is used. The filesystem is read-only. Importing this module
 registers the ``nexus`` protocol with fsspec.
+
+Paths: ``nexus::/abs/path``, ``nexus:///abs/path`` and ``nexus::file:///abs/path``
+name the same local file through fsspec (pandas and pyarrow only hand URLs that
+contain ``://`` to fsspec, so give them one of the last two).
+
+Options (``storage_options={"nexus": {...}}``): ``cache`` (a
+:class:`LakehouseCache`), or ``cache_storage`` (a directory: the process-wide
+cache of that root, the rest of its settings from the environment), the
+spelling fsspec's simplecache users bring. Any other option is refused with a
+:class:`~nexus_cache.errors.ConfigError` naming it, never ignored: the
+simplecache options that govern expiry and file checks have no meaning here,
+since every read proves the object's identity instead.
 """
 
 from __future__ import annotations
 
-import collections
-import threading
-import time
-from collections.abc import Iterable
+import os
 from typing import Any
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
+from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
-from nexus_cache.lakehouse._identity import is_local_fs
+from nexus_cache.lakehouse._proofs import MetadataProofs
 from nexus_cache.lakehouse._reader import LakehouseFile
 
-__all__ = ["PROOF_WINDOW_S", "NexusCacheFileSystem"]
+__all__ = ["NexusCacheFileSystem"]
 
-#: seconds a file's entry in a listing (or ``info`` answer) fetched through the
-#: filesystem proves its identity for the opens that follow (a dataset read
-#: lists, then opens every file); later opens prove it with a request of their own
-PROOF_WINDOW_S = 10.0
-#: file entries kept as proofs per filesystem object (the oldest go first)
-_PROOFS_MAX = 65536
+#: options of fsspec's own base class that chaining and instance caching pass on
+_FSSPEC_OPTIONS = frozenset(
+    {"skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths"}
+)
+#: simplecache/filecache options with no meaning for an identity-checked cache
+_SIMPLECACHE_ONLY = frozenset(
+    {
+        "cache_check",
+        "cache_mapper",
+        "cache_storage_mode",
+        "check_files",
+        "compression",
+        "expiry_time",
+        "same_names",
+    }
+)
+
+
+def _cache_from_options(
+    cache: LakehouseCache | None, cache_storage: Any, unknown: dict[str, Any]
+) -> LakehouseCache:
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        why = (
+            "they are simplecache/filecache options; the nexus cache proves every "
+            "object's identity instead of expiring or checking files"
+            if set(unknown) <= _SIMPLECACHE_ONLY
+            else "accepted: cache, cache_storage, fs, target_protocol, target_options"
+        )
+        raise ConfigError(
+            f"nexus filesystem option(s) not supported: {names} ({why}); remove them"
+        )
+    if cache_storage is None:
+        return cache if cache is not None else default_cache()
+    if cache is not None:
+        raise ConfigError("pass either nexus option cache= or cache_storage=, not both")
+    if isinstance(cache_storage, (list, tuple)):
+        if len(cache_storage) != 1:
+            raise ConfigError(
+                f"nexus option cache_storage={cache_storage!r}: give one directory "
+                "(layered cache directories are not supported)"
+            )
+        cache_storage = cache_storage[0]
+    if not isinstance(cache_storage, (str, os.PathLike)) or cache_storage == "TMP":
+        raise ConfigError(
+            f"nexus option cache_storage={cache_storage!r}: give the cache directory's path"
+        )
+    return default_cache(cache_storage)
 
 
 class NexusCacheFileSystem(ChainedFileSystem):
@@ -60,6 +104,8 @@ class NexusCacheFileSystem(ChainedFileSystem):
 
     ``fs``: the filesystem to wrap; or ``target_protocol``/``target_options`` to
     build it (what URL chaining passes); default: the local filesystem.
+    ``cache`` or ``cache_storage``: see the module notes; unknown options raise
+    :class:`~nexus_cache.errors.ConfigError`.
     Thread-safe as far as the wrapped filesystem is.
     """
 
@@ -76,20 +122,18 @@ class NexusCacheFileSystem(ChainedFileSystem):
         target_options: dict[str, Any] | None = None,
         fo: str | None = None,
         cache: LakehouseCache | None = None,
+        cache_storage: Any = None,
         **kwargs: Any,
     ) -> None:
+        unknown = {k: v for k, v in kwargs.items() if k not in _FSSPEC_OPTIONS}
+        chosen = _cache_from_options(cache, cache_storage, unknown)
         super().__init__(**kwargs)
         if fs is None:
             fs = fsspec.filesystem(target_protocol or "file", **(target_options or {}))
         self.fs = fs
         self.fo = fo
-        self.cache = cache if cache is not None else default_cache()
-        # path -> (info, monotonic time its request was sent); see PROOF_WINDOW_S
-        self._proofs: collections.OrderedDict[str, tuple[dict[str, Any], float]] = (
-            collections.OrderedDict()
-        )
-        self._proofs_lock = threading.Lock()
-        self._remote = not is_local_fs(fs)
+        self.cache = chosen
+        self._proofs = MetadataProofs(fs)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -116,7 +160,7 @@ class NexusCacheFileSystem(ChainedFileSystem):
                 "underlying filesystem instead"
             )
         path = self._strip_protocol(path)
-        return self.cache.open(path, fs=self.fs, listed_info=self._proof(path))
+        return self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
 
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kw: Any
@@ -128,116 +172,41 @@ class NexusCacheFileSystem(ChainedFileSystem):
             f.seek(lo)
             return f.read(max(0, hi - lo))
 
-    # -- proofs: fresh metadata answers, kept for the opens that follow ---------
-    def _fresh(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Call the wrapped ``method`` past its listing cache (a proof must be fresh)."""
-        call = getattr(self.fs, method)
-        if not self._remote:
-            return call(path, **kwargs)
-        try:
-            return call(path, refresh=True, **kwargs)
-        except TypeError:  # no ``refresh`` keyword: drop the listing cache instead
-            self.fs.invalidate_cache()
-            return call(path, **kwargs)
-
-    def _prove(self, infos: Iterable[Any], sent: float) -> None:
-        if not self._remote:
-            return  # a local file's identity is one stat away: nothing to save
-        with self._proofs_lock:
-            for info in infos:
-                if isinstance(info, dict) and info.get("type") == "file" and "name" in info:
-                    key = self.fs._strip_protocol(info["name"])
-                    self._proofs[key] = (info, sent)
-                    self._proofs.move_to_end(key)
-            while len(self._proofs) > _PROOFS_MAX:
-                self._proofs.popitem(last=False)
-
-    def _proof(self, path: str) -> dict[str, Any] | None:
-        """``path``'s entry in a listing fetched within :data:`PROOF_WINDOW_S`, else ``None``."""
-        if not self._remote:
-            return None
-        key = self.fs._strip_protocol(path)
-        with self._proofs_lock:
-            found = self._proofs.get(key)
-        if found is None or time.monotonic() - found[1] >= PROOF_WINDOW_S:
-            return None
-        return found[0]
-
-    # -- metadata goes to the wrapped filesystem ---------------------------------
+    # -- metadata goes to the wrapped filesystem (see _proofs) ------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        sent = time.monotonic()
-        out = self._fresh("ls", self._strip_protocol(path), detail=True, **kwargs)
-        self._prove(out, sent)
+        out = self._proofs.fresh("ls", self._strip_protocol(path), detail=True, **kwargs)
         return out if detail else [info["name"] for info in out]
+
+    def info(self, path: str, **kwargs: Any) -> Any:
+        return self._proofs.info(self._strip_protocol(path), **kwargs)
 
     def find(self, path: str, *args: Any, **kwargs: Any) -> Any:
         detail = kwargs.pop("detail", False)
-        if args:  # maxdepth, withdirs by position
-            kwargs.update(zip(("maxdepth", "withdirs"), args, strict=False))
-        sent = time.monotonic()
-        out = self._fresh("find", self._strip_protocol(path), detail=True, **kwargs)
-        self._prove(out.values(), sent)
+        kwargs.update(zip(("maxdepth", "withdirs"), args, strict=False))
+        out = self._proofs.fresh("find", self._strip_protocol(path), detail=True, **kwargs)
         return out if detail else list(out)
 
     def glob(self, path: str, *args: Any, **kwargs: Any) -> Any:
         detail = kwargs.pop("detail", False)
-        if args:
-            kwargs["maxdepth"] = args[0]
-        sent = time.monotonic()
-        out = self._fresh("glob", self._strip_protocol(path), detail=True, **kwargs)
-        self._prove(out.values(), sent)
+        kwargs.update(zip(("maxdepth",), args, strict=False))
+        out = self._proofs.fresh("glob", self._strip_protocol(path), detail=True, **kwargs)
         return out if detail else list(out)
-
-    def _in_listing_cache(self, path: str) -> bool:
-        """Whether the wrapped filesystem's listing cache holds ``path`` or its directory."""
-        dircache = getattr(self.fs, "dircache", None)
-        if dircache is None:
-            return False
-        try:
-            stripped = self.fs._strip_protocol(path).rstrip("/")
-            return stripped in dircache or self.fs._parent(stripped) in dircache
-        except Exception:  # a listing cache of another shape: ask the store
-            return False
-
-    def info(self, path: str, **kwargs: Any) -> Any:
-        """Fresh metadata of ``path``; a file's answer proves its identity (see above).
-
-        Always asked of the store for a file, even right after a listing: an
-        engine's ``info`` starts a read, so the read's opens hold a fresh proof.
-        """
-        path = self._strip_protocol(path)
-        if self._remote and self._in_listing_cache(path):
-            # Directories and absent paths prove no identity: the listing cache
-            # may answer them (a missing _metadata costs no request). A file
-            # found there is not fresh, so it is asked of the store below.
-            cached = self.fs.info(path, **kwargs)
-            if cached.get("type") != "file":
-                return cached
-        sent = time.monotonic()
-        out = self._fresh("info", path, **kwargs)
-        self._prove([out], sent)
-        return out
-
-    def _proven_info(self, path: str) -> dict[str, Any]:
-        # what an engine asks between its listing (or info) and its opens
-        proof = self._proof(self._strip_protocol(path))
-        return dict(proof) if proof is not None else dict(self.info(path))
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         try:
-            self._proven_info(path)
+            self._proofs.proven_info(self._strip_protocol(path))
         except FileNotFoundError:
             return False
         return True
 
     def isfile(self, path: str) -> bool:
         try:
-            return self._proven_info(path).get("type") == "file"
+            return self._proofs.proven_info(self._strip_protocol(path)).get("type") == "file"
         except FileNotFoundError:
             return False
 
     def size(self, path: str) -> Any:
-        return self._proven_info(path).get("size")
+        return self._proofs.proven_info(self._strip_protocol(path)).get("size")
 
     def isdir(self, path: str) -> bool:
         return bool(self.fs.isdir(self._strip_protocol(path)))
@@ -249,8 +218,7 @@ class NexusCacheFileSystem(ChainedFileSystem):
         return self.fs.ukey(self._strip_protocol(path))
 
     def invalidate_cache(self, path: str | None = None) -> None:
-        with self._proofs_lock:
-            self._proofs.clear()
+        self._proofs.clear()
         self.fs.invalidate_cache(path)
 
     def __repr__(self) -> str:

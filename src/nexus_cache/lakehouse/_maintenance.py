@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable
 
 from nexus_cache._storage import FileLock
+from nexus_cache.errors import CacheSecurityError
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._store import EntryStore, file_digest
 
@@ -87,6 +88,8 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
         fd = store.open_data(key)
     except FileNotFoundError:
         return "data missing"
+    except CacheSecurityError as exc:  # foreign owner, not a regular file: list it, go on
+        return f"refused: {exc}"
     try:
         if os.fstat(fd).st_size != size:
             return f"size {os.fstat(fd).st_size} != recorded {size}"
@@ -98,7 +101,12 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
 
 
 def verify_all(store: EntryStore, *, remove: bool = True) -> dict[str, str]:
-    """Check every entry; remove bad ones when ``remove``. Returns ``{key: problem}``."""
+    """Check every entry; remove bad ones when ``remove``. Returns ``{key: problem}``.
+
+    An entry that cannot be opened as ours (another user's file, a non-regular
+    file) is one more bad entry: listed, removed with ``remove``, and the pass
+    goes on to the rest.
+    """
     bad: dict[str, str] = {}
     for entry in list(store.iter_entries()):
         problem = verify_entry(store, entry.key)

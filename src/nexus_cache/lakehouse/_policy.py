@@ -34,7 +34,7 @@ import dataclasses
 from nexus_cache.lakehouse._config import FillPolicy, LakehouseCacheConfig, ReadPolicy
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
-__all__ = ["Decision", "decide"]
+__all__ = ["Decision", "decide", "fill_refusal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +47,24 @@ class Decision:
     reason: str | None = None
 
 
+def fill_refusal(config: LakehouseCacheConfig, size: int) -> str | None:
+    """Why an object of ``size`` bytes may not be filled, whatever the policy, or ``None``.
+
+    ``large_object``: over ``bypass_bytes``; ``too_large``: over ``max_bytes``.
+    Reads and :meth:`~nexus_cache.lakehouse.LakehouseCache.prefetch` both ask here.
+    """
+    if config.bypass_bytes is not None and size > config.bypass_bytes:
+        return "large_object"
+    if config.max_bytes is not None and size > config.max_bytes:
+        return "too_large"
+    return None
+
+
 def decide(config: LakehouseCacheConfig, size: int, entry_present: bool) -> Decision:
     """The policy's answer for one read of ``size`` bytes whose identity is proven."""
-    if config.bypass_bytes is not None and size > config.bypass_bytes:
-        return Decision(CacheStatus.BYPASS, ReadMode.REMOTE, FillMode.NONE, "large_object")
+    refusal = fill_refusal(config, size)
+    if refusal == "large_object":
+        return Decision(CacheStatus.BYPASS, ReadMode.REMOTE, FillMode.NONE, refusal)
     read, policy = config.read, config.policy
     if entry_present:
         if read is ReadPolicy.ENABLED:
@@ -58,8 +72,8 @@ def decide(config: LakehouseCacheConfig, size: int, entry_present: bool) -> Deci
         return Decision(CacheStatus.BYPASS, ReadMode.REMOTE, FillMode.NONE, "read_disabled")
     if policy is FillPolicy.DISABLED:
         return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.NONE, "policy_disabled")
-    if config.max_bytes is not None and size > config.max_bytes:
-        return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.NONE, "too_large")
+    if refusal is not None:
+        return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.NONE, refusal)
     if policy is FillPolicy.FILL_BEFORE_READ and read is ReadPolicy.ENABLED:
         return Decision(CacheStatus.MISS, ReadMode.LOCAL, FillMode.BLOCKING)
     return Decision(CacheStatus.MISS, ReadMode.REMOTE, FillMode.BACKGROUND)

@@ -14,6 +14,23 @@ deferred identity check): every call that hands out bytes or the descriptor does
 its local work (``pread``, mapping) first, then calls it once, before returning
 anything, so the remote probe overlaps the local read but gates its result.
 
+An entry is never rewritten in place, so a local file shorter than the size it
+was opened with was truncated from outside: every read then raises
+:class:`~nexus_cache.errors.CacheIntegrityError` rather than return short data,
+and the zero-copy paths check the size before handing out a view (a mapping
+read past a truncated end would fault the process).
+
+**Stale before the first byte.** A handle from :meth:`LakehouseCache.open`
+carries a ``replan`` callable. When the object turns out to have changed (the
+deferred check fails, or the store refuses a pinned range request) before any
+byte, view or descriptor was handed out, the handle plans the read again and
+continues on the new object, so callers that never made a plan (pandas,
+pyarrow, DuckDB through ``nexus::``) never see :class:`StalePlanError` for
+it. To make that safe, ``size`` and ``seek(..., SEEK_END)`` of a deferred hit
+wait for the identity check. Once old bytes were returned (or the old size was
+seen and the new object's differs), the error is raised: the caller holds data
+of the old version and must read again.
+
 Closing releases the pin and the descriptor. Not thread-safe (like any file).
 """
 
@@ -26,7 +43,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from nexus_cache.errors import StalePlanError
+from nexus_cache.errors import CacheIntegrityError, StalePlanError
 from nexus_cache.lakehouse._events import ReadDiagnostics
 from nexus_cache.lakehouse._pins import Pin
 from nexus_cache.lakehouse._remote import is_expired_error
@@ -49,6 +66,7 @@ class LakehouseFile(io.RawIOBase):
         remote: IO[bytes] | None = None,
         on_close: Callable[[], None] | None = None,
         confirm: Callable[[], None] | None = None,
+        replan: Callable[[], LakehouseFile] | None = None,
     ) -> None:
         super().__init__()
         self.diagnostics = diagnostics
@@ -58,6 +76,9 @@ class LakehouseFile(io.RawIOBase):
         self._remote = remote
         self._on_close = on_close
         self._confirm = confirm
+        self._replan = replan
+        self._handed_out = False  # a byte, view or the descriptor left the handle
+        self._size_seen = False  # the caller asked the size (it may size reads by it)
         self._refused: str | None = None
         self._mm: mmap.mmap | None = None
         self._native: Any = None
@@ -70,6 +91,9 @@ class LakehouseFile(io.RawIOBase):
     # -- properties ----------------------------------------------------------
     @property
     def size(self) -> int:
+        if self._confirm is not None or self._refused is not None:
+            self._guarded(self._confirmed, hands_out=False)
+        self._size_seen = True
         return self._size
 
     @property
@@ -83,6 +107,9 @@ class LakehouseFile(io.RawIOBase):
         return True
 
     def fileno(self) -> int:
+        return int(self._guarded(self._fileno))
+
+    def _fileno(self) -> int:
         if self._fd is None:
             raise io.UnsupportedOperation("a remote read has no file descriptor")
         self._confirmed()  # the descriptor reads the entry's bytes: gate it too
@@ -117,9 +144,13 @@ class LakehouseFile(io.RawIOBase):
     def buffer(self) -> memoryview:
         """Zero-copy view of a local entry (valid until the handle is closed and the
         view released). Remote reads raise ``io.UnsupportedOperation``."""
+        return self._guarded(self._buffer)  # type: ignore[no-any-return]
+
+    def _buffer(self) -> memoryview:
         self._check_open()
         if self._fd is None:
             raise io.UnsupportedOperation("buffer() is only available for local reads")
+        self._check_not_truncated()
         mm = self._mapping()
         self._confirmed()
         return memoryview(mm) if mm is not None else memoryview(b"")
@@ -129,12 +160,61 @@ class LakehouseFile(io.RawIOBase):
             self._mm = mmap.mmap(self._fd, self._size, prot=mmap.PROT_READ)
         return self._mm
 
+    def _truncated(self, have: int) -> CacheIntegrityError:
+        return CacheIntegrityError(
+            f"the cache entry of {self.name} was truncated while it was read: it has "
+            f"{have} of its {self._size} bytes; no short data was returned. Read it again "
+            "(the next plan removes the damaged entry); nothing but nexus-cache should "
+            "write under the cache root"
+        )
+
+    def _check_not_truncated(self) -> None:
+        assert self._fd is not None
+        have = os.fstat(self._fd).st_size
+        if have < self._size:
+            raise self._truncated(have)
+
+    # -- staleness before the first byte ---------------------------------------
+    def _guarded(self, op: Callable[..., Any], *args: Any, hands_out: bool = True) -> Any:
+        """Run ``op``; on a stale object with nothing handed out yet, re-plan and rerun."""
+        try:
+            result = op(*args)
+        except StalePlanError:
+            if not self._replan_now():
+                raise
+            result = op(*args)
+        if hands_out:
+            self._handed_out = True
+        return result
+
+    def _replan_now(self) -> bool:
+        """Switch to a freshly planned handle of the same source; once per handle."""
+        replan, self._replan = self._replan, None
+        if replan is None or self._handed_out:
+            return False
+        fresh = replan()
+        if self._size_seen and fresh._size != self._size:
+            fresh.close()  # the caller sized its reads by the old object
+            return False
+        self._release()
+        for name in ("diagnostics", "_fd", "_pin", "_remote", "_on_close", "_confirm"):
+            setattr(self, name, getattr(fresh, name))
+            setattr(fresh, name, None)
+        self._refused, self._size, self._mm, self._native = None, fresh._size, None, None
+        fresh.close()
+        if self._remote is not None:
+            self._remote.seek(self._pos)
+        return True
+
     # -- reading -------------------------------------------------------------
     def _check_open(self) -> None:
         if self.closed:
             raise ValueError("I/O operation on closed LakehouseFile")
 
     def read(self, size: int | None = -1) -> bytes:
+        return self._guarded(self._read, size)  # type: ignore[no-any-return]
+
+    def _read(self, size: int | None) -> bytes:
         self._check_open()
         if self._remote is not None:
             try:
@@ -157,7 +237,9 @@ class LakehouseFile(io.RawIOBase):
             buf = bytearray(end - self._pos)
             buf[: len(data)] = data
             got = len(data) + self._pread_into(memoryview(buf)[len(data) :], self._pos + len(data))
-            data = bytes(buf[:got])
+            if got < end - self._pos:
+                raise self._truncated(self._pos + got)
+            data = bytes(buf)
         self._confirmed()
         self._pos += len(data)
         return data
@@ -178,14 +260,19 @@ class LakehouseFile(io.RawIOBase):
         ``pyarrow.PythonFile`` prefers this method when present, so Parquet reads
         of a hit through fsspec or a plain file object copy nothing.
         """
+        return self._guarded(self._read_buffer, nbytes)  # type: ignore[no-any-return]
+
+    def _read_buffer(self, nbytes: int | None) -> memoryview | bytes:
         self._check_open()
+        if self._fd is not None:
+            self._check_not_truncated()  # before mapping: a view past the end faults
         if self._mapping() is None:
             if self._fd is not None:
                 self._confirmed()
                 return memoryview(b"")  # an empty entry
             if isinstance(self._remote, io.FileIO):
                 return self._native_read_buffer(nbytes)
-            return self.read(-1 if nbytes is None else nbytes)
+            return self._read(-1 if nbytes is None else nbytes)
         end = self._size if nbytes is None or nbytes < 0 else min(self._size, self._pos + nbytes)
         self._confirmed()
         start, self._pos = self._pos, max(self._pos, end)
@@ -210,6 +297,9 @@ class LakehouseFile(io.RawIOBase):
         return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
+        return int(self._guarded(self._readinto, buffer))
+
+    def _readinto(self, buffer: Any) -> int:
         self._check_open()
         view = memoryview(buffer).cast("B")
         if self._fd is not None:
@@ -217,13 +307,15 @@ class LakehouseFile(io.RawIOBase):
             want = max(0, min(len(view), self._size - self._pos))
             got = self._pread_into(view[:want], self._pos) if want else 0
             try:
+                if got < want:
+                    raise self._truncated(self._pos + got)
                 self._confirmed()
             except BaseException:
                 view[:got] = bytes(got)  # leave no stale byte in the caller's buffer
                 raise
             self._pos += got
             return got
-        data = self.read(len(view))
+        data = self._read(len(view))
         view[: len(data)] = data
         return len(data)
 
@@ -234,7 +326,7 @@ class LakehouseFile(io.RawIOBase):
         elif whence == io.SEEK_CUR:
             pos = self._pos + offset
         elif whence == io.SEEK_END:
-            pos = self._size + offset
+            pos = self.size + offset  # waits for a deferred check, like size
         else:
             raise ValueError(f"whence={whence!r}; use 0, 1 or 2")
         if pos < 0:
@@ -249,9 +341,8 @@ class LakehouseFile(io.RawIOBase):
         return self._pos
 
     # -- closing -------------------------------------------------------------
-    def close(self) -> None:
-        if self.closed:
-            return
+    def _release(self) -> None:
+        """Close the mapping, descriptor and remote file and drop the pin."""
         try:
             if self._mm is not None:
                 try:
@@ -264,11 +355,21 @@ class LakehouseFile(io.RawIOBase):
                 self._fd = None
             if self._native is not None:
                 self._native.close()
+                self._native = None
             if self._remote is not None:
                 self._remote.close()
+                self._remote = None
         finally:
             if self._pin is not None:
                 self._pin.release()
+                self._pin = None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._release()
+        finally:
             super().close()
             on_close, self._on_close = self._on_close, None
             if on_close is not None:

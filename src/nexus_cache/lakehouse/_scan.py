@@ -38,7 +38,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from nexus_cache._storage import stat_key, touch_if_unchanged
-from nexus_cache.errors import StalePlanError
+from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
 from nexus_cache.lakehouse._fill import Filler
@@ -55,6 +55,8 @@ __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 
 #: called with (fs, path, identity) when a remote read that should warm the cache closes
 ScheduleFill = Callable[[Any, str, SourceIdentity], None]
+#: opens the same source afresh (a new plan), for a handle found stale early
+Replan = Callable[[], LakehouseFile]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +98,11 @@ def resolve_source(
     text = os.fspath(source)
     if fs is not None:
         return (None if is_local_fs(fs) else fs), text
+    # our own protocol in front names the source behind it (never recurse into
+    # the nexus filesystem): nexus::X, and nexus:///abs for a local path
     text = text.removeprefix("nexus::")
+    if text.startswith("nexus://"):
+        text = text[len("nexus://") :]
     if "://" not in text and "::" not in text:
         return None, text
     import fsspec
@@ -188,15 +194,13 @@ class Scanner:
             return None
         return plan, probe
 
-    def execute_remembered(self, plan: ReadPlan, probe: bool) -> LakehouseFile:
-        """Execute a plan of :meth:`plan_remembered`: a planned hit, or a deferred check."""
+    def execute_remembered(
+        self, plan: ReadPlan, probe: bool, replan: Replan | None = None
+    ) -> LakehouseFile:
+        """Execute a plan of :meth:`plan_remembered`: a deferred check, or a planned hit."""
         if probe:
-            return self.execute_deferred(plan)
-        try:
-            return self._local(plan, plan.diagnostics())
-        except StalePlanError as exc:
-            self._record_stale(plan, exc)
-            raise
+            return self.execute_deferred(plan, replan)
+        return self.execute(plan, replan)
 
     def _decide(
         self, name: str, fs: Any, path: str, identity: SourceIdentity, *, tidy: bool
@@ -229,7 +233,7 @@ class Scanner:
             name, fs, path, identity, size, d.status, d.read_mode, d.fill_mode, d.reason, expected
         )
 
-    def execute_deferred(self, plan: ReadPlan) -> LakehouseFile:
+    def execute_deferred(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
         """Execute a remembered hit while its identity is probed concurrently.
 
         The handle is returned before the probe answers; its first data-returning
@@ -264,7 +268,10 @@ class Scanner:
                 raise exc
 
         try:
-            return self._local(plan, plan.diagnostics(), confirm=confirm)
+            return self._local(plan, plan.diagnostics(), confirm=confirm, replan=replan)
+        except CacheSecurityError as exc:
+            future.cancel()  # the remote open below proves the identity itself
+            return self._refused(plan, exc, replan)
         except StalePlanError as exc:
             future.cancel()
             self._record_stale(plan, exc)
@@ -279,13 +286,20 @@ class Scanner:
         self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
 
     # -- execution -----------------------------------------------------------
-    def execute(self, plan: ReadPlan) -> LakehouseFile:
-        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
+    def execute(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
+        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds.
+
+        ``replan``: how the handle opens the source afresh when the object turns
+        out stale before any byte was handed out (see :mod:`._reader`).
+        """
         try:
             if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
-                return self._local(plan, plan.diagnostics())
+                try:
+                    return self._local(plan, plan.diagnostics(), replan=replan)
+                except CacheSecurityError as exc:
+                    return self._refused(plan, exc, replan)
             if plan.fill_mode is FillMode.BLOCKING:
-                return self._blocking(plan)
+                return self._blocking(plan, replan)
             if plan.reason == "too_large" and plan.identity is not None:
                 self.events.emit(
                     CacheEvent(
@@ -296,9 +310,8 @@ class Scanner:
                         nbytes=plan.size or 0,
                     )
                 )
-            return self._remote(
-                plan, plan.diagnostics(), warm=plan.fill_mode is FillMode.BACKGROUND
-            )
+            warm = plan.fill_mode is FillMode.BACKGROUND
+            return self._remote(plan, plan.diagnostics(), warm=warm, replan=replan)
         except StalePlanError as exc:
             self._record_stale(plan, exc)
             raise
@@ -309,6 +322,7 @@ class Scanner:
         diag: ReadDiagnostics,
         pin: Pin | None = None,
         confirm: Callable[[], None] | None = None,
+        replan: Replan | None = None,
     ) -> LakehouseFile:
         assert self.store is not None
         assert plan.key is not None
@@ -329,7 +343,9 @@ class Scanner:
                         f"planned {plan.size}; plan again"
                     )
                 touch_if_unchanged(fd, stat_key(st))  # LRU stamp
-                handle = LakehouseFile(diag, plan.size, fd=fd, pin=pin, confirm=confirm)
+                handle = LakehouseFile(
+                    diag, plan.size, fd=fd, pin=pin, confirm=confirm, replan=replan
+                )
             except BaseException:
                 os.close(fd)
                 raise
@@ -339,7 +355,7 @@ class Scanner:
         self.events.record_read(diag)
         return handle
 
-    def _blocking(self, plan: ReadPlan) -> LakehouseFile:
+    def _blocking(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
         assert self.store is not None
         assert self.filler is not None
         assert plan.identity is not None
@@ -348,7 +364,10 @@ class Scanner:
         try:
             result = self.filler.blocking(plan.fs, plan.path, plan.identity)
             if result.entry_ready:
-                return self._local(plan, plan.diagnostics(), pin=pin)
+                return self._local(plan, plan.diagnostics(), pin=pin, replan=replan)
+        except CacheSecurityError as exc:
+            pin.release()  # idempotent: _local may have released it already
+            return self._refused(plan, exc, replan)
         except BaseException:
             pin.release()
             raise
@@ -356,9 +375,30 @@ class Scanner:
         diag = plan.diagnostics(
             read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
         )
-        return self._remote(plan, diag, warm=False)
+        return self._remote(plan, diag, warm=False, replan=replan)
 
-    def _remote(self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool) -> LakehouseFile:
+    def _refused(
+        self, plan: ReadPlan, exc: CacheSecurityError, replan: Replan | None
+    ) -> LakehouseFile:
+        """Serve a read remotely because its entry cannot be trusted (foreign owner, ...).
+
+        Reported twice: an ``entry_refused`` event with the reason, and the read's
+        diagnostics (status ``bypass``, reason ``entry_refused``). The entry stays
+        for ``verify`` to list and remove; a fill cannot replace it meanwhile.
+        """
+        location = plan.identity.location if plan.identity else plan.source
+        self.events.emit(CacheEvent(EventKind.ENTRY_REFUSED, plan.key, location, reason=str(exc)))
+        diag = plan.diagnostics(
+            cache_status=CacheStatus.BYPASS,
+            read_mode=ReadMode.REMOTE,
+            fill_mode=FillMode.NONE,
+            reason="entry_refused",
+        )
+        return self._remote(plan, diag, warm=False, replan=replan)
+
+    def _remote(
+        self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
+    ) -> LakehouseFile:
         if plan.identity is not None:
             source = open_pinned(plan.fs, plan.path, plan.identity)
             remote, size = source.file, plan.identity.content.size
@@ -374,7 +414,7 @@ class Scanner:
                 self._schedule_fill(plan.fs, plan.path, identity)
 
         try:
-            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close)
+            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close, replan=replan)
         except BaseException:
             remote.close()
             raise

@@ -9,6 +9,7 @@ Layout under the root (every directory 0700, every file 0600, owned by us)::
     locks/<k3>.lock              fill/removal locks, striped by key prefix
     tmp/                         fill temps; stale ones are swept at open
     retention.lock               one retention pass at a time
+    stats/<host>-<pid>-<n>.json  read summaries of processes (see :mod:`._readlog`)
 
 ``<key>`` is the 64-hex SHA-256 entry key; ``<k2>``/``<k3>`` its first 2/3 digits.
 Lock files are striped (4096 at most) and never deleted, because deleting a lock
