@@ -243,3 +243,24 @@ def test_identity_ttl_bounds_the_staleness(
 
         monkeypatch.setattr(_known, "time", _Later)
         assert cache.read(source, fs=fs) == _table_bytes(6)
+
+
+# -- cold reads: the plan's HEAD is the only one --------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_cold_read_is_one_head_and_one_get(
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int], policy: str
+) -> None:
+    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
+    source = f"s3://{plain_bucket}/{key}"
+    fs = make_s3fs(s3_endpoint)
+    with make_cache(tmp_path / "c", policy=policy) as cache:
+        requests.clear()
+        with cache.open(source, fs=fs) as f:
+            assert f.read() == _table_bytes(8)
+            assert f.diagnostics.cache_status is CacheStatus.MISS
+            # (before close, which starts read_through's background fill)
+            # s3fs opens the object on the plan's identity: no HEAD of its own,
+            # every GET pinned by If-Match on the planned ETag
+            assert requests == {"head_object": 1, "get_object": 1}

@@ -400,7 +400,8 @@ class Scanner:
         self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
     ) -> LakehouseFile:
         if plan.identity is not None:
-            source = open_pinned(plan.fs, plan.path, plan.identity)
+            # a handle that can plan again finds staleness at its first read
+            source = open_pinned(plan.fs, plan.path, plan.identity, lazy=replan is not None)
             remote, size = source.file, plan.identity.content.size
         elif plan.fs is None:
             remote, size = open(plan.path, "rb"), None  # noqa: SIM115 (closed by the handle)
