@@ -11,7 +11,9 @@ from __future__ import annotations
 
 __all__ = [
     "AdmissionClosedError",
+    "AttemptCancelledError",
     "BackendUnavailableError",
+    "ByteCountError",
     "CacheCapExceededError",
     "CacheIntegrityError",
     "CacheSecurityError",
@@ -22,6 +24,8 @@ __all__ = [
     "ManagedCapacityExceededError",
     "NexusCacheError",
     "ProgramCacheKeyError",
+    "SourceDecodeError",
+    "SourceWaitTimeoutError",
     "StalePlanError",
     "UnsafeTeardownError",
 ]
@@ -81,3 +85,21 @@ class AdmissionClosedError(NexusCacheError, RuntimeError):
 
 class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
+
+
+class ByteCountError(NexusCacheError, ValueError):
+    """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
+
+
+class AttemptCancelledError(NexusCacheError, RuntimeError):
+    """The query attempt was cancelled. A decode leader that stops for it hands
+    leadership to a waiting follower instead of failing the followers."""
+
+
+class SourceDecodeError(NexusCacheError, RuntimeError):
+    """The decode leader of a source frame failed deterministically; every follower
+    of that key gets this error, chained to the leader's (``__cause__``)."""
+
+
+class SourceWaitTimeoutError(NexusCacheError, TimeoutError):
+    """A follower's own deadline passed while it waited for a decode leader."""

@@ -172,3 +172,21 @@ def test_host_synchronize_runs_streams() -> None:
         backend.synchronize(0, [Boom()])
     assert backend.xp is np
     assert backend.sparse.__name__ == "scipy.sparse"
+
+
+def test_bad_allocator_setting_is_config_error_before_cuda_is_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nexus_cache.backends.cuda import ENV_DEVICE_ALLOCATOR, CudaBackend
+
+    with pytest.raises(ConfigError, match="allocator='jemalloc'"):
+        CudaBackend(allocator="jemalloc")
+    monkeypatch.setenv(ENV_DEVICE_ALLOCATOR, "arena")
+    with pytest.raises(ConfigError, match=f"{ENV_DEVICE_ALLOCATOR}='arena'.*auto, rmm, cupy"):
+        CudaBackend()
+
+
+def test_rmm_module_imports_without_rmm_and_says_so() -> None:
+    from nexus_cache.backends.rmm import rmm_available
+
+    assert rmm_available() == (importlib.util.find_spec("rmm") is not None)

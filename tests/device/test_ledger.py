@@ -10,6 +10,7 @@ import pytest
 from nexus_cache.device import DeviceLedger, ResidencyState
 from nexus_cache.errors import (
     AdmissionClosedError,
+    ByteCountError,
     CacheCapExceededError,
     ConfigError,
     LifecycleError,
@@ -119,8 +120,8 @@ def test_grant_admission_evicts_evictable_never_pinned() -> None:
 
     def evictor(nbytes: int) -> int:
         evicted.append(nbytes)
-        if ledger._try_begin_eviction(old):
-            old._teardown()
+        if old.begin_eviction():
+            old.teardown()
             return old.nbytes
         return 0
 
@@ -303,13 +304,16 @@ def test_abandon_reservation_releases_it() -> None:
 @pytest.mark.parametrize("bad", [-1, 1.0, "5", None, True])
 def test_bad_byte_counts(bad: object) -> None:
     ledger = DeviceLedger(0, 10_000, 5_000)
-    with pytest.raises(ConfigError):
+    # run-time arguments, not settings: ByteCountError (a ValueError), never ConfigError
+    with pytest.raises(ByteCountError, match="nbytes"):
         ledger.reserve(bad)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError):
+    with pytest.raises(ByteCountError, match="nbytes"):
         ledger.admit_grant("a", bad)  # type: ignore[arg-type]
+    with pytest.raises(ByteCountError, match="nbytes"):
+        ledger.reclaim(bad)  # type: ignore[arg-type]
     entry = ledger.reserve(10)
     if bad is not None:  # None means "measure the attached arrays"
-        with pytest.raises(ConfigError):
+        with pytest.raises(ByteCountError, match="measured_bytes"):
             entry.publish(bad)  # type: ignore[arg-type]
     assert figures(ledger) == (0, 10, 0, 0, 0, 0)
 

@@ -73,9 +73,9 @@ def test_zero_cap_creates_no_domain_nor_subdomains() -> None:
     created: list[int] = []
     original = backend.create_domain
 
-    def counting(device_id: int):
+    def counting(device_id: int, **kwargs: object):
         created.append(device_id)
-        return original(device_id)
+        return original(device_id, **kwargs)
 
     backend.create_domain = counting  # type: ignore[method-assign]
     caches = DeviceResidentCaches([DeviceProfile(0, 0), DeviceProfile(1, 64 * KIB)], backend)

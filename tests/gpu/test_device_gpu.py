@@ -1,13 +1,18 @@
-"""The CUDA backend against the real device: measured pool bytes, memory that
-really returns to the device, and shutdown back to the starting usage.
+"""The CUDA backend against the real device, on both domain kinds (a CuPy pool
+and, where rmm-cu13 is installed, an RMM pool under limiting and statistics
+adaptors): the domain contract, measured pool bytes, memory that really
+returns to the device, shutdown back to the starting usage, and the source
+cache's single flight, capacity and pins.
 
 Run on the GPU machine (CuPy, one GPU); skipped elsewhere by tests/conftest.py.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,17 +22,56 @@ from nexus_cache.device import DeviceProfile, DeviceResidentCaches, ResidencySta
 
 pytestmark = pytest.mark.gpu
 
+
+def _load_contract() -> Any:
+    # tests/gpu is not a package: load the shared contract checks by path.
+    path = Path(__file__).resolve().parents[1] / "device" / "_domain_contract.py"
+    spec = importlib.util.spec_from_file_location("nexus_device_domain_contract", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CONTRACT = _load_contract().CONTRACT
+
 MIB = 1 << 20
 # cudaMemGetInfo moves in driver pages; allow a little slack for them.
 SLACK = 4 * MIB
 
 
-@pytest.fixture
-def cp() -> Iterator[Any]:
+@pytest.fixture(params=["cupy", "rmm"])
+def cp(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """CuPy, with NEXUS_DEVICE_ALLOCATOR set to the domain kind under test."""
     cupy = pytest.importorskip("cupy")
+    if request.param == "rmm":
+        pytest.importorskip("rmm")
+    monkeypatch.setenv("NEXUS_DEVICE_ALLOCATOR", request.param)
     cupy.get_default_memory_pool().free_all_blocks()
     yield cupy
     cupy.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda c: c.__name__)
+def test_cuda_domain_contract(cp: Any, check: Any) -> None:
+    from nexus_cache.backends.cuda import CudaBackend
+
+    check(CudaBackend())
+
+
+def test_domain_kind_follows_the_setting(cp: Any) -> None:
+    import os
+
+    from nexus_cache.backends.cuda import CudaBackend
+
+    backend = CudaBackend()
+    assert backend.allocator == os.environ["NEXUS_DEVICE_ALLOCATOR"]
+    caches = _caches(cap=64 * MIB)
+    domain = caches.factory(0).domain
+    assert domain.limit_bytes == 64 * MIB
+    assert domain.enforces_limit == (backend.allocator == "rmm")
+    caches.shutdown()
 
 
 def _free(cp: Any) -> int:
@@ -163,3 +207,130 @@ def test_drain_and_shutdown_return_the_device_to_its_starting_usage(cp: Any) -> 
     assert report.ledger.cache_charged_bytes == 0
     assert report.domain.used_bytes == 0
     assert report.domain.held_bytes == 0
+
+
+# -- the source cache on the device -------------------------------------------------------
+
+
+def _key(name: str, **flags: Any) -> Any:
+    from nexus_cache.device import SourceFrameKey
+
+    return SourceFrameKey(("lakehouse", "local", name, "etag"), ("a", "b"), (0,), **flags)
+
+
+def _decoder(domain: Any, nbytes: int, calls: list[int]) -> Any:
+    from nexus_cache.device import ArrayBundle
+
+    def decode() -> Any:
+        calls.append(1)
+        host = np.arange(nbytes, dtype=np.uint8)
+        return ArrayBundle({"a": domain.copy_in(host), "b": domain.copy_in(host[::-1].copy())})
+
+    return decode
+
+
+def test_source_cache_single_flight_and_pins_on_the_device(cp: Any) -> None:
+    from nexus_cache.device import CheckoutStatus
+
+    caches = _caches(cap=256 * MIB)
+    source = caches.source_cache(0)
+    attempt = caches.backend.create_domain(0)
+    calls: list[int] = []
+    decode = _decoder(attempt, 8 * MIB, calls)
+    start = threading.Barrier(16)
+    results: list[Any] = []
+
+    def run() -> None:
+        start.wait()
+        results.append(source.get_or_decode(_key("t"), decode, domain=attempt, timeout=60))
+
+    threads = [threading.Thread(target=run) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(calls) == 1
+    assert len(results) == 16
+    assert [r.status for r in results].count(CheckoutStatus.LEADER) == 1
+    expected = np.arange(8 * MIB, dtype=np.uint8)
+    for result in results:
+        assert cp.asnumpy(result.value["a"]).tobytes() == expected.tobytes()
+        # every follower's copy lives in the caller's domain, not the cache's
+        assert attempt.allocation_bytes(result.value["a"]) == 8 * MIB
+    entry_bytes = 2 * 8 * MIB
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_pinned_in_use_bytes == entry_bytes
+    report = caches.device_cache_reports()[0]
+    assert report.domain.used_bytes == entry_bytes  # the measured allocation, no drift
+    assert report.drift_bytes == 0
+    hit = results[1] if results[0].status is CheckoutStatus.LEADER else results[0]
+    derived = hit.derive(hit.value.slice(0, 10))
+    for result in results:
+        result.release()
+    assert caches.ledger(0).snapshot().cache_pinned_in_use_bytes == entry_bytes
+    derived.release()
+    snap = caches.ledger(0).snapshot()
+    assert (snap.cache_evictable_resident_bytes, snap.cache_pinned_in_use_bytes) == (
+        entry_bytes,
+        0,
+    )
+    results.clear()
+    assert all(r.complete for r in caches.shutdown(timeout=30))
+
+
+def test_source_cache_skips_what_does_not_fit_and_bypass_touches_nothing(cp: Any) -> None:
+    from nexus_cache.device import CheckoutStatus
+
+    caches = _caches(cap=16 * MIB)
+    source = caches.source_cache(0)
+    attempt = caches.backend.create_domain(0)
+    calls: list[int] = []
+    with source.get_or_decode(
+        _key("big"), _decoder(attempt, 12 * MIB, calls), domain=attempt
+    ) as result:
+        assert result.diagnostics.retained is False
+        assert cp.asnumpy(result.value["a"][:3]).tolist() == [0, 1, 2]
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    assert caches.factory(0).counters().used_bytes == 0
+    before = caches.factory(0).counters()
+    with source.get_or_decode(
+        _key("b", synthetic_count=True), _decoder(attempt, MIB, calls), domain=attempt
+    ) as result:
+        assert result.status is CheckoutStatus.BYPASS
+    assert caches.factory(0).counters() == before
+    assert source.stats().skipped_retentions == 1
+    assert all(r.complete for r in caches.shutdown(timeout=30))
+
+
+# -- one domain per device -------------------------------------------------------------------
+
+
+def test_a_profile_naming_a_missing_device_fails_clearly(cp: Any) -> None:
+    from nexus_cache.errors import ConfigError
+
+    count = cp.cuda.runtime.getDeviceCount()
+    with pytest.raises(ConfigError, match=rf"device_id {count} does not exist on the cuda"):
+        DeviceResidentCaches([DeviceProfile(0, MIB), DeviceProfile(count, MIB)], backend="cuda")
+
+
+def test_two_devices_have_independent_domains_and_figures(cp: Any) -> None:
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    caches = DeviceResidentCaches(
+        [DeviceProfile(0, 256 * MIB), DeviceProfile(1, 256 * MIB)], backend="cuda"
+    )
+    before = caches.device_cache_reports()[0]
+    attempt = caches.backend.create_domain(1)
+    calls: list[int] = []
+    for i in range(4):
+        with caches.source_cache(1).get_or_decode(
+            _key(f"d1-{i}"), _decoder(attempt, 16 * MIB, calls), domain=attempt
+        ) as result:
+            assert result.value["a"].device.id == 1
+    after = caches.device_cache_reports()
+    assert after[0].ledger == before.ledger
+    assert after[0].domain == before.domain
+    assert after[1].ledger.cache_evictable_resident_bytes == 4 * 32 * MIB
+    assert after[1].domain.used_bytes == 4 * 32 * MIB
+    assert caches.factory(1).domain.device_id == 1
+    assert all(r.complete for r in caches.shutdown(timeout=30))

@@ -76,3 +76,43 @@ def test_exit_wait_is_bounded_by_its_setting(tmp_path: Path) -> None:
     assert time.monotonic() - started < 20
     assert entry_files(root) == []
     assert "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S" in done.stderr
+
+
+_S3_SCRIPT = """
+import sys
+import fsspec
+url, endpoint = sys.argv[1], sys.argv[2]
+with fsspec.open(url, s3={"client_kwargs": {"endpoint_url": endpoint}}) as f:
+    assert len(f.read()) == 3 << 20
+"""
+
+
+def test_one_shot_script_over_s3_warms_the_cache(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    """The fill runs on s3fs at exit, before the interpreter shuts its executors down."""
+    from ._helpers import put_object
+
+    data = os.urandom(3 << 20)
+    put_object(s3_endpoint, s3_bucket, "t.parquet", data)
+    root = tmp_path / "c"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
+        "NEXUS_LAKEHOUSE_CACHE_READ": "disabled",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+    }
+    url = f"nexus::s3://{s3_bucket}/t.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _S3_SCRIPT, url, s3_endpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (entry,) = entry_files(root)
+    assert entry.read_bytes() == data
+    assert read_stats(root)["events"]["fill_failed"] == 0

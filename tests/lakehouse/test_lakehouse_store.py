@@ -494,3 +494,43 @@ def test_foreign_owned_entry_of_a_remembered_s3_object_reads_remotely(
             assert f.read() == DATA
             assert f.diagnostics.cache_status is CacheStatus.BYPASS
         assert cache.events.events(EventKind.ENTRY_REFUSED)
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path: Path) -> Any:
+    """A 64 KiB tmpfs filled to the last block (needs root with CAP_SYS_ADMIN)."""
+    import subprocess
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("mounting a tmpfs needs root with CAP_SYS_ADMIN")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError, match="No space left"):  # noqa: PT012
+                while True:
+                    os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_really_full_filesystem_creating_a_new_root_reads_remotely(
+    tmp_path: Path, full_tmpfs: Path
+) -> None:
+    from nexus_cache.lakehouse import EventKind, LakehouseCache
+
+    source = str(write_old_file(tmp_path / "src" / "a.parquet", b"payload"))
+    cache = LakehouseCache.from_env({"NEXUS_LAKEHOUSE_CACHE_ROOT": str(full_tmpfs / "root")})
+    with cache, cache.open(source) as f:
+        assert f.read() == b"payload"
+        assert f.diagnostics.reason == "root_unavailable"
+    assert [e.reason for e in cache.events.events(EventKind.ROOT_UNAVAILABLE)] == ["enospc"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from nexus_cache.backends._base import (
+from nexus_cache.backends.base import (
     ALLOCATION_ROUNDING_BYTES,
     AllocationDomain,
     AllocationScope,

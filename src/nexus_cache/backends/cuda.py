@@ -1,30 +1,67 @@
-"""CUDA backend: CuPy arrays in a dedicated memory pool per device.
+"""CUDA backend: CuPy arrays in a dedicated allocation domain per device.
 
-CuPy is imported when the backend is constructed, never at module import, so
-``import nexus_cache`` works without it. Each allocation domain owns its own
-``cupy.cuda.MemoryPool``; allocations are routed into it with
-``cupy.cuda.using_allocator`` (thread-local, so other threads' work keeps
-using CuPy's default pool) and measured from the pooled block sizes, which
-CuPy rounds to 512 bytes.
+CuPy (and RMM) are imported when the backend is constructed, never at module
+import, so ``import nexus_cache`` works without them. A domain is either
+
+* an **RMM** stack (``backends/rmm.py``): a pool under a limiting adaptor at
+  the domain's limit, under a statistics adaptor, when RMM is installed; or
+* a dedicated ``cupy.cuda.MemoryPool`` (:class:`CudaAllocationDomain`).
+
+``NEXUS_DEVICE_ALLOCATOR`` (``auto``, ``rmm``, ``cupy``) chooses; ``auto``
+takes RMM when it imports. Either way allocations are routed into the domain
+with ``cupy.cuda.using_allocator`` (thread-local, so other threads keep
+CuPy's default pool), every CuPy call runs under ``cupy.cuda.Device(id)`` of
+the domain's device, and sizes are rounded to 512 bytes.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import os
+from collections.abc import Iterable
 from typing import Any
 
-from nexus_cache.backends._base import (
-    AllocationDomain,
-    AllocationScope,
-    DeviceBackend,
-    DomainCounters,
-    MemoryInfo,
-)
-from nexus_cache.errors import BackendUnavailableError, LifecycleError
+from nexus_cache.backends.base import DeviceBackend, MemoryInfo
+from nexus_cache.backends.cupy_domain import CupyArrayDomain
+from nexus_cache.errors import BackendUnavailableError, ConfigError
 
-__all__ = ["CudaAllocationDomain", "CudaBackend"]
+__all__ = [
+    "ALLOCATOR_NAMES",
+    "ENV_DEVICE_ALLOCATOR",
+    "CudaAllocationDomain",
+    "CudaBackend",
+]
+
+ENV_DEVICE_ALLOCATOR = "NEXUS_DEVICE_ALLOCATOR"
+ALLOCATOR_NAMES = ("auto", "rmm", "cupy")
+
+
+def _allocator_setting(name: str | None) -> str:
+    """The validated allocator choice (``auto``, ``rmm`` or ``cupy``)."""
+    source = "allocator"
+    if name is None:
+        name = os.environ.get(ENV_DEVICE_ALLOCATOR, "") or "auto"
+        source = ENV_DEVICE_ALLOCATOR
+    choice = name.strip().lower() if isinstance(name, str) else name
+    if choice not in ALLOCATOR_NAMES:
+        raise ConfigError(
+            f"{source}={name!r} is not a domain allocator; accepted: {', '.join(ALLOCATOR_NAMES)}"
+        )
+    return choice
+
+
+def _resolve_allocator(choice: str) -> str:
+    if choice == "cupy":
+        return "cupy"
+    from nexus_cache.backends.rmm import rmm_available
+
+    if rmm_available():
+        return "rmm"
+    if choice == "rmm":
+        raise BackendUnavailableError(
+            "the rmm domain allocator was asked for but RMM does not import; install "
+            f"nexus-cache[rmm] (rmm-cu13) or set {ENV_DEVICE_ALLOCATOR}=cupy"
+        )
+    return "cupy"
 
 
 def _import_cupy() -> Any:
@@ -56,9 +93,17 @@ class CudaBackend(DeviceBackend):
 
     name = "cuda"
 
-    def __init__(self) -> None:
+    def __init__(self, allocator: str | None = None) -> None:
+        """``allocator``: ``auto``, ``rmm`` or ``cupy``; None reads ``NEXUS_DEVICE_ALLOCATOR``."""
+        choice = _allocator_setting(allocator)  # a bad setting is reported first
         self._cp = _import_cupy()
         self._count = int(self._cp.cuda.runtime.getDeviceCount())
+        self._allocator = _resolve_allocator(choice)
+
+    @property
+    def allocator(self) -> str:
+        """``rmm`` or ``cupy``: what each new domain is built on."""
+        return self._allocator
 
     @property
     def xp(self) -> Any:
@@ -79,9 +124,13 @@ class CudaBackend(DeviceBackend):
             free, total = self._cp.cuda.runtime.memGetInfo()
         return MemoryInfo(int(free), int(total))
 
-    def create_domain(self, device_id: int) -> CudaAllocationDomain:
+    def create_domain(self, device_id: int, *, limit_bytes: int | None = None) -> CupyArrayDomain:
         self.check_device(device_id)
-        return CudaAllocationDomain(self._cp, device_id)
+        if self._allocator == "rmm":
+            from nexus_cache.backends.rmm import RmmAllocationDomain
+
+            return RmmAllocationDomain(self._cp, device_id, limit_bytes=limit_bytes)
+        return CudaAllocationDomain(self._cp, device_id, limit_bytes=limit_bytes)
 
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
         self.check_device(device_id)
@@ -95,97 +144,23 @@ class CudaBackend(DeviceBackend):
                 stream.synchronize()
 
 
-class CudaAllocationDomain(AllocationDomain):
-    """A dedicated CuPy memory pool on one device. Thread-safe."""
+class CudaAllocationDomain(CupyArrayDomain):
+    """A dedicated ``cupy.cuda.MemoryPool`` on one device. Thread-safe."""
 
-    def __init__(self, cupy: Any, device_id: int) -> None:
-        super().__init__(device_id)
-        self._cp = cupy
+    def __init__(self, cupy: Any, device_id: int, *, limit_bytes: int | None = None) -> None:
+        # limit_bytes is recorded, not enforced: the ledger holds the cap (only
+        # RMM domains add a physical backstop).
+        super().__init__(cupy, device_id, limit_bytes=limit_bytes)
         with cupy.cuda.Device(device_id):
             self._pool = cupy.cuda.MemoryPool()
-        self._lock = threading.Lock()
-        self._allocations = 0
-        self._allocated_bytes = 0
-        self._releases = 0
-        self._returned = 0
-        self._closed = False
 
-    @property
-    def xp(self) -> Any:
-        return self._cp
+    def allocate(self, size: int) -> Any:
+        return self._pool.malloc(size)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _malloc(self, size: int) -> Any:
-        if self._closed:
-            raise LifecycleError(f"allocation domain of CUDA device {self.device_id} is closed")
-        ptr = self._pool.malloc(size)
-        nbytes = int(ptr.mem.size)
-        with self._lock:
-            self._allocations += 1
-            self._allocated_bytes += nbytes
-        for scope in self._active_scopes():
-            scope._add(nbytes)
-        return ptr
-
-    @contextmanager
-    def scope(self) -> Iterator[AllocationScope]:
-        cp = self._cp
-        scope = self._push_scope()
-        try:
-            with cp.cuda.Device(self.device_id), cp.cuda.using_allocator(self._malloc):
-                yield scope
-        finally:
-            self._pop_scope(scope)
-
-    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> Any:
-        with self.scope():
-            return self._cp.empty(shape, dtype)
-
-    def copy_in(self, array: Any) -> Any:
-        cp = self._cp
-        with self.scope():
-            if isinstance(array, cp.ndarray):
-                out = cp.empty(array.shape, array.dtype)
-                cp.copyto(out, array)
-            else:
-                import numpy as np
-
-                src = np.ascontiguousarray(array)
-                out = cp.empty(src.shape, src.dtype)
-                out.set(src)
-        return out
-
-    def root_of(self, array: Any) -> Any:
-        root = array
-        while getattr(root, "base", None) is not None:
-            root = root.base
-        return root
-
-    def allocation_bytes(self, array: Any) -> int:
-        root = self.root_of(array)
-        if not isinstance(root, self._cp.ndarray) or root.device.id != self.device_id:
-            raise LifecycleError(
-                f"array is not a CuPy array of CUDA device {self.device_id}; "
-                "allocate it with the domain's empty() or copy_in()"
-            )
-        if root.data.ptr == 0:
-            return 0
-        return int(root.data.mem.size)
-
-    def counters(self) -> DomainCounters:
-        pool = self._pool
-        with self._lock:
-            return DomainCounters(
-                used_bytes=int(pool.used_bytes()),
-                held_bytes=int(pool.total_bytes()),
-                allocations=self._allocations,
-                allocated_bytes=self._allocated_bytes,
-                releases=self._releases,
-                returned_bytes=self._returned,
-            )
+    def physical_usage(self) -> tuple[int, int]:
+        # MemoryPool reports the pool of the *current* device: enter ours.
+        with self._cp.cuda.Device(self.device_id):
+            return int(self._pool.used_bytes()), int(self._pool.total_bytes())
 
     def release_unused(self) -> int:
         pool = self._pool
@@ -193,20 +168,5 @@ class CudaAllocationDomain(AllocationDomain):
             before = int(pool.total_bytes())
             pool.free_all_blocks()
             returned = before - int(pool.total_bytes())
-        with self._lock:
-            self._releases += 1
-            self._returned += returned
+        self.count_release(returned)
         return returned
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        used = int(self._pool.used_bytes())
-        if used:
-            # Dropping the pool now would strand live blocks; keep it.
-            raise LifecycleError(
-                f"cannot close the allocation domain of CUDA device {self.device_id}: "
-                f"{used} B are still live in its memory pool"
-            )
-        self.release_unused()
-        self._closed = True

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from nexus_cache.backends._base import (
+from nexus_cache._sizes import parse_size
+from nexus_cache.backends.base import (
     AllocationDomain,
     AllocationScope,
     DeviceBackend,
-    DomainCounters,
     MemoryInfo,
     round_allocation,
 )
@@ -49,19 +49,10 @@ class HostStream:
 
 
 def _total_from_env() -> int:
-    raw = os.environ.get(ENV_HOST_DEVICE_TOTAL_BYTES)
-    if raw is None or raw.strip() == "":
+    raw = os.environ.get(ENV_HOST_DEVICE_TOTAL_BYTES, "")
+    if raw.strip() == "":
         return DEFAULT_HOST_DEVICE_TOTAL_BYTES
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(
-            f"{ENV_HOST_DEVICE_TOTAL_BYTES}={raw!r} is not a device size; "
-            "accepted: a positive integer number of bytes"
-        )
-    return value
+    return parse_size(raw, name=ENV_HOST_DEVICE_TOTAL_BYTES)
 
 
 class HostBackend(DeviceBackend):
@@ -110,16 +101,19 @@ class HostBackend(DeviceBackend):
         with self._lock:
             return MemoryInfo(self._total - self._held[device_id], self._total)
 
-    def create_domain(self, device_id: int) -> HostAllocationDomain:
+    def create_domain(
+        self, device_id: int, *, limit_bytes: int | None = None
+    ) -> HostAllocationDomain:
         self.check_device(device_id)
-        return HostAllocationDomain(self, device_id)
+        return HostAllocationDomain(self, device_id, limit_bytes=limit_bytes)
 
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
         self.check_device(device_id)
         for stream in streams:
             stream.synchronize()
 
-    def _take(self, device_id: int, nbytes: int) -> None:
+    def take(self, device_id: int, nbytes: int) -> None:
+        """Hold ``nbytes`` of the simulated device (a domain growing); CapacityError past it."""
         with self._lock:
             held = self._held[device_id]
             if held + nbytes > self._total:
@@ -130,7 +124,8 @@ class HostBackend(DeviceBackend):
                 )
             self._held[device_id] = held + nbytes
 
-    def _give(self, device_id: int, nbytes: int) -> None:
+    def give_back(self, device_id: int, nbytes: int) -> None:
+        """Return ``nbytes`` a domain held to the simulated device's free memory."""
         with self._lock:
             self._held[device_id] -= nbytes
 
@@ -138,32 +133,31 @@ class HostBackend(DeviceBackend):
 class HostAllocationDomain(AllocationDomain):
     """Tracking allocator for NumPy buffers of one simulated device. Thread-safe.
 
+    ``limit_bytes`` is recorded, not enforced: like the CuPy pool domain, the
+    host domain leaves the cap to the ledger (only RMM domains add a physical
+    backstop), and only the simulated device's total bounds allocations.
+
     Every allocation is one rounded ``uint8`` buffer; arrays handed out are
     views of it, so the buffer dies (and its bytes count as freed) only when
     the last view dies.
     """
 
-    def __init__(self, backend: HostBackend, device_id: int) -> None:
-        super().__init__(device_id)
+    kind = "host"
+
+    def __init__(
+        self, backend: HostBackend, device_id: int, *, limit_bytes: int | None = None
+    ) -> None:
+        super().__init__(device_id, limit_bytes=limit_bytes)
         self._backend = backend
         # Reentrant: a buffer finalizer can fire in a thread that holds the lock.
         self._lock = threading.RLock()
         self._live: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
         self._used = 0
         self._cached = 0
-        self._allocations = 0
-        self._allocated_bytes = 0
-        self._releases = 0
-        self._returned = 0
-        self._closed = False
 
     @property
     def xp(self) -> Any:
         return np
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @contextmanager
     def scope(self) -> Iterator[AllocationScope]:
@@ -181,23 +175,17 @@ class HostAllocationDomain(AllocationDomain):
             return np.empty(dims, dt)
         size = round_allocation(nbytes)
         with self._lock:
-            if self._closed:
-                raise LifecycleError(
-                    f"allocation domain of host device {self.device_id} is closed"
-                )
+            self.require_open()
             if self._cached >= size:
                 self._cached -= size  # reuse freed blocks, as a pool would
             else:
-                self._backend._take(self.device_id, size)
+                self._backend.take(self.device_id, size)
             self._used += size
-            self._allocations += 1
-            self._allocated_bytes += size
             buf = np.empty(size, np.uint8)
             self._live[id(buf)] = (weakref.ref(buf), size)
         fin = weakref.finalize(buf, self._on_free, id(buf), size)
         fin.atexit = False
-        for scope in self._active_scopes():
-            scope._add(size)
+        self.count_allocation(size)
         return buf[:nbytes].view(dt).reshape(dims)
 
     def copy_in(self, array: Any) -> np.ndarray:
@@ -223,36 +211,16 @@ class HostAllocationDomain(AllocationDomain):
             )
         return record[1]
 
-    def counters(self) -> DomainCounters:
+    def physical_usage(self) -> tuple[int, int]:
         with self._lock:
-            return DomainCounters(
-                used_bytes=self._used,
-                held_bytes=self._used + self._cached,
-                allocations=self._allocations,
-                allocated_bytes=self._allocated_bytes,
-                releases=self._releases,
-                returned_bytes=self._returned,
-            )
+            return self._used, self._used + self._cached
 
     def release_unused(self) -> int:
         with self._lock:
             nbytes, self._cached = self._cached, 0
-            self._backend._give(self.device_id, nbytes)
-            self._releases += 1
-            self._returned += nbytes
-            return nbytes
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            if self._used:
-                raise LifecycleError(
-                    f"cannot close the allocation domain of host device {self.device_id}: "
-                    f"{self._used} B in {len(self._live)} allocation(s) are still live"
-                )
-            self.release_unused()
-            self._closed = True
+            self._backend.give_back(self.device_id, nbytes)
+        self.count_release(nbytes)
+        return nbytes
 
     def _on_free(self, key: int, size: int) -> None:
         with self._lock:

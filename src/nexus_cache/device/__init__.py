@@ -10,7 +10,12 @@ domain) and the source and graph subdomains that share it. See
 
 from __future__ import annotations
 
-from nexus_cache.device._subdomain import CacheSubdomain, DrainResult, SubdomainStats
+from nexus_cache.device.checkout import (
+    CheckoutStatus,
+    PinLease,
+    SourceCheckout,
+    SourceDiagnostics,
+)
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
 from nexus_cache.device.graph_cache import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger, Evictor, Grant, LedgerSnapshot
@@ -26,10 +31,39 @@ from nexus_cache.device.profile import MANAGED_CAPACITY_FRACTION, DeviceProfile
 from nexus_cache.device.report import REPORT_COLUMNS, DeviceCacheReport, format_tsv
 from nexus_cache.device.residency import TRANSITIONS, PinHandle, ResidencyState, ResidentEntry
 from nexus_cache.device.resident import DeviceResidentCaches, DeviceShutdown
-from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.source_cache import (
+    LEADER_LOCAL_ERRORS,
+    SOURCE_WAIT_TIMEOUT_S,
+    SourceCacheSubdomain,
+    SourceClaim,
+)
+from nexus_cache.device.source_events import (
+    SOURCE_EVENT_KINDS,
+    SOURCE_EVENT_LIMIT,
+    SourceCacheEvent,
+    SourceEventSnapshot,
+)
+from nexus_cache.device.source_key import SourceBypass, SourceFrameKey
+from nexus_cache.device.subdomain import CacheSubdomain, DrainResult, SubdomainStats
+from nexus_cache.device.values import ArrayBundle, DeviceValue
 
 __all__ = [
     "GAUGES",
+    "LEADER_LOCAL_ERRORS",
+    "SOURCE_EVENT_KINDS",
+    "SOURCE_EVENT_LIMIT",
+    "SOURCE_WAIT_TIMEOUT_S",
+    "ArrayBundle",
+    "CheckoutStatus",
+    "DeviceValue",
+    "PinLease",
+    "SourceBypass",
+    "SourceCacheEvent",
+    "SourceCheckout",
+    "SourceClaim",
+    "SourceDiagnostics",
+    "SourceEventSnapshot",
+    "SourceFrameKey",
     "GAUGE_EVICTABLE_RESIDENT",
     "GAUGE_PINNED_IN_USE",
     "MANAGED_CAPACITY_FRACTION",

@@ -23,10 +23,14 @@ class DeviceCacheAllocationFactory:
     byte is allocated for it. Thread-safe.
     """
 
-    def __init__(self, backend: DeviceBackend, device_id: int) -> None:
+    def __init__(
+        self, backend: DeviceBackend, device_id: int, *, limit_bytes: int | None = None
+    ) -> None:
+        """``limit_bytes`` (the device's ``cache_cap_bytes``) bounds the domain's live
+        allocations physically as well: a backstop behind the ledger's charges."""
         self._backend = backend
         self._device_id = device_id
-        self._domain: AllocationDomain = backend.create_domain(device_id)
+        self._domain: AllocationDomain = backend.create_domain(device_id, limit_bytes=limit_bytes)
         self._lock = threading.Lock()
         self._released = False
 

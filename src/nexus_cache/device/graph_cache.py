@@ -9,7 +9,7 @@ published entry wins and the duplicate is torn down.
 
 from __future__ import annotations
 
-from nexus_cache.device._subdomain import CacheSubdomain
+from nexus_cache.device.subdomain import CacheSubdomain
 
 __all__ = ["GraphCacheSubdomain"]
 

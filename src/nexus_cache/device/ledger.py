@@ -12,18 +12,26 @@ unsafe. A grant must fit the first line; a cache charge must fit both. When a
 charge does not fit, only ``E`` can be reclaimed, through the evictors the
 cache subdomains register; pinned, reserved and retiring bytes never are.
 
-Thread-safe: one lock guards every field; pin and release are one lock
-acquisition and integer arithmetic. Evictors run without the lock held.
+Ownership: the ledger owns the buckets, the grants and admission; each
+:class:`ResidentEntry` owns its own lifecycle state and moves its bytes
+between buckets through :meth:`DeviceLedger.move_locked` under
+:attr:`DeviceLedger.lock`. This module imports ``residency``, never the
+reverse.
+
+Thread-safe: one lock guards every field (and every entry's state); pin and
+release are one lock acquisition and integer arithmetic. Evictors run
+without the lock held.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, TypeVar
 
-from nexus_cache.device._figures import Grant, LedgerSnapshot, _check_bytes
+from nexus_cache._sizes import parse_size
+from nexus_cache.device._checks import check_byte_count
+from nexus_cache.device.records import Grant, LedgerSnapshot
 from nexus_cache.device.residency import PinHandle, ResidencyState, ResidentEntry
 from nexus_cache.errors import (
     AdmissionClosedError,
@@ -44,39 +52,44 @@ Evictor = Callable[[int], int]
 
 _T = TypeVar("_T")
 _S = ResidencyState
-_ATTEMPT_OWNED = _S.ATTEMPT_OWNED
-_EVICTABLE = _S.EVICTABLE
-_PINNED = _S.PINNED
-_DESTROYING = _S.DESTROYING
+_R = _S.ATTEMPT_OWNED
+_E = _S.EVICTABLE
+_P = _S.PINNED
+_D = _S.DESTROYING
+_Q = _S.QUARANTINED
 # Rounds of "evict, then retry" before a refusal; other threads may take
 # freed bytes between rounds.
 _RECLAIM_ROUNDS = 8
 
 
 class DeviceLedger:
-    """Byte authority of one device: grants and cache charges by state. Thread-safe."""
+    """Byte authority of one device: grants and cache charges by state. Thread-safe.
+
+    ``managed_capacity_bytes`` and ``cache_cap_bytes`` are settings
+    (:class:`ConfigError` when invalid); the byte counts passed to its methods
+    at run time raise :class:`~nexus_cache.errors.ByteCountError`.
+    """
 
     def __init__(self, device_id: int, managed_capacity_bytes: int, cache_cap_bytes: int) -> None:
-        _check_bytes("device_id", device_id)
-        _check_bytes("managed_capacity_bytes", managed_capacity_bytes)
-        _check_bytes("cache_cap_bytes", cache_cap_bytes)
-        if cache_cap_bytes > managed_capacity_bytes:
+        if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+            raise ConfigError(f"device_id={device_id!r}; accepted: an int >= 0")
+        capacity = parse_size(
+            managed_capacity_bytes, name="managed_capacity_bytes", allow_zero=True
+        )
+        cap = parse_size(cache_cap_bytes, name="cache_cap_bytes", allow_zero=True)
+        if cap > capacity:
             raise ConfigError(
-                f"cache_cap_bytes={cache_cap_bytes} exceeds managed_capacity_bytes="
-                f"{managed_capacity_bytes} on device {device_id}; lower the cap"
+                f"cache_cap_bytes={cap} exceeds managed_capacity_bytes="
+                f"{capacity} on device {device_id}; lower the cap"
             )
         self._device_id = device_id
-        self._capacity = managed_capacity_bytes
-        self._cap = cache_cap_bytes
+        self._capacity = capacity
+        self._cap = cap
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._grants: dict[Hashable, Grant] = {}
         self._grant_bytes = 0
-        self._reserved = 0
-        self._evictable = 0
-        self._pinned = 0
-        self._retiring = 0
-        self._quarantined = 0
+        # cache bytes by residency state; Destroyed entries hold no bucket
+        self._buckets = {_R: 0, _E: 0, _P: 0, _D: 0, _Q: 0}
         self._admission_open = True
         self._closed_reason: str | None = None
         self._unsafe_teardowns = 0
@@ -105,6 +118,15 @@ class DeviceLedger:
     def admission_open(self) -> bool:
         return self._admission_open
 
+    @property
+    def lock(self) -> threading.Lock:
+        """The one lock over the buckets and every charged entry's state.
+
+        Entries hold it while they take a transition; hold it only for
+        integer work and never call a charging method while holding it.
+        """
+        return self._lock
+
     # -- evictors ------------------------------------------------------------------
 
     def add_evictor(self, evictor: Evictor) -> None:
@@ -118,7 +140,7 @@ class DeviceLedger:
 
     def reclaim(self, nbytes: int) -> int:
         """Ask the evictors to free at least ``nbytes`` of evictable cache; returns freed."""
-        _check_bytes("nbytes", nbytes)
+        check_byte_count("nbytes", nbytes)
         with self._lock:
             evictors = list(self._evictors)
         freed = 0
@@ -140,7 +162,7 @@ class DeviceLedger:
         :class:`AdmissionClosedError` after an unsafe teardown, and
         :class:`LifecycleError` when the attempt already holds a grant here.
         """
-        _check_bytes("nbytes", nbytes)
+        check_byte_count("nbytes", nbytes)
 
         def commit() -> Grant:
             self._require_no_grant(attempt_id)
@@ -181,7 +203,8 @@ class DeviceLedger:
         the registered evictors may reclaim evictable cache to make room.
         """
         if type(nbytes) is not int or nbytes < 0:
-            _check_bytes("nbytes", nbytes)
+            check_byte_count("nbytes", nbytes)
+        buckets = self._buckets
         with self._lock:  # fast path: it fits as is (the equation, inline)
             cache = self._cache_locked() + nbytes
             if (
@@ -189,143 +212,59 @@ class DeviceLedger:
                 and cache <= self._cap
                 and self._grant_bytes + cache <= self._capacity
             ):
-                self._reserved += nbytes
+                buckets[_R] += nbytes
                 return ResidentEntry(self, key, nbytes, domain=domain, backend=backend)
 
         def commit() -> ResidentEntry:
-            self._reserved += nbytes
+            buckets[_R] += nbytes
             return ResidentEntry(self, key, nbytes, domain=domain, backend=backend)
 
         return self._charge(nbytes, "cache", evict, commit)
 
-    def reconcile(self, entry: ResidentEntry, measured_bytes: int, *, evict: bool = True) -> None:
-        """Replace the reservation with the measured bytes and publish (-> Evictable).
+    def charge_cache(self, nbytes: int, commit: Callable[[], _T], *, evict: bool = True) -> _T:
+        """Admit a cache charge of ``nbytes``: when it fits both limits (with
+        ``evict``, after evicting), run ``commit()`` under :attr:`lock` and
+        return its result.
 
-        Growth beyond the reservation is a new cache charge: it must fit
-        (``evict`` as for :meth:`reserve`); on refusal the entry stays
-        AttemptOwned with its reservation.
+        The entry lifecycle uses it for reconcile growth; ``commit`` must be
+        integer work that moves the bytes into a bucket. Raises
+        :class:`CacheCapExceededError`, :class:`ManagedCapacityExceededError`
+        or :class:`AdmissionClosedError`, with nothing charged.
         """
-        if type(measured_bytes) is not int or measured_bytes < 0:
-            _check_bytes("measured_bytes", measured_bytes)
+        check_byte_count("nbytes", nbytes)
+        return self._charge(nbytes, "cache", evict, commit)
+
+    def reconcile(self, entry: ResidentEntry, measured_bytes: int, *, evict: bool = True) -> None:
+        """Publish ``entry`` at ``measured_bytes`` (see :meth:`ResidentEntry.publish`)."""
         self._require_own(entry)
-        with self._lock:
-            self._require_state(entry, _ATTEMPT_OWNED, "reconcile")
-            growth = measured_bytes - entry._nbytes
-            if growth <= 0:
-                self._publish_locked(entry, measured_bytes)
-                return
-
-        def commit() -> None:
-            self._require_state(entry, _ATTEMPT_OWNED, "reconcile")
-            self._publish_locked(entry, measured_bytes)
-
-        self._charge(growth, "cache", evict, commit)
-
-    def _publish_locked(self, entry: ResidentEntry, measured_bytes: int) -> None:
-        self._reserved -= entry._nbytes
-        self._evictable += measured_bytes
-        entry._nbytes = measured_bytes
-        entry._state = _EVICTABLE
-
-    # -- pins (the hot path: one lock, integers) ----------------------------------------
+        entry.publish(measured_bytes, evict=evict)
 
     def pin(self, entry: ResidentEntry) -> PinHandle:
-        with self._lock:
-            state = entry._state
-            if entry._closing or entry._ledger is not self:
-                raise LifecycleError(self._pin_refusal(entry))
-            if state is _PINNED:
-                entry._pins += 1
-            elif state is _EVICTABLE:
-                nbytes = entry._nbytes
-                self._evictable -= nbytes
-                self._pinned += nbytes
-                entry._state = _PINNED
-                entry._pins = 1
-            else:
-                raise LifecycleError(self._pin_refusal(entry))
-        return PinHandle(entry)
-
-    def _release_pin(self, handle: PinHandle) -> None:
-        entry = handle._entry
-        with self._lock:
-            if handle._released:
-                raise LifecycleError(f"pin on {entry!r} was already released")
-            if entry._state is not _PINNED:
-                raise LifecycleError(f"{entry!r} holds no pin to release")
-            handle._released = True
-            entry._pins -= 1
-            if entry._pins == 0:
-                nbytes = entry._nbytes
-                self._pinned -= nbytes
-                self._evictable += nbytes
-                entry._state = _EVICTABLE
-                if entry._closing:
-                    self._idle.notify_all()
-
-    def _pin_refusal(self, entry: ResidentEntry) -> str:
-        if entry._ledger is not self:
-            return f"{entry!r} belongs to another ledger"
-        if entry._closing:
-            return f"cannot pin {entry!r}: it is being destroyed"
-        return f"cannot pin {entry!r}: only evictable or pinned entries can be pinned"
-
-    # -- destruction protocol (driven by ResidentEntry) -------------------------------
-
-    def _begin_destroy(self, entry: ResidentEntry, timeout: float | None) -> None:
-        """Block new pins, wait for the last release, move the charge aside."""
+        """Pin ``entry`` (see :meth:`ResidentEntry.pin`); it must be charged here."""
         self._require_own(entry)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            if entry._state not in (_ATTEMPT_OWNED, _EVICTABLE, _PINNED):
-                raise LifecycleError(f"cannot destroy {entry!r}: already being destroyed")
-            entry._closing = True
-            while entry._state is _PINNED:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise LifecycleError(
-                        f"cannot destroy {entry!r} yet: {entry._pins} pin(s) still held after "
-                        f"{timeout} s; new pins are blocked, destroy again after they release"
-                    )
-                self._idle.wait(remaining)
-            self._retire_locked(entry)
+        return entry.pin()
 
-    def _try_begin_eviction(self, entry: ResidentEntry) -> bool:
-        """Start destroying ``entry`` if it is evictable right now (never waits)."""
-        with self._lock:
-            if entry._state is not _EVICTABLE or entry._closing or entry._ledger is not self:
-                return False
-            entry._closing = True
-            self._retire_locked(entry)
-            return True
+    # -- the entries' side of the books (lock held) --------------------------------------
 
-    def _retire_locked(self, entry: ResidentEntry) -> None:
-        state = entry._state
-        if state is _ATTEMPT_OWNED:
-            self._reserved -= entry._nbytes
-        elif state is _EVICTABLE:
-            self._evictable -= entry._nbytes
-        else:  # only a concurrent destroy can get here
-            raise LifecycleError(f"cannot destroy {entry!r}: already being destroyed")
-        self._retiring += entry._nbytes
-        entry._state = _DESTROYING
+    def move_locked(
+        self, src: ResidencyState, dst: ResidencyState, out_bytes: int, in_bytes: int
+    ) -> None:
+        """Move an entry's charge from the ``src`` bucket (``out_bytes``) to the ``dst``
+        bucket (``in_bytes``); Destroyed holds no bucket. Call with :attr:`lock` held:
+        the entry changes its state in the same critical section.
+        """
+        buckets = self._buckets
+        buckets[src] -= out_bytes
+        if dst is not _S.DESTROYED:
+            buckets[dst] += in_bytes
 
-    def _complete_destroy(self, entry: ResidentEntry) -> None:
-        with self._lock:
-            self._require_state(entry, _DESTROYING, "complete teardown of")
-            self._retiring -= entry._nbytes
-            entry._state = _S.DESTROYED
-
-    def _fail_destroy(self, entry: ResidentEntry, reason: str) -> None:
-        with self._lock:
-            self._require_state(entry, _DESTROYING, "quarantine")
-            self._retiring -= entry._nbytes
-            self._quarantined += entry._nbytes
-            entry._state = _S.QUARANTINED
-            self._unsafe_teardowns += 1
-            self._admission_open = False
-            if self._unsafe_teardowns == 1:  # the first unsafe teardown names the cause
-                self._closed_reason = f"unsafe teardown of {entry!r}: {reason}"
+    def record_unsafe_teardown_locked(self, reason: str) -> None:
+        """Count an unsafe teardown and close admission (the first names the cause).
+        Call with :attr:`lock` held."""
+        self._unsafe_teardowns += 1
+        self._admission_open = False
+        if self._unsafe_teardowns == 1:
+            self._closed_reason = reason
 
     # -- admission -------------------------------------------------------------------
 
@@ -338,6 +277,7 @@ class DeviceLedger:
 
     def snapshot(self) -> LedgerSnapshot:
         with self._lock:
+            b = self._buckets
             cache = self._cache_locked()
             return LedgerSnapshot(
                 device_id=self._device_id,
@@ -345,11 +285,11 @@ class DeviceLedger:
                 cache_cap_bytes=self._cap,
                 grant_bytes=self._grant_bytes,
                 grant_count=len(self._grants),
-                cache_reserved_bytes=self._reserved,
-                cache_evictable_resident_bytes=self._evictable,
-                cache_pinned_in_use_bytes=self._pinned,
-                cache_retiring_bytes=self._retiring,
-                cache_quarantined_bytes=self._quarantined,
+                cache_reserved_bytes=b[_R],
+                cache_evictable_resident_bytes=b[_E],
+                cache_pinned_in_use_bytes=b[_P],
+                cache_retiring_bytes=b[_D],
+                cache_quarantined_bytes=b[_Q],
                 cache_charged_bytes=cache,
                 free_managed_bytes=self._capacity - self._grant_bytes - cache,
                 admission_open=self._admission_open,
@@ -362,7 +302,8 @@ class DeviceLedger:
     # -- internals ----------------------------------------------------------------------
 
     def _cache_locked(self) -> int:
-        return self._reserved + self._evictable + self._pinned + self._retiring + self._quarantined
+        b = self._buckets
+        return b[_R] + b[_E] + b[_P] + b[_D] + b[_Q]
 
     def _shortfall_locked(self, nbytes: int, kind: str) -> tuple[int, int]:
         """(bytes over the cap, bytes over the managed capacity) if ``nbytes`` were charged."""
@@ -385,7 +326,7 @@ class DeviceLedger:
                 need = max(over_cap, over_capacity)
                 if need <= 0:
                     return commit()
-                reclaimable = self._evictable if (evict and self._evictors) else 0
+                reclaimable = self._buckets[_E] if (evict and self._evictors) else 0
                 if stalled:  # the evictors could free nothing (e.g. only graphs left)
                     reclaimable = 0
                 if need > reclaimable or attempt == _RECLAIM_ROUNDS:
@@ -397,10 +338,11 @@ class DeviceLedger:
     def _refusal_locked(
         self, nbytes: int, kind: str, over_cap: int, over_capacity: int, reclaimable: int
     ) -> CapacityError:
+        b = self._buckets
         figures = (
-            f"grants={self._grant_bytes} B, reserved={self._reserved} B, "
-            f"evictable={self._evictable} B, pinned={self._pinned} B, "
-            f"retiring={self._retiring} B, quarantined={self._quarantined} B, "
+            f"grants={self._grant_bytes} B, reserved={b[_R]} B, "
+            f"evictable={b[_E]} B, pinned={b[_P]} B, "
+            f"retiring={b[_D]} B, quarantined={b[_Q]} B, "
             f"reclaimable now={reclaimable} B"
         )
         if over_cap > reclaimable:
@@ -422,11 +364,5 @@ class DeviceLedger:
             )
 
     def _require_own(self, entry: ResidentEntry) -> None:
-        if entry._ledger is not self:
+        if entry.ledger is not self:
             raise LifecycleError(f"{entry!r} belongs to another ledger")
-
-    def _require_state(self, entry: ResidentEntry, state: ResidencyState, what: str) -> None:
-        if entry._state is not state:
-            raise LifecycleError(
-                f"cannot {what} {entry!r}: it is {entry._state.value}, not {state.value}"
-            )

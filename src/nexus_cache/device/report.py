@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexus_cache.backends import DomainCounters, MemoryInfo
-from nexus_cache.device._subdomain import SubdomainStats
 from nexus_cache.device.ledger import LedgerSnapshot
+from nexus_cache.device.subdomain import SubdomainStats
 
 __all__ = ["REPORT_COLUMNS", "DeviceCacheReport", "format_tsv"]
 

@@ -20,26 +20,36 @@
 
 A pinned entry is never destroyed directly: destruction blocks new pins and
 waits for the last release, so ``Pinned -> Destroyed`` always passes through
-``Evictable``. Every transition happens under the owning ledger's lock, so the
-ledger's byte buckets and the entries' states move together.
+``Evictable``.
+
+Ownership: a :class:`ResidentEntry` owns its state, charge and pin count, and
+this module's :data:`TRANSITIONS` table is the only way they change. The
+ledger owns the byte buckets; an entry moves its bytes from one bucket to the
+next through the ledger's public :class:`LedgerBooks` methods while holding
+the ledger's lock, so a state and its bytes always move together. This module
+never imports the ledger (the ledger imports it).
 """
 
 from __future__ import annotations
 
 import enum
 import gc
+import threading
+import time
 import weakref
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from nexus_cache.device._checks import check_byte_count
 from nexus_cache.errors import LifecycleError, UnsafeTeardownError
 
 if TYPE_CHECKING:
     from nexus_cache.backends import AllocationDomain, DeviceBackend
-    from nexus_cache.device.ledger import DeviceLedger
 
-__all__ = ["TRANSITIONS", "PinHandle", "ResidencyState", "ResidentEntry"]
+__all__ = ["TRANSITIONS", "LedgerBooks", "PinHandle", "ResidencyState", "ResidentEntry"]
+
+_T = TypeVar("_T")
 
 
 class ResidencyState(enum.Enum):
@@ -50,10 +60,22 @@ class ResidencyState(enum.Enum):
     DESTROYED = "destroyed"
     QUARANTINED = "quarantined"
 
+    # Members are singletons: identity hashing is exact, and a C slot keeps the
+    # state-table and bucket lookups of the pin hot path cheap (Enum's own
+    # __hash__ is Python code).
+    __hash__ = object.__hash__
+
 
 _S = ResidencyState
+_ATTEMPT_OWNED = _S.ATTEMPT_OWNED
+_EVICTABLE = _S.EVICTABLE
+_PINNED = _S.PINNED
+_DESTROYING = _S.DESTROYING
 
-#: Every transition the ledger may perform; anything else is a defect.
+#: Every transition an entry may make; anything else is a defect. Every
+#: transition goes through ``ResidentEntry._move_locked``, which checks this
+#: table, except the two pin edges (Evictable <-> Pinned), which ``pin`` and
+#: the last release take inline for speed; the tests check them against it.
 TRANSITIONS: Mapping[ResidencyState, frozenset[ResidencyState]] = {
     _S.ATTEMPT_OWNED: frozenset({_S.EVICTABLE, _S.DESTROYING}),
     _S.EVICTABLE: frozenset({_S.PINNED, _S.DESTROYING}),
@@ -64,12 +86,37 @@ TRANSITIONS: Mapping[ResidencyState, frozenset[ResidencyState]] = {
 }
 
 
-class ResidentEntry:
-    """One charged object in a device cache. Created by :meth:`DeviceLedger.reserve`.
+class LedgerBooks(Protocol):
+    """What an entry needs from the byte authority it is charged to.
 
-    Thread-safe for pins, releases and destruction (they run under the
-    ledger's lock); filling an AttemptOwned entry (:meth:`attach`) belongs to
-    the one thread that reserved it.
+    :class:`~nexus_cache.device.DeviceLedger` implements it. ``lock`` guards
+    the buckets and the state of every entry charged to the ledger; the
+    ``*_locked`` methods must be called with it held.
+    """
+
+    @property
+    def device_id(self) -> int: ...
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    def move_locked(
+        self, src: ResidencyState, dst: ResidencyState, out_bytes: int, in_bytes: int
+    ) -> None: ...
+
+    def charge_cache(self, nbytes: int, commit: Callable[[], _T], *, evict: bool = True) -> _T: ...
+
+    def record_unsafe_teardown_locked(self, reason: str) -> None: ...
+
+
+class ResidentEntry:
+    """One charged object in a device cache. Created by ``DeviceLedger.reserve``.
+
+    The entry is the one owner of its lifecycle state (state, charge, pins,
+    pin blocking); every change goes through :data:`TRANSITIONS` under the
+    ledger's lock. Thread-safe for pins, releases, publication and
+    destruction; filling an AttemptOwned entry (:meth:`attach`) belongs to the
+    one thread that reserved it.
     """
 
     __slots__ = (
@@ -78,8 +125,11 @@ class ResidentEntry:
         "_closing",
         "_domain",
         "_failure",
+        "_idle",
         "_key",
         "_ledger",
+        "_lock",
+        "_move_bytes",
         "_nbytes",
         "_owner",
         "_payload",
@@ -92,20 +142,24 @@ class ResidentEntry:
 
     def __init__(
         self,
-        ledger: DeviceLedger,
+        ledger: LedgerBooks,
         key: Hashable,
         nbytes: int,
         *,
         domain: AllocationDomain | None = None,
         backend: DeviceBackend | None = None,
     ) -> None:
+        """An AttemptOwned entry; the ledger has already charged ``nbytes`` as reserved."""
         self._ledger = ledger
+        self._lock = ledger.lock
+        self._move_bytes = ledger.move_locked
         self._key = key
         self._nbytes = nbytes
         self._reserved_bytes = nbytes
-        self._state = _S.ATTEMPT_OWNED
+        self._state = _ATTEMPT_OWNED
         self._pins = 0
         self._closing = False
+        self._idle: threading.Condition | None = None
         self._domain = domain
         self._backend = backend
         self._payload: Any = None
@@ -125,8 +179,12 @@ class ResidentEntry:
         return self._key
 
     @property
-    def ledger(self) -> DeviceLedger:
+    def ledger(self) -> LedgerBooks:
         return self._ledger
+
+    @property
+    def domain(self) -> AllocationDomain | None:
+        return self._domain
 
     @property
     def state(self) -> ResidencyState:
@@ -155,7 +213,23 @@ class ResidentEntry:
         """Why teardown was unsafe (Quarantined entries only)."""
         return self._failure
 
+    @property
+    def owner(self) -> Any:
+        """The cache that claimed this entry (:meth:`claim`), or None."""
+        return self._owner
+
     # -- filling (AttemptOwned) ------------------------------------------------
+
+    def claim(self, owner: Any) -> None:
+        """Bind this AttemptOwned entry to the cache that will own it (once).
+
+        From then on only ``destroy(owner=owner)`` tears it down: published
+        cache entries leave by eviction or shutdown, never by a per-key clear.
+        """
+        self._require_owned("claim")
+        if self._owner is not None:
+            raise LifecycleError(f"{self!r} is already claimed by the {self._owner.kind} cache")
+        self._owner = owner
 
     def attach(self, value: Any, arrays: tuple[Any, ...] | list[Any] = ()) -> None:
         """Set the cached value and the domain arrays it holds (AttemptOwned only).
@@ -189,45 +263,120 @@ class ResidentEntry:
         """Reconcile the reservation to the measured bytes; AttemptOwned -> Evictable.
 
         ``measured_bytes`` defaults to :meth:`measured_bytes`. Growth beyond the
-        reservation must fit the ledger (with ``evict``, by evicting); on
-        refusal the entry stays AttemptOwned and the caller should
-        :meth:`destroy` it.
+        reservation is a new cache charge and must fit the ledger (with
+        ``evict``, by evicting); on refusal the entry stays AttemptOwned and
+        the caller should :meth:`destroy` it. Shrinking always succeeds.
         """
         if measured_bytes is None:
             measured_bytes = self.measured_bytes()
-        self._ledger.reconcile(self, measured_bytes, evict=evict)
+        check_byte_count("measured_bytes", measured_bytes)
+        ledger = self._ledger
+        with ledger.lock:
+            self._require_owned("publish")
+            growth = measured_bytes - self._nbytes
+            if growth <= 0:
+                self._move_locked(_EVICTABLE, measured_bytes)
+                return
 
-    # -- pins ------------------------------------------------------------------
+        def commit() -> None:
+            self._require_owned("publish")
+            self._move_locked(_EVICTABLE, measured_bytes)
+
+        ledger.charge_cache(growth, commit, evict=evict)
+
+    # -- pins (the hot path: one lock acquisition, integers) ---------------------
 
     def pin(self) -> PinHandle:
         """Check the entry out; the whole charge is Pinned until the last release."""
-        return self._ledger.pin(self)
+        with self._lock:
+            if self._closing:
+                raise LifecycleError(f"cannot pin {self!r}: it is being destroyed")
+            state = self._state
+            if state is _PINNED:
+                self._pins += 1
+            elif state is _EVICTABLE:  # the Evictable -> Pinned edge, inlined (hot path)
+                nbytes = self._nbytes
+                self._move_bytes(_EVICTABLE, _PINNED, nbytes, nbytes)
+                self._state = _PINNED
+                self._pins = 1
+            else:
+                raise LifecycleError(
+                    f"cannot pin {self!r}: only evictable or pinned entries can be pinned"
+                )
+        return PinHandle(self)
+
+    def _unpin_locked(self) -> None:
+        if self._state is not _PINNED:
+            raise LifecycleError(f"{self!r} holds no pin to release")
+        self._pins -= 1
+        if self._pins == 0:  # the Pinned -> Evictable edge, inlined (hot path)
+            nbytes = self._nbytes
+            self._move_bytes(_PINNED, _EVICTABLE, nbytes, nbytes)
+            self._state = _EVICTABLE
+            if self._idle is not None:
+                self._idle.notify_all()
 
     # -- destruction -------------------------------------------------------------
 
-    def destroy(self, timeout: float = 0.0) -> None:
-        """Tear down an entry that no cache owns (e.g. abandon a reservation).
+    def destroy(self, timeout: float | None = 0.0, *, owner: Any = None) -> None:
+        """Block new pins, wait up to ``timeout`` s (None: forever) for the last
+        release, then tear down (:meth:`teardown`).
 
-        Published cache entries leave only by eviction or shutdown (there is
-        no per-key clear), so this raises :class:`LifecycleError` for them.
+        An entry a cache claimed is destroyed only by that cache (pass it as
+        ``owner``): published entries leave by eviction or shutdown, there is
+        no per-key clear. Raises :class:`LifecycleError` when pins outlive the
+        timeout (pins stay blocked; destroy again later) and
+        :class:`UnsafeTeardownError` when teardown is not provably safe.
         """
-        if self._owner is not None:
+        if self._owner is not None and owner is not self._owner:
             raise LifecycleError(
                 f"{self!r} is published in the {self._owner.kind} cache; it leaves only by "
                 "eviction or shutdown (there is no per-key clear)"
             )
-        self._destroy(timeout)
+        self._begin_destroy(timeout)
+        self.teardown()
 
-    def _destroy(self, timeout: float | None) -> None:
-        self._ledger._begin_destroy(self, timeout)
-        self._teardown()
+    def _begin_destroy(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ledger.lock:
+            if self._state not in (_ATTEMPT_OWNED, _EVICTABLE, _PINNED):
+                raise LifecycleError(f"cannot destroy {self!r}: already being destroyed")
+            self._closing = True
+            while self._state is _PINNED:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise LifecycleError(
+                        f"cannot destroy {self!r} yet: {self._pins} pin(s) still held after "
+                        f"{timeout} s; new pins are blocked, destroy again after they release"
+                    )
+                if self._idle is None:
+                    self._idle = threading.Condition(self._ledger.lock)
+                self._idle.wait(remaining)
+            self._move_locked(_DESTROYING)
 
-    def _teardown(self) -> None:
+    def begin_eviction(self) -> bool:
+        """Start destroying this entry if it is evictable right now; never waits.
+
+        Returns False (and changes nothing) for any other state. On True the
+        caller must finish with :meth:`teardown`.
+        """
+        with self._ledger.lock:
+            if self._state is not _EVICTABLE or self._closing:
+                return False
+            self._closing = True
+            self._move_locked(_DESTROYING)
+            return True
+
+    def teardown(self) -> None:
         """Prove the memory idle and free, then release the charge (Destroying only).
 
-        Raises :class:`UnsafeTeardownError` (after quarantining) when any step fails.
+        Order: synchronize the recorded streams (or the whole device), drop
+        the cache's references and prove the owning arrays unreachable,
+        return freed blocks to the device, and only then release the charge.
+        Raises :class:`UnsafeTeardownError` (after quarantining: the charge
+        stays and admission closes) when any step fails.
         """
-        if self._state is not _S.DESTROYING:
+        if self._state is not _DESTROYING:
             raise LifecycleError(f"{self!r} is not being destroyed")
         streams, self._streams = self._streams, ()
         try:
@@ -256,18 +405,35 @@ class ResidentEntry:
                 self._domain.release_unused()
             except BaseException as exc:
                 self._quarantine(f"returning freed blocks to the device failed: {exc!r}", exc)
-        self._ledger._complete_destroy(self)
+        with self._ledger.lock:
+            self._move_locked(_S.DESTROYED)
 
     def _quarantine(self, reason: str, cause: BaseException | None) -> None:
-        self._failure = reason
-        self._ledger._fail_destroy(self, reason)
+        ledger = self._ledger
+        with ledger.lock:
+            described = f"unsafe teardown of {self!r}: {reason}"
+            self._failure = reason
+            self._move_locked(_S.QUARANTINED)
+            ledger.record_unsafe_teardown_locked(described)
         raise UnsafeTeardownError(
             f"teardown of {self!r} is not provably safe: {reason}; its {self._nbytes} B stay "
-            f"charged and admission on device {self._ledger.device_id} is closed"
+            f"charged and admission on device {ledger.device_id} is closed"
         ) from cause
 
+    # -- the state table -----------------------------------------------------------
+
+    def _move_locked(self, dst: ResidencyState, nbytes: int | None = None) -> None:
+        """Take the edge to ``dst`` (ledger lock held), moving the charge with it."""
+        src = self._state
+        if dst not in TRANSITIONS[src]:
+            raise LifecycleError(f"{self!r}: {src.value} -> {dst.value} is not a transition")
+        new = self._nbytes if nbytes is None else nbytes
+        self._move_bytes(src, dst, self._nbytes, new)
+        self._nbytes = new
+        self._state = dst
+
     def _require_owned(self, what: str) -> None:
-        if self._state is not _S.ATTEMPT_OWNED:
+        if self._state is not _ATTEMPT_OWNED:
             raise LifecycleError(
                 f"cannot {what}: {self!r} is {self._state.value}, not attempt_owned"
             )
@@ -306,7 +472,12 @@ class PinHandle:
         return self._entry._payload
 
     def release(self) -> None:
-        self._entry._ledger._release_pin(self)
+        entry = self._entry
+        with entry._lock:
+            if self._released:
+                raise LifecycleError(f"pin on {entry!r} was already released")
+            entry._unpin_locked()
+            self._released = True
 
     def __enter__(self) -> PinHandle:
         return self

@@ -10,7 +10,6 @@ from types import TracebackType
 from typing import Any
 
 from nexus_cache.backends import DeviceBackend, select_backend
-from nexus_cache.device._subdomain import DrainResult
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
 from nexus_cache.device.graph_cache import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger
@@ -18,6 +17,8 @@ from nexus_cache.device.metrics import DeviceCacheCollector, gauge_snapshot, reg
 from nexus_cache.device.profile import DeviceProfile
 from nexus_cache.device.report import DeviceCacheReport
 from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.source_events import SourceEventSnapshot
+from nexus_cache.device.subdomain import DrainResult
 from nexus_cache.errors import ConfigError, LifecycleError
 
 __all__ = ["DeviceResidentCaches", "DeviceShutdown"]
@@ -94,7 +95,9 @@ class DeviceResidentCaches:
         device = _Device(profile, ledger)
         self._devices[profile.device_id] = device
         if profile.cache_cap_bytes > 0:
-            device.factory = DeviceCacheAllocationFactory(self._backend, profile.device_id)
+            device.factory = DeviceCacheAllocationFactory(
+                self._backend, profile.device_id, limit_bytes=profile.cache_cap_bytes
+            )
             device.source = SourceCacheSubdomain(ledger, device.factory)
             device.graph = GraphCacheSubdomain(ledger, device.factory)
 
@@ -166,6 +169,19 @@ class DeviceResidentCaches:
                 )
             )
         return reports
+
+    def device_cache_source_event_snapshots(self) -> list[SourceEventSnapshot]:
+        """Per device with caches installed: the last ``SOURCE_EVENT_LIMIT``
+        fingerprinted load and promotion events of its source cache, with its
+        hits, misses, waits, leader retries, skipped retentions and evictions.
+
+        Keys appear only as fingerprints; errors only by class name.
+        """
+        return [
+            device.source.event_snapshot()
+            for device in (self._devices[d] for d in self.device_ids)
+            if device.source is not None
+        ]
 
     def gauge_snapshot(self) -> dict[str, dict[int, int]]:
         """``{gauge name: {device: bytes}}`` for the two ledger gauges."""

@@ -1,21 +1,416 @@
-"""Decoded-source cache subdomain of one device (the minimal registry).
+"""The decoded source cache of one device: single-flight ``checkout_or_claim``.
 
-Unpinned source entries are evictable in LRU order: this subdomain registers
-an evictor with the device ledger, so grant admission and its own
-reservations can reclaim them. Single-flight decode (``checkout_or_claim``,
-leader and followers) builds on this class.
+* **Hit**: the resident entry is pinned and the caller gets a copy in its own
+  domain; the pin is carried by the returned :class:`SourceCheckout` and
+  everything derived from it, until the last is released.
+* **Miss**: exactly one caller per key is elected decode leader and gets a
+  :class:`SourceClaim`; the others wait for it, each against its own
+  deadline. A leader that stops for its own reason (cancelled, grant
+  exhausted: :data:`LEADER_LOCAL_ERRORS`) hands the lead to a waiter; any
+  other decode error reaches every waiter as :class:`SourceDecodeError`.
+* **Retention**: after a successful decode the leader reserves ledger
+  capacity (evicting unpinned source entries in LRU order), copies its frame
+  into the cache domain, reconciles the reservation to the measured
+  allocation and publishes. The leader keeps its own frame. Capacity pressure
+  or an allocation failure skips retention; the query still succeeds.
+* **Bypass**: keys with a bypass reason never touch the cache.
+
+Lock order: subdomain lock, then ledger lock. No lock is held while a value
+is copied or decoded.
 """
 
 from __future__ import annotations
 
-from nexus_cache.device._subdomain import CacheSubdomain
+import asyncio
+import concurrent.futures
+import hashlib
+import math
+import time
+from collections.abc import Callable, Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SourceCacheSubdomain"]
+from nexus_cache.device.checkout import CheckoutStatus, PinLease, SourceCheckout, SourceDiagnostics
+from nexus_cache.device.source_events import SourceEventLog, SourceEventSnapshot
+from nexus_cache.device.source_flight import DecodeFlight, FlightState
+from nexus_cache.device.source_key import SourceFrameKey
+from nexus_cache.device.subdomain import CacheSubdomain
+from nexus_cache.errors import (
+    AdmissionClosedError,
+    AttemptCancelledError,
+    CapacityError,
+    ConfigError,
+    LifecycleError,
+    SourceDecodeError,
+    SourceWaitTimeoutError,
+    UnsafeTeardownError,
+)
+
+if TYPE_CHECKING:
+    from nexus_cache.backends import AllocationDomain
+    from nexus_cache.device.domain import DeviceCacheAllocationFactory
+    from nexus_cache.device.ledger import DeviceLedger
+    from nexus_cache.device.residency import ResidentEntry
+    from nexus_cache.device.values import DeviceValue
+
+__all__ = [
+    "LEADER_LOCAL_ERRORS",
+    "SOURCE_WAIT_TIMEOUT_S",
+    "SourceCacheSubdomain",
+    "SourceClaim",
+]
+
+#: Default time a follower waits for a decode leader before giving up.
+SOURCE_WAIT_TIMEOUT_S = 120.0
+
+#: A leader failing with one of these failed for its own reason: a waiter
+#: takes the lead instead of receiving the error.
+LEADER_LOCAL_ERRORS: tuple[type[BaseException], ...] = (
+    AttemptCancelledError,
+    CapacityError,
+    AdmissionClosedError,
+    TimeoutError,
+    KeyboardInterrupt,
+    concurrent.futures.CancelledError,
+    asyncio.CancelledError,
+)
+
+# Retention gives up quietly on these: the query has its frame either way.
+_RETENTION_SKIPS = (MemoryError, AdmissionClosedError, LifecycleError, UnsafeTeardownError)
+
+
+def _fingerprint(key: Hashable) -> str:
+    if isinstance(key, SourceFrameKey):
+        return key.fingerprint
+    return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+
+
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ConfigError(f"timeout={timeout!r}; accepted: seconds > 0")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ConfigError(f"timeout={timeout!r}; accepted: a finite number of seconds > 0")
+    return float(timeout)
+
+
+class SourceClaim:
+    """The decode lead for one key. Resolve it exactly once:
+
+    * :meth:`publish` with the decoded value (retained when it fits);
+    * :meth:`fail` with a deterministic decode error (every waiter gets it);
+    * :meth:`abandon` when stopping for a reason of the leader's own.
+
+    As a context manager an unresolved claim is resolved on exit: an
+    exception in :data:`LEADER_LOCAL_ERRORS` (or none) abandons, any other
+    fails. A claim with no flight (bypass, closed cache) touches nothing.
+    Belongs to the thread that got it.
+    """
+
+    __slots__ = ("_cache", "_flight", "_key", "_resolved", "_started", "_status", "_waited")
+
+    def __init__(
+        self,
+        cache: SourceCacheSubdomain | None,
+        flight: DecodeFlight | None,
+        key: SourceFrameKey,
+        *,
+        status: CheckoutStatus = CheckoutStatus.LEADER,
+        waited_s: float = 0.0,
+    ) -> None:
+        self._cache = cache
+        self._flight = flight
+        self._key = key
+        self._status = status
+        self._waited = waited_s
+        self._started = time.monotonic()
+        self._resolved = False
+
+    def __repr__(self) -> str:
+        return f"SourceClaim({self._key.fingerprint}, {self._status.value})"
+
+    @property
+    def key(self) -> SourceFrameKey:
+        return self._key
+
+    @property
+    def cached(self) -> bool:
+        """False for a bypass or a closed cache: publishing retains nothing."""
+        return self._flight is not None
+
+    @property
+    def resolved(self) -> bool:
+        return self._resolved
+
+    def publish(self, value: DeviceValue) -> SourceCheckout:
+        """Offer the decoded ``value`` to the cache and wake the followers.
+
+        Returns the leader's checkout of its own ``value`` (no pin). Never
+        fails for capacity: when the value cannot be retained the diagnostics
+        say why.
+        """
+        self._resolve()
+        key = self._key
+        if self._cache is None or self._flight is None:
+            bypass = key.bypass
+            detail = bypass.explanation if bypass else "uncached: the source cache is closed"
+            diag = SourceDiagnostics(
+                key.fingerprint,
+                self._status,
+                detail,
+                bypass=None if bypass is None else bypass.value,
+                retained=False,
+            )
+            return SourceCheckout(value, diag, None)
+        retained, detail = self._cache._complete(self._flight, key, value, self._started)
+        diag = SourceDiagnostics(
+            key.fingerprint,
+            CheckoutStatus.LEADER,
+            detail,
+            waited_s=self._waited,
+            retained=retained,
+            leader_attempts=self._flight.attempts,
+        )
+        return SourceCheckout(value, diag, None)
+
+    def fail(self, error: BaseException) -> None:
+        """The decode failed deterministically: every waiter raises ``SourceDecodeError``."""
+        self._resolve()
+        if self._cache is not None and self._flight is not None:
+            self._cache._fail(self._flight, self._key, error)
+
+    def abandon(self, reason: str = "") -> None:
+        """The leader stops for its own reason; a waiter, if any, takes the lead."""
+        self._resolve()
+        if self._cache is not None and self._flight is not None:
+            self._cache._abandon(self._flight, self._key, reason)
+
+    def _resolve(self) -> None:
+        if self._resolved:
+            raise LifecycleError(f"{self!r} was already resolved")
+        self._resolved = True
+
+    def __enter__(self) -> SourceClaim:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._resolved:
+            return
+        if exc is None or isinstance(exc, LEADER_LOCAL_ERRORS):
+            self.abandon("" if exc is None else type(exc).__name__)
+        else:
+            self.fail(exc)
 
 
 class SourceCacheSubdomain(CacheSubdomain):
-    """Source entries on one device; LRU-evictable when unpinned. Thread-safe."""
+    """Decoded source frames on one device; single flight per key, LRU-evictable
+    when unpinned. Thread-safe."""
 
     kind = "source"
     evicts_lru = True
     evict_on_reserve = True
+
+    def __init__(self, ledger: DeviceLedger, factory: DeviceCacheAllocationFactory) -> None:
+        super().__init__(ledger, factory)
+        self._flights: dict[SourceFrameKey, DecodeFlight] = {}
+        self._events = SourceEventLog()
+
+    # -- the single-flight front door ---------------------------------------------------
+
+    def checkout_or_claim(
+        self,
+        key: SourceFrameKey,
+        *,
+        domain: AllocationDomain,
+        timeout: float = SOURCE_WAIT_TIMEOUT_S,
+    ) -> SourceCheckout | SourceClaim:
+        """A :class:`SourceCheckout` (hit, or a follower's copy) or a :class:`SourceClaim`
+        (this caller decodes: leader, bypass, or closed cache).
+
+        ``domain`` is the caller's (the attempt's) allocation domain: copies
+        handed to it are allocated there. A follower waits at most
+        ``timeout`` seconds, then raises :class:`SourceWaitTimeoutError` and
+        leaves nothing behind. A leader's deterministic failure raises
+        :class:`SourceDecodeError` (chained to it) in every follower.
+        """
+        if not isinstance(key, SourceFrameKey):
+            raise ConfigError(
+                f"checkout_or_claim needs a SourceFrameKey, got {type(key).__name__}"
+            )
+        if key.bypass is not None:  # never touches the cache, not even a counter
+            return SourceClaim(None, None, key, status=CheckoutStatus.BYPASS)
+        started = time.monotonic()
+        deadline = started + _check_timeout(timeout)
+        source: Any = None
+        with self._lock:
+            if self._closed:
+                return SourceClaim(None, None, key, status=CheckoutStatus.UNCACHED)
+            handle = self._checkout_locked(key)
+            status = CheckoutStatus.HIT
+            if handle is None:
+                self._counts["misses"] += 1
+                flight = self._flights.get(key)
+                if flight is None:
+                    flight = DecodeFlight(key.fingerprint, self._lock)
+                    self._flights[key] = flight
+                    return SourceClaim(self, flight, key)
+                self._counts["waits"] += 1
+                outcome = flight.await_outcome(deadline)
+                waited = time.monotonic() - started
+                if outcome is None:
+                    self._counts["wait_timeouts"] += 1
+                    raise SourceWaitTimeoutError(
+                        f"waited {waited:.3f} s for the decode leader of source frame "
+                        f"{key.fingerprint} on device {self._ledger.device_id}; raise the "
+                        "timeout or retry"
+                    )
+                if outcome is FlightState.HANDOFF:
+                    flight.take_lead()
+                    self._counts["leader_retries"] += 1
+                    return SourceClaim(self, flight, key, waited_s=waited)
+                if outcome is FlightState.FAILED:
+                    error = flight.error
+                    raise SourceDecodeError(
+                        f"the decode leader of source frame {key.fingerprint} failed "
+                        f"({type(error).__name__}); every waiter gets this error"
+                    ) from error
+                status = CheckoutStatus.FOLLOWER
+                handle = self._checkout_locked(key)
+                if handle is None:  # not retained (or already evicted): copy the leader's
+                    source = flight.value
+        waited = time.monotonic() - started if status is CheckoutStatus.FOLLOWER else 0.0
+        if handle is None:
+            copy = source.copy_into(domain)
+            detail = "copied from the leader's frame (not retained in the cache)"
+            diag = SourceDiagnostics(
+                key.fingerprint, status, detail, waited_s=waited, retained=False
+            )
+            return SourceCheckout(copy, diag, None)
+        try:
+            copy = handle.value.copy_into(domain)
+        except BaseException:
+            handle.release()
+            raise
+        detail = "copied from the resident entry; pinned until released"
+        diag = SourceDiagnostics(key.fingerprint, status, detail, waited_s=waited, retained=True)
+        return SourceCheckout(copy, diag, PinLease(handle))
+
+    def get_or_decode(
+        self,
+        key: SourceFrameKey,
+        decode: Callable[[], DeviceValue],
+        *,
+        domain: AllocationDomain,
+        timeout: float = SOURCE_WAIT_TIMEOUT_S,
+    ) -> SourceCheckout:
+        """:meth:`checkout_or_claim`, and when this caller leads, run ``decode()``
+        (which returns the attempt-owned value) and publish it."""
+        result = self.checkout_or_claim(key, domain=domain, timeout=timeout)
+        if isinstance(result, SourceCheckout):
+            return result
+        with result:
+            value = decode()
+            return result.publish(value)
+
+    # -- observability -------------------------------------------------------------------
+
+    def event_snapshot(self) -> SourceEventSnapshot:
+        """Recent fingerprinted events with the activity counters."""
+        events, dropped = self._events.snapshot()
+        with self._lock:
+            counts = dict(self._counts)
+        return SourceEventSnapshot(
+            device_id=self._ledger.device_id,
+            events=events,
+            dropped_events=dropped,
+            hits=counts["hits"],
+            misses=counts["misses"],
+            waits=counts["waits"],
+            leader_retries=counts["leader_retries"],
+            skipped_retentions=counts["skipped_retentions"],
+            evictions=counts["evictions"],
+        )
+
+    def in_flight_keys(self) -> int:
+        """Keys with a decode in progress (0 once every flight has settled)."""
+        with self._lock:
+            return len(self._flights)
+
+    # -- leader outcomes (called by SourceClaim) -------------------------------------------
+
+    def _complete(
+        self, flight: DecodeFlight, key: SourceFrameKey, value: DeviceValue, started: float
+    ) -> tuple[bool, str]:
+        fingerprint = key.fingerprint
+        nbytes = int(value.nbytes)
+        self._events.record("load", fingerprint, nbytes=nbytes, seconds=time.monotonic() - started)
+        copy_started = time.monotonic()
+        retained, detail, measured = False, "not retained", 0
+        try:
+            retained, detail, measured = self._retain(key, value, nbytes)
+        finally:  # whatever happens, the followers are released
+            seconds = time.monotonic() - copy_started
+            if retained:
+                self._events.record("promotion", fingerprint, nbytes=measured, seconds=seconds)
+            else:
+                self._events.record(
+                    "promotion_skipped", fingerprint, nbytes=nbytes, seconds=seconds, detail=detail
+                )
+            with self._lock:
+                if not retained:
+                    self._counts["skipped_retentions"] += 1
+                flight.finish(value)
+                if self._flights.get(key) is flight:
+                    del self._flights[key]
+        return retained, detail
+
+    def _retain(
+        self, key: SourceFrameKey, value: DeviceValue, nbytes: int
+    ) -> tuple[bool, str, int]:
+        """Reserve, copy into the cache domain, reconcile, publish; never raises for capacity."""
+        try:
+            entry = self.reserve(key, nbytes)
+        except (CapacityError, AdmissionClosedError, LifecycleError) as exc:
+            return False, f"not retained: {type(exc).__name__}: {exc}", 0
+        try:
+            cached = value.copy_into(self._factory.domain)
+            entry.attach(cached, cached.device_arrays())
+            del cached
+        except Exception as exc:  # allocation failure, or a value that cannot copy
+            return self._give_up(entry, exc)
+        try:
+            winner = self.publish(entry)
+        except _RETENTION_SKIPS as exc:  # publish abandoned the reservation itself
+            return False, f"not retained: {type(exc).__name__}: {exc}", 0
+        return True, "decoded and retained in the source cache", winner.nbytes
+
+    def _give_up(self, entry: ResidentEntry, exc: BaseException) -> tuple[bool, str, int]:
+        detail = f"not retained: copying into the cache domain failed ({type(exc).__name__})"
+        try:
+            self.abandon(entry)
+        except UnsafeTeardownError as unsafe:
+            detail += f"; abandoning the reservation was unsafe: {unsafe}"
+        return False, detail, 0
+
+    def _fail(self, flight: DecodeFlight, key: SourceFrameKey, error: BaseException) -> None:
+        self._events.record("load_failed", key.fingerprint, detail=type(error).__name__)
+        with self._lock:
+            self._counts["decode_errors"] += 1
+            flight.fail(error)
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+
+    def _abandon(self, flight: DecodeFlight, key: SourceFrameKey, reason: str) -> None:
+        with self._lock:
+            handed = flight.hand_off()
+            if not handed and self._flights.get(key) is flight:
+                del self._flights[key]
+        if handed:
+            self._events.record("leader_handoff", key.fingerprint, detail=reason)
+
+    def _note_evicted(self, entry: ResidentEntry) -> None:
+        self._events.record("eviction", _fingerprint(entry.key), nbytes=entry.nbytes)

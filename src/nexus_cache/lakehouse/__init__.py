@@ -37,9 +37,11 @@ from nexus_cache.lakehouse._scan import ReadPlan
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
 # Transitional: the command line and the device read still import four internal
-# modules by their former names. Aliases, not files, so that no public-looking
-# module exists; removed once those callers import the names exported here.
-for _old in ("config", "maintenance", "reader", "store"):
+# modules by their former names, and installs made before the fsspec entry point
+# moved to this package name ``nexus_cache.lakehouse.fs``. Aliases, not files, so
+# that no public-looking module exists; removed once those callers (and
+# reinstalls) use the names exported here.
+for _old in ("config", "fs", "maintenance", "reader", "store"):
     sys.modules.setdefault(f"{__name__}.{_old}", importlib.import_module(f"{__name__}._{_old}"))
 del _old
 

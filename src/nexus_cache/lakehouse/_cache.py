@@ -384,13 +384,21 @@ class LakehouseCache:
         )
 
 
-@atexit.register
 def _at_exit() -> None:
     # Scripts exit right after their last read: let queued read_through fills
     # publish (bounded by NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S), then record what
     # every cache did, so that read_stats() in another process sees it all.
     finish_at_exit()
     write_all()
+
+
+# Registered with threading's exit hooks, not atexit: those run before the
+# interpreter shuts concurrent.futures' executors down (a hook of the same kind,
+# registered earlier, so it runs after ours). s3fs/aiobotocore schedule work on
+# such executors; from an atexit hook a fill would fail with "cannot schedule
+# new futures after shutdown". atexit is the fallback where the hook is missing.
+_register = getattr(threading, "_register_atexit", atexit.register)
+_register(_at_exit)
 
 
 _default: LakehouseCache | None = None

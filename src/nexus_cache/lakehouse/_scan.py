@@ -22,8 +22,9 @@ proven (see :mod:`._known`) is planned without a metadata request:
   identity check**): the local entry is opened and pinned at once and the
   identity request goes to the cache's small probe pool. The handle does its
   local work first and waits for the answer before handing over any byte; a
-  changed identity raises :class:`StalePlanError` at that read (reported as
-  ``stale`` like any stale plan). The request is as fresh as a planning one (it
+  changed identity is reported as ``stale`` like any stale plan, and the handle
+  then plans again (its ``replan``) or raises :class:`StalePlanError` at that
+  read (see :mod:`._reader`). The request is as fresh as a planning one (it
   starts during ``open``), so the guarantee is the same; only its latency
   overlaps the local work.
 """
@@ -237,8 +238,10 @@ class Scanner:
         """Execute a remembered hit while its identity is probed concurrently.
 
         The handle is returned before the probe answers; its first data-returning
-        call waits for the answer and raises :class:`StalePlanError` if the
-        object's identity is not the planned one.
+        call waits for the answer and, if the object's identity is not the
+        planned one, opens the source afresh through ``replan`` (or raises
+        :class:`StalePlanError` without one). An entry that cannot be trusted
+        (foreign owner) is read remotely instead.
         """
         assert self._probes is not None
         assert plan.identity is not None

@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from nexus_cache.errors import ConfigError, LifecycleError
+
 __all__ = [
     "ALLOCATION_ROUNDING_BYTES",
     "AllocationDomain",
@@ -73,7 +75,8 @@ class AllocationScope:
         self.allocated_bytes = 0
         self.allocations = 0
 
-    def _add(self, nbytes: int) -> None:
+    def add(self, nbytes: int) -> None:
+        """Count one allocation of ``nbytes`` (the domain calls this)."""
         self.allocated_bytes += nbytes
         self.allocations += 1
 
@@ -88,17 +91,40 @@ class _ScopeStack(threading.local):
 class AllocationDomain(abc.ABC):
     """Where cache bytes of one device are allocated and measured.
 
+    The base class keeps the activity counters every domain reports
+    (allocations, allocated bytes, releases, returned bytes) and the closed
+    flag; a subclass supplies the physical usage (:meth:`physical_usage`) and
+    calls :meth:`count_allocation` / :meth:`count_release`.
+
     Thread-safe: allocations may come from any thread; a scope counts only the
     allocations of the thread that opened it.
     """
 
-    def __init__(self, device_id: int) -> None:
+    #: what the messages call the device ("CUDA", "host")
+    kind: str = "device"
+    #: True when allocations past :attr:`limit_bytes` fail in the allocator
+    #: itself (RMM's limiting adaptor); otherwise the ledger alone holds the cap
+    enforces_limit: bool = False
+
+    def __init__(self, device_id: int, *, limit_bytes: int | None = None) -> None:
         self._device_id = device_id
+        self._limit_bytes = limit_bytes
         self._scope_stack = _ScopeStack()
+        self._counter_lock = threading.Lock()
+        self._allocations = 0
+        self._allocated_bytes = 0
+        self._releases = 0
+        self._returned_bytes = 0
+        self._closed = False
 
     @property
     def device_id(self) -> int:
         return self._device_id
+
+    @property
+    def limit_bytes(self) -> int | None:
+        """The limit the domain was built with (the cache cap), or None."""
+        return self._limit_bytes
 
     @property
     @abc.abstractmethod
@@ -126,20 +152,69 @@ class AllocationDomain(abc.ABC):
         """Rounded bytes of the allocation behind ``array``; raises if not ours."""
 
     @abc.abstractmethod
+    def physical_usage(self) -> tuple[int, int]:
+        """``(used_bytes, held_bytes)`` as the allocator reports them now."""
+
     def counters(self) -> DomainCounters:
-        """A consistent snapshot of physical usage and activity."""
+        """A snapshot of physical usage and activity."""
+        used, held = self.physical_usage()
+        with self._counter_lock:
+            return DomainCounters(
+                used_bytes=used,
+                held_bytes=held,
+                allocations=self._allocations,
+                allocated_bytes=self._allocated_bytes,
+                releases=self._releases,
+                returned_bytes=self._returned_bytes,
+            )
+
+    def count_allocation(self, nbytes: int) -> None:
+        """Record one allocation of ``nbytes`` (rounded) in the counters and open scopes."""
+        with self._counter_lock:
+            self._allocations += 1
+            self._allocated_bytes += nbytes
+        for scope in self._scope_stack.scopes:
+            scope.add(nbytes)
+
+    def count_release(self, returned_bytes: int) -> None:
+        """Record one :meth:`release_unused` that gave ``returned_bytes`` back."""
+        with self._counter_lock:
+            self._releases += 1
+            self._returned_bytes += returned_bytes
 
     @abc.abstractmethod
     def release_unused(self) -> int:
         """Give freed blocks back to the device; returns how many bytes."""
 
-    @abc.abstractmethod
     def close(self) -> None:
-        """Release the domain; refuses (LifecycleError) while allocations live."""
+        """Release the domain: give every freed block back, refuse new allocations.
+
+        Idempotent. Raises :class:`LifecycleError` while allocations live
+        (dropping the allocator then would strand them); nothing changes.
+        """
+        with self._counter_lock:
+            if self._closed:
+                return
+        used = self.physical_usage()[0]
+        if used:
+            raise LifecycleError(
+                f"cannot close the allocation domain of {self.kind} device {self._device_id}: "
+                f"{used} B are still live in it"
+            )
+        self.release_unused()
+        with self._counter_lock:
+            self._closed = True
+
+    def require_open(self) -> None:
+        """Raise :class:`LifecycleError` once the domain is closed."""
+        if self._closed:
+            raise LifecycleError(
+                f"allocation domain of {self.kind} device {self._device_id} is closed"
+            )
 
     @property
-    @abc.abstractmethod
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        return self._closed
 
     def used_bytes(self) -> int:
         return self.counters().used_bytes
@@ -152,9 +227,6 @@ class AllocationDomain(abc.ABC):
             if id(root) not in seen:
                 seen[id(root)] = self.allocation_bytes(root)
         return sum(seen.values())
-
-    def _active_scopes(self) -> list[AllocationScope]:
-        return self._scope_stack.scopes
 
     def _push_scope(self) -> AllocationScope:
         scope = AllocationScope()
@@ -191,7 +263,10 @@ class DeviceBackend(abc.ABC):
     def mem_info(self, device_id: int) -> MemoryInfo: ...
 
     @abc.abstractmethod
-    def create_domain(self, device_id: int) -> AllocationDomain: ...
+    def create_domain(self, device_id: int, *, limit_bytes: int | None = None) -> AllocationDomain:
+        """A new allocation domain on ``device_id`` with ``limit_bytes`` (the cache
+        cap, None for none). Domains with ``enforces_limit`` refuse allocations past
+        it (``MemoryError``); the others leave the cap to the ledger."""
 
     @abc.abstractmethod
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
@@ -202,8 +277,7 @@ class DeviceBackend(abc.ABC):
         """
 
     def check_device(self, device_id: int) -> None:
-        from nexus_cache.errors import ConfigError
-
+        """Raise :class:`ConfigError` unless ``device_id`` names a device of this backend."""
         count = self.device_count()
         if isinstance(device_id, bool) or not isinstance(device_id, int):
             raise ConfigError(f"device_id must be an int, got {device_id!r}")

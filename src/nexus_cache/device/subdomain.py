@@ -36,6 +36,11 @@ class SubdomainStats:
     quarantined: int
     hits: int
     misses: int
+    waits: int
+    leader_retries: int
+    wait_timeouts: int
+    decode_errors: int
+    skipped_retentions: int
     reservations: int
     publishes: int
     duplicates: int
@@ -67,6 +72,11 @@ class DrainResult:
 _COUNTERS = (
     "hits",
     "misses",
+    "waits",
+    "leader_retries",
+    "wait_timeouts",
+    "decode_errors",
+    "skipped_retentions",
     "reservations",
     "publishes",
     "duplicates",
@@ -130,7 +140,7 @@ class CacheSubdomain:
         """
         self._require_open()
         entry = self._factory.reserve(self._ledger, key, nbytes, evict=self.evict_on_reserve)
-        entry._owner = self
+        entry.claim(self)
         with self._lock:
             self._in_flight[id(entry)] = entry
             self._counts["reservations"] += 1
@@ -173,18 +183,23 @@ class CacheSubdomain:
     def checkout(self, key: Hashable) -> PinHandle | None:
         """Pin the resident entry for ``key``; None on a miss (or once closed)."""
         with self._lock:
-            entry = None if self._closed else self._entries.get(key)
-            if entry is not None:
-                try:
-                    handle = entry.pin()
-                except LifecycleError:  # being evicted right now
-                    handle = None
-                if handle is not None:
-                    self._entries.move_to_end(key)
-                    self._counts["hits"] += 1
-                    return handle
-            self._counts["misses"] += 1
+            handle = self._checkout_locked(key)
+            if handle is None:
+                self._counts["misses"] += 1
+            return handle
+
+    def _checkout_locked(self, key: Hashable) -> PinHandle | None:
+        """Pin and LRU-touch the resident entry (counts the hit); None if absent."""
+        entry = None if self._closed else self._entries.get(key)
+        if entry is None:
             return None
+        try:
+            handle = entry.pin()
+        except LifecycleError:  # being evicted right now
+            return None
+        self._entries.move_to_end(key)
+        self._counts["hits"] += 1
+        return handle
 
     # -- shutdown ----------------------------------------------------------------------
 
@@ -205,7 +220,7 @@ class CacheSubdomain:
             with self._lock:
                 self._tearing_down += 1
             try:
-                entry._destroy(remaining)
+                entry.destroy(remaining, owner=self)
             except UnsafeTeardownError:
                 self._record_unsafe(entry)
             except LifecycleError:
@@ -257,7 +272,7 @@ class CacheSubdomain:
             for entry in self._entries.values():
                 if planned >= nbytes:
                     break
-                if self._ledger._try_begin_eviction(entry):
+                if entry.begin_eviction():
                     victims.append(entry)
                     planned += entry.nbytes
             for entry in victims:
@@ -266,7 +281,7 @@ class CacheSubdomain:
         freed = 0
         for entry in victims:
             try:
-                entry._teardown()
+                entry.teardown()
             except UnsafeTeardownError:
                 self._record_unsafe(entry)
             else:
@@ -274,15 +289,19 @@ class CacheSubdomain:
                 with self._lock:
                     self._counts["evictions"] += 1
                     self._counts["evicted_bytes"] += entry.nbytes
+                self._note_evicted(entry)
             finally:
                 with self._lock:
                     self._tearing_down -= 1
                     self._settled.notify_all()
         return freed
 
+    def _note_evicted(self, entry: ResidentEntry) -> None:
+        """Hook for subclasses: ``entry`` was evicted (no lock held)."""
+
     def _discard(self, entry: ResidentEntry, counter: str) -> None:
         try:
-            entry._destroy(0.0)
+            entry.destroy(0.0, owner=self)
         except UnsafeTeardownError:
             self._record_unsafe(entry)
             raise

@@ -1,12 +1,10 @@
-"""Immutable records the ledger hands out: grants and snapshots."""
+"""Immutable records the ledger hands out: grants and snapshots. Thread-safe (frozen)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass
 from typing import Any
-
-from nexus_cache.errors import ConfigError
 
 __all__ = ["Grant", "LedgerSnapshot"]
 
@@ -44,9 +42,3 @@ class LedgerSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _check_bytes(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{name}={value!r}; accepted: an int >= 0")
-    return value

@@ -1,0 +1,124 @@
+"""The allocation-domain contract every backend's domain passes.
+
+Each check takes a :class:`DeviceBackend`; the host backend runs them in CI
+(``test_domain_contract.py``), the CuPy-pool and RMM domains on the GPU
+machine (``tests/gpu/test_device_gpu.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nexus_cache.backends import DeviceBackend
+from nexus_cache.errors import LifecycleError
+
+
+def _outside(backend: DeviceBackend, nbytes: int) -> Any:
+    """An array of the backend's module that no domain allocated."""
+    return backend.xp.zeros(nbytes, dtype=np.uint8)
+
+
+def check_measures_rounded_allocations(backend: DeviceBackend) -> None:
+    domain = backend.create_domain(0)
+    with domain.scope() as scope:
+        a = domain.empty((10, 10), np.float64)  # 800 B -> 1024
+        b = domain.copy_in(np.arange(3, dtype=np.int32))  # 12 B -> 512
+    assert scope.allocated_bytes == 1536
+    assert scope.allocations == 2
+    assert domain.allocation_bytes(a) == 1024
+    assert domain.allocation_bytes(a[3:5]) == 1024  # a view counts its whole allocation
+    assert domain.measured_bytes([a, a[1], b]) == 1536
+    assert np.asarray(b.get() if hasattr(b, "get") else b).tolist() == [0, 1, 2]
+    counters = domain.counters()
+    assert counters.used_bytes == 1536
+    assert counters.allocations == 2
+    assert counters.allocated_bytes == 1536
+    del a, b
+    assert domain.counters().used_bytes == 0
+    domain.close()
+
+
+def check_freed_blocks_are_held_until_released(backend: DeviceBackend) -> None:
+    domain = backend.create_domain(0)
+    arrays = [domain.empty(4096, np.uint8) for _ in range(3)]
+    assert domain.counters().used_bytes == 3 * 4096
+    arrays.clear()
+    counters = domain.counters()
+    assert counters.used_bytes == 0
+    assert counters.held_bytes >= 3 * 4096  # freed blocks stay with the domain
+    returned = domain.release_unused()
+    assert returned == counters.held_bytes
+    after = domain.counters()
+    assert after.held_bytes == 0
+    assert after.releases == 1
+    assert after.returned_bytes == returned
+    domain.close()
+
+
+def check_refuses_foreign_arrays(backend: DeviceBackend) -> None:
+    domain = backend.create_domain(0)
+    with pytest.raises(LifecycleError):
+        domain.allocation_bytes(_outside(backend, 4096))
+    with pytest.raises(LifecycleError):
+        domain.allocation_bytes(np.zeros(16, np.uint8))
+    other = backend.create_domain(0)
+    theirs = other.empty(512, np.uint8)
+    with pytest.raises(LifecycleError):
+        domain.allocation_bytes(theirs)
+    del theirs
+    other.close()
+    domain.close()
+
+
+def check_close_refuses_while_live_then_refuses_allocations(backend: DeviceBackend) -> None:
+    domain = backend.create_domain(0)
+    keep = domain.empty(8, np.uint8)
+    with pytest.raises(LifecycleError, match="still live"):
+        domain.close()
+    assert not domain.closed
+    del keep
+    domain.close()
+    assert domain.closed
+    domain.close()  # idempotent
+    with pytest.raises(LifecycleError, match="closed"):
+        domain.empty(8, np.uint8)
+
+
+def check_scope_counts_only_its_thread(backend: DeviceBackend) -> None:
+    domain = backend.create_domain(0)
+    kept: list[Any] = []
+    with domain.scope() as scope:
+        worker = threading.Thread(target=lambda: kept.append(domain.empty(5000, np.uint8)))
+        worker.start()
+        worker.join()
+        kept.append(domain.empty(100, np.uint8))
+    assert scope.allocated_bytes == 512
+    assert domain.counters().used_bytes == 512 + 5120
+    kept.clear()
+    domain.close()
+
+
+def check_limit(backend: DeviceBackend) -> None:
+    domain = backend.create_domain(0, limit_bytes=64 * 1024)
+    assert domain.limit_bytes == 64 * 1024
+    keep = domain.empty(48 * 1024, np.uint8)
+    if domain.enforces_limit:
+        with pytest.raises(MemoryError):
+            domain.empty(32 * 1024, np.uint8)
+        assert domain.counters().used_bytes == 48 * 1024
+    del keep
+    domain.close()
+
+
+CONTRACT = (
+    check_measures_rounded_allocations,
+    check_freed_blocks_are_held_until_released,
+    check_refuses_foreign_arrays,
+    check_close_refuses_while_live_then_refuses_allocations,
+    check_scope_counts_only_its_thread,
+    check_limit,
+)
