@@ -220,7 +220,9 @@ def bench_cold(b: Bench, remote: Remote) -> None:
         ops[k] = Op(
             lambda k=k: peer_read(peers[k], remote), b.check_bytes, lambda k=k: fresh_peer(k)
         )
-    times = measure(ops, b.cold_repeats[name], warmup=False)
+    # warmup: one untimed cold read per op first (prepare empties it again), so
+    # that no side pays a first call's costs (client set-up, imports) in a figure
+    times = measure(ops, b.cold_repeats[name], warmup=True)
     settle()
     what = "remote file's page cache dropped" if source and b.page_cache.method else "cache empty"
     b.report(f"[{name}] cold ({what}), full-object bytes", times)
