@@ -76,8 +76,10 @@ def test_wrapped_filesystem_with_pyarrow_dataset(
             gc.collect()  # pyarrow closes a file (scheduling its fill) when collected
             assert cache.wait_for_fills(timeout=30)
             passes.append(_statuses(cache)[sum(len(p) for p in passes) :])
-        # (pyarrow may open a file more than once per scan)
-        assert set(passes[0]) == {CacheStatus.MISS}
+        # pyarrow may open a file more than once per scan, and a read_through
+        # fill started by the first open may be published before the next one
+        assert passes[0].count(CacheStatus.MISS) >= 3
+        assert set(passes[0]) <= {CacheStatus.MISS, CacheStatus.HIT}
         assert set(passes[1]) == {CacheStatus.HIT}
         assert len(passes[1]) >= 3
         assert len(entry_files(tmp_path / "c")) == 3
