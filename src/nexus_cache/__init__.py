@@ -39,6 +39,13 @@ _EXPORTS: dict[str, str] = {
     "ResidencyState": "nexus_cache.device",
     "ResidentEntry": "nexus_cache.device",
     "select_backend": "nexus_cache.backends",
+    # device frames
+    "DeviceFrame": "nexus_cache.frames",
+    # graphs and the resident graph cache
+    "GraphOptions": "nexus_cache.graph",
+    "build_graph": "nexus_cache.graph",
+    "ResidentGraphKey": "nexus_cache.device",
+    "plan_graph_run": "nexus_cache.device",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

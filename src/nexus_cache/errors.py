@@ -15,12 +15,17 @@ __all__ = [
     "BackendUnavailableError",
     "ByteCountError",
     "CacheCapExceededError",
+    "CacheClosedError",
     "CacheIntegrityError",
     "CacheSecurityError",
     "CapacityError",
     "ConfigError",
     "FillError",
+    "FrameTypeError",
+    "GraphConvergenceError",
+    "GraphInputError",
     "LifecycleError",
+    "LockUsageError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
     "ProgramCacheKeyError",
@@ -87,6 +92,10 @@ class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
 
 
+class FrameTypeError(NexusCacheError, TypeError):
+    """An Arrow type (or a column's size) that a device frame cannot hold."""
+
+
 class ByteCountError(NexusCacheError, ValueError):
     """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
 
@@ -103,3 +112,19 @@ class SourceDecodeError(NexusCacheError, RuntimeError):
 
 class SourceWaitTimeoutError(NexusCacheError, TimeoutError):
     """A follower's own deadline passed while it waited for a decode leader."""
+
+
+class CacheClosedError(NexusCacheError, ValueError):
+    """An operation on a cache object after its ``close()``; open a new one."""
+
+
+class LockUsageError(NexusCacheError, RuntimeError):
+    """Misuse of a file lock: acquiring it twice from one thread, or releasing it unheld."""
+
+
+class GraphInputError(NexusCacheError, ValueError):
+    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
+
+
+class GraphConvergenceError(NexusCacheError, RuntimeError):
+    """An iterative graph algorithm did not converge and the caller asked for an error."""

@@ -361,3 +361,49 @@ def test_closed_cache_decodes_uncached(caches: Any, attempt: Any) -> None:
         assert result.status is CheckoutStatus.UNCACHED
         assert result.diagnostics.retained is False
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+
+
+class Uncopyable:
+    """A value whose copy into the cache domain fails (e.g. a driver error)."""
+
+    def __init__(self, inner: ArrayBundle, attempt: Any) -> None:
+        self.inner = inner
+        self.attempt = attempt  # copies into the attempt's own domain still work
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes
+
+    def copy_into(self, domain: Any) -> ArrayBundle:
+        if domain is not self.attempt:
+            raise RuntimeError("cudaErrorIllegalAddress (injected)")
+        return self.inner.copy_into(domain)
+
+    def device_arrays(self) -> tuple[Any, ...]:
+        return self.inner.device_arrays()
+
+
+def test_a_value_that_cannot_be_copied_is_not_retained_and_waiters_still_get_it(
+    caches: Any, attempt: Any
+) -> None:
+    source = caches.source_cache(0)
+    claim = source.checkout_or_claim(key("u"), domain=attempt)
+    out: list[SourceCheckout] = []
+    follower = threading.Thread(
+        target=lambda: out.append(source.get_or_decode(key("u"), Decoder(attempt), domain=attempt))
+    )
+    follower.start()
+    _wait_for(lambda: source.stats().waits == 1)
+    value = Uncopyable(Decoder(attempt)(), attempt)
+    with claim.publish(value) as mine:
+        assert mine.diagnostics.retained is False
+        assert "copying into the cache domain failed (RuntimeError)" in mine.diagnostics.detail
+    follower.join(10)
+    (theirs,) = out
+    assert theirs.status is CheckoutStatus.FOLLOWER
+    np.testing.assert_array_equal(theirs.value["a"], expected())
+    theirs.release()
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_charged_bytes == 0
+    assert source.stats().abandoned == 1
+    assert source.in_flight_keys() == 0

@@ -75,22 +75,30 @@ def rewrite_and_check(kind: str, base: str, cap: int, key: bytes, n: int, out: s
 
 def evict_with_pause(base: str, reached, go, out: str) -> None:  # type: ignore[no-untyped-def]
     """Store ``new`` into a full cache, pausing the eviction pass after its scan,
-    right before its first unlink, until the other process has acted."""
+    right before its first removal (before it takes the counter's lock, which
+    a deleter needs too), until the other process has acted."""
     from nexus_cache.program import _fsscan
+    from nexus_cache.program._usage import UsageCounter
 
     real = _fsscan.unlink_if_unchanged
-    state = {"paused": False, "outcomes": []}
+    real_hold = UsageCounter.hold
+    state = {"holds": 0, "outcomes": []}
 
-    def pausing(path, expected, **kw):  # type: ignore[no-untyped-def]
-        if not state["paused"]:
-            state["paused"] = True
+    def pausing_hold(self):  # type: ignore[no-untyped-def]
+        # Holds: the store's, the rescan's, then the first removal's.
+        state["holds"] += 1
+        if state["holds"] == 3:
             reached.set()
             assert go.wait(30)
+        return real_hold(self)
+
+    def recording(path, expected, **kw):  # type: ignore[no-untyped-def]
         outcome = real(path, expected, **kw)
         state["outcomes"].append(outcome.value)
         return outcome
 
-    _fsscan.unlink_if_unchanged = pausing  # type: ignore[assignment]
+    _fsscan.unlink_if_unchanged = recording  # type: ignore[assignment]
+    UsageCounter.hold = pausing_hold  # type: ignore[method-assign]
     with open_cache("filestream", base, max_size_bytes=1000) as c:
         c[b"new"] = b"n" * 400
         s = c.stats()
@@ -106,3 +114,27 @@ def act_when_told(base: str, action: str, key: bytes, reached, go) -> None:  # t
         else:
             c[key] = b"v2" * 200
     go.set()
+
+
+def rewrite_and_delete(base: str, cap: int, writer: int, n: int) -> None:
+    """Rewrite and delete a handful of shared keys at random (the counter's worst case)."""
+    import random
+
+    rng = random.Random(writer)
+    with open_cache("filestream", base, max_size_bytes=cap) as c:
+        for seq in range(n):
+            key = f"shared{rng.randrange(4)}"
+            if rng.random() < 0.25:
+                try:
+                    del c[key]
+                except KeyError:
+                    pass
+            else:
+                c[key] = make_value(writer, seq)
+
+
+def open_at_once(base: str, go, writer: int) -> None:  # type: ignore[no-untyped-def]
+    """Open a (fresh) SQLite cache the moment ``go`` is set, and store one key."""
+    assert go.wait(30)
+    with open_cache("sqlite", base) as c:
+        c[f"opener{writer}"] = make_value(writer, 0)

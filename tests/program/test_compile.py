@@ -311,3 +311,90 @@ def test_key_memo_follows_the_toolchain_probes(
         monkeypatch.undo()
         clear_probe_cache()
     assert len(counting.built) == 2  # a different NVRTC build: a different key
+
+
+# -- one key per call, memoized per Program -----------------------------------
+
+
+def test_a_plain_program_hit_derives_no_cuda_core_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_cache.program import _delegate
+
+    derived: list[int] = []
+    real = _delegate._peer_key
+
+    def counting_peer_key(program: Any, target_type: str) -> bytes:
+        derived.append(1)
+        return real(program, target_type)
+
+    monkeypatch.setattr(_delegate, "_peer_key", counting_peer_key)
+    cache = InMemoryProgramCache()
+    program = core.Program(PLAIN, "c++", opts(name="plain-k"))
+    fresh = cached_compile(program, "cubin", cache=cache)
+    hits = [cached_compile(program, "cubin", cache=cache) for _ in range(5)]
+    assert derived == [1]  # the first call only
+    assert len(cache) == 1  # the name comes from the options: no sidecar needed
+    assert all(bytes(h.code) == bytes(fresh.code) and h.name == "plain-k" for h in hits)
+
+
+def test_the_program_memo_follows_its_options_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Program reads its options object when it compiles: changing a field
+    # (or a list in place) after a hit must give the key of the new compile.
+    cache = InMemoryProgramCache()
+    options = opts(define_macro=["A=1"])
+    program = core.Program(PLAIN, "c++", options)
+    first = cached_compile(program, "cubin", cache=cache)
+    cached_compile(program, "cubin", cache=cache)
+    assert len(cache) == 1
+    options.define_macro.append("B=2")
+    cached_compile(program, "cubin", cache=cache)
+    assert len(cache) == 2
+    options.arch = "sm_80"
+    second = cached_compile(program, "cubin", cache=cache)
+    assert len(cache) == 3
+    assert bytes(second.code) != bytes(first.code)
+    # back to the first options: the first entry is found again
+    options.arch = "sm_90"
+    options.define_macro = ["A=1"]
+    assert bytes(cached_compile(program, "cubin", cache=cache).code) == bytes(first.code)
+    assert len(cache) == 3
+
+
+def test_make_program_cache_key_memo_compares_options_by_value() -> None:
+    o = opts(define_macro=["A=1"])
+    k1 = make_program_cache_key(code=PLAIN, code_type="c++", options=o, target_type="cubin")
+    assert (
+        make_program_cache_key(code=PLAIN, code_type="c++", options=o, target_type="cubin") == k1
+    )
+    o.define_macro.append("B=2")  # in place
+    k2 = make_program_cache_key(code=PLAIN, code_type="c++", options=o, target_type="cubin")
+    assert k2 != k1
+    equal = opts(define_macro=["A=1", "B=2"])  # another object, equal fields
+    assert (
+        make_program_cache_key(code=PLAIN, code_type="c++", options=equal, target_type="cubin")
+        == k2
+    )
+    o.debug = True
+    assert (
+        make_program_cache_key(code=PLAIN, code_type="c++", options=o, target_type="cubin") != k2
+    )
+
+
+def test_the_program_memo_keeps_no_program_alive_and_never_confuses_two() -> None:
+    import gc
+    import weakref
+
+    cache = InMemoryProgramCache()
+    options = opts()
+    first = core.Program(PLAIN, "c++", options)
+    cached_compile(first, "cubin", cache=cache)
+    ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert ref() is None  # the memo held no reference
+    # Many new Programs with the same options object and other code (ids get
+    # reused): each must get its own key.
+    for i in range(20):
+        src = f'extern "C" __global__ void k{i}(int *a) {{ *a = {i}; }}\n'
+        obj = cached_compile(core.Program(src, "c++", options), "cubin", cache=cache)
+        assert f"k{i}".encode() in bytes(obj.code)
+    assert len(cache) == 21

@@ -96,11 +96,41 @@ def test_context_manager(make):
     c.close()  # idempotent
 
 
-def test_no_contains(cache):
+@pytest.mark.parametrize("key", [b"k", "k"])
+def test_in_says_why_it_is_not_supported_and_what_to_call(cache, key):
     cache[b"k"] = b"v"
-    assert "__contains__" not in dir(type(cache))
-    with pytest.raises(TypeError):
-        b"k" in cache  # noqa: B015 - must not silently answer
+    with pytest.raises(TypeError, match=r"'key in .*' is not supported.*cache\.get\(key\)"):
+        key in cache  # noqa: B015 - must not silently answer
+    with pytest.raises(TypeError, match=r"not iterable.*cache\.get"):
+        list(cache)
+
+
+def test_a_subclass_of_the_five_primitives_has_default_stats():
+    from nexus_cache.program import CacheStats, ProgramCacheResource
+
+    class Dict(ProgramCacheResource):
+        def __init__(self):
+            self.d = {}
+
+        def __getitem__(self, key):
+            return self.d[key]
+
+        def __setitem__(self, key, value):
+            self.d[key] = bytes(value)
+
+        def __delitem__(self, key):
+            del self.d[key]
+
+        def __len__(self):
+            return len(self.d)
+
+        def clear(self):
+            self.d.clear()
+
+    c = Dict()
+    c[b"a"] = b"1"
+    assert c.stats() == CacheStats(entries=1)
+    assert c.get(b"missing") is None
 
 
 def test_str_and_bytes_keys_are_the_same_key(cache):

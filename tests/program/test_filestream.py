@@ -45,7 +45,7 @@ def test_entry_on_disk_is_the_raw_binary(cache):
     assert stat.S_IMODE(os.lstat(p).st_mode) == 0o600
     assert os.listdir(cache.path / "tmp") == []
     assert cache.uses_xattrs
-    assert len(os.getxattr(p, XATTR_NAME)) == 16
+    assert len(os.getxattr(p, XATTR_NAME)) == 32
 
 
 def test_root_and_subdirs_private(tmp_path):
@@ -139,12 +139,12 @@ def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(cache, monkeypatch):
     real = _filestream.record_matches
     fresh = {}
 
-    def rewrite_then_check(record, data):
+    def rewrite_then_check(record, data, kd):
         # a rewriter replaces the entry after our open, before our stamp
         atomic_write(p, b"fresh bytes", tmp_dir=cache.path / "tmp", xattrs={XATTR_NAME: record})
         os.utime(p, ns=(5, 7))
         fresh["st"] = os.lstat(p)
-        return real(record, data)
+        return real(record, data, kd)
 
     monkeypatch.setattr(_filestream, "record_matches", rewrite_then_check)
     assert cache[b"k"] == b"old bytes"  # we read the inode we opened
@@ -210,16 +210,27 @@ def test_over_eviction_race_credits_the_concurrent_delete(tmp_path, monkeypatch)
     other = FileStreamProgramCache(c.path)  # stands for another process
     calls = []
 
-    def concurrent_deleter_wins_once(path, expected, **kw):
-        calls.append(path)
-        if path == old_path and len(calls) == 1:
-            del other[b"old"]  # the other process got there first
-            result = real(path, expected, **kw)
-            assert result is UnlinkResult.GONE
-            return result
-        return real(path, expected, **kw)
+    holds = []
+    real_hold = c._usage.hold
 
-    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", concurrent_deleter_wins_once)
+    def hold():
+        # Holds: the store's, the rescan's, then eviction's first removal; the
+        # other process deletes "old" just before that one (a deleter takes
+        # the counter's lock too, so it cannot land inside ours).
+        holds.append(1)
+        if len(holds) == 3:
+            del other[b"old"]
+        return real_hold()
+
+    def record(path, expected, **kw):
+        calls.append(path)
+        result = real(path, expected, **kw)
+        if path == old_path:
+            assert result is UnlinkResult.GONE
+        return result
+
+    monkeypatch.setattr(c._usage, "hold", hold)
+    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", record)
     c[b"new"] = b"b" * 400  # 1100 > 1000: free down to 900; old's 400 suffice
     assert calls == [old_path]  # one candidate, then the pass stopped
     assert c.get(b"new") == b"b" * 400
@@ -427,7 +438,7 @@ def test_corruption_is_detected_counted_removed(cache, case, read_first):
     if read_first:  # so that the in-memory memo holds the verified bytes
         for _ in range(3):
             assert cache[b"k"] == payload
-        assert cache._memo.get(str(entry_path(cache, b"k"))) is not None
+        assert cache._memo.get(b"k") is not None
     _corrupt_cases()[case](entry_path(cache, b"k"))
     with pytest.raises(KeyError):
         cache[b"k"]
@@ -583,7 +594,7 @@ def test_nothing_is_unpickled(cache):
 def test_memo_sees_other_writers_and_deleters(cache):
     other = FileStreamProgramCache(cache.path)  # stands for another process
     cache[b"k"] = b"v1"
-    p = str(entry_path(cache, b"k"))
+    p = b"k"  # the memo is keyed by the cache key
     assert cache[b"k"] == b"v1"  # first read from disk: not kept
     assert cache._memo.get(p) is None
     assert cache[b"k"] == b"v1"  # second read of the same version: kept
@@ -633,12 +644,116 @@ def test_memo_is_bounded_lru():
 
     memo = VerifiedMemo(1000)
     for name in "abcd":
-        memo.put(name, MemoEntry(1, 200, 0, 0, b"x" * 200))
+        memo.put(name, MemoEntry("p", 1, 200, 0, 0, b"x" * 200))
     memo.get("a")
-    memo.put("e", MemoEntry(1, 200, 0, 0, b"x" * 200))
-    memo.put("f", MemoEntry(1, 200, 0, 0, b"x" * 200))
+    memo.put("e", MemoEntry("p", 1, 200, 0, 0, b"x" * 200))
+    memo.put("f", MemoEntry("p", 1, 200, 0, 0, b"x" * 200))
     assert memo.get("b") is None  # least recently used went first
     assert memo.get("a") is not None
     assert memo.nbytes == 1000
-    memo.put("huge", MemoEntry(1, 251, 0, 0, b"x" * 251))  # > a quarter: not kept
+    memo.put("huge", MemoEntry("p", 1, 251, 0, 0, b"x" * 251))  # > a quarter: not kept
     assert memo.get("huge") is None
+
+
+# -- the record binds the key -------------------------------------------------
+
+
+@pytest.mark.parametrize("move", ["copy-with-xattr", "rename"])
+def test_an_entry_moved_onto_another_keys_path_is_not_served(cache, move):
+    cache[b"A"] = b"bytes of A"
+    cache[b"B"] = b"bytes of B"
+    a, b = entry_path(cache, b"A"), entry_path(cache, b"B")
+    if move == "rename":
+        os.replace(a, b)
+    else:
+        shutil.copyfile(a, b)
+        os.setxattr(b, XATTR_NAME, os.getxattr(a, XATTR_NAME))
+    cache._memo = None  # a fresh process: nothing remembered
+    assert cache.get(b"B") is None
+    assert cache.stats().corrupt == 1
+    report = FileStreamProgramCache(cache.path).verify()
+    assert report.corrupt == []
+    assert report.ok == (0 if move == "rename" else 1)
+
+
+def test_verify_refuses_a_moved_entry(cache):
+    cache[b"A"] = b"bytes of A"
+    cache[b"B"] = b"bytes of B"
+    shutil.copyfile(entry_path(cache, b"A"), entry_path(cache, b"B"))
+    os.setxattr(
+        entry_path(cache, b"B"), XATTR_NAME, os.getxattr(entry_path(cache, b"A"), XATTR_NAME)
+    )
+    report = cache.verify()
+    assert report.corrupt == [entry_path(cache, b"B").name]
+    assert report.ok == 1
+    assert cache[b"A"] == b"bytes of A"
+
+
+def test_sidecar_record_binds_the_key_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(_filestream, "xattrs_supported", lambda tmp: False)
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
+    c[b"A"] = b"bytes of A"
+    c[b"B"] = b"bytes of B"
+    a, b = entry_path(c, b"A"), entry_path(c, b"B")
+    os.replace(a, b)
+    os.replace(str(a) + SIDECAR_SUFFIX, str(b) + SIDECAR_SUFFIX)
+    assert c.get(b"B") is None
+    assert c.stats().corrupt == 1
+
+
+# -- counts and clear errors --------------------------------------------------
+
+
+def test_len_and_stats_count_the_same_entries(cache):
+    cache[b"mine"] = b"v" * 10
+    cache[b"theirs"] = b"w" * 10
+    cache[b"linked"] = b"x" * 10
+    os.chown(entry_path(cache, b"theirs"), OTHER_UID, OTHER_UID)
+    p = entry_path(cache, b"linked")
+    p.unlink()
+    p.symlink_to(entry_path(cache, b"mine"))
+    assert len(cache) == cache.stats().entries == 1
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+@pytest.mark.parametrize("cap", [None, 1000])
+def test_a_usage_path_that_is_not_a_file_is_named(tmp_path, kind, cap):
+    FileStreamProgramCache(tmp_path / "c").close()
+    usage = tmp_path / "c" / "usage"
+    usage.unlink(missing_ok=True)
+    if kind == "directory":
+        usage.mkdir()
+    else:
+        usage.symlink_to(tmp_path / "elsewhere")
+
+    def store() -> None:
+        c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=cap)
+        c[b"k"] = b"v"
+
+    if kind == "symlink" and cap is None:
+        store()  # an uncapped store removes the counter, the link with it
+        assert not usage.is_symlink()
+        return
+    with pytest.raises(
+        CacheSecurityError, match=f"{usage} is a {kind.replace('symlink', 'symbolic link')}"
+    ):
+        store()
+
+
+@pytest.mark.parametrize("cap", [None, 1000])
+def test_an_entry_path_that_is_a_directory_is_named(tmp_path, cap):
+    c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=cap)
+    p = entry_path(c, b"k")
+    p.mkdir(parents=True)
+    with pytest.raises(CacheSecurityError, match=f"{p} is not a regular file"):
+        c.get(b"k")
+    with pytest.raises(
+        CacheSecurityError, match=f"{p} is a directory where a cache entry belongs"
+    ):
+        c[b"k"] = b"v"
+    with pytest.raises(
+        CacheSecurityError, match=f"{p} is a directory where a cache entry belongs"
+    ):
+        del c[b"k"]
+    assert c.verify().refused == [(str(p), "not a regular file")]
+    assert os.listdir(c.path / "tmp") == []

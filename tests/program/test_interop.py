@@ -178,7 +178,13 @@ def test_without_cuda_core_nothing_happens() -> None:
         import sys
         sys.modules["cuda"] = None  # cuda absent: every import of it fails
         import nexus_cache.program as p
-        assert p.register_with_cuda_core() is False
+        from nexus_cache.errors import BackendUnavailableError
+        try:
+            p.register_with_cuda_core()
+        except BackendUnavailableError as exc:
+            assert "nexus-cache[cuda]" in str(exc)
+        else:
+            raise AssertionError("register_with_cuda_core() must fail loudly without cuda.core")
         c = p.InMemoryProgramCache()
         c[b"k"] = b"v"
         assert c.get(b"k") == b"v"
@@ -186,3 +192,77 @@ def test_without_cuda_core_nothing_happens() -> None:
         """
     )
     assert out.strip() == "ok"
+
+
+# -- warming a cache ahead of time: one documented way per path ----------------
+
+SENTINEL = b"\x7fELF pre-filled, no compiler ran"
+
+
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
+def test_prefill_for_program_compile_uses_cuda_cores_key(kind: str, tmp_path: Path) -> None:
+    from cuda.core.utils import make_program_cache_key as cuda_core_key
+
+    from ._backends import open_cache
+
+    options = core.ProgramOptions(arch="sm_90")
+    with open_cache(kind, str(tmp_path)) as cache:
+        cache[cuda_core_key(code=SRC, code_type="c++", options=options, target_type="cubin")] = (
+            SENTINEL
+        )
+        obj = core.Program(SRC, "c++", options).compile("cubin", cache=cache)
+        assert bytes(obj.code) == SENTINEL  # served from the pre-filled entry
+        assert len(cache) == 1
+
+
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
+def test_prefill_for_cached_compile_uses_our_key(kind: str, tmp_path: Path) -> None:
+    from nexus_cache.program import CompileInputs, cached_compile, make_program_cache_key
+
+    from ._backends import open_cache
+
+    options = core.ProgramOptions(arch="sm_90")
+    with open_cache(kind, str(tmp_path)) as cache:
+        cache[
+            make_program_cache_key(code=SRC, code_type="c++", options=options, target_type="cubin")
+        ] = SENTINEL
+        obj = cached_compile(CompileInputs(SRC, "c++", options), "cubin", cache=cache)
+        assert bytes(obj.code) == SENTINEL
+        # the same entry serves a CacheableProgram, which is a real Program
+        from nexus_cache.program import CacheableProgram
+
+        again = cached_compile(CacheableProgram(SRC, "c++", options), "cubin", cache=cache)
+        assert bytes(again.code) == SENTINEL
+        assert len(cache) == 1
+
+
+def test_explicit_registration_returns_true_and_removes_the_hook() -> None:
+    out = _run(
+        """
+        import sys
+        import nexus_cache.program as p
+        from nexus_cache.program._interop import _ImportHook
+        assert p.register_with_cuda_core() is True
+        from cuda.core.utils import ProgramCacheResource as Peer
+        assert issubclass(p.SQLiteProgramCache, Peer)
+        assert not any(isinstance(f, _ImportHook) for f in sys.meta_path)
+        print("ok")
+        """
+    )
+    assert out.strip() == "ok"
+
+
+def test_what_the_hook_swallows_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    from nexus_cache.program import _interop
+
+    class Broken:
+        __name__ = "cuda.core.utils._program_cache._abc"
+
+        @property
+        def ProgramCacheResource(self):
+            raise RuntimeError("unknown layout")
+
+    with caplog.at_level("WARNING", logger="nexus_cache.program"):
+        _interop._ImportHook().loaded(Broken())
+    assert "could not register nexus-cache resources" in caplog.text
+    assert "unknown layout" in caplog.text

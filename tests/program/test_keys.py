@@ -336,3 +336,19 @@ def test_extra_digest_must_be_non_empty_bytes_like(bad: object) -> None:
 def test_extra_digest_bytes_like_forms_agree() -> None:
     d = b"\x00\x01digest"
     assert key(extra_digest=d) == key(extra_digest=bytearray(d)) == key(extra_digest=memoryview(d))
+
+
+@pytest.mark.parametrize("field", ["ftz", "prec_div", "prec_sqrt", "fma"])
+def test_driver_linker_collapses_the_fields_culink_ignores(monkeypatch, field):
+    from nexus_cache.program.keys import _probes
+
+    def ptx_keys() -> set[bytes]:
+        return {key(PTX, "ptx", **{field: v}) for v in (None, True, False)}
+
+    monkeypatch.setattr(_probes, "linker_identity", lambda: b"linker=nvjitlink:13.0;lib=x")
+    assert len(ptx_keys()) == 3  # nvJitLink reads them: three different compiles
+    monkeypatch.setattr(_probes, "linker_identity", lambda: b"linker=driver:13000;lib=y")
+    assert len(ptx_keys()) == 1  # cuLink never sees them: one compile
+    assert key(PTX, "ptx", max_register_count=32) != key(PTX, "ptx")  # others still count
+    monkeypatch.setattr(_probes, "linker_identity", lambda: b"linker=probe-failed:OSError")
+    assert len(ptx_keys()) == 3  # unknown linker: nothing collapses

@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from nexus_cache.program import _fsscan
+
 from . import _mp_workers as w
 from ._backends import PERSISTENT, open_cache
 
@@ -154,3 +156,31 @@ def test_over_eviction_race_across_processes(tmp_path):
         assert c.get(b"mid") == b"m" * 300
         assert c.get(b"old") is None
         assert c._usage.read() == 700
+
+
+@pytest.mark.parametrize("cap", [1 << 30, 12_000], ids=["no-eviction", "evicting"])
+def test_byte_counter_stays_exact_under_rewrites_and_deletes(tmp_path, cap):
+    # Processes rewriting the same keys used to count each replaced entry's
+    # bytes once per writer: the counter grew far past the bytes on disk.
+    base = str(tmp_path)
+    open_cache("filestream", base, max_size_bytes=cap).close()
+    run_all([proc(w.rewrite_and_delete, base, cap, i, 150) for i in range(4)])
+    with open_cache("filestream", base, max_size_bytes=cap) as c:
+        on_disk = _fsscan.scan(str(c.path / "entries")).total_bytes
+        assert c._usage.read() == on_disk
+        assert c.stats().bytes == on_disk
+
+
+def test_processes_creating_one_sqlite_cache_at_once_all_succeed(tmp_path):
+    # One creates the schema while the others judge the file: ours, not foreign.
+    base = str(tmp_path)
+    go = CTX.Event()
+    procs = [proc(w.open_at_once, base, go, i) for i in range(6)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(90)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    with open_cache("sqlite", base) as c:
+        assert len(c) == 6

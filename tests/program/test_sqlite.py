@@ -8,7 +8,12 @@ import stat
 
 import pytest
 
-from nexus_cache.errors import CacheSecurityError, ConfigError
+from nexus_cache.errors import (
+    CacheClosedError,
+    CacheIntegrityError,
+    CacheSecurityError,
+    ConfigError,
+)
 from nexus_cache.program import SQLiteProgramCache
 
 OTHER_UID = 54321
@@ -118,10 +123,11 @@ def test_prune(db):
 def test_closed_cache_says_so(db):
     c = SQLiteProgramCache(db)
     c.close()
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(CacheClosedError, match="closed"):
         c[b"k"] = b"v"
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(CacheClosedError, match="closed"):
         c.get(b"k")
+    assert issubclass(CacheClosedError, ValueError)  # callers catching ValueError still do
 
 
 def test_symlinked_db_refused(tmp_path):
@@ -163,3 +169,73 @@ def test_totals_follow_out_of_band_edits(db):
     conn.close()
     assert (len(c), c.stats().bytes) == (1, 20)
     c.close()
+
+
+@pytest.mark.parametrize("empty", [b"", ""])
+def test_prune_zero_removes_the_empty_key_too(db, empty):
+    c = SQLiteProgramCache(db)
+    c[empty] = b"v" * 10
+    c[b"x"] = b"w" * 10
+    assert c.prune(0) == (2, 20)
+    assert len(c) == 0
+    assert c.get(empty) is None
+    c.close()
+
+
+def test_a_file_that_is_not_a_database_is_named(db):
+    db.parent.mkdir(mode=0o700)
+    db.write_bytes(b"these are not the pages you are looking for" * 100)
+    with pytest.raises(ConfigError, match=f"{db} is not a SQLite database"):
+        SQLiteProgramCache(db)
+
+
+@pytest.mark.parametrize("cut", [100, 4096, 50_000])
+def test_a_truncated_database_is_named(db, cut):
+    with SQLiteProgramCache(db) as c:
+        for i in range(100):
+            c[b"k%d" % i] = os.urandom(3000)
+    data = db.read_bytes()
+    db.write_bytes(data[:cut])
+
+    def use() -> None:
+        c = SQLiteProgramCache(db)
+        c.get(b"k99")
+        c.stats()
+
+    with pytest.raises(CacheIntegrityError, match=f"{db} is damaged.*remove it"):
+        use()
+
+
+def test_foreign_schemas_are_refused_and_left_alone(tmp_path):
+    cases = {
+        "other-tables": ["CREATE TABLE users (name, email)"],
+        "entries-of-another-shape": ["CREATE TABLE entries (a, b)"],
+        "our-version-their-tables": ["CREATE TABLE x (a)", "PRAGMA user_version=1"],
+    }
+    for name, statements in cases.items():
+        path = tmp_path / f"{name}.sqlite"
+        conn = raw(path)
+        for stmt in statements:
+            conn.execute(stmt)
+        conn.close()
+        before = path.read_bytes()
+        with pytest.raises(
+            ConfigError, match=f"{path} is a SQLite database with a foreign schema"
+        ):
+            SQLiteProgramCache(path)
+        assert path.read_bytes() == before, name
+
+
+def test_our_own_tables_before_the_version_is_set_are_not_foreign(db):
+    # What a process opening the file sees while another has just created the
+    # schema: our tables, version not yet read as set. That is ours, not foreign.
+    from nexus_cache.program._sqlite_db import SCHEMA
+
+    db.parent.mkdir(mode=0o700)
+    conn = raw(db)
+    for stmt in SCHEMA:
+        conn.execute(stmt)
+    conn.close()
+    with SQLiteProgramCache(db) as c:
+        c[b"k"] = b"v"
+        assert c.get(b"k") == b"v"

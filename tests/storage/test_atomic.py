@@ -5,7 +5,15 @@ import stat
 
 import pytest
 
-from nexus_cache._storage import atomic_write, new_temp, publish_temp, write_all
+from nexus_cache._storage import (
+    atomic_write,
+    new_temp,
+    publish_temp,
+    rename_into_place,
+    stage_temp,
+    write_all,
+)
+from nexus_cache._storage._names import parse_temp_name
 
 
 def _tmp(root):
@@ -94,3 +102,29 @@ def test_fsync_parent_publishes_too(tmp_path):
     final = tmp_path / "d" / "e"
     assert atomic_write(final, b"x", tmp_dir=_tmp(tmp_path), fsync_parent=True)
     assert final.read_bytes() == b"x"
+
+
+def test_stage_then_rename_publishes_bytes_xattr_and_heals_directories(tmp_path):
+    tmp = tmp_path / "tmp"  # missing: recreated 0700
+    final = tmp_path / "entries" / "cd" / "e"  # missing parent: created 0700
+    data = os.urandom(300_000)
+    path, ino = stage_temp(str(tmp), data, xattr=("user.t", b"rec"), want_inode=True)
+    assert parse_temp_name(os.path.basename(path)) is not None  # the sweeper can judge it
+    assert ino == os.lstat(path).st_ino
+    assert stat.S_IMODE(os.lstat(tmp).st_mode) == 0o700
+    rename_into_place(path, str(final))
+    assert final.read_bytes() == data
+    assert os.getxattr(final, "user.t") == b"rec"
+    assert os.lstat(final).st_ino == ino
+    assert stat.S_IMODE(os.lstat(final.parent).st_mode) == 0o700
+    assert os.listdir(tmp) == []
+
+
+def test_a_failed_rename_leaves_no_temp(tmp_path):
+    final = tmp_path / "dir-in-the-way"
+    final.mkdir()
+    (final / "x").write_bytes(b"")
+    path, _ = stage_temp(str(tmp_path / "tmp"), b"v")
+    with pytest.raises(OSError):
+        rename_into_place(path, str(final))
+    assert os.listdir(tmp_path / "tmp") == []

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from nexus_cache._storage import FileLock
-from nexus_cache.errors import CacheSecurityError
+from nexus_cache.errors import CacheSecurityError, LockUsageError
 
 from . import _workers
 
@@ -84,14 +84,15 @@ def test_one_object_is_a_thread_lock_and_not_reentrant(tmp_path):
     lock = FileLock(tmp_path / "lock")
     inside = []
     with lock:
-        with pytest.raises(RuntimeError, match="not reentrant"):
+        with pytest.raises(LockUsageError, match="not reentrant"):
             lock.acquire()
         t = threading.Thread(target=lambda: inside.append(lock.acquire(timeout=0.1)))
         t.start()
         t.join()
     assert inside == [False]
-    with pytest.raises(RuntimeError, match="not held"):
+    with pytest.raises(LockUsageError, match="not held"):
         lock.release()
+    assert issubclass(LockUsageError, RuntimeError)  # callers catching RuntimeError still do
 
 
 def test_symlinked_lock_file_refused(tmp_path):

@@ -8,7 +8,16 @@ The interface and its guarantees are described in ``docs/storage.md``.
 
 from __future__ import annotations
 
-from nexus_cache._storage._atomic import atomic_write, fsync_dir, new_temp, publish_temp, write_all
+from nexus_cache._storage._atomic import (
+    atomic_write,
+    fsync_dir,
+    new_temp,
+    publish_temp,
+    rename_into_place,
+    stage_temp,
+    unlink_quietly,
+    write_all,
+)
 from nexus_cache._storage._dirs import check_owned_regular, ensure_private_dir
 from nexus_cache._storage._guard import (
     StatKey,
@@ -35,9 +44,12 @@ __all__ = [
     "new_temp",
     "pid_alive",
     "publish_temp",
+    "rename_into_place",
+    "stage_temp",
     "stat_key",
     "sweep_stale_temps",
     "touch_if_unchanged",
     "unlink_if_unchanged",
+    "unlink_quietly",
     "write_all",
 ]

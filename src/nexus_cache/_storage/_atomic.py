@@ -14,7 +14,16 @@ from pathlib import Path
 from nexus_cache._storage._dirs import ensure_private_dir
 from nexus_cache._storage._names import temp_name
 
-__all__ = ["atomic_write", "fsync_dir", "new_temp", "publish_temp", "write_all"]
+__all__ = [
+    "atomic_write",
+    "fsync_dir",
+    "new_temp",
+    "publish_temp",
+    "rename_into_place",
+    "stage_temp",
+    "unlink_quietly",
+    "write_all",
+]
 
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -53,11 +62,76 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(dfd)
 
 
-def _unlink_quietly(path: str | os.PathLike[str]) -> None:
+def unlink_quietly(path: str | os.PathLike[str]) -> None:
+    """Remove ``path`` if possible; a cleanup that must not mask the real error."""
     try:
         os.unlink(path)
     except OSError:
         pass
+
+
+_unlink_quietly = unlink_quietly
+_open, _write, _close, _fsync, _setxattr = os.open, os.write, os.close, os.fsync, os.setxattr
+
+
+def stage_temp(
+    tmp_dir: str,
+    data: bytes,
+    *,
+    xattr: tuple[str, bytes] | None = None,
+    fsync: bool = True,
+    want_inode: bool = False,
+) -> tuple[str, int]:
+    """Write ``data`` to a fresh temp in ``tmp_dir``, ready for :func:`rename_into_place`.
+
+    The hot half of a publication, string paths only: ``open(O_EXCL)``,
+    ``write``, ``fsetxattr`` (``xattr`` = name, value: set on the fd, so it
+    is published atomically with the bytes), ``fsync`` and ``close``. A
+    deleted ``tmp_dir`` is recreated (0700). Returns ``(temp path, inode)``;
+    the inode is 0 unless ``want_inode``. On any error the temp is removed
+    and the error re-raised. Thread- and process-safe (unique names).
+    """
+    tmp = f"{tmp_dir}/{temp_name()}"
+    try:
+        fd = _open(tmp, _TEMP_FLAGS, 0o600)
+    except FileNotFoundError:
+        ensure_private_dir(tmp_dir)  # tmp/ deleted behind our back
+        fd = _open(tmp, _TEMP_FLAGS, 0o600)
+    try:
+        try:
+            done = _write(fd, data)
+            if done < len(data):
+                write_all(fd, memoryview(data)[done:])
+            if xattr is not None:
+                _setxattr(fd, xattr[0], xattr[1])
+            ino = os.fstat(fd).st_ino if want_inode else 0
+            if fsync:
+                _fsync(fd)
+        finally:
+            _close(fd)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+    return tmp, ino
+
+
+def rename_into_place(tmp_path: str, final: str) -> None:
+    """Rename a staged temp over ``final`` (atomic); creates a missing parent (0700).
+
+    Readers of ``final`` see the old file or the new one, never a torn one.
+    On any error the temp is removed and the error re-raised.
+    """
+    try:
+        try:
+            os.replace(tmp_path, final)
+        except FileNotFoundError:
+            if not os.path.exists(tmp_path):
+                raise
+            ensure_private_dir(final.rpartition("/")[0])  # a new (or deleted) parent
+            os.replace(tmp_path, final)
+    except BaseException:
+        unlink_quietly(tmp_path)
+        raise
 
 
 def publish_temp(

@@ -9,6 +9,7 @@ import time
 from types import TracebackType
 
 from nexus_cache._storage._dirs import check_owned_regular
+from nexus_cache.errors import LockUsageError
 
 __all__ = ["FileLock"]
 
@@ -16,12 +17,13 @@ __all__ = ["FileLock"]
 class FileLock:
     """Exclusive (or shared) lock held on ``path`` for as long as the holder lives.
 
-    ``flock`` locks belong to an open file description, so the kernel drops
-    the lock when the holding process dies: a crash never leaves it stuck.
-    One ``FileLock`` object is also a thread lock: a second thread using the
-    same object waits for the first to release (even in shared mode). It is
-    not reentrant: acquiring twice from one thread raises ``RuntimeError``.
-    The lock file is created 0600 and must be a regular file we own.
+        ``flock`` locks belong to an open file description, so the kernel drops
+        the lock when the holding process dies: a crash never leaves it stuck.
+        One ``FileLock`` object is also a thread lock: a second thread using the
+        same object waits for the first to release (even in shared mode). It is
+        not reentrant: acquiring twice from one thread raises
+    :class:`~nexus_cache.errors.LockUsageError` (a ``RuntimeError``).
+        The lock file is created 0600 and must be a regular file we own.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, shared: bool = False) -> None:
@@ -39,7 +41,7 @@ class FileLock:
     def acquire(self, timeout: float | None = None) -> bool:
         """Take the lock; ``None`` blocks, ``0`` tries once. Returns whether it was taken."""
         if self._owner == threading.get_ident():
-            raise RuntimeError(f"FileLock({self.path!r}) is not reentrant; release it first")
+            raise LockUsageError(f"FileLock({self.path!r}) is not reentrant; release it first")
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         if timeout is None:
             self._thread_lock.acquire()
@@ -78,10 +80,13 @@ class FileLock:
         return True
 
     def release(self) -> None:
-        """Drop the lock. Releasing a lock this object does not hold raises ``RuntimeError``."""
+        """Drop the lock. Releasing a lock this object does not hold raises
+        :class:`~nexus_cache.errors.LockUsageError` (a ``RuntimeError``)."""
         fd = self._fd
         if fd is None:
-            raise RuntimeError(f"FileLock({self.path!r}) is not held")
+            raise LockUsageError(
+                f"FileLock({self.path!r}) is not held; call release() once per acquire()"
+            )
         self._fd = None
         self._owner = None
         try:

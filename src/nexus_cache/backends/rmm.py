@@ -129,5 +129,6 @@ class RmmAllocationDomain(CupyArrayDomain):
                 # dropping the old stack frees its pool; buffers that ever came
                 # from it are gone (current bytes is 0)
                 self._pool, self._top = self._build()
+                self._handed_out.clear()  # nothing from the old stack lives
         self.count_release(returned)
         return returned

@@ -17,7 +17,20 @@ from nexus_cache.device.checkout import (
     SourceDiagnostics,
 )
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
-from nexus_cache.device.graph_cache import GraphCacheSubdomain
+from nexus_cache.device.graph_cache import (
+    GraphCacheStats,
+    GraphCacheSubdomain,
+    GraphRun,
+    GraphRunStatus,
+    run_graph,
+)
+from nexus_cache.device.graph_key import (
+    ALGORITHMS,
+    GraphPlan,
+    GraphUncachedReason,
+    ResidentGraphKey,
+    plan_graph_run,
+)
 from nexus_cache.device.ledger import DeviceLedger, Evictor, Grant, LedgerSnapshot
 from nexus_cache.device.metrics import (
     GAUGE_EVICTABLE_RESIDENT,
@@ -31,12 +44,8 @@ from nexus_cache.device.profile import MANAGED_CAPACITY_FRACTION, DeviceProfile
 from nexus_cache.device.report import REPORT_COLUMNS, DeviceCacheReport, format_tsv
 from nexus_cache.device.residency import TRANSITIONS, PinHandle, ResidencyState, ResidentEntry
 from nexus_cache.device.resident import DeviceResidentCaches, DeviceShutdown
-from nexus_cache.device.source_cache import (
-    LEADER_LOCAL_ERRORS,
-    SOURCE_WAIT_TIMEOUT_S,
-    SourceCacheSubdomain,
-    SourceClaim,
-)
+from nexus_cache.device.source_cache import SOURCE_WAIT_TIMEOUT_S, SourceCacheSubdomain
+from nexus_cache.device.source_claim import LEADER_LOCAL_ERRORS, SourceClaim
 from nexus_cache.device.source_events import (
     SOURCE_EVENT_KINDS,
     SOURCE_EVENT_LIMIT,
@@ -48,6 +57,15 @@ from nexus_cache.device.subdomain import CacheSubdomain, DrainResult, SubdomainS
 from nexus_cache.device.values import ArrayBundle, DeviceValue
 
 __all__ = [
+    "ALGORITHMS",
+    "GraphCacheStats",
+    "GraphPlan",
+    "GraphRun",
+    "GraphRunStatus",
+    "GraphUncachedReason",
+    "ResidentGraphKey",
+    "plan_graph_run",
+    "run_graph",
     "GAUGES",
     "LEADER_LOCAL_ERRORS",
     "SOURCE_EVENT_KINDS",

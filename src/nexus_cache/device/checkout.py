@@ -93,7 +93,9 @@ class SourceCheckout:
 
     ``value`` is the caller's own object (a copy in its domain, or its own
     decode); ``lease`` is the shared pin of a hit, None otherwise. As a
-    context manager it releases on exit. Thread-safe.
+    context manager it releases on exit. A checkout belongs to one holder;
+    give each other consumer its own (:meth:`derive`): the shared pin is
+    thread-safe, a single checkout is not.
     """
 
     __slots__ = ("_diagnostics", "_lease", "_released", "_value")

@@ -1,17 +1,117 @@
-"""Resident-graph cache subdomain of one device (the minimal registry).
+"""The resident graph cache of one device: parked graphs reused across attempts.
 
-Parked graphs have no LRU eviction and no per-key invalidation: they stay
-resident until shutdown, and a reservation never evicts to make room (when
-there is no headroom the caller runs the attempt-owned uncached path).
-Duplicate concurrent builds are reconciled at publication: the first
-published entry wins and the duplicate is torn down.
+* **Miss**: reserve the build estimate in the ledger, copy the attempt's edge
+  columns into the cache domain, build the graph there and park a copy,
+  attach it, and publish: the charge is reconciled to the measured
+  parked-graph allocation (the build's transients are gone by then). Then
+  run as on a hit.
+* **Hit**: pin the parked graph, reserve the algorithm's transient headroom
+  (a temporary ledger reservation), note the domain's live bytes (the
+  baseline), run inside the cache domain, copy the result out to the
+  attempt, and check that the domain is back at its baseline. If it is, the
+  pin is released (the graph is parked again); if not, the graph is not
+  re-parked: it is destroyed safely and the drift reported.
+* **Uncached**: without a key (see :mod:`nexus_cache.device.graph_key`), a
+  graph cache, ledger headroom or an available entry, the attempt builds and
+  runs on its own memory; :class:`GraphRun` records the reason.
+
+No LRU eviction and no per-key invalidation: parked graphs stay until
+shutdown. Concurrent builds of one key are reconciled at publication: the
+first published graph wins, the other is torn down and its charge released.
+
+After each build and run the domain's freed blocks go back to the device,
+so the memory it holds stays what the ledger charges.
+
+Every graph-cache step that allocates or frees in the cache domain (build,
+park, publish, run, drift teardown) is serialized per device, so a run's
+baseline check sees only that run. Source-cache fills share the domain, so
+one that overlaps a run can be reported as drift (the graph is then rebuilt
+by the next miss: wasteful, never unsafe). Thread-safe.
 """
 
 from __future__ import annotations
 
-from nexus_cache.device.subdomain import CacheSubdomain
+import enum
+import importlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["GraphCacheSubdomain"]
+from nexus_cache.device.graph_key import GraphPlan, GraphUncachedReason
+from nexus_cache.device.residency import PinHandle, ResidentEntry
+from nexus_cache.device.subdomain import CacheSubdomain
+from nexus_cache.errors import (
+    AdmissionClosedError,
+    CapacityError,
+    ConfigError,
+    LifecycleError,
+    UnsafeTeardownError,
+)
+
+if TYPE_CHECKING:
+    from nexus_cache.device.domain import DeviceCacheAllocationFactory
+    from nexus_cache.device.ledger import DeviceLedger
+    from nexus_cache.graph import Graph, GraphResult
+
+__all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus", "run_graph"]
+
+#: Seconds a drifted graph's teardown waits for other pins to be released.
+DRIFT_TEARDOWN_TIMEOUT_S = 10.0
+
+
+#: algorithm -> (module of nexus_cache.graph, function). Resolved at call
+#: time: the graph package (NumPy, Arrow) loads only when a graph runs.
+_RUNNERS: dict[str, tuple[str, str]] = {
+    "bfs": ("traversal", "bfs"),
+    "pagerank": ("ranking", "pagerank"),
+    **{m: ("similarities", m) for m in ("jaccard", "sorensen", "overlap", "cosine")},
+}
+
+
+def _graph(module: str) -> ModuleType:
+    return importlib.import_module(f"nexus_cache.graph.{module}")
+
+
+def _runner(algorithm: str) -> Callable[..., GraphResult]:
+    module, name = _RUNNERS[algorithm]
+    return getattr(_graph(module), name)
+
+
+class GraphRunStatus(enum.Enum):
+    #: ran on a parked graph (no build)
+    HIT = "hit"
+    #: built and parked the graph, then ran on it
+    MISS = "miss"
+    #: built and ran on the attempt's own memory (see ``GraphRun.reason``)
+    UNCACHED = "uncached"
+
+
+@dataclass(frozen=True)
+class GraphRun:
+    """How one graph run was served. ``result`` is attempt-owned."""
+
+    result: GraphResult
+    status: GraphRunStatus
+    fingerprint: str | None
+    reason: GraphUncachedReason | None = None
+    detail: str = ""
+    build_seconds: float = 0.0
+    run_seconds: float = 0.0
+    #: live domain bytes above the baseline after the run (the graph was destroyed)
+    drift_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GraphCacheStats:
+    """Graph-specific activity (the base subdomain stats hold hits, misses, duplicates)."""
+
+    builds: int
+    drifts: int
+    drift_bytes: int
+    uncached: dict[str, int] = field(default_factory=dict)
 
 
 class GraphCacheSubdomain(CacheSubdomain):
@@ -20,3 +120,283 @@ class GraphCacheSubdomain(CacheSubdomain):
     kind = "graph"
     evicts_lru = False
     evict_on_reserve = False
+
+    def __init__(self, ledger: DeviceLedger, factory: DeviceCacheAllocationFactory) -> None:
+        super().__init__(ledger, factory)
+        # Held by every step that allocates or frees in the cache domain (build,
+        # park, publish, run, drift teardown), so a run's baseline check sees
+        # only that run.
+        self._domain_lock = threading.Lock()
+        self._builds = 0
+        self._drifts = 0
+        self._drift_bytes = 0
+        self._uncached_counts: dict[str, int] = {}
+
+    def graph_stats(self) -> GraphCacheStats:
+        with self._lock:
+            return GraphCacheStats(
+                self._builds, self._drifts, self._drift_bytes, dict(self._uncached_counts)
+            )
+
+    # -- the front door ------------------------------------------------------------------
+
+    def run(self, plan: GraphPlan, edges: Any, **params: Any) -> GraphRun:
+        """Run ``plan.algorithm`` on the graph of ``edges`` (the attempt's edge frame).
+
+        ``params`` go to the algorithm (``sources=`` for BFS, ``alpha=`` for
+        PageRank, ``pairs=`` for similarities...). Errors of the algorithm or
+        of the edges (``GraphInputError``) reach the caller; capacity
+        refusals never do (the run goes uncached).
+        """
+        params = _checked_params(plan, params)
+        if plan.key is None:
+            return self._uncached(plan, edges, params, plan.uncached_reason, "")
+        if self._closed:
+            return self._uncached(plan, edges, params, GraphUncachedReason.NO_CACHE, "closed")
+        handle = self.checkout(plan.key)
+        status, build_s = GraphRunStatus.HIT, 0.0
+        if handle is None:
+            status = GraphRunStatus.MISS
+            started = time.perf_counter()
+            outcome = self._build_and_park(plan, edges)
+            build_s = time.perf_counter() - started
+            if not isinstance(outcome, PinHandle):
+                reason, detail = outcome
+                return self._uncached(plan, edges, params, reason, detail)
+            handle = outcome
+        return self._run_parked(handle, plan, edges, params, status, build_s)
+
+    # -- miss ----------------------------------------------------------------------------
+
+    def _build_and_park(
+        self, plan: GraphPlan, edges: Any
+    ) -> PinHandle | tuple[GraphUncachedReason, str]:
+        src, dst, weights, _ = _graph("edges").edge_columns(
+            edges, plan.source_column, plan.destination_column, plan.weight_column, None
+        )
+        estimate = _graph("memory").build_bytes(int(src.size), plan.options, weights is not None)
+        try:
+            entry = self.reserve(plan.key, estimate)
+        except (CapacityError, AdmissionClosedError) as exc:
+            return GraphUncachedReason.NO_HEADROOM, f"build not reserved: {exc}"
+        except LifecycleError as exc:
+            return GraphUncachedReason.NO_CACHE, str(exc)
+        domain = self._factory.domain
+        with self._domain_lock:
+            try:
+                with domain.scope():
+                    columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
+                    if weights is not None:
+                        columns["w"] = domain.copy_in(weights)
+                    del src, dst, weights
+                    built = _graph("csr").build_graph(
+                        columns,
+                        weight="w" if "w" in columns else None,
+                        options=plan.options,
+                        xp=domain.xp,
+                    )
+                    del columns
+                    parked = built.copy_into(domain)
+                    del built
+                entry.attach(parked, parked.device_arrays())
+                del parked
+                domain.release_unused()  # the build's transient blocks go back to the device
+            except MemoryError as exc:  # the domain ran out while building
+                self.abandon(entry)
+                return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
+            except BaseException:
+                self.abandon(entry)
+                raise
+            with self._lock:
+                self._builds += 1
+            try:
+                winner = self.publish(entry)  # a duplicate is torn down here
+            except (CapacityError, AdmissionClosedError) as exc:
+                return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
+            except LifecycleError as exc:
+                return GraphUncachedReason.NO_CACHE, str(exc)
+        try:
+            return winner.pin()
+        except LifecycleError as exc:
+            return GraphUncachedReason.UNAVAILABLE, str(exc)
+
+    # -- hit (and the run half of a miss) --------------------------------------------------
+
+    def _run_parked(
+        self,
+        handle: PinHandle,
+        plan: GraphPlan,
+        edges: Any,
+        params: dict[str, Any],
+        status: GraphRunStatus,
+        build_s: float,
+    ) -> GraphRun:
+        entry = handle.entry
+        fingerprint = plan.key.fingerprint if plan.key is not None else None
+        graph: Graph | None = handle.value
+        assert graph is not None
+        try:
+            headroom = self._ledger.reserve(
+                _graph("memory").transient_bytes(graph, plan.algorithm, params),
+                key=("headroom", fingerprint),
+                evict=self.evict_on_reserve,
+            )
+        except (CapacityError, AdmissionClosedError) as exc:
+            del graph
+            handle.release()
+            return self._uncached(
+                plan, edges, params, GraphUncachedReason.NO_HEADROOM, f"no run headroom: {exc}"
+            )
+        domain = self._factory.domain
+        released = False
+        torn_down: str | None = None
+        try:
+            with self._domain_lock:
+                baseline = domain.used_bytes()
+                started = time.perf_counter()
+                with domain.scope():
+                    result = _runner(plan.algorithm)(graph, **params)
+                del graph
+                owned = _to_attempt(result)
+                del result
+                run_s = time.perf_counter() - started
+                drift = domain.used_bytes() - baseline
+                if drift > 0:
+                    handle.release()
+                    released = True
+                    torn_down = self._teardown_now(entry)
+                domain.release_unused()  # so the domain holds no more than the ledger charges
+        finally:
+            headroom.destroy()
+            if not released:
+                handle.release()
+        if drift > 0:
+            detail = self._retire(entry, drift, torn_down)
+            return GraphRun(
+                owned, status, fingerprint, None, detail, build_s, run_s, drift_bytes=drift
+            )
+        return GraphRun(owned, status, fingerprint, None, "parked", build_s, run_s)
+
+    def _teardown_now(self, entry: ResidentEntry) -> str | None:
+        """Tear a drifted graph down if nobody else holds a pin (domain lock held).
+
+        Returns what happened, or None when other pins hold it (then
+        :meth:`_retire` waits for them outside the domain lock).
+        """
+        if not entry.begin_eviction():
+            return None
+        with self._lock:
+            self._tearing_down += 1
+        try:
+            entry.teardown()
+        except UnsafeTeardownError as exc:
+            self._record_unsafe(entry)
+            return f"teardown unsafe: {exc}"
+        finally:
+            with self._lock:
+                self._tearing_down -= 1
+                self._settled.notify_all()
+        return "destroyed"
+
+    def _retire(self, entry: ResidentEntry, drift: int, torn_down: str | None) -> str:
+        """Account a drifted graph and finish its teardown (no domain lock held)."""
+        with self._lock:
+            self._drifts += 1
+            self._drift_bytes += drift
+        outcome = torn_down
+        if outcome is None:  # other pins: block new ones and wait for them
+            with self._lock:
+                self._tearing_down += 1
+            try:
+                entry.destroy(DRIFT_TEARDOWN_TIMEOUT_S, owner=self)
+                outcome = "destroyed"
+            except UnsafeTeardownError as exc:
+                self._record_unsafe(entry)
+                outcome = f"teardown unsafe: {exc}"
+            except LifecycleError as exc:  # pins outlived the wait; they stay blocked
+                outcome = f"teardown pending: {exc}"
+            finally:
+                with self._lock:
+                    self._tearing_down -= 1
+                    self._settled.notify_all()
+        if outcome == "destroyed":
+            with self._lock:
+                self._remove_published(entry)
+                self._counts["destroyed"] += 1
+        return f"drift: {drift} B above the baseline after the run; the graph: {outcome}"
+
+    # -- uncached ----------------------------------------------------------------------------
+
+    def _uncached(
+        self,
+        plan: GraphPlan,
+        edges: Any,
+        params: dict[str, Any],
+        reason: GraphUncachedReason | None,
+        detail: str,
+    ) -> GraphRun:
+        if reason is not None:
+            with self._lock:
+                self._uncached_counts[reason.value] = (
+                    self._uncached_counts.get(reason.value, 0) + 1
+                )
+        return _run_uncached(plan, edges, params, reason, detail)
+
+
+def _checked_params(plan: GraphPlan, params: Mapping[str, Any]) -> dict[str, Any]:
+    params = dict(params)
+    if "include_edges" in params and params["include_edges"] != plan.include_edges:
+        raise ConfigError(
+            f"include_edges={params['include_edges']!r} differs from the plan's "
+            f"{plan.include_edges!r}; plan the run with the include_edges it uses"
+        )
+    if plan.algorithm == "bfs" and plan.include_edges:
+        params["include_edges"] = True
+    return params
+
+
+def _to_attempt(result: GraphResult) -> GraphResult:
+    """A copy of ``result`` allocated outside the cache domain (the attempt's memory)."""
+
+    def copy(array: Any) -> Any:
+        return array.copy()
+
+    columns = {name: copy(result[name]) for name in result}
+    valid = {name: copy(m) for name in result if (m := result.valid(name)) is not None}
+    result_type = type(result)
+    info = {k: _to_attempt(v) if isinstance(v, result_type) else v for k, v in result.info.items()}
+    return result_type(columns, valid=valid, info=info)
+
+
+def _run_uncached(
+    plan: GraphPlan,
+    edges: Any,
+    params: dict[str, Any],
+    reason: GraphUncachedReason | None,
+    detail: str,
+) -> GraphRun:
+    started = time.perf_counter()
+    graph = _graph("csr").build_graph(
+        edges,
+        source=plan.source_column,
+        destination=plan.destination_column,
+        weight=plan.weight_column,
+        options=plan.options,
+    )
+    built = time.perf_counter()
+    result = _runner(plan.algorithm)(graph, **params)
+    done = time.perf_counter()
+    text = detail or (reason.value if reason is not None else "")
+    return GraphRun(
+        result, GraphRunStatus.UNCACHED, None, reason, text, built - started, done - built
+    )
+
+
+def run_graph(
+    cache: GraphCacheSubdomain | None, plan: GraphPlan, edges: Any, **params: Any
+) -> GraphRun:
+    """Run ``plan`` through ``cache``, or uncached when the device has none (cap 0)."""
+    if cache is None:
+        params = _checked_params(plan, params)
+        return _run_uncached(plan, edges, params, GraphUncachedReason.NO_CACHE, "no graph cache")
+    return cache.run(plan, edges, **params)

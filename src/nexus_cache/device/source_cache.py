@@ -21,23 +21,20 @@ is copied or decoded.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import hashlib
 import math
 import time
 from collections.abc import Callable, Hashable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from nexus_cache.device._source_flight import DecodeFlight, FlightState
 from nexus_cache.device.checkout import CheckoutStatus, PinLease, SourceCheckout, SourceDiagnostics
+from nexus_cache.device.source_claim import ClaimOutcomes, SourceClaim
 from nexus_cache.device.source_events import SourceEventLog, SourceEventSnapshot
-from nexus_cache.device.source_flight import DecodeFlight, FlightState
 from nexus_cache.device.source_key import SourceFrameKey
 from nexus_cache.device.subdomain import CacheSubdomain
 from nexus_cache.errors import (
     AdmissionClosedError,
-    AttemptCancelledError,
     CapacityError,
     ConfigError,
     LifecycleError,
@@ -54,26 +51,12 @@ if TYPE_CHECKING:
     from nexus_cache.device.values import DeviceValue
 
 __all__ = [
-    "LEADER_LOCAL_ERRORS",
     "SOURCE_WAIT_TIMEOUT_S",
     "SourceCacheSubdomain",
-    "SourceClaim",
 ]
 
 #: Default time a follower waits for a decode leader before giving up.
 SOURCE_WAIT_TIMEOUT_S = 120.0
-
-#: A leader failing with one of these failed for its own reason: a waiter
-#: takes the lead instead of receiving the error.
-LEADER_LOCAL_ERRORS: tuple[type[BaseException], ...] = (
-    AttemptCancelledError,
-    CapacityError,
-    AdmissionClosedError,
-    TimeoutError,
-    KeyboardInterrupt,
-    concurrent.futures.CancelledError,
-    asyncio.CancelledError,
-)
 
 # Retention gives up quietly on these: the query has its frame either way.
 _RETENTION_SKIPS = (MemoryError, AdmissionClosedError, LifecycleError, UnsafeTeardownError)
@@ -93,119 +76,6 @@ def _check_timeout(timeout: float) -> float:
     return float(timeout)
 
 
-class SourceClaim:
-    """The decode lead for one key. Resolve it exactly once:
-
-    * :meth:`publish` with the decoded value (retained when it fits);
-    * :meth:`fail` with a deterministic decode error (every waiter gets it);
-    * :meth:`abandon` when stopping for a reason of the leader's own.
-
-    As a context manager an unresolved claim is resolved on exit: an
-    exception in :data:`LEADER_LOCAL_ERRORS` (or none) abandons, any other
-    fails. A claim with no flight (bypass, closed cache) touches nothing.
-    Belongs to the thread that got it.
-    """
-
-    __slots__ = ("_cache", "_flight", "_key", "_resolved", "_started", "_status", "_waited")
-
-    def __init__(
-        self,
-        cache: SourceCacheSubdomain | None,
-        flight: DecodeFlight | None,
-        key: SourceFrameKey,
-        *,
-        status: CheckoutStatus = CheckoutStatus.LEADER,
-        waited_s: float = 0.0,
-    ) -> None:
-        self._cache = cache
-        self._flight = flight
-        self._key = key
-        self._status = status
-        self._waited = waited_s
-        self._started = time.monotonic()
-        self._resolved = False
-
-    def __repr__(self) -> str:
-        return f"SourceClaim({self._key.fingerprint}, {self._status.value})"
-
-    @property
-    def key(self) -> SourceFrameKey:
-        return self._key
-
-    @property
-    def cached(self) -> bool:
-        """False for a bypass or a closed cache: publishing retains nothing."""
-        return self._flight is not None
-
-    @property
-    def resolved(self) -> bool:
-        return self._resolved
-
-    def publish(self, value: DeviceValue) -> SourceCheckout:
-        """Offer the decoded ``value`` to the cache and wake the followers.
-
-        Returns the leader's checkout of its own ``value`` (no pin). Never
-        fails for capacity: when the value cannot be retained the diagnostics
-        say why.
-        """
-        self._resolve()
-        key = self._key
-        if self._cache is None or self._flight is None:
-            bypass = key.bypass
-            detail = bypass.explanation if bypass else "uncached: the source cache is closed"
-            diag = SourceDiagnostics(
-                key.fingerprint,
-                self._status,
-                detail,
-                bypass=None if bypass is None else bypass.value,
-                retained=False,
-            )
-            return SourceCheckout(value, diag, None)
-        retained, detail = self._cache._complete(self._flight, key, value, self._started)
-        diag = SourceDiagnostics(
-            key.fingerprint,
-            CheckoutStatus.LEADER,
-            detail,
-            waited_s=self._waited,
-            retained=retained,
-            leader_attempts=self._flight.attempts,
-        )
-        return SourceCheckout(value, diag, None)
-
-    def fail(self, error: BaseException) -> None:
-        """The decode failed deterministically: every waiter raises ``SourceDecodeError``."""
-        self._resolve()
-        if self._cache is not None and self._flight is not None:
-            self._cache._fail(self._flight, self._key, error)
-
-    def abandon(self, reason: str = "") -> None:
-        """The leader stops for its own reason; a waiter, if any, takes the lead."""
-        self._resolve()
-        if self._cache is not None and self._flight is not None:
-            self._cache._abandon(self._flight, self._key, reason)
-
-    def _resolve(self) -> None:
-        if self._resolved:
-            raise LifecycleError(f"{self!r} was already resolved")
-        self._resolved = True
-
-    def __enter__(self) -> SourceClaim:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._resolved:
-            return
-        if exc is None or isinstance(exc, LEADER_LOCAL_ERRORS):
-            self.abandon("" if exc is None else type(exc).__name__)
-        else:
-            self.fail(exc)
-
-
 class SourceCacheSubdomain(CacheSubdomain):
     """Decoded source frames on one device; single flight per key, LRU-evictable
     when unpinned. Thread-safe."""
@@ -218,6 +88,7 @@ class SourceCacheSubdomain(CacheSubdomain):
         super().__init__(ledger, factory)
         self._flights: dict[SourceFrameKey, DecodeFlight] = {}
         self._events = SourceEventLog()
+        self._outcomes = ClaimOutcomes(self._complete, self._fail, self._abandon)
 
     # -- the single-flight front door ---------------------------------------------------
 
@@ -257,7 +128,7 @@ class SourceCacheSubdomain(CacheSubdomain):
                 if flight is None:
                     flight = DecodeFlight(key.fingerprint, self._lock)
                     self._flights[key] = flight
-                    return SourceClaim(self, flight, key)
+                    return SourceClaim(self._outcomes, flight, key)
                 self._counts["waits"] += 1
                 outcome = flight.await_outcome(deadline)
                 waited = time.monotonic() - started
@@ -271,7 +142,7 @@ class SourceCacheSubdomain(CacheSubdomain):
                 if outcome is FlightState.HANDOFF:
                     flight.take_lead()
                     self._counts["leader_retries"] += 1
-                    return SourceClaim(self, flight, key, waited_s=waited)
+                    return SourceClaim(self._outcomes, flight, key, waited_s=waited)
                 if outcome is FlightState.FAILED:
                     error = flight.error
                     raise SourceDecodeError(
@@ -346,13 +217,13 @@ class SourceCacheSubdomain(CacheSubdomain):
         self, flight: DecodeFlight, key: SourceFrameKey, value: DeviceValue, started: float
     ) -> tuple[bool, str]:
         fingerprint = key.fingerprint
-        nbytes = int(value.nbytes)
-        self._events.record("load", fingerprint, nbytes=nbytes, seconds=time.monotonic() - started)
+        retained, detail, nbytes, measured = False, "not retained", 0, 0
         copy_started = time.monotonic()
-        retained, detail, measured = False, "not retained", 0
         try:
+            nbytes = int(value.nbytes)
+            self._events.record("load", fingerprint, nbytes=nbytes, seconds=copy_started - started)
             retained, detail, measured = self._retain(key, value, nbytes)
-        finally:  # whatever happens, the followers are released
+        finally:  # whatever happens (even a value that is no DeviceValue), waiters wake
             seconds = time.monotonic() - copy_started
             if retained:
                 self._events.record("promotion", fingerprint, nbytes=measured, seconds=seconds)

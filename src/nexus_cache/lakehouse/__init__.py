@@ -36,16 +36,14 @@ from nexus_cache.lakehouse._readlog import read_stats
 from nexus_cache.lakehouse._scan import ReadPlan
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
-# Transitional: the command line and the device read still import four internal
+# Transitional: the command line still imports three internal
 # modules by their former names, and installs made before the fsspec entry point
 # moved to this package name ``nexus_cache.lakehouse.fs``. Aliases, not files, so
 # that no public-looking module exists; removed once those callers (and
 # reinstalls) use the names exported here.
-for _old in ("config", "fs", "maintenance", "reader", "store"):
+for _old in ("config", "fs", "maintenance", "store"):
     sys.modules.setdefault(f"{__name__}.{_old}", importlib.import_module(f"{__name__}._{_old}"))
 del _old
-
-from nexus_cache.lakehouse.device import kvikio_available, read_to_device  # noqa: E402
 
 __all__ = [
     "ENV_BYPASS_BYTES",
@@ -78,7 +76,5 @@ __all__ = [
     "SourceIdentity",
     "StorageDomain",
     "default_cache",
-    "kvikio_available",
     "read_stats",
-    "read_to_device",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 from cuda.core import Program, ProgramOptions
 
-from nexus_cache.program._compile import CompileInputs
+from nexus_cache.program._plan import CompileInputs
 
 __all__ = ["CacheableProgram"]
 

@@ -89,19 +89,21 @@ class CandidateQueue:
                 atime = entry.atime_ns  # let the guard report GONE below
             if atime != entry.atime_ns:
                 continue  # read since the scan: no longer among the oldest
-            # Looked up through the module so tests can interpose on the guard.
-            outcome = _fsscan.unlink_if_unchanged(entry.path, entry.key, aside_dir=aside_dir)
-            if outcome is UnlinkResult.CHANGED:
-                continue
+            # Under the counter's lock, like every capped store and removal, so
+            # the count stays exact. Looked up through the module so tests can
+            # interpose on the guard.
+            with usage.hold() as held:
+                outcome = _fsscan.unlink_if_unchanged(entry.path, entry.key, aside_dir=aside_dir)
+                if outcome is UnlinkResult.CHANGED:
+                    continue
+                # GONE: the deleter subtracted its bytes itself; re-read rather
+                # than subtract again, which would stop this batch too early.
+                gone = outcome is not UnlinkResult.REMOVED
+                now = held.read() if gone else held.add(-entry.key.size)
             if outcome is UnlinkResult.REMOVED:
                 evicted += 1
                 removed += entry.key.size
                 if sidecars:
                     _fsscan.remove_sidecar(entry.path)
-                now = usage.add(-entry.key.size)
-            else:
-                # GONE: the deleter subtracts its bytes itself; re-read rather
-                # than subtract again, which would stop this batch too early.
-                now = usage.read()
             total = now if now is not None else total - entry.key.size
         return evicted, removed, total

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,18 +16,22 @@ from nexus_cache._storage import (
     check_owned_regular,
     ensure_private_dir,
     lstat_key,
+    rename_into_place,
+    stage_temp,
     stat_key,
     sweep_stale_temps,
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import _fsscan
-from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._caps import validate_cap
+from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._evictq import CandidateQueue
-from nexus_cache.program._fswrite import publish_entry
 from nexus_cache.program._integrity import (
+    KEY_DIGEST_SIZE,
     SIDECAR_SUFFIX,
     XATTR_NAME,
+    key_digest_of_name,
     make_record,
     make_sidecar,
     open_entry,
@@ -70,6 +73,13 @@ _FORGET_USAGE_NS = 1_000_000_000
 _sha256 = hashlib.sha256
 _close, _read, _fstat = os.close, os.read, os.fstat
 _getxattr, _utime, _time_ns = os.getxattr, os.utime, time.time_ns
+
+
+def _not_an_entry(path: str) -> CacheSecurityError:
+    return CacheSecurityError(
+        f"{path} is a directory where a cache entry belongs; refusing to touch it. "
+        "Remove it (nexus-cache program-cache verify lists such paths)."
+    )
 
 
 class FileStreamProgramCache(ProgramCacheResource):
@@ -137,9 +147,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._tmp = str(ensure_private_dir(self._root / "tmp"))
         self._prefix = self._entries + "/"
         self._uid = os.geteuid()
-        self._lock = threading.Lock()
-        self._hits = self._misses = self._stores = 0
-        self._evictions = self._corrupt = self._oversize = 0
+        self._counts = OpCounters()
         sweep_stale_temps(self._tmp)
         self._xattr = xattrs_supported(self._tmp)
         self._usage = UsageCounter(str(self._root / "usage"))
@@ -168,17 +176,18 @@ class FileStreamProgramCache(ProgramCacheResource):
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
-        h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
-        path = self._prefix + h[:2] + "/" + h
         memo = self._memo
         if memo is not None:
-            entry = memo.get(path)
+            # Keyed by the key itself: a repeat hit hashes nothing.
+            entry = memo.get(kb)  # type: ignore[arg-type]
             if entry is not None:
-                data = self._memo_hit(memo, path, entry)
+                data = self._memo_hit(memo, kb, entry)  # type: ignore[arg-type]
                 if data is not None:
-                    with self._lock:
-                        self._hits += 1
+                    self._counts.hit()
                     return data
+        digest = _sha256(kb).digest()  # type: ignore[arg-type]
+        h = digest.hex()
+        path = self._prefix + h[:2] + "/" + h
         try:
             fd = open_entry(path)
         except FileNotFoundError:
@@ -210,8 +219,8 @@ class FileStreamProgramCache(ProgramCacheResource):
                     self._count_miss()
                     raise KeyError(key)
                 record = sidecar
-            if not record_matches(record, data):
-                self._drop_corrupt(path, st)
+            if not record_matches(record, data, digest[:KEY_DIGEST_SIZE]):
+                self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
                 raise KeyError(key)
             now = _time_ns()
             atime = st.st_atime_ns
@@ -222,22 +231,22 @@ class FileStreamProgramCache(ProgramCacheResource):
                 stamped = True
             else:
                 stamped = False
-            if memo is not None and memo.second_read(path, (st.st_ino, size, st.st_mtime_ns)):
+            if memo is not None and memo.second_read(kb, (st.st_ino, size, st.st_mtime_ns)):
                 # our own stamp moved the ctime
                 ctime = _fstat(fd).st_ctime_ns if stamped else st.st_ctime_ns
-                memo.put(path, MemoEntry(st.st_ino, size, st.st_mtime_ns, ctime, data))
+                memo.put(kb, MemoEntry(path, st.st_ino, size, st.st_mtime_ns, ctime, data))
         finally:
             _close(fd)
-        with self._lock:
-            self._hits += 1
+        self._counts.hit()
         return data
 
-    def _memo_hit(self, memo: VerifiedMemo, path: str, entry: MemoEntry) -> bytes | None:
+    def _memo_hit(self, memo: VerifiedMemo, kb: bytes, entry: MemoEntry) -> bytes | None:
         """The memo's bytes if the entry on disk is still the one they were read from."""
+        path = entry.path
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            memo.discard(path)
+            memo.discard(kb)
             return None  # the disk path reports the miss
         if (
             st.st_ino != entry.ino
@@ -247,7 +256,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             or st.st_uid != self._uid
             or st.st_mode & _S_IFMT != _S_IFREG
         ):
-            memo.discard(path)
+            memo.discard(kb)
             return None  # rewritten, modified or tampered with: read and verify again
         now = _time_ns()
         atime = st.st_atime_ns
@@ -259,62 +268,68 @@ class FileStreamProgramCache(ProgramCacheResource):
                 os.utime(path, ns=(now, entry.mtime_ns), follow_symlinks=False)
                 after = os.lstat(path)
             except FileNotFoundError:
-                memo.discard(path)  # deleted after our lstat: this read happened before that
+                memo.discard(kb)  # deleted after our lstat: this read happened before that
                 return entry.data
             if after.st_ino == entry.ino:
                 entry.ctime_ns = after.st_ctime_ns  # our stamp moved it
             else:
-                memo.discard(path)
+                memo.discard(kb)
         return entry.data
 
     def _count_miss(self) -> None:
-        with self._lock:
-            self._misses += 1
+        self._counts.miss()
 
-    def _drop_corrupt(self, path: str, st: os.stat_result) -> None:
-        if self._memo is not None:
-            self._memo.discard(path)
-        with self._lock:
-            self._corrupt += 1
-            self._misses += 1
-        outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
-        if outcome is UnlinkResult.REMOVED:
-            self._usage.add(-st.st_size)
-            if not self._xattr:
-                _fsscan.remove_sidecar(path)
+    def _drop_corrupt(self, path: str, st: os.stat_result, kb: bytes | None = None) -> None:
+        # Without the key (verify) the memo is left alone: its lstat guard
+        # sees the removal on the next hit.
+        if self._memo is not None and kb is not None:
+            self._memo.discard(kb)
+        self._counts.miss(corrupt=1)
+        with self._usage.hold() as held:
+            outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
+            if outcome is UnlinkResult.REMOVED:
+                held.add(-st.st_size)
+        if outcome is UnlinkResult.REMOVED and not self._xattr:
+            _fsscan.remove_sidecar(path)
 
-    # -- write --------------------------------------------------------------
+    # -- write ---------------------------------------------------------------
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value if value.__class__ is bytes else as_value_bytes(value)
-        h = _sha256(kb).hexdigest()  # type: ignore[arg-type]
+        digest = _sha256(kb).digest()  # type: ignore[arg-type]
+        h = digest.hex()
         path = self._prefix + h[:2] + "/" + h
         size = len(data)  # type: ignore[arg-type]
         cap = self._max
-        old = lstat_key(path) if cap is not None else None  # only a counter needs it
         if cap is not None and size > cap:
-            # Not stored, nothing else evicted; the superseded entry under this
-            # key goes, so a reader never gets bytes older than the last store.
-            if old is not None and self._remove(path):
-                self._usage.add(-old.size)
-            with self._lock:
-                self._oversize += 1
-            log_oversize(self, size, cap)
+            self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
             return
-        if self._xattr:
-            publish_entry(self._tmp, path, data, (XATTR_NAME, make_record(data)))  # type: ignore[arg-type]
-        else:
-            ino = publish_entry(self._tmp, path, data, None)  # type: ignore[arg-type]
-            atomic_write(path + SIDECAR_SUFFIX, make_sidecar(ino, data), tmp_dir=self._tmp)  # type: ignore[arg-type]
+        xattr = (XATTR_NAME, make_record(data, digest[:KEY_DIGEST_SIZE])) if self._xattr else None  # type: ignore[arg-type]
+        # The bytes are written and fsynced before any lock is taken.
+        tmp, ino = stage_temp(self._tmp, data, xattr=xattr, want_inode=not self._xattr)  # type: ignore[arg-type]
+        total: int | None = None
+        try:
+            if cap is None:
+                # No cap to enforce: skip the counter (see UsageCounter.forget).
+                rename_into_place(tmp, path)
+            else:
+                # lstat, rename and count under the counter's lock: two processes
+                # rewriting one key never both count the bytes they replaced.
+                with self._usage.hold() as held:
+                    old = lstat_key(path)
+                    rename_into_place(tmp, path)
+                    total = held.add(size - (old.size if old is not None else 0))
+        except IsADirectoryError:
+            raise _not_an_entry(path) from None
+        if not self._xattr:
+            sidecar = make_sidecar(ino, data, digest[:KEY_DIGEST_SIZE])  # type: ignore[arg-type]
+            atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
-            self._memo.discard(path)
-        with self._lock:
-            self._stores += 1
+            self._memo.discard(kb)  # type: ignore[arg-type]
+        self._counts.stored()
         if cap is None:
-            # No cap to enforce: skip the counter (see UsageCounter.forget).
             self._usage.forget(_FORGET_USAGE_NS)
             return
-        total = self._usage.add(size - (old.size if old is not None else 0))
         if total is None:  # counter removed behind our back: rebuild it
             total = self._usage.initialise(self._scan_total)
         low = int(cap * _LOW_WATER)
@@ -323,11 +338,34 @@ class FileStreamProgramCache(ProgramCacheResource):
         if total > cap or (total > low and len(self._candidates)):
             self._evict_batch(total, cap, low, keep=path)
 
+    def _store_oversize(self, path: str, kb: bytes, size: int, cap: int) -> None:
+        # Not stored, nothing else evicted; the superseded entry under this
+        # key goes, so a reader never gets bytes older than the last store.
+        self._remove_counted(path, kb)
+        self._counts.skipped_oversize(self, size, cap)
+
+    def _remove_counted(self, path: str, kb: bytes) -> bool:
+        """Remove the entry at ``path`` and subtract its bytes, under the counter's lock."""
+        with self._usage.hold() as held:
+            old = lstat_key(path)
+            if old is None or not self._remove(path):
+                return False
+            held.add(-old.size)
+        if self._memo is not None:
+            self._memo.discard(kb)
+        return True
+
     def _remove(self, path: str) -> bool:
         try:
             os.unlink(path)
         except FileNotFoundError:
             return False
+        except IsADirectoryError:
+            raise _not_an_entry(path) from None
+        except PermissionError:
+            if os.path.isdir(path):  # EPERM: unlink of a directory on some systems
+                raise _not_an_entry(path) from None
+            raise
         if not self._xattr:
             _fsscan.remove_sidecar(path)
         return True
@@ -335,26 +373,28 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _scan_total(self) -> int:
         return _fsscan.scan(self._entries).total_bytes
 
-    def _evict(self, target: int, *, keep: str | None = None) -> tuple[int, int]:
-        """One eviction pass down to ``target`` bytes; ``(entries, bytes)`` removed."""
+    def _evict(self, target: int) -> tuple[int, int]:
+        """One eviction pass down to ``target`` bytes; ``(entries, bytes)`` removed.
+
+        Scans and removes under the counter's lock, so the count it leaves is
+        the truth (capped stores wait for the pass; it is an administrative call).
+        """
         lock = FileLock(str(self._root / "evict.lock"))
-        if not lock.acquire(timeout=0 if keep is not None else None):
-            return 0, 0  # another thread or process is already evicting
+        lock.acquire()
         try:
             sweep_stale_temps(self._tmp)
-            seen = self._usage.read()
-            result = _fsscan.scan(self._entries)
-            done = _fsscan.evict_oldest(
-                result, target, aside_dir=self._tmp, keep=keep, sidecars=not self._xattr
-            )
-            if seen is None:
+            with self._usage.hold() as held:
+                result = _fsscan.scan(self._entries)
+                done = _fsscan.evict_oldest(
+                    result, target, aside_dir=self._tmp, sidecars=not self._xattr
+                )
+                counted = held.read() is not None
+                held.set(done.remaining_bytes)
+            if not counted:
                 self._usage.initialise(lambda: done.remaining_bytes)
-            else:
-                self._usage.add(result.total_bytes - seen - done.removed_bytes)
         finally:
             lock.release()
-        with self._lock:
-            self._evictions += done.evicted
+        self._counts.evicted(done.evicted)
         return done.evicted, done.removed_bytes
 
     def _evict_batch(self, total: int, cap: int, low: int, *, keep: str) -> None:
@@ -389,20 +429,20 @@ class FileStreamProgramCache(ProgramCacheResource):
                 self._usage.initialise(lambda: total)
         finally:
             lock.release()
-        with self._lock:
-            self._evictions += evicted
+        self._counts.evicted(evicted)
 
     def _rescan(self, cap: int, low: int) -> int:
-        """Scan, fold the scan's truth into the counter, refill the list; the new total."""
+        """Scan, replace the counter with the scan's truth, refill the list; the new total."""
         sweep_stale_temps(self._tmp)
-        seen = self._usage.read()
-        result = _fsscan.scan(self._entries)
-        # As a full pass does, so drift never outlives the next scan.
-        if seen is None:
-            now: int | None = self._usage.initialise(lambda: result.total_bytes)
-        else:
-            now = self._usage.add(result.total_bytes - seen)
-        total = now if now is not None else result.total_bytes
+        # Under the counter's lock no capped store or removal is half counted,
+        # so the scan's total is the count (drift never outlives a scan).
+        with self._usage.hold() as held:
+            result = _fsscan.scan(self._entries)
+            total = result.total_bytes
+            counted = held.read() is not None
+            held.set(total)
+        if not counted:
+            total = self._usage.initialise(lambda: result.total_bytes)
         # Keep the oldest entries worth twice the cap-to-low-water gap (plus
         # any overshoot): one scan serves about two drains, and the list holds
         # a fraction of the entries in memory, not all of them.
@@ -420,43 +460,34 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     # -- delete / size ------------------------------------------------------
     def __delitem__(self, key: bytes | str) -> None:
-        path = self._path_for(as_key_bytes(key))
-        old = lstat_key(path)
-        if old is None or not self._remove(path):
+        kb = as_key_bytes(key)
+        if not self._remove_counted(self._path_for(kb), kb):
             raise KeyError(key)
-        self._usage.add(-old.size)
 
     def __len__(self) -> int:
-        return len(_fsscan.scan(self._entries, with_stat=False).entries)
+        """Entries this cache would serve: regular files we own (as ``stats().entries``);
+        symlinks, non-files and foreign-owned files are refused, so not counted."""
+        return len(_fsscan.scan(self._entries).entries)
 
     def clear(self) -> None:
         """Remove every entry present at the start; entries rewritten meanwhile stay."""
         if self._memo is not None:
             self._memo.clear()
-        result = _fsscan.scan(self._entries)
-        freed = 0
-        for entry in result.entries:
-            outcome = unlink_if_unchanged(entry.path, entry.key, aside_dir=self._tmp)
-            if outcome is UnlinkResult.REMOVED:
-                freed += entry.key.size
-            if outcome is not UnlinkResult.CHANGED and not self._xattr:
-                _fsscan.remove_sidecar(entry.path)
-        self._usage.add(-freed)
+        with self._usage.hold() as held:
+            result = _fsscan.scan(self._entries)
+            freed = 0
+            for entry in result.entries:
+                outcome = unlink_if_unchanged(entry.path, entry.key, aside_dir=self._tmp)
+                if outcome is UnlinkResult.REMOVED:
+                    freed += entry.key.size
+                if outcome is not UnlinkResult.CHANGED and not self._xattr:
+                    _fsscan.remove_sidecar(entry.path)
+            held.add(-freed)
         sweep_stale_temps(self._tmp)
 
     def stats(self) -> CacheStats:
         result = _fsscan.scan(self._entries)
-        with self._lock:
-            return CacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                stores=self._stores,
-                evictions=self._evictions,
-                corrupt=self._corrupt,
-                entries=len(result.entries),
-                bytes=result.total_bytes,
-                oversize=self._oversize,
-            )
+        return self._counts.snapshot(len(result.entries), result.total_bytes)
 
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
@@ -485,7 +516,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 os.close(fd)
             if record is None:
                 report.unverified.append(name)
-            elif record_matches(record, data):
+            elif record_matches(record, data, key_digest_of_name(name)):
                 report.ok += 1
             else:
                 report.corrupt.append(name)

@@ -1,6 +1,10 @@
 """Integrity records kept beside a raw entry, never inside it.
 
-The record is ``MAGIC | crc32 | length`` (16 bytes). It lives in the entry's
+The record is ``MAGIC | crc32 | length | key digest`` (32 bytes): the key
+digest is the first 16 bytes of the SHA-256 of the entry's key, which is also
+the entry's file name, so an entry copied or renamed onto another key's path
+(xattr and all) no longer matches the record there and is never served for
+that key. The record lives in the entry's
 ``user.nexus.v1`` extended attribute, set on the temp file before the rename so
 it is published atomically with the bytes. Filesystems without user xattrs get
 a sidecar file ``<entry>.sum`` instead, which also names the entry's inode so
@@ -25,7 +29,9 @@ from nexus_cache._storage import new_temp
 __all__ = [
     "READ_FLAGS",
     "open_entry",
+    "KEY_DIGEST_SIZE",
     "RECORD_SIZE",
+    "key_digest_of_name",
     "SIDECAR_SUFFIX",
     "XATTR_NAME",
     "make_record",
@@ -39,9 +45,12 @@ __all__ = [
 
 XATTR_NAME = "user.nexus.v1"
 SIDECAR_SUFFIX = ".sum"
-_MAGIC = b"nxc1"
-_RECORD = struct.Struct("<4sIQ")
-_SIDECAR = struct.Struct("<4sQIQ")  # magic, inode, crc, length
+# "nxc1" records (no key digest) were written by earlier versions: they no
+# longer match, so such an entry reads as corrupt once and is replaced.
+_MAGIC = b"nxc2"
+_RECORD = struct.Struct("<4sIQ16s")  # magic, crc, length, key digest
+_SIDECAR = struct.Struct("<4sQIQ16s")  # magic, inode, crc, length, key digest
+KEY_DIGEST_SIZE = 16
 RECORD_SIZE = _RECORD.size
 _pack, _crc32 = _RECORD.pack, zlib.crc32
 # O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
@@ -53,36 +62,43 @@ READ_FLAGS = PLAIN_READ_FLAGS | getattr(os, "O_NOATIME", 0)
 _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
 
 
-def make_record(data: bytes) -> bytes:
-    return _RECORD.pack(_MAGIC, zlib.crc32(data), len(data))
+def key_digest_of_name(name: str) -> bytes:
+    """The key digest an entry named ``name`` (64 hex digits) must carry."""
+    return bytes.fromhex(name[: 2 * KEY_DIGEST_SIZE])
 
 
-def record_matches(record: bytes, data: bytes) -> bool:
-    """Whether ``record`` (as read back) vouches for exactly ``data``."""
-    # One pack and one compare: equal exactly when magic, CRC and length all match.
-    return record == _pack(_MAGIC, _crc32(data), len(data))
+def make_record(data: bytes, kd: bytes) -> bytes:
+    """The record for ``data`` stored under the key whose SHA-256 starts with ``kd``."""
+    return _RECORD.pack(_MAGIC, zlib.crc32(data), len(data), kd)
 
 
-def make_sidecar(ino: int, data: bytes) -> bytes:
-    return _SIDECAR.pack(_MAGIC, ino, zlib.crc32(data), len(data))
+def record_matches(record: bytes, data: bytes, kd: bytes) -> bool:
+    """Whether ``record`` (as read back) vouches for exactly ``data`` under key digest ``kd``."""
+    # One pack and one compare: equal exactly when magic, CRC, length and key all match.
+    return record == _pack(_MAGIC, _crc32(data), len(data), kd)
+
+
+def make_sidecar(ino: int, data: bytes, kd: bytes) -> bytes:
+    return _SIDECAR.pack(_MAGIC, ino, zlib.crc32(data), len(data), kd)
 
 
 def parse_sidecar(raw: bytes) -> tuple[int, bytes] | None:
     """``(inode, record)`` from a sidecar's bytes, or ``None`` when unreadable."""
     if len(raw) != _SIDECAR.size:
         return None
-    magic, ino, crc, length = _SIDECAR.unpack(raw)
+    magic, ino, crc, length, kd = _SIDECAR.unpack(raw)
     if magic != _MAGIC:
         return None
-    return ino, _RECORD.pack(magic, crc, length)
+    return ino, _RECORD.pack(magic, crc, length, kd)
 
 
 def xattrs_supported(tmp_dir: str) -> bool:
     """Probe whether files in ``tmp_dir`` accept ``user.*`` extended attributes."""
     fd, path = new_temp(tmp_dir, prefix="probe-")
     try:
-        os.setxattr(fd, XATTR_NAME, make_record(b""))
-        return os.getxattr(fd, XATTR_NAME) == make_record(b"")
+        probe = make_record(b"", bytes(KEY_DIGEST_SIZE))
+        os.setxattr(fd, XATTR_NAME, probe)
+        return os.getxattr(fd, XATTR_NAME) == probe
     except OSError as exc:
         if exc.errno in _NOT_SUPPORTED:
             return False

@@ -4,22 +4,35 @@ cuda.core checks ``isinstance(cache, cuda.core.utils.ProgramCacheResource)``.
 Registering our ABC as a *virtual subclass* of that class makes every
 nexus-cache backend pass the check, with no import of cuda.core in ours.
 
-Importing cuda.core costs about 0.3 s, so it is never imported for this.
-:func:`activate` (run when ``nexus_cache.program`` is imported) registers at
-once if cuda.core's cache module is already loaded; otherwise it installs a
-tiny import hook that waits for that module, registers right after it
-executes, and removes itself. Without cuda.core the hook simply never fires.
-Every step is failure-tolerant: a problem here can cost interop, never an
-import.
+Why an import hook rather than only an explicit call: registration needs
+cuda.core's class, importing cuda.core costs about 0.3 s (too much for every
+``import nexus_cache.program``, most of which never touch cuda.core), and
+``Program.compile(cache=ours)`` must not depend on whether the user imported
+cuda.core before or after nexus-cache. So :func:`activate` (run when
+``nexus_cache.program`` is imported) registers at once if cuda.core's cache
+module is already loaded; otherwise it installs a tiny import hook that
+waits for that module, registers right after it executes, and removes
+itself. Without cuda.core the hook never fires.
+
+What the hook swallows: a failure while locating or registering (a
+cuda.core layout this code does not know) must not break the user's
+``import cuda.core``, so it is caught, logged as a WARNING with its
+traceback on the ``nexus_cache.program`` logger, and costs interop only.
+:func:`register_with_cuda_core` is the explicit, loud alternative: it
+imports cuda.core and raises when registration is impossible.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from typing import Any
 
+from nexus_cache.errors import BackendUnavailableError
 from nexus_cache.program._resource import ProgramCacheResource
+
+_log = logging.getLogger("nexus_cache.program")
 
 __all__ = ["activate", "deactivate", "is_registered", "register_with_cuda_core"]
 
@@ -52,6 +65,12 @@ def _register_from_loaded() -> bool:
                 if _register_from(module):
                     return True
             except Exception:
+                _log.warning(
+                    "could not register nexus-cache resources with %s; "
+                    "Program.compile(cache=...) will refuse them",
+                    name,
+                    exc_info=True,
+                )
                 return False
     return False
 
@@ -63,19 +82,32 @@ def is_registered() -> bool:
     try:
         return peer is not None and issubclass(ProgramCacheResource, peer)
     except Exception:
+        _log.warning("could not ask cuda.core about registration", exc_info=True)
         return False
 
 
 def register_with_cuda_core() -> bool:
-    """Import cuda.core now and register; ``False`` when cuda.core is unusable."""
+    """Import cuda.core now and register our caches with it; returns ``True``.
+
+    Raises :class:`~nexus_cache.errors.BackendUnavailableError` (an
+    ``ImportError``) when cuda.core cannot be imported or has no
+    ``cuda.core.utils.ProgramCacheResource`` to register with.
+    """
     try:
         import cuda.core.utils
-    except Exception:
-        return False
-    try:
-        return _register_from(cuda.core.utils)
-    except Exception:
-        return False
+    except Exception as exc:
+        raise BackendUnavailableError(
+            f"cannot register with cuda.core: importing cuda.core.utils failed ({exc!r}); "
+            "install it with pip install 'nexus-cache[cuda]'"
+        ) from exc
+    if not _register_from(cuda.core.utils):
+        raise BackendUnavailableError(
+            "cannot register with cuda.core: cuda.core.utils has no ProgramCacheResource "
+            f"(cuda.core {getattr(sys.modules.get('cuda.core'), '__version__', '?')}); "
+            "nexus-cache needs cuda.core >= 1.2"
+        )
+    deactivate()
+    return True
 
 
 class _RegisteringLoader:
@@ -123,6 +155,12 @@ class _ImportHook:
             spec.loader = _RegisteringLoader(spec.loader, self)
             return spec
         except Exception:
+            _log.warning(
+                "nexus-cache's import hook failed on %s; importing it untouched "
+                "(Program.compile(cache=...) may refuse nexus-cache resources)",
+                fullname,
+                exc_info=True,
+            )
             return None  # let the regular machinery import it untouched
 
     def loaded(self, module: Any) -> None:
@@ -130,7 +168,13 @@ class _ImportHook:
             if _register_from(module):
                 deactivate()
         except Exception:
-            pass
+            _log.warning(
+                "could not register nexus-cache resources with %s; "
+                "Program.compile(cache=...) will refuse them (call "
+                "nexus_cache.program.register_with_cuda_core() to see why)",
+                getattr(module, "__name__", module),
+                exc_info=True,
+            )
 
 
 def activate() -> None:

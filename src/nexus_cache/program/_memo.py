@@ -25,9 +25,12 @@ _SEEN_LIMIT = 4096  # paths remembered (without bytes) as read once
 
 
 class MemoEntry:
-    __slots__ = ("ctime_ns", "data", "ino", "mtime_ns", "size")
+    __slots__ = ("ctime_ns", "data", "ino", "mtime_ns", "path", "size")
 
-    def __init__(self, ino: int, size: int, mtime_ns: int, ctime_ns: int, data: bytes) -> None:
+    def __init__(
+        self, path: str, ino: int, size: int, mtime_ns: int, ctime_ns: int, data: bytes
+    ) -> None:
+        self.path = path
         self.ino = ino
         self.size = size
         self.mtime_ns = mtime_ns
@@ -36,17 +39,17 @@ class MemoEntry:
 
 
 class VerifiedMemo:
-    """A byte-bounded LRU of :class:`MemoEntry` by entry path; thread-safe."""
+    """A byte-bounded LRU of :class:`MemoEntry` by cache key; thread-safe."""
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
-        self._entries: OrderedDict[str, MemoEntry] = OrderedDict()
-        self._seen: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        self._entries: OrderedDict[bytes, MemoEntry] = OrderedDict()
+        self._seen: OrderedDict[bytes, tuple[int, int, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def second_read(self, path: str, ident: tuple[int, int, int]) -> bool:
-        """Record a disk read of ``path`` as ``ident`` = (inode, size, mtime_ns);
+    def second_read(self, path: bytes, ident: tuple[int, int, int]) -> bool:
+        """Record a disk read of the entry of key ``path`` as ``ident`` = (inode, size, mtime_ns);
         True when the same version was read before, i.e. it is worth keeping."""
         with self._lock:
             if self._seen.pop(path, None) == ident:
@@ -56,16 +59,18 @@ class VerifiedMemo:
                 self._seen.popitem(last=False)
             return False
 
-    def get(self, path: str) -> MemoEntry | None:
-        # A miss (every first read) takes no lock: one dict lookup is atomic.
+    def get(self, path: bytes) -> MemoEntry | None:
+        # No lock: a dict lookup and move_to_end are each atomic; an entry
+        # dropped between the two is simply not moved.
         entry = self._entries.get(path)
         if entry is not None:
-            with self._lock:
-                if path in self._entries:
-                    self._entries.move_to_end(path)
+            try:
+                self._entries.move_to_end(path)
+            except KeyError:
+                pass
         return entry
 
-    def put(self, path: str, entry: MemoEntry) -> None:
+    def put(self, path: bytes, entry: MemoEntry) -> None:
         size = len(entry.data)
         if size > self.capacity // 4:
             return  # a few huge binaries must not flush everything else
@@ -79,7 +84,7 @@ class VerifiedMemo:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= len(dropped.data)
 
-    def discard(self, path: str) -> None:
+    def discard(self, path: bytes) -> None:
         with self._lock:
             old = self._entries.pop(path, None)
             if old is not None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.program._caps import validate_cap
+from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._resource import (
     CacheStats,
     ProgramCacheResource,
@@ -39,7 +40,7 @@ class InMemoryProgramCache(ProgramCacheResource):
         self._data: OrderedDict[bytes, bytes] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self._hits = self._misses = self._stores = self._evictions = self._oversize = 0
+        self._counts = OpCounters()
 
     @property
     def max_size_bytes(self) -> int | None:
@@ -55,10 +56,10 @@ class InMemoryProgramCache(ProgramCacheResource):
             try:
                 value = self._data[k]
             except KeyError:
-                self._misses += 1
+                self._counts.miss()
                 raise KeyError(key) from None
             self._data.move_to_end(k)
-            self._hits += 1
+            self._counts.hit()
             return value
 
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
@@ -71,16 +72,15 @@ class InMemoryProgramCache(ProgramCacheResource):
             if old is not None:
                 self._bytes -= len(old)
             if cap is not None and size > cap:
-                self._oversize += 1
                 oversize = True
             else:
                 oversize = False
                 self._data[k] = v
                 self._bytes += size
-                self._stores += 1
+                self._counts.stored()
                 self._evict_locked()
         if oversize:
-            log_oversize(self, size, cap or 0)
+            self._counts.skipped_oversize(self, size, cap or 0)
 
     def _evict_locked(self) -> None:
         data = self._data
@@ -91,7 +91,7 @@ class InMemoryProgramCache(ProgramCacheResource):
         ):
             _, old = data.popitem(last=False)
             self._bytes -= len(old)
-            self._evictions += 1
+            self._counts.evicted(1)
 
     def __delitem__(self, key: bytes | str) -> None:
         k = as_key_bytes(key)
@@ -113,16 +113,7 @@ class InMemoryProgramCache(ProgramCacheResource):
 
     def stats(self) -> CacheStats:
         with self._lock:
-            return CacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                stores=self._stores,
-                evictions=self._evictions,
-                corrupt=0,
-                entries=len(self._data),
-                bytes=self._bytes,
-                oversize=self._oversize,
-            )
+            return self._counts.snapshot(len(self._data), self._bytes)
 
     def __repr__(self) -> str:
         return (

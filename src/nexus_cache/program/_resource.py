@@ -84,12 +84,16 @@ class ProgramCacheResource(abc.ABC):
     """A mapping from cache keys to compiled binaries (cubin, PTX, LTO-IR).
 
     Keys are ``bytes`` or ``str``; values go in as bytes-like objects or an
-    ``ObjectCode`` and always come back as the ``bytes`` that went in. There
-    is deliberately no ``__contains__``: ``key in cache`` followed by
+    ``ObjectCode`` and always come back as the ``bytes`` that went in.
+    ``key in cache`` raises ``TypeError`` saying why: a check followed by
     ``cache[key]`` races with other threads and processes, so use
-    :meth:`get` and test for ``None``.
+    :meth:`get` and test for ``None``. Iterating raises too (persistent
+    backends list entries with ``iter_entries()``).
 
-    Each backend documents its own thread- and process-safety guarantee.
+    A subclass supplies the five primitives (``__getitem__``,
+    ``__setitem__``, ``__delitem__``, ``__len__``, ``clear``), as cuda.core's
+    contract asks; :meth:`stats` has a default. Each backend documents its
+    own thread- and process-safety guarantee.
     """
 
     # -- the five primitives a backend supplies -------------------------------
@@ -113,9 +117,27 @@ class ProgramCacheResource(abc.ABC):
     def clear(self) -> None:
         """Remove every entry."""
 
-    @abc.abstractmethod
     def stats(self) -> CacheStats:
-        """Counters and current size; see :class:`CacheStats`."""
+        """Counters and current size; see :class:`CacheStats`.
+
+        This default knows only ``len(self)``: the counters stay 0 and
+        ``bytes`` is 0. The nexus-cache backends count everything.
+        """
+        return CacheStats(entries=len(self))
+
+    def __contains__(self, key: object) -> bool:
+        raise TypeError(
+            f"'key in {type(self).__name__}' is not supported: another thread or process "
+            "can remove or replace the entry between the check and the read. Call "
+            "cache.get(key) and test for None (one operation that returns the bytes)."
+        )
+
+    def __iter__(self) -> Any:
+        raise TypeError(
+            f"{type(self).__name__} is not iterable: keys are stored as digests. Use "
+            "cache.get(key) for lookups; FileStreamProgramCache and SQLiteProgramCache "
+            "list their entries with iter_entries()."
+        )
 
     # -- conveniences built on the primitives ---------------------------------
     def get(self, key: bytes | str, default: bytes | None = None) -> bytes | None:

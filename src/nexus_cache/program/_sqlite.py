@@ -10,8 +10,9 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from nexus_cache.errors import ConfigError
-from nexus_cache.program._caps import log_oversize, validate_cap
+from nexus_cache.errors import CacheClosedError, ConfigError
+from nexus_cache.program._caps import validate_cap
+from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._paths import default_sqlite_path
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
@@ -21,7 +22,14 @@ from nexus_cache.program._resource import (
     as_key_bytes,
     as_value_bytes,
 )
-from nexus_cache.program._sqlite_db import SCHEMA, SCHEMA_VERSION, Txn, prepare_file
+from nexus_cache.program._sqlite_db import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    Txn,
+    check_schema,
+    db_error,
+    prepare_file,
+)
 
 __all__ = ["SQLiteProgramCache"]
 
@@ -30,6 +38,28 @@ _BUSY_TIMEOUT_S = 30.0
 # before any store, eviction or listing, when it grows, or when it ages.
 _TOUCH_BATCH = 256
 _TOUCH_MAX_AGE_NS = 1_000_000_000
+
+
+class _Guard:
+    """The cache's lock, plus one translation: a SQLite error that says what is
+    wrong with the file (not a database, damaged, foreign schema) leaves as our
+    error naming the path; any other error passes unchanged."""
+
+    __slots__ = ("_lock", "_path")
+
+    def __init__(self, lock: threading.Lock, path: Path) -> None:
+        self._lock = lock
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self._lock.release()
+        if isinstance(exc, sqlite3.DatabaseError):
+            ours = db_error(self._path, exc)
+            if ours is not exc:
+                raise ours from exc
 
 
 class SQLiteProgramCache(ProgramCacheResource):
@@ -48,7 +78,8 @@ class SQLiteProgramCache(ProgramCacheResource):
     removed, counted in ``stats().corrupt`` and reads as a miss. An entry
     larger than ``max_size_bytes`` is not stored (``stats().oversize``).
     Safe to use in a forked child (it reconnects). Operations after
-    :meth:`close` raise ``ValueError``.
+    :meth:`close` raise :class:`~nexus_cache.errors.CacheClosedError` (a
+    ``ValueError``).
     """
 
     def __init__(
@@ -58,14 +89,14 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._path = Path(path).expanduser() if path is not None else default_sqlite_path()
         prepare_file(self._path)
         self._lock = threading.Lock()
+        self._guard = _Guard(self._lock, self._path)
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._closed = False
         self._touches: dict[bytes, int] = {}
         self._touch_since = 0
-        self._hits = self._misses = self._stores = 0
-        self._evictions = self._corrupt = self._oversize = 0
-        with self._lock:
+        self._counts = OpCounters()
+        with self._guard:
             self._connection()
 
     @property
@@ -80,7 +111,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     def _connection(self) -> sqlite3.Connection:
         """The live connection (caller holds ``_lock``); reconnects after a fork."""
         if self._closed:
-            raise ValueError(f"{self!r} is closed; open a new cache object")
+            raise CacheClosedError(f"{self!r} is closed; open a new cache object")
         conn = self._conn
         if conn is not None and self._pid == os.getpid():
             return conn
@@ -93,28 +124,50 @@ class SQLiteProgramCache(ProgramCacheResource):
             check_same_thread=False,
         )
         try:
+            # Judge the file before changing anything in it (even the journal mode).
+            self._check(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise db_error(self._path, exc) from exc
         except BaseException:
             conn.close()
             raise
         self._conn, self._pid = conn, os.getpid()
         return conn
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
+    def _check(self, conn: sqlite3.Connection) -> None:
+        """Refuse a newer schema or a database of someone else's (ConfigError)."""
+        conn.execute("BEGIN")  # one snapshot for the version and the schema
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            self._check_version(conn, version)
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the original error says more
+            raise
+        conn.execute("COMMIT")
+
+    def _check_version(self, conn: sqlite3.Connection, version: int) -> None:
         if version not in (0, SCHEMA_VERSION):
             raise ConfigError(
                 f"{self._path} has program cache schema {version}, this version "
                 f"reads {SCHEMA_VERSION}; point the cache at another path or clear it"
             )
+        check_schema(conn, self._path, version)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only effective on a new file
         conn.execute("BEGIN IMMEDIATE")
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                check_schema(conn, self._path, 0)
                 for stmt in SCHEMA:
                     conn.execute(stmt)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -141,20 +194,19 @@ class SQLiteProgramCache(ProgramCacheResource):
     # -- mapping ------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
         kb = as_key_bytes(key)
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             row = conn.execute("SELECT value, crc FROM entries WHERE key = ?", (kb,)).fetchone()
             if row is None:
-                self._misses += 1
+                self._counts.miss()
                 raise KeyError(key)
             value, crc = row
             if zlib.crc32(value) != crc:
-                self._corrupt += 1
-                self._misses += 1
+                self._counts.miss(corrupt=1)
                 with self._write(conn):
                     conn.execute("DELETE FROM entries WHERE key = ? AND crc = ?", (kb, crc))
                 raise KeyError(key)
-            self._hits += 1
+            self._counts.hit()
             now = time.time_ns()
             if not self._touches:
                 self._touch_since = now
@@ -168,13 +220,12 @@ class SQLiteProgramCache(ProgramCacheResource):
         data = as_value_bytes(value)
         size = len(data)
         cap = self._max
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._flush_touches(conn)
             if cap is not None and size > cap:
                 with self._write(conn):
                     conn.execute("DELETE FROM entries WHERE key = ?", (kb,))
-                self._oversize += 1
                 oversize = True
             else:
                 oversize = False
@@ -187,10 +238,10 @@ class SQLiteProgramCache(ProgramCacheResource):
                         (kb, data, size, zlib.crc32(data), time.time_ns()),
                     )
                     if cap is not None:
-                        self._evictions += self._evict_in_txn(conn, cap, kb)
-                self._stores += 1
+                        self._counts.evicted(self._evict_in_txn(conn, cap, kb))
+                self._counts.stored()
         if oversize:
-            log_oversize(self, size, cap or 0)
+            self._counts.skipped_oversize(self, size, cap or 0)
 
     def _total_bytes(self, conn: sqlite3.Connection) -> int:
         return int(conn.execute("SELECT bytes FROM totals WHERE id = 0").fetchone()[0])
@@ -209,10 +260,16 @@ class SQLiteProgramCache(ProgramCacheResource):
             return 0
         evicted = 0
         while total > target:
-            rows = conn.execute(
-                "SELECT key, size FROM entries WHERE key != ? ORDER BY last_access, key LIMIT 256",
-                (keep if keep is not None else b"",),
-            ).fetchall()
+            if keep is None:  # every key may go, the empty key b"" included
+                rows = conn.execute(
+                    "SELECT key, size FROM entries ORDER BY last_access, key LIMIT 256"
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT key, size FROM entries WHERE key != ? "
+                    "ORDER BY last_access, key LIMIT 256",
+                    (keep,),
+                ).fetchall()
             if not rows:
                 break
             for k, size in rows:
@@ -230,14 +287,14 @@ class SQLiteProgramCache(ProgramCacheResource):
         """
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ConfigError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._flush_touches(conn)
             with self._write(conn):
                 before = self._total_bytes(conn)
                 n = self._evict_in_txn(conn, max_bytes, None)
                 freed = before - self._total_bytes(conn)
-            self._evictions += n
+            self._counts.evicted(n)
             self._vacuum(conn)
         return n, freed
 
@@ -250,7 +307,7 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     def __delitem__(self, key: bytes | str) -> None:
         kb = as_key_bytes(key)
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._touches.pop(kb, None)
             with self._write(conn):
@@ -259,12 +316,12 @@ class SQLiteProgramCache(ProgramCacheResource):
                 raise KeyError(key)
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             return int(conn.execute("SELECT entries FROM totals WHERE id = 0").fetchone()[0])
 
     def clear(self) -> None:
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._touches.clear()
             with self._write(conn):
@@ -272,26 +329,17 @@ class SQLiteProgramCache(ProgramCacheResource):
             self._vacuum(conn)
 
     def stats(self) -> CacheStats:
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             entries, nbytes = conn.execute(
                 "SELECT entries, bytes FROM totals WHERE id = 0"
             ).fetchone()
-            return CacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                stores=self._stores,
-                evictions=self._evictions,
-                corrupt=self._corrupt,
-                entries=int(entries),
-                bytes=int(nbytes),
-                oversize=self._oversize,
-            )
+            return self._counts.snapshot(int(entries), int(nbytes))
 
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every entry, least recently used first; ``name`` is the key's hex."""
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             self._flush_touches(conn)
             rows = conn.execute(
@@ -303,7 +351,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     def verify(self) -> VerifyReport:
         """Check every blob against its CRC-32; remove the corrupt ones."""
         report = VerifyReport()
-        with self._lock:
+        with self._guard:
             conn = self._connection()
             bad: list[tuple[bytes, int]] = []
             for k, value, crc, size in conn.execute(
@@ -318,14 +366,14 @@ class SQLiteProgramCache(ProgramCacheResource):
             if bad:
                 with self._write(conn):
                     conn.executemany("DELETE FROM entries WHERE key = ? AND crc = ?", bad)
-                self._corrupt += len(bad)
+                self._counts.found_corrupt(len(bad))
             ok = conn.execute("PRAGMA quick_check").fetchone()[0]
             if ok != "ok":
                 report.refused.append((str(self._path), f"sqlite quick_check: {ok}"))
         return report
 
     def close(self) -> None:
-        with self._lock:
+        with self._guard:
             if self._closed:
                 return
             conn, self._conn = self._conn, None

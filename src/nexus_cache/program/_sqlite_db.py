@@ -8,8 +8,17 @@ import stat
 from pathlib import Path
 
 from nexus_cache._storage import check_owned_regular, ensure_private_dir
+from nexus_cache.errors import CacheIntegrityError, ConfigError
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Txn", "prepare_file"]
+__all__ = [
+    "COLUMNS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "Txn",
+    "check_schema",
+    "db_error",
+    "prepare_file",
+]
 
 SCHEMA_VERSION = 1
 
@@ -39,6 +48,57 @@ SCHEMA = (
         UPDATE totals SET bytes = bytes - OLD.size + NEW.size WHERE id = 0;
     END""",
 )
+
+
+#: the columns of ``entries``, in order, as ``PRAGMA table_info`` lists them
+COLUMNS = ("key", "value", "size", "crc", "last_access")
+_OURS = frozenset(
+    {"entries", "entries_by_access", "totals", "entries_ins", "entries_del", "entries_upd"}
+)
+
+
+def _foreign(path: Path, what: str) -> ConfigError:
+    return ConfigError(
+        f"{path} is a SQLite database with a foreign schema ({what}), not a nexus-cache "
+        "program cache; point SQLiteProgramCache (or NEXUS_PROGRAM_CACHE_DB) at another "
+        "path. Nothing in it was changed."
+    )
+
+
+def check_schema(conn: sqlite3.Connection, path: Path, version: int) -> None:
+    """Refuse a database that holds tables we did not create (ConfigError).
+
+    At version 0 our own objects may already be there (another process
+    created them and set the version just after our read), so only objects
+    that are not ours, or an ``entries`` table of another shape, are foreign.
+    """
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    names = {n for n in names if not n.startswith("sqlite_")}
+    if version == 0 and names - _OURS:
+        raise _foreign(path, f"tables {', '.join(sorted(names - _OURS))}")
+    if version == 0 and "entries" not in names:
+        return  # empty: ours to create
+    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(entries)"))
+    if columns != COLUMNS or (version != 0 and "totals" not in names):
+        raise _foreign(path, f"entries columns {columns!r}")
+
+
+def db_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
+    """Our error for a SQLite failure that says what is wrong with the file at ``path``."""
+    text = str(exc)
+    if "file is not a database" in text:
+        return ConfigError(
+            f"{path} is not a SQLite database ({text}); point SQLiteProgramCache (or "
+            "NEXUS_PROGRAM_CACHE_DB) at another path, or remove the file"
+        )
+    if "malformed" in text or "corrupt" in text:
+        return CacheIntegrityError(
+            f"program cache database {path} is damaged ({text}), e.g. truncated; remove "
+            "it (and its -wal and -shm files): the cache starts empty and refills"
+        )
+    if "no such table" in text or "no such column" in text:
+        return _foreign(path, text)
+    return exc
 
 
 def prepare_file(path: Path) -> None:

@@ -11,16 +11,64 @@ drift never outlives the next scan.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import struct
 import time
 from collections.abc import Callable
 
-__all__ = ["UsageCounter"]
+from nexus_cache._storage import check_owned_regular
+from nexus_cache.errors import CacheSecurityError
+
+__all__ = ["HeldCounter", "UsageCounter"]
 
 _VALUE = struct.Struct("<q")
-_FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+_FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _refuse(path: str, what: str) -> CacheSecurityError:
+    return CacheSecurityError(
+        f"{path} is {what}, not the cache's byte counter file; refusing to use it. "
+        "Remove it: the counter is rebuilt from a scan of the entries."
+    )
+
+
+class HeldCounter:
+    """The counter while its lock is held (see :meth:`UsageCounter.hold`)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def read(self) -> int | None:
+        if self.fd is None:
+            return None
+        raw = os.pread(self.fd, _VALUE.size, 0)
+        return _VALUE.unpack(raw)[0] if len(raw) == _VALUE.size else None
+
+    def add(self, delta: int) -> int | None:
+        """Add ``delta``; the new total, or ``None`` when the counter is not set up."""
+        now = self.read()
+        if now is None:
+            return None
+        total = max(0, now + delta)
+        if delta:
+            os.pwrite(self.fd, _VALUE.pack(total), 0)  # type: ignore[arg-type]
+        return total
+
+    def set(self, total: int) -> None:
+        if self.fd is not None:
+            os.pwrite(self.fd, _VALUE.pack(max(0, total)), 0)
+
+    def __enter__(self) -> HeldCounter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # drops the lock
+            self.fd = None
 
 
 class UsageCounter:
@@ -50,12 +98,46 @@ class UsageCounter:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        except IsADirectoryError:
+            raise _refuse(self.path, "a directory") from None
+        except PermissionError as exc:  # EPERM: unlink of a directory on some systems
+            if os.path.isdir(self.path):
+                raise _refuse(self.path, "a directory") from None
+            raise exc
 
     def _open(self, create: bool) -> int | None:
         try:
-            return os.open(self.path, _FLAGS | (os.O_CREAT if create else 0), 0o600)
+            fd = os.open(self.path, _FLAGS | (os.O_CREAT if create else 0), 0o600)
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise _refuse(self.path, "a directory") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _refuse(self.path, "a symbolic link") from None
+            raise
+        try:
+            check_owned_regular(self.path, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def hold(self) -> HeldCounter:
+        """The counter, locked (``flock``) until the returned object's ``with`` ends.
+
+        Wrap a change to the entries together with its delta so that no other
+        capped process changes the same entry between the two. A missing
+        counter yields a handle whose ``add`` returns ``None``.
+        """
+        fd = self._open(create=False)
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+        return HeldCounter(fd)
 
     def add(self, delta: int) -> int | None:
         """Add ``delta``; return the new total, or ``None`` when the counter is not set up."""
@@ -100,8 +182,3 @@ class UsageCounter:
             return total
         finally:
             os.close(fd)
-
-    def correct(self, seen_at_scan: int, scanned: int, freed: int) -> int | None:
-        """Fold an eviction pass in: replace the drift ``scanned - seen_at_scan`` and
-        subtract ``freed``, keeping deltas other processes added meanwhile."""
-        return self.add(scanned - seen_at_scan - freed)

@@ -10,6 +10,7 @@ from nexus_cache.errors import ProgramCacheKeyError
 from nexus_cache.program.keys import _probes
 from nexus_cache.program.keys._canon import option_fields, pack
 from nexus_cache.program.keys._linker import LinkerStrategy
+from nexus_cache.program.keys._memo import KeyMemo, option_state
 from nexus_cache.program.keys._nvrtc import NvrtcStrategy
 from nexus_cache.program.keys._nvvm import NvvmStrategy
 from nexus_cache.program.keys._strategy import KeyStrategy
@@ -112,6 +113,9 @@ def program_name(fields: Mapping[str, Any]) -> str:
     return "default_program" if name is None else str(name)
 
 
+_memo = KeyMemo()
+
+
 def make_program_cache_key(
     *,
     code: str | bytes | bytearray,
@@ -138,8 +142,46 @@ def make_program_cache_key(
     effect (always); an ``extra_digest`` that is empty or not bytes-like.
     Raises ``TypeError`` for a ``code`` or name-expression of the wrong type.
 
-    Pure function of its inputs and the loaded toolchain; thread-safe.
+    Pure function of its inputs and the loaded toolchain; thread-safe. A
+    repeated call with equal inputs returns the memoized key after comparing
+    the options field by field (see ``keys/_memo.py``): the same proof, at a
+    fraction of the cost.
     """
+    state = option_state(options)
+    mk = None
+    if state is not None and not isinstance(name_expressions, (str, bytes, bytearray)):
+        try:
+            mk = (
+                KEY_SCHEMA_VERSION,
+                code,
+                code_type,
+                target_type,
+                tuple(name_expressions),
+                extra_digest,
+                type(options),
+            )
+            hash(mk)
+        except TypeError:  # unhashable inputs (a bytearray, a memoryview): derive
+            mk = None
+        else:
+            found = _memo.get(mk, state)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+    generation = _probes.generation()
+    key = _derive(code, code_type, options, target_type, name_expressions, extra_digest)
+    if mk is not None:
+        _memo.put(mk, state, key, generation)  # type: ignore[arg-type]
+    return key
+
+
+def _derive(
+    code: str | bytes | bytearray,
+    code_type: str,
+    options: Any,
+    target_type: str,
+    name_expressions: Sequence[str | bytes],
+    extra_digest: bytes | bytearray | memoryview | None,
+) -> bytes:
     ct, tt = check_types(code_type, target_type)
     strategy = _STRATEGIES[ct]
     digest = check_extra_digest(extra_digest)

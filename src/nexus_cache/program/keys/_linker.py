@@ -15,7 +15,7 @@ from nexus_cache.program.keys._canon import flag, scalar, str_seq, tristate
 from nexus_cache.program.keys._nvrtc import NvrtcStrategy, ptxas_side_effects
 from nexus_cache.program.keys._strategy import KeyStrategy
 
-__all__ = ["LinkerStrategy"]
+__all__ = ["LinkerStrategy", "uses_driver_linker"]
 
 
 def _present(_name: str, value: Any) -> bytes | None:
@@ -40,6 +40,22 @@ _RELEVANT = {
 }
 
 
+# The driver linker (cuLink, used when nvJitLink cannot load) passes none of
+# these to the compiler (it only warns), so under it their value cannot change
+# the binary; under nvJitLink they are real flags.
+_DRIVER_IGNORED = frozenset({"ftz", "prec_div", "prec_sqrt", "fma"})
+
+
+def uses_driver_linker() -> bool:
+    """Whether the linker probe (the one the key hashes) found the driver linker.
+
+    Decided from the same cached probe result as the toolchain field, so one
+    key never mixes two answers; a failed probe is not the driver (nothing
+    collapses, and the failure marker keeps the key apart).
+    """
+    return _probes.linker_identity().startswith(b"linker=driver:")
+
+
 class LinkerStrategy(KeyStrategy):
     backend = "linker"
     code_type = "ptx"
@@ -60,6 +76,11 @@ class LinkerStrategy(KeyStrategy):
         if ptxas_side_effects(fields.get("ptxas_options")):
             return [("ptxas_options", fields.get("ptxas_options"))]
         return []
+
+    def option_fingerprint(self, fields: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+        if uses_driver_linker():
+            fields = {n: v for n, v in fields.items() if n not in _DRIVER_IGNORED}
+        return super().option_fingerprint(fields)
 
     def encode_code(self, code: object) -> bytes:
         if isinstance(code, str):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -17,18 +16,28 @@ from nexus_cache.program.keys._canon import (
     str_seq,
     tristate,
 )
+from nexus_cache.program.keys._directives import find_file_directive
 from nexus_cache.program.keys._strategy import KeyStrategy, refuse_external
 
 __all__ = ["NvrtcStrategy", "encode_names", "ptxas_side_effects"]
 
-# A directive that NVRTC may resolve against the program's own directory:
-# any #include / #include_next / #import whose operand is not <...> (quoted,
-# or computed from a macro), and __has_include with such an operand.
-_RELATIVE_INCLUDE = re.compile(
-    rb"^[ \t]*#[ \t]*(?:include_next|include|import)\b(?![ \t]*<)[^\r\n]*"
-    rb"|__has_include(?:_next)?[ \t]*\((?![ \t]*<)[^)\r\n]*",
-    re.MULTILINE,
-)
+# Sources already scanned for file directives (the scan applies translation
+# phases 1-3 and lexes the text, so a hit path re-deriving a key reuses it).
+_SCANNED: dict[bytes, bytes | None] = {}
+_SCANNED_MAX = 256
+
+
+def _file_directive(code: bytes) -> bytes | None:
+    try:
+        return _SCANNED[code]
+    except KeyError:
+        pass
+    found = find_file_directive(code)
+    if len(_SCANNED) >= _SCANNED_MAX:
+        _SCANNED.clear()
+    _SCANNED[code] = found
+    return found
+
 
 # ptxas flags that write a file of their own (the flag name, before any '=').
 _PTXAS_FILE_FLAGS = frozenset({"-o", "--output-file", "--compiler-stats-file"})
@@ -169,9 +178,9 @@ class NvrtcStrategy(KeyStrategy):
                 "NVRTC resolves quoted #include directives against the directory of "
                 "the program name (set no_source_include=True to turn that off)",
             )
-        match = _RELATIVE_INCLUDE.search(code)
-        if match is not None:
-            directive = match.group(0).strip().decode("utf-8", "replace")
+        found = _file_directive(code)
+        if found is not None:
+            directive = found.decode("utf-8", "replace")
             raise ProgramCacheKeyError(
                 f"cannot derive a program cache key: the source has {directive!r}, which "
                 "NVRTC resolves against the program's directory (the working directory "

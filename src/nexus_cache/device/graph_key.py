@@ -1,0 +1,162 @@
+"""``ResidentGraphKey`` and the planning step that decides whether a graph run may use it.
+
+A parked graph is reused only when the edges it was built from and the way
+it was built are proven equal. :func:`plan_graph_run` creates a key only
+when all of this holds, and otherwise records why the run goes uncached:
+
+* a stable source identity: a :class:`SourceFrameKey` without a bypass
+  flag, or another non-empty hashable identity tuple the scan layer proved
+  (``None`` means the edge rowset is not proven stable);
+* no edge-ID binding (results keyed by edge need the attempt's own rows);
+* a keyable algorithm: BFS without ``include_edges``, PageRank, and the
+  similarities (Jaccard, Sorensen, Overlap, Cosine).
+
+The key covers the source identity, the column bindings (source,
+destination, weight) and :class:`~nexus_cache.graph.GraphOptions` (graph
+options, edge preparation, dtypes, orientation). It does not name the
+algorithm: one parked graph serves every keyable algorithm.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from nexus_cache.device.source_key import SourceFrameKey
+from nexus_cache.errors import ConfigError
+from nexus_cache.graph.options import GraphOptions
+
+__all__ = [
+    "ALGORITHMS",
+    "GraphPlan",
+    "GraphUncachedReason",
+    "ResidentGraphKey",
+    "plan_graph_run",
+]
+
+#: Every algorithm a graph run may name. All are keyable, BFS only without
+#: ``include_edges``.
+ALGORITHMS = ("bfs", "pagerank", "jaccard", "sorensen", "overlap", "cosine")
+
+
+class GraphUncachedReason(enum.Enum):
+    """Why a graph run went the attempt-owned uncached path."""
+
+    #: no proven source identity (the edge rowset may change between attempts)
+    UNSTABLE_SOURCE = "unstable_source"
+    #: the source key carries a bypass flag (its frame is never cached)
+    SOURCE_BYPASS = "source_bypass"
+    #: the plan binds an edge-ID column
+    EDGE_ID_BINDING = "edge_id_binding"
+    #: BFS with include_edges (tree edges are keyed by the attempt's edges)
+    INCLUDE_EDGES = "include_edges"
+    #: the device has no graph cache (cache_cap_bytes = 0) or it is closed
+    NO_CACHE = "no_cache"
+    #: the ledger refused the build or the transient headroom
+    NO_HEADROOM = "no_headroom"
+    #: the parked graph could not be checked out (being torn down)
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, repr=False)
+class ResidentGraphKey:
+    """The construction contract of one parked graph. Immutable, hashable.
+
+    ``fingerprint`` (16 hex digits of a BLAKE2b digest of every field) is the
+    only form diagnostics show: the source identity may hold paths.
+    """
+
+    source: Hashable
+    source_column: str
+    destination_column: str
+    weight_column: str | None
+    options: GraphOptions
+    fingerprint: str = field(init=False, compare=False, default="")
+
+    def __post_init__(self) -> None:
+        for name in ("source_column", "destination_column"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(f"ResidentGraphKey.{name} must be a column name")
+        if self.weight_column is not None and not isinstance(self.weight_column, str):
+            raise ConfigError("ResidentGraphKey.weight_column must be a column name or None")
+        if not isinstance(self.options, GraphOptions):
+            raise ConfigError("ResidentGraphKey.options must be a GraphOptions")
+        hash(self.source)  # refuse an unhashable identity here, not at lookup
+        text = repr(
+            (
+                self.source,
+                self.source_column,
+                self.destination_column,
+                self.weight_column,
+                self.options,
+            )
+        )
+        digest = hashlib.blake2b(text.encode("utf-8", "backslashreplace"), digest_size=8)
+        object.__setattr__(self, "fingerprint", digest.hexdigest())
+
+    def __repr__(self) -> str:
+        return f"ResidentGraphKey(fingerprint={self.fingerprint})"
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """One planned graph run: what to build, what to run, and the key or the reason."""
+
+    algorithm: str
+    source_column: str
+    destination_column: str
+    weight_column: str | None
+    options: GraphOptions
+    include_edges: bool
+    key: ResidentGraphKey | None
+    uncached_reason: GraphUncachedReason | None
+
+    @property
+    def keyable(self) -> bool:
+        return self.key is not None
+
+
+def plan_graph_run(
+    algorithm: str,
+    *,
+    source: Hashable | None,
+    source_column: str = "src",
+    destination_column: str = "dst",
+    weight_column: str | None = None,
+    options: GraphOptions | None = None,
+    include_edges: bool = False,
+    edge_id_column: str | None = None,
+) -> GraphPlan:
+    """Plan a graph run; the plan has a :class:`ResidentGraphKey` only when reuse is proven.
+
+    ``source`` is the proven identity of the edge rowset: a
+    :class:`SourceFrameKey`, another non-empty identity tuple, or None when
+    no stable identity exists. Pure function: thread-safe.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"graph algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
+    options = options or GraphOptions()
+    reason: GraphUncachedReason | None = None
+    if source is None or (isinstance(source, tuple) and not source):
+        reason = GraphUncachedReason.UNSTABLE_SOURCE
+    elif isinstance(source, SourceFrameKey) and source.bypass is not None:
+        reason = GraphUncachedReason.SOURCE_BYPASS
+    elif edge_id_column is not None:
+        reason = GraphUncachedReason.EDGE_ID_BINDING
+    elif algorithm == "bfs" and include_edges:
+        reason = GraphUncachedReason.INCLUDE_EDGES
+    key = None
+    if reason is None:
+        key = ResidentGraphKey(source, source_column, destination_column, weight_column, options)
+    return GraphPlan(
+        algorithm=algorithm,
+        source_column=source_column,
+        destination_column=destination_column,
+        weight_column=weight_column,
+        options=options,
+        include_edges=include_edges,
+        key=key,
+        uncached_reason=reason,
+    )

@@ -1,0 +1,301 @@
+"""Host-to-device transfers into an allocation domain.
+
+On CUDA, host buffers go to the device through a ring of reusable pinned
+(page-locked) staging slots on one non-blocking stream:
+
+1. the host copies the next part of a buffer into the current slot (a plain
+   memory copy, which NumPy does without holding the GIL);
+2. an asynchronous copy from that slot to the destination is queued on the
+   stream, and the host moves on at once;
+3. when a slot is full the host records an event on the stream and moves to
+   the next slot, waiting first for that slot's own event (its previous copy
+   is then done), so the host fills one slot while the copy engine drains
+   another.
+
+A :class:`PinnedStaging` (slots, stream, events) is reused across transfers:
+``PinnedStaging.acquire`` hands one out of a small per-device pool and
+``release`` returns it; each is used by one transfer at a time. On the host
+backend a transfer is a plain copy.
+
+Every device allocation a transfer's user makes happens inside the domain's
+scope (:meth:`Transfer.device`); nothing reaches CuPy's default pool.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from nexus_cache._sizes import parse_size
+from nexus_cache.backends import AllocationDomain
+from nexus_cache.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_SLOT_BYTES",
+    "DEFAULT_SLOTS",
+    "PinnedStaging",
+    "Transfer",
+    "TransferStats",
+    "check_staging",
+    "is_cuda_domain",
+    "open_transfer",
+]
+
+#: Size of one pinned staging slot: large enough that a copy runs at the
+#: link's speed, small enough that three stay cheap to keep.
+DEFAULT_SLOT_BYTES = 32 << 20
+DEFAULT_SLOTS = 3
+_POOL_KEEP = 2  # idle stagings kept per device
+
+
+def is_cuda_domain(domain: AllocationDomain) -> bool:
+    """Whether ``domain`` allocates CuPy (device) arrays."""
+    return getattr(domain.xp, "__name__", "") == "cupy"
+
+
+@dataclass
+class TransferStats:
+    """What one transfer moved. ``h2d_seconds`` is, on CUDA, the sum of the
+    copy engine's busy time (CUDA events around each copy, when timing was
+    asked for); on the host, the time of the copies. ``staging_seconds`` is
+    host time spent filling pinned slots (zero on the host backend).
+    """
+
+    h2d_bytes: int = 0
+    h2d_copies: int = 0
+    h2d_seconds: float = 0.0
+    staging_seconds: float = 0.0
+
+    def add(self, other: TransferStats) -> None:
+        """Accumulate ``other`` into these figures."""
+        self.h2d_bytes += other.h2d_bytes
+        self.h2d_copies += other.h2d_copies
+        self.h2d_seconds += other.h2d_seconds
+        self.staging_seconds += other.staging_seconds
+
+
+class Transfer:
+    """Host-to-device copies into one domain (the host backend's plain copy).
+
+    Not thread-safe: one thread drives a transfer. Device work on the
+    destination arrays is ordered with the copies when done inside
+    :meth:`device`.
+    """
+
+    def __init__(self, domain: AllocationDomain) -> None:
+        self.domain = domain
+        self.stats = TransferStats()
+
+    @contextmanager
+    def device(self) -> Iterator[None]:
+        """Allocate in the domain (and, on CUDA, queue work on the transfer's stream)."""
+        with self.domain.scope():
+            yield
+
+    def to_device(self, host: np.ndarray, dst: Any) -> None:
+        """Copy ``host`` into the contiguous device array ``dst`` of the same bytes."""
+        started = time.perf_counter()
+        np.copyto(dst, host, casting="no")
+        self.stats.h2d_seconds += time.perf_counter() - started
+        self.stats.h2d_bytes += int(host.nbytes)
+        self.stats.h2d_copies += 1
+
+    def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
+        """Fill ``dst`` (``nbytes`` contiguous bytes) from ``reader.readinto``."""
+        started = time.perf_counter()
+        view = memoryview(dst.reshape(-1).view(np.uint8))
+        pos = 0
+        while pos < nbytes:
+            pos += _read_some(reader, view[pos:nbytes], pos, nbytes)
+        self.stats.h2d_seconds += time.perf_counter() - started
+        self.stats.h2d_bytes += nbytes
+        self.stats.h2d_copies += 1
+
+    def finish(self) -> None:
+        """Wait until every queued copy and device operation is done."""
+
+    def close(self) -> None:
+        """Give back what the transfer borrowed (idempotent)."""
+
+
+def check_staging(slot_bytes: int | str, slots: int) -> tuple[int, int]:
+    """Validated ``(slot_bytes, slots)``; ``slot_bytes`` may be a size string ("32MiB")."""
+    size = parse_size(slot_bytes, name="slot_bytes")
+    if size < 4096:
+        raise ConfigError(f"slot_bytes={slot_bytes!r} is too small; accepted: >= 4096 bytes")
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 2:
+        raise ConfigError(f"slots={slots!r}; accepted: an int >= 2 (one fills while one copies)")
+    return size, slots
+
+
+def _read_some(reader: Any, into: memoryview, pos: int, nbytes: int) -> int:
+    got = reader.readinto(into)
+    if not got:
+        raise OSError(f"the source ended after {pos} of {nbytes} bytes")
+    return int(got)
+
+
+class PinnedStaging:
+    """A ring of pinned host slots and one stream on one CUDA device.
+
+    Not thread-safe; use :meth:`acquire` / :meth:`release` to share.
+    """
+
+    _pool_lock: ClassVar[threading.Lock] = threading.Lock()
+    _pool: ClassVar[dict[tuple[int, int, int], list[PinnedStaging]]] = {}
+
+    def __init__(
+        self, device_id: int, slot_bytes: int = DEFAULT_SLOT_BYTES, slots: int = DEFAULT_SLOTS
+    ) -> None:
+        slot_bytes, slots = check_staging(slot_bytes, slots)
+        import cupy
+        import cupyx
+
+        self.cupy = cupy
+        self.device_id = device_id
+        self.slot_bytes = slot_bytes
+        with cupy.cuda.Device(device_id):
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(slots)]
+        # NumPy arrays over page-locked memory: the copy engine reads them directly.
+        self.buffers = [cupyx.empty_pinned((slot_bytes,), np.uint8) for _ in range(slots)]
+        self.pointers = [int(b.ctypes.data) for b in self.buffers]
+
+    @classmethod
+    def acquire(
+        cls, device_id: int, slot_bytes: int = DEFAULT_SLOT_BYTES, slots: int = DEFAULT_SLOTS
+    ) -> PinnedStaging:
+        """An idle staging of this shape from the pool, or a new one."""
+        with cls._pool_lock:
+            idle = cls._pool.get((device_id, slot_bytes, slots))
+            if idle:
+                return idle.pop()
+        return cls(device_id, slot_bytes, slots)
+
+    def release(self) -> None:
+        """Return to the pool (after its stream is idle)."""
+        self.stream.synchronize()
+        key = (self.device_id, self.slot_bytes, len(self.buffers))
+        with self._pool_lock:
+            idle = self._pool.setdefault(key, [])
+            if len(idle) < _POOL_KEEP:
+                idle.append(self)
+
+
+class _CudaTransfer(Transfer):
+    def __init__(self, domain: AllocationDomain, staging: PinnedStaging, timing: bool) -> None:
+        super().__init__(domain)
+        self._staging = staging
+        self._cp = staging.cupy
+        self._timing = timing
+        self._timed: list[tuple[Any, Any]] = []
+        self._slot = 0
+        self._used = 0
+        self._closed = False
+
+    @contextmanager
+    def device(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            stack.enter_context(self.domain.scope())
+            stack.enter_context(self._staging.stream)
+            yield
+
+    def _next_slot(self) -> None:
+        staging = self._staging
+        staging.events[self._slot].record(staging.stream)
+        self._slot = (self._slot + 1) % len(staging.buffers)
+        staging.events[self._slot].synchronize()  # its last copy has left it
+        self._used = 0
+
+    def to_device(self, host: np.ndarray, dst: Any) -> None:
+        src = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        n = int(src.nbytes)
+        if n != int(dst.nbytes) or not dst.flags.c_contiguous:
+            raise ValueError(f"destination of {dst.nbytes} B does not take {n} B contiguously")
+        staging, dst_ptr, pos = self._staging, int(dst.data.ptr), 0
+        while pos < n:
+            room = staging.slot_bytes - self._used
+            if room == 0:
+                self._next_slot()
+                continue
+            k = min(room, n - pos)
+            started = time.perf_counter()
+            np.copyto(staging.buffers[self._slot][self._used : self._used + k], src[pos : pos + k])
+            self.stats.staging_seconds += time.perf_counter() - started
+            self._queue_copy(dst_ptr + pos, k)
+            pos += k
+        self.stats.h2d_bytes += n
+
+    def _queue_copy(self, dst_ptr: int, k: int) -> None:
+        staging, cp = self._staging, self._cp
+        events = None
+        if self._timing:
+            events = (cp.cuda.Event(), cp.cuda.Event())
+            events[0].record(staging.stream)
+        cp.cuda.runtime.memcpyAsync(
+            dst_ptr,
+            staging.pointers[self._slot] + self._used,
+            k,
+            cp.cuda.runtime.memcpyHostToDevice,
+            staging.stream.ptr,
+        )
+        if events is not None:
+            events[1].record(staging.stream)
+            self._timed.append(events)
+        self._used += k
+        self.stats.h2d_copies += 1
+
+    def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
+        if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:
+            raise ValueError(f"destination of {dst.nbytes} B does not take {nbytes} B")
+        staging, dst_ptr, pos = self._staging, int(dst.data.ptr), 0
+        while pos < nbytes:
+            room = staging.slot_bytes - self._used
+            if room == 0:
+                self._next_slot()
+                continue
+            k = min(room, nbytes - pos)
+            started = time.perf_counter()
+            slot = memoryview(staging.buffers[self._slot])[self._used : self._used + k]
+            k = _read_some(reader, slot, pos, nbytes)
+            self.stats.staging_seconds += time.perf_counter() - started
+            self._queue_copy(dst_ptr + pos, k)
+            pos += k
+        self.stats.h2d_bytes += nbytes
+
+    def finish(self) -> None:
+        self._staging.stream.synchronize()
+        if self._timed:
+            elapsed = self._cp.cuda.get_elapsed_time
+            self.stats.h2d_seconds += sum(elapsed(a, b) for a, b in self._timed) / 1000.0
+            self._timed.clear()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._staging.release()
+
+
+def open_transfer(
+    domain: AllocationDomain,
+    *,
+    timing: bool = False,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
+    slots: int = DEFAULT_SLOTS,
+) -> Transfer:
+    """A transfer into ``domain``: pinned staging on CUDA, a plain copy on the host.
+
+    Close it when done (it returns its pinned slots to the pool). Raises
+    ConfigError for a slot size under 4096 bytes or fewer than 2 slots.
+    """
+    slot_bytes, slots = check_staging(slot_bytes, slots)
+    if is_cuda_domain(domain):
+        staging = PinnedStaging.acquire(domain.device_id, slot_bytes, slots)
+        return _CudaTransfer(domain, staging, timing)
+    return Transfer(domain)

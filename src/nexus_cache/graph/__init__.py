@@ -1,0 +1,51 @@
+"""Graph algorithms on NumPy or CuPy: CSR construction, BFS, PageRank, similarities.
+
+Everything here is written once against an array module ``xp`` (NumPy with
+``scipy.sparse`` on the host, CuPy with ``cupyx.scipy.sparse`` on the GPU);
+a graph lives on the module of the edge columns it was built from (or the
+``xp`` given to :func:`build_graph`). Results are :class:`GraphResult`
+frames keyed by the original vertex ids; ``to_arrow()`` gives a
+``pyarrow.Table``.
+
+The package is lazy: each public name loads its module on first access, so
+importing one submodule (``nexus_cache.graph.options``) stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_MAX_TEMP_BYTES": "nexus_cache.graph.similarities",
+    "DUPLICATE_RULES": "nexus_cache.graph.options",
+    "METRICS": "nexus_cache.graph.similarities",
+    "ORIENTATIONS": "nexus_cache.graph.options",
+    "Graph": "nexus_cache.graph.csr",
+    "GraphOptions": "nexus_cache.graph.options",
+    "GraphResult": "nexus_cache.graph.result",
+    "bfs": "nexus_cache.graph.traversal",
+    "build_graph": "nexus_cache.graph.csr",
+    "cosine": "nexus_cache.graph.similarities",
+    "jaccard": "nexus_cache.graph.similarities",
+    "overlap": "nexus_cache.graph.similarities",
+    "pagerank": "nexus_cache.graph.ranking",
+    "similarity": "nexus_cache.graph.similarities",
+    "sorensen": "nexus_cache.graph.similarities",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nexus_cache.graph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

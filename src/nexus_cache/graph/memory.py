@@ -1,0 +1,75 @@
+"""Upper estimates of the memory a graph build and each algorithm's run take.
+
+A device cache reserves these in its ledger before building a graph or
+running an algorithm on a parked one (the "headroom"), so the estimates err
+high. They count bytes per vertex, per stored arc and per input edge, from
+the arrays each step allocates; none of them is a hard bound on the
+allocator (pool rounding and library temporaries come on top).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from nexus_cache._sizes import parse_size
+from nexus_cache.graph.arrays import is_cupy
+from nexus_cache.graph.csr import Graph
+from nexus_cache.graph.options import GraphOptions
+from nexus_cache.graph.similarities import DEFAULT_MAX_TEMP_BYTES
+
+__all__ = ["build_bytes", "transient_bytes"]
+
+# Input copies (two int64 id columns) and the renumbered int32/int64 endpoints.
+_BUILD_PER_EDGE = 32
+# Per stored arc: the packed key, the sort's output and scratch, the indices.
+_BUILD_PER_ARC = 40
+# Weighted builds also sort an order array and gather the weights.
+_BUILD_PER_WEIGHTED_ARC = 24
+# BFS: distances, predecessors, masks, frontier list, result ids per vertex.
+_BFS_PER_VERTEX = 40
+# BFS top-down expansion: pair, position, neighbour, fresh mask per element.
+_BFS_PER_EXPANDED = 40
+_BFS_EXPANSION_CAP = 1 << 24
+# Similarity: pair ids, degrees, counts and score per pair.
+_SIMILARITY_PER_PAIR = 64
+# The host's chunked walk: its bytes per element (see graph.similarity).
+_SIMILARITY_PER_ELEMENT = 64
+# A transient transpose: rows, packed key, sort scratch, new indices.
+_TRANSPOSE_PER_ARC = 36
+
+
+def build_bytes(n_edges: int, options: GraphOptions, weighted: bool) -> int:
+    """Peak bytes of :func:`~nexus_cache.graph.build_graph` on ``n_edges`` edges."""
+    arcs = n_edges if options.directed else 2 * n_edges
+    per_arc = _BUILD_PER_ARC + (_BUILD_PER_WEIGHTED_ARC if weighted else 0)
+    return n_edges * _BUILD_PER_EDGE + arcs * per_arc + (1 << 20)
+
+
+def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> int:
+    """Bytes ``algorithm`` allocates besides ``graph`` while it runs (and its result)."""
+    n, arcs = graph.n_vertices, graph.n_arcs
+    transpose = arcs * _TRANSPOSE_PER_ARC
+    if algorithm == "bfs":
+        needs_transpose = graph.directed and params.get("direction", "auto") != "auto"
+        expanded = min(arcs, _BFS_EXPANSION_CAP) * _BFS_PER_EXPANDED
+        rows = arcs * 8  # the host's bottom-up step keeps the row of every arc
+        extra = transpose if needs_transpose else 0
+        return n * _BFS_PER_VERTEX + expanded + rows + extra + (1 << 20)
+    if algorithm == "pagerank":
+        size = np.dtype(params.get("dtype") or graph.options.weight_dtype).itemsize
+        extra = transpose if graph.directed and not graph.options.stores_in_edges else 0
+        return arcs * (2 * size + 8) + n * 10 * size + extra + (1 << 20)
+    pairs = params.get("pairs")
+    count = arcs if pairs is None else len(pairs[0])
+    rows = arcs * 8 if pairs is None else 0
+    budget = parse_size(
+        params.get("max_temp_bytes", DEFAULT_MAX_TEMP_BYTES), name="max_temp_bytes"
+    )
+    chunk = 0
+    if not is_cupy(graph.xp) and arcs:  # the GPU kernel walks without temporaries
+        longest = int(graph.xp.diff(graph.indptr).max())
+        chunk = min(budget, count * longest * _SIMILARITY_PER_ELEMENT)
+    return count * _SIMILARITY_PER_PAIR + rows + chunk + (1 << 20)

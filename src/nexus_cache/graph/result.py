@@ -1,0 +1,68 @@
+"""The frame every graph algorithm returns: named columns keyed by original ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache.graph.arrays import to_numpy
+
+__all__ = ["GraphResult"]
+
+
+class GraphResult(Mapping[str, Any]):
+    """Named, equal-length columns on the graph's array module, plus run facts.
+
+    It is a read-only mapping of column name to NumPy / CuPy array, so it can
+    be handed to anything that takes a frame. ``valid`` optionally gives a
+    boolean mask per column; masked-out rows become nulls in :meth:`to_arrow`
+    (their raw values are unspecified). ``info`` holds run facts such as
+    PageRank's ``iterations`` and ``converged``.
+    """
+
+    __slots__ = ("_columns", "_valid", "info")
+
+    def __init__(
+        self,
+        columns: Mapping[str, Any],
+        *,
+        valid: Mapping[str, Any] | None = None,
+        info: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._columns = dict(columns)
+        self._valid = dict(valid or {})
+        self.info: dict[str, Any] = dict(info or {})
+
+    def __getitem__(self, name: str) -> Any:
+        return self._columns[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    @property
+    def num_rows(self) -> int:
+        first = next(iter(self._columns.values()), None)
+        return 0 if first is None else int(first.shape[0])
+
+    def valid(self, name: str) -> Any | None:
+        """The validity mask of column ``name`` (None: every row is valid)."""
+        return self._valid.get(name)
+
+    def to_arrow(self) -> pa.Table:
+        """A ``pyarrow.Table`` with the same columns (copied to the host)."""
+        arrays = {}
+        for name, column in self._columns.items():
+            mask = self._valid.get(name)
+            host_mask = None if mask is None else ~to_numpy(mask)
+            arrays[name] = pa.array(to_numpy(column), mask=host_mask)
+        return pa.table(arrays)
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphResult(columns={list(self._columns)}, rows={self.num_rows}, info={self.info})"
+        )

@@ -1,0 +1,66 @@
+"""The operation counters every program cache backend keeps, in one place."""
+
+from __future__ import annotations
+
+import threading
+
+from nexus_cache.program._caps import log_oversize
+from nexus_cache.program._resource import CacheStats
+
+__all__ = ["OpCounters"]
+
+
+class OpCounters:
+    """Hits, misses, stores, evictions, corrupt entries and skipped oversize stores
+    of one cache object since it was opened. Thread-safe (its own lock)."""
+
+    __slots__ = ("_lock", "corrupt", "evictions", "hits", "misses", "oversize", "stores")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.stores = 0
+        self.evictions = self.corrupt = self.oversize = 0
+
+    def hit(self) -> None:
+        with self._lock:
+            self.hits += 1
+
+    def miss(self, *, corrupt: int = 0) -> None:
+        """One miss; ``corrupt`` counts entries found damaged (and removed) on the way."""
+        with self._lock:
+            self.misses += 1
+            self.corrupt += corrupt
+
+    def found_corrupt(self, n: int) -> None:
+        """Corrupt entries found outside a lookup (``verify``)."""
+        with self._lock:
+            self.corrupt += n
+
+    def stored(self) -> None:
+        with self._lock:
+            self.stores += 1
+
+    def evicted(self, n: int) -> None:
+        if n:
+            with self._lock:
+                self.evictions += n
+
+    def skipped_oversize(self, cache: object, size: int, cap: int) -> None:
+        """An entry larger than the cap on its own: counted and logged, not stored."""
+        with self._lock:
+            self.oversize += 1
+        log_oversize(cache, size, cap)
+
+    def snapshot(self, entries: int, nbytes: int) -> CacheStats:
+        """:class:`CacheStats` of these counters and the store's current size."""
+        with self._lock:
+            return CacheStats(
+                hits=self.hits,
+                misses=self.misses,
+                stores=self.stores,
+                evictions=self.evictions,
+                corrupt=self.corrupt,
+                entries=entries,
+                bytes=nbytes,
+                oversize=self.oversize,
+            )

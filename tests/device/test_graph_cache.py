@@ -1,0 +1,400 @@
+"""The resident graph cache on the host backend: keys, miss/hit, fallbacks, drift."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import threading
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from nexus_cache.backends import HostBackend
+from nexus_cache.device import (
+    DeviceProfile,
+    DeviceResidentCaches,
+    GraphRunStatus,
+    GraphUncachedReason,
+    ResidencyState,
+    ResidentGraphKey,
+    SourceFrameKey,
+    plan_graph_run,
+    run_graph,
+)
+from nexus_cache.errors import GraphInputError
+from nexus_cache.graph import GraphOptions, build_graph, pagerank
+
+csr = importlib.import_module("nexus_cache.graph.csr")
+edges_module = importlib.import_module("nexus_cache.graph.edges")
+ranking = importlib.import_module("nexus_cache.graph.ranking")
+
+MIB = 1 << 20
+SOURCE = SourceFrameKey(("local", "/data/edges.parquet", "etag-1"), columns=("src", "dst", "w"))
+RUNS: list[tuple[str, dict[str, Any]]] = [
+    ("bfs", {"sources": [10**12 + 3]}),
+    ("pagerank", {"alpha": 0.9}),
+    ("jaccard", {}),
+    ("sorensen", {"pairs": ([10**12 + 1, 10**12 + 2], [10**12 + 3, 10**12 + 4])}),
+    ("overlap", {}),
+    ("cosine", {}),
+]
+
+
+def _edges(seed: int = 0, m: int = 400) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ids = 10**12 + rng.integers(0, 60, (m, 2))
+    return pa.table({"src": ids[:, 0], "dst": ids[:, 1], "w": rng.random(m)})
+
+
+@pytest.fixture
+def caches() -> Any:
+    backend = HostBackend(device_total_bytes=512 * MIB)
+    with DeviceResidentCaches([DeviceProfile(0, 64 * MIB, 256 * MIB)], backend=backend) as c:
+        yield c
+
+
+def _plan(algorithm: str = "pagerank", **kw: Any) -> Any:
+    kw.setdefault("source", SOURCE)
+    kw.setdefault("options", GraphOptions(directed=False))
+    return plan_graph_run(algorithm, weight_column="w", **kw)
+
+
+def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = csr.build_graph
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(csr, "build_graph", counted)
+    return calls
+
+
+@pytest.mark.parametrize(("algorithm", "params"), RUNS)
+def test_hit_after_miss_is_identical_and_does_not_build(
+    caches: Any, monkeypatch: pytest.MonkeyPatch, algorithm: str, params: dict[str, Any]
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges()
+    plan = _plan(algorithm)
+    builds = _count_builds(monkeypatch)
+    miss = cache.run(plan, edges, **params)
+    assert miss.status is GraphRunStatus.MISS
+    assert builds == [1]
+    hit = cache.run(plan, edges, **params)
+    assert hit.status is GraphRunStatus.HIT
+    assert builds == [1], "a hit must not build the graph again"
+    assert hit.build_seconds == 0.0
+    assert hit.result.to_arrow().equals(miss.result.to_arrow())
+    uncached = run_graph(None, plan, edges, **params)
+    assert uncached.status is GraphRunStatus.UNCACHED
+    assert uncached.reason is GraphUncachedReason.NO_CACHE
+    assert hit.result.to_arrow().equals(uncached.result.to_arrow())
+    stats = cache.stats()
+    assert (stats.hits, stats.misses, stats.entries) == (1, 1, 1)
+
+
+def test_one_parked_graph_serves_every_keyable_algorithm(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(1)
+    statuses = [cache.run(_plan(a), edges, **p).status for a, p in RUNS]
+    assert statuses == [GraphRunStatus.MISS] + [GraphRunStatus.HIT] * (len(RUNS) - 1)
+    assert cache.graph_stats().builds == 1
+
+
+def test_only_the_measured_parked_graph_stays_charged(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    cache.run(_plan(), _edges(2))
+    snap = caches.ledger(0).snapshot()
+    domain = caches.factory(0).domain
+    with cache.checkout(_plan().key) as handle:
+        graph = handle.value
+        measured = domain.measured_bytes(graph.device_arrays())
+        assert handle.entry.nbytes == measured
+        del graph
+    assert snap.cache_evictable_resident_bytes == measured
+    assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0
+    assert snap.cache_charged_bytes == measured  # no build or headroom charge left
+    assert domain.used_bytes() == measured  # the build's transients are gone
+
+
+def test_the_key_changes_with_every_contract_field() -> None:
+    base = ResidentGraphKey(SOURCE, "src", "dst", "w", GraphOptions())
+    assert base == ResidentGraphKey(SOURCE, "src", "dst", "w", GraphOptions())
+    assert (
+        base.fingerprint == ResidentGraphKey(SOURCE, "src", "dst", "w", GraphOptions()).fingerprint
+    )
+    other_source = dataclasses.replace(SOURCE, source=("local", "/data/edges.parquet", "etag-2"))
+    variants = [
+        ResidentGraphKey(other_source, "src", "dst", "w", GraphOptions()),
+        ResidentGraphKey(("proven", "identity"), "src", "dst", "w", GraphOptions()),
+        ResidentGraphKey(SOURCE, "a", "dst", "w", GraphOptions()),
+        ResidentGraphKey(SOURCE, "src", "b", "w", GraphOptions()),
+        ResidentGraphKey(SOURCE, "src", "dst", None, GraphOptions()),
+        ResidentGraphKey(SOURCE, "src", "dst", "w2", GraphOptions()),
+    ]
+    changed = {
+        "directed": False,
+        "drop_self_loops": True,
+        "duplicates": "max",
+        "vertex_dtype": "int64",
+        "weight_dtype": "float64",
+        "orientation": "transposed",
+    }
+    assert set(changed) == {f.name for f in dataclasses.fields(GraphOptions)}
+    for name, value in changed.items():
+        options = GraphOptions(**{name: value})
+        variants.append(ResidentGraphKey(SOURCE, "src", "dst", "w", options))
+    for variant in variants:
+        assert variant != base
+        assert variant.fingerprint != base.fingerprint
+    assert len({v.fingerprint for v in variants}) == len(variants)
+    assert "etag" not in repr(base)  # only the fingerprint is shown
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "algorithm", "reason"),
+    [
+        ({"source": None}, "pagerank", GraphUncachedReason.UNSTABLE_SOURCE),
+        ({"source": ()}, "jaccard", GraphUncachedReason.UNSTABLE_SOURCE),
+        (
+            {"source": dataclasses.replace(SOURCE, empty_chunk=True)},
+            "pagerank",
+            GraphUncachedReason.SOURCE_BYPASS,
+        ),
+        ({"edge_id_column": "edge_id"}, "cosine", GraphUncachedReason.EDGE_ID_BINDING),
+        ({"include_edges": True}, "bfs", GraphUncachedReason.INCLUDE_EDGES),
+    ],
+)
+def test_unkeyable_plans_never_create_entries(
+    caches: Any, kwargs: dict[str, Any], algorithm: str, reason: GraphUncachedReason
+) -> None:
+    cache = caches.graph_cache(0)
+    plan = _plan(algorithm, **kwargs)
+    assert plan.key is None
+    assert plan.uncached_reason is reason
+    params = {"sources": [10**12 + 3]} if algorithm == "bfs" else {}
+    run = cache.run(plan, _edges(3), **params)
+    assert run.status is GraphRunStatus.UNCACHED
+    assert run.reason is reason
+    stats = cache.stats()
+    assert (stats.entries, stats.reservations, stats.hits, stats.misses) == (0, 0, 0, 0)
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    assert cache.graph_stats().uncached == {reason.value: 1}
+    if kwargs.get("include_edges"):
+        assert run.result.info["tree_edges"].num_rows > 0
+
+
+def test_concurrent_duplicate_builds_reconcile_with_exact_charges(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    both_missed = threading.Barrier(2, timeout=30)
+    real = edges_module.edge_columns
+
+    def read_together(*args: Any, **kwargs: Any) -> Any:
+        both_missed.wait()  # both threads missed the same key and start to build it
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(edges_module, "edge_columns", read_together)
+    edges = _edges(4)
+    runs: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: runs.append(cache.run(_plan(), edges))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [r.status for r in runs] == [GraphRunStatus.MISS] * 2
+    assert runs[0].result.to_arrow().equals(runs[1].result.to_arrow())
+    stats = cache.stats()
+    assert (stats.entries, stats.publishes, stats.duplicates) == (1, 1, 1)
+    assert cache.graph_stats().builds == 2
+    snap = caches.ledger(0).snapshot()
+    with cache.checkout(_plan().key) as handle:
+        kept = handle.entry.nbytes
+    assert snap.cache_charged_bytes == snap.cache_evictable_resident_bytes == kept
+    assert caches.factory(0).domain.used_bytes() == kept  # the loser's graph was freed
+
+
+def test_no_headroom_on_a_hit_falls_back_uncached(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(5)
+    parked = cache.run(_plan(), edges)
+    ledger = caches.ledger(0)
+    before = ledger.snapshot()
+    grant = ledger.admit_grant("other-attempt", before.free_managed_bytes - 1024)
+    run = cache.run(_plan(), edges)
+    assert run.status is GraphRunStatus.UNCACHED
+    assert run.reason is GraphUncachedReason.NO_HEADROOM
+    assert run.result.to_arrow().equals(parked.result.to_arrow())
+    after = ledger.snapshot()
+    assert after.cache_evictable_resident_bytes == before.cache_evictable_resident_bytes
+    assert after.cache_reserved_bytes == 0
+    assert cache.stats().entries == 1  # still parked for later attempts
+    ledger.release_grant(grant)
+    assert cache.run(_plan(), edges).status is GraphRunStatus.HIT
+
+
+def test_no_room_to_build_falls_back_and_keeps_nothing() -> None:
+    backend = HostBackend(device_total_bytes=64 * MIB)
+    with DeviceResidentCaches([DeviceProfile(0, 64 * 1024, 32 * MIB)], backend=backend) as c:
+        run = c.graph_cache(0).run(_plan(), _edges(6))
+        assert run.status is GraphRunStatus.UNCACHED
+        assert run.reason is GraphUncachedReason.NO_HEADROOM
+        assert "build not reserved" in run.detail
+        assert c.graph_cache(0).stats().entries == 0
+        assert c.ledger(0).snapshot().cache_charged_bytes == 0
+
+
+def test_baseline_drift_destroys_the_graph_and_is_reported(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(7)
+    first = cache.run(_plan(), edges)
+    domain = caches.factory(0).domain
+    leaked: list[Any] = []
+
+    def leaky_pagerank(graph: Any, **params: Any) -> Any:
+        leaked.append(domain.empty(4096, np.uint8))  # injected leak in the cache domain
+        return pagerank(graph, **params)
+
+    monkeypatch.setattr(ranking, "pagerank", leaky_pagerank)
+    run = cache.run(_plan(), edges)
+    assert run.status is GraphRunStatus.HIT
+    assert run.drift_bytes == 4096
+    assert "destroyed" in run.detail
+    assert run.result.to_arrow().equals(first.result.to_arrow())
+    assert cache.graph_stats().drifts == 1
+    stats = cache.stats()
+    assert (stats.entries, stats.destroyed) == (0, 1)
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_charged_bytes == 0  # the destroyed graph's charge is released
+    assert snap.admission_open
+    leaked.clear()
+    monkeypatch.setattr(ranking, "pagerank", pagerank)
+    assert cache.run(_plan(), edges).status is GraphRunStatus.MISS
+
+
+def test_algorithm_errors_reach_the_caller_and_the_graph_stays_parked(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(8)
+    cache.run(_plan("bfs"), edges, sources=[10**12 + 1])
+    with pytest.raises(GraphInputError, match="not vertices"):
+        cache.run(_plan("bfs"), edges, sources=[42])
+    with cache.checkout(_plan().key) as handle:
+        assert handle.entry.pins == 1
+    assert caches.ledger(0).snapshot().cache_reserved_bytes == 0  # headroom released
+    assert cache.run(_plan("bfs"), edges, sources=[10**12 + 1]).status is GraphRunStatus.HIT
+
+
+def test_shutdown_drains_parked_graphs(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    cache.run(_plan(), _edges(9))
+    results = caches.shutdown()
+    assert all(r.complete for r in results)
+    assert results[0].graph is not None
+    assert results[0].graph.destroyed == 1
+    run = cache.run(_plan(), _edges(9))
+    assert run.reason is GraphUncachedReason.NO_CACHE
+
+
+def test_parked_graph_matches_an_uncached_build(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(10)
+    cache.run(_plan(), edges)
+    reference = build_graph(edges, weight="w", options=GraphOptions(directed=False))
+    with cache.checkout(_plan().key) as handle:
+        for got, want in zip(handle.value.arrays(), reference.arrays(), strict=True):
+            assert np.array_equal(got, want)
+        assert handle.entry.state is ResidencyState.PINNED
+
+
+def test_build_and_run_blocks_go_back_to_the_device(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(11)
+    cache.run(_plan(), edges)
+    cache.run(_plan("jaccard"), edges)
+    counters = caches.factory(0).counters()
+    charged = caches.ledger(0).snapshot().cache_charged_bytes
+    assert counters.used_bytes == counters.held_bytes == charged
+
+
+def test_many_threads_leave_exact_charges_and_a_clean_shutdown(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edge_sets = [_edges(20), _edges(21)]
+    sources = [("proven", 20), ("proven", 21)]
+    expected = {
+        (i, a): run_graph(None, _plan(a, source=sources[i]), edge_sets[i], **p).result.to_arrow()
+        for i in range(2)
+        for a, p in RUNS
+    }
+    failures: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(6):
+                i = int(rng.integers(2))
+                algorithm, params = RUNS[int(rng.integers(len(RUNS)))]
+                run = cache.run(_plan(algorithm, source=sources[i]), edge_sets[i], **params)
+                assert run.status is not GraphRunStatus.UNCACHED
+                assert run.result.to_arrow().equals(expected[(i, algorithm)])
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    stats = cache.stats()
+    assert stats.entries == 2
+    assert stats.publishes == 2
+    assert cache.graph_stats().builds == 2 + stats.duplicates
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0
+    assert caches.factory(0).domain.used_bytes() == snap.cache_charged_bytes
+    results = caches.shutdown()
+    assert all(r.complete for r in results)
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+
+
+def test_drift_waits_for_other_pins_before_destroying(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(12)
+    cache.run(_plan(), edges)
+    domain = caches.factory(0).domain
+    leaked: list[Any] = []
+
+    def leaky_pagerank(graph: Any, **params: Any) -> Any:
+        leaked.append(domain.empty(512, np.uint8))
+        return pagerank(graph, **params)
+
+    monkeypatch.setattr(ranking, "pagerank", leaky_pagerank)
+    reader = cache.checkout(_plan().key)  # another attempt still reads the graph
+    assert reader is not None
+    runs: list[Any] = []
+    worker = threading.Thread(target=lambda: runs.append(cache.run(_plan(), edges)))
+    worker.start()
+    for _ in range(2000):  # until the drifted run blocked new pins and waits for ours
+        if reader.entry.pins_blocked:
+            break
+        threading.Event().wait(0.005)
+    assert reader.entry.pins_blocked
+    assert cache.checkout(_plan().key) is None  # no new pins on a graph being destroyed
+    reader.release()
+    worker.join(30)
+    assert runs[0].drift_bytes == 512
+    assert runs[0].detail.endswith("the graph: destroyed")
+    assert reader.entry.state is ResidencyState.DESTROYED
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    leaked.clear()

@@ -1,0 +1,176 @@
+"""Edge frames, options and refusals of nexus_cache.graph (host backend)."""
+
+from __future__ import annotations
+
+import importlib
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
+from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
+
+bfs_module = importlib.import_module("nexus_cache.graph.traversal")
+
+EDGES = {"a": np.array([5, 7, 7, 9]), "b": np.array([7, 9, 9, 5]), "w": np.array([1, 2, 3, 4.0])}
+
+
+def test_arrow_table_and_dict_give_the_same_graph() -> None:
+    table = pa.table(EDGES)
+    from_arrow = build_graph(table, source="a", destination="b", weight="w")
+    from_dict = build_graph(EDGES, source="a", destination="b", weight="w")
+    for x, y in zip(from_arrow.arrays(), from_dict.arrays(), strict=True):
+        assert np.array_equal(x, y)
+    assert from_arrow.weights.tolist() == [1.0, 5.0, 4.0]  # 7->9 twice, summed
+
+
+def test_arrow_chunked_columns_and_record_batch() -> None:
+    table = pa.concat_tables([pa.table(EDGES), pa.table(EDGES)])
+    graph = build_graph(table.to_batches()[0], source="a", destination="b")
+    assert graph.n_arcs == 3
+    assert graph.vertex_ids.tolist() == [5, 7, 9]
+    graph = build_graph(
+        table, source="a", destination="b", options=GraphOptions(duplicates="keep")
+    )
+    assert graph.n_arcs == 8
+
+
+@pytest.mark.parametrize(
+    ("frame", "kwargs", "message"),
+    [
+        (EDGES, {"source": "x"}, "no column 'x'"),
+        (pa.table({"src": [1, None], "dst": [2, 3]}), {}, "null values"),
+        ({"src": np.array([1.5]), "dst": np.array([2])}, {}, "integer vertex ids"),
+        (
+            {"src": np.array([1]), "dst": np.array([2]), "w": np.array([np.nan])},
+            {"weight": "w"},
+            "NaN",
+        ),
+        ({"src": np.array([1, 2]), "dst": np.array([2])}, {}, "equal length"),
+        (
+            {"src": np.array([2**64 - 1], dtype=np.uint64), "dst": np.array([2], dtype=np.uint64)},
+            {},
+            "2\\*\\*63",
+        ),
+    ],
+)
+def test_bad_edge_frames_are_refused(frame: object, kwargs: dict, message: str) -> None:
+    with pytest.raises(GraphInputError, match=message):
+        build_graph(frame, **kwargs)
+
+
+def test_bad_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="duplicates='avg'"):
+        GraphOptions(duplicates="avg")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="directed"):
+        GraphOptions(directed=1)  # type: ignore[arg-type]
+    graph = build_graph({"src": np.array([1]), "dst": np.array([2])})
+    with pytest.raises(ConfigError, match="alpha"):
+        pagerank(graph, alpha=float("nan"))
+    with pytest.raises(ConfigError, match="max_iter"):
+        pagerank(graph, max_iter=0)
+    with pytest.raises(ConfigError, match="depth_limit"):
+        bfs(graph, [1], depth_limit=-1)
+    with pytest.raises(ConfigError, match="max_temp_bytes"):
+        jaccard(graph, max_temp_bytes="lots")
+
+
+def test_unknown_vertices_are_named() -> None:
+    graph = build_graph({"src": np.array([1, 2]), "dst": np.array([2, 3])})
+    with pytest.raises(GraphInputError, match=r"\[42\]"):
+        bfs(graph, [1, 42])
+    with pytest.raises(GraphInputError, match="personalization"):
+        pagerank(graph, personalization=([1], [0.0]))
+    with pytest.raises(GraphInputError, match="equal numbers"):
+        jaccard(graph, ([1, 2], [3]))
+
+
+def test_too_many_vertices_for_int32_is_refused() -> None:
+    n = 3
+    graph = build_graph({"src": np.arange(n), "dst": np.arange(n) + 1})
+    assert graph.indices.dtype == np.int32
+    from nexus_cache.graph import _build
+
+    with pytest.raises(GraphInputError, match="vertex_dtype='int64'"):
+        _build._check_vertex_count(2**31, np.dtype(np.int32))
+
+
+def test_pagerank_reports_nonconvergence_or_raises() -> None:
+    rng = np.random.default_rng(0)
+    edges = {"src": rng.integers(0, 50, 300), "dst": rng.integers(0, 50, 300)}
+    graph = build_graph(edges)
+    result = pagerank(graph, max_iter=2, tol=1e-12)
+    assert result.info["converged"] is False
+    assert result.info["iterations"] == 2
+    with pytest.raises(GraphConvergenceError, match="max_iter=2"):
+        pagerank(graph, max_iter=2, tol=1e-12, fail_on_nonconvergence=True)
+    done = pagerank(graph, tol=1e-6)
+    assert done.info["converged"] is True
+    assert done.info["error"] < 50 * 1e-6
+
+
+def test_empty_graph() -> None:
+    graph = build_graph({"src": np.zeros(0, np.int64), "dst": np.zeros(0, np.int64)})
+    assert graph.n_vertices == 0
+    assert graph.indptr.tolist() == [0]
+    assert pagerank(graph).to_arrow().num_rows == 0
+    assert jaccard(graph).to_arrow().num_rows == 0
+
+
+def test_both_bfs_steps_run_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"push": 0, "pull": 0}
+    push, pull = bfs_module._push_step, bfs_module._pull_step
+
+    def counted_push(*args: object) -> None:
+        calls["push"] += 1
+        push(*args)
+
+    def counted_pull(*args: object) -> None:
+        calls["pull"] += 1
+        pull(*args)
+
+    monkeypatch.setattr(bfs_module, "_push_step", counted_push)
+    monkeypatch.setattr(bfs_module, "_pull_step", counted_pull)
+    rng = np.random.default_rng(1)
+    # A long path into a dense core: top-down at first, bottom-up in the
+    # core, top-down again for the sparse tail.
+    core = rng.integers(0, 300, (6000, 2))
+    tail = np.stack([np.arange(299, 329), np.arange(300, 330)], axis=1)
+    head = np.stack([np.arange(-20, 0), np.arange(-19, 1)], axis=1)
+    e = np.concatenate([head, core, tail])
+    graph = build_graph({"src": e[:, 0], "dst": e[:, 1]}, options=GraphOptions(directed=False))
+    result = bfs(graph, [-20])
+    assert calls["push"] >= 2
+    assert calls["pull"] >= 1
+    table = result.to_arrow().to_pydict()
+    expected = nx.single_source_shortest_path_length(nx.Graph(e.tolist()), -20)
+    assert dict(zip(table["vertex"], table["distance"], strict=True)) == expected
+
+
+def test_result_is_a_mapping_with_nulls_in_arrow() -> None:
+    graph = build_graph({"src": np.array([1, 3]), "dst": np.array([2, 4])})
+    result = bfs(graph, [1])
+    assert list(result) == ["vertex", "distance", "predecessor"]
+    assert result.num_rows == 4
+    table = result.to_arrow()
+    assert table.column("distance").to_pylist() == [0, 1, None, None]
+    assert table.column("predecessor").to_pylist() == [None, 1, None, None]
+
+
+def test_device_frame_edges_on_the_host_backend() -> None:
+    from nexus_cache.backends import HostBackend
+    from nexus_cache.frames import DeviceFrame
+
+    domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    frame = DeviceFrame.from_arrow(pa.table(EDGES), domain=domain)
+    graph = build_graph(frame, source="a", destination="b", weight="w")
+    reference = build_graph(EDGES, source="a", destination="b", weight="w")
+    for got, want in zip(graph.arrays(), reference.arrays(), strict=True):
+        assert np.array_equal(got, want)
+    nulls = DeviceFrame.from_arrow(pa.table({"src": [1, None], "dst": [2, 3]}), domain=domain)
+    with pytest.raises(GraphInputError, match="null values"):
+        build_graph(nulls)
+    frame.release()
+    nulls.release()
