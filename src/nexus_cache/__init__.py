@@ -41,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "select_backend": "nexus_cache.backends",
     # device frames
     "DeviceFrame": "nexus_cache.frames",
+    # query service
+    "QueryService": "nexus_cache.service",
+    "ServiceConfig": "nexus_cache.service",
     # graphs and the resident graph cache
     "GraphOptions": "nexus_cache.graph",
     "build_graph": "nexus_cache.graph",

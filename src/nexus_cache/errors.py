@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "AdmissionClosedError",
+    "AdmissionError",
     "AttemptCancelledError",
     "BackendUnavailableError",
     "ByteCountError",
@@ -21,6 +22,7 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "FillError",
+    "GrantExhaustedError",
     "FrameTypeError",
     "GraphConvergenceError",
     "GraphInputError",
@@ -92,12 +94,31 @@ class UnsafeTeardownError(NexusCacheError, RuntimeError):
     """Device memory could not be proven idle and free; its charge is kept, admission closed."""
 
 
-class FrameTypeError(NexusCacheError, TypeError):
-    """An Arrow type (or a column's size) that a device frame cannot hold."""
+class AdmissionError(CapacityError):
+    """An attempt's grant did not fit within the bounded admission wait; the
+    message names the request, the managed capacity, the grants, the cache
+    bytes and how long it waited."""
+
+
+class GrantExhaustedError(CapacityError):
+    """An attempt needed more device memory than its immutable grant; the query
+    service retries it as a new attempt with a larger grant."""
 
 
 class ByteCountError(NexusCacheError, ValueError):
     """A byte count passed at run time (``nbytes``, ``measured_bytes``) is not an int >= 0."""
+
+
+class FrameTypeError(NexusCacheError, TypeError):
+    """An Arrow type (or a column's size) that a device frame cannot hold."""
+
+
+class GraphInputError(NexusCacheError, ValueError):
+    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
+
+
+class GraphConvergenceError(NexusCacheError, RuntimeError):
+    """An iterative graph algorithm did not converge and the caller asked for an error."""
 
 
 class AttemptCancelledError(NexusCacheError, RuntimeError):
@@ -120,11 +141,3 @@ class CacheClosedError(NexusCacheError, ValueError):
 
 class LockUsageError(NexusCacheError, RuntimeError):
     """Misuse of a file lock: acquiring it twice from one thread, or releasing it unheld."""
-
-
-class GraphInputError(NexusCacheError, ValueError):
-    """Edges, vertices or pairs handed to a graph algorithm cannot be used as given."""
-
-
-class GraphConvergenceError(NexusCacheError, RuntimeError):
-    """An iterative graph algorithm did not converge and the caller asked for an error."""

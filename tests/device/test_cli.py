@@ -11,7 +11,8 @@ from nexus_cache.device import REPORT_COLUMNS
 
 
 def test_report_json_host(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["device", "report", "--backend", "host", "--cache-cap-bytes", "4096"]) == 0
+    args = ["device", "report", "--backend", "host", "--cache-cap-bytes", "4K", "--json"]
+    assert main(args) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 1
     row = rows[0]
@@ -20,6 +21,28 @@ def test_report_json_host(capsys: pytest.CaptureFixture[str]) -> None:
     assert row["cache_cap_bytes"] == 4096
     assert row["caches_installed"] is True
     assert row["cache_evictable_resident_bytes"] == 0
+
+
+def test_report_default_is_a_readable_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["device", "report", "--backend", "host", "--demo"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "DEVICE" in line)
+    assert header.split()[:3] == ["DEVICE", "BACKEND", "CACHE"]
+    row = next(line for line in out.splitlines() if line.split()[:2] == ["0", "host"])
+    assert "1.0 MiB" in row  # the pinned demo entry, in IEC units
+    assert "64.0 KiB" in row  # the evictable one
+    assert "open" in row
+    assert "{" not in out
+
+
+def test_report_all_lists_every_field_per_device(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["device", "report", "--backend", "host", "--all"]) == 0
+    out = capsys.readouterr().out
+    for column in REPORT_COLUMNS:
+        field = column
+        for prefix in ("domain_", "source_", "graph_"):
+            field = field.removeprefix(prefix)
+        assert f" {field} " in out, column
 
 
 def test_report_tsv_demo_shows_pinned_and_evictable(capsys: pytest.CaptureFixture[str]) -> None:

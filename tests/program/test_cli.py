@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 
 import pytest
 
@@ -44,18 +46,28 @@ def test_info(setup, capsys):
     opts, _ = setup
     rc, out, _ = run(capsys, "info", *opts)
     assert rc == 0
-    assert "entries: 3" in out
-    assert "bytes:   2400 (2.3 KiB)" in out
+    assert "entries" in out
+    assert "2.3 KiB" in out
+    rc, out, _ = run(capsys, "info", *opts, "--json")
+    info = json.loads(out)
+    assert (info["entries"], info["bytes"]) == (3, 2400)
 
 
 def test_ls_lists_lru_first(setup, capsys):
     opts, _ = setup
-    rc, out, _ = run(capsys, "ls", *opts)
+    rc, out, _ = run(capsys, "ls", *opts, "--json")
     assert rc == 0
-    lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
-    assert [ln.split("\t")[1] for ln in lines] == ["100", "2000", "300"]
-    rc, out, _ = run(capsys, "ls", *opts, "--limit", "1")
-    assert len([ln for ln in out.splitlines() if not ln.startswith("#")]) == 1
+    rows = json.loads(out)
+    assert [r["size"] for r in rows] == [100, 2000, 300]
+    assert all(r["last_access"].endswith("Z") for r in rows)
+    assert all(r["program"] is None for r in rows)  # stored without a sidecar
+    rc, out, _ = run(capsys, "ls", *opts, "--limit", "1", "--json")
+    assert len(json.loads(out)) == 1
+    rc, out, _ = run(capsys, "ls", *opts)
+    assert "100 B" in out
+    assert "2.0 KiB" in out
+    assert "(no name recorded)" in out
+    assert "programs: 3" in out
 
 
 def test_prune_and_clear(setup, capsys):
@@ -66,8 +78,8 @@ def test_prune_and_clear(setup, capsys):
     rc, out, _ = run(capsys, "clear", *opts)
     assert rc == 0
     assert out.startswith("removed 2 entries")
-    rc, out, _ = run(capsys, "info", *opts)
-    assert "entries: 0" in out
+    rc, out, _ = run(capsys, "info", *opts, "--json")
+    assert json.loads(out)["entries"] == 0
 
 
 def test_verify_clean_exits_zero(setup, capsys):
@@ -84,7 +96,7 @@ def test_verify_reports_and_removes_corrupt_filestream(tmp_path, capsys):
         f.write(b"Y")
     rc, out, _ = run(capsys, "verify", "--path", str(c.path))
     assert rc == 1
-    assert f"corrupt, removed: {h}" in out
+    assert re.search(rf"corrupt +removed +{h}", out)
     assert "checked 3: 2 ok, 1 corrupt (removed)" in out
     assert c.get(b"b") is None
     rc, out, _ = run(capsys, "verify", "--path", str(c.path))
@@ -99,23 +111,42 @@ def test_verify_reports_refused_symlink(tmp_path, capsys):
     p.symlink_to(tmp_path)
     rc, out, _ = run(capsys, "verify", "--path", str(c.path))
     assert rc == 1
-    assert f"refused (symbolic link), left in place: {p}" in out
+    rc, out, _ = run(capsys, "verify", "--path", str(c.path), "--json")
+    assert rc == 1
+    assert json.loads(out)["refused"] == [{"path": str(p), "why": "symbolic link"}]
 
 
-def test_missing_cache_is_not_created(tmp_path, capsys):
+def test_missing_cache_exits_2_and_is_not_created(tmp_path, capsys):
     for action in ("info", "ls", "verify", "clear"):
-        rc, out, _ = run(capsys, action, "--path", str(tmp_path / "none"))
-        assert rc == 0
-        assert "no filestream program cache at" in out
+        rc, _, err = run(capsys, action, "--path", str(tmp_path / "none"))
+        assert rc == 2
+        assert "no filestream program cache at" in err
     assert not (tmp_path / "none").exists()
+
+
+def test_sqlite_file_without_backend_suggests_it(tmp_path, capsys):
+    c = sqlite_cache(tmp_path)
+    rc, _, err = run(capsys, "info", "--path", str(c.path))
+    assert rc == 2
+    assert "is a SQLite program cache; add --backend sqlite" in err
+    assert c.path.is_file()
+
+
+def test_cuda_core_cache_directory_is_named(tmp_path, capsys):
+    fs = pytest.importorskip("cuda.core.utils")
+    cache = fs.FileStreamProgramCache(tmp_path / "cc")
+    cache[b"k"] = b"binary"
+    rc, _, err = run(capsys, "ls", "--path", str(tmp_path / "cc"))
+    assert rc == 2
+    assert "cuda.core's own FileStreamProgramCache directory" in err
 
 
 def test_default_location_from_env(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "fs"))
     fs_cache(tmp_path)
-    rc, out, _ = run(capsys, "info")
+    rc, out, _ = run(capsys, "info", "--json")
     assert rc == 0
-    assert f"path:    {tmp_path / 'fs'}" in out
+    assert json.loads(out)["path"] == str(tmp_path / "fs")
 
 
 def test_security_error_is_one_clean_line(tmp_path, capsys):
@@ -146,9 +177,45 @@ def test_parse_size(text, value):
 
 
 def test_demo_delegates_to_run_demo(tmp_path, monkeypatch):
-    import nexus_cache.program._demo as demo
+    import nexus_cache.program as program
 
     calls = []
-    monkeypatch.setattr(demo, "run_demo", lambda path, arch: calls.append((path, arch)) or 0)
+    monkeypatch.setattr(program, "run_demo", lambda path, arch: calls.append((path, arch)) or 0)
     assert main(["program-cache", "demo", "--path", str(tmp_path), "--arch", "sm_80"]) == 0
-    assert calls == [(str(tmp_path), "sm_80")]
+    assert main(["program-cache", "demo", "--arch", "sm_90a"]) == 0
+    assert calls == [(str(tmp_path), "sm_80"), (None, "sm_90a")]
+
+
+def test_demo_bad_arch_is_one_usage_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["program-cache", "demo", "--arch", "bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'bogus' is not a CUDA architecture" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("backend", ["filestream", "sqlite"])
+def test_ls_names_programs_from_their_sidecar(tmp_path, capsys, backend):
+    """A real NVRTC compile (no GPU needed): ls shows name, symbols, code type and arch."""
+    pytest.importorskip("cuda.core")
+    from cuda.core import ProgramOptions
+
+    from nexus_cache.program import CompileInputs, cached_compile
+
+    source = "template <typename T> __global__ void axpy(T a, T *y) { y[0] += a; }"
+    path = tmp_path / ("fs" if backend == "filestream" else "db.sqlite")
+    cache = FileStreamProgramCache(path) if backend == "filestream" else SQLiteProgramCache(path)
+    with cache:
+        inputs = CompileInputs(source, "c++", ProgramOptions(arch="sm_80", name="axpy_prog"))
+        cached_compile(inputs, "cubin", cache=cache, name_expressions=("axpy<float>",))
+        cache[b"raw"] = b"not a cubin"
+    rc, out, _ = run(capsys, "ls", "--backend", backend, "--path", str(path), "--json")
+    assert rc == 0
+    rows = {r["program"]: r for r in json.loads(out)}
+    assert set(rows) == {"axpy_prog", None}  # the sidecar itself is not listed
+    row = rows["axpy_prog"]
+    assert (row["code_type"], row["target"], row["symbols"]) == ("cubin", "sm_80", ["axpy<float>"])
+    assert (rows[None]["code_type"], rows[None]["target"]) == (None, None)
+    rc, out, _ = run(capsys, "ls", "--backend", backend, "--path", str(path))
+    assert re.search(r"axpy_prog: axpy<float> +cubin +sm_80", out)

@@ -109,7 +109,7 @@ def test_cli_demo_runs_in_a_temporary_directory(capsys: pytest.CaptureFixture[st
 
     from nexus_cache.cli.main import main
 
-    assert main(["demo"]) == 0
+    assert main(["program-cache", "demo"]) == 0
     text = capsys.readouterr().out
     root = re.search(r"FileStreamProgramCache at (\S+)", text)
     assert root is not None

@@ -1,33 +1,210 @@
-"""``nexus-cache demo``: the README's main job (program cache, miss then hit)."""
+"""``nexus-cache demo``: the main job, every cache at work on generated data.
+
+Generates an R-MAT edge table (Graph500 parameters) and a fact table as
+Parquet in a directory that stands in for the remote lakehouse, runs scan,
+count, PageRank, BFS and Jaccard through a :class:`QueryService` cold and then
+warm, and prints one table (times, speedup, cache statuses) and the device
+cache report. Exit status 0 only when every warm result equals its cold one.
+The program-cache demo is ``nexus-cache program-cache demo``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+from collections.abc import Callable
 from typing import Any
+
+from nexus_cache.cli._output import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    SIZE_HELP,
+    Table,
+    add_json_option,
+    emit,
+    progress,
+    size,
+    size_option,
+)
 
 __all__ = ["register"]
 
-
-def _run(args: argparse.Namespace) -> int:
-    from nexus_cache.program._demo import run_demo
-
-    return run_demo(args.path, arch=args.arch)
+_PHASES = {
+    "generate": "generating R-MAT edges and facts",
+    "cold": "cold run (empty caches)",
+    "warm": "warm runs (median of 3)",
+}
 
 
 def register(subparsers: Any) -> None:
+    from nexus_cache.service.demo import DEFAULT_SCALE
+
     parser = subparsers.add_parser(
         "demo",
-        help="compile a real CUDA kernel through the program cache twice; print miss/hit timings",
+        help="run scan, count, PageRank, BFS and Jaccard cold then warm through every cache",
         description=(
-            "Compile a templated kernel with NVRTC through a FileStreamProgramCache twice "
-            "(the second time through a fresh cache object on the same directory) and print "
-            "the miss and hit timings. Needs cuda.core (the 'cuda' extra), not a GPU."
+            "Generate an R-MAT edge table and a fact table as Parquet in a local directory "
+            "that stands in for the remote lakehouse, then run a query mix through the query "
+            "service twice: cold (empty caches) and warm. Prints the times, the speedup and "
+            "the lakehouse, source and graph cache status of each query, then the device "
+            "cache report. Uses the GPU when CuPy finds one, else the host backend. Exit "
+            "status 0 only when every warm result equals its cold result. (The "
+            "compiled-program demo is 'nexus-cache program-cache demo'.)"
         ),
     )
     parser.add_argument(
-        "--path",
-        default=None,
-        help="cache directory to use and keep (default: a temporary one, removed afterwards)",
+        "--scale",
+        type=int,
+        default=DEFAULT_SCALE,
+        help=f"R-MAT scale: 2**SCALE vertices, 16 * 2**SCALE edges (default {DEFAULT_SCALE})",
     )
-    parser.add_argument("--arch", default="sm_90", help="target architecture (default: sm_90)")
+    parser.add_argument(
+        "--fact-rows", type=int, default=None, help="rows of the fact table (default: as edges)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "cuda", "host"),
+        default="auto",
+        help="device backend (default auto: the GPU when CuPy finds one, else host)",
+    )
+    parser.add_argument(
+        "--cache-cap-bytes",
+        type=size_option("--cache-cap-bytes"),
+        default=None,
+        metavar="SIZE",
+        help="cache_cap_bytes of each device (default: 25%% of its managed capacity); "
+        + SIZE_HELP,
+    )
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="keep the lake, cache root and evidence here (default: a temporary directory)",
+    )
+    add_json_option(parser)
     parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from nexus_cache.errors import ConfigError
+    from nexus_cache.service.demo import run_demo
+
+    if not 1 <= args.scale <= 30:
+        raise ConfigError(f"--scale={args.scale} is not accepted; use 1..30")
+    if args.fact_rows is not None and args.fact_rows < 1:
+        raise ConfigError(f"--fact-rows={args.fact_rows} is not accepted; use a number >= 1")
+    with _PhaseBars() as bars:
+        report = run_demo(
+            scale=args.scale,
+            fact_rows=args.fact_rows,
+            workdir=args.workdir,
+            backend=args.backend,
+            cache_cap_bytes=args.cache_cap_bytes,
+            progress=bars.tick,
+        )
+    if args.json:
+        emit(report.to_dict(), None, as_json=True)
+    else:
+        emit(None, _query_table(report), as_json=False)
+        sys.stdout.write("\n")
+        emit(None, _device_table(report.device_cache_reports), as_json=False)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+class _PhaseBars:
+    """One progress bar per demo phase (drawn only when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._phase: str | None = None
+        self._advance: Callable[[int], None] = lambda n=1: None
+
+    def tick(self, phase: str, done: int, total: int) -> None:
+        if phase != self._phase:
+            self._stack.close()
+            self._stack = contextlib.ExitStack()
+            self._advance = self._stack.enter_context(progress(_PHASES.get(phase, phase), total))
+            self._phase = phase
+        if done:
+            self._advance(1)
+
+    def __enter__(self) -> _PhaseBars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+def _pair(cold: Any, warm: Any) -> str:
+    return str(cold) if cold == warm else f"{cold}→{warm}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    ms = seconds * 1000
+    return f"{ms:.1f}ms" if ms < 10 else f"{ms:.0f}ms"
+
+
+def _short(status: Any) -> str:
+    return "-" if status == "not_applicable" else str(status)
+
+
+def _query_table(report: Any) -> Table:
+    differ = [q.name for q in report.queries if not q.equal]
+    table = Table(
+        ["query", "cold", "warm", "speedup", "lakehouse", "source cache", "graph cache"],
+        title=(
+            f"nexus-cache demo: R-MAT scale {report.scale} ({report.edges} edges), "
+            f"{report.fact_rows} fact rows, {report.backend} backend"
+        ),
+        right=["cold", "warm", "speedup"],
+        footer=(
+            "every warm result equals its cold result"
+            if not differ
+            else f"warm results DIFFER from cold ones: {', '.join(differ)}"
+        ),
+    )
+    for q in report.queries:
+        table.add(
+            q.name,
+            _duration(q.cold_s),
+            _duration(q.warm_s),
+            f"{q.speedup:.1f}x",
+            _pair(q.cold["lakehouse"], q.warm["lakehouse"]),
+            _pair(q.cold["source_cache"], q.warm["source_cache"]),
+            _pair(_short(q.cold["graph_cache"]), _short(q.warm["graph_cache"])),
+        )
+    return table
+
+
+def _device_table(rows: Any) -> Table:
+    table = Table(
+        [
+            "device",
+            "cache cap",
+            "evictable",
+            "pinned",
+            "domain used",
+            "source hit/miss",
+            "graph hit/miss",
+        ],
+        title="device cache report: the ledger beside the allocation domain",
+        right=["cache cap", "evictable", "pinned", "domain used"],
+    )
+    for row in rows:
+        table.add(
+            f"{row['device_id']} ({row['backend']})",
+            size(row["cache_cap_bytes"]),
+            size(row["cache_evictable_resident_bytes"]),
+            size(row["cache_pinned_in_use_bytes"]),
+            size(row["domain_used_bytes"]),
+            _counts(row, "source"),
+            _counts(row, "graph"),
+        )
+    return table
+
+
+def _counts(row: dict[str, Any], kind: str) -> str:
+    hits, misses = row.get(f"{kind}_hits"), row.get(f"{kind}_misses")
+    return "-" if hits is None else f"{hits}/{misses}"

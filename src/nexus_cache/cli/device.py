@@ -1,19 +1,47 @@
 """``nexus-cache device``: look at the GPU-resident caches of this machine.
 
 ``nexus-cache device report`` builds :class:`DeviceResidentCaches` on the
-selected backend and prints ``device_cache_reports()`` as JSON, TSV, or the
-Prometheus exposition of the two ledger gauges. ``--demo`` publishes and
-pins a small entry first so every column shows a live value.
+selected backend and prints ``device_cache_reports()``: by default a table
+of the main figures, one row per device (``--all``: every field, grouped,
+one column per device); ``--json`` (or ``--format json``) the full rows as
+JSON; ``--format tsv`` or ``prometheus`` for tools. ``--demo`` publishes
+and pins a small entry first so every column shows a live value.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from nexus_cache.cli._output import (
+    SIZE_HELP,
+    Table,
+    add_json_option,
+    emit,
+    size,
+    size_option,
+)
+
 __all__ = ["register"]
+
+# The default table: (header, report column); sizes are printed in IEC units.
+_SUMMARY = (
+    ("DEVICE", "device_id"),
+    ("BACKEND", "backend"),
+    ("CACHE CAP", "cache_cap_bytes"),
+    ("CHARGED", "cache_charged_bytes"),
+    ("PINNED", "cache_pinned_in_use_bytes"),
+    ("EVICTABLE", "cache_evictable_resident_bytes"),
+    ("FREE MANAGED", "free_managed_bytes"),
+    ("DOMAIN USED", "domain_used_bytes"),
+    ("DRIFT", "drift_bytes"),
+    ("ADMISSION", "admission_open"),
+    ("SOURCE ENTRIES", "source_entries"),
+    ("GRAPH ENTRIES", "graph_entries"),
+)
+# --all: report-column prefix -> section shown in the FIELD column
+_SECTIONS = (("domain_", "domain"), ("source_", "source cache"), ("graph_", "graph cache"))
 
 _DEMO_SOURCE_BYTES = 1 << 20
 _DEMO_GRAPH_BYTES = 64 << 10
@@ -42,7 +70,14 @@ def register(subparsers: Any) -> None:
         help="device backend (default: NEXUS_DEVICE_BACKEND, else auto)",
     )
     report.add_argument(
-        "--format", choices=("json", "tsv", "prometheus"), default="json", help="output format"
+        "--format",
+        choices=("table", "json", "tsv", "prometheus"),
+        default="table",
+        help="output format (default: table; --json is --format json)",
+    )
+    add_json_option(report)
+    report.add_argument(
+        "--all", action="store_true", help="table: every field, one column per device"
     )
     report.add_argument(
         "--device",
@@ -54,10 +89,11 @@ def register(subparsers: Any) -> None:
     )
     report.add_argument(
         "--cache-cap-bytes",
-        type=int,
+        type=size_option("--cache-cap-bytes"),
         default=None,
-        metavar="N",
-        help="cache_cap_bytes of each device (default: 10%% of its managed capacity; 0 = none)",
+        metavar="SIZE",
+        help="cache_cap_bytes of each device (default: 10%% of its managed capacity; "
+        f"0 = no caches); {SIZE_HELP}",
     )
     report.add_argument(
         "--demo",
@@ -86,7 +122,7 @@ def _report(args: argparse.Namespace) -> int:
     try:
         if args.demo:
             pins = _demo(caches)
-        _print(caches, args.format)
+        _print(caches, "json" if args.json else args.format, show_all=args.all)
     finally:
         for pin in pins:
             pin.release()
@@ -113,13 +149,51 @@ def _demo(caches: Any) -> list[Any]:
     return pins
 
 
-def _print(caches: Any, fmt: str) -> None:
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return (
+            ("open" if value else "CLOSED") if column == "admission_open" else str(value).lower()
+        )
+    if column.endswith("_bytes") and isinstance(value, int):
+        return size(value)
+    return str(value)
+
+
+def _table(rows: list[dict[str, Any]], show_all: bool) -> Table:
+    if not show_all:
+        table = Table(
+            [header for header, _ in _SUMMARY],
+            right=[h for h, c in _SUMMARY if c.endswith("_bytes") or c.endswith("_entries")],
+            footer="sizes in IEC units; --all for every field, --json for raw numbers",
+        )
+        for row in rows:
+            table.add(*(_cell(column, row[column]) for _, column in _SUMMARY))
+        return table
+    table = Table(
+        ["SECTION", "FIELD", *[f"device {row['device_id']}" for row in rows]],
+        right=[f"device {row['device_id']}" for row in rows],
+    )
+    for column in rows[0] if rows else ():
+        section, field = "ledger", column
+        for prefix, name in _SECTIONS:
+            if column.startswith(prefix):
+                section, field = name, column[len(prefix) :]
+        if column.startswith("device_") and column != "device_id":
+            section = "device memory"
+        elif column in ("device_id", "backend", "caches_installed"):
+            section = "device"
+        table.add(section, field, *(_cell(column, row[column]) for row in rows))
+    return table
+
+
+def _print(caches: Any, fmt: str, *, show_all: bool = False) -> None:
     from nexus_cache.device import format_tsv
 
-    if fmt == "json":
+    if fmt in ("json", "table"):
         rows = [report.to_dict() for report in caches.device_cache_reports()]
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        emit(rows, _table(rows, show_all), as_json=fmt == "json")
     elif fmt == "tsv":
         sys.stdout.write(format_tsv(caches.device_cache_reports()))
     else:
@@ -129,7 +203,8 @@ def _print(caches: Any, fmt: str) -> None:
             from nexus_cache.errors import BackendUnavailableError
 
             raise BackendUnavailableError(
-                f"--format prometheus needs prometheus-client ({exc}); use json or tsv"
+                f"--format prometheus needs prometheus-client ({exc}); install "
+                "nexus-cache[metrics], or use --format table, json or tsv"
             ) from exc
         registry = CollectorRegistry()
         caches.register_prometheus(registry)

@@ -1,27 +1,53 @@
 """``nexus-cache lakehouse``: inspect and maintain a lakehouse cache root.
 
-Sub-commands: ``info`` (totals and the environment's configuration), ``ls``
-(entries), ``verify`` (re-hash every entry against its identity record and remove
-the ones that no longer match), ``prune --max-bytes`` (LRU retention now) and
-``clear`` (remove every unpinned entry). ``--root`` defaults to
-``NEXUS_LAKEHOUSE_CACHE_ROOT``. These commands never create a cache root.
+Sub-commands: ``info`` (totals of the root and the configuration read from
+the environment, with every problem of it), ``ls`` (entries), ``stats``
+(the reads of every process that used the root), ``read``
+(read objects through the cache as the environment configures it and say
+what each read did: hit, miss or bypass, local or remote, and why), ``verify``
+(re-hash every entry against its identity record and remove the ones that no
+longer match), ``prune --max-bytes`` (LRU retention now) and ``clear`` (remove
+every unpinned entry). ``--root`` defaults to ``NEXUS_LAKEHOUSE_CACHE_ROOT``,
+read with the same rules as :meth:`LakehouseCacheConfig.from_env`. These
+commands never create a cache root, except ``read`` with a filling policy,
+which behaves exactly as a reading program with the same variables would.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
+import sys
 from typing import Any
 
+from nexus_cache.cli._output import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    SIZE_HELP,
+    NoCacheError,
+    Table,
+    add_json_option,
+    age,
+    emit,
+    progress,
+    size,
+    size_option,
+    utc,
+)
+from nexus_cache.errors import ConfigError
+
 __all__ = ["register"]
+
+# Spelled out, not imported: building the command line must not import the
+# lakehouse package (fsspec), which only the lakehouse commands need.
+_ENV_ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
+_ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "lakehouse",
-        help="lakehouse byte cache: info, ls, verify, prune, clear",
+        help="lakehouse byte cache: info, ls, stats, read, verify, prune, clear",
         description="Inspect and maintain a lakehouse byte cache root.",
     )
     sub = parser.add_subparsers(dest="lakehouse_command", metavar="SUBCOMMAND")
@@ -29,133 +55,262 @@ def register(subparsers: Any) -> None:
 
     def add(name: str, help_: str, func: Any) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
-        p.add_argument(
-            "--root",
-            default=None,
-            help="cache root (default: NEXUS_LAKEHOUSE_CACHE_ROOT)",
-        )
+        p.add_argument("--root", default=None, help=f"cache root (default: {_ENV_ROOT})")
+        add_json_option(p)
         p.set_defaults(func=func)
         return p
 
     add("info", "totals of the root and the configuration read from the environment", _info)
-    add("ls", "list entries: key, size, last access, pins, source", _ls).add_argument(
-        "--json", action="store_true", help="one JSON document instead of a table"
+    add("ls", "list entries: source, size, last access, pins, key", _ls)
+    add(
+        "stats",
+        "reads of every process that used the root: hits, misses, bypasses, modes, events, "
+        "and the most recent reads",
+        _stats,
+    ).add_argument(
+        "--recent", type=int, default=10, metavar="N", help="recent reads to show (default 10)"
     )
     add(
         "verify",
         "re-hash every entry, remove those whose bytes no longer match their record",
         _verify,
     ).add_argument("--keep", action="store_true", help="report bad entries without removing them")
-    add("prune", "remove least recently used unpinned entries down to a byte target", _prune)
-    sub.choices["prune"].add_argument(
+    add(
+        "prune", "remove least recently used unpinned entries down to a byte target", _prune
+    ).add_argument(
         "--max-bytes",
+        type=size_option("--max-bytes"),
         default=None,
-        help="target, e.g. 50GiB (default: NEXUS_LAKEHOUSE_CACHE_MAX_BYTES)",
+        metavar="SIZE",
+        help=f"target (default: {_ENV_MAX_BYTES}); {SIZE_HELP}; 0 removes every unpinned entry",
     )
     add("clear", "remove every entry that no reader has pinned", _clear)
+    read = add(
+        "read",
+        "read objects through the cache configured from the environment; show each read's "
+        "status (hit, miss, bypass), read mode, fill mode and reason",
+        _read,
+    )
+    read.add_argument("sources", nargs="+", metavar="URL", help="local path or fsspec URL")
+    read.add_argument(
+        "--plan", action="store_true", help="only plan: say what a read would do, read nothing"
+    )
 
 
-def _store(args: argparse.Namespace) -> Any:
-    from nexus_cache.errors import ConfigError
-    from nexus_cache.lakehouse.config import ENV_ROOT
-    from nexus_cache.lakehouse.store import EntryStore
+def _root_path(args: argparse.Namespace) -> Any:
+    from nexus_cache.lakehouse import resolve_root
 
-    root = args.root or os.environ.get(ENV_ROOT) or None
-    if not root:
-        raise ConfigError(f"no cache root: pass --root or set {ENV_ROOT}")
-    return EntryStore(os.path.abspath(os.path.expanduser(root)), create=False)
+    path = resolve_root(args.root)
+    if path is None:
+        raise NoCacheError(f"no cache root: pass --root or set {_ENV_ROOT}")
+    return path
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from nexus_cache.lakehouse import LakehouseRoot
+
+    path = _root_path(args)
+    try:
+        return LakehouseRoot(path)
+    except FileNotFoundError as exc:
+        raise NoCacheError(" ".join(str(exc).split())) from exc
 
 
 def _info(args: argparse.Namespace) -> int:
-    from nexus_cache.errors import ConfigError
-    from nexus_cache.lakehouse.config import LakehouseCacheConfig
+    from nexus_cache.lakehouse import LakehouseCacheConfig, config_errors_from_env
 
-    store = _store(args)
-    entries = list(store.iter_entries())
-    pins = store.live_pins()
+    errors: list[Exception] = list(config_errors_from_env())
+    config = None if errors else LakehouseCacheConfig.from_env().to_dict()
+    summary = None
     try:
-        config: Any = LakehouseCacheConfig.from_env().to_dict()
-    except ConfigError as exc:
-        config = {"error": str(exc)}
-    out = {
-        "root": str(store.root),
-        "entries": len(entries),
-        "bytes": sum(e.size for e in entries),
-        "pinned_entries": len(pins),
-        "live_pins": sum(pins.values()),
-        "temps": len(list(store.tmp_dir.iterdir())),
-        "environment_config": config,
-    }
-    print(json.dumps(out, indent=2))
-    return 0
+        summary = _open(args).summary()
+    except (ConfigError, NoCacheError) as exc:
+        # Still show the configuration: it often explains the missing root.
+        if str(exc) not in {str(e) for e in errors}:
+            errors.append(exc)
+    data: dict[str, Any] = {}
+    if summary is not None:
+        data = {
+            "root": str(summary.root),
+            "entries": summary.entries,
+            "bytes": summary.bytes,
+            "pinned_entries": summary.pinned_entries,
+            "live_pins": summary.live_pins,
+            "temps": summary.temps,
+        }
+    data["environment_config"] = config
+    data["config_errors"] = [str(e) for e in errors]
+    table = Table(["field", "value"], title="lakehouse cache")
+    if summary is not None:
+        table.add("root", data["root"])
+        table.add("entries", summary.entries)
+        table.add("size", size(summary.bytes))
+        table.add("pinned entries", summary.pinned_entries)
+        table.add("live pins", summary.live_pins)
+        table.add("fill temps", summary.temps)
+    for name, value in (config or {}).items():
+        shown = size(value) if name.endswith("_bytes") and value is not None else value
+        table.add(f"config: {name}", "-" if shown is None else shown)
+    emit(data, table, as_json=args.json)
+    for exc in errors:
+        print(f"nexus-cache: error: {exc}", file=sys.stderr)
+    return EXIT_USAGE if errors else EXIT_OK
 
 
 def _ls(args: argparse.Namespace) -> int:
-    store = _store(args)
-    pins = store.live_pins()
-    rows = []
-    for entry in sorted(store.iter_entries(), key=lambda e: e.atime_ns, reverse=True):
-        record = store.read_record(entry.key) or {}
-        identity = record.get("identity") or {}
-        rows.append(
-            {
-                "key": entry.key,
-                "size": entry.size,
-                "last_access": datetime.datetime.fromtimestamp(
-                    entry.atime_ns / 1e9, tz=datetime.timezone.utc
-                ).isoformat(timespec="seconds"),
-                "pins": pins.get(entry.key, 0),
-                "location": identity.get("location", "?"),
-            }
+    entries = _open(args).entries()
+    rows = [
+        {
+            "key": e.key,
+            "size": e.size,
+            "last_access": utc(e.atime_ns),
+            "pins": e.pins,
+            "location": e.location,
+        }
+        for e in entries
+    ]
+    table = Table(
+        ["LOCATION", "SIZE", "LAST ACCESS (UTC)", "AGE", "PINS", "KEY"],
+        title="most recently used first",
+        right=("SIZE", "AGE", "PINS"),
+    )
+    for e in entries:
+        table.add(
+            e.location or "?", size(e.size), utc(e.atime_ns), age(e.atime_ns), e.pins, e.key[:12]
         )
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'KEY':<16} {'SIZE':>14} {'LAST ACCESS (UTC)':<25} {'PINS':>4}  LOCATION")
-    for r in rows:
-        print(
-            f"{r['key'][:16]:<16} {r['size']:>14} {r['last_access']:<25} {r['pins']:>4}  "
-            f"{r['location']}"
-        )
-    return 0
+    table.footer = f"entries: {len(entries)}, {size(sum(e.size for e in entries))}"
+    emit(rows, table, as_json=args.json)
+    return EXIT_OK
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from nexus_cache.lakehouse.maintenance import verify_all
-
-    store = _store(args)
-    total = sum(1 for _ in store.iter_entries())
-    bad = verify_all(store, remove=not args.keep)
-    for key, problem in sorted(bad.items()):
-        action = "kept" if args.keep else "removed"
-        print(f"{key[:16]}  {problem} ({action})")
-    print(f"verified {total} entries: {total - len(bad)} good, {len(bad)} bad")
-    return 1 if bad else 0
+    root = _open(args)
+    with progress("verifying entries", root.summary().entries) as advance:
+        result = root.verify(remove=not args.keep, progress=advance)
+    action = "kept" if args.keep else "removed"
+    good = result.checked - len(result.bad)
+    data = {
+        "checked": result.checked,
+        "good": good,
+        "bad": [{"key": k, "problem": p, "action": action} for k, p in sorted(result.bad.items())],
+    }
+    table = Table(["KEY", "PROBLEM", "ACTION"], title="entries with problems")
+    for key, problem in sorted(result.bad.items()):
+        table.add(key[:16], problem, action)
+    table.footer = f"verified {result.checked} entries: {good} good, {len(result.bad)} bad"
+    emit(data, table, as_json=args.json)
+    return EXIT_PROBLEMS if result.bad else EXIT_OK
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from nexus_cache.errors import ConfigError
-    from nexus_cache.lakehouse.config import ENV_MAX_BYTES, parse_byte_size
-    from nexus_cache.lakehouse.maintenance import enforce_retention
+    target = args.max_bytes
+    if target is None:
+        from nexus_cache.lakehouse import LakehouseCacheConfig
 
-    raw = args.max_bytes or os.environ.get(ENV_MAX_BYTES) or None
-    if raw is None:
-        raise ConfigError(f"prune needs a target: pass --max-bytes or set {ENV_MAX_BYTES}")
-    target = parse_byte_size(raw, name="--max-bytes" if args.max_bytes else ENV_MAX_BYTES)
-    result = enforce_retention(_store(args), target)
-    if not result.ran:
+        target = LakehouseCacheConfig.from_env().max_bytes
+        if target is None:
+            raise ConfigError(f"prune needs a target: pass --max-bytes or set {_ENV_MAX_BYTES}")
+    root = _open(args)
+    with progress("pruning", root.summary().entries) as advance:
+        result = root.prune(target, progress=advance)
+    data = {
+        "ran": result.ran,
+        "removed": result.removed,
+        "freed_bytes": result.freed_bytes,
+        "remaining_bytes": result.total_bytes,
+        "pinned_kept": result.pinned_skipped,
+    }
+    if args.json:
+        emit(data, None, as_json=True)
+    elif not result.ran:
         print("another retention pass is running; nothing done")
-        return 0
-    print(
-        f"removed {result.removed} entries ({result.freed_bytes} bytes); "
-        f"{result.total_bytes} bytes remain; {result.pinned_skipped} pinned entries kept"
-    )
-    return 0
+    else:
+        print(
+            f"removed {result.removed} entries ({size(result.freed_bytes)}); "
+            f"{size(result.total_bytes)} remain; {result.pinned_skipped} pinned entries kept"
+        )
+    return EXIT_OK
 
 
 def _clear(args: argparse.Namespace) -> int:
-    from nexus_cache.lakehouse.maintenance import clear_entries
+    removed, kept = _open(args).clear()
+    if args.json:
+        emit({"removed": removed, "pinned_kept": kept}, None, as_json=True)
+    else:
+        print(f"removed {removed} entries; {kept} pinned entries kept")
+    return EXIT_OK
 
-    removed, kept = clear_entries(_store(args))
-    print(f"removed {removed} entries; {kept} pinned entries kept")
-    return 0
+
+def _read(args: argparse.Namespace) -> int:
+    from nexus_cache.lakehouse import LakehouseCache
+
+    overrides = {"root": args.root} if args.root else {}
+    rows = []
+    # close() waits for background fills, so read_through warms the cache
+    # even from this short-lived process.
+    with LakehouseCache.from_env(**overrides) as cache:
+        for source in args.sources:
+            if args.plan:
+                diag = cache.plan(source).diagnostics()
+            else:
+                with cache.open(source) as f:
+                    while f.read(8 << 20):
+                        pass
+                    diag = f.diagnostics
+            rows.append(diag.to_dict())
+    table = Table(
+        ["STATUS", "READ", "FILL", "SIZE", "REASON", "LOCATION"],
+        right=("SIZE",),
+        title="planned reads" if args.plan else None,
+    )
+    for row in rows:
+        table.add(
+            row["cache_status"],
+            row["read_mode"],
+            row["fill_mode"],
+            size(row["size"]),
+            row["reason"] or "-",
+            row["location"],
+        )
+    emit(rows, table, as_json=args.json)
+    return EXIT_OK
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from nexus_cache.lakehouse import read_stats
+
+    path = _root_path(args)
+    try:
+        data = read_stats(path, recent=max(0, args.recent))
+    except FileNotFoundError as exc:
+        raise NoCacheError(" ".join(str(exc).split())) from exc
+    reads = data["reads"]
+    table = Table(
+        ["WHAT", "COUNT"],
+        title=f"processes: {data['processes']}",
+        right=("COUNT",),
+        footer="a process's reads are counted once its cache closes or it exits",
+    )
+    for status, count in reads.items():
+        if status != "total":
+            table.add(f"read {status}", count)
+    table.add("reads in all", reads["total"])
+    for group, label in (("read_modes", "read mode"), ("fill_modes", "fill mode")):
+        for mode, count in data[group].items():
+            table.add(f"{label} {mode}", count)
+    for kind, count in data["events"].items():
+        if count:
+            table.add(f"event {kind}", count)
+    emit(data, table, as_json=args.json)
+    if not args.json and data["recent_reads"]:
+        recent = Table(["STATUS", "READ", "FILL", "REASON", "LOCATION"], title="recent reads")
+        for r in data["recent_reads"]:
+            recent.add(
+                r.get("cache_status"),
+                r.get("read_mode"),
+                r.get("fill_mode"),
+                r.get("reason") or "-",
+                r.get("location"),
+            )
+        emit(None, recent, as_json=False)
+    return EXIT_OK

@@ -2,7 +2,8 @@
 
 Each area registers its own sub-command from a module of this package that
 exposes ``register(subparsers)``; the module is imported only when the command
-line is built, so heavy imports stay inside the areas that need them.
+line is built, so heavy imports stay inside the areas that need them. Shared
+output, progress, error and exit-code rules live in :mod:`nexus_cache.cli._output`.
 """
 
 from __future__ import annotations
@@ -10,18 +11,38 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
+
+from nexus_cache.cli._output import EXIT_INTERRUPTED, exit_code_for
 
 __all__ = ["build_parser", "main"]
 
 # sub-command modules under nexus_cache.cli, in help order
-_AREAS = ("demo", "program", "lakehouse", "device")
+_AREAS = ("demo", "scan", "graph", "evidence", "program", "lakehouse", "device")
+
+
+def _version() -> str:
+    from nexus_cache import __version__
+
+    return f"nexus-cache {__version__}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nexus-cache",
         description="Caches for GPU data work: compiled programs, lakehouse bytes, GPU residency.",
+        epilog=(
+            "Exit status: 0 done; 1 problems found (verify) or an unexpected error; "
+            "2 bad option, bad configuration, missing extra, no cache at the location, or an "
+            "unsafe location; 130 interrupted."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print the full traceback instead of one line",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -37,19 +58,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; returns the exit status (never raises, except SystemExit).
+
+    Every error becomes one line on stderr (``nexus-cache: error: ...``) and a
+    non-zero status chosen by :func:`nexus_cache.cli._output.exit_code_for`;
+    ``--debug`` prints the traceback as well.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # one clean line for expected failures
-        from nexus_cache.errors import NexusCacheError
-
-        if isinstance(exc, (NexusCacheError, OSError)):
-            print(f"nexus-cache: error: {exc}", file=sys.stderr)
-            return 2
-        raise
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc(file=sys.stderr)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        if not type(exc).__module__.startswith("nexus_cache") and not isinstance(exc, OSError):
+            # A foreign error (NVRTC, botocore, ...): its class is part of the story.
+            message = f"{type(exc).__name__}: {message}"
+        print(f"nexus-cache: error: {message}", file=sys.stderr)
+        return exit_code_for(exc)
 
 
 if __name__ == "__main__":

@@ -1,46 +1,94 @@
-"""``nexus-cache program-cache``: inspect and maintain a persistent program cache."""
+"""``nexus-cache program-cache``: inspect and maintain a persistent program cache.
+
+Every action opens an existing cache only (it never creates one) and exits
+2 when the location holds none, naming what it found instead: a SQLite file
+without ``--backend sqlite``, cuda.core's own cache directory, an empty or
+unrelated directory.
+"""
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from nexus_cache._sizes import format_size
-from nexus_cache._sizes import parse_size as _parse_size
-from nexus_cache.errors import ConfigError
+from nexus_cache.cli._output import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    SIZE_HELP,
+    CommandError,
+    NoCacheError,
+    Table,
+    add_json_option,
+    age,
+    emit,
+    progress,
+    size,
+    size_option,
+    utc,
+)
 
 __all__ = ["parse_size", "register"]
 
-
-def parse_size(text: str) -> int:
-    """argparse type for size options: the package's one grammar, ``0`` allowed."""
-    try:
-        return _parse_size(text, name="size", allow_zero=True)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_ARCH_RE = re.compile(r"(sm|compute)_[0-9]+[af]?\Z")
 
 
-def _stamp(ns: int) -> str:
-    return _dt.datetime.fromtimestamp(ns / 1e9).isoformat(timespec="seconds")
+#: argparse type for size options: the package's one grammar, ``0`` allowed
+parse_size = size_option("--max-bytes")
+
+
+def parse_arch(text: str) -> str:
+    """argparse type for ``--arch``: ``sm_90``, ``sm_90a``, ``compute_80`` ..."""
+    if not _ARCH_RE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"--arch {text!r} is not a CUDA architecture; use e.g. sm_80, sm_90, sm_90a, sm_100"
+        )
+    return text
 
 
 def _location(args: argparse.Namespace) -> Path:
-    from nexus_cache.program._paths import default_filestream_root, default_sqlite_path
+    from nexus_cache.program import default_filestream_root, default_sqlite_path
 
     if args.path:
         return Path(args.path).expanduser()
     return default_filestream_root() if args.backend == "filestream" else default_sqlite_path()
 
 
+def _check_kind(path: Path, backend: str) -> None:
+    """Refuse, with the right advice, any location that is not a ``backend`` cache."""
+    from nexus_cache.program import identify_cache_path
+
+    kind = identify_cache_path(path)
+    if kind == "symlink":
+        return  # opening it raises CacheSecurityError, which says why
+    if kind == "missing":
+        raise NoCacheError(f"no {backend} program cache at {path} (nothing there)")
+    if kind == "cuda-core-filestream":
+        raise CommandError(
+            f"{path} is cuda.core's own FileStreamProgramCache directory, not a nexus-cache "
+            "one; nexus-cache does not manage it (use cuda.core's API, or point --path at a "
+            "nexus-cache directory)"
+        )
+    if backend == "filestream":
+        if kind == "sqlite":
+            raise CommandError(f"{path} is a SQLite program cache; add --backend sqlite")
+        if kind == "empty-dir":
+            raise NoCacheError(f"no filestream program cache at {path} (empty directory)")
+        if kind == "other":
+            raise CommandError(
+                f"{path} is not a filestream program cache (no entries/ directory); check --path"
+            )
+    elif kind != "sqlite":
+        hint = "; add --backend filestream" if kind == "filestream" else ""
+        raise CommandError(f"{path} is not a SQLite program cache{hint}")
+
+
 def _open(args: argparse.Namespace) -> Any:
-    """The cache at the chosen location, or ``None`` when there is none (never creates one)."""
+    """The cache at the chosen location; raises :class:`NoCacheError` when there is none."""
     path = _location(args)
-    if not os.path.lexists(path):
-        print(f"no {args.backend} program cache at {path}")
-        return None
+    _check_kind(path, args.backend)
     if args.backend == "filestream":
         from nexus_cache.program import FileStreamProgramCache
 
@@ -51,83 +99,121 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _info(args: argparse.Namespace) -> int:
-    cache = _open(args)
-    if cache is None:
-        return 0
-    with cache:
+    with _open(args) as cache:
         s = cache.stats()
-        print(f"backend: {args.backend}")
-        print(f"path:    {cache.path}")
-        print(f"entries: {s.entries}")
-        print(f"bytes:   {s.bytes} ({format_size(s.bytes)})")
+        data: dict[str, Any] = {
+            "backend": args.backend,
+            "path": str(cache.path),
+            "entries": s.entries,
+            "bytes": s.bytes,
+        }
         if args.backend == "filestream":
-            record = "xattr user.nexus.v1" if cache.uses_xattrs else "sidecar .sum files"
-            print(f"integrity records: {record}")
+            data["integrity_records"] = "xattr" if cache.uses_xattrs else "sidecar"
             tmp = cache.path / "tmp"
-            print(f"writes in flight (tmp/): {len(os.listdir(tmp)) if tmp.is_dir() else 0}")
-    return 0
+            data["writes_in_flight"] = len(os.listdir(tmp)) if tmp.is_dir() else 0
+    table = Table(["field", "value"], title="program cache")
+    table.add("backend", data["backend"])
+    table.add("path", data["path"])
+    table.add("entries", data["entries"])
+    table.add("size", size(data["bytes"]))
+    if "integrity_records" in data:
+        where = {"xattr": "xattr user.nexus.v1", "sidecar": "sidecar .sum files"}
+        table.add("integrity records", where[data["integrity_records"]])
+        table.add("writes in flight (tmp/)", data["writes_in_flight"])
+    emit(data, table, as_json=args.json)
+    return EXIT_OK
 
 
 def _ls(args: argparse.Namespace) -> int:
-    cache = _open(args)
-    if cache is None:
-        return 0
-    with cache:
-        print("# name\tsize\tlast access (least recently used first)")
-        for n, e in enumerate(cache.iter_entries()):
-            if args.limit is not None and n >= args.limit:
-                break
-            print(f"{e.name}\t{e.size}\t{_stamp(e.atime_ns)}")
-    return 0
+    from nexus_cache.program import describe_entries
+
+    with _open(args) as cache, progress("reading entries", cache.stats().entries) as advance:
+        entries = describe_entries(cache, progress=advance)
+    found = len(entries)
+    if args.limit is not None:
+        entries = entries[: args.limit]
+    rows = [{**e.to_dict(), "last_access": utc(e.atime_ns)} for e in entries]
+    table = Table(
+        ["PROGRAM", "TYPE", "TARGET", "SIZE", "LAST USE (UTC)", "AGE", "ENTRY"],
+        title="least recently used first",
+        right=("SIZE", "AGE"),
+    )
+    for e in entries:
+        program = e.program or (e.symbols[0] if e.symbols else "(no name recorded)")
+        if e.symbols and e.program:
+            program = f"{e.program}: {', '.join(e.symbols)}"
+        table.add(
+            program,
+            e.code_type or "?",
+            e.target or "?",
+            size(e.size),
+            utc(e.atime_ns),
+            age(e.atime_ns),
+            e.name[:12],
+        )
+    shown = f"{len(entries)} of {found}" if len(entries) < found else str(found)
+    table.footer = f"programs: {shown}"
+    emit(rows, table, as_json=args.json)
+    return EXIT_OK
 
 
 def _verify(args: argparse.Namespace) -> int:
-    cache = _open(args)
-    if cache is None:
-        return 0
-    with cache:
+    with _open(args) as cache, progress("verifying entries", None):
         r = cache.verify()
+    data = {
+        "checked": r.checked,
+        "ok": r.ok,
+        "corrupt_removed": list(r.corrupt),
+        "refused": [{"path": p, "why": why} for p, why in r.refused],
+        "unverified": list(r.unverified),
+    }
+    table = Table(["PROBLEM", "ACTION", "ENTRY"], title="entries with problems")
     for name in r.corrupt:
-        print(f"corrupt, removed: {name}")
+        table.add("corrupt", "removed", name)
     for path, why in r.refused:
-        print(f"refused ({why}), left in place: {path}")
+        table.add(f"refused ({why})", "left in place", path)
     for name in r.unverified:
-        print(f"no integrity record (reads as a miss): {name}")
-    print(
+        table.add("no integrity record", "reads as a miss", name)
+    table.footer = (
         f"checked {r.checked}: {r.ok} ok, {len(r.corrupt)} corrupt (removed), "
         f"{len(r.refused)} refused, {len(r.unverified)} unverified"
     )
-    return 1 if r.corrupt or r.refused else 0
+    emit(data, table, as_json=args.json)
+    return EXIT_PROBLEMS if r.corrupt or r.refused else EXIT_OK
 
 
 def _prune(args: argparse.Namespace) -> int:
-    cache = _open(args)
-    if cache is None:
-        return 0
-    with cache:
-        n, freed = cache.prune(args.max_bytes)
+    with _open(args) as cache:
+        with progress("pruning", None):
+            n, freed = cache.prune(args.max_bytes)
         left = cache.stats().bytes
-    print(f"removed {n} entries ({format_size(freed)}); {format_size(left)} remain")
-    return 0
+    data = {"removed": n, "freed_bytes": freed, "remaining_bytes": left}
+    _say(args, data, f"removed {n} entries ({size(freed)}); {size(left)} remain")
+    return EXIT_OK
 
 
 def _clear(args: argparse.Namespace) -> int:
-    cache = _open(args)
-    if cache is None:
-        return 0
-    with cache:
+    with _open(args) as cache:
         before = cache.stats()
         cache.clear()
         after = cache.stats()
-    freed = before.bytes - after.bytes
-    print(f"removed {before.entries - after.entries} entries ({format_size(freed)})")
-    return 0
+    removed, freed = before.entries - after.entries, before.bytes - after.bytes
+    data = {"removed": removed, "freed_bytes": freed, "remaining_entries": after.entries}
+    _say(args, data, f"removed {removed} entries ({size(freed)})")
+    return EXIT_OK
+
+
+def _say(args: argparse.Namespace, data: dict[str, Any], line: str) -> None:
+    if args.json:
+        emit(data, None, as_json=True)
+    else:
+        print(line)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from nexus_cache.program._demo import run_demo
+    from nexus_cache import program
 
-    return int(run_demo(args.path, arch=args.arch))
+    return int(program.run_demo(args.path, arch=args.arch))
 
 
 def register(subparsers: Any) -> None:
@@ -150,12 +236,17 @@ def register(subparsers: Any) -> None:
         default="filestream",
         help="storage backend (default: filestream)",
     )
+    add_json_option(common)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
 
     p = sub.add_parser("info", parents=[common], help="location, entry count and size")
     p.set_defaults(func=_info)
-    p = sub.add_parser("ls", parents=[common], help="list entries, least recently used first")
+    p = sub.add_parser(
+        "ls",
+        parents=[common],
+        help="list entries (program, code type, target, size, last use), LRU first",
+    )
     p.add_argument("--limit", type=int, default=None, help="show at most this many")
     p.set_defaults(func=_ls)
     p = sub.add_parser(
@@ -171,8 +262,8 @@ def register(subparsers: Any) -> None:
         "--max-bytes",
         type=parse_size,
         required=True,
-        metavar="N",
-        help="bytes to keep at most (suffixes K, M, G, T: powers of 1024)",
+        metavar="SIZE",
+        help=f"bytes to keep at most; {SIZE_HELP}; 0 empties the cache",
     )
     p.set_defaults(func=_prune)
     p = sub.add_parser("clear", parents=[common], help="remove every entry")
@@ -184,5 +275,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--path", default=None, help="cache directory to use (default: a temporary one)"
     )
-    p.add_argument("--arch", default="sm_90", help="target architecture (default: sm_90)")
+    p.add_argument(
+        "--arch", type=parse_arch, default="sm_90", help="target architecture (default: sm_90)"
+    )
     p.set_defaults(func=_demo)

@@ -13,6 +13,11 @@
   into the cache domain, reconciles the reservation to the measured
   allocation and publishes. The leader keeps its own frame. Capacity pressure
   or an allocation failure skips retention; the query still succeeds.
+* **Follower copies**: a follower of a value that was not retained copies
+  the leader's own (attempt-owned) value while the flight keeps it alive:
+  the leader's ``publish`` returns only after every follower waiting at that
+  moment has its copy. A value released anyway makes the follower ask again
+  (and decode itself), never an error.
 * **Bypass**: keys with a bypass reason never touch the cache.
 
 Lock order: subdomain lock, then ledger lock. No lock is held while a value
@@ -106,7 +111,10 @@ class SourceCacheSubdomain(CacheSubdomain):
         handed to it are allocated there. A follower waits at most
         ``timeout`` seconds, then raises :class:`SourceWaitTimeoutError` and
         leaves nothing behind. A leader's deterministic failure raises
-        :class:`SourceDecodeError` (chained to it) in every follower.
+        :class:`SourceDecodeError` (chained to it) in every follower. A
+        follower's value is always its own independent copy; when the
+        leader's unretained value was released before it could be copied,
+        this caller gets a claim and decodes instead.
         """
         if not isinstance(key, SourceFrameKey):
             raise ConfigError(
@@ -116,6 +124,18 @@ class SourceCacheSubdomain(CacheSubdomain):
             return SourceClaim(None, None, key, status=CheckoutStatus.BYPASS)
         started = time.monotonic()
         deadline = started + _check_timeout(timeout)
+        while True:
+            result = self._checkout_once(key, domain, started, deadline)
+            if result is not None:
+                return result
+            # The leader's value was released before this follower copied it
+            # (its attempt ended early): ask again, as a fresh leader if need be.
+
+    def _checkout_once(
+        self, key: SourceFrameKey, domain: AllocationDomain, started: float, deadline: float
+    ) -> SourceCheckout | SourceClaim | None:
+        """One pass of :meth:`checkout_or_claim`; None when the leader's value was gone."""
+        flight: DecodeFlight | None = None  # set when this caller copies the leader's value
         source: Any = None
         with self._lock:
             if self._closed:
@@ -124,13 +144,13 @@ class SourceCacheSubdomain(CacheSubdomain):
             status = CheckoutStatus.HIT
             if handle is None:
                 self._counts["misses"] += 1
-                flight = self._flights.get(key)
-                if flight is None:
-                    flight = DecodeFlight(key.fingerprint, self._lock)
-                    self._flights[key] = flight
-                    return SourceClaim(self._outcomes, flight, key)
+                waited_on = self._flights.get(key)
+                if waited_on is None:
+                    waited_on = DecodeFlight(key.fingerprint, self._lock)
+                    self._flights[key] = waited_on
+                    return SourceClaim(self._outcomes, waited_on, key)
                 self._counts["waits"] += 1
-                outcome = flight.await_outcome(deadline)
+                outcome = waited_on.await_outcome(deadline)
                 waited = time.monotonic() - started
                 if outcome is None:
                     self._counts["wait_timeouts"] += 1
@@ -140,27 +160,30 @@ class SourceCacheSubdomain(CacheSubdomain):
                         "timeout or retry"
                     )
                 if outcome is FlightState.HANDOFF:
-                    flight.take_lead()
+                    waited_on.take_lead()
                     self._counts["leader_retries"] += 1
-                    return SourceClaim(self._outcomes, flight, key, waited_s=waited)
+                    return SourceClaim(self._outcomes, waited_on, key, waited_s=waited)
                 if outcome is FlightState.FAILED:
-                    error = flight.error
+                    error = waited_on.error
                     raise SourceDecodeError(
                         f"the decode leader of source frame {key.fingerprint} failed "
                         f"({type(error).__name__}); every waiter gets this error"
                     ) from error
+                # PUBLISHED: this caller is a copier of the flight until copied()
                 status = CheckoutStatus.FOLLOWER
-                handle = self._checkout_locked(key)
-                if handle is None:  # not retained (or already evicted): copy the leader's
-                    source = flight.value
+                try:
+                    handle = self._checkout_locked(key)
+                except BaseException:
+                    waited_on.copied()
+                    raise
+                if handle is None:  # not retained (or evicted): copy the leader's value
+                    flight, source = waited_on, waited_on.value
+                else:
+                    waited_on.copied()
         waited = time.monotonic() - started if status is CheckoutStatus.FOLLOWER else 0.0
-        if handle is None:
-            copy = source.copy_into(domain)
-            detail = "copied from the leader's frame (not retained in the cache)"
-            diag = SourceDiagnostics(
-                key.fingerprint, status, detail, waited_s=waited, retained=False
-            )
-            return SourceCheckout(copy, diag, None)
+        if flight is not None:
+            return self._copy_leader_value(key, flight, source, domain, waited)
+        assert handle is not None
         try:
             copy = handle.value.copy_into(domain)
         except BaseException:
@@ -169,6 +192,38 @@ class SourceCacheSubdomain(CacheSubdomain):
         detail = "copied from the resident entry; pinned until released"
         diag = SourceDiagnostics(key.fingerprint, status, detail, waited_s=waited, retained=True)
         return SourceCheckout(copy, diag, PinLease(handle))
+
+    def _copy_leader_value(
+        self,
+        key: SourceFrameKey,
+        flight: DecodeFlight,
+        source: Any,
+        domain: AllocationDomain,
+        waited: float,
+    ) -> SourceCheckout | None:
+        """Copy the leader's value while the flight holds it; None when it was gone anyway."""
+        try:
+            copy = source.copy_into(domain)
+        except LifecycleError:
+            if domain.closed:  # this caller's own domain: leading would fail as well
+                raise
+            # released behind the flight's back (e.g. its attempt was torn down
+            # while the leader was still publishing): never an error for this
+            # caller, who asks again and decodes itself if need be
+            self._events.record(
+                "leader_handoff",
+                key.fingerprint,
+                detail="the leader's value was released before a follower copied it",
+            )
+            return None
+        finally:
+            with self._lock:
+                flight.copied()
+        detail = "copied from the leader's frame (not retained in the cache)"
+        diag = SourceDiagnostics(
+            key.fingerprint, CheckoutStatus.FOLLOWER, detail, waited_s=waited, retained=False
+        )
+        return SourceCheckout(copy, diag, None)
 
     def get_or_decode(
         self,
@@ -237,6 +292,9 @@ class SourceCacheSubdomain(CacheSubdomain):
                 flight.finish(value)
                 if self._flights.get(key) is flight:
                     del self._flights[key]
+                # the keepalive: the leader's caller gets its value back (and may
+                # release it) only once every waiting follower has its own copy
+                flight.await_copies()
         return retained, detail
 
     def _retain(

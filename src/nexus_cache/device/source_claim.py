@@ -109,7 +109,9 @@ class SourceClaim:
 
         Returns the leader's checkout of its own ``value`` (no pin). Never
         fails for capacity: when the value cannot be retained the diagnostics
-        say why.
+        say why. Returns only once every follower waiting now has its own
+        copy (or a pin on the resident entry), so the caller may release
+        ``value`` as soon as it has it back.
         """
         self._resolve()
         key = self._key

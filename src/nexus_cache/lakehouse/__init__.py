@@ -25,25 +25,29 @@ from nexus_cache.lakehouse._config import (
     FillPolicy,
     LakehouseCacheConfig,
     ReadPolicy,
+    config_errors_from_env,
+    resolve_root,
 )
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
 from nexus_cache.lakehouse._fs import NexusCacheFileSystem
 from nexus_cache.lakehouse._identity import ContentIdentity, SourceIdentity, StorageDomain
 from nexus_cache.lakehouse._limits import FillLimits
-from nexus_cache.lakehouse._maintenance import RetentionResult
+from nexus_cache.lakehouse._maintenance import (
+    EntryListing,
+    LakehouseRoot,
+    RetentionResult,
+    RootSummary,
+    VerifyResult,
+)
 from nexus_cache.lakehouse._reader import LakehouseFile
 from nexus_cache.lakehouse._readlog import read_stats
-from nexus_cache.lakehouse._scan import ReadPlan
+from nexus_cache.lakehouse._scan import ReadPlan, resolve_source
 from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
 
-# Transitional: the command line still imports three internal
-# modules by their former names, and installs made before the fsspec entry point
-# moved to this package name ``nexus_cache.lakehouse.fs``. Aliases, not files, so
-# that no public-looking module exists; removed once those callers (and
-# reinstalls) use the names exported here.
-for _old in ("config", "fs", "maintenance", "store"):
-    sys.modules.setdefault(f"{__name__}.{_old}", importlib.import_module(f"{__name__}._{_old}"))
-del _old
+# Transitional: installs made before the fsspec entry point moved to this
+# package name ``nexus_cache.lakehouse.fs``. An alias, not a file, so that no
+# public-looking module exists; removed once those installs are redone.
+sys.modules.setdefault(f"{__name__}.fs", importlib.import_module(f"{__name__}._fs"))
 
 __all__ = [
     "ENV_BYPASS_BYTES",
@@ -77,4 +81,12 @@ __all__ = [
     "StorageDomain",
     "default_cache",
     "read_stats",
+    "resolve_source",
+    # maintenance of a root (the CLI's API)
+    "EntryListing",
+    "LakehouseRoot",
+    "RootSummary",
+    "VerifyResult",
+    "config_errors_from_env",
+    "resolve_root",
 ]

@@ -62,7 +62,9 @@ __all__ = [
     "FillPolicy",
     "LakehouseCacheConfig",
     "ReadPolicy",
+    "config_errors_from_env",
     "parse_byte_size",
+    "resolve_root",
 ]
 
 ENV_ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
@@ -297,3 +299,53 @@ class LakehouseCacheConfig:
                 value = str(value)
             out[field.name] = value
         return out
+
+
+def _env_value(env: Mapping[str, str], name: str) -> str | None:
+    # The rule of from_env: an empty or blank value counts as unset.
+    value = env.get(name)
+    return value if value is not None and value.strip() != "" else None
+
+
+def resolve_root(
+    root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Path | None:
+    """The cache root ``root`` names, else ``NEXUS_LAKEHOUSE_CACHE_ROOT``; ``None`` when neither.
+
+    Normalised and validated exactly as :class:`LakehouseCacheConfig` does
+    (``~`` expanded, made absolute); reads no other variable.
+    """
+    if root is None or os.fspath(root).strip() == "":
+        env = os.environ if environ is None else environ
+        root = _env_value(env, ENV_ROOT)
+        if root is None:
+            return None
+    return LakehouseCacheConfig(root=root).root
+
+
+def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[ConfigError]:
+    """Every problem of the ``NEXUS_LAKEHOUSE_*`` variables, not only the first.
+
+    Each variable is checked on its own; when all pass, the combination is
+    checked as :meth:`LakehouseCacheConfig.from_env` does (a filling policy
+    needs ``MAX_BYTES``). An empty list means ``from_env`` succeeds.
+    """
+    env = os.environ if environ is None else environ
+    errors: list[ConfigError] = []
+    # Each variable alone, through from_env itself: whatever variables
+    # from_env reads are checked, with its rules, and no error hides another.
+    names = sorted(n for n in env if n.startswith("NEXUS_LAKEHOUSE_"))
+    for name in names:
+        value = _env_value(env, name)
+        if value is None:
+            continue
+        try:
+            LakehouseCacheConfig.from_env({name: value})
+        except ConfigError as exc:
+            errors.append(exc)
+    if not errors:
+        try:
+            LakehouseCacheConfig.from_env(env)
+        except ConfigError as exc:
+            errors.append(exc)
+    return errors

@@ -14,14 +14,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from nexus_cache._storage import FileLock
 from nexus_cache.errors import CacheSecurityError
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._store import EntryStore, file_digest
 
-__all__ = ["RetentionResult", "clear_entries", "enforce_retention", "verify_entry", "verify_all"]
+__all__ = [
+    "EntryListing",
+    "LakehouseRoot",
+    "RetentionResult",
+    "RootSummary",
+    "VerifyResult",
+    "clear_entries",
+    "enforce_retention",
+    "verify_entry",
+    "verify_all",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +47,11 @@ class RetentionResult:
 
 
 def enforce_retention(
-    store: EntryStore, max_bytes: int, *, protect: Iterable[str] = ()
+    store: EntryStore,
+    max_bytes: int,
+    *,
+    protect: Iterable[str] = (),
+    progress: Callable[[int], None] | None = None,
 ) -> RetentionResult:
     """Remove least recently used, unpinned entries until the total fits ``max_bytes``.
 
@@ -57,6 +72,8 @@ def enforce_retention(
         for entry in sorted(entries, key=lambda e: e.atime_ns):
             if total <= max_bytes:
                 break
+            if progress is not None:
+                progress(1)
             if entry.key in keep or pins.get(entry.key):
                 skipped += 1
                 continue
@@ -100,15 +117,22 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
     return None
 
 
-def verify_all(store: EntryStore, *, remove: bool = True) -> dict[str, str]:
+def verify_all(
+    store: EntryStore,
+    *,
+    remove: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, str]:
     """Check every entry; remove bad ones when ``remove``. Returns ``{key: problem}``.
 
     An entry that cannot be opened as ours (another user's file, a non-regular
     file) is one more bad entry: listed, removed with ``remove``, and the pass
-    goes on to the rest.
+    goes on to the rest. ``progress(1)`` is called once per entry checked.
     """
     bad: dict[str, str] = {}
     for entry in list(store.iter_entries()):
+        if progress is not None:
+            progress(1)
         problem = verify_entry(store, entry.key)
         if problem is None:
             continue
@@ -129,3 +153,115 @@ def clear_entries(store: EntryStore) -> tuple[int, int]:
             removed += 1
     store.remove_orphan_records(older_than_s=0.0)
     return removed, kept
+
+
+# -- the maintenance view of one root (the CLI's API, public for anyone) --------
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryListing:
+    """One entry as a person inspects it: key, size, last access, live pins, source URL."""
+
+    key: str
+    size: int
+    atime_ns: int
+    pins: int
+    location: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RootSummary:
+    """Totals of one root: entries and their bytes, pinned entries, live pins, temps."""
+
+    root: Path
+    entries: int
+    bytes: int
+    pinned_entries: int
+    live_pins: int
+    temps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    """``checked`` entries; ``bad`` maps each failing key to what is wrong with it."""
+
+    checked: int
+    bad: dict[str, str]
+
+
+class LakehouseRoot:
+    """An existing lakehouse cache root, opened for inspection and maintenance.
+
+    Never creates a root: opening a path that holds none raises
+    ``FileNotFoundError`` naming it (``CacheSecurityError`` for a symlink or
+    a directory of another user). Every method is process-safe and
+    thread-safe against readers and fills running at the same time: pinned
+    entries are never removed, and removals are stat-guarded like retention.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._store = EntryStore(root, create=False)
+
+    @property
+    def root(self) -> Path:
+        return self._store.root
+
+    def summary(self) -> RootSummary:
+        entries = list(self._store.iter_entries())
+        pins = self._store.live_pins()
+        try:
+            temps = len(os.listdir(self._store.tmp_dir))
+        except FileNotFoundError:
+            temps = 0
+        return RootSummary(
+            self._store.root,
+            len(entries),
+            sum(e.size for e in entries),
+            len(pins),
+            sum(pins.values()),
+            temps,
+        )
+
+    def entries(self) -> list[EntryListing]:
+        """Every entry, most recently used first, with its source URL from the record."""
+        pins = self._store.live_pins()
+        out = []
+        for entry in sorted(self._store.iter_entries(), key=lambda e: e.atime_ns, reverse=True):
+            record = self._store.read_record(entry.key) or {}
+            identity = record.get("identity")
+            location = identity.get("location") if isinstance(identity, dict) else None
+            out.append(
+                EntryListing(
+                    entry.key,
+                    entry.size,
+                    entry.atime_ns,
+                    pins.get(entry.key, 0),
+                    location if isinstance(location, str) else None,
+                )
+            )
+        return out
+
+    def verify(
+        self, *, remove: bool = True, progress: Callable[[int], None] | None = None
+    ) -> VerifyResult:
+        """Re-hash every entry against its record; remove the bad ones when ``remove``."""
+        checked = 0
+
+        def count(n: int) -> None:
+            nonlocal checked
+            checked += n
+            if progress is not None:
+                progress(n)
+
+        bad = verify_all(self._store, remove=remove, progress=count)
+        return VerifyResult(checked, bad)
+
+    def prune(
+        self, max_bytes: int, *, progress: Callable[[int], None] | None = None
+    ) -> RetentionResult:
+        """One retention pass toward ``max_bytes`` (least recently used, unpinned first)."""
+        return enforce_retention(self._store, max_bytes, progress=progress)
+
+    def clear(self) -> tuple[int, int]:
+        """Remove every unpinned entry; returns ``(removed, pinned_kept)``."""
+        return clear_entries(self._store)

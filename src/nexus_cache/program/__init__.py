@@ -22,6 +22,14 @@ _LAZY = {
     "cached_compile": "nexus_cache.program._compile",
     "make_program_cache_key": "nexus_cache.program.keys",
     "register_with_cuda_core": "nexus_cache.program._interop",
+    # inspection and the demo (the CLI's needs, public for anyone)
+    "CACHE_KINDS": "nexus_cache.program._catalog",
+    "ProgramEntry": "nexus_cache.program._catalog",
+    "describe_entries": "nexus_cache.program._catalog",
+    "identify_cache_path": "nexus_cache.program._catalog",
+    "default_filestream_root": "nexus_cache.program._paths",
+    "default_sqlite_path": "nexus_cache.program._paths",
+    "run_demo": "nexus_cache.program._demo",
 }
 
 
@@ -48,4 +56,11 @@ __all__ = [
     "cached_compile",
     "make_program_cache_key",
     "register_with_cuda_core",
+    "CACHE_KINDS",
+    "ProgramEntry",
+    "describe_entries",
+    "identify_cache_path",
+    "default_filestream_root",
+    "default_sqlite_path",
+    "run_demo",
 ]

@@ -1,0 +1,244 @@
+"""Shared pieces of every ``nexus-cache`` sub-command: output, progress, errors, exit codes.
+
+A sub-command module (``nexus_cache.cli.<area>``) exposes ``register(subparsers)``
+and sets ``func`` on its parsers; ``func(args)`` returns an exit code. Build it
+from these helpers so every command behaves the same way:
+
+* **Output.** Call :func:`add_json_option` on every parser that reports, then
+  :func:`emit` with the data (JSON-friendly: dicts, lists, numbers, strings)
+  and a :class:`Table` for humans. With ``--json`` the data goes to stdout as
+  one JSON document; otherwise the table is drawn with ``rich``. Sizes in
+  tables go through :func:`size` (IEC units, the package's one formatter),
+  times through :func:`utc` and :func:`age`. JSON keeps raw numbers (bytes,
+  nanoseconds, ISO-8601 UTC strings) so scripts never parse ``1.5 GiB``.
+* **Progress.** Wrap long loops in :func:`progress`; it draws a ``rich`` bar
+  on stderr only when stderr is a terminal, so pipes and ``--json`` output
+  stay clean.
+* **Errors.** Raise :class:`CommandError` (or any ``nexus_cache.errors``
+  class) for a failure the user can fix; ``main`` prints it as one line on
+  stderr and exits with :func:`exit_code_for`; ``--debug`` adds the
+  traceback. Raise :class:`NoCacheError` when the location holds no cache.
+* **Exit codes** (one rule for every group): :data:`EXIT_OK` (0) done;
+  :data:`EXIT_PROBLEMS` (1) the command ran and found problems (``verify``
+  found bad entries), or an unexpected error; :data:`EXIT_USAGE` (2) a bad
+  option, a bad configuration value, a missing optional dependency, no cache
+  where one was expected, or a location refused as unsafe (a symlink, another
+  user's directory);
+  :data:`EXIT_INTERRUPTED` (130) Ctrl-C.
+
+Nothing here holds state between calls; every function is thread-safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from nexus_cache._sizes import SIZE_GRAMMAR, format_size, parse_size
+from nexus_cache.errors import (
+    BackendUnavailableError,
+    CacheSecurityError,
+    ConfigError,
+    NexusCacheError,
+)
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_PROBLEMS",
+    "EXIT_USAGE",
+    "SIZE_HELP",
+    "CommandError",
+    "NoCacheError",
+    "Table",
+    "add_json_option",
+    "age",
+    "emit",
+    "exit_code_for",
+    "progress",
+    "size",
+    "size_option",
+    "utc",
+]
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(NexusCacheError, RuntimeError):
+    """A failure the user can fix; printed as one line. ``exit_code`` picks the status."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NoCacheError(CommandError):
+    """No cache at the location a command was pointed at (exit :data:`EXIT_USAGE`)."""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit status of a command that raised ``exc`` (see the module docstring)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, CommandError):
+        return exc.exit_code
+    if isinstance(exc, (ConfigError, CacheSecurityError, BackendUnavailableError)):
+        return EXIT_USAGE
+    return EXIT_PROBLEMS
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """Give a reporting command the ``--json`` flag (read back as ``args.json``)."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (raw numbers: bytes, UTC timestamps) instead of a table",
+    )
+
+
+@dataclass
+class Table:
+    """A table for humans: column headers, rows of cells, an optional title and footer.
+
+    Cells are printed as given (format sizes with :func:`size`); columns listed
+    in ``right`` are right-aligned (numbers, sizes).
+    """
+
+    columns: Sequence[str]
+    rows: list[Sequence[Any]] = field(default_factory=list)
+    title: str | None = None
+    footer: str | None = None
+    right: Sequence[str] = ()
+
+    def add(self, *cells: Any) -> None:
+        self.rows.append(cells)
+
+
+def _console(file: TextIO) -> Any:
+    from rich.console import Console
+
+    # No colour codes when not on a terminal: the output of a pipe should be
+    # plain text that grep and cut can work with.
+    return Console(file=file, highlight=False)
+
+
+def _render(renderable: Any, out: TextIO) -> None:
+    if out.isatty():
+        _console(out).print(renderable)
+        return
+    # Off a terminal: a wide canvas (no wrapping at 80 columns) and no padding
+    # at line ends.
+    from rich.console import Console
+
+    console = Console(width=200, highlight=False, color_system=None, record=True)
+    with console.capture() as capture:
+        console.print(renderable)
+    for line in capture.get().splitlines():
+        out.write(line.rstrip() + "\n")
+
+
+def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None = None) -> None:
+    """Print ``data`` as JSON (``as_json``) or ``table`` with rich, to ``file`` (stdout).
+
+    A table without rows prints only its footer.
+    """
+    out = file if file is not None else sys.stdout
+    if as_json or table is None:
+        json.dump(data, out, indent=2, default=str)
+        out.write("\n")
+        return
+    if table.rows:
+        from rich import box
+        from rich.table import Table as RichTable
+
+        grid = RichTable(title=table.title, box=box.SIMPLE_HEAD, title_justify="left")
+        for name in table.columns:
+            grid.add_column(name, justify="right" if name in table.right else "left")
+        for row in table.rows:
+            grid.add_row(*("" if cell is None else str(cell) for cell in row))
+        _render(grid, out)
+    if table.footer:
+        out.write(table.footer + "\n")
+
+
+def size_option(name: str, *, allow_zero: bool = True) -> Callable[[str], int]:
+    """An argparse ``type=`` for a byte-size option ``name``: the package's one grammar.
+
+    Accepts ``1048576``, ``64M``, ``10GiB``, ``500MB`` (see ``SIZE_HELP``);
+    a bad value is an argparse usage error (exit 2) that names the option.
+    """
+
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, name=name, allow_zero=allow_zero)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+#: the size grammar, for option help texts
+SIZE_HELP = SIZE_GRAMMAR.replace("%", "%%")
+
+
+def size(nbytes: int | None) -> str:
+    """Bytes in IEC units (``1.5 GiB``); ``-`` for None."""
+    return "-" if nbytes is None else format_size(int(nbytes))
+
+
+def utc(ns: int) -> str:
+    """A nanosecond Unix time as ISO-8601 UTC (``2026-12-03T13:37:00Z``)."""
+    stamp = _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def age(ns: int, *, now_ns: int | None = None) -> str:
+    """How long ago ``ns`` was, shortest unit first (``42s``, ``3m``, ``5h``, ``2d``)."""
+    now = time.time_ns() if now_ns is None else now_ns
+    seconds = max(0, (now - ns) // 1_000_000_000)
+    for unit, span in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= span:
+            return f"{seconds // span}{unit}"
+    return f"{seconds}s"
+
+
+@contextlib.contextmanager
+def progress(
+    description: str, total: int | None, *, file: TextIO | None = None
+) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)``; draw a bar on stderr while the block runs, if it is a terminal.
+
+    ``total=None`` draws a spinner with elapsed time (work of unknown size).
+    Off a terminal (pipes, CI, tests) nothing is drawn and ``advance`` is a
+    no-op, so output captured by scripts is never mixed with progress.
+    """
+    out = file if file is not None else sys.stderr
+    if not out.isatty():
+        yield lambda n=1: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    with Progress(*columns, console=_console(out), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)

@@ -1,0 +1,89 @@
+"""``nexus-cache graph ALGORITHM URL --src COL --dst COL``: a graph algorithm on Parquet edges.
+
+Runs PageRank, BFS or a similarity (Jaccard, Sorensen, Overlap, Cosine) on
+the edge list URL holds, through the query service: the lakehouse cache, the
+decoded-source cache and the resident-graph cache. Without ``--out`` the
+first rows are printed as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from nexus_cache.cli.scan import add_output_options, run_query
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    from nexus_cache.service import ALGORITHMS
+
+    parser = subparsers.add_parser(
+        "graph",
+        help="run pagerank, bfs, jaccard, sorensen, overlap or cosine on Parquet edges",
+        description=(
+            "Run a graph algorithm on the edge list in URL (a Parquet object or directory; a "
+            "local path, file:// or s3://). Vertex ids are the integer values of --src and "
+            "--dst. PageRank and BFS default to --directed, the similarities to --undirected."
+        ),
+    )
+    parser.add_argument(
+        "algorithm", choices=list(ALGORITHMS), metavar="ALGORITHM", help=" | ".join(ALGORITHMS)
+    )
+    parser.add_argument("url", metavar="URL", help="Parquet edges (object or directory)")
+    parser.add_argument("--src", required=True, metavar="COL", help="source vertex column")
+    parser.add_argument("--dst", required=True, metavar="COL", help="destination vertex column")
+    parser.add_argument("--weight", default=None, metavar="COL", help="edge weight column")
+    orientation = parser.add_mutually_exclusive_group()
+    orientation.add_argument(
+        "--directed", dest="directed", action="store_true", default=None, help="edges are directed"
+    )
+    orientation.add_argument(
+        "--undirected", dest="directed", action="store_false", help="edges are symmetrized"
+    )
+    parser.add_argument(
+        "--source", type=int, default=None, metavar="V", help="BFS start vertex (required for bfs)"
+    )
+    parser.add_argument("--depth-limit", type=int, default=None, help="BFS depth limit")
+    parser.add_argument("--alpha", type=float, default=None, help="PageRank damping (0.85)")
+    parser.add_argument("--tol", type=float, default=None, help="PageRank tolerance (1e-6)")
+    parser.add_argument("--max-iter", type=int, default=None, help="PageRank iterations (100)")
+    add_output_options(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from nexus_cache.errors import ConfigError
+    from nexus_cache.service import ALGORITHMS, Graph, Scan
+
+    accepted = ALGORITHMS[args.algorithm]
+    given = {
+        "source": args.source,
+        "depth_limit": args.depth_limit,
+        "alpha": args.alpha,
+        "tol": args.tol,
+        "max_iter": args.max_iter,
+    }
+    params = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name not in accepted:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} does not apply to {args.algorithm}; leave it out")
+        params[name] = value
+    directed = args.directed
+    if directed is None:
+        directed = args.algorithm in ("pagerank", "bfs")
+    columns = tuple(c for c in (args.src, args.dst, args.weight) if c is not None)
+    query = Graph(
+        Scan(args.url, columns=columns),
+        args.src,
+        args.dst,
+        args.algorithm,
+        weight=args.weight,
+        directed=directed,
+        params=params,
+    )
+    return run_query(query, args)

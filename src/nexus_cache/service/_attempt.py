@@ -1,0 +1,191 @@
+"""One attempt: plan a query, then run it under an admitted grant.
+
+A plan is made fresh for every attempt (lakehouse plans, cache keys, the grant
+to ask for), so a retry after a stale plan or an exhausted grant never reuses
+what went wrong. Running charges what the attempt materializes to an
+:class:`AttemptBudget`; going past the grant raises
+:class:`GrantExhaustedError`, which the service retries with a larger grant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache.backends import AllocationDomain
+from nexus_cache.device import Grant
+from nexus_cache.errors import GrantExhaustedError
+from nexus_cache.frames import is_cuda_domain as domain_is_cuda
+from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
+from nexus_cache.service._graph_port import NOT_APPLICABLE, GraphOutcome, GraphPort
+from nexus_cache.service._lake import (
+    SourcePlan,
+    count_rows,
+    decode_object,
+    lakehouse_summary,
+    plan_source,
+)
+from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
+from nexus_cache.service.queries import Count, Graph, Query, Scan
+
+__all__ = ["AttemptBudget", "AttemptOutcome", "AttemptPlan", "plan_attempt", "run_attempt"]
+
+# A graph attempt holds the edge table plus the CSR, its transpose or
+# symmetrized copy, and the algorithm's vectors: about twice a scan's bytes.
+_GRAPH_FACTOR = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptPlan:
+    """What one attempt will do: the query, its lakehouse plans and its grant size."""
+
+    query: Query
+    source: SourcePlan
+    grant_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query.to_dict(),
+            "source": self.source.to_dict(),
+            "grant_bytes": self.grant_bytes,
+        }
+
+
+def _scan_of(query: Query) -> Scan | Count:
+    return query.edges if isinstance(query, Graph) else query
+
+
+def plan_attempt(
+    cache: LakehouseCache,
+    query: Query,
+    *,
+    expansion: float,
+    min_grant: int,
+    floor: int = 0,
+    storage_options: dict[str, Any] | None = None,
+) -> AttemptPlan:
+    """Plan ``query`` now; the grant is the decoded-size estimate, at least ``floor``."""
+    source = plan_source(cache, _scan_of(query).source, storage_options)
+    if isinstance(query, Count):
+        estimate = min_grant
+    else:
+        factor = _GRAPH_FACTOR if isinstance(query, Graph) else 1.0
+        estimate = math.ceil(source.total_bytes * expansion * factor)
+    return AttemptPlan(query, source, max(estimate, min_grant, floor))
+
+
+class AttemptBudget:
+    """The bytes an attempt materialized, checked against its immutable grant."""
+
+    def __init__(self, grant: Grant) -> None:
+        self.grant = grant
+        self.used = 0
+        self.peak_step: str | None = None
+
+    def charge(self, nbytes: int, what: str) -> None:
+        self.used += nbytes
+        if self.used > self.grant.nbytes:
+            exc = GrantExhaustedError(
+                f"attempt {self.grant.attempt_id} needed {self.used} B after {what}, over its "
+                f"grant of {self.grant.nbytes} B on device {self.grant.device_id}; "
+                "it is retried with a larger grant (raise NEXUS_SERVICE_GRANT_EXPANSION "
+                "to ask for more up front)"
+            )
+            exc.needed_bytes = self.used  # type: ignore[attr-defined]
+            raise exc
+
+
+@dataclasses.dataclass
+class AttemptOutcome:
+    """What one attempt produced and how every cache answered."""
+
+    table: pa.Table | None = None
+    reads: list[ReadDiagnostics] = dataclasses.field(default_factory=list)
+    source: SourceOutcome | None = None
+    graph: GraphOutcome | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    used_bytes: int = 0
+
+    def statuses(self, plan: AttemptPlan) -> dict[str, Any]:
+        return {
+            "lakehouse": lakehouse_summary(self.reads, plan.source),
+            "source_cache": None if self.source is None else self.source.to_dict(),
+            "graph_cache": None if self.graph is None else self.graph.to_dict(),
+        }
+
+
+def run_attempt(
+    plan: AttemptPlan,
+    grant: Grant,
+    domain: AllocationDomain,
+    cache: LakehouseCache,
+    sources: SourcePort,
+    graphs: GraphPort,
+    outcome: AttemptOutcome,
+) -> pa.Table:
+    """Run ``plan`` under ``grant`` with device work in ``domain`` (the attempt's),
+    filling ``outcome`` as it goes (also on failure). Every frame and pin the
+    attempt took is released before this returns."""
+    budget = AttemptBudget(grant)
+    query = plan.query
+    timings = outcome.timings
+    load = SourceLoad()
+    try:
+        if isinstance(query, Count):
+            t0 = time.perf_counter()
+            rows = count_rows(cache, plan.source, outcome.reads)
+            timings["read_s"] = time.perf_counter() - t0
+            outcome.source, outcome.graph = BYPASS_COUNT, NOT_APPLICABLE
+            table = pa.table({"rows": pa.array([rows], pa.int64())})
+            budget.charge(table.nbytes, "the count")
+            outcome.table = table
+            return table
+        scan = _scan_of(query)
+        assert isinstance(scan, Scan)
+
+        decoded = [0]
+
+        def decode(read_plan: ReadPlan) -> Any:
+            t = time.perf_counter()
+            frame = decode_object(cache, read_plan, scan.columns, domain, outcome.reads)
+            timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
+            decoded[0] += int(frame.nbytes)
+            try:
+                budget.charge(int(frame.nbytes), "decoding the scan")
+            except BaseException:
+                frame.release()  # the traceback must not keep device memory alive
+                raise
+            return frame
+
+        t0 = time.perf_counter()
+        try:
+            sources.load(
+                grant.device_id, plan.source, scan.columns, scan.batch_rows, domain, decode, load
+            )
+        finally:
+            outcome.source = load.outcome
+        timings["source_s"] = time.perf_counter() - t0
+        budget.charge(load.nbytes - decoded[0], "copying cached frames")
+        if isinstance(query, Scan):
+            outcome.graph = NOT_APPLICABLE
+            t0 = time.perf_counter()
+            table = load.table(detach=not domain_is_cuda(domain))
+            timings["to_arrow_s"] = time.perf_counter() - t0
+            budget.charge(table.nbytes, "the result table")
+            outcome.table = table
+            return table
+        t0 = time.perf_counter()
+        result, outcome.graph, graph_bytes = graphs.run(
+            grant.device_id, query, load.frames, plan.source.identity_keys, domain
+        )
+        timings["graph_s"] = time.perf_counter() - t0
+        budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
+        outcome.table = result
+        return result
+    finally:
+        load.release()
+        outcome.used_bytes = budget.used

@@ -1,0 +1,157 @@
+"""The service's one door to the graph layer and the resident-graph cache.
+
+``GraphPort.run`` plans a :class:`~nexus_cache.service.Graph` query's run
+(:func:`~nexus_cache.device.plan_graph_run`: a resident-graph key only when
+the edge rowset's identity is proven), runs it through the device's graph
+cache and returns the result's Arrow table with how the cache answered:
+``hit`` (a parked graph was reused: no build), ``miss`` (built, parked, run),
+or ``bypass`` with the reason the run went uncached (``unstable_source``: an
+edge object without a proven identity; ``no_cache``: ``cache_cap_bytes=0``;
+``no_headroom``: the ledger refused the build or the run's headroom). A hit
+whose run left the cache domain above its baseline reports the drift in the
+reason; that graph was destroyed rather than parked again.
+
+Construction contract per algorithm: PageRank pulls along in-edges, so its
+graph is stored ``transposed``; BFS and the similarities use ``as_stored``.
+Duplicate edges merge (weights summed), self loops stay, as in NetworkX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache.backends import AllocationDomain
+from nexus_cache.device import (
+    DeviceResidentCaches,
+    GraphRunStatus,
+    plan_graph_run,
+    run_graph,
+)
+from nexus_cache.frames import DeviceFrame
+from nexus_cache.graph import GraphOptions
+from nexus_cache.graph.memory import build_bytes
+from nexus_cache.service.queries import SIMILARITIES, Graph
+
+__all__ = ["GraphOutcome", "GraphPort", "algorithm_params", "edge_input", "graph_options"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphOutcome:
+    """How the resident-graph cache answered one algorithm run."""
+
+    status: str
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason}
+
+
+NOT_APPLICABLE = GraphOutcome("not_applicable")
+
+
+def graph_options(query: Graph) -> GraphOptions:
+    """The construction contract of ``query``'s graph (part of its cache key)."""
+    orientation = "transposed" if query.algorithm == "pagerank" else "as_stored"
+    return GraphOptions(
+        directed=query.directed,
+        orientation=orientation,
+        weight_dtype="float64",
+        vertex_dtype="int32",
+    )
+
+
+def algorithm_params(query: Graph) -> dict[str, Any]:
+    """The graph layer's keyword arguments for ``query``'s algorithm."""
+    params = dict(query.params)
+    if query.algorithm == "pagerank":
+        return {"alpha": params["alpha"], "tol": params["tol"], "max_iter": params["max_iter"]}
+    if query.algorithm == "bfs":
+        return {"sources": params["source"], "depth_limit": params["depth_limit"]}
+    assert query.algorithm in SIMILARITIES
+    return {}
+
+
+def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager[Any]:
+    """Make ``device_id`` current for CuPy work (nothing to do on the host backend)."""
+    if backend != "cuda":
+        return contextlib.nullcontext()
+    import cupy
+
+    return cupy.cuda.Device(device_id)
+
+
+def edge_input(frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any) -> Any:
+    """The edge columns of the scan's frames, as arrays on ``xp`` (no host round trip).
+
+    Columns with nulls go through Arrow instead, so the graph layer can
+    refuse them with its own message.
+    """
+    columns = [[frame.column(name) for frame in frames] for name in names]
+    if any(c.validity is not None for group in columns for c in group):
+        tables = [frame.select(list(names)).to_arrow() for frame in frames]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    out = {}
+    for name, group in zip(names, columns, strict=True):
+        parts = [c.data for c in group]
+        out[name] = parts[0] if len(parts) == 1 else xp.concatenate(parts)
+    return out
+
+
+_STATUS = {GraphRunStatus.HIT: "hit", GraphRunStatus.MISS: "miss"}
+
+
+class GraphPort:
+    """Runs graph queries through the resident-graph cache of a device. Thread-safe."""
+
+    def __init__(self, caches: DeviceResidentCaches) -> None:
+        self._caches = caches
+
+    def run(
+        self,
+        device_id: int,
+        query: Graph,
+        frames: Sequence[DeviceFrame],
+        source_identity: tuple[str, ...] | None,
+        domain: AllocationDomain,
+    ) -> tuple[pa.Table, GraphOutcome, int]:
+        """``(result table, outcome, bytes the attempt held for the graph)``.
+
+        ``source_identity`` is the proven identity of the edge rowset (the
+        lakehouse entry keys of its objects), or None when one object has
+        none: the run then goes uncached. Device work runs inside
+        ``domain.scope()``, so on CUDA what the attempt allocates (its edge
+        columns, an uncached graph, the result) lands in the attempt's domain;
+        a cached build happens in the cache domain.
+        """
+        backend = self._caches.backend
+        options = graph_options(query)
+        plan = plan_graph_run(
+            query.algorithm,
+            source=source_identity,
+            source_column=query.src,
+            destination_column=query.dst,
+            weight_column=query.weight,
+            options=options,
+        )
+        names = [n for n in (query.src, query.dst, query.weight) if n is not None]
+        with on_device(backend.name, device_id), domain.scope():
+            edges = edge_input(frames, names, backend.xp)
+            n_edges = sum(f.num_rows for f in frames)
+            run = run_graph(
+                self._caches.graph_cache(device_id), plan, edges, **algorithm_params(query)
+            )
+            del edges
+            table = run.result.to_arrow()
+        held = 0
+        if run.status is GraphRunStatus.UNCACHED:  # the attempt built the graph itself
+            held = build_bytes(n_edges, options, query.weight is not None)
+            reason = run.reason.value if run.reason is not None else "uncached"
+            detail = f"{reason}: {run.detail}" if run.detail and run.detail != reason else reason
+            return table, GraphOutcome("bypass", detail), held
+        detail = run.detail if run.drift_bytes else None
+        return table, GraphOutcome(_STATUS[run.status], detail), held

@@ -1,0 +1,176 @@
+"""The service's lakehouse step: resolve a source to Parquet objects, plan, read.
+
+Planning lists the source (one listing for a directory, none for an object)
+and asks the lakehouse cache for one :class:`~nexus_cache.lakehouse.ReadPlan`
+per object: its identity and the hit / miss / bypass decision. Execution
+carries the plans out; a plan that no longer holds raises
+:class:`~nexus_cache.errors.StalePlanError`, which the service treats as a
+transient failure (a new attempt plans afresh).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from nexus_cache.backends import AllocationDomain
+from nexus_cache.errors import ConfigError, StalePlanError
+from nexus_cache.frames import DeviceFrame, decode_parquet
+from nexus_cache.lakehouse import (
+    CacheStatus,
+    LakehouseCache,
+    LakehouseFile,
+    ReadDiagnostics,
+    ReadPlan,
+    resolve_source,
+)
+
+__all__ = ["SourcePlan", "count_rows", "decode_object", "lakehouse_summary", "plan_source"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePlan:
+    """The lakehouse plans of every Parquet object of one source, in name order."""
+
+    source: str
+    plans: tuple[ReadPlan, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.size or 0 for p in self.plans)
+
+    @property
+    def identity_keys(self) -> tuple[str, ...] | None:
+        """The entry keys of every object, or None when one has no proven identity."""
+        keys = tuple(p.key for p in self.plans)
+        return None if any(k is None for k in keys) else keys  # type: ignore[return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "objects": [
+                {
+                    "location": p.identity.location if p.identity else p.source,
+                    "key": p.key,
+                    "size": p.size,
+                    "status": p.status.value,
+                    "read_mode": p.read_mode.value,
+                    "fill_mode": p.fill_mode.value,
+                    "reason": p.reason,
+                }
+                for p in self.plans
+            ],
+        }
+
+
+def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[Any, list[str]]:
+    fs, path = resolve_source(source, None, storage_options)
+    if fs is None:
+        if os.path.isdir(path):
+            names = sorted(
+                os.path.join(root, name)
+                for root, _dirs, files in os.walk(path)
+                for name in files
+                if name.endswith(".parquet") and not name.startswith((".", "_"))
+            )
+        elif os.path.exists(path):
+            names = [path]
+        else:
+            raise FileNotFoundError(f"source {source!r} does not exist; check the path")
+    elif fs.isdir(path):
+        names = sorted(
+            p
+            for p in fs.find(path)
+            if p.endswith(".parquet") and not os.path.basename(p).startswith((".", "_"))
+        )
+    else:
+        names = [path]
+    if not names:
+        raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
+    return fs, names
+
+
+def plan_source(
+    cache: LakehouseCache, source: str, storage_options: dict[str, Any] | None = None
+) -> SourcePlan:
+    """One lakehouse plan per Parquet object of ``source`` (a file or a directory);
+    ``storage_options`` go to fsspec for a remote URL."""
+    fs, names = _list_objects(source, storage_options)
+    plans = tuple(
+        cache.plan(name, fs=fs) if fs is not None else cache.plan(name) for name in names
+    )
+    return SourcePlan(source, plans)
+
+
+def decode_object(
+    cache: LakehouseCache,
+    read_plan: ReadPlan,
+    columns: Sequence[str] | None,
+    domain: AllocationDomain,
+    diagnostics: list[ReadDiagnostics],
+) -> DeviceFrame:
+    """Read one planned object through the cache and decode it into ``domain``.
+
+    Appends the read's diagnostics to ``diagnostics``. Raises
+    :class:`StalePlanError` when the plan no longer holds.
+    """
+    with _execute(cache, read_plan, diagnostics) as handle:
+        return decode_parquet(handle, domain=domain, columns=columns)
+
+
+def count_rows(cache: LakehouseCache, plan: SourcePlan, diagnostics: list[ReadDiagnostics]) -> int:
+    """Rows of every object, from the Parquet footers (read through the cache)."""
+    total = 0
+    for read_plan in plan.plans:
+        with _execute(cache, read_plan, diagnostics) as handle:
+            total += pq.ParquetFile(handle).metadata.num_rows
+    return total
+
+
+def _execute(
+    cache: LakehouseCache, read_plan: ReadPlan, diagnostics: list[ReadDiagnostics]
+) -> LakehouseFile:
+    """Execute one plan, recording its diagnostics; a stale plan is recorded as ``stale``."""
+    try:
+        handle = cache.execute(read_plan)
+    except StalePlanError as exc:
+        diagnostics.append(read_plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc)))
+        raise
+    diagnostics.append(handle.diagnostics)
+    return handle
+
+
+def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: SourcePlan) -> dict:
+    """One status for a source: the reads' statuses when it was read, else the plans'."""
+    if diagnostics:
+        reasons = sorted({d.reason for d in diagnostics if d.reason})
+        statuses = [d.cache_status.value for d in diagnostics]
+        modes = [d.read_mode.value for d in diagnostics]
+        fills = [d.fill_mode.value for d in diagnostics]
+        read = True
+    else:
+        reasons = sorted({p.reason for p in plan.plans if p.reason})
+        statuses = [p.status.value for p in plan.plans]
+        modes = ["not_read"] * len(plan.plans)
+        fills = ["none"] * len(plan.plans)
+        read = False
+    return {
+        "status": _one(statuses),
+        "read_mode": _one(modes),
+        "fill_mode": _one(fills),
+        "reason": "; ".join(reasons) or None,
+        "objects": len(plan.plans),
+        "read": read,
+    }
+
+
+def _one(values: Sequence[str]) -> str:
+    """``hit`` when all agree, else ``mixed(a,b)``: one word for a table cell."""
+    distinct = sorted(set(values))
+    if len(distinct) == 1:
+        return distinct[0]
+    return "mixed(" + ",".join(distinct) + ")"

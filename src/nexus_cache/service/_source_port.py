@@ -1,0 +1,187 @@
+"""The service's one door to the decoded-source cache.
+
+A scan is decoded object by object into device frames
+(:class:`~nexus_cache.frames.DeviceFrame`) in the attempt's allocation
+domain. Each object with a proven lakehouse identity has a
+:class:`~nexus_cache.device.SourceFrameKey` (its entry key, the projected
+columns, the batch boundary) and goes through ``checkout_or_claim``:
+
+* ``hit``: a copy of the resident frame (the entry stays pinned until the
+  attempt releases its frames); no byte is read from the lakehouse;
+* ``miss-led``: this attempt decoded through the lakehouse and offered the
+  frame to the cache (retained when it fits; the attempt keeps its own);
+* ``miss-followed``: another attempt was decoding the same key; this one
+  waited and took a copy;
+* ``bypass`` with a reason: ``cache_cap_bytes=0`` on the device, or ``no
+  proven identity`` (the lakehouse could not prove what the object holds).
+
+A stale lakehouse plan met while leading is this attempt's own failure: the
+lead passes to a waiting attempt (which decodes with its own plan) and the
+attempt is retried. Several objects give one status when they agree, else
+``mixed(...)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache.backends import AllocationDomain
+from nexus_cache.device import (
+    CheckoutStatus,
+    DeviceResidentCaches,
+    SourceCheckout,
+    SourceFrameKey,
+)
+from nexus_cache.errors import StalePlanError
+from nexus_cache.frames import DeviceFrame
+from nexus_cache.lakehouse import ReadPlan
+from nexus_cache.service._lake import SourcePlan
+
+__all__ = ["BYPASS_COUNT", "SourceLoad", "SourceOutcome", "SourcePort"]
+
+#: what the frames were decoded with: part of every key, so a change of
+#: decoder never reuses frames of another
+_DECODER = ("decoder", "nexus_cache.frames.decode_parquet/1")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOutcome:
+    """How the decoded-source cache answered one scan."""
+
+    status: str
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason}
+
+
+BYPASS_COUNT = SourceOutcome("bypass", "synthetic count source")
+
+
+@dataclasses.dataclass
+class SourceLoad:
+    """The frames of one scan (one per object) and the checkouts that pin them."""
+
+    frames: list[DeviceFrame] = dataclasses.field(default_factory=list)
+    checkouts: list[SourceCheckout] = dataclasses.field(default_factory=list)
+    outcome: SourceOutcome | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(f.nbytes) for f in self.frames)
+
+    def table(self, *, detach: bool) -> pa.Table:
+        """The frames as one host table. ``detach`` copies it out of the domain:
+        on the host backend ``to_arrow`` shares the frames' buffers, which must
+        not outlive the attempt."""
+        tables = [f.to_arrow() for f in self.frames]
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        return _copy(table) if detach else table
+
+    def release(self) -> None:
+        """Release every frame and checkout (unpinning hits). Idempotent."""
+        for frame in self.frames:
+            frame.release()
+        self.frames.clear()
+        for checkout in self.checkouts:
+            if not checkout.released:
+                checkout.release()
+        self.checkouts.clear()
+
+
+def _copy(table: pa.Table) -> pa.Table:
+    """An independent copy of ``table`` (through one Arrow IPC buffer)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return pa.ipc.open_stream(sink.getvalue()).read_all()
+
+
+_STATUS = {
+    CheckoutStatus.HIT: "hit",
+    CheckoutStatus.LEADER: "miss-led",
+    CheckoutStatus.FOLLOWER: "miss-followed",
+    CheckoutStatus.BYPASS: "bypass",
+    CheckoutStatus.UNCACHED: "bypass",
+}
+
+#: decodes one planned object into the attempt's domain
+Decode = Callable[[ReadPlan], DeviceFrame]
+
+
+class SourcePort:
+    """Loads scans through the source cache of a device, where one exists. Thread-safe."""
+
+    def __init__(self, caches: DeviceResidentCaches, wait_timeout_s: float) -> None:
+        self._caches = caches
+        self._timeout = wait_timeout_s
+
+    def load(
+        self,
+        device_id: int,
+        plan: SourcePlan,
+        columns: Sequence[str] | None,
+        batch_rows: int,
+        domain: AllocationDomain,
+        decode: Decode,
+        load: SourceLoad,
+    ) -> None:
+        """Fill ``load`` with one frame per object of ``plan`` (release it in any case)."""
+        subdomain = self._caches.source_cache(device_id)
+        statuses: list[str] = []
+        reasons: list[str] = []
+        try:
+            for read_plan in plan.plans:
+                if subdomain is None or read_plan.key is None:
+                    load.frames.append(decode(read_plan))
+                    statuses.append("bypass")
+                    reasons.append(
+                        "cache_cap_bytes=0" if subdomain is None else "no proven identity"
+                    )
+                    continue
+                key = SourceFrameKey(
+                    (read_plan.key,),
+                    columns=tuple(columns or ()),
+                    batch_rows=batch_rows,
+                    decode_options=(_DECODER, ("all_columns", columns is None)),
+                )
+                checkout = self._one(subdomain, key, domain, read_plan, decode)
+                load.checkouts.append(checkout)
+                load.frames.append(checkout.value)
+                status = _STATUS[checkout.status]
+                statuses.append(status)
+                if status == "bypass":
+                    reasons.append(checkout.diagnostics.detail)
+        finally:
+            load.outcome = SourceOutcome(
+                _one_word(statuses) if statuses else "none",
+                "; ".join(sorted(set(reasons))) or None,
+            )
+
+    def _one(
+        self,
+        subdomain: Any,
+        key: SourceFrameKey,
+        domain: AllocationDomain,
+        read_plan: ReadPlan,
+        decode: Decode,
+    ) -> SourceCheckout:
+        result = subdomain.checkout_or_claim(key, domain=domain, timeout=self._timeout)
+        if isinstance(result, SourceCheckout):
+            return result
+        with result:  # an exception not resolved below fails the claim for every waiter
+            try:
+                frame = decode(read_plan)
+            except StalePlanError:
+                result.abandon("stale lakehouse plan")  # our plan, not the key, is bad
+                raise
+            return result.publish(frame)  # a DeviceFrame is a device-cache value
+
+
+def _one_word(values: Sequence[str]) -> str:
+    distinct = sorted(set(values))
+    return distinct[0] if len(distinct) == 1 else "mixed(" + ",".join(distinct) + ")"

@@ -1,0 +1,367 @@
+"""Configuration of the query service: :class:`ServiceConfig`.
+
+Sources, weakest first: built-in defaults, a TOML file, the environment, then
+keyword overrides. :meth:`ServiceConfig.load` applies them in that order; every
+value is validated where it enters, and a bad one raises :class:`ConfigError`
+naming the key (or variable), the value and what is accepted.
+
+Environment variables (an empty value counts as unset):
+
+``NEXUS_SERVICE_CONFIG``
+    Path of a TOML file to read first (default: none).
+``NEXUS_DEVICE_BACKEND``
+    ``auto`` (default), ``cuda`` or ``host``.
+``NEXUS_SERVICE_DEVICES``
+    Comma-separated device ids to serve (default: every device of the backend).
+``NEXUS_DEVICE_CACHE_CAP_BYTES``
+    ``cache_cap_bytes`` of every served device, a byte size; ``0`` disables the
+    GPU caches (default: 25% of each device's managed capacity).
+``NEXUS_SERVICE_EVIDENCE_DIR``
+    Directory of the admission TSV and the sealed attempt evidence (default:
+    none, nothing is written).
+``NEXUS_SERVICE_ADMISSION_TIMEOUT_S``
+    Seconds an attempt waits for its grant before :class:`AdmissionError` (30).
+``NEXUS_SERVICE_MAX_ATTEMPTS``
+    Attempts per query, the first included, on transient failures (3).
+``NEXUS_SERVICE_GRANT_EXPANSION``
+    Grant bytes asked per byte of Parquet read (8.0).
+``NEXUS_LAKEHOUSE_*``
+    The lakehouse cache settings (see ``docs/lakehouse.md``).
+
+Immutable; thread-safe to share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from nexus_cache._sizes import parse_size
+from nexus_cache.backends import BACKEND_NAMES, ENV_DEVICE_BACKEND
+from nexus_cache.errors import ConfigError
+from nexus_cache.lakehouse import (
+    ENV_BYPASS_BYTES,
+    ENV_FILL_MAX_CONCURRENCY,
+    ENV_FILL_MAX_HOST_BYTES,
+    ENV_MAX_BYTES,
+    ENV_POLICY,
+    ENV_READ,
+    ENV_ROOT,
+    LakehouseCacheConfig,
+)
+
+__all__ = [
+    "DEFAULT_CACHE_CAP_FRACTION",
+    "DeviceSettings",
+    "ServiceConfig",
+]
+
+ENV_CONFIG = "NEXUS_SERVICE_CONFIG"
+ENV_DEVICES = "NEXUS_SERVICE_DEVICES"
+ENV_CACHE_CAP = "NEXUS_DEVICE_CACHE_CAP_BYTES"
+ENV_EVIDENCE_DIR = "NEXUS_SERVICE_EVIDENCE_DIR"
+ENV_ADMISSION_TIMEOUT = "NEXUS_SERVICE_ADMISSION_TIMEOUT_S"
+ENV_MAX_ATTEMPTS = "NEXUS_SERVICE_MAX_ATTEMPTS"
+ENV_GRANT_EXPANSION = "NEXUS_SERVICE_GRANT_EXPANSION"
+
+#: share of a device's managed capacity a device without a configured cap gets
+DEFAULT_CACHE_CAP_FRACTION = 0.25
+
+_LAKEHOUSE_ENV = {
+    ENV_ROOT: "root",
+    ENV_READ: "read",
+    ENV_POLICY: "policy",
+    ENV_MAX_BYTES: "max_bytes",
+    ENV_FILL_MAX_CONCURRENCY: "fill_max_concurrency",
+    ENV_FILL_MAX_HOST_BYTES: "fill_max_host_bytes",
+    ENV_BYPASS_BYTES: "bypass_bytes",
+}
+_LAKEHOUSE_KEYS = tuple(f.name for f in dataclasses.fields(LakehouseCacheConfig))
+_TOP_KEYS = (
+    "backend",
+    "evidence_dir",
+    "admission_timeout_s",
+    "max_attempts",
+    "grant_expansion",
+    "min_grant_bytes",
+    "cache_cap_bytes",
+    "devices",
+    "lakehouse",
+    "storage_options",
+)
+_DEVICE_KEYS = ("id", "cache_cap_bytes", "managed_capacity_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSettings:
+    """One served device. ``cache_cap_bytes=None``: :data:`DEFAULT_CACHE_CAP_FRACTION`
+    of the managed capacity; ``managed_capacity_bytes=None``: 90% of the device."""
+
+    device_id: int
+    cache_cap_bytes: int | None = None
+    managed_capacity_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.device_id, bool) or not isinstance(self.device_id, int):
+            raise ConfigError(f"devices.id={self.device_id!r}; accepted: an int >= 0")
+        if self.device_id < 0:
+            raise ConfigError(f"devices.id={self.device_id!r}; accepted: an int >= 0")
+        if self.cache_cap_bytes is not None:
+            cap = parse_size(self.cache_cap_bytes, name="cache_cap_bytes", allow_zero=True)
+            object.__setattr__(self, "cache_cap_bytes", cap)
+        if self.managed_capacity_bytes is not None:
+            managed = parse_size(self.managed_capacity_bytes, name="managed_capacity_bytes")
+            object.__setattr__(self, "managed_capacity_bytes", managed)
+
+
+def _number(name: str, value: Any, *, integer: bool, minimum: float, strict: bool) -> Any:
+    """Parse a finite number >= (or >) ``minimum``; ConfigError names ``name``."""
+    kind = "a whole number" if integer else "a number"
+    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    refusal = ConfigError(f"{name}={value!r} is not accepted; use {kind} {bound}")
+    if isinstance(value, bool):
+        raise refusal
+    try:
+        if integer:
+            number: float = int(value.strip()) if isinstance(value, str) else value
+            if not isinstance(number, int):
+                raise refusal
+        else:
+            number = float(value)
+    except (TypeError, ValueError):
+        raise refusal from None
+    if not math.isfinite(number) or (number <= minimum if strict else number < minimum):
+        raise refusal
+    return number
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceConfig:
+    """Settings of one :class:`~nexus_cache.service.QueryService`. Validated on construction.
+
+    ``devices=None`` serves every device of the backend, each with
+    ``cache_cap_bytes`` (``None``: :data:`DEFAULT_CACHE_CAP_FRACTION` of its
+    managed capacity). ``evidence_dir=None`` keeps evidence in memory only.
+    """
+
+    backend: str = "auto"
+    devices: tuple[DeviceSettings, ...] | None = None
+    cache_cap_bytes: int | None = None
+    lakehouse: LakehouseCacheConfig = dataclasses.field(default_factory=LakehouseCacheConfig)
+    evidence_dir: Path | None = None
+    admission_timeout_s: float = 30.0
+    max_attempts: int = 3
+    grant_expansion: float = 8.0
+    min_grant_bytes: int = 1 << 20
+    #: fsspec options for remote sources (e.g. ``{"client_kwargs": {"endpoint_url": ...}}``)
+    storage_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.storage_options is not None:
+            if not isinstance(self.storage_options, Mapping):
+                raise ConfigError(
+                    f"storage_options={self.storage_options!r} is not accepted; use a mapping "
+                    "of fsspec options (a [storage_options] table in TOML)"
+                )
+            set_(self, "storage_options", dict(self.storage_options))
+        backend = str(self.backend).strip().lower()
+        if backend not in BACKEND_NAMES:
+            raise ConfigError(
+                f"backend={self.backend!r} is not accepted; use one of: {', '.join(BACKEND_NAMES)}"
+            )
+        set_(self, "backend", backend)
+        if self.devices is not None:
+            devices = tuple(self.devices)
+            if not devices:
+                raise ConfigError(
+                    "devices=[] is not accepted; list at least one device or omit it"
+                )
+            ids = [d.device_id for d in devices]
+            if len(set(ids)) != len(ids):
+                raise ConfigError(f"devices={ids} lists a device twice; list each id once")
+            set_(self, "devices", devices)
+        if self.cache_cap_bytes is not None:
+            cap = parse_size(self.cache_cap_bytes, name="cache_cap_bytes", allow_zero=True)
+            set_(self, "cache_cap_bytes", cap)
+        if not isinstance(self.lakehouse, LakehouseCacheConfig):
+            raise ConfigError(f"lakehouse={self.lakehouse!r}; accepted: a LakehouseCacheConfig")
+        if self.evidence_dir is not None:
+            text = os.fspath(self.evidence_dir)
+            if not text.strip():
+                raise ConfigError("evidence_dir='' is not accepted; give a directory or omit it")
+            set_(self, "evidence_dir", Path(os.path.abspath(os.path.expanduser(text))))
+        set_(
+            self,
+            "admission_timeout_s",
+            _number(
+                "admission_timeout_s",
+                self.admission_timeout_s,
+                integer=False,
+                minimum=0,
+                strict=False,
+            ),
+        )
+        set_(
+            self,
+            "max_attempts",
+            _number("max_attempts", self.max_attempts, integer=True, minimum=1, strict=False),
+        )
+        set_(
+            self,
+            "grant_expansion",
+            _number(
+                "grant_expansion", self.grant_expansion, integer=False, minimum=0, strict=True
+            ),
+        )
+        set_(self, "min_grant_bytes", parse_size(self.min_grant_bytes, name="min_grant_bytes"))
+
+    # -- loading ---------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> ServiceConfig:
+        """Defaults, then the TOML file (``path`` or ``NEXUS_SERVICE_CONFIG``), then
+        the environment, then ``overrides`` (field names of this class)."""
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name)
+            return value if value is not None and value.strip() != "" else None
+
+        if path is None:
+            path = get(ENV_CONFIG)
+        fields: dict[str, Any] = {}
+        lake: dict[str, Any] = {}
+        if path is not None:
+            fields, lake = _read_toml(Path(path))
+        for variable, field in _LAKEHOUSE_ENV.items():
+            if (value := get(variable)) is not None:
+                lake[field] = value
+        simple = {
+            ENV_DEVICE_BACKEND: "backend",
+            ENV_CACHE_CAP: "cache_cap_bytes",
+            ENV_EVIDENCE_DIR: "evidence_dir",
+            ENV_ADMISSION_TIMEOUT: "admission_timeout_s",
+            ENV_MAX_ATTEMPTS: "max_attempts",
+            ENV_GRANT_EXPANSION: "grant_expansion",
+        }
+        for variable, field in simple.items():
+            if (value := get(variable)) is not None:
+                fields[field] = _named(variable, field, value)
+        if (value := get(ENV_DEVICES)) is not None:
+            fields["devices"] = _parse_device_list(value)
+        if "lakehouse" in overrides:
+            return cls(**{**fields, **overrides})
+        try:
+            lakehouse = LakehouseCacheConfig(**lake)
+        except TypeError as exc:  # pragma: no cover - keys are checked in _read_toml
+            raise ConfigError(f"lakehouse settings: {exc}") from None
+        return cls(**{**fields, "lakehouse": lakehouse, **overrides})
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServiceConfig:
+        """:meth:`load` without a file argument (``NEXUS_SERVICE_CONFIG`` may name one)."""
+        return cls.load(None, environ=environ, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view, for evidence and ``--json`` output."""
+        return {
+            "backend": self.backend,
+            "devices": None
+            if self.devices is None
+            else [dataclasses.asdict(d) for d in self.devices],
+            "cache_cap_bytes": self.cache_cap_bytes,
+            "lakehouse": self.lakehouse.to_dict(),
+            "evidence_dir": None if self.evidence_dir is None else str(self.evidence_dir),
+            "admission_timeout_s": self.admission_timeout_s,
+            "max_attempts": self.max_attempts,
+            "grant_expansion": self.grant_expansion,
+            "min_grant_bytes": self.min_grant_bytes,
+            # option values may hold credentials: name the keys only
+            "storage_options": None
+            if self.storage_options is None
+            else sorted(self.storage_options),
+        }
+
+
+def _named(variable: str, field: str, value: str) -> Any:
+    # Validate here so the error names the variable the user set, not the field.
+    try:
+        ServiceConfig(**{field: value})
+    except ConfigError as exc:
+        raise ConfigError(f"{variable}: {exc}") from None
+    return value
+
+
+def _parse_device_list(value: str) -> tuple[DeviceSettings, ...]:
+    ids = []
+    for part in value.split(","):
+        text = part.strip()
+        if not text.isascii() or not text.isdigit():
+            raise ConfigError(
+                f"{ENV_DEVICES}={value!r} is not accepted; use comma-separated device ids "
+                "such as 0,1"
+            )
+        ids.append(DeviceSettings(int(text)))
+    return tuple(ids)
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{ENV_CONFIG}={str(path)!r}: no such file; fix the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    _check_keys(data, _TOP_KEYS, f"{path}")
+    fields = {k: v for k, v in data.items() if k not in ("lakehouse", "devices")}
+    if "storage_options" in fields and not isinstance(fields["storage_options"], dict):
+        raise ConfigError(
+            f"{path}: storage_options={fields['storage_options']!r}; accepted: a "
+            "[storage_options] table"
+        )
+    lake = data.get("lakehouse", {})
+    if not isinstance(lake, dict):
+        raise ConfigError(f"{path}: lakehouse={lake!r}; accepted: a [lakehouse] table")
+    _check_keys(lake, _LAKEHOUSE_KEYS, f"{path} [lakehouse]")
+    if "devices" in data:
+        entries = data["devices"]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(f"{path}: devices={entries!r}; accepted: [[devices]] tables")
+        devices = []
+        for entry in entries:
+            _check_keys(entry, _DEVICE_KEYS, f"{path} [[devices]]")
+            if "id" not in entry:
+                raise ConfigError(f"{path} [[devices]]: {entry!r} has no id; add id = N")
+            devices.append(
+                DeviceSettings(
+                    entry["id"], entry.get("cache_cap_bytes"), entry.get("managed_capacity_bytes")
+                )
+            )
+        fields["devices"] = tuple(devices)
+    return fields, dict(lake)
+
+
+def _check_keys(data: Mapping[str, Any], accepted: tuple[str, ...], where: str) -> None:
+    for key in data:
+        if key not in accepted:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}; accepted keys: {', '.join(accepted)}"
+            )

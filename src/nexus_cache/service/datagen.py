@@ -1,0 +1,66 @@
+"""Synthetic data for the demo and the tests: an R-MAT edge table and a fact table.
+
+:func:`rmat_edges` draws a Kronecker (R-MAT) graph with the Graph500
+parameters: ``2**scale`` vertices, ``edge_factor * 2**scale`` edges,
+quadrant probabilities A=0.57, B=0.19, C=0.19 (D=0.05), vertex labels
+permuted at random. :func:`fact_table` draws a small sales-like table.
+:func:`write_parquet` writes either as Parquet with several row groups.
+Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["GRAPH500_ABC", "fact_table", "rmat_edges", "write_parquet"]
+
+#: Graph500's R-MAT quadrant probabilities A, B, C (D = 1 - A - B - C)
+GRAPH500_ABC = (0.57, 0.19, 0.19)
+
+
+def rmat_edges(scale: int, edge_factor: int = 16, seed: int = 1) -> pa.Table:
+    """Columns ``src``, ``dst`` (int64) of an R-MAT graph; may hold loops and duplicates."""
+    if not 1 <= scale <= 40 or edge_factor < 1:
+        raise ValueError(f"scale={scale} must be in 1..40 and edge_factor={edge_factor} >= 1")
+    a, b, c = GRAPH500_ABC
+    rng = np.random.default_rng(seed)
+    m = edge_factor << scale
+    src = np.zeros(m, dtype=np.int64)
+    dst = np.zeros(m, dtype=np.int64)
+    # Per bit: the row half is the lower one with probability A+B; given it,
+    # the column half is the left one with A/(A+B), else C/(C+D).
+    ab = a + b
+    left_given_top, left_given_bottom = a / ab, c / (1 - ab)
+    for bit in range(scale):
+        bottom = rng.random(m) > ab
+        threshold = np.where(bottom, left_given_bottom, left_given_top)
+        right = rng.random(m) > threshold
+        src |= bottom.astype(np.int64) << bit
+        dst |= right.astype(np.int64) << bit
+    labels = rng.permutation(1 << scale).astype(np.int64)
+    order = rng.permutation(m)
+    return pa.table({"src": labels[src[order]], "dst": labels[dst[order]]})
+
+
+def fact_table(rows: int, seed: int = 2) -> pa.Table:
+    """``order_id`` int64, ``customer`` int32, ``amount`` float64, ``region`` string."""
+    rng = np.random.default_rng(seed)
+    regions = np.array(["north", "south", "east", "west", "central"])
+    return pa.table(
+        {
+            "order_id": np.arange(rows, dtype=np.int64),
+            "customer": rng.integers(0, max(1, rows // 10), rows, dtype=np.int32),
+            "amount": np.round(rng.gamma(2.0, 40.0, rows), 2),
+            "region": pa.array(regions[rng.integers(0, len(regions), rows)]),
+        }
+    )
+
+
+def write_parquet(table: pa.Table, path: str | os.PathLike[str], row_groups: int = 8) -> None:
+    """Write ``table`` as one Parquet file of about ``row_groups`` row groups."""
+    size = max(1, -(-table.num_rows // max(1, row_groups)))
+    pq.write_table(table, path, row_group_size=size)

@@ -1,0 +1,243 @@
+"""Sealed attempt evidence and the admission TSV.
+
+**Attempt evidence**: one JSON document per attempt (the plan, the lakehouse,
+source and graph cache statuses, a ledger snapshot, timings and a result
+fingerprint). It is *sealed*: ``seal.digest`` is the SHA-256 of the
+document's canonical JSON (sorted keys, no spaces, ASCII) without the seal.
+Every document also names the digest of the attempt sealed before it by the
+same service (``previous_digest``), so the documents of one service form a
+chain: changing, removing or resealing one document breaks either its own
+seal or the next document's link. :func:`verify_evidence` checks both.
+
+The seal detects modification; it does not prove who wrote a document (anyone
+who can write the directory could rewrite a whole chain). Keep the directory
+where only the service writes.
+
+**Admission TSV** (``admission.tsv``): one line per admission decision, with
+the ledger's two cache fields, appended with one ``write`` each so lines of
+concurrent services do not interleave.
+
+Writers are thread-safe; documents are published atomically (temp, fsync,
+rename), so a crash leaves whole documents or none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache._storage import atomic_write, ensure_private_dir
+
+__all__ = [
+    "ADMISSION_COLUMNS",
+    "EVIDENCE_FORMAT",
+    "AdmissionLog",
+    "EvidenceReport",
+    "EvidenceWriter",
+    "canonical_json",
+    "seal_digest",
+    "table_fingerprint",
+    "verify_evidence",
+]
+
+EVIDENCE_FORMAT = "nexus-cache.attempt-evidence/1"
+ADMISSION_FILE = "admission.tsv"
+ADMISSION_COLUMNS = (
+    "time_utc",
+    "query_id",
+    "attempt_id",
+    "device_id",
+    "decision",
+    "requested_bytes",
+    "waited_s",
+    "grant_bytes",
+    "grant_count",
+    "managed_capacity_bytes",
+    "cache_charged_bytes",
+    "free_managed_bytes",
+    "cache_evictable_resident_bytes",
+    "cache_pinned_in_use_bytes",
+    "reason",
+)
+
+
+def canonical_json(doc: Mapping[str, Any]) -> bytes:
+    """The one byte form a document is sealed in (sorted keys, compact, ASCII)."""
+    return json.dumps(
+        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
+
+
+def seal_digest(doc: Mapping[str, Any]) -> str:
+    """SHA-256 hex digest of ``doc`` without its ``seal`` field."""
+    body = {k: v for k, v in doc.items() if k != "seal"}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def table_fingerprint(table: pa.Table) -> str:
+    """SHA-256 over the schema and the values of ``table``, independent of chunking."""
+    digest = hashlib.sha256(table.schema.to_string(show_schema_metadata=False).encode())
+    combined = table.combine_chunks()
+    for column in combined.columns:
+        for chunk in column.chunks:  # one chunk after combine_chunks
+            sink = pa.BufferOutputStream()
+            batch = pa.record_batch([chunk], names=["v"])
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            digest.update(sink.getvalue().to_pybytes())
+    digest.update(str(table.num_rows).encode())
+    return digest.hexdigest()
+
+
+class EvidenceWriter:
+    """Seals and publishes one JSON document per attempt under ``directory``.
+
+    ``directory=None`` seals documents without writing them. Thread-safe: the
+    chain link and the publication happen under one lock.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None) -> None:
+        self._dir = None if directory is None else ensure_private_dir(directory)
+        self._lock = threading.Lock()
+        self._previous: str | None = None
+
+    @property
+    def directory(self) -> Path | None:
+        return self._dir
+
+    def seal(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """Link ``doc`` to the previous attempt, seal it, publish it; returns it sealed."""
+        with self._lock:
+            body = {**doc, "format": EVIDENCE_FORMAT, "previous_digest": self._previous}
+            digest = seal_digest(body)
+            sealed = {**body, "seal": {"algorithm": "sha256", "digest": digest}}
+            if self._dir is not None:
+                name = f"attempt-{_safe(str(doc['attempt_id']))}.json"
+                data = json.dumps(sealed, sort_keys=True, indent=1, allow_nan=False).encode()
+                atomic_write(self._dir / name, data + b"\n", tmp_dir=self._dir)
+            self._previous = digest
+            return sealed
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidenceReport:
+    """What :func:`verify_evidence` found; ``ok`` when every document verified."""
+
+    verified: tuple[str, ...]
+    problems: tuple[tuple[str, str], ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "verified": list(self.verified),
+            "problems": [{"file": f, "problem": p} for f, p in self.problems],
+        }
+
+
+def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
+    """Check every ``attempt-*.json`` under ``directory``: its seal and its chain link.
+
+    A document fails when it is not valid JSON, lacks a seal, its digest does
+    not match its content, or its ``previous_digest`` names no document in
+    the directory. Reads only; never raises for a bad document.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"evidence directory {str(root)!r} does not exist")
+    verified: list[str] = []
+    problems: list[tuple[str, str]] = []
+    digests: dict[str, str] = {}
+    links: dict[str, str | None] = {}
+    for path in sorted(root.glob("attempt-*.json")):
+        name = path.name
+        try:
+            doc = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            problems.append((name, f"unreadable: {exc}"))
+            continue
+        seal = doc.get("seal") if isinstance(doc, dict) else None
+        if not isinstance(seal, dict) or seal.get("algorithm") != "sha256":
+            problems.append((name, "no sha256 seal"))
+            continue
+        try:
+            actual = seal_digest(doc)
+        except ValueError as exc:
+            problems.append((name, f"cannot be canonicalized: {exc}"))
+            continue
+        if actual != seal.get("digest"):
+            problems.append((name, f"seal mismatch: content digest {actual[:16]}... != sealed"))
+            continue
+        digests[actual] = name
+        links[name] = doc.get("previous_digest")
+    for name, previous in links.items():
+        if previous is not None and previous not in digests:
+            problems.append(
+                (name, "chain broken: the previous attempt's evidence is missing or was changed")
+            )
+        else:
+            verified.append(name)
+    return EvidenceReport(tuple(sorted(verified)), tuple(sorted(problems)))
+
+
+class AdmissionLog:
+    """Appends one TSV line per admission decision to ``directory/admission.tsv``.
+
+    ``directory=None`` keeps the lines in memory only (``lines``). Thread-safe.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None) -> None:
+        self._path = None if directory is None else ensure_private_dir(directory) / ADMISSION_FILE
+        self._lock = threading.Lock()
+        self.lines: list[dict[str, Any]] = []
+        if self._path is not None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            try:
+                fd = os.open(self._path, flags, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                try:
+                    os.write(fd, ("\t".join(ADMISSION_COLUMNS) + "\n").encode())
+                finally:
+                    os.close(fd)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def record(self, row: Mapping[str, Any]) -> None:
+        values = {**row, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        line = "\t".join(_cell(values.get(c)) for c in ADMISSION_COLUMNS) + "\n"
+        with self._lock:
+            self.lines.append(values)
+            if self._path is not None:
+                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return str(value).replace("\t", " ").replace("\n", " ")

@@ -1,0 +1,266 @@
+"""The queries the service runs, as immutable Python objects and as JSON.
+
+* :class:`Scan` reads the projected columns of a Parquet object or directory.
+* :class:`Count` counts its rows from the Parquet footers: a synthetic count
+  source, which never enters the decoded-source cache.
+* :class:`Graph` runs a graph algorithm on the edges a :class:`Scan` reads.
+
+``query.to_dict()`` and :func:`query_from_dict` convert to and from plain JSON
+values (``{"type": "scan", ...}``); :func:`query_from_json` parses text. Every
+constructor validates its arguments and raises :class:`ConfigError` naming the
+field, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from nexus_cache.errors import ConfigError
+
+__all__ = [
+    "ALGORITHMS",
+    "Count",
+    "Graph",
+    "Query",
+    "Scan",
+    "query_from_dict",
+    "query_from_json",
+]
+
+#: algorithm -> accepted parameters and their defaults (None: required or optional)
+ALGORITHMS: Mapping[str, Mapping[str, Any]] = {
+    "pagerank": {"alpha": 0.85, "tol": 1e-6, "max_iter": 100},
+    "bfs": {"source": None, "depth_limit": None},
+    "jaccard": {},
+    "sorensen": {},
+    "overlap": {},
+    "cosine": {},
+}
+SIMILARITIES = ("jaccard", "sorensen", "overlap", "cosine")
+
+
+def _text(name: str, value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name}={value!r} is not accepted; use a non-empty string")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """Read ``columns`` (all when None) of ``source`` in batches of ``batch_rows`` rows.
+
+    ``source`` is anything the lakehouse cache reads: a local path, ``file://``,
+    ``s3://`` or another fsspec URL, naming one Parquet object or a directory
+    of them (read in name order).
+    """
+
+    source: str
+    columns: tuple[str, ...] | None = None
+    batch_rows: int = 65536
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", _text("Scan.source", self.source))
+        if self.columns is not None:
+            if isinstance(self.columns, str):
+                raise ConfigError(
+                    f"Scan.columns={self.columns!r} is not accepted; use a list of names"
+                )
+            columns = tuple(_text("Scan.columns[]", c) for c in self.columns)
+            if not columns or len(set(columns)) != len(columns):
+                raise ConfigError(
+                    f"Scan.columns={list(columns)} is not accepted; use distinct names, "
+                    "at least one (or None for all)"
+                )
+            object.__setattr__(self, "columns", columns)
+        rows = self.batch_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ConfigError(f"Scan.batch_rows={rows!r} is not accepted; use an int >= 1")
+
+    kind = "scan"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "scan",
+            "source": self.source,
+            "columns": None if self.columns is None else list(self.columns),
+            "batch_rows": self.batch_rows,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Count:
+    """The number of rows of ``source`` (from the Parquet footers; no decode)."""
+
+    source: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", _text("Count.source", self.source))
+
+    kind = "count"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "count", "source": self.source}
+
+
+def _param(algorithm: str, name: str, value: Any) -> Any:
+    bad = ConfigError(
+        f"Graph.params[{name!r}]={value!r} is not accepted for {algorithm}; "
+        + {
+            "alpha": "use a number in (0, 1)",
+            "tol": "use a number > 0",
+            "max_iter": "use an int >= 1",
+            "source": "use an integer vertex id",
+            "depth_limit": "use an int >= 0 or null",
+        }[name]
+    )
+    if isinstance(value, bool):
+        raise bad
+    if name == "alpha":
+        if not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise bad
+        return float(value)
+    if name == "tol":
+        if not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise bad
+        return float(value)
+    if name == "max_iter":
+        if not isinstance(value, int) or value < 1:
+            raise bad
+        return value
+    if name == "source":
+        if not isinstance(value, int):
+            raise bad
+        return value
+    if value is None:
+        return None
+    if not isinstance(value, int) or value < 0:  # depth_limit
+        raise bad
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """Run ``algorithm`` on the edge list ``edges`` reads.
+
+    ``src``/``dst`` name the endpoint columns (integer vertex ids), ``weight``
+    an optional weight column. ``directed=False`` symmetrizes the edges.
+    ``params`` are the algorithm's (:data:`ALGORITHMS`); missing ones take
+    their defaults, BFS needs ``source``.
+    """
+
+    edges: Scan
+    src: str
+    dst: str
+    algorithm: str
+    weight: str | None = None
+    directed: bool = True
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.edges, Scan):
+            raise ConfigError(f"Graph.edges={self.edges!r} is not accepted; use a Scan")
+        for name in ("src", "dst"):
+            _text(f"Graph.{name}", getattr(self, name))
+        if self.weight is not None:
+            _text("Graph.weight", self.weight)
+        if self.src == self.dst:
+            raise ConfigError(f"Graph.src and Graph.dst are both {self.src!r}; use two columns")
+        if not isinstance(self.directed, bool):
+            raise ConfigError(f"Graph.directed={self.directed!r} is not accepted; use a bool")
+        algorithm = str(self.algorithm).strip().lower()
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(
+                f"Graph.algorithm={self.algorithm!r} is not accepted; use one of: "
+                f"{', '.join(ALGORITHMS)}"
+            )
+        object.__setattr__(self, "algorithm", algorithm)
+        accepted = ALGORITHMS[algorithm]
+        if not isinstance(self.params, Mapping):
+            raise ConfigError(f"Graph.params={self.params!r} is not accepted; use a mapping")
+        params = dict(accepted)
+        for name, value in self.params.items():
+            if name not in accepted:
+                names = ", ".join(accepted) or "none"
+                raise ConfigError(
+                    f"Graph.params has {name!r}, which {algorithm} does not take; "
+                    f"accepted: {names}"
+                )
+            params[name] = _param(algorithm, name, value)
+        if algorithm == "bfs" and params["source"] is None:
+            raise ConfigError("Graph.params['source'] is required for bfs; give a vertex id")
+        object.__setattr__(self, "params", _FrozenParams(params))
+
+    kind = "graph"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "graph",
+            "edges": self.edges.to_dict(),
+            "src": self.src,
+            "dst": self.dst,
+            "weight": self.weight,
+            "directed": self.directed,
+            "algorithm": self.algorithm,
+            "params": dict(self.params),
+        }
+
+
+class _FrozenParams(dict):  # type: ignore[type-arg]
+    """A read-only, hashable parameter mapping (keeps Graph hashable)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Graph.params is read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
+
+
+Query = Scan | Count | Graph
+
+
+def query_from_dict(data: Mapping[str, Any]) -> Query:
+    """Build a query from its :meth:`to_dict` form; :class:`ConfigError` when malformed."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"query={data!r} is not accepted; use a JSON object with a 'type'")
+    kind = data.get("type")
+    fields = {k: v for k, v in data.items() if k != "type"}
+    builders: dict[str, Any] = {"scan": Scan, "count": Count, "graph": Graph}
+    if kind not in builders:
+        raise ConfigError(f"query type={kind!r} is not accepted; use one of: scan, count, graph")
+    allowed = {f.name for f in dataclasses.fields(builders[kind])}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{kind} query has unknown field(s) {unknown}; accepted: {', '.join(sorted(allowed))}"
+        )
+    if kind == "graph":
+        edges = fields.get("edges")
+        if isinstance(edges, Mapping):
+            edges = query_from_dict({"type": "scan", **{k: v for k, v in edges.items()}})
+        fields["edges"] = edges
+        if not isinstance(fields.get("params", {}), Mapping):
+            raise ConfigError(f"graph query params={fields['params']!r}; use a JSON object")
+    if kind == "scan" and fields.get("columns") is not None:
+        fields["columns"] = tuple(fields["columns"])
+    try:
+        return builders[kind](**fields)
+    except TypeError as exc:
+        raise ConfigError(f"{kind} query: {exc}") from None
+
+
+def query_from_json(text: str) -> Query:
+    """Parse a query from JSON text (see :func:`query_from_dict`)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"query JSON is malformed: {exc}") from None
+    return query_from_dict(data)

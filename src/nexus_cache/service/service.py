@@ -1,0 +1,366 @@
+"""``QueryService``: the owner of every cache, and the one place that runs queries.
+
+It owns the lakehouse cache, the GPU-resident caches of every served device
+(ledger, allocation domain, source and graph caches), the admission TSV and
+the sealed attempt evidence. :meth:`QueryService.execute` runs a query as one
+or more attempts:
+
+1. plan afresh (lakehouse plans, cache keys, grant size);
+2. admit an immutable grant through the device ledger (bounded wait, then
+   :class:`AdmissionError`);
+3. run under the grant, through the lakehouse, source and graph caches;
+4. release the grant and seal the attempt's evidence.
+
+A stale plan (:class:`StalePlanError`) or an exhausted grant
+(:class:`GrantExhaustedError`) ends the attempt; the next one plans again (with
+a larger grant after exhaustion), up to ``max_attempts`` in all. Anything
+else ends the query.
+
+Thread-safe: queries may run concurrently from many threads. Not
+process-safe beyond what each cache states (the ledger governs one process).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from nexus_cache.backends import DeviceBackend, select_backend
+from nexus_cache.device import (
+    MANAGED_CAPACITY_FRACTION,
+    SOURCE_WAIT_TIMEOUT_S,
+    DeviceCacheReport,
+    DeviceProfile,
+    DeviceResidentCaches,
+    DeviceShutdown,
+    Grant,
+)
+from nexus_cache.errors import (
+    AdmissionError,
+    GrantExhaustedError,
+    LifecycleError,
+    StalePlanError,
+)
+from nexus_cache.lakehouse import LakehouseCache
+from nexus_cache.service._attempt import AttemptOutcome, AttemptPlan, plan_attempt, run_attempt
+from nexus_cache.service._graph_port import GraphPort
+from nexus_cache.service._source_port import SourcePort
+from nexus_cache.service.admission import Admission
+from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ServiceConfig
+from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
+from nexus_cache.service.queries import Query, query_from_dict, query_from_json
+from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
+
+__all__ = ["QueryService"]
+
+_TRANSIENT = (StalePlanError, GrantExhaustedError)
+
+
+def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
+    settings = config.devices
+    if settings is None:
+        from nexus_cache.service.config import DeviceSettings
+
+        settings = tuple(DeviceSettings(d) for d in range(backend.device_count()))
+    profiles = []
+    for device in settings:
+        backend.check_device(device.device_id)
+        cap = device.cache_cap_bytes
+        if cap is None:
+            cap = config.cache_cap_bytes
+        if cap is None:
+            managed = device.managed_capacity_bytes
+            if managed is None:
+                total = backend.mem_info(device.device_id).total_bytes
+                managed = int(total * MANAGED_CAPACITY_FRACTION)
+            cap = int(managed * DEFAULT_CACHE_CAP_FRACTION)
+        profiles.append(DeviceProfile(device.device_id, cap, device.managed_capacity_bytes))
+    return profiles
+
+
+class QueryService:
+    """Runs :class:`Scan`, :class:`Count` and :class:`Graph` queries through the caches.
+
+    ``config`` defaults to :meth:`ServiceConfig.from_env`. ``backend`` overrides
+    ``config.backend`` with a ready :class:`DeviceBackend` (tests, embedders).
+    ``on_planned(plan)`` is called after each attempt is planned and before it
+    is admitted (instrumentation). Use as a context manager, or call
+    :meth:`shutdown`.
+    """
+
+    def __init__(
+        self,
+        config: ServiceConfig | None = None,
+        *,
+        backend: DeviceBackend | None = None,
+        on_planned: Callable[[AttemptPlan], None] | None = None,
+    ) -> None:
+        self.config = config if config is not None else ServiceConfig.from_env()
+        chosen = backend if backend is not None else select_backend(self.config.backend)
+        self._caches = DeviceResidentCaches(_profiles(self.config, chosen), backend=chosen)
+        try:
+            self._lakehouse = LakehouseCache(self.config.lakehouse)
+            self._evidence = EvidenceWriter(self.config.evidence_dir)
+            self._admission = Admission(
+                AdmissionLog(self.config.evidence_dir), self.config.admission_timeout_s
+            )
+        except BaseException:
+            self._caches.shutdown()
+            raise
+        self._sources = SourcePort(self._caches, SOURCE_WAIT_TIMEOUT_S)
+        self._graphs = GraphPort(self._caches)
+        # One working domain per device for what attempts allocate (decoded
+        # frames, copies of cached frames, graphs built uncached), so nothing
+        # lands in a library's default pool. Freed blocks go back to the
+        # device whenever no attempt is running.
+        backend_ = self._caches.backend
+        self._work = {d: backend_.create_domain(d) for d in self._caches.device_ids}
+        self._running = dict.fromkeys(self._work, 0)
+        self._on_planned = on_planned
+        self._lock = threading.Lock()
+        self._closed = False
+        self._shutdown: list[DeviceShutdown] | None = None
+
+    def __repr__(self) -> str:
+        return f"QueryService({self._caches!r}, {self._lakehouse!r})"
+
+    # -- access ----------------------------------------------------------------------
+
+    @property
+    def caches(self) -> DeviceResidentCaches:
+        return self._caches
+
+    @property
+    def lakehouse(self) -> LakehouseCache:
+        return self._lakehouse
+
+    @property
+    def backend(self) -> DeviceBackend:
+        return self._caches.backend
+
+    @property
+    def admission_log(self) -> AdmissionLog:
+        return self._admission.log
+
+    def device_cache_reports(self) -> list[DeviceCacheReport]:
+        return self._caches.device_cache_reports()
+
+    # -- queries ---------------------------------------------------------------------
+
+    def execute(self, query: Query | Mapping[str, Any] | str) -> QueryResult:
+        """Run ``query`` (an object, its ``to_dict()`` form or JSON text).
+
+        Raises :class:`AdmissionError` when a grant cannot be admitted in time,
+        the last transient error after ``max_attempts`` attempts, and any
+        other error of the query (missing source, unknown column) at once.
+        """
+        if isinstance(query, str):
+            query = query_from_json(query)
+        elif isinstance(query, Mapping):
+            query = query_from_dict(query)
+        if self._closed:
+            raise LifecycleError("the query service was shut down; create a new one")
+        query_id = uuid.uuid4().hex[:16]
+        records: list[AttemptRecord] = []
+        floor = 0
+        start = time.perf_counter()
+        for number in range(1, self.config.max_attempts + 1):
+            attempt_id = f"{query_id}-{number}"
+            try:
+                last = number == self.config.max_attempts
+                return self._attempt(query, query_id, attempt_id, floor, records, start, last)
+            except _TRANSIENT as exc:
+                if number == self.config.max_attempts:
+                    raise
+                if isinstance(exc, GrantExhaustedError):
+                    floor = 2 * getattr(exc, "needed_bytes", records[-1].grant_bytes)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(
+        self,
+        query: Query,
+        query_id: str,
+        attempt_id: str,
+        floor: int,
+        records: list[AttemptRecord],
+        start: float,
+        last: bool,
+    ) -> QueryResult:
+        cfg = self.config
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        plan = plan_attempt(
+            self._lakehouse,
+            query,
+            expansion=cfg.grant_expansion,
+            min_grant=cfg.min_grant_bytes,
+            floor=floor,
+            storage_options=cfg.storage_options,  # type: ignore[arg-type]
+        )
+        timings["plan_s"] = time.perf_counter() - t0
+        if self._on_planned is not None:
+            self._on_planned(plan)
+        ledger = self._pick_ledger()
+        outcome = AttemptOutcome(timings=timings)
+        t0 = time.perf_counter()
+        try:
+            grant = self._admission.admit(ledger, query_id, attempt_id, plan.grant_bytes)
+        except AdmissionError as exc:
+            timings["admit_s"] = time.perf_counter() - t0
+            self._seal(
+                query_id, attempt_id, plan, outcome, ledger.device_id, "refused", exc, records
+            )
+            raise
+        timings["admit_s"] = time.perf_counter() - t0
+        # The evidence's ledger snapshot is taken while the grant is still held;
+        # the grant is released whatever sealing does.
+        try:
+            t0 = time.perf_counter()
+            table = self._run(plan, grant, ledger.device_id, outcome)
+            timings["execute_s"] = time.perf_counter() - t0
+        except BaseException as exc:
+            kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
+            try:
+                self._seal(
+                    query_id, attempt_id, plan, outcome, ledger.device_id, kind, exc, records
+                )
+            finally:
+                self._admission.release(ledger, grant)
+            raise
+        timings["total_s"] = time.perf_counter() - start
+        try:
+            digest = self._seal(
+                query_id, attempt_id, plan, outcome, ledger.device_id, "ok", None, records, table
+            )
+        finally:
+            self._admission.release(ledger, grant)
+        statuses = outcome.statuses(plan)
+        diagnostics = Diagnostics(
+            query_id=query_id,
+            query=query.to_dict(),
+            device_id=ledger.device_id,
+            attempts=tuple(records),
+            lakehouse=statuses["lakehouse"],
+            source_cache=statuses["source_cache"],
+            graph_cache=statuses["graph_cache"],
+            timings=dict(timings),
+            rows=table.num_rows,
+            result_fingerprint=digest,
+        )
+        return QueryResult(table, diagnostics)
+
+    def _run(
+        self, plan: AttemptPlan, grant: Grant, device_id: int, outcome: AttemptOutcome
+    ) -> Any:
+        domain = self._work[device_id]
+        with self._lock:
+            self._running[device_id] += 1
+        try:
+            return run_attempt(
+                plan, grant, domain, self._lakehouse, self._sources, self._graphs, outcome
+            )
+        finally:
+            with self._lock:
+                self._running[device_id] -= 1
+                if self._running[device_id] == 0:
+                    domain.release_unused()
+
+    def _seal(
+        self,
+        query_id: str,
+        attempt_id: str,
+        plan: AttemptPlan,
+        outcome: AttemptOutcome,
+        device_id: int,
+        kind: str,
+        error: BaseException | None,
+        records: list[AttemptRecord],
+        table: Any = None,
+    ) -> str:
+        """Seal the attempt's evidence; returns the result fingerprint (or '')."""
+        fingerprint = table_fingerprint(table) if table is not None else ""
+        ledger = self._caches.ledger(device_id).snapshot()
+        message = None if error is None else f"{type(error).__name__}: {error}"
+        doc = {
+            "attempt_id": attempt_id,
+            "query_id": query_id,
+            "outcome": kind,
+            "error": message,
+            "plan": plan.to_dict(),
+            "device_id": device_id,
+            "backend": self._caches.backend.name,
+            "statuses": outcome.statuses(plan),
+            "ledger": ledger.to_dict(),
+            "used_bytes": outcome.used_bytes,
+            "timings": dict(outcome.timings),
+            "result": None
+            if table is None
+            else {
+                "rows": table.num_rows,
+                "columns": table.column_names,
+                "fingerprint": fingerprint,
+            },
+        }
+        sealed = self._evidence.seal(doc)
+        records.append(
+            AttemptRecord(
+                attempt_id=attempt_id,
+                device_id=device_id,
+                grant_bytes=plan.grant_bytes,
+                used_bytes=outcome.used_bytes,
+                outcome=kind,
+                error=message,
+                evidence_digest=sealed["seal"]["digest"],
+            )
+        )
+        return fingerprint
+
+    def _pick_ledger(self) -> Any:
+        """The device with the most free managed bytes (lowest id on ties)."""
+        ledgers = self._caches.ledgers()
+        return max(ledgers, key=lambda led: (led.snapshot().free_managed_bytes, -led.device_id))
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    def shutdown(self, timeout: float = 10.0) -> list[DeviceShutdown]:
+        """Refuse new queries; drain the graph caches, then the source caches, then
+        release each device's allocation-domain owner; close the lakehouse cache.
+
+        Idempotent: later calls return the first complete result (an incomplete
+        one, with pins still held, is retried).
+        """
+        with self._lock:
+            self._closed = True
+            if self._shutdown is not None and all(d.complete for d in self._shutdown):
+                return self._shutdown
+            self._shutdown = self._caches.shutdown(timeout)
+            self._lakehouse.close(wait=True, timeout=timeout)
+            for domain in self._work.values():
+                if not domain.closed:
+                    domain.release_unused()
+                    try:
+                        domain.close()
+                    except LifecycleError:
+                        # something of an attempt is still referenced (an error's
+                        # traceback); the domain stays open and frees it later
+                        pass
+            return self._shutdown
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> QueryService:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()

@@ -1,0 +1,70 @@
+"""Shared builders for the service tests: a small lake and a host-backend service."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nexus_cache.backends import HostBackend
+from nexus_cache.lakehouse import LakehouseCacheConfig
+from nexus_cache.service import QueryService, ServiceConfig
+from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Lake:
+    root: Path
+    edges: str
+    facts: str
+    bfs_source: int
+
+
+def make_lake(root: Path, scale: int = 8, fact_rows: int = 4000) -> Lake:
+    """An R-MAT edge table and a fact table, each a multi-row-group Parquet file."""
+    lake = root / "lake"
+    lake.mkdir(parents=True, exist_ok=True)
+    edges = rmat_edges(scale)
+    write_parquet(edges, lake / "edges.parquet", row_groups=4)
+    write_parquet(fact_table(fact_rows), lake / "facts.parquet", row_groups=4)
+    # complete files, older than the lakehouse's local_min_age_s: identity provable
+    past = time.time() - 60
+    for name in ("edges.parquet", "facts.parquet"):
+        os.utime(lake / name, (past, past))
+    return Lake(
+        lake,
+        str(lake / "edges.parquet"),
+        str(lake / "facts.parquet"),
+        int(edges["src"][0].as_py()),
+    )
+
+
+def make_config(root: Path, **overrides: Any) -> ServiceConfig:
+    """Host backend, a fill_before_read lakehouse root and an evidence directory."""
+    settings: dict[str, Any] = {
+        "backend": "host",
+        "cache_cap_bytes": 64 * MIB,
+        "evidence_dir": root / "evidence",
+        "lakehouse": LakehouseCacheConfig(
+            root=root / "cache",
+            policy="fill_before_read",
+            max_bytes="1GiB",
+            local_min_age_s=0.0,
+        ),
+    }
+    settings.update(overrides)
+    return ServiceConfig(**settings)
+
+
+def make_service(root: Path, *, total: int = 1 << 30, **kwargs: Any) -> QueryService:
+    """A service on a simulated host device of ``total`` bytes."""
+    on_planned = kwargs.pop("on_planned", None)
+    return QueryService(
+        make_config(root, **kwargs),
+        backend=HostBackend(device_total_bytes=total),
+        on_planned=on_planned,
+    )

@@ -1,0 +1,61 @@
+"""Queries as objects and as JSON; validation names the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nexus_cache.errors import ConfigError
+from nexus_cache.service import Count, Graph, Scan, query_from_dict, query_from_json
+
+
+def test_json_round_trip() -> None:
+    queries = [
+        Scan("s3://b/t/", columns=("a", "b"), batch_rows=10),
+        Count("/data/facts.parquet"),
+        Graph(Scan("/e.parquet"), "s", "d", "pagerank", params={"alpha": 0.9}),
+        Graph(Scan("/e.parquet"), "s", "d", "bfs", weight="w", params={"source": 3}),
+        Graph(Scan("/e.parquet"), "s", "d", "cosine", directed=False),
+    ]
+    for query in queries:
+        again = query_from_json(json.dumps(query.to_dict()))
+        assert again == query
+        assert hash(again) == hash(query)
+
+
+def test_defaults_fill_in() -> None:
+    graph = Graph(Scan("/e"), "s", "d", "PageRank")
+    assert graph.algorithm == "pagerank"
+    assert dict(graph.params) == {"alpha": 0.85, "tol": 1e-6, "max_iter": 100}
+    with pytest.raises(TypeError):
+        graph.params["alpha"] = 0.5  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: Scan(""), "Scan.source"),
+        (lambda: Scan("/x", columns="a"), "list of names"),
+        (lambda: Scan("/x", columns=("a", "a")), "distinct"),
+        (lambda: Scan("/x", batch_rows=0), "batch_rows"),
+        (lambda: Graph(Scan("/e"), "s", "d", "louvain"), "pagerank, bfs"),
+        (lambda: Graph(Scan("/e"), "s", "d", "bfs"), "required for bfs"),
+        (lambda: Graph(Scan("/e"), "s", "s", "pagerank"), "two columns"),
+        (lambda: Graph(Scan("/e"), "s", "d", "pagerank", params={"alpha": 1.5}), r"\(0, 1\)"),
+        (lambda: Graph(Scan("/e"), "s", "d", "jaccard", params={"alpha": 0.5}), "accepted: none"),
+        (lambda: Graph(Count("/e"), "s", "d", "pagerank"), "use a Scan"),  # type: ignore[arg-type]
+    ],
+)
+def test_invalid_queries(build, match: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=match):
+        build()
+
+
+def test_malformed_json() -> None:
+    with pytest.raises(ConfigError, match="malformed"):
+        query_from_json("{")
+    with pytest.raises(ConfigError, match="scan, count, graph"):
+        query_from_dict({"type": "join"})
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['colour'\]"):
+        query_from_dict({"type": "count", "source": "/x", "colour": 1})
