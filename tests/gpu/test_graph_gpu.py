@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
+from nexus_cache.service import tables_match
 
 pytestmark = pytest.mark.gpu
 
@@ -167,7 +168,8 @@ def test_cache_hit_after_miss_on_the_gpu(cp: Any, algorithm: str, params: dict) 
         miss = cache.run(plan, edges, **params)
         hit = cache.run(plan, edges, **params)
         assert (miss.status, hit.status) == (GraphRunStatus.MISS, GraphRunStatus.HIT)
-        assert hit.result.to_arrow().equals(miss.result.to_arrow())
+        # GPU reductions do not fix their summation order: floats agree within tolerance.
+        assert tables_match(hit.result.to_arrow(), miss.result.to_arrow())
         assert hit.drift_bytes == 0
         snap = caches.ledger(0).snapshot()
         assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0

@@ -38,8 +38,6 @@ _PHASES = {
 
 
 def register(subparsers: Any) -> None:
-    from nexus_cache.service.demo import DEFAULT_SCALE
-
     parser = subparsers.add_parser(
         "demo",
         help="run scan, count, PageRank, BFS and Jaccard cold then warm through every cache",
@@ -56,8 +54,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--scale",
         type=int,
-        default=DEFAULT_SCALE,
-        help=f"R-MAT scale: 2**SCALE vertices, 16 * 2**SCALE edges (default {DEFAULT_SCALE})",
+        default=None,
+        help="R-MAT scale: 2**SCALE vertices, 16 * 2**SCALE edges (default 12)",
     )
     parser.add_argument(
         "--fact-rows", type=int, default=None, help="rows of the fact table (default: as edges)"
@@ -89,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
     from nexus_cache.service.demo import run_demo
 
-    if not 1 <= args.scale <= 30:
+    if args.scale is not None and not 1 <= args.scale <= 30:
         raise ConfigError(f"--scale={args.scale} is not accepted; use 1..30")
     if args.fact_rows is not None and args.fact_rows < 1:
         raise ConfigError(f"--fact-rows={args.fact_rows} is not accepted; use a number >= 1")

@@ -17,7 +17,7 @@ __all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
-    from nexus_cache.service import ALGORITHMS
+    from nexus_cache.service.queries import ALGORITHMS
 
     parser = subparsers.add_parser(
         "graph",

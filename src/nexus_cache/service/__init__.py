@@ -8,44 +8,45 @@ returning Arrow tables with diagnostics and sealed attempt evidence.
 
 from __future__ import annotations
 
-from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, DeviceSettings, ServiceConfig
-from nexus_cache.service.evidence import (
-    ADMISSION_COLUMNS,
-    EVIDENCE_FORMAT,
-    EvidenceReport,
-    table_fingerprint,
-    verify_evidence,
-)
-from nexus_cache.service.queries import (
-    ALGORITHMS,
-    Count,
-    Graph,
-    Query,
-    Scan,
-    query_from_dict,
-    query_from_json,
-)
-from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
-from nexus_cache.service.service import QueryService
+import importlib
+from typing import Any
 
-__all__ = [
-    "ADMISSION_COLUMNS",
-    "ALGORITHMS",
-    "DEFAULT_CACHE_CAP_FRACTION",
-    "EVIDENCE_FORMAT",
-    "AttemptRecord",
-    "Count",
-    "DeviceSettings",
-    "Diagnostics",
-    "EvidenceReport",
-    "Graph",
-    "Query",
-    "QueryResult",
-    "QueryService",
-    "Scan",
-    "ServiceConfig",
-    "query_from_dict",
-    "query_from_json",
-    "table_fingerprint",
-    "verify_evidence",
-]
+# public name -> submodule that defines it; loaded on first access so that
+# importing a light submodule (``queries``) does not load every layer
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_CACHE_CAP_FRACTION": "config",
+    "DeviceSettings": "config",
+    "ServiceConfig": "config",
+    "ADMISSION_COLUMNS": "evidence",
+    "EVIDENCE_FORMAT": "evidence",
+    "EvidenceReport": "evidence",
+    "table_fingerprint": "evidence",
+    "verify_evidence": "evidence",
+    "ALGORITHMS": "queries",
+    "Count": "queries",
+    "Graph": "queries",
+    "Query": "queries",
+    "Scan": "queries",
+    "query_from_dict": "queries",
+    "query_from_json": "queries",
+    "AttemptRecord": "result",
+    "Diagnostics": "result",
+    "QueryResult": "result",
+    "tables_match": "result",
+    "QueryService": "service",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

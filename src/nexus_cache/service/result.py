@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["AttemptRecord", "Diagnostics", "QueryResult"]
+__all__ = ["AttemptRecord", "Diagnostics", "QueryResult", "tables_match"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,3 +61,40 @@ class QueryResult:
 
     table: pa.Table
     diagnostics: Diagnostics
+
+
+# Relative tolerance per floating type, scaled by the column's largest magnitude.
+_FLOAT_RTOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}
+
+
+def tables_match(a: pa.Table, b: pa.Table) -> bool:
+    """True when two results are the same answer.
+
+    Schemas, row counts, nulls and every non-floating column must be identical.
+    Floating columns may differ in their last bits: GPU reductions (cuSPARSE,
+    CUB, atomics) do not fix the order in which they add, so two runs of one
+    PageRank on one graph can differ by a few ulps. They must agree within a
+    relative tolerance of the column's largest magnitude (float32: 1e-4,
+    float64: 1e-9). On the host backend results are bit-identical anyway.
+    """
+    if a.schema != b.schema or a.num_rows != b.num_rows:
+        return False
+    for left, right in zip(a.columns, b.columns, strict=True):
+        if not pa.types.is_floating(left.type):
+            if not left.equals(right):
+                return False
+            continue
+        if left.null_count != right.null_count:
+            return False
+        x = left.to_numpy(zero_copy_only=False)
+        y = right.to_numpy(zero_copy_only=False)
+        if not np.array_equal(np.isnan(x), np.isnan(y)):
+            return False
+        finite = ~np.isnan(x)
+        x, y = x[finite], y[finite]
+        if x.size == 0:
+            continue
+        scale = float(np.max(np.abs(x))) or 1.0
+        if not np.allclose(x, y, rtol=0.0, atol=_FLOAT_RTOL[x.dtype] * scale):
+            return False
+    return True
