@@ -19,6 +19,7 @@ import atexit
 import errno
 import os
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -168,25 +169,33 @@ class LakehouseCache:
         fs: Any = None,
         storage_options: dict[str, Any] | None = None,
         retries: int = 1,
+        listed_info: Mapping[str, Any] | None = None,
     ) -> LakehouseFile:
         """Plan and execute; a stale plan is planned again up to ``retries`` times.
 
         ``source`` is a local path or any fsspec URL (``s3://b/k``); or pass an
         fsspec filesystem as ``fs`` and a path on it. Close the returned file.
 
+        ``listed_info``: ``source``'s entry (an fsspec info dict) in a listing or
+        metadata answer fetched from the store *just now* (a dataset read lists
+        its prefix anyway). Its ETag and size prove the identity: a hit then costs
+        no request, and execution only checks the local entry. Stale information
+        here serves stale bytes: pass only what the store answered moments ago.
+
         A remote object planned before in this cache whose entry is present opens
         without waiting for its identity request: the request runs concurrently
-        and the handle's first read waits for it. If the object changed, or if
-        the store refuses a read because the object was overwritten, before any
-        byte was handed out, the handle plans again and serves the new object.
+        and the handle's first read waits for it (none at all while the identity
+        is younger than ``identity_ttl_s``). If the object changed, or if the
+        store refuses a read because the object was overwritten, before any byte
+        was handed out, the handle plans again and serves the new object.
         :class:`StalePlanError` is raised only once bytes of the old object
         were returned (read again then).
         """
 
         def replan() -> LakehouseFile:
-            return self._open(source, fs, storage_options, retries, None)
+            return self._open(source, fs, storage_options, retries, None, None)
 
-        return self._open(source, fs, storage_options, retries, replan)
+        return self._open(source, fs, storage_options, retries, replan, listed_info)
 
     def _open(
         self,
@@ -195,17 +204,19 @@ class LakehouseCache:
         storage_options: dict[str, Any] | None,
         retries: int,
         replan: Any,
+        listed_info: Mapping[str, Any] | None,
     ) -> LakehouseFile:
         # replan=None: the fresh open of a handle that went stale; it plans
-        # synchronously, so its own identity is proven before it is returned.
+        # synchronously, so its own identity is proven before it is returned
+        # (and the listing that proved the stale one is not used again).
         attempt = 0
         if replan is not None and not self._closed:  # a closed cache has no probe pool
             remembered = self._scanner.plan_remembered(
-                source, fs=fs, storage_options=storage_options
+                source, fs=fs, storage_options=storage_options, listed_info=listed_info
             )
             if remembered is not None:
                 try:
-                    return self._scanner.execute_deferred(remembered, replan)
+                    return self._scanner.execute_remembered(*remembered, replan)
                 except StalePlanError:
                     attempt += 1  # the entry vanished: plan normally below
                     if attempt > retries:

@@ -23,6 +23,10 @@ reads exactly these variables (an empty value counts as unset):
 ``NEXUS_LAKEHOUSE_LOG_READS``
     ``1``/``true``/``yes``/``on``: log every read's status, read mode and fill
     mode at INFO on the ``nexus_cache.lakehouse`` logger (default off).
+``NEXUS_LAKEHOUSE_CACHE_IDENTITY_TTL``
+    Seconds a proven remote identity is trusted without proving it again
+    (default 0: every open proves it). Opt-in staleness: within the window a
+    replaced object is served from its old entry.
 
 Byte sizes use the package's one grammar (:mod:`nexus_cache._sizes`): plain bytes,
 ``64M``/``10G``/``10GiB`` (powers of 1024) or ``500MB``/``10GB`` (powers of 1000).
@@ -49,6 +53,7 @@ __all__ = [
     "ENV_FILL_EXIT_WAIT_S",
     "ENV_FILL_MAX_CONCURRENCY",
     "ENV_FILL_MAX_HOST_BYTES",
+    "ENV_IDENTITY_TTL",
     "ENV_LOG_READS",
     "ENV_MAX_BYTES",
     "ENV_POLICY",
@@ -71,6 +76,7 @@ ENV_FILL_MAX_HOST_BYTES = "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES"
 ENV_BYPASS_BYTES = "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES"
 ENV_FILL_EXIT_WAIT_S = "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S"
 ENV_LOG_READS = "NEXUS_LAKEHOUSE_LOG_READS"
+ENV_IDENTITY_TTL = "NEXUS_LAKEHOUSE_CACHE_IDENTITY_TTL"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -172,6 +178,7 @@ _SECONDS_NAMES = {
     "local_min_age_s": "local_min_age_s",
     "stale_temp_age_s": "stale_temp_age_s",
     "fill_exit_wait_s": ENV_FILL_EXIT_WAIT_S,
+    "identity_ttl_s": ENV_IDENTITY_TTL,
 }
 
 
@@ -205,6 +212,8 @@ class LakehouseCacheConfig:
     fill_exit_wait_s: float = 30.0
     #: log every read's diagnostics at INFO (``nexus_cache.lakehouse`` logger)
     log_reads: bool = False
+    #: seconds a proven remote identity is reused without a request (0: never)
+    identity_ttl_s: float = 0.0
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -274,6 +283,8 @@ class LakehouseCacheConfig:
             kwargs["fill_exit_wait_s"] = exit_wait
         if (log_reads := get(ENV_LOG_READS)) is not None:
             kwargs["log_reads"] = log_reads
+        if (ttl := get(ENV_IDENTITY_TTL)) is not None:
+            kwargs["identity_ttl_s"] = ttl
         kwargs.update(overrides)
         return cls(**kwargs)
 

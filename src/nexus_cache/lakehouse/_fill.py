@@ -223,7 +223,8 @@ class Filler:
         hasher = hashlib.sha256()
         nbytes = 0
         block = self._request_bytes(identity.content.size)
-        source = open_pinned(fs, path, identity, block_size=block, cache_type="none")
+        # lazy: an overwrite fails the pinned GET (FileExpired), handled below
+        source = open_pinned(fs, path, identity, lazy=True, block_size=block, cache_type="none")
         try:
             try:
                 for piece in _pieces(source.file, block):
@@ -233,7 +234,8 @@ class Filler:
             except OSError as exc:
                 if is_expired_error(exc):
                     raise StalePlanError(
-                        f"{identity.location} was overwritten during the fill; plan again"
+                        f"{identity.location} changed since it was planned (overwritten during "
+                        "the fill: the store refused the GET pinned to it); plan again"
                     ) from exc
                 raise
             source.recheck()

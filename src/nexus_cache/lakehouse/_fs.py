@@ -11,8 +11,12 @@ Two ways in::
     fs = NexusCacheFileSystem(fs=s3fs.S3FileSystem(...), cache=cache)
     dataset = pyarrow.dataset.dataset("bucket/table/", filesystem=fs, format="parquet")
 
-Listing and metadata calls go to the wrapped filesystem unchanged; ``open`` for
+Listing and metadata calls go to the wrapped filesystem, listings and ``info``
+of files always to the store itself (never from a listing cache); ``open`` for
 reading goes through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
+The listing or ``info`` an engine makes before it opens files proves their
+identities for those opens (:mod:`._proofs`): a warm dataset read costs one
+LIST and no HEAD.
 Without ``cache=`` the process-wide :func:`~._cache.default_cache` (configured from
 the environment) is used. The filesystem is read-only. Importing this module
 registers the ``nexus`` protocol with fsspec.
@@ -40,6 +44,7 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
+from nexus_cache.lakehouse._proofs import MetadataProofs
 from nexus_cache.lakehouse._reader import LakehouseFile
 
 __all__ = ["NexusCacheFileSystem"]
@@ -128,6 +133,7 @@ class NexusCacheFileSystem(ChainedFileSystem):
         self.fs = fs
         self.fo = fo
         self.cache = chosen
+        self._proofs = MetadataProofs(fs)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -153,7 +159,8 @@ class NexusCacheFileSystem(ChainedFileSystem):
                 f"the nexus filesystem is read-only (mode={mode!r}); write through the "
                 "underlying filesystem instead"
             )
-        return self.cache.open(self._strip_protocol(path), fs=self.fs)
+        path = self._strip_protocol(path)
+        return self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
 
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kw: Any
@@ -165,30 +172,44 @@ class NexusCacheFileSystem(ChainedFileSystem):
             f.seek(lo)
             return f.read(max(0, hi - lo))
 
-    # -- metadata goes to the wrapped filesystem ---------------------------------
+    # -- metadata goes to the wrapped filesystem (see _proofs) ------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        return self.fs.ls(self._strip_protocol(path), detail=detail, **kwargs)
+        out = self._proofs.fresh("ls", self._strip_protocol(path), detail=True, **kwargs)
+        return out if detail else [info["name"] for info in out]
 
     def info(self, path: str, **kwargs: Any) -> Any:
-        return self.fs.info(self._strip_protocol(path), **kwargs)
+        return self._proofs.info(self._strip_protocol(path), **kwargs)
 
     def find(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        return self.fs.find(self._strip_protocol(path), *args, **kwargs)
+        detail = kwargs.pop("detail", False)
+        kwargs.update(zip(("maxdepth", "withdirs"), args, strict=False))
+        out = self._proofs.fresh("find", self._strip_protocol(path), detail=True, **kwargs)
+        return out if detail else list(out)
 
     def glob(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        return self.fs.glob(self._strip_protocol(path), *args, **kwargs)
+        detail = kwargs.pop("detail", False)
+        kwargs.update(zip(("maxdepth",), args, strict=False))
+        out = self._proofs.fresh("glob", self._strip_protocol(path), detail=True, **kwargs)
+        return out if detail else list(out)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
-        return bool(self.fs.exists(self._strip_protocol(path), **kwargs))
+        try:
+            self._proofs.proven_info(self._strip_protocol(path))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def isfile(self, path: str) -> bool:
+        try:
+            return self._proofs.proven_info(self._strip_protocol(path)).get("type") == "file"
+        except FileNotFoundError:
+            return False
+
+    def size(self, path: str) -> Any:
+        return self._proofs.proven_info(self._strip_protocol(path)).get("size")
 
     def isdir(self, path: str) -> bool:
         return bool(self.fs.isdir(self._strip_protocol(path)))
-
-    def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(self._strip_protocol(path)))
-
-    def size(self, path: str) -> Any:
-        return self.fs.size(self._strip_protocol(path))
 
     def modified(self, path: str) -> Any:
         return self.fs.modified(self._strip_protocol(path))
@@ -197,6 +218,7 @@ class NexusCacheFileSystem(ChainedFileSystem):
         return self.fs.ukey(self._strip_protocol(path))
 
     def invalidate_cache(self, path: str | None = None) -> None:
+        self._proofs.clear()
         self.fs.invalidate_cache(path)
 
     def __repr__(self) -> str:

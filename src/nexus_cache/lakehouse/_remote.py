@@ -118,14 +118,68 @@ def _open_local(identity: SourceIdentity) -> PinnedSource:
     return PinnedSource(raw, identity, None, path, _strong=False)
 
 
-def open_pinned(fs: Any, path: str, identity: SourceIdentity, **open_kwargs: Any) -> PinnedSource:
+def open_pinned(
+    fs: Any, path: str, identity: SourceIdentity, *, lazy: bool = False, **open_kwargs: Any
+) -> PinnedSource:
     """Open ``path`` on ``fs`` for reading, proven to have ``identity``.
 
     Raises :class:`StalePlanError` when it does not (or is gone); other errors of
-    the store propagate. The caller closes the returned source.
+    the store propagate. The caller closes the returned source. ``lazy``: the
+    caller handles staleness found at the first read (``FileExpired``), so an
+    s3fs file may be pinned to the plan without a metadata request of its own.
     """
     if is_local_fs(fs):
         return _open_local(identity)
+    planned = _open_s3_planned(fs, path, identity, open_kwargs) if lazy else None
+    if planned is not None:
+        return planned
+    try:
+        return _open_remote(fs, path, identity, open_kwargs)
+    except StalePlanError:
+        if getattr(fs, "dircache", None) is None:
+            raise
+    # s3fs takes an opened file's metadata (and the ETag it pins) from its
+    # listing cache when it holds the path: a listing older than the object
+    # refutes a fresh plan. Drop it and ask the store once more.
+    fs.invalidate_cache(path)
+    return _open_remote(fs, path, identity, open_kwargs)
+
+
+def _open_s3_planned(
+    fs: Any, path: str, identity: SourceIdentity, open_kwargs: dict[str, Any]
+) -> PinnedSource | None:
+    """s3fs without version awareness: open on the planned identity, no HEAD of its own.
+
+    s3fs would otherwise ask ``info`` again to learn the size and the ETag it
+    pins. Both are the plan's: every GET carries ``If-Match: <planned ETag>``, so
+    a changed object fails the read (``FileExpired``: stale) instead of serving
+    other bytes. ``None`` where this does not apply (another store, a
+    version-aware s3fs, a store without If-Match, an identity without an ETag).
+    """
+    etag, size = identity.content.etag, identity.content.size
+    if (
+        etag is None
+        or not any(cls.__name__ == "S3FileSystem" for cls in type(fs).__mro__)
+        or getattr(fs, "version_aware", False)
+        or getattr(fs, "local_expiry_check", False)
+    ):
+        return None
+    try:
+        f = fs.open(path, "rb", size=size, **open_kwargs)
+    except FileNotFoundError as exc:
+        raise _stale(identity, "object is gone") from exc
+    try:
+        f.details = {"name": fs._strip_protocol(path), "size": size, "type": "file", "ETag": etag}
+        f.read_kw = {**(getattr(f, "read_kw", None) or {}), "IfMatch": etag}
+    except BaseException:
+        f.close()
+        raise
+    return PinnedSource(f, identity, fs, path, _strong=True)
+
+
+def _open_remote(
+    fs: Any, path: str, identity: SourceIdentity, open_kwargs: dict[str, Any]
+) -> PinnedSource:
     try:
         try:
             f = fs.open(path, "rb", **open_kwargs)

@@ -9,25 +9,32 @@ resized entry, or a remote object whose identity changed, raises
 :class:`~nexus_cache.errors.StalePlanError` (and is reported with status ``stale``).
 A planned hit never contacts the remote store at execution.
 
-**Deferred identity check** (:meth:`Scanner.plan_remembered`,
-:meth:`Scanner.execute_deferred`): for a remote object this process planned
-before, :meth:`LakehouseCache.open` plans a hit from the remembered identity, opens
-and pins the local entry at once and sends the identity request on the cache's
-small probe pool. The handle does its local work first and waits for the answer
-before handing over any byte; a changed identity is reported as ``stale`` like
-any stale plan, and the handle then plans again (its ``replan``) or raises
-:class:`StalePlanError` at that read (see :mod:`._reader`). The request is as
-fresh as a planning one (it starts during ``open``), so the guarantee is the
-same; only its latency overlaps the local work.
+**Planned hits without a request** (:meth:`Scanner.plan_remembered`,
+:meth:`Scanner.execute_remembered`): a remote object whose identity is already
+proven (see :mod:`._known`) is planned without a metadata request:
+
+* from its entry in a listing the caller just fetched (a dataset read lists the
+  prefix anyway): the listing is the proof, so N files cost one LIST, not N
+  HEADs, and execution only checks the local entry against the plan;
+* from the identity this cache proved last, within ``identity_ttl_s`` (opt-in,
+  default 0): no request at all;
+* from the identity this cache proved last, older than that (**deferred
+  identity check**): the local entry is opened and pinned at once and the
+  identity request goes to the cache's small probe pool. The handle does its
+  local work first and waits for the answer before handing over any byte; a
+  changed identity is reported as ``stale`` like any stale plan, and the handle
+  then plans again (its ``replan``) or raises :class:`StalePlanError` at that
+  read (see :mod:`._reader`). The request is as fresh as a planning one (it
+  starts during ``open``), so the guarantee is the same; only its latency
+  overlaps the local work.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
-import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -36,12 +43,8 @@ from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
 from nexus_cache.lakehouse._fill import Filler
-from nexus_cache.lakehouse._identity import (
-    SourceIdentity,
-    fs_protocol,
-    is_local_fs,
-    resolve_identity,
-)
+from nexus_cache.lakehouse._identity import SourceIdentity, is_local_fs, resolve_identity
+from nexus_cache.lakehouse._known import KnownIdentities, listed_identity
 from nexus_cache.lakehouse._pins import Pin
 from nexus_cache.lakehouse._policy import decide
 from nexus_cache.lakehouse._reader import LakehouseFile
@@ -55,16 +58,6 @@ __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 ScheduleFill = Callable[[Any, str, SourceIdentity], None]
 #: opens the same source afresh (a new plan), for a handle found stale early
 Replan = Callable[[], LakehouseFile]
-
-#: remembered identities kept for deferred checks; bounded so a scan of millions of
-#: objects cannot grow it without limit (an evicted one just plans synchronously)
-_REMEMBER_MAX = 4096
-
-
-def _remember_key(fs: Any, path: str) -> tuple[str, str, str]:
-    # No network: the filesystem object's protocol and options plus the path. A
-    # wrong guess costs nothing but a normal plan, since the probe decides.
-    return (fs_protocol(fs), repr(getattr(fs, "storage_options", None)), fs._strip_protocol(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,23 +132,7 @@ class Scanner:
         self._schedule_fill = schedule_fill
         self._probes = probes
         self._no_store_reason = no_store_reason
-        self._known: collections.OrderedDict[tuple[str, str, str], SourceIdentity] = (
-            collections.OrderedDict()
-        )
-        self._known_lock = threading.Lock()
-
-    def _remember(self, fs: Any, path: str, identity: SourceIdentity | None) -> None:
-        if fs is None:
-            return  # local files: planning is one stat, nothing to hide
-        key = _remember_key(fs, path)
-        with self._known_lock:
-            if identity is None:
-                self._known.pop(key, None)
-                return
-            self._known[key] = identity
-            self._known.move_to_end(key)
-            while len(self._known) > _REMEMBER_MAX:
-                self._known.popitem(last=False)
+        self._known = KnownIdentities()
 
     # -- planning ------------------------------------------------------------
     def plan(
@@ -171,8 +148,9 @@ class Scanner:
         if self.store is None:
             reason = self._no_store_reason
             return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
+        sent = time.monotonic()
         res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
-        self._remember(fs, path, res.identity)
+        self._known.remember(fs, path, res.identity, sent)
         if res.identity is None:
             return ReadPlan(
                 name, fs, path, None, res.size, bypass, remote, FillMode.NONE, res.bypass_reason
@@ -185,25 +163,45 @@ class Scanner:
         *,
         fs: Any = None,
         storage_options: dict[str, Any] | None = None,
-    ) -> ReadPlan | None:
-        """A hit planned from the identity remembered for a remote ``source``, or ``None``.
+        listed_info: Mapping[str, Any] | None = None,
+    ) -> tuple[ReadPlan, bool] | None:
+        """A hit planned without a request for a remote ``source``: ``(plan, probe)``.
 
-        Contacts nothing remote: only :meth:`execute_deferred` may run such a plan,
-        since its identity is proven by the probe it starts, not by planning.
+        ``listed_info``: ``source``'s entry in a listing fetched just now, which
+        proves its identity. Without it, the identity this cache proved last; it
+        needs a ``probe`` (:meth:`execute_remembered` sends one, overlapped) unless
+        proven within ``identity_ttl_s``. ``None``: plan normally (no proven
+        identity, no complete entry, ``READ=disabled``, a bypass). Contacts
+        nothing remote.
         """
-        if self.store is None or self._probes is None:
+        if self.store is None:
             return None
         fs, path = resolve_source(source, fs, storage_options)
         if fs is None:
             return None
-        with self._known_lock:
-            identity = self._known.get(_remember_key(fs, path))
-        if identity is None:
+        known = self._known.get(fs, path)
+        if listed_info is not None:
+            identity = listed_identity(fs, path, listed_info, known)
+            probe = False
+        elif known is not None:
+            identity = known.identity
+            probe = known.age() >= self.config.identity_ttl_s
+        else:
+            return None
+        if identity is None or (probe and self._probes is None):
             return None
         plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
         if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
-            return None  # READ=disabled, no entry, a bypass: plan normally
-        return plan
+            return None
+        return plan, probe
+
+    def execute_remembered(
+        self, plan: ReadPlan, probe: bool, replan: Replan | None = None
+    ) -> LakehouseFile:
+        """Execute a plan of :meth:`plan_remembered`: a deferred check, or a planned hit."""
+        if probe:
+            return self.execute_deferred(plan, replan)
+        return self.execute(plan, replan)
 
     def _decide(
         self, name: str, fs: Any, path: str, identity: SourceIdentity, *, tidy: bool
@@ -252,6 +250,7 @@ class Scanner:
         def probe() -> SourceIdentity | None:
             return resolve_identity(fs, path, local_min_age_s=0.0).identity
 
+        sent = time.monotonic()
         future: Future[SourceIdentity | None] = self._probes.submit(probe)
 
         def confirm() -> None:
@@ -260,9 +259,9 @@ class Scanner:
             except FileNotFoundError:
                 current = None
             except BaseException:
-                self._remember(fs, path, None)
+                self._known.remember(fs, path, None, sent)
                 raise
-            self._remember(fs, path, current)
+            self._known.remember(fs, path, current, sent)
             if current is None or current.key != planned.key:
                 exc = StalePlanError(
                     f"{planned.location} changed since it was planned "
@@ -404,7 +403,8 @@ class Scanner:
         self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
     ) -> LakehouseFile:
         if plan.identity is not None:
-            source = open_pinned(plan.fs, plan.path, plan.identity)
+            # a handle that can plan again finds staleness at its first read
+            source = open_pinned(plan.fs, plan.path, plan.identity, lazy=replan is not None)
             remote, size = source.file, plan.identity.content.size
         elif plan.fs is None:
             remote, size = open(plan.path, "rb"), None  # noqa: SIM115 (closed by the handle)
