@@ -128,7 +128,8 @@ def test_sqlite_file_without_backend_suggests_it(tmp_path, capsys):
     c = sqlite_cache(tmp_path)
     rc, _, err = run(capsys, "info", "--path", str(c.path))
     assert rc == 2
-    assert "is a SQLite program cache; add --backend sqlite" in err
+    assert "is a SQLite database file" in err
+    assert "add --backend sqlite" in err
     assert c.path.is_file()
 
 

@@ -24,6 +24,7 @@ from nexus_cache.cli._output import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
     SIZE_HELP,
+    CommandError,
     NoCacheError,
     Table,
     add_json_option,
@@ -100,7 +101,13 @@ def register(subparsers: Any) -> None:
 def _root_path(args: argparse.Namespace) -> Any:
     from nexus_cache.lakehouse import resolve_root
 
-    path = resolve_root(args.root)
+    try:
+        path = resolve_root(args.root)
+    except ConfigError as exc:
+        if not args.root:
+            raise
+        # resolve_root speaks of the variable; the user gave --root.
+        raise ConfigError(str(exc).replace(f"{_ENV_ROOT}=", "--root ", 1)) from None
     if path is None:
         raise NoCacheError(f"no cache root: pass --root or set {_ENV_ROOT}")
     return path
@@ -113,7 +120,8 @@ def _open(args: argparse.Namespace) -> Any:
     try:
         return LakehouseRoot(path)
     except FileNotFoundError as exc:
-        raise NoCacheError(" ".join(str(exc).split())) from exc
+        # strerror, not str(exc): no "[Errno 2]" in front of the message.
+        raise NoCacheError(" ".join((exc.strerror or str(exc)).split())) from exc
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -250,13 +258,18 @@ def _read(args: argparse.Namespace) -> int:
     # even from this short-lived process.
     with LakehouseCache.from_env(**overrides) as cache:
         for source in args.sources:
-            if args.plan:
-                diag = cache.plan(source).diagnostics()
-            else:
-                with cache.open(source) as f:
-                    while f.read(8 << 20):
-                        pass
-                    diag = f.diagnostics
+            try:
+                if args.plan:
+                    diag = cache.plan(source).diagnostics()
+                else:
+                    with cache.open(source) as f:
+                        while f.read(8 << 20):
+                            pass
+                        diag = f.diagnostics
+            except FileNotFoundError as exc:
+                # fsspec's message is the bare path; say what is missing (bad input: 2).
+                why = exc.strerror or str(exc)
+                raise CommandError(f"{source}: no such object or file ({why})") from exc
             rows.append(diag.to_dict())
     table = Table(
         ["STATUS", "READ", "FILL", "SIZE", "REASON", "LOCATION"],
@@ -279,11 +292,14 @@ def _read(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from nexus_cache.lakehouse import read_stats
 
-    path = _root_path(args)
+    # Open the root first, as every other sub-command does: a symlink, an
+    # empty directory or another cache's directory is refused, not shown as
+    # a root with no reads.
+    path = _open(args).root
     try:
         data = read_stats(path, recent=max(0, args.recent))
     except FileNotFoundError as exc:
-        raise NoCacheError(" ".join(str(exc).split())) from exc
+        raise NoCacheError(" ".join((exc.strerror or str(exc)).split())) from exc
     reads = data["reads"]
     table = Table(
         ["WHAT", "COUNT"],

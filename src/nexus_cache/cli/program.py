@@ -48,6 +48,15 @@ def parse_arch(text: str) -> str:
     return text
 
 
+def parse_limit(text: str) -> int:
+    """argparse type for ``--limit``: a whole number >= 0 (``-1`` would slice off the end)."""
+    if not text.strip().isascii() or not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(
+            f"--limit {text!r} is not accepted; use a whole number >= 0"
+        )
+    return int(text)
+
+
 def _location(args: argparse.Namespace) -> Path:
     from nexus_cache.program import default_filestream_root, default_sqlite_path
 
@@ -73,7 +82,10 @@ def _check_kind(path: Path, backend: str) -> None:
         )
     if backend == "filestream":
         if kind == "sqlite":
-            raise CommandError(f"{path} is a SQLite program cache; add --backend sqlite")
+            raise CommandError(
+                f"{path} is a SQLite database file, not a filestream program cache; "
+                "if it is a SQLite program cache, add --backend sqlite"
+            )
         if kind == "empty-dir":
             raise NoCacheError(f"no filestream program cache at {path} (empty directory)")
         if kind == "other":
@@ -247,7 +259,7 @@ def register(subparsers: Any) -> None:
         parents=[common],
         help="list entries (program, code type, target, size, last use), LRU first",
     )
-    p.add_argument("--limit", type=int, default=None, help="show at most this many")
+    p.add_argument("--limit", type=parse_limit, default=None, help="show at most this many")
     p.set_defaults(func=_ls)
     p = sub.add_parser(
         "verify",

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nexus_cache._numbers import parse_float_text, parse_int_text
 from nexus_cache._sizes import parse_size
 from nexus_cache.errors import ConfigError
 
@@ -123,7 +124,7 @@ def _parse_enum(kind: type[enum.Enum], value: Any, name: str) -> Any:
 
 def _parse_positive_int(value: Any, name: str) -> int:
     try:
-        number = int(str(value).strip()) if not isinstance(value, int) else value
+        number = parse_int_text(str(value)) if not isinstance(value, int) else value
     except ValueError:
         number = 0
     if isinstance(value, bool) or number <= 0:
@@ -137,7 +138,7 @@ def _parse_seconds(value: Any, name: str) -> float:
     try:
         if isinstance(value, bool):
             raise ValueError
-        number = float(value.strip() if isinstance(value, str) else value)
+        number = parse_float_text(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         number = math.nan
     if not math.isfinite(number) or number < 0:

@@ -46,6 +46,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from nexus_cache._numbers import parse_float_text, parse_int_text
 from nexus_cache._sizes import parse_size
 from nexus_cache.backends import BACKEND_NAMES, ENV_DEVICE_BACKEND
 from nexus_cache.errors import ConfigError
@@ -133,11 +134,11 @@ def _number(name: str, value: Any, *, integer: bool, minimum: float, strict: boo
         raise refusal
     try:
         if integer:
-            number: float = int(value.strip()) if isinstance(value, str) else value
+            number: float = parse_int_text(value) if isinstance(value, str) else value
             if not isinstance(number, int):
                 raise refusal
         else:
-            number = float(value)
+            number = parse_float_text(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         raise refusal from None
     if not math.isfinite(number) or (number <= minimum if strict else number < minimum):

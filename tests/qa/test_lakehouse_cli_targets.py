@@ -1,0 +1,80 @@
+"""``nexus-cache lakehouse`` pointed at the wrong things, and at missing objects."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nexus_cache.cli.main import main
+from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+from nexus_cache.program import FileStreamProgramCache
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("NEXUS_LAKEHOUSE_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "root"
+    with LakehouseCache(LakehouseCacheConfig(root=path, max_bytes=1 << 20)):
+        pass
+    return path
+
+
+def _wrong_targets(tmp_path: Path, root: Path) -> dict[str, Path]:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    with FileStreamProgramCache(tmp_path / "pc") as cache:
+        cache[b"k"] = b"v"
+    return {"empty": empty, "link": link, "program": tmp_path / "pc"}
+
+
+@pytest.mark.parametrize("which", ["empty", "link", "program"])
+def test_stats_refuses_what_every_other_subcommand_refuses(
+    tmp_path: Path, root: Path, which: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = _wrong_targets(tmp_path, root)[which]
+    assert main(["lakehouse", "ls", "--root", str(target)]) == 2
+    ls_err = capsys.readouterr().err
+    assert main(["lakehouse", "stats", "--root", str(target), "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # no report of zero reads for a directory that is no root
+    assert out.err == ls_err
+    assert "[Errno" not in out.err
+    assert len(out.err.strip().splitlines()) == 1
+
+
+def test_stats_on_a_real_root_still_works(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lakehouse", "stats", "--root", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["root"] == str(root)
+
+
+def test_root_option_is_named_as_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert main(["lakehouse", "ls", "--root", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nexus-cache: error: --root ")
+    assert "NEXUS_LAKEHOUSE_CACHE_ROOT" not in err
+
+
+def test_read_of_a_missing_object_names_it_and_exits_2(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.parquet"
+    for extra in ([], ["--plan"]):
+        rc = main(["lakehouse", "read", "--root", str(root), *extra, str(missing)])
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert f"{missing}: no such object or file" in err
+        assert len(err.strip().splitlines()) == 1

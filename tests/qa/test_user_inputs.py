@@ -1,0 +1,109 @@
+"""What a user types, refused or accepted as the docs say (found by hand-testing the CLI)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache.cli.main import main
+from nexus_cache.errors import ConfigError
+from nexus_cache.lakehouse import LakehouseCacheConfig
+from nexus_cache.program import FileStreamProgramCache
+from nexus_cache.service import ServiceConfig
+
+# Python's int()/float() take these; a setting must not.
+ARABIC_TEN = "\u0661\u0660"  # Arabic-Indic digits one, zero
+ODD_NUMBERS = [ARABIC_TEN, "1_000", "\uff11\uff10", "0x10"]  # ..., fullwidth 10
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("NEXUS_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("text", ODD_NUMBERS)
+def test_number_text_refuses_non_ascii_digits_and_underscores(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_int_text(text)
+    with pytest.raises(ValueError):
+        parse_float_text(text)
+
+
+def test_number_text_accepts_plain_ascii() -> None:
+    assert parse_int_text(" 12 ") == 12
+    assert parse_float_text("1.5") == 1.5
+    assert parse_float_text("2e3") == 2000.0
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY",
+        "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S",
+        "NEXUS_LAKEHOUSE_CACHE_IDENTITY_TTL",
+    ],
+)
+@pytest.mark.parametrize("text", ODD_NUMBERS)
+def test_lakehouse_number_variables_refuse_odd_digits(variable: str, text: str) -> None:
+    with pytest.raises(ConfigError, match=variable):
+        LakehouseCacheConfig.from_env({variable: text})
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "NEXUS_SERVICE_ADMISSION_TIMEOUT_S",
+        "NEXUS_SERVICE_MAX_ATTEMPTS",
+        "NEXUS_SERVICE_GRANT_EXPANSION",
+    ],
+)
+@pytest.mark.parametrize("text", ODD_NUMBERS)
+def test_service_number_variables_refuse_odd_digits(
+    variable: str, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(ConfigError, match=variable):
+        ServiceConfig.load()
+
+
+def test_lakehouse_info_exits_2_on_non_ascii_digits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY", ARABIC_TEN)
+    assert main(["lakehouse", "info", "--json"]) == 2
+    assert "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY" in capsys.readouterr().err
+
+
+def _program_cache(tmp_path: Path) -> Path:
+    with FileStreamProgramCache(tmp_path / "pc") as cache:
+        cache[b"a"] = b"x" * 100
+    return tmp_path / "pc"
+
+
+@pytest.mark.parametrize("limit", ["-1", "x", "1.5"])
+def test_program_cache_ls_refuses_a_bad_limit(
+    tmp_path: Path, limit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _program_cache(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["program-cache", "ls", "--path", str(path), "--limit", limit])
+    assert exc.value.code == 2
+    assert "--limit" in capsys.readouterr().err
+
+
+def test_program_cache_foreign_sqlite_file_is_not_called_a_program_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "other.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (x)")
+    con.close()
+    assert main(["program-cache", "info", "--path", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert f"{db} is a SQLite program cache" not in err
+    assert "SQLite database file" in err
