@@ -111,7 +111,9 @@ class Table:
     """A table for humans: column headers, rows of cells, an optional title and footer.
 
     Cells are printed as given (format sizes with :func:`size`); columns listed
-    in ``right`` are right-aligned (numbers, sizes).
+    in ``right`` are right-aligned (numbers, sizes); columns listed in ``whole``
+    are never shortened on a narrow terminal (timestamps, sizes: a cut
+    ``2026-12-03T1…`` says nothing); the others fold onto more lines.
     """
 
     columns: Sequence[str]
@@ -119,6 +121,7 @@ class Table:
     title: str | None = None
     footer: str | None = None
     right: Sequence[str] = ()
+    whole: Sequence[str] = ()
 
     def add(self, *cells: Any) -> None:
         self.rows.append(cells)
@@ -162,8 +165,18 @@ def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None =
         from rich.table import Table as RichTable
 
         grid = RichTable(title=table.title, box=box.SIMPLE_HEAD, title_justify="left")
-        for name in table.columns:
-            grid.add_column(name, justify="right" if name in table.right else "left")
+        for i, name in enumerate(table.columns):
+            widest = None
+            if name in table.whole:
+                widest = max(len("" if row[i] is None else str(row[i])) for row in table.rows)
+            grid.add_column(
+                name,
+                justify="right" if name in table.right else "left",
+                min_width=widest,
+                no_wrap=widest is not None,
+                # fold, not "…": a narrow terminal shows a long name on two lines
+                overflow="fold",
+            )
         for row in table.rows:
             grid.add_row(*("" if cell is None else str(cell) for cell in row))
         _render(grid, out)

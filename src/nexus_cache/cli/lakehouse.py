@@ -181,6 +181,7 @@ def _ls(args: argparse.Namespace) -> int:
         ["LOCATION", "SIZE", "LAST ACCESS (UTC)", "AGE", "PINS", "KEY"],
         title="most recently used first",
         right=("SIZE", "AGE", "PINS"),
+        whole=("SIZE", "LAST ACCESS (UTC)", "AGE"),
     )
     for e in entries:
         table.add(

@@ -149,6 +149,7 @@ def _ls(args: argparse.Namespace) -> int:
         ["PROGRAM", "TYPE", "TARGET", "SIZE", "LAST USE (UTC)", "AGE", "ENTRY"],
         title="least recently used first",
         right=("SIZE", "AGE"),
+        whole=("TARGET", "SIZE", "LAST USE (UTC)", "AGE"),
     )
     for e in entries:
         program = e.program or (e.symbols[0] if e.symbols else "(no name recorded)")
