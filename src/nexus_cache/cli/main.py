@@ -13,6 +13,7 @@ import importlib
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from nexus_cache.cli._output import EXIT_INTERRUPTED, exit_code_for
 
@@ -28,8 +29,19 @@ def _version() -> str:
     return f"nexus-cache {__version__}"
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line like every other error (exit 2).
+
+    Sub-command parsers inherit the class (``add_subparsers`` uses the
+    parent's), so every group behaves the same; ``--help`` still shows usage.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="nexus-cache",
         description="Caches for GPU data work: compiled programs, lakehouse bytes, GPU residency.",
         epilog=(
