@@ -78,3 +78,33 @@ def test_read_of_a_missing_object_names_it_and_exits_2(
         err = capsys.readouterr().err
         assert f"{missing}: no such object or file" in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_verify_lists_a_symlinked_entry_and_removes_only_the_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "src.bin"
+    source.write_bytes(os.urandom(4000))
+    past = source.stat().st_mtime - 60
+    os.utime(source, (past, past))
+    root = tmp_path / "root"
+    config = LakehouseCacheConfig(root=root, policy="fill_before_read", max_bytes=1 << 20)
+    with LakehouseCache(config) as cache, cache.open(str(source)) as f:
+        f.read()
+    (data,) = [p for p in (root / "entries").glob("*/*") if p.suffix != ".json"]
+    outside = tmp_path / "outside.bin"
+    data.rename(outside)
+    data.symlink_to(outside)
+
+    assert main(["lakehouse", "verify", "--root", str(root), "--keep", "--json"]) == 1
+    (bad,) = json.loads(capsys.readouterr().out)["bad"]
+    assert bad["key"] == data.name
+    assert "symbolic link" in bad["problem"]
+    assert data.is_symlink()  # --keep: listed only
+
+    assert main(["lakehouse", "verify", "--root", str(root)]) == 1
+    assert "0 good, 1 bad" in capsys.readouterr().out
+    assert not data.is_symlink()
+    assert not data.exists()
+    assert outside.read_bytes() == source.read_bytes()  # the target is never touched
+    assert main(["lakehouse", "verify", "--root", str(root)]) == 0

@@ -12,7 +12,9 @@ again: a reader never sees a torn entry.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -107,6 +109,11 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
         return "data missing"
     except CacheSecurityError as exc:  # foreign owner, not a regular file: list it, go on
         return f"refused: {exc}"
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        # O_NOFOLLOW: the entry became a symbolic link since it was listed
+        return f"refused: {store.data_path(key)} is a symbolic link"
     try:
         if os.fstat(fd).st_size != size:
             return f"size {os.fstat(fd).st_size} != recorded {size}"
@@ -139,6 +146,15 @@ def verify_all(
         bad[entry.key] = problem
         if remove:
             store.remove(entry.key, entry.stat, lock_timeout=5.0)
+    for key, what in list(store.iter_irregular()):
+        if progress is not None:
+            progress(1)
+        bad[key] = f"refused: {store.data_path(key)} is {what}"
+        if remove:
+            # Removes the link itself (never what it points to); a directory
+            # stays and stays listed: a person has to look at it.
+            with contextlib.suppress(OSError):
+                store.remove(key, lock_timeout=5.0)
     return bad
 
 

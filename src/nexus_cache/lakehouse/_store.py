@@ -220,6 +220,33 @@ class EntryStore:
                             st.st_atime_ns,
                         )
 
+    def iter_irregular(self) -> Iterator[tuple[str, str]]:
+        """``(key, what)`` for every entry name that is not a regular file.
+
+        A symbolic link, a directory or a device node where an entry's data
+        should be is never read (reads refuse it); :meth:`iter_entries` skips
+        them, and maintenance lists them through this.
+        """
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.entries_dir) as shards:
+            for shard in shards:
+                if not shard.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    files = list(os.scandir(shard.path))
+                except FileNotFoundError:
+                    continue
+                for entry in files:
+                    if not _KEY_RE.match(entry.name):
+                        continue
+                    try:
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISLNK(mode):
+                        yield entry.name, "a symbolic link"
+                    elif not stat.S_ISREG(mode):
+                        yield entry.name, "not a regular file"
+
     def total_bytes(self) -> int:
         return sum(e.size for e in self.iter_entries())
 
