@@ -107,3 +107,19 @@ def test_program_cache_foreign_sqlite_file_is_not_called_a_program_cache(
     err = capsys.readouterr().err
     assert f"{db} is a SQLite program cache" not in err
     assert "SQLite database file" in err
+
+
+@pytest.mark.parametrize("variable", ["NEXUS_PROGRAM_CACHE_DIR", "NEXUS_PROGRAM_CACHE_DB"])
+def test_blank_program_cache_location_counts_as_unset(
+    variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.program import default_filestream_root, default_sqlite_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "   ")
+    assert default_filestream_root() == tmp_path / "xdg" / "nexus-cache" / "program-cache"
+    assert default_sqlite_path() == tmp_path / "xdg" / "nexus-cache" / "program-cache.sqlite"
+    with FileStreamProgramCache() as cache:
+        assert cache.path.is_absolute()
+    assert not (tmp_path / "   ").exists()
