@@ -108,3 +108,41 @@ def test_verify_lists_a_symlinked_entry_and_removes_only_the_link(
     assert not data.exists()
     assert outside.read_bytes() == source.read_bytes()  # the target is never touched
     assert main(["lakehouse", "verify", "--root", str(root)]) == 0
+
+
+def test_a_symlinked_entry_as_long_as_the_object_is_refused_not_an_error(
+    tmp_path: Path,
+) -> None:
+    # An entry's size check is one lstat; a link whose own size (its target's
+    # path length) equals the object's size passed it, and the O_NOFOLLOW open
+    # then failed every read of the object with ELOOP.
+    target_dir = tmp_path / "t"
+    target_dir.mkdir()
+    size = len(str(target_dir)) + 1 + 100
+    target = target_dir / ("x" * 100)
+    assert len(str(target)) == size
+    source = tmp_path / "src.bin"
+    source.write_bytes(os.urandom(size))
+    past = source.stat().st_mtime - 60
+    os.utime(source, (past, past))
+    root = tmp_path / "root"
+    config = LakehouseCacheConfig(root=root, policy="fill_before_read", max_bytes=1 << 20)
+    with LakehouseCache(config) as cache, cache.open(str(source)) as f:
+        f.read()
+    (data,) = [p for p in (root / "entries").glob("*/*") if p.suffix != ".json"]
+    data.rename(target)
+    data.symlink_to(target)
+    assert data.lstat().st_size == size
+
+    for policy in ("disabled", "fill_before_read"):
+        config = LakehouseCacheConfig(root=root, policy=policy, max_bytes=1 << 20)
+        with LakehouseCache(config) as cache:
+            with cache.open(str(source)) as f:
+                assert f.read() == source.read_bytes()
+                assert (f.diagnostics.cache_status.value, f.diagnostics.reason) == (
+                    "bypass",
+                    "entry_refused",
+                )
+            kinds = [e.kind.value for e in cache.events.events()]
+            assert "entry_refused" in kinds
+    assert data.is_symlink()  # left for verify, which lists it

@@ -153,7 +153,15 @@ class EntryStore:
 
     def open_data(self, key: str) -> int:
         """Open the entry's data read-only; ``FileNotFoundError`` when absent."""
-        fd = os.open(self.data_path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(self.data_path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            # A symbolic link in place of the data: refuse it like any entry
+            # that is not ours (the read goes remote), instead of failing the read.
+            check_owned_regular(self.data_path(key), os.lstat(self.data_path(key)))
+            raise
         try:
             check_owned_regular(self.data_path(key), os.fstat(fd))
         except BaseException:
