@@ -40,3 +40,15 @@ def test_help_still_shows_usage(capsys: pytest.CaptureFixture[str]) -> None:
         main(["program-cache", "prune", "--help"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("usage: nexus-cache program-cache prune")
+
+
+def test_device_report_cap_over_capacity_names_the_option_in_iec(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc = main(["device", "report", "--backend", "host", "--cache-cap-bytes", "100T"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--cache-cap-bytes 100.0 TiB exceeds the managed capacity" in err
+    assert "GiB" in err
+    assert "109951162777600" not in err

@@ -16,6 +16,7 @@ from typing import Any
 
 from nexus_cache.cli._output import (
     SIZE_HELP,
+    CommandError,
     Table,
     add_json_option,
     emit,
@@ -113,9 +114,17 @@ def _report(args: argparse.Namespace) -> int:
     for device_id in devices:
         backend.check_device(device_id)
         cap = args.cache_cap_bytes
+        total = backend.mem_info(device_id).total_bytes
+        managed = int(total * MANAGED_CAPACITY_FRACTION)
         if cap is None:
-            total = backend.mem_info(device_id).total_bytes
-            cap = int(total * MANAGED_CAPACITY_FRACTION) // 10
+            cap = managed // 10
+        elif cap > managed:
+            # Say it in the option's words, before DeviceProfile says it in its own.
+            raise CommandError(
+                f"--cache-cap-bytes {size(cap)} exceeds the managed capacity of "
+                f"device {device_id}, {size(managed)} "
+                f"({MANAGED_CAPACITY_FRACTION:.0%} of {size(total)}); lower the cap"
+            )
         profiles.append(DeviceProfile(device_id, cap))
     caches = DeviceResidentCaches(profiles, backend=backend)
     pins = []
