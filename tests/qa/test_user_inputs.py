@@ -123,3 +123,20 @@ def test_blank_program_cache_location_counts_as_unset(
     with FileStreamProgramCache() as cache:
         assert cache.path.is_absolute()
     assert not (tmp_path / "   ").exists()
+
+
+def test_filestream_cache_refuses_cuda_cores_own_directory(tmp_path: Path) -> None:
+    from nexus_cache.errors import CacheIntegrityError
+
+    cuda_utils = pytest.importorskip("cuda.core.utils")
+    theirs = cuda_utils.FileStreamProgramCache(tmp_path / "cc")
+    theirs[b"k"] = b"binary"
+    stale_temp = tmp_path / "cc" / "tmp" / "in-flight"
+    stale_temp.write_bytes(b"partial")
+    old = stale_temp.stat().st_mtime - 7 * 24 * 3600
+    os.utime(stale_temp, (old, old))
+    before = sorted(p.name for p in (tmp_path / "cc").rglob("*"))
+    with pytest.raises(CacheIntegrityError, match=r"cuda\.core's own"):
+        FileStreamProgramCache(tmp_path / "cc")
+    assert sorted(p.name for p in (tmp_path / "cc").rglob("*")) == before  # nothing touched
+    assert theirs[b"k"] == b"binary"

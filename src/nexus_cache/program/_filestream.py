@@ -22,7 +22,7 @@ from nexus_cache._storage import (
     sweep_stale_temps,
     unlink_if_unchanged,
 )
-from nexus_cache.errors import CacheSecurityError, ConfigError
+from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, ConfigError
 from nexus_cache.program import _fsscan
 from nexus_cache.program._caps import validate_cap
 from nexus_cache.program._counters import OpCounters
@@ -80,6 +80,23 @@ def _not_an_entry(path: str) -> CacheSecurityError:
         f"{path} is a directory where a cache entry belongs; refusing to touch it. "
         "Remove it (nexus-cache program-cache verify lists such paths)."
     )
+
+
+def _refuse_cuda_core_dir(root: Path) -> None:
+    """Refuse cuda.core's own cache directory: opening it would sweep cuda.core's
+    temps and mix two layouts that each cache's pruning would misjudge."""
+    from nexus_cache.program._catalog import identify_cache_path
+
+    try:
+        kind = identify_cache_path(root)
+    except OSError:
+        return  # unreachable path: ensure_private_dir below says why, in its words
+    if kind == "cuda-core-filestream":
+        raise CacheIntegrityError(
+            f"{root} is cuda.core's own FileStreamProgramCache directory; nexus-cache "
+            "does not share it. Point FileStreamProgramCache (or NEXUS_PROGRAM_CACHE_DIR) "
+            "at another directory"
+        )
 
 
 class FileStreamProgramCache(ProgramCacheResource):
@@ -142,6 +159,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
+        _refuse_cuda_core_dir(root)
         self._root = ensure_private_dir(root)
         self._entries = str(ensure_private_dir(self._root / "entries"))
         self._tmp = str(ensure_private_dir(self._root / "tmp"))
