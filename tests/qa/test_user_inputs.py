@@ -140,3 +140,16 @@ def test_filestream_cache_refuses_cuda_cores_own_directory(tmp_path: Path) -> No
         FileStreamProgramCache(tmp_path / "cc")
     assert sorted(p.name for p in (tmp_path / "cc").rglob("*")) == before  # nothing touched
     assert theirs[b"k"] == b"binary"
+
+
+def test_sqlite_cache_on_a_directory_does_not_advise_removing_it(tmp_path: Path) -> None:
+    from nexus_cache.program import SQLiteProgramCache
+
+    path = _program_cache(tmp_path)
+    with pytest.raises(IsADirectoryError) as exc:
+        SQLiteProgramCache(path)
+    message = str(exc.value)
+    assert "is a directory" in message
+    assert "remove it" not in message
+    assert "NEXUS_PROGRAM_CACHE_DB" in message
+    assert (path / "entries").is_dir()

@@ -115,7 +115,16 @@ def prepare_file(path: Path) -> None:
         raise type(exc)(
             exc.errno, f"cannot create program cache database {path}: {exc.strerror}"
         ) from exc
-    check_owned_regular(path, os.lstat(path))
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        # Not "remove it" (check_owned_regular's advice for a cache's own
+        # files): this is the user's path, likely another cache's directory.
+        raise IsADirectoryError(
+            f"{path} is a directory, not a SQLite program cache database; point "
+            "SQLiteProgramCache (or NEXUS_PROGRAM_CACHE_DB, or --path with --backend sqlite) "
+            "at a database file",
+        )
+    check_owned_regular(path, st)
     for suffix in ("-wal", "-shm"):
         side = Path(f"{path}{suffix}")
         try:
