@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,18 @@ def test_a_symlinked_entry_as_long_as_the_object_is_refused_not_an_error(
             kinds = [e.kind.value for e in cache.events.events()]
             assert "entry_refused" in kinds
     assert data.is_symlink()  # left for verify, which lists it
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_ls_draws_progress_on_a_terminal_stderr_only(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["lakehouse", "ls", "--root", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []  # stdout stays one JSON document
+    assert "reading entries" in terminal.getvalue()

@@ -166,7 +166,9 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    entries = _open(args).entries()
+    root = _open(args)
+    with progress("reading entries", None):  # a spinner: records are read one by one
+        entries = root.entries()
     rows = [
         {
             "key": e.key,
