@@ -163,3 +163,21 @@ def test_ls_draws_progress_on_a_terminal_stderr_only(
     assert main(["lakehouse", "ls", "--root", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []  # stdout stays one JSON document
     assert "reading entries" in terminal.getvalue()
+
+
+@pytest.mark.parametrize(
+    "layout", ['{"format": "other", "version": 9}', "garbage{", '{"format": "nexus-lakehouse"']
+)
+@pytest.mark.parametrize("command", ["ls", "stats", "verify", "clear"])
+def test_foreign_or_unreadable_layout_is_no_cache_exit_2(
+    tmp_path: Path, layout: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Same rule as program-cache with a foreign SQLite database: exit 2.
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "layout.json").write_text(layout)
+    assert main(["lakehouse", command, "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "layout" in err
+    assert (root / "layout.json").read_text() == layout

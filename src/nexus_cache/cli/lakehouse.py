@@ -35,7 +35,7 @@ from nexus_cache.cli._output import (
     size_option,
     utc,
 )
-from nexus_cache.errors import ConfigError
+from nexus_cache.errors import CacheIntegrityError, ConfigError
 
 __all__ = ["register"]
 
@@ -122,6 +122,11 @@ def _open(args: argparse.Namespace) -> Any:
     except FileNotFoundError as exc:
         # strerror, not str(exc): no "[Errno 2]" in front of the message.
         raise NoCacheError(" ".join((exc.strerror or str(exc)).split())) from exc
+    except CacheIntegrityError as exc:
+        # Another cache's layout, or an unreadable layout file: no lakehouse
+        # cache at this location (exit 2, as program-cache does for a foreign
+        # database), not a problem found in one.
+        raise NoCacheError(" ".join(str(exc).split())) from exc
 
 
 def _info(args: argparse.Namespace) -> int:
