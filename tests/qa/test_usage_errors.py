@@ -18,6 +18,10 @@ from nexus_cache.cli.main import main
         ["lakehouse", "prune", "--max-bytes", "nan"],
         ["device", "report", "--backend", "nope"],
         ["device", "report", "--cache-cap-bytes", "-1"],
+        ["device", "report", "--backend", "host", "--device", "\u0660"],  # Arabic-Indic 0
+        ["program-cache", "ls", "--limit", "1_0"],
+        ["lakehouse", "stats", "--recent", "\uff15"],  # fullwidth 5
+        ["lakehouse", "stats", "--recent", "-1"],
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(

@@ -59,6 +59,7 @@ __all__ = [
     "NoCacheError",
     "Table",
     "add_json_option",
+    "count_option",
     "age",
     "emit",
     "exit_code_for",
@@ -196,6 +197,26 @@ def size_option(name: str, *, allow_zero: bool = True) -> Callable[[str], int]:
             return parse_size(text, name=name, allow_zero=allow_zero)
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def count_option(name: str, *, minimum: int = 0) -> Callable[[str], int]:
+    """An argparse ``type=`` for a whole-number option ``name`` (``--limit``, ``--device``).
+
+    ASCII digits only: ``int()`` alone also takes ``1_000`` and non-ASCII
+    digits. A bad value is an argparse usage error (exit 2) naming the option.
+    """
+
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+")
+        # isascii first: str.isdigit() is true for Arabic-Indic and fullwidth digits.
+        number = int(digits) if digits.isascii() and digits.isdigit() else minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{name} {text!r} is not accepted; use a whole number >= {minimum}"
+            )
+        return number
 
     return parse
 

@@ -19,6 +19,7 @@ from nexus_cache.cli._output import (
     CommandError,
     Table,
     add_json_option,
+    count_option,
     emit,
     size,
     size_option,
@@ -82,7 +83,7 @@ def register(subparsers: Any) -> None:
     )
     report.add_argument(
         "--device",
-        type=int,
+        type=count_option("--device"),
         action="append",
         dest="devices",
         metavar="ID",

@@ -29,6 +29,7 @@ from nexus_cache.cli._output import (
     Table,
     add_json_option,
     age,
+    count_option,
     emit,
     progress,
     size,
@@ -69,7 +70,11 @@ def register(subparsers: Any) -> None:
         "and the most recent reads",
         _stats,
     ).add_argument(
-        "--recent", type=int, default=10, metavar="N", help="recent reads to show (default 10)"
+        "--recent",
+        type=count_option("--recent"),
+        default=10,
+        metavar="N",
+        help="recent reads to show (default 10)",
     )
     add(
         "verify",

@@ -23,6 +23,7 @@ from nexus_cache.cli._output import (
     Table,
     add_json_option,
     age,
+    count_option,
     emit,
     progress,
     size,
@@ -46,15 +47,6 @@ def parse_arch(text: str) -> str:
             f"--arch {text!r} is not a CUDA architecture; use e.g. sm_80, sm_90, sm_90a, sm_100"
         )
     return text
-
-
-def parse_limit(text: str) -> int:
-    """argparse type for ``--limit``: a whole number >= 0 (``-1`` would slice off the end)."""
-    if not text.strip().isascii() or not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(
-            f"--limit {text!r} is not accepted; use a whole number >= 0"
-        )
-    return int(text)
 
 
 def _location(args: argparse.Namespace) -> Path:
@@ -260,7 +252,9 @@ def register(subparsers: Any) -> None:
         parents=[common],
         help="list entries (program, code type, target, size, last use), LRU first",
     )
-    p.add_argument("--limit", type=parse_limit, default=None, help="show at most this many")
+    p.add_argument(
+        "--limit", type=count_option("--limit"), default=None, help="show at most this many"
+    )
     p.set_defaults(func=_ls)
     p = sub.add_parser(
         "verify",
