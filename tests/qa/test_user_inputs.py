@@ -153,3 +153,22 @@ def test_sqlite_cache_on_a_directory_does_not_advise_removing_it(tmp_path: Path)
     assert "remove it" not in message
     assert "NEXUS_PROGRAM_CACHE_DB" in message
     assert (path / "entries").is_dir()
+
+
+@pytest.mark.parametrize("backend", ["filestream", "sqlite", "memory"])
+def test_program_cache_byte_cap_reads_the_size_grammar(backend: str, tmp_path: Path) -> None:
+    from nexus_cache.program import InMemoryProgramCache, SQLiteProgramCache
+
+    def make(cap: object) -> object:
+        if backend == "filestream":
+            return FileStreamProgramCache(tmp_path / "fs", max_size_bytes=cap)
+        if backend == "sqlite":
+            return SQLiteProgramCache(tmp_path / "db.sqlite", max_size_bytes=cap)
+        return InMemoryProgramCache(max_size_bytes=cap)
+
+    cache = make("64M")
+    assert cache.max_size_bytes == 64 << 20
+    cache.close()
+    for bad in ("1.5G", "-1", "0", "\u0661\u0660", "", float("nan")):
+        with pytest.raises(ConfigError, match="max_size_bytes"):
+            make(bad)

@@ -148,7 +148,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        max_size_bytes: int | None = None,
+        max_size_bytes: int | str | None = None,
         memory_bytes: int = _DEFAULT_MEMORY_BYTES,
     ) -> None:
         self._max = validate_cap("max_size_bytes", max_size_bytes)

@@ -34,7 +34,9 @@ class InMemoryProgramCache(ProgramCacheResource):
     superseded), evicts nothing else, and is counted in ``stats().oversize``.
     """
 
-    def __init__(self, max_size_bytes: int | None = None, max_entries: int | None = None) -> None:
+    def __init__(
+        self, max_size_bytes: int | str | None = None, max_entries: int | None = None
+    ) -> None:
         self._max_bytes = validate_cap("max_size_bytes", max_size_bytes)
         self._max_entries = validate_cap("max_entries", max_entries)
         self._data: OrderedDict[bytes, bytes] = OrderedDict()

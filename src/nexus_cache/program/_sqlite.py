@@ -83,7 +83,10 @@ class SQLiteProgramCache(ProgramCacheResource):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, max_size_bytes: int | None = None
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        max_size_bytes: int | str | None = None,
     ) -> None:
         self._max = validate_cap("max_size_bytes", max_size_bytes)
         self._path = Path(path).expanduser() if path is not None else default_sqlite_path()
