@@ -181,3 +181,15 @@ def test_foreign_or_unreadable_layout_is_no_cache_exit_2(
     assert len(err.strip().splitlines()) == 1
     assert "layout" in err
     assert (root / "layout.json").read_text() == layout
+
+
+@pytest.mark.parametrize("which", ["dir", "device", "protocol"])
+def test_read_of_something_that_is_no_object_exits_2(
+    tmp_path: Path, root: Path, which: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = {"dir": str(tmp_path), "device": os.devnull, "protocol": "bogusproto://x/y"}[which]
+    for extra in ([], ["--plan"]):
+        assert main(["lakehouse", "read", "--root", str(root), *extra, source]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1
+        assert source in err

@@ -283,6 +283,13 @@ def _read(args: argparse.Namespace) -> int:
                 # fsspec's message is the bare path; say what is missing (bad input: 2).
                 why = exc.strerror or str(exc)
                 raise CommandError(f"{source}: no such object or file ({why})") from exc
+            except IsADirectoryError as exc:  # a directory, a device: not an object
+                raise CommandError(" ".join(str(exc).split())) from exc
+            except ValueError as exc:
+                if "protocol" not in str(exc).lower():
+                    raise
+                # fsspec: "Protocol not known: bogus" (a typo in the URL: bad input)
+                raise CommandError(f"{source!r}: {exc}") from exc
             rows.append(diag.to_dict())
     table = Table(
         ["STATUS", "READ", "FILL", "SIZE", "REASON", "LOCATION"],
