@@ -193,3 +193,37 @@ def test_read_of_something_that_is_no_object_exits_2(
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1
         assert source in err
+
+
+def test_a_root_is_never_made_of_a_program_cache_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was adopted: the lakehouse listed and pruned the program cache's
+    # entries, and program-cache verify removed the lakehouse's as corrupt.
+    from nexus_cache.errors import CacheIntegrityError
+
+    program_dir = tmp_path / "pc"
+    with FileStreamProgramCache(program_dir) as cache:
+        cache[b"k"] = b"compiled"
+    before = sorted(str(p) for p in program_dir.rglob("*"))
+    with pytest.raises(CacheIntegrityError, match=r"no lakehouse layout\.json"):
+        LakehouseCache(LakehouseCacheConfig(root=program_dir, max_bytes=1 << 20))
+    assert sorted(str(p) for p in program_dir.rglob("*")) == before
+    with FileStreamProgramCache(program_dir) as cache:
+        assert cache[b"k"] == b"compiled"
+
+
+def test_a_root_is_never_made_of_a_directory_holding_other_files(tmp_path: Path) -> None:
+    from nexus_cache.errors import CacheIntegrityError
+
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(CacheIntegrityError, match=r"notes\.txt"):
+        LakehouseCache(LakehouseCacheConfig(root=tmp_path, max_bytes=1 << 20))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with LakehouseCache(LakehouseCacheConfig(root=empty, max_bytes=1 << 20)):
+        pass
+    assert (empty / "layout.json").is_file()
+    with LakehouseCache(LakehouseCacheConfig(root=empty, max_bytes=1 << 20)):
+        pass  # reopening its own root is fine

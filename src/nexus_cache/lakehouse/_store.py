@@ -93,6 +93,39 @@ def file_digest(fd: int) -> str:
     return f"sha256:{hasher.hexdigest()}"
 
 
+#: what a root holds before its layout.json is written (another opener racing us)
+_OWN_NAMES = frozenset({"entries", "pins", "locks", "tmp", "stats", "retention.lock"})
+
+
+def _refuse_foreign_contents(root: Path) -> None:
+    """Refuse to turn a directory that already holds something else into a root.
+
+    Without this, a root pointed at a program cache (or a home directory)
+    was adopted: its files were listed, pruned and cleared as entries, and
+    the other cache removed ours as corrupt. A new root is empty, or holds
+    only the directories a concurrent opener made before its ``layout.json``.
+    """
+    try:
+        names = set(os.listdir(root))
+    except FileNotFoundError:
+        return
+    foreign = sorted(names - _OWN_NAMES)
+    entries = root / "entries"
+    if not foreign and entries.is_dir():
+        with os.scandir(entries) as shards:
+            for shard in shards:
+                if shard.is_dir(follow_symlinks=False) and os.listdir(shard.path):
+                    foreign = [f"entries/{shard.name}/..."]
+                    break
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise CacheIntegrityError(
+            f"{root} is not empty and holds no lakehouse layout.json ({shown}); it is not "
+            "a lakehouse cache root. Point NEXUS_LAKEHOUSE_CACHE_ROOT at a new or empty "
+            "directory"
+        )
+
+
 class EntryStore:
     """The entries under one cache root. Thread-safe and process-safe."""
 
@@ -107,6 +140,8 @@ class EntryStore:
                 errno.ENOENT,
                 f"{self.root} is not a lakehouse cache root (no layout.json); check the path",
             )
+        if not (self.root / "layout.json").exists():
+            _refuse_foreign_contents(self.root)
         self.entries_dir = ensure_private_dir(self.root / "entries")
         self.pins_dir = ensure_private_dir(self.root / "pins")
         self.locks_dir = ensure_private_dir(self.root / "locks")
