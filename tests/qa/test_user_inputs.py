@@ -172,3 +172,27 @@ def test_program_cache_byte_cap_reads_the_size_grammar(backend: str, tmp_path: P
     for bad in ("1.5G", "-1", "0", "\u0661\u0660", "", float("nan")):
         with pytest.raises(ConfigError, match="max_size_bytes"):
             make(bad)
+
+
+def test_program_cache_never_touches_a_lakehouse_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # program-cache verify on a lakehouse root removed every lakehouse entry as corrupt.
+    from nexus_cache.errors import CacheIntegrityError
+    from nexus_cache.lakehouse import LakehouseCache
+
+    source = tmp_path / "src.bin"
+    source.write_bytes(os.urandom(3000))
+    past = source.stat().st_mtime - 60
+    os.utime(source, (past, past))
+    root = tmp_path / "lake"
+    config = LakehouseCacheConfig(root=root, policy="fill_before_read", max_bytes=1 << 20)
+    with LakehouseCache(config) as cache, cache.open(str(source)) as f:
+        f.read()
+    before = sorted(str(p) for p in root.rglob("*") if p.is_file())
+    for action in (["verify"], ["clear"], ["prune", "--max-bytes", "0"], ["ls"]):
+        assert main(["program-cache", *action, "--path", str(root)]) == 2
+        assert "is a lakehouse cache root" in capsys.readouterr().err
+    with pytest.raises(CacheIntegrityError, match="lakehouse cache root"):
+        FileStreamProgramCache(root)
+    assert sorted(str(p) for p in root.rglob("*") if p.is_file()) == before

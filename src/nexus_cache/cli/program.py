@@ -72,6 +72,11 @@ def _check_kind(path: Path, backend: str) -> None:
             "one; nexus-cache does not manage it (use cuda.core's API, or point --path at a "
             "nexus-cache directory)"
         )
+    if kind == "lakehouse":
+        raise CommandError(
+            f"{path} is a lakehouse cache root, not a program cache; use "
+            "nexus-cache lakehouse ... --root for it, or point --path elsewhere"
+        )
     if backend == "filestream":
         if kind == "sqlite":
             raise CommandError(

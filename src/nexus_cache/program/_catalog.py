@@ -41,6 +41,7 @@ CACHE_KINDS = (
     "filestream",
     "sqlite",
     "cuda-core-filestream",
+    "lakehouse",
     "empty-dir",
     "symlink",
     "other",
@@ -90,6 +91,7 @@ class ProgramEntry:
 def identify_cache_path(path: str | os.PathLike[str]) -> str:
     """What ``path`` holds, as one of :data:`CACHE_KINDS`; reads only.
 
+    ``lakehouse`` is a lakehouse cache root (it has a ``layout.json``).
     ``cuda-core-filestream`` is cuda.core's own ``FileStreamProgramCache``
     directory (its entry files are named by 62 hex digits under a 2-digit
     subdirectory; ours by all 64).
@@ -116,6 +118,10 @@ def identify_cache_path(path: str | os.PathLike[str]) -> str:
         return "other"
     if not names:
         return "empty-dir"
+    if "layout.json" in names:
+        # a lakehouse cache root: its entries/ would pass for ours, and a
+        # verify would remove every one of them as corrupt
+        return "lakehouse"
     if "entries" not in names:
         return "other"
     found = _first_entry_name(p / "entries")

@@ -82,15 +82,21 @@ def _not_an_entry(path: str) -> CacheSecurityError:
     )
 
 
-def _refuse_cuda_core_dir(root: Path) -> None:
-    """Refuse cuda.core's own cache directory: opening it would sweep cuda.core's
-    temps and mix two layouts that each cache's pruning would misjudge."""
+def _refuse_foreign_dir(root: Path) -> None:
+    """Refuse cuda.core's own cache directory and a lakehouse root: opening either
+    would sweep the other cache's temps and mix two layouts that each cache's
+    verify and pruning would misjudge (and delete)."""
     from nexus_cache.program._catalog import identify_cache_path
 
     try:
         kind = identify_cache_path(root)
     except OSError:
         return  # unreachable path: ensure_private_dir below says why, in its words
+    if kind == "lakehouse":
+        raise CacheIntegrityError(
+            f"{root} is a lakehouse cache root, not a program cache; point "
+            "FileStreamProgramCache (or NEXUS_PROGRAM_CACHE_DIR) at another directory"
+        )
     if kind == "cuda-core-filestream":
         raise CacheIntegrityError(
             f"{root} is cuda.core's own FileStreamProgramCache directory; nexus-cache "
@@ -159,7 +165,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
-        _refuse_cuda_core_dir(root)
+        _refuse_foreign_dir(root)
         self._root = ensure_private_dir(root)
         self._entries = str(ensure_private_dir(self._root / "entries"))
         self._tmp = str(ensure_private_dir(self._root / "tmp"))
