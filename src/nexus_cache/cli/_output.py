@@ -45,8 +45,9 @@ from nexus_cache._sizes import SIZE_GRAMMAR, format_size, parse_size
 from nexus_cache.errors import (
     BackendUnavailableError,
     CacheSecurityError,
+    CommandError,
     ConfigError,
-    NexusCacheError,
+    NoCacheError,
 )
 
 __all__ = [
@@ -72,18 +73,8 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-class CommandError(NexusCacheError, RuntimeError):
-    """A failure the user can fix; printed as one line. ``exit_code`` picks the status."""
-
-    def __init__(self, message: str, *, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class NoCacheError(CommandError):
-    """No cache at the location a command was pointed at (exit :data:`EXIT_USAGE`)."""
+# CommandError and NoCacheError live in nexus_cache.errors (the one hierarchy);
+# they are re-exported here for the command modules.
 
 
 def exit_code_for(exc: BaseException) -> int:
