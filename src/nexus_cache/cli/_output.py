@@ -162,6 +162,10 @@ def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None =
         out.write(table.footer + "\n")
 
 
+def _no_progress(n: int = 1) -> None:
+    """The ``advance`` of a progress display that draws nothing."""
+
+
 def size_option(name: str, *, allow_zero: bool = True) -> Callable[[str], int]:
     """An argparse ``type=`` for a byte-size option ``name``: the package's one grammar.
 
@@ -215,7 +219,7 @@ def progress(
     """
     out = file if file is not None else sys.stderr
     if not out.isatty():
-        yield lambda n=1: None
+        yield _no_progress
         return
     from rich.progress import (
         BarColumn,
@@ -232,4 +236,8 @@ def progress(
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=_console(out), transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
+
+        def advance(n: int = 1) -> None:
+            bar.advance(task, n)
+
+        yield advance

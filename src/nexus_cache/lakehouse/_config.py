@@ -310,7 +310,7 @@ def resolve_root(
         root = _env_value(env, ENV_ROOT)
         if root is None:
             return None
-    return LakehouseCacheConfig(root=root).root
+    return _check_root(root)
 
 
 def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[ConfigError]:
