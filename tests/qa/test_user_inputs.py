@@ -196,3 +196,13 @@ def test_program_cache_never_touches_a_lakehouse_root(
     with pytest.raises(CacheIntegrityError, match="lakehouse cache root"):
         FileStreamProgramCache(root)
     assert sorted(str(p) for p in root.rglob("*") if p.is_file()) == before
+
+
+@pytest.mark.parametrize("variable", ["NEXUS_DEVICE_BACKEND", "NEXUS_DEVICE_ALLOCATOR"])
+def test_blank_device_variables_count_as_unset(
+    variable: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(variable, "   ")
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", "1G")
+    assert main(["device", "report", "--json"]) == 0
+    assert capsys.readouterr().err == ""

@@ -25,7 +25,8 @@ def choose(
     """
     source = argument
     if name is None:
-        name = os.environ.get(env, "") or "auto"
+        # blank counts as unset, like every variable (docs/configuration.md)
+        name = os.environ.get(env, "").strip() or "auto"
         source = env
     choice = name.strip().lower() if isinstance(name, str) else name
     if choice not in accepted:
