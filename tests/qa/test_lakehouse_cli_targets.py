@@ -227,3 +227,16 @@ def test_a_root_is_never_made_of_a_directory_holding_other_files(tmp_path: Path)
     assert (empty / "layout.json").is_file()
     with LakehouseCache(LakehouseCacheConfig(root=empty, max_bytes=1 << 20)):
         pass  # reopening its own root is fine
+
+
+def test_read_with_a_root_that_is_another_cache_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FileStreamProgramCache(tmp_path / "pc") as cache:
+        cache[b"k"] = b"v"
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"x" * 100)
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "read_through")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "1G")
+    assert main(["lakehouse", "read", "--root", str(tmp_path / "pc"), str(source)]) == 2
+    assert "not a lakehouse cache root" in capsys.readouterr().err

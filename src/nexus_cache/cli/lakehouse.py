@@ -269,7 +269,12 @@ def _read(args: argparse.Namespace) -> int:
     rows = []
     # close() waits for background fills, so read_through warms the cache
     # even from this short-lived process.
-    with LakehouseCache.from_env(**overrides) as cache:
+    try:
+        cache = LakehouseCache.from_env(**overrides)
+    except CacheIntegrityError as exc:
+        # another cache's directory or layout: no lakehouse cache there (exit 2)
+        raise NoCacheError(" ".join(str(exc).split())) from exc
+    with cache:
         for source in args.sources:
             try:
                 if args.plan:
