@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from nexus_cache.cli.main import main
@@ -56,3 +59,46 @@ def test_device_report_cap_over_capacity_names_the_option_in_iec(
     assert "--cache-cap-bytes 100.0 TiB exceeds the managed capacity" in err
     assert "GiB" in err
     assert "109951162777600" not in err
+
+
+def test_an_empty_location_option_never_falls_back_to_the_default_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "clear --path $UNSET" emptied the default cache.
+    from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    from nexus_cache.program import FileStreamProgramCache
+
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "pc"))
+    with FileStreamProgramCache() as cache:
+        cache[b"k"] = b"v"
+    root = tmp_path / "lake"
+    with LakehouseCache(LakehouseCacheConfig(root=root, max_bytes=1 << 20)):
+        pass
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", str(root))
+    for argv in (
+        ["program-cache", "clear", "--path", ""],
+        ["program-cache", "ls", "--path", "  "],
+        ["lakehouse", "clear", "--root", ""],
+        ["lakehouse", "info", "--root", " "],
+        ["lakehouse", "read", "--root", "", str(tmp_path / "x")],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "is empty" in err
+        assert len(err.strip().splitlines()) == 1
+    with FileStreamProgramCache() as cache:
+        assert cache[b"k"] == b"v"
+
+
+def test_program_cache_json_path_is_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nexus_cache.program import SQLiteProgramCache
+
+    monkeypatch.chdir(tmp_path)
+    SQLiteProgramCache("db.sqlite").close()
+    assert (
+        main(["program-cache", "info", "--backend", "sqlite", "--path", "db.sqlite", "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["path"] == str(tmp_path / "db.sqlite")

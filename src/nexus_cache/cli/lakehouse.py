@@ -103,9 +103,19 @@ def register(subparsers: Any) -> None:
     )
 
 
+def _check_root_option(args: argparse.Namespace) -> None:
+    # "--root $UNSET" must not fall back to NEXUS_LAKEHOUSE_CACHE_ROOT (a clear
+    # would empty that cache): an explicit empty root is a usage error.
+    if args.root is not None and not args.root.strip():
+        raise CommandError(
+            f"--root is empty; give a cache root, or leave --root out for {_ENV_ROOT}"
+        )
+
+
 def _root_path(args: argparse.Namespace) -> Any:
     from nexus_cache.lakehouse import resolve_root
 
+    _check_root_option(args)
     try:
         path = resolve_root(args.root)
     except ConfigError as exc:
@@ -265,6 +275,7 @@ def _clear(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace) -> int:
     from nexus_cache.lakehouse import LakehouseCache
 
+    _check_root_option(args)
     overrides = {"root": args.root} if args.root else {}
     rows = []
     # close() waits for background fills, so read_through warms the cache

@@ -48,8 +48,12 @@ def parse_arch(text: str) -> str:
 def _location(args: argparse.Namespace) -> Path:
     from nexus_cache.program import default_filestream_root, default_sqlite_path
 
-    if args.path:
-        return Path(args.path).expanduser()
+    if args.path is not None:
+        if not args.path.strip():
+            # "--path $UNSET" must not fall back to the default cache (a clear
+            # would empty it): an explicit empty path is a usage error.
+            raise CommandError("--path is empty; give a cache location, or leave --path out")
+        return Path(args.path).expanduser().absolute()
     return default_filestream_root() if args.backend == "filestream" else default_sqlite_path()
 
 
