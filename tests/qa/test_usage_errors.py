@@ -102,3 +102,21 @@ def test_program_cache_json_path_is_absolute(
         == 0
     )
     assert json.loads(capsys.readouterr().out)["path"] == str(tmp_path / "db.sqlite")
+
+
+def test_program_cache_demo_refuses_an_empty_path_and_other_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--path ''" made a cache in the working directory; a lakehouse root was refused
+    # only by a CacheIntegrityError (exit 1) from inside the demo.
+    from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["program-cache", "demo", "--path", ""]) == 2
+    assert "--path is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    root = tmp_path / "lake"
+    with LakehouseCache(LakehouseCacheConfig(root=root, max_bytes=1 << 20)):
+        pass
+    assert main(["program-cache", "demo", "--path", str(root)]) == 2
+    assert "lakehouse cache root" in capsys.readouterr().err

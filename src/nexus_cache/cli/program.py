@@ -223,7 +223,15 @@ def _say(args: argparse.Namespace, data: dict[str, Any], line: str) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from nexus_cache import program
 
-    return int(program.run_demo(args.path, arch=args.arch))
+    path = args.path
+    if path is not None:
+        if not path.strip():  # Path("") is the working directory
+            raise CommandError("--path is empty; give a directory, or leave --path out")
+        path = str(Path(path).expanduser().absolute())
+        kind = program.identify_cache_path(path)
+        if kind not in ("missing", "empty-dir", "filestream", "symlink"):
+            _check_kind(Path(path), "filestream")  # says what is there instead (exit 2)
+    return int(program.run_demo(path, arch=args.arch))
 
 
 def register(subparsers: Any) -> None:
