@@ -32,6 +32,7 @@ __all__ = [
     "NexusCacheError",
     "ProgramCacheKeyError",
     "SourceDecodeError",
+    "SourceFormatError",
     "SourceWaitTimeoutError",
     "StalePlanError",
     "UnsafeTeardownError",
@@ -141,3 +142,7 @@ class CacheClosedError(NexusCacheError, ValueError):
 
 class LockUsageError(NexusCacheError, RuntimeError):
     """Misuse of a file lock: acquiring it twice from one thread, or releasing it unheld."""
+
+
+class SourceFormatError(NexusCacheError, ValueError):
+    """A source object is not readable Parquet (another format, or a corrupt file)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nexus_cache.cli._output import EXIT_OK, Table, add_json_option, emit, progress
+from nexus_cache.cli._output import EXIT_OK, CommandError, Table, add_json_option, emit, progress
 
 __all__ = ["add_output_options", "register", "report_result"]
 
@@ -66,12 +66,28 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run_query(query: Any, args: argparse.Namespace) -> int:
-    """Execute ``query`` on a service configured from the environment and report it."""
+    """Execute ``query`` on a service configured from the environment and report it.
+
+    Errors of the query's input (a missing source, data that is not Parquet,
+    columns that cannot be vertex ids, a BFS source not in the graph) exit
+    with :data:`EXIT_USAGE`, like a bad option: the user has to change the
+    command line, not retry it.
+    """
+    from nexus_cache.errors import FrameTypeError, GraphInputError, SourceFormatError
     from nexus_cache.service import QueryService
 
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
-    with progress(label, None), QueryService() as service:
-        result = service.execute(query)
+    try:
+        with progress(label, None), QueryService() as service:
+            result = service.execute(query)
+    except (
+        FileNotFoundError,
+        NotADirectoryError,
+        FrameTypeError,
+        GraphInputError,
+        SourceFormatError,
+    ) as exc:
+        raise CommandError(" ".join(str(exc).split())) from exc
     report_result(result, args)
     return EXIT_OK
 

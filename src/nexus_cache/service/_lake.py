@@ -10,15 +10,17 @@ transient failure (a new attempt plans afresh).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.errors import ConfigError, StalePlanError
+from nexus_cache.errors import ConfigError, SourceFormatError, StalePlanError
 from nexus_cache.frames import DeviceFrame, decode_parquet
 from nexus_cache.lakehouse import (
     CacheStatus,
@@ -118,7 +120,7 @@ def decode_object(
     Appends the read's diagnostics to ``diagnostics``. Raises
     :class:`StalePlanError` when the plan no longer holds.
     """
-    with _execute(cache, read_plan, diagnostics) as handle:
+    with _execute(cache, read_plan, diagnostics) as handle, _parquet_errors(read_plan):
         return decode_parquet(handle, domain=domain, columns=columns)
 
 
@@ -126,9 +128,21 @@ def count_rows(cache: LakehouseCache, plan: SourcePlan, diagnostics: list[ReadDi
     """Rows of every object, from the Parquet footers (read through the cache)."""
     total = 0
     for read_plan in plan.plans:
-        with _execute(cache, read_plan, diagnostics) as handle:
+        with _execute(cache, read_plan, diagnostics) as handle, _parquet_errors(read_plan):
             total += pq.ParquetFile(handle).metadata.num_rows
     return total
+
+
+@contextlib.contextmanager
+def _parquet_errors(read_plan: ReadPlan) -> Iterator[None]:
+    """Name the object when Arrow cannot read it as Parquet (not a transient failure)."""
+    try:
+        yield
+    except pa.ArrowInvalid as exc:
+        raise SourceFormatError(
+            f"{read_plan.source!r} is not readable Parquet ({' '.join(str(exc).split())}); "
+            "point the query at Parquet data"
+        ) from exc
 
 
 def _execute(

@@ -197,6 +197,11 @@ class ServiceConfig:
         if not isinstance(self.lakehouse, LakehouseCacheConfig):
             raise ConfigError(f"lakehouse={self.lakehouse!r}; accepted: a LakehouseCacheConfig")
         if self.evidence_dir is not None:
+            if not isinstance(self.evidence_dir, (str, os.PathLike)):
+                raise ConfigError(
+                    f"evidence_dir={self.evidence_dir!r} is not accepted; give a directory "
+                    "path (a string) or omit it"
+                )
             text = os.fspath(self.evidence_dir)
             if not text.strip():
                 raise ConfigError("evidence_dir='' is not accepted; give a directory or omit it")
@@ -328,8 +333,13 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{ENV_CONFIG}={str(path)!r}: no such file; fix the path") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(
+            f"{ENV_CONFIG}={str(path)!r} cannot be read ({exc.strerror or exc}); "
+            "name a readable TOML file"
+        ) from None
     _check_keys(data, _TOP_KEYS, f"{path}")
     fields = {k: v for k, v in data.items() if k not in ("lakehouse", "devices")}
     if "storage_options" in fields and not isinstance(fields["storage_options"], dict):

@@ -155,16 +155,25 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     """Check every ``attempt-*.json`` under ``directory``: its seal and its chain link.
 
     A document fails when it is not valid JSON, lacks a seal, its digest does
-    not match its content, or its ``previous_digest`` names no document in
-    the directory. Reads only; never raises for a bad document.
+    not match its content, its file name is not the one its ``attempt_id``
+    gives (a renamed or swapped document), its ``previous_digest`` names no
+    document in the directory, or another document names the same
+    predecessor (a chain has no forks). ``admission.tsv`` fails when it is
+    missing while documents exist, when a line is cut or has the wrong number
+    of fields, and when a document's attempt has no line in it (lines removed).
+    Reads only; never raises for a bad document. Raises ``FileNotFoundError``
+    or ``NotADirectoryError`` when ``directory`` is not a directory.
     """
     root = Path(directory)
-    if not root.is_dir():
+    if not root.exists():
         raise FileNotFoundError(f"evidence directory {str(root)!r} does not exist")
+    if not root.is_dir():
+        raise NotADirectoryError(f"evidence path {str(root)!r} is not a directory")
     verified: list[str] = []
     problems: list[tuple[str, str]] = []
     digests: dict[str, str] = {}
     links: dict[str, str | None] = {}
+    attempts: dict[str, str] = {}
     for path in sorted(root.glob("attempt-*.json")):
         name = path.name
         try:
@@ -184,16 +193,72 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
         if actual != seal.get("digest"):
             problems.append((name, f"seal mismatch: content digest {actual[:16]}... != sealed"))
             continue
+        expected = f"attempt-{_safe(str(doc.get('attempt_id')))}.json"
+        if name != expected:
+            problems.append((name, f"renamed: its attempt_id gives the file name {expected}"))
+            continue
         digests[actual] = name
         links[name] = doc.get("previous_digest")
+        attempts[name] = str(doc.get("attempt_id"))
+    successors: dict[str, list[str]] = {}
+    for name, previous in links.items():
+        if previous is not None:
+            successors.setdefault(previous, []).append(name)
+    logged = _admission_attempts(root, problems, expect=bool(links))
     for name, previous in links.items():
         if previous is not None and previous not in digests:
             problems.append(
                 (name, "chain broken: the previous attempt's evidence is missing or was changed")
             )
+        elif previous is not None and len(successors[previous]) > 1:
+            others = ", ".join(n for n in successors[previous] if n != name)
+            problems.append((name, f"chain fork: {others} links to the same previous attempt"))
+        elif logged is not None and attempts[name] not in logged:
+            problems.append((name, f"no line in {ADMISSION_FILE} for its attempt"))
         else:
             verified.append(name)
     return EvidenceReport(tuple(sorted(verified)), tuple(sorted(problems)))
+
+
+def _admission_attempts(
+    root: Path, problems: list[tuple[str, str]], *, expect: bool
+) -> set[str] | None:
+    """The attempt ids ``admission.tsv`` names; records its defects in ``problems``.
+
+    ``None`` when there is no readable TSV to compare documents with.
+    """
+    path = root / ADMISSION_FILE
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        if expect:
+            problems.append((ADMISSION_FILE, "missing, but attempt documents exist"))
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append((ADMISSION_FILE, f"unreadable: {exc}"))
+        return None
+    lines = text.split("\n")
+    if lines[-1] != "":
+        problems.append((ADMISSION_FILE, "the last line is cut (no line end)"))
+    lines = lines[:-1]
+    if not lines or lines[0].split("\t") != list(ADMISSION_COLUMNS):
+        problems.append((ADMISSION_FILE, "the header line is missing or changed"))
+        if lines and lines[0][:4].isdigit():  # the header was deleted: line 1 is data
+            lines = ["", *lines]
+    column = ADMISSION_COLUMNS.index("attempt_id")
+    seen: set[str] = set()
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        if len(fields) != len(ADMISSION_COLUMNS):
+            problems.append(
+                (
+                    ADMISSION_FILE,
+                    f"line {number} has {len(fields)} fields, not {len(ADMISSION_COLUMNS)}",
+                )
+            )
+            continue
+        seen.add(fields[column])
+    return seen
 
 
 class AdmissionLog:

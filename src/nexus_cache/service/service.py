@@ -41,6 +41,8 @@ from nexus_cache.device import (
 )
 from nexus_cache.errors import (
     AdmissionError,
+    CacheSecurityError,
+    ConfigError,
     GrantExhaustedError,
     LifecycleError,
     StalePlanError,
@@ -50,7 +52,7 @@ from nexus_cache.service._attempt import AttemptOutcome, AttemptPlan, plan_attem
 from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service.admission import Admission
-from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ServiceConfig
+from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
 from nexus_cache.service.queries import Query, query_from_dict, query_from_json
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
@@ -104,10 +106,17 @@ class QueryService:
         self._caches = DeviceResidentCaches(_profiles(self.config, chosen), backend=chosen)
         try:
             self._lakehouse = LakehouseCache(self.config.lakehouse)
-            self._evidence = EvidenceWriter(self.config.evidence_dir)
-            self._admission = Admission(
-                AdmissionLog(self.config.evidence_dir), self.config.admission_timeout_s
-            )
+            try:
+                self._evidence = EvidenceWriter(self.config.evidence_dir)
+                log = AdmissionLog(self.config.evidence_dir)
+            except CacheSecurityError:
+                raise
+            except OSError as exc:
+                raise ConfigError(
+                    f"evidence_dir={str(self.config.evidence_dir)!r} "
+                    f"({ENV_EVIDENCE_DIR}) cannot be used: {' '.join(str(exc).split())}"
+                ) from exc
+            self._admission = Admission(log, self.config.admission_timeout_s)
         except BaseException:
             self._caches.shutdown()
             raise

@@ -1,0 +1,122 @@
+"""Bad input through the service and its commands: refused with one line and exit 2.
+
+A string column's raw bytes must never pass as vertex ids or weights, a file
+that is not Parquet is named, and every input error of ``scan``/``graph``
+exits 2 (the command line must change), not 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nexus_cache.cli.main import main
+from nexus_cache.errors import ConfigError, GraphInputError, SourceFormatError
+from nexus_cache.service import Count, Graph, Scan, ServiceConfig
+
+from ._helpers import make_service
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("NEXUS_DEVICE_BACKEND", "host")
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", str(1 << 30))
+    for name in ("NEXUS_SERVICE_CONFIG", "NEXUS_SERVICE_EVIDENCE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def edges(tmp_path: Path) -> Path:
+    path = tmp_path / "edges.parquet"
+    table = pa.table(
+        {
+            "s": [0, 1, 2, 2],
+            "d": [1, 2, 0, 3],
+            "name": ["a", "b", "c", "d"],
+            "f": [0.5, 1.5, 2.5, 3.5],
+            "flag": [True, False, True, True],
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("column", ["name", "flag", "f"])
+def test_non_integer_vertex_columns_are_refused(tmp_path: Path, edges: Path, column: str) -> None:
+    with make_service(tmp_path) as service:
+        with pytest.raises(GraphInputError, match=f"column '{column}'.*integer"):
+            service.execute(Graph(Scan(str(edges)), column, "d", "bfs", params={"source": 0}))
+        with pytest.raises(GraphInputError, match=f"column '{column}'.*integer"):
+            service.execute(Graph(Scan(str(edges)), "s", column, "pagerank"))
+
+
+@pytest.mark.parametrize("column", ["name", "flag"])
+def test_non_numeric_weight_is_refused(tmp_path: Path, edges: Path, column: str) -> None:
+    with (
+        make_service(tmp_path) as service,
+        pytest.raises(GraphInputError, match=f"weight column '{column}'"),
+    ):
+        service.execute(Graph(Scan(str(edges)), "s", "d", "pagerank", weight=column))
+
+
+def test_not_parquet_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet at all")
+    with make_service(tmp_path) as service:
+        for query in (Scan(str(bad)), Count(str(bad))):
+            with pytest.raises(SourceFormatError, match=r"bad\.parquet.*is not readable Parquet"):
+                service.execute(query)
+
+
+def test_input_errors_exit_2_with_one_line(
+    env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = env / "bad.parquet"
+    bad.write_text("not parquet")
+    cases = [
+        (["scan", str(env / "missing.parquet")], "does not exist"),
+        (["scan", str(bad)], "is not readable Parquet"),
+        (["graph", "bfs", str(edges), "--src", "s", "--dst", "d", "--source", "99"], "[99]"),
+        (["graph", "bfs", str(edges), "--src", "name", "--dst", "d", "--source", "0"], "string"),
+        (["graph", "pagerank", str(edges), "--src", "f", "--dst", "d"], "double"),
+        (
+            ["graph", "pagerank", str(edges), "--src", "s", "--dst", "d", "--weight", "name"],
+            "weight",
+        ),
+    ]
+    for argv, expected in cases:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.count("\n") == 1, captured.err
+        assert expected in captured.err
+        assert "Traceback" not in captured.err
+
+
+def test_config_file_that_is_a_directory_or_binary(tmp_path: Path, edges: Path) -> None:
+    with pytest.raises(ConfigError, match=r"NEXUS_SERVICE_CONFIG.*cannot be read"):
+        ServiceConfig.load(tmp_path, environ={})
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        ServiceConfig.load(edges, environ={})
+
+
+def test_evidence_dir_of_the_wrong_type_is_a_config_error(tmp_path: Path) -> None:
+    toml = tmp_path / "service.toml"
+    toml.write_text("evidence_dir = 5\n")
+    with pytest.raises(ConfigError, match="evidence_dir=5"):
+        ServiceConfig.load(toml, environ={})
+
+
+def test_unusable_evidence_dir_names_the_variable(
+    env: Path, edges: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NEXUS_SERVICE_EVIDENCE_DIR", str(edges))  # a file, not a directory
+    assert main(["scan", str(edges)]) == 2
+    err = capsys.readouterr().err
+    assert "NEXUS_SERVICE_EVIDENCE_DIR" in err
+    assert err.count("\n") == 1
