@@ -120,3 +120,37 @@ def test_unusable_evidence_dir_names_the_variable(
     err = capsys.readouterr().err
     assert "NEXUS_SERVICE_EVIDENCE_DIR" in err
     assert err.count("\n") == 1
+
+
+def test_json_columns_must_be_a_list() -> None:
+    from nexus_cache.service import query_from_dict
+
+    # a string is iterable: "sd" must not become the columns ('s', 'd')
+    for columns in ("sd", "s", 5, {"s": 1}):
+        with pytest.raises(ConfigError, match=r"Scan\.columns"):
+            query_from_dict({"type": "scan", "source": "x.parquet", "columns": columns})
+    query = query_from_dict({"type": "scan", "source": "x.parquet", "columns": ["s", "d"]})
+    assert query == Scan("x.parquet", columns=("s", "d"))
+
+
+def test_graph_edges_must_read_its_columns() -> None:
+    with pytest.raises(ConfigError, match=r"leaves out \['d'\]"):
+        Graph(Scan("x.parquet", columns=("s",)), "s", "d", "pagerank")
+    with pytest.raises(ConfigError, match=r"leaves out \['w'\]"):
+        Graph(Scan("x.parquet", columns=("s", "d")), "s", "d", "pagerank", weight="w")
+    Graph(Scan("x.parquet", columns=("s", "d", "w")), "s", "d", "pagerank", weight="w")
+
+
+def test_bfs_source_outside_int64_is_a_config_error() -> None:
+    for source in (2**63, -(2**63) - 1, 10**30):
+        with pytest.raises(ConfigError, match=r"params\['source'\]"):
+            Graph(Scan("x.parquet"), "s", "d", "bfs", params={"source": source})
+    Graph(Scan("x.parquet"), "s", "d", "bfs", params={"source": 2**63 - 1})
+
+
+def test_execute_refuses_what_is_not_a_query(tmp_path: Path, edges: Path) -> None:
+    with make_service(tmp_path) as service:
+        for bad in (None, 5, [1, 2], Scan):
+            with pytest.raises(ConfigError, match="use a Scan, Count or Graph"):
+                service.execute(bad)  # type: ignore[arg-type]
+        assert service.execute(Count(str(edges))).table.column("rows").to_pylist() == [4]

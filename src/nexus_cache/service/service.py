@@ -54,7 +54,14 @@ from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service.admission import Admission
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
-from nexus_cache.service.queries import Query, query_from_dict, query_from_json
+from nexus_cache.service.queries import (
+    Count,
+    Graph,
+    Query,
+    Scan,
+    query_from_dict,
+    query_from_json,
+)
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 
 __all__ = ["QueryService"]
@@ -171,6 +178,11 @@ class QueryService:
             query = query_from_json(query)
         elif isinstance(query, Mapping):
             query = query_from_dict(query)
+        elif not isinstance(query, (Scan, Count, Graph)):
+            raise ConfigError(
+                f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() "
+                "form or its JSON text"
+            )
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
         query_id = uuid.uuid4().hex[:16]
