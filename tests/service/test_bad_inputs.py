@@ -154,3 +154,23 @@ def test_execute_refuses_what_is_not_a_query(tmp_path: Path, edges: Path) -> Non
             with pytest.raises(ConfigError, match="use a Scan, Count or Graph"):
                 service.execute(bad)  # type: ignore[arg-type]
         assert service.execute(Count(str(edges))).table.column("rows").to_pylist() == [4]
+
+
+def test_demo_workdir_that_cannot_be_a_directory_exits_2(
+    edges: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--scale", "4", "--backend", "host", "--workdir", str(edges)]) == 2
+    err = capsys.readouterr().err
+    assert "workdir=" in err
+    assert err.count("\n") == 1
+
+
+def test_negative_limit_is_a_usage_error(
+    env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["scan", str(edges), "--limit", "-1"])
+    assert exit_.value.code == 2
+    assert "--limit" in capsys.readouterr().err
+    assert main(["scan", str(edges), "--limit", "0"]) == 0
+    assert capsys.readouterr().out.startswith("4 rows")

@@ -48,9 +48,24 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         "--out", default=None, metavar="FILE.parquet", help="write the result as Parquet"
     )
     parser.add_argument(
-        "--limit", type=int, default=20, help="rows to print without --out (default 20)"
+        "--limit",
+        type=_count,
+        default=20,
+        metavar="N",
+        help="rows to print without --out (default 20; 0 prints only the summary)",
     )
     add_json_option(parser)
+
+
+def _count(text: str) -> int:
+    """An argparse ``type=``: a whole number >= 0 (a usage error, exit 2, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; use a whole number >= 0")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:
