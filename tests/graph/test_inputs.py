@@ -174,3 +174,10 @@ def test_device_frame_edges_on_the_host_backend() -> None:
         build_graph(nulls)
     frame.release()
     nulls.release()
+
+
+def test_bfs_without_sources_says_so() -> None:
+    graph = build_graph({"src": np.array([1, 2]), "dst": np.array([2, 3])})
+    for sources in ([], (), np.array([], dtype=np.int64)):
+        with pytest.raises(GraphInputError, match="no sources"):
+            bfs(graph, sources)
