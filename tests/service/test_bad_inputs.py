@@ -174,3 +174,44 @@ def test_negative_limit_is_a_usage_error(
     assert "--limit" in capsys.readouterr().err
     assert main(["scan", str(edges), "--limit", "0"]) == 0
     assert capsys.readouterr().out.startswith("4 rows")
+
+
+def _objects(root: Path, *tables: pa.Table) -> str:
+    root.mkdir()
+    for i, table in enumerate(tables):
+        pq.write_table(table, root / f"part-{i}.parquet")
+    return str(root)
+
+
+def test_a_directory_whose_objects_drifted_is_combined(tmp_path: Path) -> None:
+    widened = _objects(
+        tmp_path / "widened",
+        pa.table({"s": pa.array([0, 1], pa.int32()), "d": pa.array([1, 2], pa.int32())}),
+        pa.table({"s": pa.array([2], pa.int64()), "d": pa.array([0], pa.int64())}),
+    )
+    added = _objects(
+        tmp_path / "added",
+        pa.table({"s": [0, 1], "d": [1, 2]}),
+        pa.table({"s": [2], "d": [0], "w": [0.5]}),
+    )
+    with make_service(tmp_path) as service:
+        table = service.execute(Scan(widened)).table
+        assert table.schema.field("s").type == pa.int64()
+        assert table.column("s").to_pylist() == [0, 1, 2]
+        table = service.execute(Scan(added)).table
+        assert table.column("w").to_pylist() == [None, None, 0.5]
+        ranks = service.execute(Graph(Scan(widened), "s", "d", "pagerank")).table
+        assert ranks.num_rows == 3
+
+
+def test_objects_whose_types_cannot_be_combined(tmp_path: Path) -> None:
+    source = _objects(
+        tmp_path / "clash",
+        pa.table({"s": [0, 1], "d": [1, 2]}),
+        pa.table({"s": ["x"], "d": [0]}),  # the second object's ids are strings
+    )
+    with make_service(tmp_path) as service:
+        with pytest.raises(SourceFormatError, match="cannot be combined"):
+            service.execute(Scan(source))
+        with pytest.raises(GraphInputError, match="column 's' has Arrow type string"):
+            service.execute(Graph(Scan(source), "s", "d", "pagerank"))

@@ -36,6 +36,7 @@ from nexus_cache.errors import GraphInputError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.graph import GraphOptions
 from nexus_cache.graph.memory import build_bytes
+from nexus_cache.service._source_port import concat_objects
 from nexus_cache.service.queries import SIMILARITIES, Graph
 
 __all__ = ["GraphOutcome", "GraphPort", "algorithm_params", "edge_input", "graph_options"]
@@ -93,10 +94,11 @@ def edge_input(frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any) -> 
     refuse them with its own message.
     """
     columns = [[frame.column(name) for frame in frames] for name in names]
-    _check_types(names, [group[0].type for group in columns])
+    for frame_columns in zip(*columns, strict=True):  # every object, not only the first
+        _check_types(names, [c.type for c in frame_columns])
     if any(c.validity is not None for group in columns for c in group):
         tables = [frame.select(list(names)).to_arrow() for frame in frames]
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        return tables[0] if len(tables) == 1 else concat_objects(tables)
     out = {}
     for name, group in zip(names, columns, strict=True):
         parts = [c.data for c in group]
