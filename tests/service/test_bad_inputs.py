@@ -215,3 +215,14 @@ def test_objects_whose_types_cannot_be_combined(tmp_path: Path) -> None:
             service.execute(Scan(source))
         with pytest.raises(GraphInputError, match="column 's' has Arrow type string"):
             service.execute(Graph(Scan(source), "s", "d", "pagerank"))
+
+
+def test_shutdown_timeout_is_checked_first(tmp_path: Path, edges: Path) -> None:
+    service = make_service(tmp_path)
+    for bad in (-1, float("nan"), float("inf"), "10", None, True):
+        with pytest.raises(ConfigError, match="shutdown timeout"):
+            service.shutdown(bad)  # type: ignore[arg-type]
+        assert not service.closed
+    assert service.execute(Count(str(edges))).table.num_rows == 1
+    first = service.shutdown(0)
+    assert service.shutdown() == first

@@ -22,6 +22,7 @@ process-safe beyond what each cache states (the ledger governs one process).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -352,8 +353,19 @@ class QueryService:
         release each device's allocation-domain owner; close the lakehouse cache.
 
         Idempotent: later calls return the first complete result (an incomplete
-        one, with pins still held, is retried).
+        one, with pins still held, is retried). ``timeout`` must be a finite
+        number of seconds >= 0 (:class:`ConfigError`, before anything is shut).
         """
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
+            raise ConfigError(
+                f"shutdown timeout={timeout!r} is not accepted; use a finite number of "
+                "seconds >= 0"
+            )
         with self._lock:
             self._closed = True
             if self._shutdown is not None and all(d.complete for d in self._shutdown):
