@@ -226,3 +226,16 @@ def test_shutdown_timeout_is_checked_first(tmp_path: Path, edges: Path) -> None:
     assert service.execute(Count(str(edges))).table.num_rows == 1
     first = service.shutdown(0)
     assert service.shutdown() == first
+
+
+def test_bad_out_exits_2_before_the_query_runs(
+    env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = ["graph", "pagerank", str(edges), "--src", "s", "--dst", "d"]
+    for out, expected in ((env / "no" / "r.parquet", "does not exist"), (env, "is a directory")):
+        capsys.readouterr()
+        assert main([*graph, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert expected in err
+        assert err.count("\n") == 1
+    assert not (env / "no").exists()

@@ -10,6 +10,8 @@ environment (``NEXUS_LAKEHOUSE_*``, ``NEXUS_DEVICE_*``, ``NEXUS_SERVICE_*``).
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from nexus_cache.cli._output import EXIT_OK, CommandError, Table, add_json_option, emit, progress
@@ -91,6 +93,7 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
     from nexus_cache.errors import FrameTypeError, GraphInputError, SourceFormatError
     from nexus_cache.service import QueryService
 
+    _check_out(args.out)  # before the query runs: a bad --out must not cost a whole query
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
     try:
         with progress(label, None), QueryService() as service:
@@ -113,7 +116,12 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
 
     table, diag = result.table, result.diagnostics
     if args.out is not None:
-        pq.write_table(table, args.out)
+        try:
+            pq.write_table(table, args.out)
+        except OSError as exc:
+            raise CommandError(
+                f"--out={args.out!r} cannot be written ({' '.join(str(exc).split())})"
+            ) from exc
     head = table.slice(0, max(0, args.limit))
     if args.json:
         data = {
@@ -139,6 +147,20 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
     for row in head.to_pylist():
         out.add(*(row[name] for name in table.column_names))
     emit(None, out, as_json=False)
+
+
+def _check_out(out: str | None) -> None:
+    """Refuse an ``--out`` that cannot be a file: a directory, or a missing parent."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise CommandError(f"--out={out!r} is a directory; name a .parquet file")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CommandError(f"--out={out!r}: directory {str(parent)!r} does not exist; create it")
+    if not os.access(parent, os.W_OK):
+        raise CommandError(f"--out={out!r}: directory {str(parent)!r} is not writable")
 
 
 def _status(part: dict[str, Any]) -> str:
