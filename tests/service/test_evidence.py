@@ -164,3 +164,38 @@ def test_verify_of_a_missing_or_file_location_exits_2(
         err = capsys.readouterr().err
         assert err.count("\n") == 1
         assert ("is not a directory" in err) == (target.name == "admission.tsv")
+
+
+def test_admission_tsv_header_comes_first_when_services_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from nexus_cache.service.evidence import ADMISSION_COLUMNS, AdmissionLog
+
+    directory = tmp_path / "evidence"
+    directory.mkdir(mode=0o700)
+    tsv = directory / "admission.tsv"
+    other = AdmissionLog(tmp_path / "elsewhere")
+    other._path = tsv  # another service appending to the same file
+    line = {"query_id": "q", "attempt_id": "q-1", "decision": "admitted"}
+    real_open = os.open
+    fired = []
+
+    def racing_open(path, flags, *args):  # type: ignore[no-untyped-def]
+        fd = real_open(path, flags, *args)
+        if not fired and not flags & os.O_APPEND and tsv.exists():
+            # the other service appends the moment the file is visible
+            fired.append(True)
+            other.record(line)
+        return fd
+
+    monkeypatch.setattr(os, "open", racing_open)
+    AdmissionLog(directory)
+    monkeypatch.setattr(os, "open", real_open)
+    if not fired:  # no window to race in: the other service appends afterwards
+        other.record(line)
+    lines = tsv.read_text().splitlines()
+    # the header first, and the other service's line kept (not overwritten by it)
+    assert lines[0].split("\t") == list(ADMISSION_COLUMNS)
+    assert [row.split("\t")[2] for row in lines[1:]] == ["q-1"]

@@ -272,16 +272,11 @@ class AdmissionLog:
         self._lock = threading.Lock()
         self.lines: list[dict[str, Any]] = []
         if self._path is not None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-            try:
-                fd = os.open(self._path, flags, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                try:
-                    os.write(fd, ("\t".join(ADMISSION_COLUMNS) + "\n").encode())
-                finally:
-                    os.close(fd)
+            # Published with its header in one step (hard link of a complete
+            # temp; a no-op when it exists): creating it empty and writing the
+            # header after would let another service's line land first.
+            header = ("\t".join(ADMISSION_COLUMNS) + "\n").encode()
+            atomic_write(self._path, header, tmp_dir=self._path.parent, replace=False)
 
     @property
     def path(self) -> Path | None:
