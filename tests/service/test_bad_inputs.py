@@ -7,6 +7,7 @@ exits 2 (the command line must change), not 1.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -239,3 +240,27 @@ def test_bad_out_exits_2_before_the_query_runs(
         assert expected in err
         assert err.count("\n") == 1
     assert not (env / "no").exists()
+
+
+def test_unknown_protocol_and_missing_filesystem_package_exit_2(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    cases = [("nosuchproto://bucket/x.parquet", "Protocol not known")]
+    if importlib.util.find_spec("gcsfs") is None:  # fsspec knows gcs://, its package is absent
+        cases.append(("gcs://bucket/x.parquet", "needs a package that is not installed"))
+    for url, expected in cases:
+        capsys.readouterr()
+        assert main(["scan", url]) == 2, url
+        err = capsys.readouterr().err
+        assert expected in err
+        assert err.count("\n") == 1
+
+
+def test_weight_that_is_also_an_id_column(
+    env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["graph", "pagerank", str(edges), "--src", "s", "--dst", "d", "--weight", "d"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 4

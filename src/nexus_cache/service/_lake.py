@@ -20,7 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.errors import ConfigError, SourceFormatError, StalePlanError
+from nexus_cache.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    SourceFormatError,
+    StalePlanError,
+)
 from nexus_cache.frames import DeviceFrame, decode_parquet
 from nexus_cache.lakehouse import (
     CacheStatus,
@@ -70,7 +75,18 @@ class SourcePlan:
 
 
 def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[Any, list[str]]:
-    fs, path = resolve_source(source, None, storage_options)
+    try:
+        fs, path = resolve_source(source, None, storage_options)
+    except ImportError as exc:  # fsspec knows the protocol; its package is not installed
+        raise BackendUnavailableError(
+            f"source {source!r} needs a package that is not installed ({exc}); install it"
+        ) from exc
+    except ValueError as exc:
+        if "protocol" not in str(exc).lower():
+            raise
+        raise ConfigError(
+            f"source {source!r}: {exc}; use a local path, file://, s3:// or another fsspec URL"
+        ) from exc
     if fs is None:
         if os.path.isdir(path):
             names = sorted(
