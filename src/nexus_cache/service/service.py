@@ -109,6 +109,11 @@ class QueryService:
         backend: DeviceBackend | None = None,
         on_planned: Callable[[AttemptPlan], None] | None = None,
     ) -> None:
+        if config is not None and not isinstance(config, ServiceConfig):
+            raise ConfigError(
+                f"config={config!r} is not accepted; use a ServiceConfig "
+                "(ServiceConfig.load(path) reads a TOML file)"
+            )
         self.config = config if config is not None else ServiceConfig.from_env()
         chosen = backend if backend is not None else select_backend(self.config.backend)
         self._caches = DeviceResidentCaches(_profiles(self.config, chosen), backend=chosen)
