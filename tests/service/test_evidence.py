@@ -199,3 +199,17 @@ def test_admission_tsv_header_comes_first_when_services_race(
     # the header first, and the other service's line kept (not overwritten by it)
     assert lines[0].split("\t") == list(ADMISSION_COLUMNS)
     assert [row.split("\t")[2] for row in lines[1:]] == ["q-1"]
+
+
+def test_a_foreign_document_with_its_own_seal_is_detected(evidence: Path) -> None:
+    _, doc = _docs(evidence)[0]
+    forged = {k: v for k, v in doc.items() if k != "seal"}
+    forged.update(attempt_id="0000000000000000-1", query_id="0000000000000000")
+    forged["previous_digest"] = None  # the start of a chain of its own
+    forged["seal"] = {"algorithm": "sha256", "digest": seal_digest(forged)}
+    (evidence / "attempt-0000000000000000-1.json").write_text(json.dumps(forged))
+    (evidence / "notes.txt").write_text("not evidence; ignored")
+    report = verify_evidence(evidence)
+    assert report.problems == (
+        ("attempt-0000000000000000-1.json", "no line in admission.tsv for its attempt"),
+    )
