@@ -213,3 +213,14 @@ def test_a_foreign_document_with_its_own_seal_is_detected(evidence: Path) -> Non
     assert report.problems == (
         ("attempt-0000000000000000-1.json", "no line in admission.tsv for its attempt"),
     )
+
+
+def test_an_edited_admission_line_is_detected(evidence: Path) -> None:
+    tsv = _tsv(evidence)
+    header, first, *rest = tsv.read_text().splitlines(keepends=True)
+    fields = first.split("\t")
+    fields[5] = str(int(fields[5]) * 2)  # requested_bytes
+    tsv.write_text(header + "\t".join(fields) + "".join(rest))
+    problems = dict(verify_evidence(evidence).problems)
+    assert list(problems) == [f"attempt-{fields[2]}.json"]
+    assert "line disagrees" in problems[f"attempt-{fields[2]}.json"]

@@ -160,7 +160,8 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     document in the directory, or another document names the same
     predecessor (a chain has no forks). ``admission.tsv`` fails when it is
     missing while documents exist, when a line is cut or has the wrong number
-    of fields, and when a document's attempt has no line in it (lines removed).
+    of fields, and when a document's attempt has no line in it (lines removed)
+    or only lines whose device or requested bytes disagree with the document.
     Reads only; never raises for a bad document. Raises ``FileNotFoundError``
     or ``NotADirectoryError`` when ``directory`` is not a directory.
     """
@@ -174,6 +175,7 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     digests: dict[str, str] = {}
     links: dict[str, str | None] = {}
     attempts: dict[str, str] = {}
+    claims: dict[str, tuple[str, str]] = {}  # what the TSV line must say: device, bytes
     for path in sorted(root.glob("attempt-*.json")):
         name = path.name
         try:
@@ -200,6 +202,8 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
         digests[actual] = name
         links[name] = doc.get("previous_digest")
         attempts[name] = str(doc.get("attempt_id"))
+        plan = doc.get("plan") if isinstance(doc.get("plan"), dict) else {}
+        claims[name] = (str(doc.get("device_id")), str(plan.get("grant_bytes")))
     successors: dict[str, list[str]] = {}
     for name, previous in links.items():
         if previous is not None:
@@ -215,6 +219,15 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
             problems.append((name, f"chain fork: {others} links to the same previous attempt"))
         elif logged is not None and attempts[name] not in logged:
             problems.append((name, f"no line in {ADMISSION_FILE} for its attempt"))
+        elif logged is not None and claims[name] not in logged[attempts[name]]:
+            device, nbytes = claims[name]
+            problems.append(
+                (
+                    name,
+                    f"its {ADMISSION_FILE} line disagrees (the document says device {device}, "
+                    f"{nbytes} bytes requested)",
+                )
+            )
         else:
             verified.append(name)
     return EvidenceReport(tuple(sorted(verified)), tuple(sorted(problems)))
@@ -222,8 +235,9 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
 
 def _admission_attempts(
     root: Path, problems: list[tuple[str, str]], *, expect: bool
-) -> set[str] | None:
-    """The attempt ids ``admission.tsv`` names; records its defects in ``problems``.
+) -> dict[str, set[tuple[str, str]]] | None:
+    """attempt id -> the (device id, requested bytes) of its ``admission.tsv`` lines;
+    records the file's defects in ``problems``.
 
     ``None`` when there is no readable TSV to compare documents with.
     """
@@ -246,7 +260,9 @@ def _admission_attempts(
         if lines and lines[0][:4].isdigit():  # the header was deleted: line 1 is data
             lines = ["", *lines]
     column = ADMISSION_COLUMNS.index("attempt_id")
-    seen: set[str] = set()
+    seen: dict[str, set[tuple[str, str]]] = {}
+    device = ADMISSION_COLUMNS.index("device_id")
+    requested = ADMISSION_COLUMNS.index("requested_bytes")
     for number, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
         if len(fields) != len(ADMISSION_COLUMNS):
@@ -257,7 +273,7 @@ def _admission_attempts(
                 )
             )
             continue
-        seen.add(fields[column])
+        seen.setdefault(fields[column], set()).add((fields[device], fields[requested]))
     return seen
 
 
