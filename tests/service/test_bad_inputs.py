@@ -264,3 +264,39 @@ def test_weight_that_is_also_an_id_column(
     argv = ["graph", "pagerank", str(edges), "--src", "s", "--dst", "d", "--weight", "d"]
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 4
+
+
+def test_hidden_and_underscore_directories_are_skipped(tmp_path: Path) -> None:
+    source = tmp_path / "table"
+    (source / "_temporary" / "0").mkdir(parents=True)  # a writer's uncommitted output
+    (source / ".staging").mkdir()
+    (source / "year=2024").mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), source / "part-0.parquet")
+    pq.write_table(pa.table({"x": [3]}), source / "year=2024" / "part-1.parquet")
+    pq.write_table(pa.table({"x": [99]}), source / "_temporary" / "0" / "part-9.parquet")
+    pq.write_table(pa.table({"x": [98]}), source / ".staging" / "part-8.parquet")
+    pq.write_table(pa.table({"x": [97]}), source / "_common_metadata.parquet")
+    with make_service(tmp_path) as service:
+        assert service.execute(Scan(str(source))).table.column("x").to_pylist() == [1, 2, 3]
+        assert service.execute(Count(f"file://{source}")).table.column("rows").to_pylist() == [3]
+
+
+def test_hidden_directories_are_skipped_on_fsspec_filesystems(tmp_path: Path) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/qa-hidden-{tmp_path.name}"
+    for path, values in (
+        ("part-0.parquet", [1]),
+        ("_temporary/0/part-9.parquet", [99]),
+        (".staging/part-8.parquet", [98]),
+        ("year=2024/part-1.parquet", [2]),
+    ):
+        with fs.open(f"{root}/{path}", "wb") as handle:
+            pq.write_table(pa.table({"x": values}), handle)
+    try:
+        with make_service(tmp_path) as service:
+            for url in (f"memory://{root}", f"memory://{root}/"):
+                assert service.execute(Scan(url)).table.column("x").to_pylist() == [1, 2]
+    finally:
+        fs.rm(root, recursive=True)

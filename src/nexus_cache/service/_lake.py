@@ -90,26 +90,33 @@ def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[
     if fs is None:
         if os.path.isdir(path):
             names = sorted(
-                os.path.join(root, name)
+                p
                 for root, _dirs, files in os.walk(path)
-                for name in files
-                if name.endswith(".parquet") and not name.startswith((".", "_"))
+                for p in (os.path.join(root, name) for name in files)
+                if p.endswith(".parquet") and not _hidden(os.path.relpath(p, path))
             )
         elif os.path.exists(path):
             names = [path]
         else:
             raise FileNotFoundError(f"source {source!r} does not exist; check the path")
     elif fs.isdir(path):
+        base = path.rstrip("/")
         names = sorted(
             p
             for p in fs.find(path)
-            if p.endswith(".parquet") and not os.path.basename(p).startswith((".", "_"))
+            if p.endswith(".parquet") and not _hidden(p[len(base) :].lstrip("/"))
         )
     else:
         names = [path]
     if not names:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
     return fs, names
+
+
+def _hidden(relative: str) -> bool:
+    """A file or a directory under the source named ``_...`` or ``....``: metadata,
+    or work in progress (``_temporary/`` of a writer that has not committed)."""
+    return any(part.startswith((".", "_")) for part in relative.replace(os.sep, "/").split("/"))
 
 
 def plan_source(
