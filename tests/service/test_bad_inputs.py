@@ -300,3 +300,26 @@ def test_hidden_directories_are_skipped_on_fsspec_filesystems(tmp_path: Path) ->
                 assert service.execute(Scan(url)).table.column("x").to_pylist() == [1, 2]
     finally:
         fs.rm(root, recursive=True)
+
+
+def test_queries_without_a_cache_root_are_granted_enough_to_run_once(tmp_path: Path) -> None:
+    # No lakehouse root: plans carry no identity and no size. The grant must
+    # still follow the data, or every query above min_grant_bytes ran twice.
+    big = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"x": list(range(200_000))}), big)
+    edges = tmp_path / "edges.parquet"
+    pq.write_table(pa.table({"s": [i % 50 for i in range(400)], "d": list(range(400))}), edges)
+    config = ServiceConfig(backend="host")
+    assert config.lakehouse.root is None
+    from nexus_cache.backends import HostBackend
+    from nexus_cache.service import QueryService
+
+    with QueryService(config, backend=HostBackend(device_total_bytes=1 << 30)) as service:
+        for query in (
+            Scan(str(big)),
+            Graph(Scan(str(edges)), "s", "d", "pagerank"),
+            Graph(Scan(str(edges)), "s", "d", "bfs", params={"source": 0}),
+        ):
+            result = service.execute(query)
+            assert result.diagnostics.lakehouse["reason"] == "no_root"
+            assert [a.outcome for a in result.diagnostics.attempts] == ["ok"], query

@@ -45,10 +45,13 @@ class SourcePlan:
 
     source: str
     plans: tuple[ReadPlan, ...]
+    #: sizes found by listing, for plans that carry none (a bypass without identity)
+    listed_sizes: tuple[int | None, ...] = ()
 
     @property
     def total_bytes(self) -> int:
-        return sum(p.size or 0 for p in self.plans)
+        listed = self.listed_sizes or (None,) * len(self.plans)
+        return sum(p.size or s or 0 for p, s in zip(self.plans, listed, strict=True))
 
     @property
     def identity_keys(self) -> tuple[str, ...] | None:
@@ -128,7 +131,21 @@ def plan_source(
     plans = tuple(
         cache.plan(name, fs=fs) if fs is not None else cache.plan(name) for name in names
     )
-    return SourcePlan(source, plans)
+    # A plan without identity (no cache root, a file too new) carries no size;
+    # the grant still has to be sized from the data, or the first attempt of
+    # any query over min_grant_bytes does its whole work and is retried.
+    sizes = tuple(
+        p.size if p.size is not None else _object_size(fs, name)
+        for p, name in zip(plans, names, strict=True)
+    )
+    return SourcePlan(source, plans, sizes)
+
+
+def _object_size(fs: Any, name: str) -> int | None:
+    try:
+        return os.path.getsize(name) if fs is None else int(fs.size(name))
+    except (OSError, TypeError, ValueError):  # gone, or a store that reports no size
+        return None
 
 
 def decode_object(
