@@ -323,3 +323,26 @@ def test_queries_without_a_cache_root_are_granted_enough_to_run_once(tmp_path: P
             result = service.execute(query)
             assert result.diagnostics.lakehouse["reason"] == "no_root"
             assert [a.outcome for a in result.diagnostics.attempts] == ["ok"], query
+
+
+def test_an_estimate_past_the_device_asks_for_the_device(tmp_path: Path) -> None:
+    # 1 MiB of barely compressible Parquet: grant_expansion=8 estimates ~8 MiB,
+    # more than the 5 MiB device, though decoding needs under 2 MiB.
+    big = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"x": list(range(200_000))}), big)
+    from nexus_cache.backends import HostBackend
+    from nexus_cache.service import DeviceSettings, QueryService
+
+    device = DeviceSettings(0, cache_cap_bytes=0, managed_capacity_bytes="5MiB")
+    config = ServiceConfig(backend="host", devices=[device])
+    with QueryService(config, backend=HostBackend(device_total_bytes=64 << 20)) as service:
+        result = service.execute(Scan(str(big)))
+        (attempt,) = result.diagnostics.attempts
+        assert attempt.outcome == "ok"
+        assert attempt.grant_bytes == service.caches.ledger(0).snapshot().managed_capacity_bytes
+    config = ServiceConfig(backend="host", devices=[device], min_grant_bytes="6MiB")
+    with QueryService(config, backend=HostBackend(device_total_bytes=64 << 20)) as service:
+        from nexus_cache.errors import AdmissionError
+
+        with pytest.raises(AdmissionError, match="can never be admitted"):
+            service.execute(Scan(str(big)))  # a floor past the device is still refused

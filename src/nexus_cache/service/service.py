@@ -22,6 +22,7 @@ process-safe beyond what each cache states (the ledger governs one process).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -232,6 +233,13 @@ class QueryService:
         if self._on_planned is not None:
             self._on_planned(plan)
         ledger = self._pick_ledger()
+        capacity = ledger.snapshot().managed_capacity_bytes
+        if plan.grant_bytes > capacity >= max(floor, cfg.min_grant_bytes):
+            # The size is an estimate (grant_expansion times the Parquet bytes);
+            # past the whole device it would be refused outright, though the
+            # query may need far less. Ask for the device; an attempt that does
+            # need more ends with GrantExhaustedError and a real figure.
+            plan = dataclasses.replace(plan, grant_bytes=capacity)
         outcome = AttemptOutcome(timings=timings)
         t0 = time.perf_counter()
         try:
