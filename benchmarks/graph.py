@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from nexus_cache._sizes import format_size
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
 from nexus_cache.graph.arrays import is_cupy, sparse_module, to_numpy
 
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> Bench:
             t0 = time.perf_counter()
             pq.write_table(table, path, compression="none")
             print(
-                f"# wrote Parquet ({path.stat().st_size >> 20} MiB) in "
+                f"# wrote Parquet ({format_size(path.stat().st_size)}) in "
                 f"{time.perf_counter() - t0:.2f} s"
             )
             del table
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> Bench:
     t_build, graph = bench.time(lambda: build_graph(edges, options=undirected))
     print(
         f"# undirected CSR: {graph.n_vertices} vertices, {graph.n_arcs} arcs, "
-        f"{graph.nbytes >> 20} MiB, built in {t_build:.3f} s"
+        f"{format_size(graph.nbytes)}, built in {t_build:.3f} s"
     )
     matrix = pagerank_rows(bench, graph)
     bfs_rows(bench, graph, matrix, src, args)

@@ -50,6 +50,7 @@ from _lakehouse.peers import build_remote
 from _lakehouse.report import code_version, load, print_table, versions
 from _lakehouse.s3 import MotoServer, upload
 from _lakehouse.workloads import Bench, bench_cold, bench_warm, calibrate
+from nexus_cache._sizes import format_size
 
 __all__ = ["main", "parse_args"]
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             t0,
             created,
         )
-        print(f"object: {data}, {size / MIB:.1f} MiB, {rows} rows of random values")
+        print(f"object: {data}, {format_size(size)}, {rows} rows of random values")
         print(
             f"repeats: {b.warm_repeats} warm, cold {b.cold_repeats}, order rotating; figures are medians"
         )

@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, workdir: Path) -> int:
     import pyarrow as pa
 
+    from nexus_cache._sizes import format_size
     from nexus_cache.backends import select_backend
     from nexus_cache.device import DeviceProfile, DeviceResidentCaches
     from nexus_cache.frames import DecodeStats, read_parquet
@@ -226,7 +227,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         f"pyarrow {pa.__version__}, {os.cpu_count()} CPUs"
     )
     print(
-        f"source: {source.name}, {size / MIB:,.0f} MiB on disk, {rows:,} rows, "
+        f"source: {source.name}, {format_size(size)} on disk, {rows:,} rows, "
         f"made in {time.perf_counter() - t0:.1f} s"
     )
 
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
             cold_stats.append(stats)
         assert frame is not None
         nbytes = frame.nbytes
-        print(f"frame: {frame.num_columns} columns, {nbytes / MIB:,.0f} MiB in device memory")
+        print(f"frame: {frame.num_columns} columns, {format_size(nbytes)} in device memory")
         print(f"lakehouse read: {cold_stats[-1].lakehouse.cache_status.value}")
 
         cap = 2 * nbytes + 64 * MIB
@@ -326,6 +327,8 @@ def report(
     warm: Warm,
     ceilings: Ceilings,
 ) -> None:
+    from nexus_cache._sizes import format_size
+
     cold = statistics.median(cold_times)
     hit = statistics.median(warm.hit)
     end = statistics.median(warm.end_to_end)
@@ -368,7 +371,7 @@ def report(
         ("ceiling: D2D copy, same bytes", "", _gbs(ceilings.d2d)),
     ]
     _table(
-        f"{args.backend} backend, frame {nbytes / MIB:,.0f} MiB, medians "
+        f"{args.backend} backend, frame {format_size(nbytes)}, medians "
         f"({len(cold_times)} cold, {len(warm.hit)} warm)",
         rows,
     )

@@ -19,6 +19,7 @@ from _lakehouse.measure import Op, measure
 from _lakehouse.peers import PEERS, make_ours, make_peer
 from _lakehouse.s3 import BUCKET, COUNTS, install_counters, make_s3fs, upload_many
 from _lakehouse.workloads import Bench
+from nexus_cache._sizes import format_size
 
 __all__ = ["READERS", "bench_datasets"]
 
@@ -130,7 +131,7 @@ def _bench_dataset(b: Bench, endpoint: str, n: int, total_bytes: int, readers: l
     for kind in PEERS:
         storage = b.fresh_dir(f"{kind}-dataset-{n}")
         sides[kind] = make_peer(kind, make_s3fs(endpoint), storage)
-    print(f"\n== (5) warm dataset: {n} files, {nbytes / MIB:.1f} MiB, s3://{prefix} ==")
+    print(f"\n== (5) warm dataset: {n} files, {format_size(nbytes)}, s3://{prefix} ==")
 
     def check(table: Any, full: bool) -> None:
         if len(table) != rows:

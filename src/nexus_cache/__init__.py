@@ -6,8 +6,7 @@ name is imported from its home module on first access.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from nexus_cache._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -54,14 +53,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nexus_cache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

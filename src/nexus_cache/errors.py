@@ -20,6 +20,7 @@ __all__ = [
     "CacheIntegrityError",
     "CacheSecurityError",
     "CapacityError",
+    "CommandError",
     "ConfigError",
     "FillError",
     "GrantExhaustedError",
@@ -30,6 +31,7 @@ __all__ = [
     "LockUsageError",
     "ManagedCapacityExceededError",
     "NexusCacheError",
+    "NoCacheError",
     "ProgramCacheKeyError",
     "SourceDecodeError",
     "SourceFormatError",
@@ -146,3 +148,18 @@ class LockUsageError(NexusCacheError, RuntimeError):
 
 class SourceFormatError(NexusCacheError, ValueError):
     """A source object is not readable Parquet (another format, or a corrupt file)."""
+
+
+class CommandError(NexusCacheError, RuntimeError):
+    """A ``nexus-cache`` command failure the user can fix; printed as one line.
+
+    ``exit_code`` is the command's exit status (default 2, a usage error).
+    """
+
+    def __init__(self, message: str, *, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NoCacheError(CommandError):
+    """No cache at the location a ``nexus-cache`` command was pointed at (exit status 2)."""

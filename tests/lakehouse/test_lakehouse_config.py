@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from nexus_cache._sizes import parse_size
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse._config import (
     FillPolicy,
     LakehouseCacheConfig,
     ReadPolicy,
-    parse_byte_size,
 )
 
 ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
@@ -125,7 +125,7 @@ def test_filling_policy_without_root_is_no_cache() -> None:
     ],
 )
 def test_byte_sizes(text: str | int, expected: int) -> None:
-    assert parse_byte_size(text, name="X") == expected
+    assert parse_size(text, name="X") == expected
 
 
 def test_constructor_accepts_strings_and_relative_root(

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from nexus_cache.cli._output import size_option
 from nexus_cache.cli.main import main
-from nexus_cache.cli.program import parse_size
 from nexus_cache.program import FileStreamProgramCache, SQLiteProgramCache
 
 
@@ -172,8 +172,8 @@ def test_bad_max_bytes(tmp_path, capsys):
     ("text", "value"),
     [("0", 0), ("1048576", 1 << 20), ("512K", 512 << 10), ("64MiB", 64 << 20), ("2g", 2 << 30)],
 )
-def test_parse_size(text, value):
-    assert parse_size(text) == value
+def test_max_bytes_option_parses_sizes(text, value):
+    assert size_option("--max-bytes")(text) == value
 
 
 def test_demo_delegates_to_run_demo(tmp_path, monkeypatch):

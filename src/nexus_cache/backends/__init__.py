@@ -8,8 +8,7 @@ CUDA backend is built.
 
 from __future__ import annotations
 
-import os
-
+from nexus_cache.backends._choice import choose
 from nexus_cache.backends.base import (
     ALLOCATION_ROUNDING_BYTES,
     AllocationDomain,
@@ -20,7 +19,7 @@ from nexus_cache.backends.base import (
     round_allocation,
 )
 from nexus_cache.backends.host import HostBackend, HostStream
-from nexus_cache.errors import BackendUnavailableError, ConfigError
+from nexus_cache.errors import BackendUnavailableError
 
 __all__ = [
     "ALLOCATION_ROUNDING_BYTES",
@@ -48,15 +47,13 @@ def select_backend(name: str | None = None) -> DeviceBackend:
     from and the accepted values) and :class:`BackendUnavailableError` when
     ``cuda`` is asked for explicitly but CuPy or a GPU is missing.
     """
-    source = "backend name"
-    if name is None:
-        name = os.environ.get(ENV_DEVICE_BACKEND, "") or "auto"
-        source = ENV_DEVICE_BACKEND
-    choice = name.strip().lower() if isinstance(name, str) else name
-    if choice not in BACKEND_NAMES:
-        raise ConfigError(
-            f"{source}={name!r} is not a device backend; accepted: {', '.join(BACKEND_NAMES)}"
-        )
+    choice = choose(
+        name,
+        env=ENV_DEVICE_BACKEND,
+        accepted=BACKEND_NAMES,
+        what="a device backend",
+        argument="backend name",
+    )
     if choice == "host":
         return HostBackend()
     from nexus_cache.backends.cuda import CudaBackend

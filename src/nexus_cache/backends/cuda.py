@@ -16,13 +16,13 @@ the domain's device, and sizes are rounded to 512 bytes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
+from nexus_cache.backends._choice import choose
 from nexus_cache.backends.base import DeviceBackend, MemoryInfo
 from nexus_cache.backends.cupy_domain import CupyArrayDomain
-from nexus_cache.errors import BackendUnavailableError, ConfigError
+from nexus_cache.errors import BackendUnavailableError
 
 __all__ = [
     "ALLOCATOR_NAMES",
@@ -37,16 +37,13 @@ ALLOCATOR_NAMES = ("auto", "rmm", "cupy")
 
 def _allocator_setting(name: str | None) -> str:
     """The validated allocator choice (``auto``, ``rmm`` or ``cupy``)."""
-    source = "allocator"
-    if name is None:
-        name = os.environ.get(ENV_DEVICE_ALLOCATOR, "") or "auto"
-        source = ENV_DEVICE_ALLOCATOR
-    choice = name.strip().lower() if isinstance(name, str) else name
-    if choice not in ALLOCATOR_NAMES:
-        raise ConfigError(
-            f"{source}={name!r} is not a domain allocator; accepted: {', '.join(ALLOCATOR_NAMES)}"
-        )
-    return choice
+    return choose(
+        name,
+        env=ENV_DEVICE_ALLOCATOR,
+        accepted=ALLOCATOR_NAMES,
+        what="a domain allocator",
+        argument="allocator",
+    )
 
 
 def _resolve_allocator(choice: str) -> str:

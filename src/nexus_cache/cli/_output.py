@@ -47,8 +47,9 @@ from nexus_cache._sizes import SIZE_GRAMMAR, format_size, parse_size
 from nexus_cache.errors import (
     BackendUnavailableError,
     CacheSecurityError,
+    CommandError,
     ConfigError,
-    NexusCacheError,
+    NoCacheError,
 )
 
 __all__ = [
@@ -74,18 +75,8 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-class CommandError(NexusCacheError, RuntimeError):
-    """A failure the user can fix; printed as one line. ``exit_code`` picks the status."""
-
-    def __init__(self, message: str, *, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class NoCacheError(CommandError):
-    """No cache at the location a command was pointed at (exit :data:`EXIT_USAGE`)."""
+# CommandError and NoCacheError live in nexus_cache.errors (the one hierarchy);
+# they are re-exported here for the command modules.
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -185,6 +176,10 @@ def _strict(data: Any) -> Any:
     return data
 
 
+def _no_progress(n: int = 1) -> None:
+    """The ``advance`` of a progress display that draws nothing."""
+
+
 def size_option(name: str, *, allow_zero: bool = True) -> Callable[[str], int]:
     """An argparse ``type=`` for a byte-size option ``name``: the package's one grammar.
 
@@ -238,7 +233,7 @@ def progress(
     """
     out = file if file is not None else sys.stderr
     if not out.isatty():
-        yield lambda n=1: None
+        yield _no_progress
         return
     from rich.progress import (
         BarColumn,
@@ -255,4 +250,8 @@ def progress(
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=_console(out), transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
+
+        def advance(n: int = 1) -> None:
+            bar.advance(task, n)
+
+        yield advance

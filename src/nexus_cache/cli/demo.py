@@ -120,7 +120,7 @@ class _PhaseBars:
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self._phase: str | None = None
-        self._advance: Callable[[int], None] = lambda n=1: None
+        self._advance: Callable[[int], None] = lambda n: None
 
     def tick(self, phase: str, done: int, total: int) -> None:
         if phase != self._phase:

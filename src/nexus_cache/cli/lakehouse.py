@@ -152,8 +152,8 @@ def _info(args: argparse.Namespace) -> int:
         shown = size(value) if name.endswith("_bytes") and value is not None else value
         table.add(f"config: {name}", "-" if shown is None else shown)
     emit(data, table, as_json=args.json)
-    for exc in errors:
-        print(f"nexus-cache: error: {exc}", file=sys.stderr)
+    for error in errors:
+        print(f"nexus-cache: error: {error}", file=sys.stderr)
     return EXIT_USAGE if errors else EXIT_OK
 
 

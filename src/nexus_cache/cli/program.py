@@ -30,13 +30,9 @@ from nexus_cache.cli._output import (
     utc,
 )
 
-__all__ = ["parse_size", "register"]
+__all__ = ["register"]
 
 _ARCH_RE = re.compile(r"(sm|compute)_[0-9]+[af]?\Z")
-
-
-#: argparse type for size options: the package's one grammar, ``0`` allowed
-parse_size = size_option("--max-bytes")
 
 
 def parse_arch(text: str) -> str:
@@ -260,7 +256,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-bytes",
-        type=parse_size,
+        type=size_option("--max-bytes"),
         required=True,
         metavar="SIZE",
         help=f"bytes to keep at most; {SIZE_HELP}; 0 empties the cache",

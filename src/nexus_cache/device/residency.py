@@ -23,7 +23,7 @@ waits for the last release, so ``Pinned -> Destroyed`` always passes through
 ``Evictable``.
 
 Ownership: a :class:`ResidentEntry` owns its state, charge and pin count, and
-this module's :data:`TRANSITIONS` table is the only way they change. The
+the :data:`TRANSITIONS` table (defined in ``_states``) is the only way they change. The
 ledger owns the byte buckets; an entry moves its bytes from one bucket to the
 next through the ledger's public :class:`LedgerBooks` methods while holding
 the ledger's lock, so a state and its bytes always move together. This module
@@ -32,16 +32,16 @@ never imports the ledger (the ledger imports it).
 
 from __future__ import annotations
 
-import enum
 import gc
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from nexus_cache.device._checks import check_byte_count
+from nexus_cache.device._states import TRANSITIONS, LedgerBooks, ResidencyState
 from nexus_cache.errors import LifecycleError, UnsafeTeardownError
 
 if TYPE_CHECKING:
@@ -49,64 +49,11 @@ if TYPE_CHECKING:
 
 __all__ = ["TRANSITIONS", "LedgerBooks", "PinHandle", "ResidencyState", "ResidentEntry"]
 
-_T = TypeVar("_T")
-
-
-class ResidencyState(enum.Enum):
-    ATTEMPT_OWNED = "attempt_owned"
-    EVICTABLE = "evictable"
-    PINNED = "pinned"
-    DESTROYING = "destroying"
-    DESTROYED = "destroyed"
-    QUARANTINED = "quarantined"
-
-    # Members are singletons: identity hashing is exact, and a C slot keeps the
-    # state-table and bucket lookups of the pin hot path cheap (Enum's own
-    # __hash__ is Python code).
-    __hash__ = object.__hash__
-
-
 _S = ResidencyState
 _ATTEMPT_OWNED = _S.ATTEMPT_OWNED
 _EVICTABLE = _S.EVICTABLE
 _PINNED = _S.PINNED
 _DESTROYING = _S.DESTROYING
-
-#: Every transition an entry may make; anything else is a defect. Every
-#: transition goes through ``ResidentEntry._move_locked``, which checks this
-#: table, except the two pin edges (Evictable <-> Pinned), which ``pin`` and
-#: the last release take inline for speed; the tests check them against it.
-TRANSITIONS: Mapping[ResidencyState, frozenset[ResidencyState]] = {
-    _S.ATTEMPT_OWNED: frozenset({_S.EVICTABLE, _S.DESTROYING}),
-    _S.EVICTABLE: frozenset({_S.PINNED, _S.DESTROYING}),
-    _S.PINNED: frozenset({_S.EVICTABLE}),
-    _S.DESTROYING: frozenset({_S.DESTROYED, _S.QUARANTINED}),
-    _S.DESTROYED: frozenset(),
-    _S.QUARANTINED: frozenset(),
-}
-
-
-class LedgerBooks(Protocol):
-    """What an entry needs from the byte authority it is charged to.
-
-    :class:`~nexus_cache.device.DeviceLedger` implements it. ``lock`` guards
-    the buckets and the state of every entry charged to the ledger; the
-    ``*_locked`` methods must be called with it held.
-    """
-
-    @property
-    def device_id(self) -> int: ...
-
-    @property
-    def lock(self) -> threading.Lock: ...
-
-    def move_locked(
-        self, src: ResidencyState, dst: ResidencyState, out_bytes: int, in_bytes: int
-    ) -> None: ...
-
-    def charge_cache(self, nbytes: int, commit: Callable[[], _T], *, evict: bool = True) -> _T: ...
-
-    def record_unsafe_teardown_locked(self, reason: str) -> None: ...
 
 
 class ResidentEntry:

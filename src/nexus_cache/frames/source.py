@@ -44,7 +44,7 @@ def source_frame_key(
     identity = plan.identity
     if identity is None:
         return None
-    options = {"read_dictionary": tuple(read_dictionary or ())}
+    options = (("read_dictionary", tuple(read_dictionary or ())),)
     return SourceFrameKey(
         ("lakehouse", identity.key),
         columns=tuple(columns or ()),

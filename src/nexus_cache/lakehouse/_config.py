@@ -63,7 +63,6 @@ __all__ = [
     "LakehouseCacheConfig",
     "ReadPolicy",
     "config_errors_from_env",
-    "parse_byte_size",
     "resolve_root",
 ]
 
@@ -99,15 +98,6 @@ class FillPolicy(str, enum.Enum):
     @property
     def fills(self) -> bool:
         return self is not FillPolicy.DISABLED
-
-
-def parse_byte_size(value: str | int, *, name: str) -> int:
-    """Parse ``value`` ("10GiB", "500MB", "64M", 1048576) to a positive byte count.
-
-    The package's one size grammar (:mod:`nexus_cache._sizes`); raises
-    :class:`ConfigError` naming ``name``, the value and the accepted forms.
-    """
-    return parse_size(value, name=name)
 
 
 def _parse_enum(kind: type[enum.Enum], value: Any, name: str) -> Any:
@@ -226,14 +216,14 @@ class LakehouseCacheConfig:
                 errors.append(str(exc))
 
         def optional_size(name: str) -> Any:
-            return lambda v: None if v is None else parse_byte_size(v, name=name)
+            return lambda v: None if v is None else parse_size(v, name=name)
 
         check("root", lambda v: None if v is None else _check_root(v))
         check("read", lambda v: _parse_enum(ReadPolicy, v, ENV_READ))
         check("policy", lambda v: _parse_enum(FillPolicy, v, ENV_POLICY))
         check("max_bytes", optional_size(ENV_MAX_BYTES))
         check("fill_max_concurrency", lambda v: _parse_positive_int(v, ENV_FILL_MAX_CONCURRENCY))
-        check("fill_max_host_bytes", lambda v: parse_byte_size(v, name=ENV_FILL_MAX_HOST_BYTES))
+        check("fill_max_host_bytes", lambda v: parse_size(v, name=ENV_FILL_MAX_HOST_BYTES))
         check("bypass_bytes", optional_size(ENV_BYPASS_BYTES))
         for field, name in _SECONDS_NAMES.items():
             check(field, lambda v, name=name: _parse_seconds(v, name))
@@ -320,7 +310,7 @@ def resolve_root(
         root = _env_value(env, ENV_ROOT)
         if root is None:
             return None
-    return LakehouseCacheConfig(root=root).root
+    return _check_root(root)
 
 
 def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[ConfigError]:

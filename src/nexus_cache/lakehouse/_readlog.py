@@ -152,7 +152,7 @@ def read_stats(root: str | os.PathLike[str] | None = None, *, recent: int = 20) 
             if isinstance(key, str) and isinstance(value, int):
                 totals[key] = totals.get(key, 0) + value
         reads.extend(r for r in doc["recent_reads"] if isinstance(r, dict))
-    reads.sort(key=lambda r: r.get("time") if isinstance(r.get("time"), (int, float)) else 0)
+    reads.sort(key=lambda r: r["time"] if isinstance(r.get("time"), (int, float)) else 0)
     return {
         "root": str(root),
         "processes": processes,

@@ -5,9 +5,7 @@ Imports only the standard library; ``cuda.core`` is used when present.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from nexus_cache._lazy import lazy_exports
 from nexus_cache.program._filestream import FileStreamProgramCache
 from nexus_cache.program._interop import activate as _activate_interop
 from nexus_cache.program._memory import InMemoryProgramCache
@@ -33,13 +31,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nexus_cache.program' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())[0]
 
 
 # cuda.core's Program.compile(cache=...) accepts our caches once cuda.core loads.

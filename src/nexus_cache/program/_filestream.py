@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nexus_cache._storage import (
-    FileLock,
     UnlinkResult,
     atomic_write,
     check_owned_regular,
@@ -27,11 +26,12 @@ from nexus_cache.program import _fsscan
 from nexus_cache.program._caps import validate_cap
 from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._evictq import CandidateQueue
+from nexus_cache.program._fsevict import FileStreamEviction
+from nexus_cache.program._fsverify import verify_entries
 from nexus_cache.program._integrity import (
     KEY_DIGEST_SIZE,
     SIDECAR_SUFFIX,
     XATTR_NAME,
-    key_digest_of_name,
     make_record,
     make_sidecar,
     open_entry,
@@ -152,8 +152,17 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._xattr = xattrs_supported(self._tmp)
         self._usage = UsageCounter(str(self._root / "usage"))
         self._candidates = CandidateQueue()
+        self._eviction = FileStreamEviction(
+            self._root,
+            self._entries,
+            self._tmp,
+            usage=self._usage,
+            candidates=self._candidates,
+            counts=self._counts,
+            sidecars=not self._xattr,
+        )
         if self._max is not None:
-            self._usage.initialise(self._scan_total)
+            self._usage.initialise(self._eviction.scan_total)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -331,12 +340,12 @@ class FileStreamProgramCache(ProgramCacheResource):
             self._usage.forget(_FORGET_USAGE_NS)
             return
         if total is None:  # counter removed behind our back: rebuild it
-            total = self._usage.initialise(self._scan_total)
+            total = self._usage.initialise(self._eviction.scan_total)
         low = int(cap * _LOW_WATER)
         # Over the cap always evicts; between low water and the cap only while
         # the last scan's list lasts (a fresh scan waits for the cap).
         if total > cap or (total > low and len(self._candidates)):
-            self._evict_batch(total, cap, low, keep=path)
+            self._eviction.evict_batch(total, cap, low, keep=path, extra=_EVICT_EXTRA)
 
     def _store_oversize(self, path: str, kb: bytes, size: int, cap: int) -> None:
         # Not stored, nothing else evicted; the superseded entry under this
@@ -370,85 +379,6 @@ class FileStreamProgramCache(ProgramCacheResource):
             _fsscan.remove_sidecar(path)
         return True
 
-    def _scan_total(self) -> int:
-        return _fsscan.scan(self._entries).total_bytes
-
-    def _evict(self, target: int) -> tuple[int, int]:
-        """One eviction pass down to ``target`` bytes; ``(entries, bytes)`` removed.
-
-        Scans and removes under the counter's lock, so the count it leaves is
-        the truth (capped stores wait for the pass; it is an administrative call).
-        """
-        lock = FileLock(str(self._root / "evict.lock"))
-        lock.acquire()
-        try:
-            sweep_stale_temps(self._tmp)
-            with self._usage.hold() as held:
-                result = _fsscan.scan(self._entries)
-                done = _fsscan.evict_oldest(
-                    result, target, aside_dir=self._tmp, sidecars=not self._xattr
-                )
-                counted = held.read() is not None
-                held.set(done.remaining_bytes)
-            if not counted:
-                self._usage.initialise(lambda: done.remaining_bytes)
-        finally:
-            lock.release()
-        self._counts.evicted(done.evicted)
-        return done.evicted, done.removed_bytes
-
-    def _evict_batch(self, total: int, cap: int, low: int, *, keep: str) -> None:
-        """A store's share of eviction: back under ``cap``, then a bounded batch toward ``low``."""
-        lock = FileLock(str(self._root / "evict.lock"))
-        if not lock.acquire(timeout=0):
-            return  # another thread or process is evicting; it will get under the cap
-        evicted = 0
-        try:
-            queue = self._candidates
-            scanned = False
-            while True:
-                if total > cap and not len(queue) and not scanned:
-                    total = self._rescan(cap, low)
-                    scanned = True
-                got, _, total = queue.evict_batch(
-                    self._usage,
-                    total,
-                    cap,
-                    low,
-                    extra=_EVICT_EXTRA,
-                    aside_dir=self._tmp,
-                    keep=keep,
-                    sidecars=not self._xattr,
-                )
-                evicted += got
-                # A stale list can run dry while still over the cap (its
-                # entries were read, rewritten or deleted): rescan once.
-                if total <= cap or scanned:
-                    break
-            if self._usage.read() is None:  # removed meanwhile (uncapped store)
-                self._usage.initialise(lambda: total)
-        finally:
-            lock.release()
-        self._counts.evicted(evicted)
-
-    def _rescan(self, cap: int, low: int) -> int:
-        """Scan, replace the counter with the scan's truth, refill the list; the new total."""
-        sweep_stale_temps(self._tmp)
-        # Under the counter's lock no capped store or removal is half counted,
-        # so the scan's total is the count (drift never outlives a scan).
-        with self._usage.hold() as held:
-            result = _fsscan.scan(self._entries)
-            total = result.total_bytes
-            counted = held.read() is not None
-            held.set(total)
-        if not counted:
-            total = self._usage.initialise(lambda: result.total_bytes)
-        # Keep the oldest entries worth twice the cap-to-low-water gap (plus
-        # any overshoot): one scan serves about two drains, and the list holds
-        # a fraction of the entries in memory, not all of them.
-        self._candidates.refill(result, 2 * (cap - low) + max(0, total - cap))
-        return total
-
     def prune(self, max_bytes: int) -> tuple[int, int]:
         """Evict least recently read entries until at most ``max_bytes`` remain.
 
@@ -456,7 +386,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         """
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ConfigError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        return self._evict(max_bytes)
+        return self._eviction.evict_to(max_bytes)
 
     # -- delete / size ------------------------------------------------------
     def __delitem__(self, key: bytes | str) -> None:
@@ -501,32 +431,9 @@ class FileStreamProgramCache(ProgramCacheResource):
 
         ``progress(1)`` is called once per entry checked (for progress bars).
         """
-        report = VerifyReport()
-        result = _fsscan.scan(self._entries)
-        report.refused.extend(result.refused)
-        for e in result.entries:
-            if progress is not None:
-                progress(1)
-            report.checked += 1
-            name = os.path.basename(e.path)
-            try:
-                fd = open_entry(e.path)
-            except FileNotFoundError:
-                continue
-            try:
-                st = os.fstat(fd)
-                data = read_rest(fd, b"", st.st_size)
-                record = read_record(fd, e.path, st.st_ino, self._xattr)
-            finally:
-                os.close(fd)
-            if record is None:
-                report.unverified.append(name)
-            elif record_matches(record, data, key_digest_of_name(name)):
-                report.ok += 1
-            else:
-                report.corrupt.append(name)
-                self._drop_corrupt(e.path, st)
-        return report
+        return verify_entries(
+            self._entries, xattr=self._xattr, drop_corrupt=self._drop_corrupt, progress=progress
+        )
 
     def __repr__(self) -> str:
         return f"FileStreamProgramCache({str(self._root)!r}, max_size_bytes={self._max})"

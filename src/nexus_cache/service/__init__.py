@@ -8,8 +8,7 @@ returning Arrow tables with diagnostics and sealed attempt evidence.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from nexus_cache._lazy import lazy_exports
 
 # public name -> submodule that defines it; loaded on first access so that
 # importing a light submodule (``queries``) does not load every layer
@@ -39,14 +38,6 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()}, globals()
+)

@@ -177,5 +177,5 @@ class GraphPort:
             reason = run.reason.value if run.reason is not None else "uncached"
             detail = f"{reason}: {run.detail}" if run.detail and run.detail != reason else reason
             return table, GraphOutcome("bypass", detail), held
-        detail = run.detail if run.drift_bytes else None
-        return table, GraphOutcome(_STATUS[run.status], detail), held
+        drift = run.detail if run.drift_bytes else None
+        return table, GraphOutcome(_STATUS[run.status], drift), held

@@ -326,7 +326,8 @@ class ServiceConfig:
 def _named(variable: str, field: str, value: str) -> Any:
     # Validate here so the error names the variable the user set, not the field.
     try:
-        ServiceConfig(**{field: value})
+        overrides: dict[str, Any] = {field: value}
+        ServiceConfig(**overrides)
     except ConfigError as exc:
         raise ConfigError(f"{variable}: {exc}") from None
     return value

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse import LakehouseCacheConfig
+from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
 from nexus_cache.service.config import ServiceConfig
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
 from nexus_cache.service.queries import Count, Graph, Query, Scan
@@ -170,8 +170,8 @@ def run_demo(
             evidence_dir=root / "evidence",
             lakehouse=LakehouseCacheConfig(
                 root=root / "cache",
-                policy="fill_before_read",
-                max_bytes="4GiB",
+                policy=FillPolicy.FILL_BEFORE_READ,
+                max_bytes=4 << 30,
                 # the demo wrote and closed these files itself: they are complete
                 local_min_age_s=0.0,
             ),

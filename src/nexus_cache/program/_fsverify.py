@@ -1,0 +1,64 @@
+"""``verify`` of a FileStream program cache: check every entry against its record.
+
+Kept apart from :mod:`nexus_cache.program._filestream` (the read and write
+paths). Reads each entry once through a no-follow open; what it cannot vouch
+for is reported, never served. Thread- and process-safe (removal of a corrupt
+entry is the cache's stat-guarded ``drop_corrupt``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from nexus_cache.program import _fsscan
+from nexus_cache.program._integrity import (
+    key_digest_of_name,
+    open_entry,
+    read_record,
+    read_rest,
+    record_matches,
+)
+from nexus_cache.program._report import VerifyReport
+
+__all__ = ["verify_entries"]
+
+
+def verify_entries(
+    entries: str,
+    *,
+    xattr: bool,
+    drop_corrupt: Callable[[str, os.stat_result], None],
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Check every entry under ``entries``; ``drop_corrupt(path, stat)`` each corrupt one.
+
+    ``xattr`` says where the integrity records live (xattrs, else ``.sum``
+    sidecars). ``progress(1)`` is called once per entry checked.
+    """
+    report = VerifyReport()
+    result = _fsscan.scan(entries)
+    report.refused.extend(result.refused)
+    for e in result.entries:
+        if progress is not None:
+            progress(1)
+        report.checked += 1
+        name = os.path.basename(e.path)
+        try:
+            fd = open_entry(e.path)
+        except FileNotFoundError:
+            continue
+        try:
+            st = os.fstat(fd)
+            data = read_rest(fd, b"", st.st_size)
+            record = read_record(fd, e.path, st.st_ino, xattr)
+        finally:
+            os.close(fd)
+        if record is None:
+            report.unverified.append(name)
+        elif record_matches(record, data, key_digest_of_name(name)):
+            report.ok += 1
+        else:
+            report.corrupt.append(name)
+            drop_corrupt(e.path, st)
+    return report
