@@ -34,6 +34,7 @@ __all__ = [
     "NoCacheError",
     "ProgramCacheKeyError",
     "SourceDecodeError",
+    "SourceFormatError",
     "SourceWaitTimeoutError",
     "StalePlanError",
     "UnsafeTeardownError",
@@ -143,6 +144,10 @@ class CacheClosedError(NexusCacheError, ValueError):
 
 class LockUsageError(NexusCacheError, RuntimeError):
     """Misuse of a file lock: acquiring it twice from one thread, or releasing it unheld."""
+
+
+class SourceFormatError(NexusCacheError, ValueError):
+    """A source object is not readable Parquet (another format, or a corrupt file)."""
 
 
 class CommandError(NexusCacheError, RuntimeError):

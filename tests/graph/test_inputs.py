@@ -174,3 +174,29 @@ def test_device_frame_edges_on_the_host_backend() -> None:
         build_graph(nulls)
     frame.release()
     nulls.release()
+
+
+def test_bfs_without_sources_says_so() -> None:
+    graph = build_graph({"src": np.array([1, 2]), "dst": np.array([2, 3])})
+    for sources in ([], (), np.array([], dtype=np.int64)):
+        with pytest.raises(GraphInputError, match="no sources"):
+            bfs(graph, sources)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), -2.0])
+def test_pagerank_refuses_infinite_or_negative_weights(bad: float) -> None:
+    edges = {
+        "src": np.array([0, 1, 2, 0]),
+        "dst": np.array([1, 2, 0, 2]),
+        "weight": np.array([1.0, bad, 3.0, 1.0]),
+    }
+    graph = build_graph(edges, weight="weight")
+    with pytest.raises(GraphInputError, match="finite edge weights >= 0"):
+        pagerank(graph)
+    edges["weight"] = np.array([1.0, 0.0, 3.0, 1.0])  # zero is a weight like any other
+    ranks = pagerank(build_graph(edges, weight="weight"), tol=1e-10).to_arrow().to_pydict()
+    G = nx.DiGraph()
+    G.add_weighted_edges_from(zip([0, 1, 2, 0], [1, 2, 0, 2], [1.0, 0.0, 3.0, 1.0], strict=True))
+    expected = nx.pagerank(G, tol=1e-12)
+    for vertex, rank in zip(ranks["vertex"], ranks["pagerank"], strict=True):
+        assert rank == pytest.approx(expected[vertex], abs=2e-5)

@@ -97,3 +97,130 @@ def test_unreadable_document_and_missing_directory(tmp_path: Path, evidence: Pat
     with pytest.raises(FileNotFoundError):
         verify_evidence(tmp_path / "nowhere")
     assert main(["evidence", "verify", str(tmp_path / "nowhere")]) != 0
+
+
+def test_swapped_documents_are_detected(evidence: Path) -> None:
+    (a, _), (b, _) = _docs(evidence)[:2]
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)  # both seals and the chain still hold; the names do not
+    b.write_bytes(data_a)
+    problems = dict(verify_evidence(evidence).problems)
+    assert "renamed" in problems[a.name]
+    assert "renamed" in problems[b.name]
+
+
+def test_a_forged_branch_of_the_chain_is_detected(evidence: Path) -> None:
+    docs = _docs(evidence)
+    _, linked = next((p, d) for p, d in docs if d["previous_digest"] is not None)
+    forged = {k: v for k, v in linked.items() if k != "seal"}
+    forged["attempt_id"] = "feedfeedfeedfeed-1"
+    forged["query_id"] = "feedfeedfeedfeed"
+    forged["seal"] = {"algorithm": "sha256", "digest": seal_digest(forged)}
+    (evidence / "attempt-feedfeedfeedfeed-1.json").write_text(json.dumps(forged))
+    problems = dict(verify_evidence(evidence).problems)
+    assert "chain fork" in problems["attempt-feedfeedfeedfeed-1.json"]
+    original = [n for n, p in problems.items() if n != "attempt-feedfeedfeedfeed-1.json"]
+    assert len(original) == 1
+    assert "chain fork" in problems[original[0]]
+
+
+def _tsv(evidence: Path) -> Path:
+    return evidence / "admission.tsv"
+
+
+def test_admission_tsv_cut_or_lines_removed(evidence: Path) -> None:
+    tsv = _tsv(evidence)
+    original = tsv.read_text()
+    lines = original.splitlines(keepends=True)
+    assert len(lines) == 5  # header and one line per attempt
+    tsv.write_text(original[:-10])  # cut inside the last line
+    problems = verify_evidence(evidence).problems
+    assert ("admission.tsv", "the last line is cut (no line end)") in problems
+    tsv.write_text("".join(lines[:-1]))  # the last attempt's line removed cleanly
+    problems = dict(verify_evidence(evidence).problems)
+    assert set(problems) == {f"attempt-{lines[-1].split(chr(9))[2]}.json"}
+    assert "no line in admission.tsv" in next(iter(problems.values()))
+    tsv.write_text("".join(lines[1:]))  # header removed
+    problems = verify_evidence(evidence).problems
+    assert problems == (("admission.tsv", "the header line is missing or changed"),)
+    tsv.write_text(original.replace("\tadmitted\t", "\tadmitted\textra\t", 1))
+    assert "fields" in dict(verify_evidence(evidence).problems)["admission.tsv"]
+    tsv.unlink()
+    assert dict(verify_evidence(evidence).problems) == {
+        "admission.tsv": "missing, but attempt documents exist"
+    }
+    tsv.write_text(original)
+    assert verify_evidence(evidence).ok
+
+
+def test_verify_of_a_missing_or_file_location_exits_2(
+    tmp_path: Path, evidence: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(NotADirectoryError):
+        verify_evidence(_tsv(evidence))
+    for target in (tmp_path / "nowhere", _tsv(evidence)):
+        capsys.readouterr()
+        assert main(["evidence", "verify", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert ("is not a directory" in err) == (target.name == "admission.tsv")
+
+
+def test_admission_tsv_header_comes_first_when_services_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from nexus_cache.service.evidence import ADMISSION_COLUMNS, AdmissionLog
+
+    directory = tmp_path / "evidence"
+    directory.mkdir(mode=0o700)
+    tsv = directory / "admission.tsv"
+    other = AdmissionLog(tmp_path / "elsewhere")
+    other._path = tsv  # another service appending to the same file
+    line = {"query_id": "q", "attempt_id": "q-1", "decision": "admitted"}
+    real_open = os.open
+    fired = []
+
+    def racing_open(path, flags, *args):  # type: ignore[no-untyped-def]
+        fd = real_open(path, flags, *args)
+        if not fired and not flags & os.O_APPEND and tsv.exists():
+            # the other service appends the moment the file is visible
+            fired.append(True)
+            other.record(line)
+        return fd
+
+    monkeypatch.setattr(os, "open", racing_open)
+    AdmissionLog(directory)
+    monkeypatch.setattr(os, "open", real_open)
+    if not fired:  # no window to race in: the other service appends afterwards
+        other.record(line)
+    lines = tsv.read_text().splitlines()
+    # the header first, and the other service's line kept (not overwritten by it)
+    assert lines[0].split("\t") == list(ADMISSION_COLUMNS)
+    assert [row.split("\t")[2] for row in lines[1:]] == ["q-1"]
+
+
+def test_a_foreign_document_with_its_own_seal_is_detected(evidence: Path) -> None:
+    _, doc = _docs(evidence)[0]
+    forged = {k: v for k, v in doc.items() if k != "seal"}
+    forged.update(attempt_id="0000000000000000-1", query_id="0000000000000000")
+    forged["previous_digest"] = None  # the start of a chain of its own
+    forged["seal"] = {"algorithm": "sha256", "digest": seal_digest(forged)}
+    (evidence / "attempt-0000000000000000-1.json").write_text(json.dumps(forged))
+    (evidence / "notes.txt").write_text("not evidence; ignored")
+    report = verify_evidence(evidence)
+    assert report.problems == (
+        ("attempt-0000000000000000-1.json", "no line in admission.tsv for its attempt"),
+    )
+
+
+def test_an_edited_admission_line_is_detected(evidence: Path) -> None:
+    tsv = _tsv(evidence)
+    header, first, *rest = tsv.read_text().splitlines(keepends=True)
+    fields = first.split("\t")
+    fields[5] = str(int(fields[5]) * 2)  # requested_bytes
+    tsv.write_text(header + "\t".join(fields) + "".join(rest))
+    problems = dict(verify_evidence(evidence).problems)
+    assert list(problems) == [f"attempt-{fields[2]}.json"]
+    assert "line disagrees" in problems[f"attempt-{fields[2]}.json"]

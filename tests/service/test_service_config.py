@@ -148,3 +148,18 @@ def test_lakehouse_rule_applies() -> None:
                 "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
             }
         )
+
+
+def test_python_callers_mistakes_are_config_errors(tmp_path: Path) -> None:
+    from nexus_cache.service import QueryService
+
+    assert ServiceConfig(devices=[0, 1]).devices == (DeviceSettings(0), DeviceSettings(1))
+    for devices in (0, "0", {"id": 0}):
+        with pytest.raises(ConfigError, match="devices="):
+            ServiceConfig(devices=devices)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="no setting bogus"):
+        ServiceConfig.load(environ={}, bogus=1)
+    with pytest.raises(ConfigError, match=r"^path='.*missing\.toml': no such file"):
+        ServiceConfig.load(tmp_path / "missing.toml", environ={})
+    with pytest.raises(ConfigError, match="use a ServiceConfig"):
+        QueryService("service.toml")  # type: ignore[arg-type]

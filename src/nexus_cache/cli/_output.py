@@ -10,7 +10,8 @@ from these helpers so every command behaves the same way:
   one JSON document; otherwise the table is drawn with ``rich``. Sizes in
   tables go through :func:`size` (IEC units, the package's one formatter),
   times through :func:`utc` and :func:`age`. JSON keeps raw numbers (bytes,
-  nanoseconds, ISO-8601 UTC strings) so scripts never parse ``1.5 GiB``.
+  nanoseconds, ISO-8601 UTC strings) so scripts never parse ``1.5 GiB``; it
+  is strict JSON (NaN and infinities become ``null``).
 * **Progress.** Wrap long loops in :func:`progress`; it draws a ``rich`` bar
   on stderr only when stderr is a terminal, so pipes and ``--json`` output
   stay clean.
@@ -35,6 +36,7 @@ import argparse
 import contextlib
 import datetime as _dt
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -149,7 +151,7 @@ def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None =
     """
     out = file if file is not None else sys.stdout
     if as_json or table is None:
-        json.dump(data, out, indent=2, default=str)
+        json.dump(_strict(data), out, indent=2, default=str, allow_nan=False)
         out.write("\n")
         return
     if table.rows:
@@ -174,6 +176,18 @@ def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None =
         _render(grid, out)
     if table.footer:
         out.write(table.footer + "\n")
+
+
+def _strict(data: Any) -> Any:
+    """``data`` with NaN and infinities as null: JSON has no spelling for them, and
+    strict parsers (jq, JavaScript) refuse Python's ``NaN``."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _strict(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_strict(v) for v in data]
+    return data
 
 
 def _no_progress(n: int = 1) -> None:

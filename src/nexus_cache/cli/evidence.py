@@ -2,7 +2,8 @@
 
 Every ``attempt-*.json`` must match its SHA-256 seal, and the attempt it
 links to must be present and unchanged. Exit status 0 when all verify, 1 when
-any document was modified, removed from the chain or cannot be read.
+any document was modified, renamed, removed from the chain or cannot be read,
+or when ``admission.tsv`` was cut or lost lines; 2 when DIR is not a directory.
 """
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nexus_cache.cli._output import EXIT_OK, EXIT_PROBLEMS, Table, add_json_option, emit
+from nexus_cache.cli._output import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    NoCacheError,
+    Table,
+    add_json_option,
+    emit,
+)
 
 __all__ = ["register"]
 
@@ -40,7 +48,11 @@ def register(subparsers: Any) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from nexus_cache.service import verify_evidence
 
-    report = verify_evidence(args.directory)
+    try:
+        report = verify_evidence(args.directory)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        # nothing to verify at that location: a bad argument, not a failed check
+        raise NoCacheError(f"{exc}; pass the service's evidence_dir") from exc
     table = Table(
         ["file", "problem"],
         footer=f"{len(report.verified)} verified, {len(report.problems)} failed",

@@ -79,7 +79,8 @@ def _run(args: argparse.Namespace) -> int:
     directed = args.directed
     if directed is None:
         directed = args.algorithm in ("pagerank", "bfs")
-    columns = tuple(c for c in (args.src, args.dst, args.weight) if c is not None)
+    # dict.fromkeys: a weight that is also an id column is read once
+    columns = tuple(dict.fromkeys(c for c in (args.src, args.dst, args.weight) if c is not None))
     query = Graph(
         Scan(args.url, columns=columns),
         args.src,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from nexus_cache.cli._output import EXIT_INTERRUPTED, exit_code_for
+from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for
 
 __all__ = ["build_parser", "main"]
 
@@ -82,6 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``| head``): nothing is wrong and nothing can be
+        # said. Point stdout at /dev/null so the interpreter's final flush does
+        # not fail again on the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PROBLEMS
     except Exception as exc:
         if args.debug:
             traceback.print_exc(file=sys.stderr)

@@ -10,9 +10,11 @@ environment (``NEXUS_LAKEHOUSE_*``, ``NEXUS_DEVICE_*``, ``NEXUS_SERVICE_*``).
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
-from nexus_cache.cli._output import EXIT_OK, Table, add_json_option, emit, progress
+from nexus_cache.cli._output import EXIT_OK, CommandError, Table, add_json_option, emit, progress
 
 __all__ = ["add_output_options", "register", "report_result"]
 
@@ -48,9 +50,24 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         "--out", default=None, metavar="FILE.parquet", help="write the result as Parquet"
     )
     parser.add_argument(
-        "--limit", type=int, default=20, help="rows to print without --out (default 20)"
+        "--limit",
+        type=_count,
+        default=20,
+        metavar="N",
+        help="rows to print without --out (default 20; 0 prints only the summary)",
     )
     add_json_option(parser)
+
+
+def _count(text: str) -> int:
+    """An argparse ``type=``: a whole number >= 0 (a usage error, exit 2, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; use a whole number >= 0")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -66,12 +83,29 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run_query(query: Any, args: argparse.Namespace) -> int:
-    """Execute ``query`` on a service configured from the environment and report it."""
+    """Execute ``query`` on a service configured from the environment and report it.
+
+    Errors of the query's input (a missing source, data that is not Parquet,
+    columns that cannot be vertex ids, a BFS source not in the graph) exit
+    with :data:`EXIT_USAGE`, like a bad option: the user has to change the
+    command line, not retry it.
+    """
+    from nexus_cache.errors import FrameTypeError, GraphInputError, SourceFormatError
     from nexus_cache.service import QueryService
 
+    _check_out(args.out)  # before the query runs: a bad --out must not cost a whole query
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
-    with progress(label, None), QueryService() as service:
-        result = service.execute(query)
+    try:
+        with progress(label, None), QueryService() as service:
+            result = service.execute(query)
+    except (
+        FileNotFoundError,
+        NotADirectoryError,
+        FrameTypeError,
+        GraphInputError,
+        SourceFormatError,
+    ) as exc:
+        raise CommandError(" ".join(str(exc).split())) from exc
     report_result(result, args)
     return EXIT_OK
 
@@ -82,7 +116,12 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
 
     table, diag = result.table, result.diagnostics
     if args.out is not None:
-        pq.write_table(table, args.out)
+        try:
+            pq.write_table(table, args.out)
+        except OSError as exc:
+            raise CommandError(
+                f"--out={args.out!r} cannot be written ({' '.join(str(exc).split())})"
+            ) from exc
     head = table.slice(0, max(0, args.limit))
     if args.json:
         data = {
@@ -108,6 +147,20 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
     for row in head.to_pylist():
         out.add(*(row[name] for name in table.column_names))
     emit(None, out, as_json=False)
+
+
+def _check_out(out: str | None) -> None:
+    """Refuse an ``--out`` that cannot be a file: a directory, or a missing parent."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise CommandError(f"--out={out!r} is a directory; name a .parquet file")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CommandError(f"--out={out!r}: directory {str(parent)!r} does not exist; create it")
+    if not os.access(parent, os.W_OK):
+        raise CommandError(f"--out={out!r}: directory {str(parent)!r} is not writable")
 
 
 def _status(part: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.errors import ConfigError
+from nexus_cache.errors import ConfigError, SourceFormatError
 from nexus_cache.frames._builder import ColumnBuilder
 from nexus_cache.frames._host import HostPiece, host_piece
 from nexus_cache.frames.column import column_kind
@@ -70,6 +70,8 @@ def _check_request(
 ) -> tuple[list[str] | None, list[int]]:
     names = pf.schema_arrow.names
     if columns is not None:
+        if isinstance(columns, str):  # a string is iterable: "id" would mean ['i', 'd']
+            raise ConfigError(f"columns={columns!r} is not accepted; use a list of names")
         columns = list(columns)
         missing = [c for c in columns if c not in names]
         if missing:
@@ -133,7 +135,8 @@ def decode_parquet(
     pinned staging slot on CUDA. The result equals
     ``pyarrow.parquet.read_table`` of the same projection (dictionary columns
     read from several row groups carry their row groups' dictionaries one
-    after another). Raises ConfigError for unknown columns or row groups and
+    after another). Raises ConfigError for unknown columns or row groups,
+    SourceFormatError when ``source`` is not Parquet, and
     FrameTypeError for types a frame cannot hold; on any error every device
     allocation made so far is dropped. Thread-safe: concurrent decodes (into
     one domain or several) each use their own staging and decoder thread.
@@ -141,7 +144,14 @@ def decode_parquet(
     timing = stats is not None
     stats = stats if stats is not None else DecodeStats()
     started = time.perf_counter()
-    pf = pq.ParquetFile(source, read_dictionary=read_dictionary)
+    try:
+        pf = pq.ParquetFile(source, read_dictionary=read_dictionary)
+    except pa.ArrowInvalid as exc:
+        name = getattr(source, "path", None) or getattr(source, "name", None) or source
+        raise SourceFormatError(
+            f"{str(name)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
+            "point the read at Parquet data"
+        ) from exc
     wanted, groups = _check_request(pf, columns, row_groups)
     schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
     for f in schema:

@@ -97,6 +97,15 @@ def pagerank(
         empty.info.update(iterations=0, converged=True, error=0.0)
         return empty
     pull = graph.in_csr()
+    if pull.weights is not None and pull.n_arcs:
+        w = pull.weights
+        # an infinite weight turns every rank into NaN; a negative one is no
+        # transition probability: refuse both rather than return garbage
+        if bool((~xp.isfinite(w)).any()) or bool((w < 0).any()):
+            raise GraphInputError(
+                "pagerank needs finite edge weights >= 0; the graph has infinite or negative "
+                "weights (after duplicate edges were summed); fix or drop those edges"
+            )
     sources = pull.indices  # the tail u of every arc u -> v (row v)
     weights = (
         pull.weights.astype(dtype, copy=False)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from nexus_cache.errors import ConfigError
+from nexus_cache.errors import ConfigError, GraphInputError
 from nexus_cache.graph._expand import expand_chunks, offsets_of
 from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
@@ -60,6 +60,8 @@ def bfs(
     ):
         raise ConfigError(f"bfs depth_limit={depth_limit!r}: use None or an int >= 0")
     xp = graph.xp
+    if getattr(sources, "size", None) == 0 or (isinstance(sources, (list, tuple)) and not sources):
+        raise GraphInputError("bfs got no sources; give at least one vertex id")
     dense_sources = graph.dense(sources, "BFS sources")
     dist, pred, levels = _bfs_dense(graph, dense_sources, depth_limit, direction)
     reached = dist >= 0

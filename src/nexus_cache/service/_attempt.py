@@ -20,8 +20,14 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
 from nexus_cache.frames import is_cuda_domain as domain_is_cuda
+from nexus_cache.graph.memory import build_bytes
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
-from nexus_cache.service._graph_port import NOT_APPLICABLE, GraphOutcome, GraphPort
+from nexus_cache.service._graph_port import (
+    NOT_APPLICABLE,
+    GraphOutcome,
+    GraphPort,
+    graph_options,
+)
 from nexus_cache.service._lake import (
     SourcePlan,
     count_rows,
@@ -75,6 +81,11 @@ def plan_attempt(
     else:
         factor = _GRAPH_FACTOR if isinstance(query, Graph) else 1.0
         estimate = math.ceil(source.total_bytes * expansion * factor)
+        if isinstance(query, Graph):
+            # An uncached build charges a fixed part whatever the size (what
+            # build_bytes gives for no edge); without it every small graph query
+            # overran min_grant and ran its whole work twice.
+            estimate += build_bytes(0, graph_options(query), query.weight is not None)
     return AttemptPlan(query, source, max(estimate, min_grant, floor))
 
 

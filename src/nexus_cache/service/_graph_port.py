@@ -32,9 +32,11 @@ from nexus_cache.device import (
     plan_graph_run,
     run_graph,
 )
+from nexus_cache.errors import GraphInputError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.graph import GraphOptions
 from nexus_cache.graph.memory import build_bytes
+from nexus_cache.service._source_port import concat_objects
 from nexus_cache.service.queries import SIMILARITIES, Graph
 
 __all__ = ["GraphOutcome", "GraphPort", "algorithm_params", "edge_input", "graph_options"]
@@ -92,14 +94,36 @@ def edge_input(frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any) -> 
     refuse them with its own message.
     """
     columns = [[frame.column(name) for frame in frames] for name in names]
+    for frame_columns in zip(*columns, strict=True):  # every object, not only the first
+        _check_types(names, [c.type for c in frame_columns])
     if any(c.validity is not None for group in columns for c in group):
         tables = [frame.select(list(names)).to_arrow() for frame in frames]
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        return tables[0] if len(tables) == 1 else concat_objects(tables)
     out = {}
     for name, group in zip(names, columns, strict=True):
         parts = [c.data for c in group]
         out[name] = parts[0] if len(parts) == 1 else xp.concatenate(parts)
     return out
+
+
+def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
+    """Refuse columns whose values buffer is not a vertex id (or weight).
+
+    The raw buffer of a string, dictionary, timestamp or boolean column would
+    otherwise pass as numbers (a string column's bytes as vertex ids).
+    ``names`` is ``(src, dst[, weight])``.
+    """
+    for position, (name, type_) in enumerate(zip(names, types, strict=True)):
+        if position < 2 and not pa.types.is_integer(type_):
+            raise GraphInputError(
+                f"column {name!r} has Arrow type {type_}; vertex ids must be an integer "
+                "column (cast it, or pick another column)"
+            )
+        if position == 2 and not (pa.types.is_integer(type_) or pa.types.is_floating(type_)):
+            raise GraphInputError(
+                f"weight column {name!r} has Arrow type {type_}; use an integer or float "
+                "column (cast it, or pick another column)"
+            )
 
 
 _STATUS = {GraphRunStatus.HIT: "hit", GraphRunStatus.MISS: "miss"}

@@ -10,15 +10,22 @@ transient failure (a new attempt plans afresh).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.errors import ConfigError, StalePlanError
+from nexus_cache.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    SourceFormatError,
+    StalePlanError,
+)
 from nexus_cache.frames import DeviceFrame, decode_parquet
 from nexus_cache.lakehouse import (
     CacheStatus,
@@ -38,10 +45,13 @@ class SourcePlan:
 
     source: str
     plans: tuple[ReadPlan, ...]
+    #: sizes found by listing, for plans that carry none (a bypass without identity)
+    listed_sizes: tuple[int | None, ...] = ()
 
     @property
     def total_bytes(self) -> int:
-        return sum(p.size or 0 for p in self.plans)
+        listed = self.listed_sizes or (None,) * len(self.plans)
+        return sum(p.size or s or 0 for p, s in zip(self.plans, listed, strict=True))
 
     @property
     def identity_keys(self) -> tuple[str, ...] | None:
@@ -68,30 +78,48 @@ class SourcePlan:
 
 
 def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[Any, list[str]]:
-    fs, path = resolve_source(source, None, storage_options)
+    try:
+        fs, path = resolve_source(source, None, storage_options)
+    except ImportError as exc:  # fsspec knows the protocol; its package is not installed
+        raise BackendUnavailableError(
+            f"source {source!r} needs a package that is not installed ({exc}); install it"
+        ) from exc
+    except ValueError as exc:
+        if "protocol" not in str(exc).lower():
+            raise
+        raise ConfigError(
+            f"source {source!r}: {exc}; use a local path, file://, s3:// or another fsspec URL"
+        ) from exc
     if fs is None:
         if os.path.isdir(path):
             names = sorted(
-                os.path.join(root, name)
+                p
                 for root, _dirs, files in os.walk(path)
-                for name in files
-                if name.endswith(".parquet") and not name.startswith((".", "_"))
+                for p in (os.path.join(root, name) for name in files)
+                if p.endswith(".parquet") and not _hidden(os.path.relpath(p, path))
             )
         elif os.path.exists(path):
             names = [path]
         else:
             raise FileNotFoundError(f"source {source!r} does not exist; check the path")
     elif fs.isdir(path):
+        base = path.rstrip("/")
         names = sorted(
             p
             for p in fs.find(path)
-            if p.endswith(".parquet") and not os.path.basename(p).startswith((".", "_"))
+            if p.endswith(".parquet") and not _hidden(p[len(base) :].lstrip("/"))
         )
     else:
         names = [path]
     if not names:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
     return fs, names
+
+
+def _hidden(relative: str) -> bool:
+    """A file or a directory under the source named ``_...`` or ``....``: metadata,
+    or work in progress (``_temporary/`` of a writer that has not committed)."""
+    return any(part.startswith((".", "_")) for part in relative.replace(os.sep, "/").split("/"))
 
 
 def plan_source(
@@ -103,7 +131,21 @@ def plan_source(
     plans = tuple(
         cache.plan(name, fs=fs) if fs is not None else cache.plan(name) for name in names
     )
-    return SourcePlan(source, plans)
+    # A plan without identity (no cache root, a file too new) carries no size;
+    # the grant still has to be sized from the data, or the first attempt of
+    # any query over min_grant_bytes does its whole work and is retried.
+    sizes = tuple(
+        p.size if p.size is not None else _object_size(fs, name)
+        for p, name in zip(plans, names, strict=True)
+    )
+    return SourcePlan(source, plans, sizes)
+
+
+def _object_size(fs: Any, name: str) -> int | None:
+    try:
+        return os.path.getsize(name) if fs is None else int(fs.size(name))
+    except (OSError, TypeError, ValueError):  # gone, or a store that reports no size
+        return None
 
 
 def decode_object(
@@ -118,7 +160,7 @@ def decode_object(
     Appends the read's diagnostics to ``diagnostics``. Raises
     :class:`StalePlanError` when the plan no longer holds.
     """
-    with _execute(cache, read_plan, diagnostics) as handle:
+    with _execute(cache, read_plan, diagnostics) as handle, _parquet_errors(read_plan):
         return decode_parquet(handle, domain=domain, columns=columns)
 
 
@@ -126,9 +168,21 @@ def count_rows(cache: LakehouseCache, plan: SourcePlan, diagnostics: list[ReadDi
     """Rows of every object, from the Parquet footers (read through the cache)."""
     total = 0
     for read_plan in plan.plans:
-        with _execute(cache, read_plan, diagnostics) as handle:
+        with _execute(cache, read_plan, diagnostics) as handle, _parquet_errors(read_plan):
             total += pq.ParquetFile(handle).metadata.num_rows
     return total
+
+
+@contextlib.contextmanager
+def _parquet_errors(read_plan: ReadPlan) -> Iterator[None]:
+    """Name the object when Arrow cannot read it as Parquet (not a transient failure)."""
+    try:
+        yield
+    except pa.ArrowInvalid as exc:
+        raise SourceFormatError(
+            f"{read_plan.source!r} is not readable Parquet ({' '.join(str(exc).split())}); "
+            "point the query at Parquet data"
+        ) from exc
 
 
 def _execute(

@@ -36,12 +36,12 @@ from nexus_cache.device import (
     SourceCheckout,
     SourceFrameKey,
 )
-from nexus_cache.errors import StalePlanError
+from nexus_cache.errors import SourceFormatError, StalePlanError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import ReadPlan
 from nexus_cache.service._lake import SourcePlan
 
-__all__ = ["BYPASS_COUNT", "SourceLoad", "SourceOutcome", "SourcePort"]
+__all__ = ["BYPASS_COUNT", "SourceLoad", "SourceOutcome", "SourcePort", "concat_objects"]
 
 #: what the frames were decoded with: part of every key, so a change of
 #: decoder never reuses frames of another
@@ -79,7 +79,7 @@ class SourceLoad:
         on the host backend ``to_arrow`` shares the frames' buffers, which must
         not outlive the attempt."""
         tables = [f.to_arrow() for f in self.frames]
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = tables[0] if len(tables) == 1 else concat_objects(tables)
         return _copy(table) if detach else table
 
     def release(self) -> None:
@@ -180,6 +180,27 @@ class SourcePort:
                 result.abandon("stale lakehouse plan")  # our plan, not the key, is bad
                 raise
             return result.publish(frame)  # a DeviceFrame is a device-cache value
+
+
+def concat_objects(tables: list[pa.Table]) -> pa.Table:
+    """The tables of a source's objects as one table.
+
+    Objects written at different times often differ a little (an int32
+    column that became int64, a column added later): types are widened and
+    a column an object lacks is null there. Types that cannot be unified
+    (an int column that became a string) raise :class:`SourceFormatError`.
+    """
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        schemas = "; ".join(
+            f"object {i}: " + ", ".join(f"{f.name} {f.type}" for f in t.schema)
+            for i, t in enumerate(tables)
+        )
+        raise SourceFormatError(
+            f"the source's Parquet objects have schemas that cannot be combined ({schemas}); "
+            "read the objects separately or select columns they share"
+        ) from exc
 
 
 def _one_word(values: Sequence[str]) -> str:

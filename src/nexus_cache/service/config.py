@@ -183,7 +183,17 @@ class ServiceConfig:
             )
         set_(self, "backend", backend)
         if self.devices is not None:
-            devices = tuple(self.devices)
+            if isinstance(self.devices, (str, bytes, Mapping)) or not hasattr(
+                self.devices, "__iter__"
+            ):
+                raise ConfigError(
+                    f"devices={self.devices!r} is not accepted; use a list of device ids "
+                    "or DeviceSettings"
+                )
+            # a bare id is DeviceSettings(id): devices=[0, 1] reads as it looks
+            devices = tuple(
+                d if isinstance(d, DeviceSettings) else DeviceSettings(d) for d in self.devices
+            )
             if not devices:
                 raise ConfigError(
                     "devices=[] is not accepted; list at least one device or omit it"
@@ -198,6 +208,11 @@ class ServiceConfig:
         if not isinstance(self.lakehouse, LakehouseCacheConfig):
             raise ConfigError(f"lakehouse={self.lakehouse!r}; accepted: a LakehouseCacheConfig")
         if self.evidence_dir is not None:
+            if not isinstance(self.evidence_dir, (str, os.PathLike)):
+                raise ConfigError(
+                    f"evidence_dir={self.evidence_dir!r} is not accepted; give a directory "
+                    "path (a string) or omit it"
+                )
             text = os.fspath(self.evidence_dir)
             if not text.strip():
                 raise ConfigError("evidence_dir='' is not accepted; give a directory or omit it")
@@ -240,17 +255,25 @@ class ServiceConfig:
         """Defaults, then the TOML file (``path`` or ``NEXUS_SERVICE_CONFIG``), then
         the environment, then ``overrides`` (field names of this class)."""
         env = os.environ if environ is None else environ
+        accepted = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - accepted)
+        if unknown:
+            raise ConfigError(
+                f"ServiceConfig has no setting {', '.join(unknown)}; accepted: "
+                f"{', '.join(sorted(accepted))}"
+            )
 
         def get(name: str) -> str | None:
             value = env.get(name)
             return value if value is not None and value.strip() != "" else None
 
+        origin = "path"
         if path is None:
-            path = get(ENV_CONFIG)
+            path, origin = get(ENV_CONFIG), ENV_CONFIG
         fields: dict[str, Any] = {}
         lake: dict[str, Any] = {}
         if path is not None:
-            fields, lake = _read_toml(Path(path))
+            fields, lake = _read_toml(Path(path), origin)
         for variable, field in _LAKEHOUSE_ENV.items():
             if (value := get(variable)) is not None:
                 lake[field] = value
@@ -324,14 +347,20 @@ def _parse_device_list(value: str) -> tuple[DeviceSettings, ...]:
     return tuple(ids)
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _read_toml(path: Path, origin: str = ENV_CONFIG) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``origin`` names where the path came from (the variable, or ``path``)."""
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"{ENV_CONFIG}={str(path)!r}: no such file; fix the path") from None
-    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{origin}={str(path)!r}: no such file; fix the path") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(
+            f"{origin}={str(path)!r} cannot be read ({exc.strerror or exc}); "
+            "name a readable TOML file"
+        ) from None
     _check_keys(data, _TOP_KEYS, f"{path}")
     fields = {k: v for k, v in data.items() if k not in ("lakehouse", "devices")}
     if "storage_options" in fields and not isinstance(fields["storage_options"], dict):

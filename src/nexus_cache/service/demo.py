@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
 from nexus_cache.service.config import ServiceConfig
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
@@ -118,7 +119,13 @@ def _statuses(result: QueryResult) -> dict[str, Any]:
 @contextlib.contextmanager
 def _workdir(path: str | Path | None) -> Iterator[Path]:
     if path is not None:
-        Path(path).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"workdir={str(path)!r} cannot be used ({exc.strerror or exc}); "
+                "give a directory you can write, or leave it out"
+            ) from None
         yield Path(path)
         return
     with tempfile.TemporaryDirectory(prefix="nexus-demo-") as tmp:

@@ -155,16 +155,27 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     """Check every ``attempt-*.json`` under ``directory``: its seal and its chain link.
 
     A document fails when it is not valid JSON, lacks a seal, its digest does
-    not match its content, or its ``previous_digest`` names no document in
-    the directory. Reads only; never raises for a bad document.
+    not match its content, its file name is not the one its ``attempt_id``
+    gives (a renamed or swapped document), its ``previous_digest`` names no
+    document in the directory, or another document names the same
+    predecessor (a chain has no forks). ``admission.tsv`` fails when it is
+    missing while documents exist, when a line is cut or has the wrong number
+    of fields, and when a document's attempt has no line in it (lines removed)
+    or only lines whose device or requested bytes disagree with the document.
+    Reads only; never raises for a bad document. Raises ``FileNotFoundError``
+    or ``NotADirectoryError`` when ``directory`` is not a directory.
     """
     root = Path(directory)
-    if not root.is_dir():
+    if not root.exists():
         raise FileNotFoundError(f"evidence directory {str(root)!r} does not exist")
+    if not root.is_dir():
+        raise NotADirectoryError(f"evidence path {str(root)!r} is not a directory")
     verified: list[str] = []
     problems: list[tuple[str, str]] = []
     digests: dict[str, str] = {}
     links: dict[str, str | None] = {}
+    attempts: dict[str, str] = {}
+    claims: dict[str, tuple[str, str]] = {}  # what the TSV line must say: device, bytes
     for path in sorted(root.glob("attempt-*.json")):
         name = path.name
         try:
@@ -184,16 +195,86 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
         if actual != seal.get("digest"):
             problems.append((name, f"seal mismatch: content digest {actual[:16]}... != sealed"))
             continue
+        expected = f"attempt-{_safe(str(doc.get('attempt_id')))}.json"
+        if name != expected:
+            problems.append((name, f"renamed: its attempt_id gives the file name {expected}"))
+            continue
         digests[actual] = name
         links[name] = doc.get("previous_digest")
+        attempts[name] = str(doc.get("attempt_id"))
+        plan = doc.get("plan") if isinstance(doc.get("plan"), dict) else {}
+        claims[name] = (str(doc.get("device_id")), str(plan.get("grant_bytes")))
+    successors: dict[str, list[str]] = {}
+    for name, previous in links.items():
+        if previous is not None:
+            successors.setdefault(previous, []).append(name)
+    logged = _admission_attempts(root, problems, expect=bool(links))
     for name, previous in links.items():
         if previous is not None and previous not in digests:
             problems.append(
                 (name, "chain broken: the previous attempt's evidence is missing or was changed")
             )
+        elif previous is not None and len(successors[previous]) > 1:
+            others = ", ".join(n for n in successors[previous] if n != name)
+            problems.append((name, f"chain fork: {others} links to the same previous attempt"))
+        elif logged is not None and attempts[name] not in logged:
+            problems.append((name, f"no line in {ADMISSION_FILE} for its attempt"))
+        elif logged is not None and claims[name] not in logged[attempts[name]]:
+            device, nbytes = claims[name]
+            problems.append(
+                (
+                    name,
+                    f"its {ADMISSION_FILE} line disagrees (the document says device {device}, "
+                    f"{nbytes} bytes requested)",
+                )
+            )
         else:
             verified.append(name)
     return EvidenceReport(tuple(sorted(verified)), tuple(sorted(problems)))
+
+
+def _admission_attempts(
+    root: Path, problems: list[tuple[str, str]], *, expect: bool
+) -> dict[str, set[tuple[str, str]]] | None:
+    """attempt id -> the (device id, requested bytes) of its ``admission.tsv`` lines;
+    records the file's defects in ``problems``.
+
+    ``None`` when there is no readable TSV to compare documents with.
+    """
+    path = root / ADMISSION_FILE
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        if expect:
+            problems.append((ADMISSION_FILE, "missing, but attempt documents exist"))
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append((ADMISSION_FILE, f"unreadable: {exc}"))
+        return None
+    lines = text.split("\n")
+    if lines[-1] != "":
+        problems.append((ADMISSION_FILE, "the last line is cut (no line end)"))
+    lines = lines[:-1]
+    if not lines or lines[0].split("\t") != list(ADMISSION_COLUMNS):
+        problems.append((ADMISSION_FILE, "the header line is missing or changed"))
+        if lines and lines[0][:4].isdigit():  # the header was deleted: line 1 is data
+            lines = ["", *lines]
+    column = ADMISSION_COLUMNS.index("attempt_id")
+    seen: dict[str, set[tuple[str, str]]] = {}
+    device = ADMISSION_COLUMNS.index("device_id")
+    requested = ADMISSION_COLUMNS.index("requested_bytes")
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        if len(fields) != len(ADMISSION_COLUMNS):
+            problems.append(
+                (
+                    ADMISSION_FILE,
+                    f"line {number} has {len(fields)} fields, not {len(ADMISSION_COLUMNS)}",
+                )
+            )
+            continue
+        seen.setdefault(fields[column], set()).add((fields[device], fields[requested]))
+    return seen
 
 
 class AdmissionLog:
@@ -207,16 +288,11 @@ class AdmissionLog:
         self._lock = threading.Lock()
         self.lines: list[dict[str, Any]] = []
         if self._path is not None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-            try:
-                fd = os.open(self._path, flags, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                try:
-                    os.write(fd, ("\t".join(ADMISSION_COLUMNS) + "\n").encode())
-                finally:
-                    os.close(fd)
+            # Published with its header in one step (hard link of a complete
+            # temp; a no-op when it exists): creating it empty and writing the
+            # header after would let another service's line land first.
+            header = ("\t".join(ADMISSION_COLUMNS) + "\n").encode()
+            atomic_write(self._path, header, tmp_dir=self._path.parent, replace=False)
 
     @property
     def path(self) -> Path | None:

@@ -68,7 +68,7 @@ class Scan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", _text("Scan.source", self.source))
         if self.columns is not None:
-            if isinstance(self.columns, str):
+            if not isinstance(self.columns, (list, tuple)):
                 raise ConfigError(
                     f"Scan.columns={self.columns!r} is not accepted; use a list of names"
                 )
@@ -135,7 +135,8 @@ def _param(algorithm: str, name: str, value: Any) -> Any:
             raise bad
         return value
     if name == "source":
-        if not isinstance(value, int):
+        # vertex ids are int64 in every graph
+        if not isinstance(value, int) or not -(2**63) <= value < 2**63:
             raise bad
         return value
     if value is None:
@@ -172,6 +173,14 @@ class Graph:
             _text("Graph.weight", self.weight)
         if self.src == self.dst:
             raise ConfigError(f"Graph.src and Graph.dst are both {self.src!r}; use two columns")
+        if self.edges.columns is not None:
+            needed = [c for c in (self.src, self.dst, self.weight) if c is not None]
+            missing = [c for c in needed if c not in self.edges.columns]
+            if missing:
+                raise ConfigError(
+                    f"Graph.edges.columns={list(self.edges.columns)} leaves out {missing}; "
+                    "add them, or leave columns out to read every column"
+                )
         if not isinstance(self.directed, bool):
             raise ConfigError(f"Graph.directed={self.directed!r} is not accepted; use a bool")
         algorithm = str(self.algorithm).strip().lower()
@@ -249,8 +258,8 @@ def query_from_dict(data: Mapping[str, Any]) -> Query:
         fields["edges"] = edges
         if not isinstance(fields.get("params", {}), Mapping):
             raise ConfigError(f"graph query params={fields['params']!r}; use a JSON object")
-    if kind == "scan" and fields.get("columns") is not None:
-        fields["columns"] = tuple(fields["columns"])
+    if kind == "scan" and isinstance(fields.get("columns"), list):
+        fields["columns"] = tuple(fields["columns"])  # anything else: Scan refuses it
     try:
         return builders[kind](**fields)
     except TypeError as exc:

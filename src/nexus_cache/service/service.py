@@ -22,6 +22,8 @@ process-safe beyond what each cache states (the ledger governs one process).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
 import uuid
@@ -41,6 +43,8 @@ from nexus_cache.device import (
 )
 from nexus_cache.errors import (
     AdmissionError,
+    CacheSecurityError,
+    ConfigError,
     GrantExhaustedError,
     LifecycleError,
     StalePlanError,
@@ -50,9 +54,16 @@ from nexus_cache.service._attempt import AttemptOutcome, AttemptPlan, plan_attem
 from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service.admission import Admission
-from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ServiceConfig
+from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
-from nexus_cache.service.queries import Query, query_from_dict, query_from_json
+from nexus_cache.service.queries import (
+    Count,
+    Graph,
+    Query,
+    Scan,
+    query_from_dict,
+    query_from_json,
+)
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 
 __all__ = ["QueryService"]
@@ -99,15 +110,27 @@ class QueryService:
         backend: DeviceBackend | None = None,
         on_planned: Callable[[AttemptPlan], None] | None = None,
     ) -> None:
+        if config is not None and not isinstance(config, ServiceConfig):
+            raise ConfigError(
+                f"config={config!r} is not accepted; use a ServiceConfig "
+                "(ServiceConfig.load(path) reads a TOML file)"
+            )
         self.config = config if config is not None else ServiceConfig.from_env()
         chosen = backend if backend is not None else select_backend(self.config.backend)
         self._caches = DeviceResidentCaches(_profiles(self.config, chosen), backend=chosen)
         try:
             self._lakehouse = LakehouseCache(self.config.lakehouse)
-            self._evidence = EvidenceWriter(self.config.evidence_dir)
-            self._admission = Admission(
-                AdmissionLog(self.config.evidence_dir), self.config.admission_timeout_s
-            )
+            try:
+                self._evidence = EvidenceWriter(self.config.evidence_dir)
+                log = AdmissionLog(self.config.evidence_dir)
+            except CacheSecurityError:
+                raise
+            except OSError as exc:
+                raise ConfigError(
+                    f"evidence_dir={str(self.config.evidence_dir)!r} "
+                    f"({ENV_EVIDENCE_DIR}) cannot be used: {' '.join(str(exc).split())}"
+                ) from exc
+            self._admission = Admission(log, self.config.admission_timeout_s)
         except BaseException:
             self._caches.shutdown()
             raise
@@ -162,6 +185,11 @@ class QueryService:
             query = query_from_json(query)
         elif isinstance(query, Mapping):
             query = query_from_dict(query)
+        elif not isinstance(query, (Scan, Count, Graph)):
+            raise ConfigError(
+                f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() "
+                "form or its JSON text"
+            )
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
         query_id = uuid.uuid4().hex[:16]
@@ -205,6 +233,13 @@ class QueryService:
         if self._on_planned is not None:
             self._on_planned(plan)
         ledger = self._pick_ledger()
+        capacity = ledger.snapshot().managed_capacity_bytes
+        if plan.grant_bytes > capacity >= max(floor, cfg.min_grant_bytes):
+            # The size is an estimate (grant_expansion times the Parquet bytes);
+            # past the whole device it would be refused outright, though the
+            # query may need far less. Ask for the device; an attempt that does
+            # need more ends with GrantExhaustedError and a real figure.
+            plan = dataclasses.replace(plan, grant_bytes=capacity)
         outcome = AttemptOutcome(timings=timings)
         t0 = time.perf_counter()
         try:
@@ -331,8 +366,19 @@ class QueryService:
         release each device's allocation-domain owner; close the lakehouse cache.
 
         Idempotent: later calls return the first complete result (an incomplete
-        one, with pins still held, is retried).
+        one, with pins still held, is retried). ``timeout`` must be a finite
+        number of seconds >= 0 (:class:`ConfigError`, before anything is shut).
         """
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
+            raise ConfigError(
+                f"shutdown timeout={timeout!r} is not accepted; use a finite number of "
+                "seconds >= 0"
+            )
         with self._lock:
             self._closed = True
             if self._shutdown is not None and all(d.complete for d in self._shutdown):
