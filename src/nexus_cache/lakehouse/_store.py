@@ -238,37 +238,10 @@ class EntryStore:
         return live_pins(self.pins_dir)
 
     # -- listing -------------------------------------------------------------
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        """Every data file under ``entries/`` (records and strays skipped)."""
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.entries_dir) as shards:
-            for shard in shards:
-                if not shard.is_dir(follow_symlinks=False):
-                    continue
-                try:
-                    files = list(os.scandir(shard.path))
-                except FileNotFoundError:
-                    continue
-                for entry in files:
-                    if not _KEY_RE.match(entry.name):
-                        continue
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    if stat.S_ISREG(st.st_mode):
-                        yield EntryInfo(
-                            entry.name,
-                            Path(entry.path),
-                            StatKey(st.st_ino, st.st_size, st.st_mtime_ns),
-                            st.st_atime_ns,
-                        )
+    def _scan_names(self) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
+        """``(dir entry, lstat)`` of every entry-named path under ``entries/``.
 
-    def iter_irregular(self) -> Iterator[tuple[str, str]]:
-        """``(key, what)`` for every entry name that is not a regular file.
-
-        A symbolic link, a directory or a device node where an entry's data
-        should be is never read (reads refuse it); :meth:`iter_entries` skips
-        them, and maintenance lists them through this.
+        Shards and files that vanish mid-scan (a concurrent prune) are skipped.
         """
         with contextlib.suppress(FileNotFoundError), os.scandir(self.entries_dir) as shards:
             for shard in shards:
@@ -282,13 +255,33 @@ class EntryStore:
                     if not _KEY_RE.match(entry.name):
                         continue
                     try:
-                        mode = entry.stat(follow_symlinks=False).st_mode
+                        yield entry, entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    if stat.S_ISLNK(mode):
-                        yield entry.name, "a symbolic link"
-                    elif not stat.S_ISREG(mode):
-                        yield entry.name, "not a regular file"
+
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Every data file under ``entries/`` (records and strays skipped)."""
+        for entry, st in self._scan_names():
+            if stat.S_ISREG(st.st_mode):
+                yield EntryInfo(
+                    entry.name,
+                    Path(entry.path),
+                    StatKey(st.st_ino, st.st_size, st.st_mtime_ns),
+                    st.st_atime_ns,
+                )
+
+    def iter_irregular(self) -> Iterator[tuple[str, str]]:
+        """``(key, what)`` for every entry name that is not a regular file.
+
+        A symbolic link, a directory or a device node where an entry's data
+        should be is never read (reads refuse it); :meth:`iter_entries` skips
+        them, and maintenance lists them through this.
+        """
+        for entry, st in self._scan_names():
+            if stat.S_ISLNK(st.st_mode):
+                yield entry.name, "a symbolic link"
+            elif not stat.S_ISREG(st.st_mode):
+                yield entry.name, "not a regular file"
 
     def total_bytes(self) -> int:
         return sum(e.size for e in self.iter_entries())
