@@ -19,6 +19,7 @@ import atexit
 import errno
 import os
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
 from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
 from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
+from nexus_cache.lakehouse._durable import wait_for_syncs
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
 from nexus_cache.lakehouse._fill import Filler
 from nexus_cache.lakehouse._identity import SourceIdentity
@@ -291,8 +293,12 @@ class LakehouseCache:
             self._fills.schedule(fs, path, identity)
 
     def wait_for_fills(self, timeout: float | None = None) -> bool:
-        """Wait until no background fill is queued or running; ``False`` on timeout."""
-        return True if self._fills is None else self._fills.wait(timeout)
+        """Wait until no background fill is queued or running, and every entry this
+        process published is durable (fsynced, mode 0600); ``False`` on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._fills is not None and not self._fills.wait(timeout):
+            return False
+        return wait_for_syncs(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     # -- maintenance -----------------------------------------------------------
     def _need_store(self) -> EntryStore:

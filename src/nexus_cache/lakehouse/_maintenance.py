@@ -21,6 +21,7 @@ from pathlib import Path
 
 from nexus_cache._storage import FileLock
 from nexus_cache.errors import CacheSecurityError
+from nexus_cache.lakehouse._durable import DURABLE_MODE, needs_refill
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._store import EntryStore, file_digest
 
@@ -89,7 +90,11 @@ def enforce_retention(
 
 
 def verify_entry(store: EntryStore, key: str) -> str | None:
-    """``None`` when ``key``'s bytes match its record, else what is wrong."""
+    """``None`` when ``key``'s bytes match its record, else what is wrong.
+
+    An entry left not durable by a reboot (:mod:`._durable`) whose bytes match
+    is made durable on the way.
+    """
     record = store.read_record(key)
     if record is None:
         return "identity record missing or unreadable"
@@ -115,10 +120,15 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
         # O_NOFOLLOW: the entry became a symbolic link since it was listed
         return f"refused: {store.data_path(key)} is a symbolic link"
     try:
-        if os.fstat(fd).st_size != size:
-            return f"size {os.fstat(fd).st_size} != recorded {size}"
+        st = os.fstat(fd)
+        if st.st_size != size:
+            return f"size {st.st_size} != recorded {size}"
         if file_digest(fd) != digest:
             return "content digest differs from the record"
+        if needs_refill(st):
+            # Its bytes are proven whole: make it durable, so reads use it again.
+            os.fsync(fd)
+            os.fchmod(fd, DURABLE_MODE)
     finally:
         os.close(fd)
     return None

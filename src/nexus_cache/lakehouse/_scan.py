@@ -214,19 +214,14 @@ class Scanner:
         assert self.store is not None
         size = identity.content.size
         state, found = self.store.lookup(identity.key, size)
-        if (
-            tidy
-            and state is EntryState.DAMAGED
-            and found
-            and self.store.remove(identity.key, found)
-        ):
+        if tidy and state.must_refill and found and self.store.remove(identity.key, found):
+            reason = (
+                f"size {found.size} != {size}"
+                if state is EntryState.DAMAGED
+                else "not made durable before a reboot"
+            )
             self.events.emit(
-                CacheEvent(
-                    EventKind.ENTRY_REMOVED,
-                    identity.key,
-                    identity.location,
-                    reason=f"size {found.size} != {size}",
-                )
+                CacheEvent(EventKind.ENTRY_REMOVED, identity.key, identity.location, reason=reason)
             )
         d = decide(self.config, size, state is EntryState.PRESENT)
         expected = size if d.status is CacheStatus.HIT else None

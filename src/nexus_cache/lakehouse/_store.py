@@ -1,6 +1,7 @@
 """Entries of the lakehouse cache on disk.
 
-Layout under the root (every directory 0700, every file 0600, owned by us)::
+Layout under the root (every directory 0700, every file 0600 except entry data
+waiting to be made durable, 0700; all owned by us)::
 
     layout.json                  {"format": "nexus-lakehouse", "version": 1}
     entries/<k2>/<key>           the object's bytes, published once by rename/link
@@ -15,12 +16,15 @@ Layout under the root (every directory 0700, every file 0600, owned by us)::
 Lock files are striped (4096 at most) and never deleted, because deleting a lock
 file that another process has open splits the lock in two.
 
-An entry is *present* when its data file exists with the identity's size. The
-record exists whenever the data does (it is written first); it carries the
-identity, the size and a SHA-256 digest of the bytes taken during the fill, which
-``verify`` checks. Guarantees: process-safe and thread-safe; a crash at any instant
-leaves no visible partial entry (only temps, swept later, or an orphan record
-without data, which is not an entry and is removed by retention).
+An entry is *present* when its data file exists with the identity's size and is
+not a leftover of an earlier boot that never became durable (mode ``0700`` with
+an older inode change time; see :mod:`._durable`). The record exists whenever
+the data does (it is written first); it carries the identity, the size and a
+SHA-256 digest of the bytes taken during the fill, which ``verify`` checks.
+Guarantees: process-safe and thread-safe; a crash at any instant leaves no
+visible partial entry (only temps, swept later, or an orphan record without
+data, which is not an entry and is removed by retention); a power cut leaves
+no torn entry that is read.
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ from nexus_cache._storage import (
     check_owned_regular,
     ensure_private_dir,
     lstat_key,
+    stat_key,
     sweep_stale_temps,
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheIntegrityError
+from nexus_cache.lakehouse._durable import needs_refill
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._pins import Pin, create_pin, live_pins
 
@@ -67,6 +73,13 @@ class EntryState(enum.Enum):
     ABSENT = "absent"
     #: a data file exists with the wrong size (truncated or overwritten)
     DAMAGED = "damaged"
+    #: published before the current boot and never made durable: maybe torn
+    NOT_DURABLE = "not_durable"
+
+    @property
+    def must_refill(self) -> bool:
+        """The data file exists but must be removed and filled again, never read."""
+        return self in (EntryState.DAMAGED, EntryState.NOT_DURABLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,12 +191,20 @@ class EntryStore:
 
     # -- lookup --------------------------------------------------------------
     def lookup(self, key: str, size: int) -> tuple[EntryState, StatKey | None]:
-        """Whether ``key`` is present with ``size`` bytes (one ``lstat``)."""
-        found = lstat_key(self.data_path(key))
-        if found is None:
+        """Whether ``key`` is present with ``size`` bytes and may be read (one ``lstat``).
+
+        An entry whose durability was cut off by a reboot is ``NOT_DURABLE``
+        (see :mod:`._durable`).
+        """
+        try:
+            st = os.lstat(self.data_path(key))
+        except FileNotFoundError:
             return EntryState.ABSENT, None
+        found = stat_key(st)
         if found.size != size:
             return EntryState.DAMAGED, found
+        if needs_refill(st):
+            return EntryState.NOT_DURABLE, found
         return EntryState.PRESENT, found
 
     def open_data(self, key: str) -> int:
@@ -216,9 +237,10 @@ class EntryStore:
             "filled_by_pid": os.getpid(),
         }
 
-    def write_record(self, key: str, record: dict[str, Any]) -> None:
+    def write_record(self, key: str, record: dict[str, Any], *, fsync: bool = True) -> None:
+        """Publish ``key``'s record; ``fsync=False`` leaves that to :mod:`._durable`."""
         data = json.dumps(record, sort_keys=True).encode("utf-8")
-        atomic_write(self.record_path(key), data, tmp_dir=self.tmp_dir)
+        atomic_write(self.record_path(key), data, tmp_dir=self.tmp_dir, fsync=fsync)
 
     def read_record(self, key: str) -> dict[str, Any] | None:
         """The entry's identity record, or ``None`` when missing or not valid JSON."""

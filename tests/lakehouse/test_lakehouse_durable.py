@@ -1,0 +1,213 @@
+"""Entries are published before they are fsynced, and never read torn after a reboot."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, ReadMode
+from nexus_cache.lakehouse import _durable as durable
+from nexus_cache.lakehouse import _fill as fill_module
+
+from ._helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
+
+DATA = os.urandom(200_000)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def held_syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Holds every queued fsync until the event is set (set at teardown anyway)."""
+    release = threading.Event()
+    real = durable._sync
+
+    def held(fd: int, record: str) -> None:
+        release.wait(30)
+        real(fd, record)
+
+    monkeypatch.setattr(durable, "_sync", held)
+    yield release
+    release.set()
+    assert durable.wait_for_syncs(30)
+
+
+def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every existing inode look older than the current boot."""
+    time.sleep(0.01)
+    monkeypatch.setattr(durable, "_BOOT_NS", time.time_ns())
+
+
+def test_reader_does_not_wait_for_the_fsync(tmp_path: Path, held_syncs: threading.Event) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    with cache.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.read_mode is ReadMode.LOCAL
+        assert f.diagnostics.fill_mode is FillMode.BLOCKING
+    (data,) = entry_files(root)
+    assert _mode(data) == durable.PENDING_MODE
+    assert durable.pending_syncs() == 1
+    # published: this boot's next reads are hits
+    with cache.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.cache_status is CacheStatus.HIT
+    assert not cache.wait_for_fills(timeout=0.05)
+    held_syncs.set()
+    assert cache.wait_for_fills(timeout=30)
+    assert _mode(data) == durable.DURABLE_MODE
+    assert _mode(data.with_name(data.name + ".json")) == durable.DURABLE_MODE
+    cache.close()
+
+
+def test_entry_left_pending_by_a_reboot_is_refilled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_syncs: threading.Event
+) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    assert cache.read(source) == DATA
+    (data,) = entry_files(root)
+    first_inode = data.stat().st_ino
+    _reboot(monkeypatch)
+    with cache.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.cache_status is CacheStatus.MISS
+    removed = cache.events.events(EventKind.ENTRY_REMOVED)
+    assert [e.reason for e in removed] == ["not made durable before a reboot"]
+    assert fill_counts(cache) == 2
+    (data,) = entry_files(root)
+    assert data.stat().st_ino != first_inode
+    held_syncs.set()
+    assert cache.wait_for_fills(timeout=30)
+    assert _mode(data) == durable.DURABLE_MODE
+    # durable now: a hit even though the inode predates the (simulated) boot
+    _reboot(monkeypatch)
+    with cache.open(source) as f:
+        assert f.diagnostics.cache_status is CacheStatus.HIT
+    cache.close()
+
+
+def test_read_only_caches_do_not_read_an_entry_left_pending_by_a_reboot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_syncs: threading.Event
+) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    make_cache(root, policy="fill_before_read").read(source)
+    _reboot(monkeypatch)
+    reader = make_cache(root)  # root only: uses hits, never fills
+    with reader.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.read_mode is ReadMode.REMOTE
+
+
+def test_verify_makes_a_whole_pending_entry_durable_and_removes_a_torn_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_syncs: threading.Event
+) -> None:
+    good = str(write_old_file(tmp_path / "good.parquet", DATA))
+    torn = str(write_old_file(tmp_path / "torn.parquet", DATA[::-1]))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    cache.read(good)
+    cache.read(torn)
+    torn_path = next(p for p in entry_files(root) if p.name == cache.plan(torn).key)
+    with open(torn_path, "r+b") as f:  # what a power cut may leave: right size, wrong bytes
+        f.write(b"\0" * 4096)
+    _reboot(monkeypatch)
+    assert list(cache.verify()) == [cache.plan(torn).key]
+    (data,) = entry_files(root)
+    assert data.name == cache.plan(good).key
+    assert _mode(data) == durable.DURABLE_MODE
+    with cache.open(good) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.cache_status is CacheStatus.HIT
+
+
+def test_without_a_boot_clock_fills_fsync_before_publishing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durable, "_BOOT_NS", None)
+    queued: list[int] = []
+    monkeypatch.setattr(fill_module, "make_durable_later", lambda fd, rec: queued.append(fd))
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    assert cache.read(source) == DATA
+    (data,) = entry_files(root)
+    assert _mode(data) == durable.DURABLE_MODE
+    assert queued == []
+    # a pending entry cannot be dated without the clock: never trusted
+    os.chmod(data, durable.PENDING_MODE)
+    with cache.open(source) as f:
+        assert f.diagnostics.cache_status is CacheStatus.MISS
+    cache.close()
+
+
+def _publish_and_die(root: str, source: str) -> None:
+    # hold the fsync forever, then die the way a killed process does
+    durable._sync = lambda fd, record: time.sleep(3600)  # type: ignore[assignment]
+    make_cache(Path(root), policy="fill_before_read").read(source)
+    os._exit(0)
+
+
+def test_a_process_killed_before_the_fsync_leaves_an_entry_readable_in_this_boot(
+    tmp_path: Path,
+) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_publish_and_die, args=(str(root), source)
+    )
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    (data,) = entry_files(root)
+    assert _mode(data) == durable.PENDING_MODE
+    cache = make_cache(root, policy="fill_before_read")
+    with cache.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.cache_status is CacheStatus.HIT
+    assert fill_counts(cache) == 0
+    cache.close()
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_multi_step_fills_hash_every_byte_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, where: str
+) -> None:
+    monkeypatch.setattr(fill_module, "_CHUNK", 4096)  # 49 steps, hashed on a thread
+    payload = os.urandom(200_001)
+    kwargs: dict[str, Any] = {}
+    if where == "local":
+        source = str(write_old_file(tmp_path / "a.parquet", payload))
+    else:
+        endpoint, bucket = (
+            request.getfixturevalue("s3_endpoint"),
+            request.getfixturevalue("s3_bucket"),
+        )
+        put_object(endpoint, bucket, "a.parquet", payload)
+        source, kwargs["fs"] = f"s3://{bucket}/a.parquet", request.getfixturevalue("s3")
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    with cache.open(source, **kwargs) as f:
+        assert f.read() == payload
+        assert f.diagnostics.read_mode is ReadMode.LOCAL
+    (data,) = entry_files(root)
+    record = json.loads(data.with_name(data.name + ".json").read_text())
+    assert record["digest"] == "sha256:" + hashlib.sha256(payload).hexdigest()
+    assert data.read_bytes() == payload
+    assert cache.verify() == {}
+    cache.close()
