@@ -109,8 +109,10 @@ def check_owned_regular(path: str | os.PathLike[str], st: os.stat_result) -> Non
 
     ``st`` must come from ``os.lstat`` or ``os.fstat`` so a symlink is seen as one.
     """
-    p = Path(path)
     mode = st.st_mode
+    if stat.S_ISREG(mode) and st.st_uid == os.geteuid():
+        return  # the hit path: no Path object unless there is something to say
+    p = Path(path)
     if stat.S_ISLNK(mode):
         raise _refuse_symlink(p)
     if not stat.S_ISREG(mode):

@@ -133,7 +133,7 @@ class Pin:
 def _new_pin_file(pins_dir: Path, key: str) -> Path:
     start = _my_start_time()
     name = f"{key}.{host_tag()}-{os.getpid()}-{start}-{os.urandom(6).hex()}{_SUFFIX}"
-    path = pins_dir / name
+    path = Path(f"{os.fspath(pins_dir)}/{name}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(path, flags, 0o600)

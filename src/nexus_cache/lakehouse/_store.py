@@ -159,6 +159,7 @@ class EntryStore:
         self.pins_dir = ensure_private_dir(self.root / "pins")
         self.locks_dir = ensure_private_dir(self.root / "locks")
         self.tmp_dir = ensure_private_dir(self.root / "tmp")
+        self._entries = os.fspath(self.entries_dir)  # hit paths join strings, not Paths
         self._check_layout()
 
     def _check_layout(self) -> None:
@@ -182,6 +183,9 @@ class EntryStore:
     def data_path(self, key: str) -> Path:
         return self.entries_dir / key[:2] / key
 
+    def _data(self, key: str) -> str:
+        return f"{self._entries}/{key[:2]}/{key}"
+
     def record_path(self, key: str) -> Path:
         return self.entries_dir / key[:2] / f"{key}.json"
 
@@ -197,7 +201,7 @@ class EntryStore:
         (see :mod:`._durable`).
         """
         try:
-            st = os.lstat(self.data_path(key))
+            st = os.lstat(self._data(key))
         except FileNotFoundError:
             return EntryState.ABSENT, None
         found = stat_key(st)
@@ -210,7 +214,7 @@ class EntryStore:
     def open_data(self, key: str) -> int:
         """Open the entry's data read-only; ``FileNotFoundError`` when absent."""
         try:
-            fd = os.open(self.data_path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self._data(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 raise
@@ -219,7 +223,7 @@ class EntryStore:
             check_owned_regular(self.data_path(key), os.lstat(self.data_path(key)))
             raise
         try:
-            check_owned_regular(self.data_path(key), os.fstat(fd))
+            check_owned_regular(self._data(key), os.fstat(fd))
         except BaseException:
             os.close(fd)
             raise
