@@ -22,6 +22,7 @@ from nexus_cache.lakehouse import _fill as fill_module
 from ._helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 
 DATA = os.urandom(200_000)
+_REAL_SYNC = durable._sync
 
 
 def _mode(path: Path) -> int:
@@ -210,4 +211,35 @@ def test_multi_step_fills_hash_every_byte_in_order(
     assert record["digest"] == "sha256:" + hashlib.sha256(payload).hexdigest()
     assert data.read_bytes() == payload
     assert cache.verify() == {}
+    cache.close()
+
+
+def _read_in_forked_child(root: str, source: str, out: Any) -> None:
+    durable._sync = _REAL_SYNC  # type: ignore[assignment]  # the parent's is held
+    cache = make_cache(Path(root), policy="fill_before_read")
+    data = cache.read(source)
+    # a fresh worker in the child: its own fsync happens and close() returns
+    out.put((data == DATA, cache.wait_for_fills(timeout=30)))
+    cache.close()
+
+
+def test_a_forked_child_gets_its_own_fsync_worker(
+    tmp_path: Path, held_syncs: threading.Event
+) -> None:
+    first = str(write_old_file(tmp_path / "a.parquet", DATA))
+    second = str(write_old_file(tmp_path / "b.parquet", DATA))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    cache.read(first)  # the parent's worker now holds this one's fsync
+    assert durable.pending_syncs() == 1
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_read_in_forked_child, args=(str(root), second, out))
+    proc.start()
+    assert out.get(timeout=60) == (True, True)
+    proc.join(60)
+    assert proc.exitcode == 0
+    held_syncs.set()
+    assert cache.wait_for_fills(timeout=30)
+    assert all(_mode(p) == durable.DURABLE_MODE for p in entry_files(root))
     cache.close()

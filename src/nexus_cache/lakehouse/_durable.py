@@ -147,6 +147,20 @@ def _sync(fd: int, record: str) -> None:
 _syncer = _Syncer()
 
 
+def _after_fork_in_child() -> None:
+    # The worker thread does not survive a fork: a child waiting on the inherited
+    # queue would wait forever. The parent syncs what it queued; the child starts
+    # empty and closes its copies of those descriptors.
+    global _syncer
+    for fd, _ in _syncer._jobs:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _syncer = _Syncer()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def make_durable_later(fd: int, record: str) -> None:
     """Queue the fsync of a just-published entry (``fd`` on its data; closed when done)."""
     _syncer.submit(fd, record)
