@@ -75,8 +75,8 @@ def can_defer() -> bool:
 def needs_refill(st: os.stat_result) -> bool:
     """Whether the entry with ``st`` (an ``lstat``) was published but never made durable
     before the current boot, so its bytes may not be the ones published."""
-    if not st.st_mode & stat.S_IXUSR:
-        return False
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IXUSR:
+        return False  # a link or a directory there is refused by the read, not refilled
     # Without a boot time nothing is deferred, so a 0700 entry is not ours to trust.
     return _BOOT_NS is None or st.st_ctime_ns < _BOOT_NS
 
@@ -109,6 +109,8 @@ class _Syncer:
                 fd, record = self._jobs.popleft()
             try:
                 _sync(fd, record)
+            except Exception:  # never let the worker die: its queue would hang waiters
+                logger.exception("lakehouse: making a published entry durable failed")
             finally:
                 with self._cond:
                     self._busy -= 1

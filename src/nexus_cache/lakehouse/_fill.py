@@ -132,7 +132,13 @@ class _Digest:
         if self._pool is None:
             self._hasher.update(piece)
             return
-        previous, self._pending = self._pending, self._pool.submit(self._hasher.update, piece)
+        try:
+            future = self._pool.submit(self._hasher.update, piece)
+        except RuntimeError:  # interpreter shutdown: no new threads; hash here
+            self.close()
+            self._hasher.update(piece)
+            return
+        previous, self._pending = self._pending, future
         if previous is not None:
             previous.result()
 
