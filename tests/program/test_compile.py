@@ -379,6 +379,46 @@ def test_make_program_cache_key_memo_compares_options_by_value() -> None:
     )
 
 
+# Python equality ignores these types, the compiler's flags do not: cuda.core
+# emits --split-compile=False (refused by NVRTC) and --split-compile=0,
+# --frandom-seed=True and --frandom-seed=1, --maxrregcount=32.0 and =32.
+EQUAL_BUT_OTHER_FLAGS = [
+    ("split_compile", 0, False),
+    ("frandom_seed", 1, True),
+    ("max_register_count", 32, 32.0),
+    ("diag_suppress", [1], [True]),
+    ("diag_suppress", [1], [1.0]),
+]
+
+
+@pytest.mark.parametrize(("field", "first", "second"), EQUAL_BUT_OTHER_FLAGS)
+def test_key_memo_tells_equal_values_of_other_types_apart(
+    field: str, first: Any, second: Any
+) -> None:
+    a, b = opts(**{field: first}), opts(**{field: second})
+    assert a.as_bytes("nvrtc", "cubin") != b.as_bytes("nvrtc", "cubin")  # other flags
+    ka = make_program_cache_key(code=PLAIN, code_type="c++", options=a, target_type="cubin")
+    kb = make_program_cache_key(code=PLAIN, code_type="c++", options=b, target_type="cubin")
+    assert ka != kb
+    # and each is the key a fresh derivation gives (in either order)
+    kb2 = make_program_cache_key(code=PLAIN, code_type="c++", options=b, target_type="cubin")
+    ka2 = make_program_cache_key(code=PLAIN, code_type="c++", options=a, target_type="cubin")
+    assert (ka2, kb2) == (ka, kb)
+
+
+def test_the_program_memo_tells_equal_values_of_other_types_apart() -> None:
+    # split_compile=0 compiles; split_compile=False makes NVRTC refuse the
+    # option. A hit under the first key must not hide the second's error.
+    cache = InMemoryProgramCache()
+    options = opts(split_compile=0)
+    program = core.Program(PLAIN, "c++", options)
+    cached_compile(program, "cubin", cache=cache)
+    options.split_compile = False
+    with pytest.raises(Exception, match="split-compile"):
+        cached_compile(program, "cubin", cache=cache)
+    assert len(cache) == 1
+
+
 def test_the_program_memo_keeps_no_program_alive_and_never_confuses_two() -> None:
     import gc
     import weakref

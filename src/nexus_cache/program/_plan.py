@@ -5,14 +5,14 @@ key per call and memoizes it for what is invariant:
 
 * ``CompileInputs`` / ``CacheableProgram``: :func:`make_program_cache_key`
   of the recorded code, code type and options (memoized there, options
-  compared by value on every call);
+  compared by value and type on every call);
 * a plain ``cuda.core.Program``: its source is hidden, so the key is derived
   from cuda.core's own key of that ``Program`` (see ``_delegate``). A
   ``Program`` fixes its code when it is built and reads its options object
   when it compiles, so the derived key is kept per ``Program`` object and
   reused while that options object's fields are equal to what they were
-  (compared by value on every call, lists through an immutable copy) and
-  the toolchain probes are unchanged: a hit then runs no cuda.core key
+  (compared by value and type on every call, lists through an immutable
+  copy) and the toolchain probes are unchanged: a hit then runs no cuda.core key
   derivation at all, with the same proof.
 """
 

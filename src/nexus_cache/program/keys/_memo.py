@@ -6,11 +6,15 @@ long as every input is *equal* to what it was derived from:
 
 * the hashable inputs (code, types, target, names, ``extra_digest``, the
   object a value was derived for) form the memo key;
-* the options are compared by value on every lookup: their fields are
-  snapshotted at derivation, and a list or tuple value is snapshotted as an
-  immutable copy, so a list mutated in place is noticed; any other
-  non-plain value (an object that could change behind our back) disables
-  the memo for those inputs;
+* the options are compared by value *and type* on every lookup: their
+  fields are snapshotted at derivation, and a list or tuple value is
+  snapshotted as an immutable copy, so a list mutated in place is noticed;
+  any other non-plain value (an object that could change behind our back)
+  disables the memo for those inputs. Types count because Python's equality
+  does not see them while the compiler's flags do: ``False == 0`` and
+  ``32 == 32.0``, but cuda.core emits ``--split-compile=False`` (refused by
+  NVRTC) for one and ``--split-compile=0`` for the other, and
+  ``--maxrregcount=32.0`` for a float;
 * the toolchain probe generation must be unchanged (see
   ``clear_probe_cache``).
 
@@ -34,12 +38,17 @@ _UNUSABLE = object()
 
 
 def _frozen(value: Any) -> Any:
-    """An immutable copy of a list/tuple option value, or ``_UNUSABLE``."""
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, (list, tuple)):
+    """An immutable, type-tagged copy of an option value, or ``_UNUSABLE``.
+
+    Every item carries its exact type, so ``[1]``, ``[True]`` and ``[1.0]``
+    (equal in Python, different flags for the compiler) never compare equal.
+    """
+    cls = value.__class__
+    if cls in _PLAIN_TYPES:
+        return (cls, value)
+    if cls is list or cls is tuple:
         items = tuple(_frozen(v) for v in value)
-        return _UNUSABLE if any(v is _UNUSABLE for v in items) else items
+        return _UNUSABLE if any(v is _UNUSABLE for v in items) else (cls, items)
     return _UNUSABLE
 
 
@@ -67,6 +76,7 @@ class KeyMemo:
             found is not None
             and found[2] == _probes.generation()
             and found[0] == state
+            and list(map(type, map(state.__getitem__, found[4]))) == found[5]
             and all(_frozen(state.get(n)) == v for n, v in found[1])
         ):
             return found[3]
@@ -84,9 +94,15 @@ class KeyMemo:
             )
         if any(v is _UNUSABLE for _, v in mutable):
             return  # a value we cannot snapshot: derive every time
+        # The exact type of every set field: equal values of other types
+        # (0 and False, 32 and 32.0) are other flags. Unset (None) fields need
+        # no check: only None equals None among plain values.
+        # (Compared through C-level maps: this runs on every memo hit.)
+        names = tuple(n for n, v in state.items() if v is not None)
+        types = [type(state[n]) for n in names]
         if len(self._entries) >= self._max:
             self._entries.clear()
-        self._entries[mk] = (dict(state), mutable, generation, value)
+        self._entries[mk] = (dict(state), mutable, generation, value, names, types)
 
     def clear(self) -> None:
         self._entries.clear()
