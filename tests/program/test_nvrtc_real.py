@@ -115,3 +115,50 @@ def test_cli_demo_runs_in_a_temporary_directory(capsys: pytest.CaptureFixture[st
     assert root is not None
     assert not Path(root.group(1)).exists()  # removed afterwards
     assert "speed-up" in text
+
+
+NVVM_IR = (
+    'target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-'
+    'i128:128:128-f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64"\n'
+    """target triple = "nvptx64-nvidia-cuda"
+
+define void @k(float* %a) {
+entry:
+  %v = load float, float* %a
+  %m = fmul float %v, 2.0
+  %n = fadd float %m, 1.0
+  store float %n, float* %a
+  ret void
+}
+
+!nvvm.annotations = !{!0}
+!0 = !{void (float*)* @k, !"kernel", i32 1}
+!nvvmir.version = !{!1}
+!1 = !{i32 2, i32 0, i32 3, i32 1}
+"""
+)
+
+
+def test_nvvm_device_code_optimize_zero_is_not_false() -> None:
+    # cuda.core passes -opt=0 for device_code_optimize=False but nothing (the
+    # default, -opt=3) for 0: the two compiles differ and must not share an entry.
+    from nexus_cache.program import InMemoryProgramCache
+
+    def ptx(cache: Any, level: object) -> bytes:
+        options = core.ProgramOptions(arch=ARCH, device_code_optimize=level)
+        return bytes(
+            cached_compile(CompileInputs(NVVM_IR, "nvvm", options), "ptx", cache=cache).code
+        )
+
+    try:
+        uncached_zero = ptx(InMemoryProgramCache(), 0)
+    except Exception as exc:
+        if "nvvm" not in str(exc).lower() and "NotFound" not in type(exc).__name__:
+            raise
+        pytest.skip(f"libNVVM unavailable: {exc}")
+    cache = InMemoryProgramCache()
+    unoptimized = ptx(cache, False)
+    assert b"fma.rn.f32" not in unoptimized
+    assert b"fma.rn.f32" in uncached_zero
+    assert ptx(cache, 0) == uncached_zero
+    assert len(cache) == 2

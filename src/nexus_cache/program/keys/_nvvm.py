@@ -24,6 +24,18 @@ def _nvvm_arch(_name: str, value: Any) -> bytes | None:
     return text.encode()
 
 
+def _opt_level(_name: str, value: Any) -> bytes | None:
+    # cuda.core emits -opt=3 for exactly True and -opt=0 for exactly False;
+    # any other value (0, 1, "") emits nothing, i.e. libNVVM's default level
+    # 3. So device_code_optimize=0 optimizes fully while False does not:
+    # they must not share a key (a truthiness test would merge them).
+    if value is True:
+        return b"3"
+    if value is False:
+        return b"0"
+    return None
+
+
 # Fields cuda.core drops silently for NVVM (no flag, no error).
 _IGNORED = frozenset(
     {
@@ -51,7 +63,7 @@ _RELEVANT = {
     **{k: v for k, v in NvrtcStrategy.relevant.items() if k not in _IGNORED},
     "arch": _nvvm_arch,
     "debug": flag,
-    "device_code_optimize": tristate,  # -opt=0 / -opt=3 / nothing
+    "device_code_optimize": _opt_level,  # -opt=0 / -opt=3 / nothing
     "ftz": tristate,
     "prec_sqrt": tristate,
     "prec_div": tristate,
