@@ -639,6 +639,24 @@ def test_memo_can_be_disabled_and_is_validated(tmp_path):
             FileStreamProgramCache(tmp_path / "c", memory_bytes=bad)
 
 
+def test_memory_bytes_takes_the_size_grammar_like_max_size_bytes(tmp_path):
+    # docs/configuration.md: sizes given as strings read one grammar everywhere.
+    assert FileStreamProgramCache(tmp_path / "c", memory_bytes="0")._memo is None
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes="1K", max_size_bytes="64M")
+    c[b"k"] = b"v" * 100
+    for _ in range(3):
+        assert c[b"k"] == b"v" * 100
+    assert c._memo is not None
+    assert c._memo.get(b"k") is not None  # admitted on the second read
+    c[b"big"] = b"x" * 2048
+    for _ in range(3):
+        assert c[b"big"] == b"x" * 2048
+    assert c._memo.get(b"big") is None  # larger than the 1 KiB memo
+    for bad in ("-1", "nan", "", "1e3", "1.5K", "\u0661"):
+        with pytest.raises(ConfigError, match="memory_bytes="):
+            FileStreamProgramCache(tmp_path / "c", memory_bytes=bad)
+
+
 def test_memo_is_bounded_lru():
     from nexus_cache.program._memo import MemoEntry, VerifiedMemo
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from nexus_cache._sizes import parse_size
 from nexus_cache._storage import (
     UnlinkResult,
     atomic_write,
@@ -155,13 +156,15 @@ class FileStreamProgramCache(ProgramCacheResource):
         path: str | os.PathLike[str] | None = None,
         *,
         max_size_bytes: int | str | None = None,
-        memory_bytes: int = _DEFAULT_MEMORY_BYTES,
+        memory_bytes: int | str = _DEFAULT_MEMORY_BYTES,
     ) -> None:
         self._max = validate_cap("max_size_bytes", max_size_bytes)
+        if isinstance(memory_bytes, str):  # the one size grammar, as for max_size_bytes
+            memory_bytes = parse_size(memory_bytes, name="memory_bytes", allow_zero=True)
         if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
             raise ConfigError(
-                f"memory_bytes must be an int >= 0 (0 disables the in-memory memo), "
-                f"got {memory_bytes!r}"
+                f"memory_bytes must be an int >= 0 or a size string such as '64M' "
+                f"(0 disables the in-memory memo), got {memory_bytes!r}"
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
