@@ -120,3 +120,18 @@ def test_program_cache_demo_refuses_an_empty_path_and_other_caches(
         pass
     assert main(["program-cache", "demo", "--path", str(root)]) == 2
     assert "lakehouse cache root" in capsys.readouterr().err
+
+
+def test_program_cache_demo_on_a_sqlite_file_gives_advice_the_demo_can_follow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The generic advice "add --backend sqlite" named an option the demo lacks.
+    from nexus_cache.program import SQLiteProgramCache
+
+    db = tmp_path / "c.sqlite"
+    SQLiteProgramCache(db).close()
+    assert main(["program-cache", "demo", "--path", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "SQLite database file" in err
+    assert "--backend" not in err
+    assert "directory" in err

@@ -229,6 +229,12 @@ def _demo(args: argparse.Namespace) -> int:
             raise CommandError("--path is empty; give a directory, or leave --path out")
         path = str(Path(path).expanduser().absolute())
         kind = program.identify_cache_path(path)
+        if kind == "sqlite":
+            # the demo has no --backend: _check_kind's "add --backend sqlite" would mislead
+            raise CommandError(
+                f"{path} is a SQLite database file; the demo uses a filestream cache "
+                "directory: point --path at a new or empty directory, or leave --path out"
+            )
         if kind not in ("missing", "empty-dir", "filestream", "symlink"):
             _check_kind(Path(path), "filestream")  # says what is there instead (exit 2)
     return int(program.run_demo(path, arch=args.arch))
