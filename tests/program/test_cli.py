@@ -211,9 +211,13 @@ def test_ls_names_programs_from_their_sidecar(tmp_path, capsys, backend):
         inputs = CompileInputs(source, "c++", ProgramOptions(arch="sm_80", name="axpy_prog"))
         cached_compile(inputs, "cubin", cache=cache, name_expressions=("axpy<float>",))
         cache[b"raw"] = b"not a cubin"
+        # deep enough that json raises RecursionError: listed as an unknown binary
+        cache[b"deep"] = b"{" + b'"a":' + b"[" * 100_000
     rc, out, _ = run(capsys, "ls", "--backend", backend, "--path", str(path), "--json")
     assert rc == 0
-    rows = {r["program"]: r for r in json.loads(out)}
+    listed = json.loads(out)
+    assert len(listed) == 3
+    rows = {r["program"]: r for r in listed}
     assert set(rows) == {"axpy_prog", None}  # the sidecar itself is not listed
     row = rows["axpy_prog"]
     assert (row["code_type"], row["target"], row["symbols"]) == ("cubin", "sm_80", ["axpy<float>"])

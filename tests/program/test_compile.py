@@ -114,7 +114,11 @@ def test_binary_stays_raw_and_mapping_lives_in_the_sidecar() -> None:
     assert b"_Z2fnIfEvPT_S0_" in meta
 
 
-@pytest.mark.parametrize("damage", ["delete", "garbage", "other-binary"])
+# json gives up on deep nesting with RecursionError, not ValueError
+_DEEP = b'{"format":"nexus-cache/program-meta","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "other-binary", "deeply-nested"])
 def test_hit_without_a_valid_sidecar_is_a_miss(counting: type, damage: str) -> None:
     cache = InMemoryProgramCache()
     o = opts()
@@ -127,6 +131,8 @@ def test_hit_without_a_valid_sidecar_is_a_miss(counting: type, damage: str) -> N
         del cache[sidecar_key(k)]
     elif damage == "garbage":
         cache[sidecar_key(k)] = b"\x80not json"
+    elif damage == "deeply-nested":
+        cache[sidecar_key(k)] = _DEEP
     else:
         cache[k] = cache.get(k) + b"\0"  # the sidecar now describes other bytes
     again = cached_compile(inputs, "cubin", cache=cache, name_expressions=NAMES)

@@ -167,7 +167,7 @@ def _meta(data: bytes) -> dict[str, Any] | None:
         return None
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # deep nesting: not a sidecar
         return None
     if not isinstance(doc, dict) or doc.get("format") != _META_FORMAT:
         return None

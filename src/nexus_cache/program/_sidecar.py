@@ -106,6 +106,8 @@ def decode_meta(raw: bytes, binary: bytes, target_type: str) -> EntryMeta | None
             if key is None:
                 return None
             mapping[key] = _dec(pair[1])
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: json gives up on deeply nested arrays; such a
+        # document is unreadable like any other, i.e. a miss
         return None
     return EntryMeta(name=name, symbol_mapping=mapping)
