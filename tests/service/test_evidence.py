@@ -224,3 +224,24 @@ def test_an_edited_admission_line_is_detected(evidence: Path) -> None:
     problems = dict(verify_evidence(evidence).problems)
     assert list(problems) == [f"attempt-{fields[2]}.json"]
     assert "line disagrees" in problems[f"attempt-{fields[2]}.json"]
+
+
+def test_hostile_documents_are_reported_not_raised(
+    evidence: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # verify never raises for a bad document: json's RecursionError on deep
+    # nesting and a sealed list previous_digest (unhashable) escaped it.
+    _, doc = _docs(evidence)[0]
+    forged = {k: v for k, v in doc.items() if k != "seal"}
+    forged.update(attempt_id="1111111111111111-1", query_id="1111111111111111")
+    forged["previous_digest"] = ["not", "a", "digest"]
+    forged["seal"] = {"algorithm": "sha256", "digest": seal_digest(forged)}
+    (evidence / "attempt-1111111111111111-1.json").write_text(json.dumps(forged))
+    deep = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    (evidence / "attempt-2222222222222222-1.json").write_bytes(deep)
+    problems = dict(verify_evidence(evidence).problems)
+    assert set(problems) == {"attempt-1111111111111111-1.json", "attempt-2222222222222222-1.json"}
+    assert "malformed previous_digest" in problems["attempt-1111111111111111-1.json"]
+    assert "unreadable" in problems["attempt-2222222222222222-1.json"]
+    assert main(["evidence", "verify", str(evidence)]) == 1
+    assert "error" not in capsys.readouterr().err
