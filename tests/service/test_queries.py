@@ -59,3 +59,11 @@ def test_malformed_json() -> None:
         query_from_dict({"type": "join"})
     with pytest.raises(ConfigError, match=r"unknown field\(s\) \['colour'\]"):
         query_from_dict({"type": "count", "source": "/x", "colour": 1})
+
+
+def test_deeply_nested_json_is_a_config_error() -> None:
+    # json raises RecursionError (not JSONDecodeError) past its nesting limit
+    nested = '{"type": "scan", "source": "/x", "columns": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    for text in ("[" * 100_000, nested):
+        with pytest.raises(ConfigError, match="nested too deeply"):
+            query_from_json(text)

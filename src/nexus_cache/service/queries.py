@@ -272,4 +272,9 @@ def query_from_json(text: str) -> Query:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"query JSON is malformed: {exc}") from None
+    except RecursionError:  # json's answer to deep nesting; no query is that deep
+        raise ConfigError(
+            "query JSON is nested too deeply to parse; a query is a flat object whose "
+            "'edges' holds one scan"
+        ) from None
     return query_from_dict(data)
