@@ -102,18 +102,30 @@ def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[
             names = [path]
         else:
             raise FileNotFoundError(f"source {source!r} does not exist; check the path")
-    elif fs.isdir(path):
-        base = path.rstrip("/")
-        names = sorted(
-            p
-            for p in fs.find(path)
-            if p.endswith(".parquet") and not _hidden(p[len(base) :].lstrip("/"))
-        )
     else:
-        names = [path]
+        try:
+            names = _list_remote(fs, path)
+        except ValueError as exc:
+            # fsspec's answer to a URL that names no object or bucket
+            # ("s3://": "Cannot traverse all of S3"): bad input, not a failure
+            raise ConfigError(
+                f"source {source!r} cannot be listed ({exc}); name a bucket and a path, "
+                "e.g. s3://bucket/table/"
+            ) from exc
     if not names:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
     return fs, names
+
+
+def _list_remote(fs: Any, path: str) -> list[str]:
+    if not fs.isdir(path):
+        return [path]
+    base = path.rstrip("/")
+    return sorted(
+        p
+        for p in fs.find(path)
+        if p.endswith(".parquet") and not _hidden(p[len(base) :].lstrip("/"))
+    )
 
 
 def _hidden(relative: str) -> bool:
