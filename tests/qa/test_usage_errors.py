@@ -25,6 +25,28 @@ from nexus_cache.cli.main import main
         ["program-cache", "ls", "--limit", "1_0"],
         ["lakehouse", "stats", "--recent", "\uff15"],  # fullwidth 5
         ["lakehouse", "stats", "--recent", "-1"],
+        # int()/float() alone take non-ASCII digits and underscores
+        ["demo", "--scale", "\u0663"],  # Arabic-Indic 3
+        ["demo", "--scale", "1_0"],
+        ["demo", "--fact-rows", "\uff11"],  # fullwidth 1
+        ["scan", "x.parquet", "--batch-rows", "\u0663"],
+        ["graph", "bfs", "x.parquet", "--src", "s", "--dst", "d", "--source", "\u0663"],
+        [
+            "graph",
+            "bfs",
+            "x.parquet",
+            "--src",
+            "s",
+            "--dst",
+            "d",
+            "--source",
+            "0",
+            "--depth-limit",
+            "1_0",
+        ],
+        ["graph", "pagerank", "x.parquet", "--src", "s", "--dst", "d", "--alpha", "\u0660.5"],
+        ["graph", "pagerank", "x.parquet", "--src", "s", "--dst", "d", "--tol", "1_0"],
+        ["graph", "pagerank", "x.parquet", "--src", "s", "--dst", "d", "--max-iter", "\uff15"],
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(

@@ -37,6 +37,7 @@ import contextlib
 import datetime as _dt
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -66,6 +67,8 @@ __all__ = [
     "age",
     "emit",
     "exit_code_for",
+    "integer_option",
+    "number_option",
     "progress",
     "size",
     "size_option",
@@ -226,6 +229,46 @@ def count_option(name: str, *, minimum: int = 0) -> Callable[[str], int]:
                 f"{name} {text!r} is not accepted; use a whole number >= {minimum}"
             )
         return number
+
+    return parse
+
+
+_INTEGER_RE = re.compile(r"[+-]?[0-9]+\Z")
+_NUMBER_RE = re.compile(
+    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z|[+-]?(nan|inf)\Z", re.I
+)
+
+
+def integer_option(name: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for a signed whole number; ASCII digits only.
+
+    ``int()`` alone also takes ``1_000`` and Arabic-Indic or fullwidth digits;
+    the range is checked where the value is used.
+    """
+
+    def parse(text: str) -> int:
+        if not _INTEGER_RE.match(text.strip()):
+            raise argparse.ArgumentTypeError(
+                f"{name} {text!r} is not accepted; use a whole number"
+            )
+        return int(text)
+
+    return parse
+
+
+def number_option(name: str) -> Callable[[str], float]:
+    """An argparse ``type=`` for a decimal number (``0.85``, ``1e-6``); ASCII only.
+
+    ``float()`` alone also takes ``1_0`` and non-ASCII digits. ``nan`` and
+    ``inf`` pass here, so that the query names the accepted range for them.
+    """
+
+    def parse(text: str) -> float:
+        if not _NUMBER_RE.match(text.strip()):
+            raise argparse.ArgumentTypeError(
+                f"{name} {text!r} is not accepted; use a decimal number such as 0.85 or 1e-6"
+            )
+        return float(text)
 
     return parse
 

@@ -23,6 +23,7 @@ from nexus_cache.cli._output import (
     Table,
     add_json_option,
     emit,
+    integer_option,
     progress,
     size,
     size_option,
@@ -58,12 +59,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--scale",
-        type=int,
+        type=integer_option("--scale"),
         default=DEFAULT_SCALE,
         help=f"R-MAT scale: 2**SCALE vertices, 16 * 2**SCALE edges (default {DEFAULT_SCALE})",
     )
     parser.add_argument(
-        "--fact-rows", type=int, default=None, help="rows of the fact table (default: as edges)"
+        "--fact-rows",
+        type=integer_option("--fact-rows"),
+        default=None,
+        help="rows of the fact table (default: as edges)",
     )
     parser.add_argument(
         "--backend",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from nexus_cache.cli._output import integer_option, number_option
 from nexus_cache.cli.scan import add_output_options, run_query
 
 __all__ = ["register"]
@@ -45,12 +46,27 @@ def register(subparsers: Any) -> None:
         "--undirected", dest="directed", action="store_false", help="edges are symmetrized"
     )
     parser.add_argument(
-        "--source", type=int, default=None, metavar="V", help="BFS start vertex (required for bfs)"
+        "--source",
+        type=integer_option("--source"),
+        default=None,
+        metavar="V",
+        help="BFS start vertex (required for bfs)",
     )
-    parser.add_argument("--depth-limit", type=int, default=None, help="BFS depth limit")
-    parser.add_argument("--alpha", type=float, default=None, help="PageRank damping (0.85)")
-    parser.add_argument("--tol", type=float, default=None, help="PageRank tolerance (1e-6)")
-    parser.add_argument("--max-iter", type=int, default=None, help="PageRank iterations (100)")
+    parser.add_argument(
+        "--depth-limit", type=integer_option("--depth-limit"), default=None, help="BFS depth limit"
+    )
+    parser.add_argument(
+        "--alpha", type=number_option("--alpha"), default=None, help="PageRank damping (0.85)"
+    )
+    parser.add_argument(
+        "--tol", type=number_option("--tol"), default=None, help="PageRank tolerance (1e-6)"
+    )
+    parser.add_argument(
+        "--max-iter",
+        type=integer_option("--max-iter"),
+        default=None,
+        help="PageRank iterations (100)",
+    )
     add_output_options(parser)
     parser.set_defaults(func=_run)
 

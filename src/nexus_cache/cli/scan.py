@@ -14,7 +14,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nexus_cache.cli._output import EXIT_OK, CommandError, Table, add_json_option, emit, progress
+from nexus_cache.cli._output import (
+    EXIT_OK,
+    CommandError,
+    Table,
+    add_json_option,
+    emit,
+    integer_option,
+    progress,
+)
 
 __all__ = ["add_output_options", "register", "report_result"]
 
@@ -38,7 +46,10 @@ def register(subparsers: Any) -> None:
         help="comma-separated columns to read (default: all)",
     )
     parser.add_argument(
-        "--batch-rows", type=int, default=65536, help="rows per decoded batch (default 65536)"
+        "--batch-rows",
+        type=integer_option("--batch-rows"),
+        default=65536,
+        help="rows per decoded batch (default 65536)",
     )
     add_output_options(parser)
     parser.set_defaults(func=_run)
