@@ -180,7 +180,7 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
         name = path.name
         try:
             doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # Recursion: deep nesting
             problems.append((name, f"unreadable: {exc}"))
             continue
         seal = doc.get("seal") if isinstance(doc, dict) else None
@@ -199,8 +199,13 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
         if name != expected:
             problems.append((name, f"renamed: its attempt_id gives the file name {expected}"))
             continue
+        previous = doc.get("previous_digest")
+        if previous is not None and not isinstance(previous, str):
+            # sealed by someone else: a list here would not even be a dict key
+            problems.append((name, f"malformed previous_digest {previous!r:.40}"))
+            continue
         digests[actual] = name
-        links[name] = doc.get("previous_digest")
+        links[name] = previous
         attempts[name] = str(doc.get("attempt_id"))
         plan = doc.get("plan") if isinstance(doc.get("plan"), dict) else {}
         claims[name] = (str(doc.get("device_id")), str(plan.get("grant_bytes")))
