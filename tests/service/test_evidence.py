@@ -166,6 +166,31 @@ def test_verify_of_a_missing_or_file_location_exits_2(
         assert ("is not a directory" in err) == (target.name == "admission.tsv")
 
 
+def test_a_directory_without_evidence_or_an_empty_dir_exits_2(
+    tmp_path: Path,
+    evidence: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "0 verified, 0 failed" and exit 0 for a wrong directory, or one whose
+    # evidence was removed entirely, read as a passed check.
+    other = tmp_path / "not-evidence"
+    other.mkdir()
+    (other / "notes.txt").write_text("unrelated")
+    with pytest.raises(FileNotFoundError, match="holds no evidence"):
+        verify_evidence(other)
+    assert main(["evidence", "verify", str(other)]) == 2
+    assert "holds no evidence" in capsys.readouterr().err
+    monkeypatch.chdir(evidence)  # "" would have verified the working directory
+    assert main(["evidence", "verify", ""]) == 2
+    assert "DIR is empty" in capsys.readouterr().err
+    # a service that has run no query yet leaves admission.tsv alone: that verifies
+    fresh = tmp_path / "fresh"
+    make_service(tmp_path / "svc", evidence_dir=fresh).shutdown()
+    assert sorted(p.name for p in fresh.iterdir()) == ["admission.tsv"]
+    assert verify_evidence(fresh).ok
+
+
 def test_admission_tsv_header_comes_first_when_services_race(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

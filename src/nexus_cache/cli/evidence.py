@@ -3,7 +3,8 @@
 Every ``attempt-*.json`` must match its SHA-256 seal, and the attempt it
 links to must be present and unchanged. Exit status 0 when all verify, 1 when
 any document was modified, renamed, removed from the chain or cannot be read,
-or when ``admission.tsv`` was cut or lost lines; 2 when DIR is not a directory.
+or when ``admission.tsv`` was cut or lost lines; 2 when DIR is not a directory
+or holds no evidence (no ``admission.tsv``, no document).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def register(subparsers: Any) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from nexus_cache.service import verify_evidence
 
+    if not args.directory.strip():  # Path("") is the working directory
+        raise NoCacheError("DIR is empty; pass the service's evidence_dir")
     try:
         report = verify_evidence(args.directory)
     except (FileNotFoundError, NotADirectoryError) as exc:

@@ -163,13 +163,23 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     of fields, and when a document's attempt has no line in it (lines removed)
     or only lines whose device or requested bytes disagree with the document.
     Reads only; never raises for a bad document. Raises ``FileNotFoundError``
-    or ``NotADirectoryError`` when ``directory`` is not a directory.
+    or ``NotADirectoryError`` when ``directory`` is not a directory, and
+    ``FileNotFoundError`` when it holds no evidence at all (neither
+    ``admission.tsv``, which a service writes as it starts, nor a document).
     """
     root = Path(directory)
     if not root.exists():
         raise FileNotFoundError(f"evidence directory {str(root)!r} does not exist")
     if not root.is_dir():
         raise NotADirectoryError(f"evidence path {str(root)!r} is not a directory")
+    if not (root / ADMISSION_FILE).exists() and next(root.glob("attempt-*.json"), None) is None:
+        # A service writes admission.tsv as it starts: a directory without it
+        # and without documents is not evidence (a wrong path, or all of it
+        # removed), and must not verify as "0 failed".
+        raise FileNotFoundError(
+            f"evidence directory {str(root)!r} holds no evidence (no {ADMISSION_FILE}, "
+            "no attempt-*.json)"
+        )
     verified: list[str] = []
     problems: list[tuple[str, str]] = []
     digests: dict[str, str] = {}
