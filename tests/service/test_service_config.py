@@ -140,6 +140,26 @@ def test_bad_toml(tmp_path: Path) -> None:
         ServiceConfig.load(tmp_path / "missing.toml", environ={})
 
 
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('max_bytes = "nan"', "max_bytes"),
+        ("fill_max_concurrency = 0", "fill_max_concurrency"),
+        ('policy = "sometimes"', "policy"),
+        ("bypass_bytes = -1", "bypass_bytes"),
+    ],
+)
+def test_bad_lakehouse_toml_values_are_named_by_their_place_in_the_file(
+    tmp_path: Path, line: str, key: str
+) -> None:
+    # They were reported under the NEXUS_LAKEHOUSE_* variable, which was not set.
+    path = tmp_path / "service.toml"
+    path.write_text(f"[lakehouse]\n{line}\n")
+    with pytest.raises(ConfigError) as exc:
+        ServiceConfig.load(path, environ={})
+    assert str(exc.value).startswith(f"{path} [lakehouse] {key}=")
+
+
 def test_lakehouse_rule_applies() -> None:
     with pytest.raises(ConfigError, match="NEXUS_LAKEHOUSE_CACHE_MAX_BYTES is required"):
         ServiceConfig.from_env(

@@ -372,6 +372,14 @@ def _read_toml(path: Path, origin: str = ENV_CONFIG) -> tuple[dict[str, Any], di
     if not isinstance(lake, dict):
         raise ConfigError(f"{path}: lakehouse={lake!r}; accepted: a [lakehouse] table")
     _check_keys(lake, _LAKEHOUSE_KEYS, f"{path} [lakehouse]")
+    for key, value in lake.items():
+        # Checked one by one here, so that a bad value is named by its place in
+        # the file: LakehouseCacheConfig names the NEXUS_LAKEHOUSE_* variable,
+        # which the user did not set.
+        try:
+            LakehouseCacheConfig(**{key: value})
+        except ConfigError as exc:
+            raise ConfigError(f"{path} [lakehouse] {key}={value!r}: {exc}") from None
     if "devices" in data:
         entries = data["devices"]
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
