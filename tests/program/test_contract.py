@@ -329,3 +329,23 @@ def test_lru_survives_reopen(kind, tmp_path):
         c[b"d"] = b"d" * 100
         assert c.get(b"b") is None
         assert c.get(b"a") == b"a" * 100
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_a_relative_location_is_fixed_at_open(kind, tmp_path, monkeypatch):
+    # A relative path followed the working directory: after a chdir the
+    # file-stream cache missed every entry and built a second, unchecked tree
+    # there (SQLite would reopen the wrong file in a forked child).
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    with open_cache(kind, "rel") as c:
+        assert c.path.is_absolute()
+        assert c.path.parent == first / "rel"
+        c[b"k"] = b"v"
+        monkeypatch.chdir(second)
+        assert c.get(b"k") == b"v"
+        c[b"k2"] = b"v2"
+        assert len(c) == 2
+    assert list(second.iterdir()) == []

@@ -168,6 +168,10 @@ class FileStreamProgramCache(ProgramCacheResource):
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
+        # Absolute now: every later open/rename uses this string, and a relative
+        # one would follow the process's working directory (after a chdir, hits
+        # became misses and stores built an unchecked second tree there).
+        root = root.absolute()
         _refuse_foreign_dir(root)
         self._root = ensure_private_dir(root)
         self._entries = str(ensure_private_dir(self._root / "entries"))

@@ -89,7 +89,10 @@ class SQLiteProgramCache(ProgramCacheResource):
         max_size_bytes: int | str | None = None,
     ) -> None:
         self._max = validate_cap("max_size_bytes", max_size_bytes)
-        self._path = Path(path).expanduser() if path is not None else default_sqlite_path()
+        path = Path(path).expanduser() if path is not None else default_sqlite_path()
+        # Absolute now: the connection is reopened in a forked child (and after
+        # close), which must not follow a changed working directory.
+        self._path = path.absolute()
         prepare_file(self._path)
         self._lock = threading.Lock()
         self._guard = _Guard(self._lock, self._path)
