@@ -59,6 +59,26 @@ def test_demo_json_at_small_scale(capsys: pytest.CaptureFixture[str]) -> None:
     assert device["grant_bytes"] == 0  # every grant was released
 
 
+def test_demo_leaves_nothing_in_the_temporary_directory(tmp_path: Path) -> None:
+    # The lakehouse wrote its read summary at interpreter exit under the removed
+    # temporary root, recreating /tmp/nexus-demo-*/cache/stats on every run.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(tmp_path), "NEXUS_DEVICE_BACKEND": "host"}
+    run = subprocess.run(
+        [sys.executable, "-m", "nexus_cache.cli.main", "demo", "--scale", "3", "--json"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr.decode()
+    assert json.loads(run.stdout)["ok"] is True
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_demo_table_and_kept_workdir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     work = tmp_path / "work"
     argv = ["demo", "--scale", "6", "--backend", "host", "--workdir", str(work)]

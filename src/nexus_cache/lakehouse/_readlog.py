@@ -60,6 +60,11 @@ class SummaryWriter:
 
     def write(self) -> None:
         """Write (or rewrite) this cache's summary now; best effort, never raises."""
+        if not os.path.isdir(self._root):
+            # The root was removed (a temporary cache, e.g. the demo's): writing
+            # at exit would recreate it, and leave it behind, for a summary
+            # nobody can read.
+            return
         counts, recent = self._snapshot()
         if not any(k.startswith("read.") for k in counts):
             return
