@@ -348,3 +348,26 @@ def test_an_estimate_past_the_device_asks_for_the_device(tmp_path: Path) -> None
 
         with pytest.raises(AdmissionError, match="can never be admitted"):
             service.execute(Scan(str(big)))  # a floor past the device is still refused
+
+
+def test_a_lakehouse_root_that_holds_something_else_exits_2(
+    env: Path, edges: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It exited 1 ("a retry may cure it"), though only a changed setting can.
+    from nexus_cache.program import FileStreamProgramCache
+
+    other = env / "program-cache"
+    FileStreamProgramCache(other)[b"k"] = b"v"
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", str(other))
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_POLICY", "fill_before_read")
+    monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "1GiB")
+    for argv in (
+        ["scan", str(edges)],
+        ["graph", "pagerank", str(edges), "--src", "s", "--dst", "d"],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "NEXUS_LAKEHOUSE_CACHE_ROOT" in err
+        assert err.count("\n") == 1
+    assert sorted(p.name for p in other.iterdir()) == ["entries", "tmp"]  # left untouched

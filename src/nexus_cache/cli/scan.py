@@ -109,14 +109,26 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
     with :data:`EXIT_USAGE`, like a bad option: the user has to change the
     command line, not retry it.
     """
-    from nexus_cache.errors import FrameTypeError, GraphInputError, SourceFormatError
+    from nexus_cache.errors import (
+        CacheIntegrityError,
+        FrameTypeError,
+        GraphInputError,
+        SourceFormatError,
+    )
     from nexus_cache.service import QueryService
 
     _check_out(args.out)  # before the query runs: a bad --out must not cost a whole query
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
     try:
-        with progress(label, None), QueryService() as service:
-            result = service.execute(query, device=args.device)
+        with progress(label, None):
+            try:
+                service = QueryService()
+            except CacheIntegrityError as exc:
+                # the configured lakehouse root holds something else (another
+                # cache, a home directory): a setting to change, not to retry
+                raise CommandError(" ".join(str(exc).split())) from exc
+            with service:
+                result = service.execute(query, device=args.device)
     except (
         FileNotFoundError,
         NotADirectoryError,
