@@ -166,6 +166,19 @@ def test_demo_workdir_that_cannot_be_a_directory_exits_2(
     assert err.count("\n") == 1
 
 
+def test_demo_empty_workdir_exits_2_and_leaves_the_working_directory_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --workdir '' filled the working directory with lake/, cache/ and evidence/
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        assert main(["demo", "--scale", "3", "--backend", "host", "--workdir", empty]) == 2
+        err = capsys.readouterr().err
+        assert "workdir=" in err
+        assert "is empty" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_negative_limit_is_a_usage_error(
     env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -118,6 +118,13 @@ def _statuses(result: QueryResult) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _workdir(path: str | Path | None) -> Iterator[Path]:
+    if path is not None and not str(path).strip():
+        # Path("") is the working directory: the demo would fill it with its
+        # lake, cache root and evidence
+        raise ConfigError(
+            f"workdir={str(path)!r} is empty; give a directory, or leave it out for a "
+            "temporary one"
+        )
     if path is not None:
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
