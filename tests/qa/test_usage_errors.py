@@ -26,6 +26,9 @@ from nexus_cache.cli.main import main
         ["lakehouse", "stats", "--recent", "\uff15"],  # fullwidth 5
         ["lakehouse", "stats", "--recent", "-1"],
         # int()/float() alone take non-ASCII digits and underscores
+        ["scan", "x.parquet", "--device", "\u0660"],  # Arabic-Indic 0
+        ["scan", "x.parquet", "--limit", "1_0"],
+        ["graph", "pagerank", "x.parquet", "--src", "s", "--dst", "d", "--device", "\uff10"],
         ["demo", "--scale", "\u0663"],  # Arabic-Indic 3
         ["demo", "--scale", "1_0"],
         ["demo", "--fact-rows", "\uff11"],  # fullwidth 1

@@ -19,6 +19,7 @@ from nexus_cache.cli._output import (
     CommandError,
     Table,
     add_json_option,
+    count_option,
     emit,
     integer_option,
     progress,
@@ -59,7 +60,7 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     """``--device``, ``--out``, ``--limit`` and ``--json``, shared by ``scan`` and ``graph``."""
     parser.add_argument(
         "--device",
-        type=_count,
+        type=count_option("--device"),
         default=None,
         metavar="ID",
         help="run on this device id (default: the device whose caches hold the source, "
@@ -70,23 +71,12 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--limit",
-        type=_count,
+        type=count_option("--limit"),
         default=20,
         metavar="N",
         help="rows to print without --out (default 20; 0 prints only the summary)",
     )
     add_json_option(parser)
-
-
-def _count(text: str) -> int:
-    """An argparse ``type=``: a whole number >= 0 (a usage error, exit 2, otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; use a whole number >= 0")
-    return value
 
 
 def _run(args: argparse.Namespace) -> int:
