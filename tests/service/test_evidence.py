@@ -270,3 +270,26 @@ def test_hostile_documents_are_reported_not_raised(
     assert "unreadable" in problems["attempt-2222222222222222-1.json"]
     assert main(["evidence", "verify", str(evidence)]) == 1
     assert "error" not in capsys.readouterr().err
+
+
+def test_fifos_named_like_evidence_are_reported_not_waited_on(evidence: Path) -> None:
+    # read_bytes() on a FIFO blocks forever: the verifier hung.
+    import os
+    import subprocess
+    import sys
+
+    (evidence / "attempt-3333333333333333-1.json").unlink(missing_ok=True)
+    os.mkfifo(evidence / "attempt-3333333333333333-1.json")
+    tsv = _tsv(evidence)
+    tsv.unlink()
+    os.mkfifo(tsv)
+    run = subprocess.run(
+        [sys.executable, "-m", "nexus_cache.cli.main", "evidence", "verify", str(evidence)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1, run.stderr.decode()
+    out = run.stdout.decode()
+    assert "attempt-3333333333333333-1.json" in out
+    assert "not a regular file" in out

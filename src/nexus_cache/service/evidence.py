@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -189,7 +190,7 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     for path in sorted(root.glob("attempt-*.json")):
         name = path.name
         try:
-            doc = json.loads(path.read_bytes())
+            doc = json.loads(_read_file(path))
         except (OSError, ValueError, RecursionError) as exc:  # Recursion: deep nesting
             problems.append((name, f"unreadable: {exc}"))
             continue
@@ -248,6 +249,22 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     return EvidenceReport(tuple(sorted(verified)), tuple(sorted(problems)))
 
 
+def _read_file(path: Path) -> bytes:
+    """The bytes of a regular file; ``OSError`` for anything else.
+
+    A FIFO named like a document would block ``read_bytes()`` forever, and
+    the verifier must finish whatever the directory holds.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def _admission_attempts(
     root: Path, problems: list[tuple[str, str]], *, expect: bool
 ) -> dict[str, set[tuple[str, str]]] | None:
@@ -258,7 +275,7 @@ def _admission_attempts(
     """
     path = root / ADMISSION_FILE
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = _read_file(path).decode("utf-8")
     except FileNotFoundError:
         if expect:
             problems.append((ADMISSION_FILE, "missing, but attempt documents exist"))
