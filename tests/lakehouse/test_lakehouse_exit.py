@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -115,4 +116,56 @@ def test_one_shot_script_over_s3_warms_the_cache(
     assert done.returncode == 0, done.stderr
     (entry,) = entry_files(root)
     assert entry.read_bytes() == data
+    assert read_stats(root)["events"]["fill_failed"] == 0
+
+
+# Python 3.12+ refuses to start threads once interpreter shutdown begins, which
+# is when a one-shot script's read_through fill publishes. The hook below,
+# registered after nexus-cache's own exit hook and so run before it, refuses
+# them the same way on every version.
+_NO_THREADS_AT_EXIT_SCRIPT = """
+import sys, threading, time
+from nexus_cache.lakehouse import _fill, default_cache
+
+real = _fill._write_chunk
+def slow(fd, data):
+    time.sleep(0.2)
+    real(fd, data)
+_fill._write_chunk = slow
+
+def refuse(self):
+    raise RuntimeError("can't create new thread at interpreter shutdown")
+threading._register_atexit(lambda: setattr(threading.Thread, "start", refuse))
+assert len(default_cache().read(sys.argv[1])) == (2 << 20) + 1
+"""
+
+
+def test_fill_published_when_no_thread_can_start_is_made_durable_at_once(
+    tmp_path: Path,
+) -> None:
+    data = os.urandom((2 << 20) + 1)  # three steps: the digest thread is refused too
+    source = write_old_file(tmp_path / "a.parquet", data)
+    root = tmp_path / "c"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+        "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "20",
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_THREADS_AT_EXIT_SCRIPT, str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # no fsync job left queued for a worker that never started
+    assert time.monotonic() - started < 10, done.stderr
+    (entry,) = entry_files(root)
+    assert entry.read_bytes() == data
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600  # durable, not left 0700
     assert read_stats(root)["events"]["fill_failed"] == 0

@@ -24,7 +24,8 @@ fills fsync before publishing, as every fill did before.
 Thread-safe. The worker is a daemon thread started on demand; at interpreter
 exit the lakehouse's exit hook gives it the fill exit wait to finish. An entry
 whose fsync was cut off stays ``0700``: correct for the rest of the boot, and
-filled again after the next one.
+filled again after the next one. Where no thread can start (interpreter
+shutdown), the publishing thread syncs the entry itself.
 """
 
 from __future__ import annotations
@@ -90,17 +91,28 @@ class _Syncer:
 
     def submit(self, fd: int, record: str) -> None:
         with self._cond:
-            if len(self._jobs) < _MAX_QUEUED:
+            if len(self._jobs) < _MAX_QUEUED and self._has_worker_locked():
                 self._jobs.append((fd, record))
                 self._busy += 1
-                if self._worker is None:
-                    self._worker = threading.Thread(
-                        target=self._run, name="nexus-lakehouse-sync", daemon=True
-                    )
-                    self._worker.start()
                 self._cond.notify()
                 return
         _sync(fd, record)
+
+    def _has_worker_locked(self) -> bool:
+        """Start the worker if needed; ``False`` when no thread can start."""
+        if self._worker is None:
+            worker = threading.Thread(target=self._run, name="nexus-lakehouse-sync", daemon=True)
+            try:
+                worker.start()
+            except RuntimeError:
+                # Interpreter shutdown (Python 3.12+ refuses new threads once it
+                # begins, which is when one-shot scripts publish their fills):
+                # the publishing thread syncs itself rather than queue a job no
+                # worker would ever take, which would hold the exit for the
+                # whole NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S.
+                return False
+            self._worker = worker
+        return True
 
     def _run(self) -> None:
         while True:
