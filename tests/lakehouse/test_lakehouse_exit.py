@@ -169,3 +169,44 @@ def test_fill_published_when_no_thread_can_start_is_made_durable_at_once(
     assert entry.read_bytes() == data
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600  # durable, not left 0700
     assert read_stats(root)["events"]["fill_failed"] == 0
+
+
+# A cache made for one read and collected before exit (pandas' storage_options,
+# a helper function's local): its fsync, slowed down as on a busy disk, is
+# still pending when the script ends.
+_COLLECTED_CACHE_SCRIPT = """
+import gc, sys, time
+from nexus_cache.lakehouse import LakehouseCache, _durable
+
+real = _durable._sync
+def slow(fd, record):
+    time.sleep(1.0)
+    real(fd, record)
+_durable._sync = slow
+cache = LakehouseCache.from_env()
+assert len(cache.read(sys.argv[1])) == 4096
+del cache
+gc.collect()
+"""
+
+
+def test_exit_waits_for_the_fsyncs_of_a_collected_cache(tmp_path: Path) -> None:
+    source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
+    root = tmp_path / "c"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _COLLECTED_CACHE_SCRIPT, str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (entry,) = entry_files(root)
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600, "exit did not wait for the fsync"

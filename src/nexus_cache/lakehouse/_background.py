@@ -42,6 +42,9 @@ logger = logging.getLogger("nexus_cache.lakehouse")
 #: every pool that may still have work at exit (weak: a collected cache has none)
 _live: weakref.WeakSet[BackgroundFills] = weakref.WeakSet()
 _live_lock = threading.Lock()
+#: the longest ``exit_wait_s`` of any pool created in this process: the fsyncs
+#: of entries it published get it at exit even once its cache was collected
+_longest_exit_wait_s = 0.0
 
 
 def finish_at_exit() -> None:
@@ -52,8 +55,7 @@ def finish_at_exit() -> None:
     runs before the read summaries are written).
     """
     with _live_lock:
-        every = list(_live)
-    pools = [p for p in every if p.pending()]
+        pools = [p for p in _live if p.pending()]
     start = time.monotonic()
     for pool in sorted(pools, key=lambda p: p.exit_wait_s):
         remaining = pool.exit_wait_s - (time.monotonic() - start)
@@ -66,7 +68,7 @@ def finish_at_exit() -> None:
             )
     # Then the fsyncs of what was published (this process's fills, blocking ones
     # included). One cut off leaves a 0700 entry: read in this boot, refilled after.
-    budget = max((p.exit_wait_s for p in every), default=0.0)
+    budget = _longest_exit_wait_s
     if pending_syncs() and not wait_for_syncs(max(0.0, budget - (time.monotonic() - start))):
         logger.info(
             "lakehouse: %d published entr(ies) not yet fsynced at exit; they are filled "
@@ -90,8 +92,10 @@ class BackgroundFills:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._closed = False
+        global _longest_exit_wait_s
         with _live_lock:
             _live.add(self)
+            _longest_exit_wait_s = max(_longest_exit_wait_s, exit_wait_s)
 
     def schedule(self, fs: Any, path: str, identity: SourceIdentity) -> None:
         """Queue a fill of ``identity`` now, or report why not (never waits)."""
