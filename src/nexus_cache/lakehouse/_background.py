@@ -20,6 +20,7 @@ the hook logs a warning naming how many fills were abandoned.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -173,3 +174,23 @@ class BackgroundFills:
             workers, self._workers = self._workers, []
         for _ in workers:
             self._queue.put(None)
+
+    def _after_fork_in_child(self) -> None:
+        # The workers and the fills they ran or had queued stayed in the parent
+        # (their leases are the parent's too, see FillLimits): a child that kept
+        # them would wait for them forever (wait_for_fills, its exit wait) and
+        # count dead threads as workers. Its lock may have been held.
+        self._lock = threading.Condition()
+        self._inflight = set()
+        self._queue = queue.SimpleQueue()
+        self._workers = []
+
+
+def _reset_after_fork() -> None:
+    global _live_lock
+    _live_lock = threading.Lock()
+    for pool in list(_live):
+        pool._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
