@@ -3,12 +3,16 @@ workers) uses its parent's caches as if it had made them itself."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from ._helpers import entry_files, write_old_file
+from nexus_cache.lakehouse import CacheStatus
+
+from ._helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
 # The parent's background fill is held mid-copy (by the fill's write seam) when
 # it forks; the child then reads and exits normally, running the exit hooks.
@@ -68,3 +72,35 @@ def test_forked_child_does_not_inherit_the_parents_running_fills(tmp_path: Path)
     assert sorted(p.read_bytes() for p in entry_files(root)) == sorted(
         [first.read_bytes(), second.read_bytes()]
     )
+
+
+def _warm_read_in_child(cache: Any, url: str, endpoint: str, out: Any) -> None:
+    with cache.open(url, fs=make_s3fs(endpoint)) as f:
+        out.put((f.read(), f.diagnostics.cache_status.value))
+
+
+def test_forked_child_reads_a_warm_s3_hit(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, s3: Any
+) -> None:
+    data = os.urandom(3000)
+    put_object(s3_endpoint, s3_bucket, "t.parquet", data)
+    url = f"s3://{s3_bucket}/t.parquet"
+    cache = make_cache(tmp_path / "c", policy="fill_before_read")
+    for _ in range(3):  # fill, then hits whose identity probes ran on the probe pool
+        with cache.open(url, fs=s3) as f:
+            assert f.read() == data
+    assert f.diagnostics.cache_status is CacheStatus.HIT
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_warm_read_in_child, args=(cache, url, s3_endpoint, out))
+    proc.start()
+    try:
+        # the child's probe used to wait forever for a thread left in the parent
+        assert out.get(timeout=30) == (data, "hit")
+        proc.join(30)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    cache.close()
