@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nexus_cache.lakehouse import CacheStatus
+from nexus_cache.lakehouse import CacheStatus, read_stats
 
 from ._helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
@@ -104,3 +104,32 @@ def test_forked_child_reads_a_warm_s3_hit(
             proc.kill()
             proc.join()
     cache.close()
+
+
+def _read_and_close_in_child(cache: Any, source: str, out: Any) -> None:
+    cache.read(source)
+    out.put(cache.stats()["reads"]["total"])
+    cache.close()  # writes this process's read summary
+
+
+def test_forked_child_reports_its_own_reads(tmp_path: Path) -> None:
+    first = str(write_old_file(tmp_path / "first.parquet", os.urandom(4096)))
+    second = str(write_old_file(tmp_path / "second.parquet", os.urandom(4096)))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    cache.read(first)
+    cache.read(first)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_read_and_close_in_child, args=(cache, second, out))
+    proc.start()
+    assert out.get(timeout=60) == 1  # its own read, not the parent's two as well
+    proc.join(60)
+    assert proc.exitcode == 0
+    cache.read(first)
+    cache.close()
+    # two summaries (they used to share the parent's file name and overwrite
+    # each other): the parent's miss and two hits, the child's miss
+    stats = read_stats(root)
+    assert stats["processes"] == 2
+    assert (stats["reads"]["hit"], stats["reads"]["miss"]) == (2, 2)

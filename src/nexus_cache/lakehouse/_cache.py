@@ -372,6 +372,8 @@ class LakehouseCache:
             self._probes.shutdown(wait=False, cancel_futures=False)
 
     def _after_fork_in_child(self) -> None:
+        # A forked child's stats() and read summary are its own reads.
+        self.events._after_fork_in_child()
         # The probe threads stayed in the parent but the executor's count of
         # idle ones did not: a child's probe would wait in the queue for a
         # thread that does not exist, and its read with it, forever.
