@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,61 @@ def test_demo_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
     for query in report["queries"]:
         assert query["equal"] is True
         assert query["warm"]["lakehouse"] == "hit"
+
+
+def test_two_gpus_pinned_queries_agree_and_shutdown_returns_both_devices(tmp_path: Path) -> None:
+    import cupy as cp
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+
+    def used(device: int) -> int:
+        with cp.cuda.Device(device):
+            free, total = cp.cuda.runtime.memGetInfo()
+        return int(total - free)
+
+    edges, facts, source = _lake(tmp_path)
+    scan = Scan(edges, columns=("src", "dst"))
+    queries = [
+        Scan(facts, columns=("order_id", "amount")),
+        Graph(scan, "src", "dst", "pagerank"),
+        Graph(scan, "src", "dst", "bfs", params={"source": source}),
+    ]
+    # single-GPU results on each device; this also creates each device's
+    # library handles (cuSPARSE, ...) before the memory baseline is taken
+    singles = {}
+    for device in (0, 1):
+        with _service(tmp_path / f"one{device}", devices=[device]) as single:
+            singles[device] = [single.execute(q).table for q in queries]
+    expected = singles[0]
+    for got, table in zip(singles[1], expected, strict=True):
+        assert tables_match(got, table)
+    gc.collect()
+    before = [used(0), used(1)]
+    service = _service(tmp_path / "two", devices=[0, 1])
+    results: dict[int, list[Any]] = {0: [], 1: []}
+    errors: list[BaseException] = []
+
+    def run(device: int) -> None:
+        try:
+            for _ in range(2):  # cold, then warm
+                results[device].extend(service.execute(q, device=device) for q in queries)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert errors == []
+    for device in (0, 1):
+        assert [r.diagnostics.device_id for r in results[device]] == [device] * 6
+        for result, table in zip(results[device], expected * 2, strict=True):
+            assert tables_match(result.table, table)
+    shutdown = service.shutdown(timeout=30)
+    assert [d.device_id for d in shutdown] == [0, 1]
+    assert all(d.complete for d in shutdown)
+    results.clear()
+    gc.collect()
+    assert [used(0), used(1)] == before

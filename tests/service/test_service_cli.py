@@ -123,3 +123,17 @@ def test_command_errors_are_one_line(env: Path, capsys: pytest.CaptureFixture[st
     assert "does not exist" in capsys.readouterr().err
     assert main(["demo", "--scale", "0"]) == 2
     assert "--scale" in capsys.readouterr().err
+
+
+def test_device_option_pins_the_query(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = make_lake(env)
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_COUNT", "2")
+    capsys.readouterr()
+    assert main(["scan", lake.facts, "--device", "1", "--json", "--limit", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"]["device_id"] == 1
+    assert main(["scan", lake.facts, "--device", "7"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "device=7" in err

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from nexus_cache._numbers import parse_int_text
 from nexus_cache._sizes import parse_size
 from nexus_cache.backends.base import (
     AllocationDomain,
@@ -31,6 +32,7 @@ from nexus_cache.errors import CapacityError, ConfigError, LifecycleError
 
 __all__ = [
     "DEFAULT_HOST_DEVICE_TOTAL_BYTES",
+    "ENV_HOST_DEVICE_COUNT",
     "ENV_HOST_DEVICE_TOTAL_BYTES",
     "HostAllocationDomain",
     "HostBackend",
@@ -38,6 +40,9 @@ __all__ = [
 ]
 
 ENV_HOST_DEVICE_TOTAL_BYTES = "NEXUS_HOST_DEVICE_TOTAL_BYTES"
+ENV_HOST_DEVICE_COUNT = "NEXUS_HOST_DEVICE_COUNT"
+#: more simulated devices than any real host has GPUs is a typo, not a test
+_MAX_HOST_DEVICES = 64
 DEFAULT_HOST_DEVICE_TOTAL_BYTES = 16 << 30
 
 
@@ -55,19 +60,40 @@ def _total_from_env() -> int:
     return parse_size(raw, name=ENV_HOST_DEVICE_TOTAL_BYTES)
 
 
+def _count_from_env() -> int:
+    raw = os.environ.get(ENV_HOST_DEVICE_COUNT, "")
+    if raw.strip() == "":
+        return 1
+    try:
+        count = parse_int_text(raw)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= _MAX_HOST_DEVICES:
+        raise ConfigError(
+            f"{ENV_HOST_DEVICE_COUNT}={raw!r} is not accepted; use a whole number "
+            f"from 1 to {_MAX_HOST_DEVICES} (simulated devices of the host backend)"
+        )
+    return count
+
+
 class HostBackend(DeviceBackend):
     """NumPy backend over ``device_count`` simulated devices. Thread-safe.
 
     ``device_total_bytes`` defaults to ``NEXUS_HOST_DEVICE_TOTAL_BYTES`` or
-    16 GiB. Allocations beyond a device's total raise :class:`CapacityError`,
-    as a GPU would raise out-of-memory.
+    16 GiB, ``device_count`` to ``NEXUS_HOST_DEVICE_COUNT`` or 1. Allocations
+    beyond a device's total raise :class:`CapacityError`, as a GPU would raise
+    out-of-memory.
     """
 
     name = "host"
 
-    def __init__(self, device_total_bytes: int | None = None, device_count: int = 1) -> None:
+    def __init__(
+        self, device_total_bytes: int | None = None, device_count: int | None = None
+    ) -> None:
         if device_total_bytes is None:
             device_total_bytes = _total_from_env()
+        if device_count is None:
+            device_count = _count_from_env()
         if (
             isinstance(device_total_bytes, bool)
             or not isinstance(device_total_bytes, int)

@@ -45,7 +45,15 @@ def register(subparsers: Any) -> None:
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
-    """``--out``, ``--limit`` and ``--json``, shared by ``scan`` and ``graph``."""
+    """``--device``, ``--out``, ``--limit`` and ``--json``, shared by ``scan`` and ``graph``."""
+    parser.add_argument(
+        "--device",
+        type=_count,
+        default=None,
+        metavar="ID",
+        help="run on this device id (default: the device whose caches hold the source, "
+        "else the one with the most free memory)",
+    )
     parser.add_argument(
         "--out", default=None, metavar="FILE.parquet", help="write the result as Parquet"
     )
@@ -97,7 +105,7 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
     try:
         with progress(label, None), QueryService() as service:
-            result = service.execute(query)
+            result = service.execute(query, device=args.device)
     except (
         FileNotFoundError,
         NotADirectoryError,

@@ -6,7 +6,9 @@ the sealed attempt evidence. :meth:`QueryService.execute` runs a query as one
 or more attempts:
 
 1. plan afresh (lakehouse plans, cache keys, grant size);
-2. admit an immutable grant through the device ledger (bounded wait, then
+2. pick a device (the one given, else the one whose caches already hold the
+   query's source when it has room, else the one with the most free managed
+   bytes) and admit an immutable grant through its ledger (bounded wait, then
    :class:`AdmissionError`);
 3. run under the grant, through the lakehouse, source and graph caches;
 4. release the grant and seal the attempt's evidence.
@@ -27,6 +29,7 @@ import math
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -69,6 +72,8 @@ from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 __all__ = ["QueryService"]
 
 _TRANSIENT = (StalePlanError, GrantExhaustedError)
+#: sources whose device is remembered (the oldest is forgotten first)
+_MAX_HOMES = 4096
 
 
 def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
@@ -145,6 +150,9 @@ class QueryService:
         self._running = dict.fromkeys(self._work, 0)
         self._on_planned = on_planned
         self._lock = threading.Lock()
+        # source identity keys -> the device that last ran a query on them: its
+        # source and graph caches hold them, so the next query there is a hit
+        self._homes: OrderedDict[tuple[str, ...], int] = OrderedDict()
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
 
@@ -174,8 +182,15 @@ class QueryService:
 
     # -- queries ---------------------------------------------------------------------
 
-    def execute(self, query: Query | Mapping[str, Any] | str) -> QueryResult:
+    def execute(
+        self, query: Query | Mapping[str, Any] | str, *, device: int | None = None
+    ) -> QueryResult:
         """Run ``query`` (an object, its ``to_dict()`` form or JSON text).
+
+        ``device`` pins every attempt to that served device id. Without it an
+        attempt goes to the device whose caches already hold the query's
+        source, when that device has room for the grant, else to the device
+        with the most free managed bytes.
 
         Raises :class:`AdmissionError` when a grant cannot be admitted in time,
         the last transient error after ``max_attempts`` attempts, and any
@@ -190,6 +205,16 @@ class QueryService:
                 f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() "
                 "form or its JSON text"
             )
+        if device is not None and (
+            isinstance(device, bool)
+            or not isinstance(device, int)
+            or device not in self._caches.device_ids
+        ):
+            served = ", ".join(str(d) for d in self._caches.device_ids)
+            raise ConfigError(
+                f"device={device!r} is not a device this service serves; use one of: {served} "
+                "(NEXUS_SERVICE_DEVICES)"
+            )
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
         query_id = uuid.uuid4().hex[:16]
@@ -200,7 +225,9 @@ class QueryService:
             attempt_id = f"{query_id}-{number}"
             try:
                 last = number == self.config.max_attempts
-                return self._attempt(query, query_id, attempt_id, floor, records, start, last)
+                return self._attempt(
+                    query, query_id, attempt_id, floor, records, start, last, device
+                )
             except _TRANSIENT as exc:
                 if number == self.config.max_attempts:
                     raise
@@ -217,6 +244,7 @@ class QueryService:
         records: list[AttemptRecord],
         start: float,
         last: bool,
+        device: int | None,
     ) -> QueryResult:
         cfg = self.config
         timings: dict[str, float] = {}
@@ -232,7 +260,7 @@ class QueryService:
         timings["plan_s"] = time.perf_counter() - t0
         if self._on_planned is not None:
             self._on_planned(plan)
-        ledger = self._pick_ledger()
+        ledger = self._pick_ledger(plan, device)
         capacity = ledger.snapshot().managed_capacity_bytes
         if plan.grant_bytes > capacity >= max(floor, cfg.min_grant_bytes):
             # The size is an estimate (grant_expansion times the Parquet bytes);
@@ -273,6 +301,7 @@ class QueryService:
             )
         finally:
             self._admission.release(ledger, grant)
+        self._remember_home(plan, ledger.device_id)
         statuses = outcome.statuses(plan)
         diagnostics = Diagnostics(
             query_id=query_id,
@@ -354,10 +383,33 @@ class QueryService:
         )
         return fingerprint
 
-    def _pick_ledger(self) -> Any:
-        """The device with the most free managed bytes (lowest id on ties)."""
+    def _pick_ledger(self, plan: AttemptPlan, device: int | None) -> Any:
+        """The ledger of ``device``; else of the device whose caches hold the
+        query's source, if it admits and has room; else of the device with the
+        most free managed bytes (lowest id on ties)."""
+        if device is not None:
+            return self._caches.ledger(device)
         ledgers = self._caches.ledgers()
+        keys = plan.source.identity_keys
+        if keys is not None and len(ledgers) > 1:
+            with self._lock:
+                home = self._homes.get(keys)
+            if home is not None:
+                ledger = self._caches.ledger(home)
+                snap = ledger.snapshot()
+                if snap.admission_open and snap.free_managed_bytes >= plan.grant_bytes:
+                    return ledger
         return max(ledgers, key=lambda led: (led.snapshot().free_managed_bytes, -led.device_id))
+
+    def _remember_home(self, plan: AttemptPlan, device_id: int) -> None:
+        keys = plan.source.identity_keys
+        if keys is None:
+            return
+        with self._lock:
+            self._homes[keys] = device_id
+            self._homes.move_to_end(keys)
+            while len(self._homes) > _MAX_HOMES:
+                self._homes.popitem(last=False)
 
     # -- lifetime ----------------------------------------------------------------------
 
