@@ -210,3 +210,42 @@ def test_exit_waits_for_the_fsyncs_of_a_collected_cache(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (entry,) = entry_files(root)
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600, "exit did not wait for the fsync"
+
+
+# A read in an atexit handler, once no thread can start (Python 3.12+ from then
+# on; the handler refuses them the same way on every version).
+_READ_IN_ATEXIT_SCRIPT = """
+import atexit, sys, threading
+from nexus_cache.lakehouse import default_cache
+
+cache = default_cache()
+def refuse(self):
+    raise RuntimeError("can't create new thread at interpreter shutdown")
+def last():
+    threading.Thread.start = refuse
+    assert len(cache.read(sys.argv[1])) == 4096
+    print(*[e.reason for e in cache.events.events("fill_skipped")])
+atexit.register(last)
+"""
+
+
+def test_read_through_read_in_an_atexit_handler_skips_its_fill_quietly(tmp_path: Path) -> None:
+    source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c"),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_IN_ATEXIT_SCRIPT, str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # the fill nothing could run is a skip, not a failed after-read hook
+    assert done.stdout.split() == ["shutdown"], done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -110,10 +110,12 @@ class BackgroundFills:
                 lease = self._limits.try_acquire(identity.content.size)
                 if lease is None:
                     reason = "no_budget"
+                elif not self._start_worker_locked(len(self._inflight) + 1):
+                    lease.release()
+                    reason = "shutdown"
                 else:
                     self._inflight.add(identity.key)
                     self._queue.put((fs, path, identity, lease))
-                    self._start_worker_locked()
         if reason is not None:
             self._events.emit(
                 CacheEvent(
@@ -125,15 +127,23 @@ class BackgroundFills:
                 )
             )
 
-    def _start_worker_locked(self) -> None:
+    def _start_worker_locked(self, busy: int) -> bool:
+        """Start a worker if fewer than ``busy`` (capped) run; ``False`` when no
+        worker runs and none can start, so a job queued now would never run."""
         # Daemon threads, so that a stuck remote store cannot hang interpreter exit.
-        busy = len(self._inflight)
         if len(self._workers) < min(busy, self._limits.max_concurrency):
             worker = threading.Thread(
                 target=self._worker, name="nexus-lakehouse-fill", daemon=True
             )
+            try:
+                worker.start()
+            except RuntimeError:
+                # Interpreter shutdown (Python 3.12+ refuses new threads then,
+                # e.g. a read in an atexit handler): the workers already
+                # running take the job, if there are any.
+                return bool(self._workers)
             self._workers.append(worker)
-            worker.start()
+        return True
 
     def _worker(self) -> None:
         while (job := self._queue.get()) is not None:
