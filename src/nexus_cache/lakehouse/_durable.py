@@ -12,9 +12,12 @@ owner):
 * ``0600``: durable. The worker sets it only after fsyncing the record and the
   data, so a power cut can never leave a ``0600`` entry torn.
 
-After a power cut, an entry still ``0700`` whose inode last changed before the
-current boot may be torn (on ext4 and XFS a torn new file is short, which the
-size check already catches; other filesystems give weaker promises).
+After a power cut, an entry still ``0700`` whose bytes were written (its
+mtime) before the current boot may be torn (on ext4 and XFS a torn new file is
+short, which the size check already catches; other filesystems give weaker
+promises). The mtime, not the inode change time: a ``chown -R`` by an
+administrator, or the sweep of a temp still hard-linked to the entry after the
+crash, changes the inode but not the bytes, and must not make them trusted.
 :func:`needs_refill` flags it, and the store reports it as ``NOT_DURABLE``: it
 is removed and filled again, never read.
 
@@ -79,7 +82,7 @@ def needs_refill(st: os.stat_result) -> bool:
     if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IXUSR:
         return False  # a link or a directory there is refused by the read, not refilled
     # Without a boot time nothing is deferred, so a 0700 entry is not ours to trust.
-    return _BOOT_NS is None or st.st_ctime_ns < _BOOT_NS
+    return _BOOT_NS is None or st.st_mtime_ns < _BOOT_NS
 
 
 class _Syncer:
