@@ -127,7 +127,7 @@ def _load(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # Recursion: deep nesting
         return None
     if not isinstance(doc, dict) or doc.get("format") != "nexus-lakehouse-stats":
         return None

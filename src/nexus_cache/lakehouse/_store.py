@@ -169,7 +169,7 @@ class EntryStore:
         except FileNotFoundError:
             atomic_write(marker, json.dumps(_LAYOUT).encode(), tmp_dir=self.tmp_dir)
             return
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # Recursion: deep nesting
             raise CacheIntegrityError(
                 f"{marker} is unreadable ({exc}); remove it if {self.root} is a lakehouse cache"
             ) from exc
@@ -251,7 +251,7 @@ class EntryStore:
         try:
             raw = self.record_path(key).read_bytes()
             record = json.loads(raw)
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        except (FileNotFoundError, ValueError, UnicodeDecodeError, RecursionError):
             return None
         return record if isinstance(record, dict) else None
 
