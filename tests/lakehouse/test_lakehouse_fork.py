@@ -7,10 +7,12 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from nexus_cache.lakehouse import CacheStatus, read_stats
+from nexus_cache.lakehouse import CacheStatus, default_cache, read_stats
 
 from ._helpers import entry_files, make_cache, make_s3fs, put_object, write_old_file
 
@@ -133,3 +135,34 @@ def test_forked_child_reports_its_own_reads(tmp_path: Path) -> None:
     stats = read_stats(root)
     assert stats["processes"] == 2
     assert (stats["reads"]["hit"], stats["reads"]["miss"]) == (2, 2)
+
+
+def _default_cache_in_child(root: str, out: Any) -> None:
+    out.put(str(default_cache(root).store.root))
+
+
+def test_forked_child_gets_a_default_cache_while_the_parent_opens_one(tmp_path: Path) -> None:
+    # A root whose layout.json is a FIFO holds its opener until someone writes
+    # to it: the parent's thread waits there inside default_cache().
+    slow_root = tmp_path / "slow"
+    (slow_root / "tmp").mkdir(parents=True)
+    os.mkfifo(slow_root / "layout.json")
+    opener = threading.Thread(target=lambda: default_cache(slow_root).close(), daemon=True)
+    opener.start()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    try:
+        time.sleep(0.2)  # the opener is blocked in the FIFO now
+        proc = ctx.Process(target=_default_cache_in_child, args=(str(tmp_path / "c"), out))
+        proc.start()
+        try:
+            assert out.get(timeout=30) == str(tmp_path / "c")  # used to hang forever
+            proc.join(30)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    finally:
+        with open(slow_root / "layout.json", "w") as fifo:  # release the opener
+            fifo.write('{"format": "nexus-lakehouse", "version": 1}')
+        opener.join(30)

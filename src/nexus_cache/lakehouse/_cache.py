@@ -422,6 +422,11 @@ _caches: weakref.WeakSet[LakehouseCache] = weakref.WeakSet()
 
 
 def _reset_after_fork() -> None:
+    global _default_lock
+    # Held by a thread that was opening a root when another forked (opening
+    # sweeps temps and runs retention: it can take a while); in the child
+    # nothing would ever release it, and default_cache() would hang.
+    _default_lock = threading.Lock()
     for cache in list(_caches):
         cache._after_fork_in_child()
 
