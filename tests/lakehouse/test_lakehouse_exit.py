@@ -249,3 +249,49 @@ def test_read_through_read_in_an_atexit_handler_skips_its_fill_quietly(tmp_path:
     # the fill nothing could run is a skip, not a failed after-read hook
     assert done.stdout.split() == ["shutdown"], done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+# A warm S3 read in an atexit handler: the interpreter's executors (the probe
+# pool among them) take no work any more by then, on every Python version.
+_WARM_READ_IN_ATEXIT_SCRIPT = """
+import atexit, sys
+import s3fs
+from nexus_cache.lakehouse import default_cache
+
+url, endpoint = sys.argv[1], sys.argv[2]
+fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
+cache = default_cache()
+for _ in range(2):  # a fill, then a hit whose identity request went to the probe pool
+    assert len(cache.read(url, fs=fs)) == 3000
+def last():
+    with cache.open(url, fs=fs) as f:
+        assert len(f.read()) == 3000
+        print(f.diagnostics.cache_status.value)
+atexit.register(last)
+"""
+
+
+def test_warm_s3_read_in_an_atexit_handler(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    from ._helpers import put_object
+
+    put_object(s3_endpoint, s3_bucket, "t.parquet", os.urandom(3000))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c"),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+    }
+    url = f"s3://{s3_bucket}/t.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _WARM_READ_IN_ATEXIT_SCRIPT, url, s3_endpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    # was: RuntimeError: cannot schedule new futures after shutdown
+    assert done.stdout.split() == ["hit"], done.stderr

@@ -246,7 +246,17 @@ class Scanner:
             return resolve_identity(fs, path, local_min_age_s=0.0).identity
 
         sent = time.monotonic()
-        future: Future[SourceIdentity | None] = self.probes.submit(probe)
+        future: Future[SourceIdentity | None]
+        try:
+            future = self.probes.submit(probe)
+        except RuntimeError:
+            # Interpreter shutdown (a read in an atexit handler): executors take
+            # no work any more. Ask the store on this thread instead.
+            future = Future()
+            try:
+                future.set_result(probe())
+            except Exception as exc:  # confirm() handles it as a probe's
+                future.set_exception(exc)
 
         def confirm() -> None:
             try:
