@@ -209,12 +209,19 @@ def test_a_process_killed_before_the_fsync_leaves_an_entry_readable_in_this_boot
     cache.close()
 
 
+# step boundaries: empty, one byte, exactly one step, one byte over, two steps,
+# and many steps (49) hashed on the digest thread
+@pytest.mark.parametrize("size", [0, 1, 4096, 4097, 8192, 200_001])
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_multi_step_fills_hash_every_byte_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, where: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
+    size: int,
 ) -> None:
-    monkeypatch.setattr(fill_module, "_CHUNK", 4096)  # 49 steps, hashed on a thread
-    payload = os.urandom(200_001)
+    monkeypatch.setattr(fill_module, "_CHUNK", 4096)
+    payload = os.urandom(size)
     kwargs: dict[str, Any] = {}
     if where == "local":
         source = str(write_old_file(tmp_path / "a.parquet", payload))
