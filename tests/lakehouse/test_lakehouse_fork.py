@@ -3,6 +3,7 @@ workers) uses its parent's caches as if it had made them itself."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import subprocess
@@ -56,8 +57,16 @@ assert cache.wait_for_fills(timeout=30)
 
 def test_forked_child_does_not_inherit_the_parents_running_fills(tmp_path: Path) -> None:
     first = write_old_file(tmp_path / "first.parquet", os.urandom(8192))
-    second = write_old_file(tmp_path / "second.parquet", os.urandom(4096))
     root = tmp_path / "c"
+    # entries whose keys share a lock stripe would make the child's fill wait
+    # for the parent's (in_progress): pick a second object on another stripe
+    keys = make_cache(root)
+    stripe = keys.plan(str(first)).key[:3]
+    for i in range(10):
+        second = write_old_file(tmp_path / f"second-{i}.parquet", os.urandom(4096))
+        if keys.plan(str(second)).key[:3] != stripe:
+            break
+    keys.close()
     done = subprocess.run(
         [sys.executable, "-c", _FORK_SCRIPT, str(root), str(first), str(second)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
@@ -163,6 +172,11 @@ def test_forked_child_gets_a_default_cache_while_the_parent_opens_one(tmp_path: 
                 proc.kill()
                 proc.join()
     finally:
-        with open(slow_root / "layout.json", "w") as fifo:  # release the opener
-            fifo.write('{"format": "nexus-lakehouse", "version": 1}')
+        # release the opener (non-blocking: ENXIO if it is not waiting any more)
+        with contextlib.suppress(OSError):
+            fifo = os.open(slow_root / "layout.json", os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                os.write(fifo, b'{"format": "nexus-lakehouse", "version": 1}')
+            finally:
+                os.close(fifo)
         opener.join(30)
