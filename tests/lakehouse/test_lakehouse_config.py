@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,21 @@ def test_seconds_settings_refuse_nan_inf_negative(
     named = "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S" if field == "fill_exit_wait_s" else field
     assert named in str(info.value)
     assert "finite" in str(info.value)
+
+
+def test_seconds_longer_than_any_thread_wait_are_refused(tmp_path: Path) -> None:
+    # 1e18 s passed finiteness; the exit hook's wait then raised OverflowError
+    # (the fills were abandoned and the read summary never written), and so did
+    # every blocking fill's lock wait.
+    with pytest.raises(ConfigError) as info:
+        LakehouseCacheConfig.from_env(
+            {ROOT: str(tmp_path), "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "1e18"}
+        )
+    assert "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S='1e18'" in str(info.value)
+    with pytest.raises(ConfigError, match="blocking_fill_timeout_s"):
+        LakehouseCacheConfig(root=tmp_path, blocking_fill_timeout_s=threading.TIMEOUT_MAX * 2)
+    longest = LakehouseCacheConfig(root=tmp_path, fill_exit_wait_s=threading.TIMEOUT_MAX)
+    assert longest.fill_exit_wait_s == threading.TIMEOUT_MAX
 
 
 def test_seconds_settings_accept_numbers_and_text(tmp_path: Path) -> None:

@@ -102,6 +102,30 @@ def test_entry_left_pending_by_a_reboot_is_refilled(
     cache.close()
 
 
+def test_metadata_changes_after_a_reboot_do_not_make_a_pending_entry_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_syncs: threading.Event
+) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    cache.read(source)
+    (data,) = entry_files(root)
+    _reboot(monkeypatch)
+    time.sleep(0.05)  # past the boot even on the kernel's coarse file clock
+    # What an administrator's `chown -R` does after the crash, or the sweep of a
+    # temp still hard-linked to the entry: its inode changes, its bytes do not.
+    st = data.stat()
+    os.chown(data, st.st_uid, st.st_gid)
+    os.link(data, tmp_path / "second-link")
+    os.unlink(tmp_path / "second-link")
+    with cache.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.cache_status is CacheStatus.MISS  # was: a hit on maybe-torn bytes
+    removed = cache.events.events(EventKind.ENTRY_REMOVED)
+    assert [e.reason for e in removed] == ["not made durable before a reboot"]
+    cache.close(wait=False)
+
+
 def test_read_only_caches_do_not_read_an_entry_left_pending_by_a_reboot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_syncs: threading.Event
 ) -> None:
@@ -185,12 +209,19 @@ def test_a_process_killed_before_the_fsync_leaves_an_entry_readable_in_this_boot
     cache.close()
 
 
+# step boundaries: empty, one byte, exactly one step, one byte over, two steps,
+# and many steps (49) hashed on the digest thread
+@pytest.mark.parametrize("size", [0, 1, 4096, 4097, 8192, 200_001])
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_multi_step_fills_hash_every_byte_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, where: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
+    size: int,
 ) -> None:
-    monkeypatch.setattr(fill_module, "_CHUNK", 4096)  # 49 steps, hashed on a thread
-    payload = os.urandom(200_001)
+    monkeypatch.setattr(fill_module, "_CHUNK", 4096)
+    payload = os.urandom(size)
     kwargs: dict[str, Any] = {}
     if where == "local":
         source = str(write_old_file(tmp_path / "a.parquet", payload))

@@ -202,6 +202,9 @@ def test_cache_storage_option_picks_the_root(
         ({"cache_storag": "/tmp/x"}, "cache_storag"),
         ({"cache_storage": "TMP"}, "cache_storage"),
         ({"cache_storage": ["/a", "/b"]}, "cache_storage"),
+        # a root path given as the cache object failed at the first read with
+        # AttributeError: 'str' object has no attribute 'open'
+        ({"cache": "/var/cache/lake"}, "cache='/var/cache/lake' is not a LakehouseCache"),
     ],
 )
 def test_unknown_or_unsupported_options_are_refused_by_name(

@@ -20,6 +20,7 @@ the hook logs a warning naming how many fills were abandoned.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -42,6 +43,9 @@ logger = logging.getLogger("nexus_cache.lakehouse")
 #: every pool that may still have work at exit (weak: a collected cache has none)
 _live: weakref.WeakSet[BackgroundFills] = weakref.WeakSet()
 _live_lock = threading.Lock()
+#: the longest ``exit_wait_s`` of any pool created in this process: the fsyncs
+#: of entries it published get it at exit even once its cache was collected
+_longest_exit_wait_s = 0.0
 
 
 def finish_at_exit() -> None:
@@ -52,8 +56,7 @@ def finish_at_exit() -> None:
     runs before the read summaries are written).
     """
     with _live_lock:
-        every = list(_live)
-    pools = [p for p in every if p.pending()]
+        pools = [p for p in _live if p.pending()]
     start = time.monotonic()
     for pool in sorted(pools, key=lambda p: p.exit_wait_s):
         remaining = pool.exit_wait_s - (time.monotonic() - start)
@@ -66,7 +69,7 @@ def finish_at_exit() -> None:
             )
     # Then the fsyncs of what was published (this process's fills, blocking ones
     # included). One cut off leaves a 0700 entry: read in this boot, refilled after.
-    budget = max((p.exit_wait_s for p in every), default=0.0)
+    budget = _longest_exit_wait_s
     if pending_syncs() and not wait_for_syncs(max(0.0, budget - (time.monotonic() - start))):
         logger.info(
             "lakehouse: %d published entr(ies) not yet fsynced at exit; they are filled "
@@ -90,8 +93,10 @@ class BackgroundFills:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._closed = False
+        global _longest_exit_wait_s
         with _live_lock:
             _live.add(self)
+            _longest_exit_wait_s = max(_longest_exit_wait_s, exit_wait_s)
 
     def schedule(self, fs: Any, path: str, identity: SourceIdentity) -> None:
         """Queue a fill of ``identity`` now, or report why not (never waits)."""
@@ -105,10 +110,12 @@ class BackgroundFills:
                 lease = self._limits.try_acquire(identity.content.size)
                 if lease is None:
                     reason = "no_budget"
+                elif not self._start_worker_locked(len(self._inflight) + 1):
+                    lease.release()
+                    reason = "shutdown"
                 else:
                     self._inflight.add(identity.key)
                     self._queue.put((fs, path, identity, lease))
-                    self._start_worker_locked()
         if reason is not None:
             self._events.emit(
                 CacheEvent(
@@ -120,15 +127,23 @@ class BackgroundFills:
                 )
             )
 
-    def _start_worker_locked(self) -> None:
+    def _start_worker_locked(self, busy: int) -> bool:
+        """Start a worker if fewer than ``busy`` (capped) run; ``False`` when no
+        worker runs and none can start, so a job queued now would never run."""
         # Daemon threads, so that a stuck remote store cannot hang interpreter exit.
-        busy = len(self._inflight)
         if len(self._workers) < min(busy, self._limits.max_concurrency):
             worker = threading.Thread(
                 target=self._worker, name="nexus-lakehouse-fill", daemon=True
             )
+            try:
+                worker.start()
+            except RuntimeError:
+                # Interpreter shutdown (Python 3.12+ refuses new threads then,
+                # e.g. a read in an atexit handler): the workers already
+                # running take the job, if there are any.
+                return bool(self._workers)
             self._workers.append(worker)
-            worker.start()
+        return True
 
     def _worker(self) -> None:
         while (job := self._queue.get()) is not None:
@@ -169,3 +184,23 @@ class BackgroundFills:
             workers, self._workers = self._workers, []
         for _ in workers:
             self._queue.put(None)
+
+    def _after_fork_in_child(self) -> None:
+        # The workers and the fills they ran or had queued stayed in the parent
+        # (their leases are the parent's too, see FillLimits): a child that kept
+        # them would wait for them forever (wait_for_fills, its exit wait) and
+        # count dead threads as workers. Its lock may have been held.
+        self._lock = threading.Condition()
+        self._inflight = set()
+        self._queue = queue.SimpleQueue()
+        self._workers = []
+
+
+def _reset_after_fork() -> None:
+    global _live_lock
+    _live_lock = threading.Lock()
+    for pool in list(_live):
+        pool._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -20,6 +20,7 @@ import errno
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -100,14 +101,7 @@ class LakehouseCache:
                 self.store.tmp_dir,
                 lambda: (events.counts(), [d.to_dict() for d in events.reads()[-RECENT:]]),
             )
-        # Identity probes of deferred checks (see Scanner.execute_deferred): a few
-        # threads suffice since each waits on one metadata request; idle threads
-        # are only created on demand by the executor.
-        self._probes = (
-            ThreadPoolExecutor(max_workers=4, thread_name_prefix="nexus-lakehouse-probe")
-            if self.store is not None
-            else None
-        )
+        self._probes = _probe_pool() if self.store is not None else None
         self._scanner = Scanner(
             cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
         )
@@ -117,6 +111,7 @@ class LakehouseCache:
             else None
         )
         self._closed = False
+        _caches.add(self)
 
     def _open_root(self, root: Path) -> EntryStore | None:
         """The store at ``root``; ``None`` (reads go remote, with an event) on a full disk."""
@@ -376,6 +371,15 @@ class LakehouseCache:
             # later opens plan synchronously (open() checks _closed)
             self._probes.shutdown(wait=False, cancel_futures=False)
 
+    def _after_fork_in_child(self) -> None:
+        # A forked child's stats() and read summary are its own reads.
+        self.events._after_fork_in_child()
+        # The probe threads stayed in the parent but the executor's count of
+        # idle ones did not: a child's probe would wait in the queue for a
+        # thread that does not exist, and its read with it, forever.
+        if self._probes is not None and not self._closed:
+            self._probes = self._scanner.probes = _probe_pool()
+
     def __enter__(self) -> LakehouseCache:
         return self
 
@@ -406,6 +410,28 @@ def _at_exit() -> None:
 _register = getattr(threading, "_register_atexit", atexit.register)
 _register(_at_exit)
 
+
+def _probe_pool() -> ThreadPoolExecutor:
+    # Identity probes of deferred checks (see Scanner.execute_deferred): a few
+    # threads suffice since each waits on one metadata request; idle threads
+    # are only created on demand by the executor.
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="nexus-lakehouse-probe")
+
+
+_caches: weakref.WeakSet[LakehouseCache] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    global _default_lock
+    # Held by a thread that was opening a root when another forked (opening
+    # sweeps temps and runs retention: it can take a while); in the child
+    # nothing would ever release it, and default_cache() would hang.
+    _default_lock = threading.Lock()
+    for cache in list(_caches):
+        cache._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 _default: LakehouseCache | None = None
 _by_root: dict[Path, LakehouseCache] = {}

@@ -41,6 +41,7 @@ import dataclasses
 import enum
 import math
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,15 +125,20 @@ def _parse_positive_int(value: Any, name: str) -> int:
 
 def _parse_seconds(value: Any, name: str) -> float:
     # bool is an int subclass, and NaN compares false with everything: refuse both
-    # here, where the value enters, instead of failing later in a timeout.
+    # here, where the value enters, instead of failing later in a timeout. So are
+    # values longer than any thread wait (threading.TIMEOUT_MAX, ~292 years):
+    # waits on them raise OverflowError (the exit hook's, every blocking fill's).
     try:
         if isinstance(value, bool):
             raise ValueError
         number = parse_float_text(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         number = math.nan
-    if not math.isfinite(number) or number < 0:
-        raise ConfigError(f"{name}={value!r} is not accepted; use a finite number of seconds >= 0")
+    if not math.isfinite(number) or number < 0 or number > threading.TIMEOUT_MAX:
+        raise ConfigError(
+            f"{name}={value!r} is not accepted; use a finite number of seconds >= 0 "
+            f"and at most {threading.TIMEOUT_MAX:.0f}"
+        )
     return number
 
 

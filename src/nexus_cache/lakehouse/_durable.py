@@ -12,9 +12,12 @@ owner):
 * ``0600``: durable. The worker sets it only after fsyncing the record and the
   data, so a power cut can never leave a ``0600`` entry torn.
 
-After a power cut, an entry still ``0700`` whose inode last changed before the
-current boot may be torn (on ext4 and XFS a torn new file is short, which the
-size check already catches; other filesystems give weaker promises).
+After a power cut, an entry still ``0700`` whose bytes were written (its
+mtime) before the current boot may be torn (on ext4 and XFS a torn new file is
+short, which the size check already catches; other filesystems give weaker
+promises). The mtime, not the inode change time: a ``chown -R`` by an
+administrator, or the sweep of a temp still hard-linked to the entry after the
+crash, changes the inode but not the bytes, and must not make them trusted.
 :func:`needs_refill` flags it, and the store reports it as ``NOT_DURABLE``: it
 is removed and filled again, never read.
 
@@ -24,7 +27,8 @@ fills fsync before publishing, as every fill did before.
 Thread-safe. The worker is a daemon thread started on demand; at interpreter
 exit the lakehouse's exit hook gives it the fill exit wait to finish. An entry
 whose fsync was cut off stays ``0700``: correct for the rest of the boot, and
-filled again after the next one.
+filled again after the next one. Where no thread can start (interpreter
+shutdown), the publishing thread syncs the entry itself.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ def needs_refill(st: os.stat_result) -> bool:
     if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IXUSR:
         return False  # a link or a directory there is refused by the read, not refilled
     # Without a boot time nothing is deferred, so a 0700 entry is not ours to trust.
-    return _BOOT_NS is None or st.st_ctime_ns < _BOOT_NS
+    return _BOOT_NS is None or st.st_mtime_ns < _BOOT_NS
 
 
 class _Syncer:
@@ -90,17 +94,28 @@ class _Syncer:
 
     def submit(self, fd: int, record: str) -> None:
         with self._cond:
-            if len(self._jobs) < _MAX_QUEUED:
+            if len(self._jobs) < _MAX_QUEUED and self._has_worker_locked():
                 self._jobs.append((fd, record))
                 self._busy += 1
-                if self._worker is None:
-                    self._worker = threading.Thread(
-                        target=self._run, name="nexus-lakehouse-sync", daemon=True
-                    )
-                    self._worker.start()
                 self._cond.notify()
                 return
         _sync(fd, record)
+
+    def _has_worker_locked(self) -> bool:
+        """Start the worker if needed; ``False`` when no thread can start."""
+        if self._worker is None:
+            worker = threading.Thread(target=self._run, name="nexus-lakehouse-sync", daemon=True)
+            try:
+                worker.start()
+            except RuntimeError:
+                # Interpreter shutdown (Python 3.12+ refuses new threads once it
+                # begins, which is when one-shot scripts publish their fills):
+                # the publishing thread syncs itself rather than queue a job no
+                # worker would ever take, which would hold the exit for the
+                # whole NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S.
+                return False
+            self._worker = worker
+        return True
 
     def _run(self) -> None:
         while True:

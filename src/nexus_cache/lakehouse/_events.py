@@ -145,6 +145,15 @@ class EventLog:
             logger.log(self._read_level, "lakehouse read %s", diag.describe())
         self._notify(diag)
 
+    def _after_fork_in_child(self) -> None:
+        # What the cache did before a fork is the parent's to report; a child
+        # that kept it would count it again in read_stats(). Its lock may have
+        # been held.
+        self._lock = threading.Lock()
+        self._events.clear()
+        self._reads.clear()
+        self._counts.clear()
+
     def _notify(self, item: CacheEvent | ReadDiagnostics) -> None:
         callback = self.callback
         if callback is None:

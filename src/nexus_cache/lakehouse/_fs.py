@@ -81,6 +81,11 @@ def _cache_from_options(
         raise ConfigError(
             f"nexus filesystem option(s) not supported: {names} ({why}); remove them"
         )
+    if cache is not None and not isinstance(cache, LakehouseCache):
+        raise ConfigError(
+            f"nexus option cache={cache!r} is not a LakehouseCache; pass one, or a "
+            "directory as cache_storage="
+        )
     if cache_storage is None:
         return cache if cache is not None else default_cache()
     if cache is not None:

@@ -2,9 +2,11 @@
 
 Blocking (``fill_before_read``) and background (``read_through``) fills of one
 service draw on the same :class:`FillLimits`. A fill is charged its object's size
-for its whole duration: until the entry is fsynced those bytes sit in host memory
-(buffers and dirty page cache). An object larger than the whole byte budget is
-charged the whole budget, so it can still run, alone.
+for its whole duration, until the entry is published: those bytes sit in host
+memory (buffers, then dirty page cache until the fsync worker of :mod:`._durable`
+writes them back, which the kernel's writeback limits bound). An object larger
+than the whole byte budget is charged the whole budget, so it can still run,
+alone.
 
 The budget never queues: :meth:`FillLimits.try_acquire` answers at once (background
 fills that find no room are skipped by the caller), and :meth:`FillLimits.acquire`
@@ -13,8 +15,10 @@ waits at most ``timeout`` seconds (blocking fills then read remotely).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 
 from nexus_cache.errors import ConfigError
 
@@ -24,17 +28,18 @@ __all__ = ["FillLease", "FillLimits"]
 class FillLease:
     """A granted share of the budget; release it exactly once (idempotent)."""
 
-    __slots__ = ("_limits", "_released", "charge")
+    __slots__ = ("_generation", "_limits", "_released", "charge")
 
-    def __init__(self, limits: FillLimits, charge: int) -> None:
+    def __init__(self, limits: FillLimits, charge: int, generation: int) -> None:
         self._limits = limits
         self.charge = charge
+        self._generation = generation
         self._released = False
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._limits._release(self.charge)
+            self._limits._release(self.charge, self._generation)
 
     def __enter__(self) -> FillLease:
         return self
@@ -47,7 +52,8 @@ class FillLimits:
     """Budget of concurrent fills and host bytes, shared by all fills of a service.
 
     Thread-safe; per process (the service). Processes coordinate on entries
-    through per-entry file locks, not through this budget.
+    through per-entry file locks, not through this budget. A forked child
+    starts with the whole budget: the fills charged to it are the parent's.
     """
 
     def __init__(self, max_concurrency: int, max_host_bytes: int) -> None:
@@ -66,6 +72,8 @@ class FillLimits:
         self._cond = threading.Condition()
         self._fills = 0
         self._bytes = 0
+        self._generation = 0  # bumped in a forked child: older leases are the parent's
+        _every.add(self)
 
     def _charge(self, nbytes: int) -> int:
         return max(0, min(int(nbytes), self.max_host_bytes))
@@ -89,15 +97,36 @@ class FillLimits:
                 self._cond.wait(remaining)
             self._fills += 1
             self._bytes += charge
-        return FillLease(self, charge)
+            return FillLease(self, charge, self._generation)
 
-    def _release(self, charge: int) -> None:
+    def _release(self, charge: int, generation: int) -> None:
         with self._cond:
+            if generation != self._generation:
+                return  # charged before a fork, to the parent's budget
             self._fills -= 1
             self._bytes -= charge
             self._cond.notify_all()
+
+    def _after_fork_in_child(self) -> None:
+        # The threads running the charged fills stayed in the parent: without
+        # this, a child would wait for (or skip fills for want of) a budget
+        # that nothing in it will ever release. Its lock may have been held.
+        self._cond = threading.Condition()
+        self._fills = self._bytes = 0
+        self._generation += 1
 
     def in_flight(self) -> tuple[int, int]:
         """(fills, host bytes) currently charged."""
         with self._cond:
             return self._fills, self._bytes
+
+
+_every: weakref.WeakSet[FillLimits] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for limits in list(_every):
+        limits._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from nexus_cache._storage import FileLock
+from nexus_cache._storage import FileLock, lstat_key
 from nexus_cache.errors import CacheSecurityError
 from nexus_cache.lakehouse._durable import DURABLE_MODE, needs_refill
 from nexus_cache.lakehouse._identity import SourceIdentity
@@ -144,7 +144,9 @@ def verify_all(
 
     An entry that cannot be opened as ours (another user's file, a non-regular
     file) is one more bad entry: listed, removed with ``remove``, and the pass
-    goes on to the rest. ``progress(1)`` is called once per entry checked.
+    goes on to the rest. An entry removed or replaced while the pass runs
+    (retention, ``clear`` or a refill in another process) is not bad: it is
+    gone. ``progress(1)`` is called once per entry checked.
     """
     bad: dict[str, str] = {}
     for entry in list(store.iter_entries()):
@@ -152,6 +154,10 @@ def verify_all(
             progress(1)
         problem = verify_entry(store, entry.key)
         if problem is None:
+            continue
+        if lstat_key(store.data_path(entry.key)) != entry.stat:
+            # Not the file listed any more: its record or data went missing
+            # under the check because it was removed (or refilled) meanwhile.
             continue
         bad[entry.key] = problem
         if remove:

@@ -53,7 +53,7 @@ class SummaryWriter:
         self._root = root
         self._tmp_dir = tmp_dir
         self._snapshot = snapshot
-        self._name = f"{host_tag()}-{os.getpid()}-{os.urandom(4).hex()}{_NAME_SUFFIX}"
+        self._name = _new_name()
         self._lock = threading.Lock()
         with _writers_lock:
             _writers.add(self)
@@ -83,6 +83,16 @@ class SummaryWriter:
             )
             _prune(folder)
 
+    def _after_fork_in_child(self) -> None:
+        # A forked child is another process: under its parent's name its summary
+        # and the parent's would overwrite each other. Its lock may have been held.
+        self._name = _new_name()
+        self._lock = threading.Lock()
+
+
+def _new_name() -> str:
+    return f"{host_tag()}-{os.getpid()}-{os.urandom(4).hex()}{_NAME_SUFFIX}"
+
 
 def _prune(folder: Path) -> None:
     files = []
@@ -100,6 +110,16 @@ _writers: weakref.WeakSet[SummaryWriter] = weakref.WeakSet()
 _writers_lock = threading.Lock()
 
 
+def _reset_after_fork() -> None:
+    global _writers_lock
+    _writers_lock = threading.Lock()
+    for writer in list(_writers):
+        writer._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 def write_all() -> None:
     """Write every live cache's summary (at interpreter exit, after the fills)."""
     with _writers_lock:
@@ -112,7 +132,7 @@ def _load(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # Recursion: deep nesting
         return None
     if not isinstance(doc, dict) or doc.get("format") != "nexus-lakehouse-stats":
         return None

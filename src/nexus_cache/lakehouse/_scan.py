@@ -130,7 +130,7 @@ class Scanner:
         self.filler = filler
         self.events = events
         self._schedule_fill = schedule_fill
-        self._probes = probes
+        self.probes = probes
         self._no_store_reason = no_store_reason
         self._known = KnownIdentities()
 
@@ -188,7 +188,7 @@ class Scanner:
             probe = known.age() >= self.config.identity_ttl_s
         else:
             return None
-        if identity is None or (probe and self._probes is None):
+        if identity is None or (probe and self.probes is None):
             return None
         plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
         if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
@@ -238,7 +238,7 @@ class Scanner:
         :class:`StalePlanError` without one). An entry that cannot be trusted
         (foreign owner) is read remotely instead.
         """
-        assert self._probes is not None
+        assert self.probes is not None
         assert plan.identity is not None
         fs, path, planned = plan.fs, plan.path, plan.identity
 
@@ -246,7 +246,17 @@ class Scanner:
             return resolve_identity(fs, path, local_min_age_s=0.0).identity
 
         sent = time.monotonic()
-        future: Future[SourceIdentity | None] = self._probes.submit(probe)
+        future: Future[SourceIdentity | None]
+        try:
+            future = self.probes.submit(probe)
+        except RuntimeError:
+            # Interpreter shutdown (a read in an atexit handler): executors take
+            # no work any more. Ask the store on this thread instead.
+            future = Future()
+            try:
+                future.set_result(probe())
+            except Exception as exc:  # confirm() handles it as a probe's
+                future.set_exception(exc)
 
         def confirm() -> None:
             try:

@@ -18,7 +18,7 @@ file that another process has open splits the lock in two.
 
 An entry is *present* when its data file exists with the identity's size and is
 not a leftover of an earlier boot that never became durable (mode ``0700`` with
-an older inode change time; see :mod:`._durable`). The record exists whenever
+bytes written before this boot; see :mod:`._durable`). The record exists whenever
 the data does (it is written first); it carries the identity, the size and a
 SHA-256 digest of the bytes taken during the fill, which ``verify`` checks.
 Guarantees: process-safe and thread-safe; a crash at any instant leaves no
@@ -169,7 +169,7 @@ class EntryStore:
         except FileNotFoundError:
             atomic_write(marker, json.dumps(_LAYOUT).encode(), tmp_dir=self.tmp_dir)
             return
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # Recursion: deep nesting
             raise CacheIntegrityError(
                 f"{marker} is unreadable ({exc}); remove it if {self.root} is a lakehouse cache"
             ) from exc
@@ -251,7 +251,7 @@ class EntryStore:
         try:
             raw = self.record_path(key).read_bytes()
             record = json.loads(raw)
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        except (FileNotFoundError, ValueError, UnicodeDecodeError, RecursionError):
             return None
         return record if isinstance(record, dict) else None
 
