@@ -17,8 +17,9 @@ import pytest
 import nexus_cache.cli
 
 CLI_DIR = Path(nexus_cache.cli.__file__).parent
-# The package-wide size grammar and formatter: every option must use it.
-ALLOWED_PRIVATE = {"nexus_cache._sizes"}
+# The package-wide size grammar and formatter, and the strict number parsers:
+# every option must use them (one parser each, never a second one in the CLI).
+ALLOWED_PRIVATE = {"nexus_cache._sizes", "nexus_cache._numbers"}
 
 
 def _cli_modules() -> list[Path]:

@@ -37,13 +37,13 @@ import contextlib
 import datetime as _dt
 import json
 import math
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from nexus_cache._numbers import parse_float_text, parse_int_text
 from nexus_cache._sizes import SIZE_GRAMMAR, format_size, parse_size
 from nexus_cache.errors import (
     BackendUnavailableError,
@@ -221,9 +221,10 @@ def count_option(name: str, *, minimum: int = 0) -> Callable[[str], int]:
     """
 
     def parse(text: str) -> int:
-        digits = text.strip().lstrip("+")
-        # isascii first: str.isdigit() is true for Arabic-Indic and fullwidth digits.
-        number = int(digits) if digits.isascii() and digits.isdigit() else minimum - 1
+        try:
+            number = parse_int_text(text)
+        except ValueError:
+            number = minimum - 1
         if number < minimum:
             raise argparse.ArgumentTypeError(
                 f"{name} {text!r} is not accepted; use a whole number >= {minimum}"
@@ -231,12 +232,6 @@ def count_option(name: str, *, minimum: int = 0) -> Callable[[str], int]:
         return number
 
     return parse
-
-
-_INTEGER_RE = re.compile(r"[+-]?[0-9]+\Z")
-_NUMBER_RE = re.compile(
-    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z|[+-]?(nan|inf)\Z", re.I
-)
 
 
 def integer_option(name: str) -> Callable[[str], int]:
@@ -247,11 +242,12 @@ def integer_option(name: str) -> Callable[[str], int]:
     """
 
     def parse(text: str) -> int:
-        if not _INTEGER_RE.match(text.strip()):
+        try:
+            return parse_int_text(text)
+        except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{name} {text!r} is not accepted; use a whole number"
-            )
-        return int(text)
+            ) from None
 
     return parse
 
@@ -264,11 +260,12 @@ def number_option(name: str) -> Callable[[str], float]:
     """
 
     def parse(text: str) -> float:
-        if not _NUMBER_RE.match(text.strip()):
+        try:
+            return parse_float_text(text)
+        except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{name} {text!r} is not accepted; use a decimal number such as 0.85 or 1e-6"
-            )
-        return float(text)
+            ) from None
 
     return parse
 
