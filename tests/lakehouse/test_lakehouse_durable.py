@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -35,9 +36,9 @@ def held_syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     release = threading.Event()
     real = durable._sync
 
-    def held(fd: int, record: str) -> None:
+    def held(fd: int, record: str, discard: Any) -> None:
         release.wait(30)
-        real(fd, record)
+        real(fd, record, discard)
 
     monkeypatch.setattr(durable, "_sync", held)
     yield release
@@ -166,7 +167,9 @@ def test_without_a_boot_clock_fills_fsync_before_publishing(
 ) -> None:
     monkeypatch.setattr(durable, "_BOOT_NS", None)
     queued: list[int] = []
-    monkeypatch.setattr(fill_module, "make_durable_later", lambda fd, rec: queued.append(fd))
+    monkeypatch.setattr(
+        fill_module, "make_durable_later", lambda fd, rec, discard: queued.append(fd)
+    )
     source = str(write_old_file(tmp_path / "a.parquet", DATA))
     root = tmp_path / "c"
     cache = make_cache(root, policy="fill_before_read")
@@ -183,7 +186,7 @@ def test_without_a_boot_clock_fills_fsync_before_publishing(
 
 def _publish_and_die(root: str, source: str) -> None:
     # hold the fsync forever, then die the way a killed process does
-    durable._sync = lambda fd, record: time.sleep(3600)  # type: ignore[assignment]
+    durable._sync = lambda fd, record, discard: time.sleep(3600)  # type: ignore[assignment]
     make_cache(Path(root), policy="fill_before_read").read(source)
     os._exit(0)
 
@@ -273,4 +276,32 @@ def test_a_forked_child_gets_its_own_fsync_worker(
     held_syncs.set()
     assert cache.wait_for_fills(timeout=30)
     assert all(_mode(p) == durable.DURABLE_MODE for p in entry_files(root))
+    cache.close()
+
+
+def test_an_entry_whose_fsync_fails_is_removed_and_filled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def dying_disk(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(durable, "_fsync", dying_disk)
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    cache = make_cache(root, policy="fill_before_read")
+    with cache.open(source) as f:
+        assert f.read() == DATA  # served from the validated bytes, before the fsync
+    assert cache.wait_for_fills(timeout=30)
+    # after a write-back error the page cache may not hold the fill's bytes:
+    # the entry is gone rather than trusted for the rest of the boot
+    assert entry_files(root) == []
+    removed = cache.events.events(EventKind.ENTRY_REMOVED)
+    assert [e.reason for e in removed] == ["fsync failed: [Errno 5] Input/output error"]
+    monkeypatch.setattr(durable, "_fsync", os.fsync)
+    with cache.open(source) as f:
+        assert f.read() == DATA
+        assert f.diagnostics.cache_status is CacheStatus.MISS
+    assert cache.wait_for_fills(timeout=30)
+    (data,) = entry_files(root)
+    assert _mode(data) == durable.DURABLE_MODE
     cache.close()

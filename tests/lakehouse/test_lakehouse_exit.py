@@ -179,9 +179,9 @@ import gc, sys, time
 from nexus_cache.lakehouse import LakehouseCache, _durable
 
 real = _durable._sync
-def slow(fd, record):
+def slow(fd, record, discard):
     time.sleep(1.0)
-    real(fd, record)
+    real(fd, record, discard)
 _durable._sync = slow
 cache = LakehouseCache.from_env()
 assert len(cache.read(sys.argv[1])) == 4096

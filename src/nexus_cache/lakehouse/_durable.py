@@ -40,6 +40,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 
 __all__ = [
     "DURABLE_MODE",
@@ -85,21 +86,27 @@ def needs_refill(st: os.stat_result) -> bool:
     return _BOOT_NS is None or st.st_mtime_ns < _BOOT_NS
 
 
+#: what to do with an entry whose fsync failed (the filler removes it)
+Discard = Callable[[OSError], None]
+_Job = tuple[int, str, Discard]
+_fsync = os.fsync  # a seam: tests make it fail as a dying disk does
+
+
 class _Syncer:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._jobs: collections.deque[tuple[int, str]] = collections.deque()
+        self._jobs: collections.deque[_Job] = collections.deque()
         self._busy = 0
         self._worker: threading.Thread | None = None
 
-    def submit(self, fd: int, record: str) -> None:
+    def submit(self, fd: int, record: str, discard: Discard) -> None:
         with self._cond:
             if len(self._jobs) < _MAX_QUEUED and self._has_worker_locked():
-                self._jobs.append((fd, record))
+                self._jobs.append((fd, record, discard))
                 self._busy += 1
                 self._cond.notify()
                 return
-        _sync(fd, record)
+        _sync(fd, record, discard)
 
     def _has_worker_locked(self) -> bool:
         """Start the worker if needed; ``False`` when no thread can start."""
@@ -121,9 +128,9 @@ class _Syncer:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._jobs))
-                fd, record = self._jobs.popleft()
+                fd, record, discard = self._jobs.popleft()
             try:
-                _sync(fd, record)
+                _sync(fd, record, discard)
             except Exception:  # never let the worker die: its queue would hang waiters
                 logger.exception("lakehouse: making a published entry durable failed")
             finally:
@@ -140,22 +147,33 @@ class _Syncer:
             return self._cond.wait_for(lambda: self._busy == 0, timeout)
 
 
-def _sync(fd: int, record: str) -> None:
-    """fsync the record, then the data, then mark the data durable; closes ``fd``."""
+def _sync(fd: int, record: str, discard: Discard) -> None:
+    """fsync the record, then the data, then mark the data durable; closes ``fd``.
+
+    A failed fsync discards the entry: after a write-back error Linux may drop
+    the dirty pages or keep them marked clean, so later reads of the file
+    could return bytes that are neither the fill's nor whole.
+    """
     try:
         try:
             rfd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return  # removed meanwhile (retention, clear): nothing left to keep
         try:
-            os.fsync(rfd)
-        finally:
-            os.close(rfd)
-        os.fsync(fd)
+            try:
+                _fsync(rfd)
+            finally:
+                os.close(rfd)
+            _fsync(fd)
+        except OSError as exc:
+            logger.warning("lakehouse: fsync of a published entry failed (%s); removing it", exc)
+            discard(exc)
+            return
         os.fchmod(fd, DURABLE_MODE)
     except OSError:
-        # The entry stays 0700: still served in this boot, filled again after a reboot.
-        logger.warning("lakehouse: could not make a published entry durable", exc_info=True)
+        # The bytes are on disk but the mark is not: the entry stays 0700, read in
+        # this boot and filled again after the next one.
+        logger.warning("lakehouse: could not mark a published entry durable", exc_info=True)
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -169,7 +187,7 @@ def _after_fork_in_child() -> None:
     # queue would wait forever. The parent syncs what it queued; the child starts
     # empty and closes its copies of those descriptors.
     global _syncer
-    for fd, _ in _syncer._jobs:
+    for fd, _, _ in _syncer._jobs:
         with contextlib.suppress(OSError):
             os.close(fd)
     _syncer = _Syncer()
@@ -178,9 +196,12 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def make_durable_later(fd: int, record: str) -> None:
-    """Queue the fsync of a just-published entry (``fd`` on its data; closed when done)."""
-    _syncer.submit(fd, record)
+def make_durable_later(fd: int, record: str, discard: Discard) -> None:
+    """Queue the fsync of a just-published entry (``fd`` on its data; closed when done).
+
+    ``discard(error)`` is called, on the worker thread, when an fsync fails.
+    """
+    _syncer.submit(fd, record, discard)
 
 
 def pending_syncs() -> int:

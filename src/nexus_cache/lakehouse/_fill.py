@@ -43,9 +43,14 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from nexus_cache._storage import lstat_key, new_temp, publish_temp, write_all
+from nexus_cache._storage import StatKey, lstat_key, new_temp, publish_temp, stat_key, write_all
 from nexus_cache.errors import FillError, StalePlanError
-from nexus_cache.lakehouse._durable import PENDING_MODE, can_defer, make_durable_later
+from nexus_cache.lakehouse._durable import (
+    PENDING_MODE,
+    Discard,
+    can_defer,
+    make_durable_later,
+)
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
 from nexus_cache.lakehouse._identity import SourceIdentity
 from nexus_cache.lakehouse._limits import FillLease, FillLimits
@@ -263,7 +268,11 @@ class Filler:
                     os.close(sync_fd)
                 raise
             if sync_fd is not None:
-                make_durable_later(sync_fd, os.fspath(self.store.record_path(key)))
+                make_durable_later(
+                    sync_fd,
+                    os.fspath(self.store.record_path(key)),
+                    self._discarder(identity, stat_key(os.fstat(sync_fd))),
+                )
         except BaseException as exc:
             if fd_open:
                 os.close(fd)
@@ -286,6 +295,22 @@ class Filler:
             except OSError:  # best effort: the fill itself succeeded
                 logger.exception("lakehouse: retention after filling %s failed", key)
         return FillResult(FillOutcome.FILLED, nbytes=nbytes)
+
+    def _discarder(self, identity: SourceIdentity, published: StatKey) -> Discard:
+        """Removes the entry we published (only that file) when its fsync fails."""
+
+        def discard(error: OSError) -> None:
+            # Short lock wait: where the fsync runs on the publishing thread
+            # (interpreter shutdown) that thread still holds the lock itself.
+            if self.store.remove(identity.key, published, lock_timeout=2.0):
+                self._event(
+                    EventKind.ENTRY_REMOVED,
+                    identity,
+                    FillMode.NONE,
+                    reason=f"fsync failed: {error}",
+                )
+
+        return discard
 
     def _request_bytes(self, size: int) -> int:
         cap = self.limits.max_host_bytes if _MAX_REQUEST is None else _MAX_REQUEST
