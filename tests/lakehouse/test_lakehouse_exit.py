@@ -29,25 +29,31 @@ assert len(data) == 4096, len(data)
 """
 
 
+def _run(
+    script: str, *args: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter that imports this checkout, with ``env``."""
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **env}
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def _one_shot(
     source: Path, root: Path, delay_s: float, env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    settings = {
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
         "NEXUS_LAKEHOUSE_CACHE_READ": "disabled",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1M",
         **env,
     }
-    return subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(source), str(delay_s)],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return _run(_SCRIPT, str(source), str(delay_s), env=settings)
 
 
 def test_one_shot_read_through_process_leaves_a_published_entry(tmp_path: Path) -> None:
@@ -98,21 +104,13 @@ def test_one_shot_script_over_s3_warms_the_cache(
     put_object(s3_endpoint, s3_bucket, "t.parquet", data)
     root = tmp_path / "c"
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
         "NEXUS_LAKEHOUSE_CACHE_READ": "disabled",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
     }
     url = f"nexus::s3://{s3_bucket}/t.parquet"
-    done = subprocess.run(
-        [sys.executable, "-c", _S3_SCRIPT, url, s3_endpoint],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(_S3_SCRIPT, url, s3_endpoint, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     (entry,) = entry_files(root)
     assert entry.read_bytes() == data
@@ -147,21 +145,13 @@ def test_fill_published_when_no_thread_can_start_is_made_durable_at_once(
     source = write_old_file(tmp_path / "a.parquet", data)
     root = tmp_path / "c"
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
         "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "20",
     }
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", _NO_THREADS_AT_EXIT_SCRIPT, str(source)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(_NO_THREADS_AT_EXIT_SCRIPT, str(source), env=env)
     assert done.returncode == 0, done.stderr
     # no fsync job left queued for a worker that never started
     assert time.monotonic() - started < 10, done.stderr
@@ -194,19 +184,11 @@ def test_exit_waits_for_the_fsyncs_of_a_collected_cache(tmp_path: Path) -> None:
     source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
     root = tmp_path / "c"
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", _COLLECTED_CACHE_SCRIPT, str(source)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(_COLLECTED_CACHE_SCRIPT, str(source), env=env)
     assert done.returncode == 0, done.stderr
     (entry,) = entry_files(root)
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600, "exit did not wait for the fsync"
@@ -232,19 +214,11 @@ atexit.register(last)
 def test_read_through_read_in_an_atexit_handler_skips_its_fill_quietly(tmp_path: Path) -> None:
     source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c"),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", _READ_IN_ATEXIT_SCRIPT, str(source)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(_READ_IN_ATEXIT_SCRIPT, str(source), env=env)
     assert done.returncode == 0, done.stderr
     # the fill nothing could run is a skip, not a failed after-read hook
     assert done.stdout.split() == ["shutdown"], done.stderr
@@ -278,20 +252,12 @@ def test_warm_s3_read_in_an_atexit_handler(
 
     put_object(s3_endpoint, s3_bucket, "t.parquet", os.urandom(3000))
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(tmp_path / "c"),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
     }
     url = f"s3://{s3_bucket}/t.parquet"
-    done = subprocess.run(
-        [sys.executable, "-c", _WARM_READ_IN_ATEXIT_SCRIPT, url, s3_endpoint],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(_WARM_READ_IN_ATEXIT_SCRIPT, url, s3_endpoint, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     # was: RuntimeError: cannot schedule new futures after shutdown
     assert done.stdout.split() == ["hit"], done.stderr
