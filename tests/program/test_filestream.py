@@ -13,8 +13,14 @@ import pytest
 from nexus_cache._storage import UnlinkResult, atomic_write
 from nexus_cache._storage._names import host_tag
 from nexus_cache.errors import CacheSecurityError, ConfigError
-from nexus_cache.program import FileStreamProgramCache, _evictq, _filestream, _fsscan
-from nexus_cache.program._integrity import SIDECAR_SUFFIX, XATTR_NAME
+from nexus_cache.program import FileStreamProgramCache, _evictq, _filestream, _fsscan, _stamps
+from nexus_cache.program._integrity import (
+    RECORD_SIZE,
+    SIDECAR_SUFFIX,
+    XATTR_NAME,
+    entry_check,
+    probe_carrier,
+)
 
 OTHER_UID = 54321
 
@@ -34,6 +40,48 @@ def cache(tmp_path):
     return FileStreamProgramCache(tmp_path / "c")
 
 
+def _supported(tmp_path) -> tuple[str, ...]:
+    """The carriers this filesystem can hold: the probe's pick and every one after it."""
+    (tmp_path / "probe").mkdir(exist_ok=True)
+    best = probe_carrier(str(tmp_path / "probe"))
+    return ("mtime", "xattr", "sidecar")[("mtime", "xattr", "sidecar").index(best) :]
+
+
+@pytest.fixture(params=["mtime", "xattr", "sidecar"])
+def carrier(request, tmp_path, monkeypatch):
+    """Each record carrier in turn (one the filesystem cannot hold is skipped)."""
+    if request.param not in _supported(tmp_path):
+        pytest.skip(f"this filesystem cannot hold {request.param} records")
+    monkeypatch.setattr(_filestream, "probe_carrier", lambda tmp: request.param)
+    return request.param
+
+
+@pytest.fixture
+def any_cache(tmp_path, carrier):
+    c = FileStreamProgramCache(tmp_path / "c")
+    assert c.record_carrier == carrier
+    return c
+
+
+def strip_record(cache, p):
+    """What losing an entry's record looks like on each carrier."""
+    if cache.record_carrier == "mtime":  # a `touch`: the mtime no longer carries the check
+        os.utime(p, ns=(time.time_ns(), time.time_ns()))
+    elif cache.record_carrier == "xattr":
+        os.removexattr(p, XATTR_NAME)
+    else:
+        os.unlink(str(p) + SIDECAR_SUFFIX)
+
+
+def copy_with_record(cache, src, dst):
+    """Copy an entry and everything that vouches for it (as `cp -a` would)."""
+    shutil.copy2(src, dst)  # bytes and mtime
+    if cache.record_carrier == "xattr":
+        os.setxattr(dst, XATTR_NAME, os.getxattr(src, XATTR_NAME))
+    elif cache.record_carrier == "sidecar":
+        shutil.copyfile(str(src) + SIDECAR_SUFFIX, str(dst) + SIDECAR_SUFFIX)
+
+
 # -- layout ----------------------------------------------------------------
 
 
@@ -44,8 +92,39 @@ def test_entry_on_disk_is_the_raw_binary(cache):
     assert p.read_bytes() == payload  # no header, no framing: cuobjdump reads it as is
     assert stat.S_IMODE(os.lstat(p).st_mode) == 0o600
     assert os.listdir(cache.path / "tmp") == []
-    assert cache.uses_xattrs
-    assert len(os.getxattr(p, XATTR_NAME)) == 32
+
+
+def test_each_carrier_holds_the_record_where_it_says(any_cache):
+    payload = os.urandom(4000)
+    any_cache[b"k"] = payload
+    p = entry_path(any_cache, b"k")
+    kd = hashlib.sha256(b"k").digest()[:16]
+    st = os.lstat(p)  # before any read: the kernel's relatime would move the atime
+    assert p.read_bytes() == payload
+    if any_cache.record_carrier == "mtime":
+        assert st.st_mtime_ns % 10**9 == entry_check(payload, kd) % 10**9
+        assert st.st_mtime_ns < time.time_ns()  # never in the future
+        assert st.st_atime_ns < st.st_mtime_ns  # never read since its write
+        assert XATTR_NAME not in os.listxattr(p)
+    elif any_cache.record_carrier == "xattr":
+        assert len(os.getxattr(p, XATTR_NAME)) == RECORD_SIZE == 36
+    else:
+        assert os.path.exists(str(p) + SIDECAR_SUFFIX)
+    assert any_cache.uses_xattrs == (any_cache.record_carrier == "xattr")
+    assert any_cache[b"k"] == payload
+
+
+def test_the_probe_prefers_the_mtime_carrier_where_timestamps_are_exact(tmp_path, monkeypatch):
+    assert FileStreamProgramCache(tmp_path / "c").record_carrier == _supported(tmp_path)[0]
+    real = os.utime
+
+    def rounding(target, *a, ns=None, **kw):  # a filesystem keeping microseconds only
+        if ns is not None:
+            ns = tuple(t // 1000 * 1000 for t in ns)
+        return real(target, *a, ns=ns, **kw)
+
+    monkeypatch.setattr(os, "utime", rounding)
+    assert FileStreamProgramCache(tmp_path / "d").record_carrier in ("xattr", "sidecar")
 
 
 def test_root_and_subdirs_private(tmp_path):
@@ -74,15 +153,41 @@ def test_default_root_from_env(tmp_path, monkeypatch):
 # -- LRU by atime ------------------------------------------------------------
 
 
-def test_hit_stamps_atime_and_keeps_mtime(cache):
-    cache[b"k"] = b"v"
-    p = entry_path(cache, b"k")
-    os.utime(p, ns=(1_000_000_000, 2_000_000_000))
+def test_hit_stamps_atime_and_keeps_mtime(any_cache):
+    any_cache[b"k"] = b"v"
+    p = entry_path(any_cache, b"k")
+    mtime = os.lstat(p).st_mtime_ns
+    os.utime(p, ns=(1_000_000_000, mtime))
     before = time.time_ns()
-    assert cache[b"k"] == b"v"
+    assert any_cache[b"k"] == b"v"
+    _stamps.flush()  # the stamp is written beside the read (see _stamps)
     st = os.lstat(p)
     assert st.st_atime_ns >= before - 50_000_000
-    assert st.st_mtime_ns == 2_000_000_000
+    assert st.st_mtime_ns == mtime
+    assert FileStreamProgramCache(any_cache.path)[b"k"] == b"v"  # still vouched for
+
+
+def test_a_deferred_stamp_lands_without_a_flush(cache):
+    cache[b"k"] = b"v"
+    p = entry_path(cache, b"k")
+    before = time.time_ns()
+    assert cache[b"k"] == b"v"
+    deadline = time.monotonic() + 5
+    while os.lstat(p).st_atime_ns < before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.lstat(p).st_atime_ns >= before  # the background thread wrote it
+
+
+def test_eviction_sees_this_processs_queued_stamps(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
+    for i, k in enumerate((b"a", b"b", b"c")):
+        c[k] = k * 300
+        set_atime(entry_path(c, k), 1000 + i)
+    c[b"a"]  # its stamp is queued, not yet written
+    assert c.prune(600) == (1, 300)
+    assert c.get(b"b") is None
+    assert c.get(b"a") == b"a" * 300
+    assert [e.name for e in c.iter_entries()][-1] == entry_path(c, b"a").name
 
 
 def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
@@ -92,16 +197,17 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     # read since its write (atime <= mtime), however recent.
     cache[b"k"] = b"v"
     p = entry_path(cache, b"k")
-    mtime = os.lstat(p).st_mtime_ns - 5_000_000_000
+    mtime = os.lstat(p).st_mtime_ns
     stamps = []
-    real = _filestream._utime
+    real = _filestream._defer_stamp
 
-    def spy(fd, *, ns):
-        stamps.append(ns)
-        return real(fd, ns=ns)
+    def spy(stamp):
+        _path, _ino, mtime_ns, atime_ns = stamp
+        stamps.append((atime_ns, mtime_ns))
+        return real(stamp)
 
-    monkeypatch.setattr(_filestream, "_utime", spy)
-    os.utime(p, ns=(time.time_ns() - 200_000_000, mtime))
+    monkeypatch.setattr(_filestream, "_defer_stamp", spy)
+    os.utime(p, ns=(max(time.time_ns() - 200_000_000, mtime + 1), mtime))
     assert FileStreamProgramCache(cache.path)[b"k"] == b"v"  # a fresh object reads the disk
     assert stamps == []
     os.utime(p, ns=(time.time_ns() - 1_500_000_000, mtime))
@@ -110,6 +216,7 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     assert len(stamps) == 1
     assert stamps[0][0] >= before
     assert stamps[0][1] == mtime
+    _stamps.flush()
     assert os.lstat(p).st_atime_ns >= before
     os.utime(p, ns=(time.time_ns() + 10**11, mtime))  # a future atime (clock step) is redone
     assert FileStreamProgramCache(cache.path)[b"k"] == b"v"
@@ -117,6 +224,7 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     cache[b"n"] = b"new"  # never read: atime <= mtime, stamped on its first read
     assert FileStreamProgramCache(cache.path)[b"n"] == b"new"
     assert len(stamps) == 3
+    _stamps.flush()
     st = os.lstat(entry_path(cache, b"n"))
     assert st.st_atime_ns > st.st_mtime_ns
 
@@ -133,21 +241,28 @@ def test_eviction_follows_atime_not_write_order(tmp_path):
     assert c.stats().evictions == 1
 
 
-def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(cache, monkeypatch):
-    cache[b"k"] = b"old bytes"
-    p = entry_path(cache, b"k")
-    real = _filestream.record_matches
+@pytest.mark.parametrize("reads", [1, 2])  # the first defers its stamp; a kept one stamps now
+def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(any_cache, monkeypatch, reads):
+    any_cache[b"k"] = b"old bytes"
+    p = entry_path(any_cache, b"k")
+    for _ in range(reads - 1):
+        assert any_cache[b"k"] == b"old bytes"
+        os.utime(p, ns=(1, os.lstat(p).st_mtime_ns))  # due for a stamp again
+        any_cache._memo.clear()
+    real = _filestream._read
     fresh = {}
 
-    def rewrite_then_check(record, data, kd):
+    def read_then_rewrite(fd, n):
+        data = real(fd, n)
         # a rewriter replaces the entry after our open, before our stamp
-        atomic_write(p, b"fresh bytes", tmp_dir=cache.path / "tmp", xattrs={XATTR_NAME: record})
+        atomic_write(p, b"fresh bytes", tmp_dir=any_cache.path / "tmp")
         os.utime(p, ns=(5, 7))
         fresh["st"] = os.lstat(p)
-        return real(record, data, kd)
+        return data
 
-    monkeypatch.setattr(_filestream, "record_matches", rewrite_then_check)
-    assert cache[b"k"] == b"old bytes"  # we read the inode we opened
+    monkeypatch.setattr(_filestream, "_read", read_then_rewrite)
+    assert any_cache[b"k"] == b"old bytes"  # we read the inode we opened
+    _stamps.flush()
     st = os.lstat(p)
     assert (st.st_ino, st.st_atime_ns, st.st_mtime_ns) == (fresh["st"].st_ino, 5, 7)
 
@@ -423,15 +538,23 @@ def _corrupt_cases():
         with open(p, "ab") as f:
             f.write(b"\0")
 
-    def strip_record(p):
-        os.removexattr(p, XATTR_NAME)
+    def flip_keeping_times(p):  # bit rot: the bytes change, the timestamps do not
+        st = os.lstat(p)
+        flip(p)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 
-    return {"truncate": truncate, "bitflip": flip, "extend": extend, "no-record": strip_record}
+    return {
+        "truncate": truncate,
+        "bitflip": flip,
+        "bitrot": flip_keeping_times,
+        "extend": extend,
+    }
 
 
-@pytest.mark.parametrize("case", sorted(_corrupt_cases()))
+@pytest.mark.parametrize("case", [*sorted(_corrupt_cases()), "no-record"])
 @pytest.mark.parametrize("read_first", [False, True])
-def test_corruption_is_detected_counted_removed(cache, case, read_first):
+def test_corruption_is_detected_counted_removed(any_cache, case, read_first):
+    cache = any_cache
     payload = os.urandom(4096)
     cache[b"k"] = payload
     cache[b"other"] = b"fine"
@@ -439,7 +562,16 @@ def test_corruption_is_detected_counted_removed(cache, case, read_first):
         for _ in range(3):
             assert cache[b"k"] == payload
         assert cache._memo.get(b"k") is not None
-    _corrupt_cases()[case](entry_path(cache, b"k"))
+    if case == "no-record":
+        strip_record(cache, entry_path(cache, b"k"))
+    else:
+        _corrupt_cases()[case](entry_path(cache, b"k"))
+    if case == "no-record" and cache.record_carrier == "sidecar":
+        # A missing sidecar is a writer mid-publication: a plain miss, never served.
+        cache._memo.clear()
+        assert cache.get(b"k") is None
+        assert cache.stats().corrupt == 0
+        return
     with pytest.raises(KeyError):
         cache[b"k"]
     s = cache.stats()
@@ -454,9 +586,11 @@ def test_corruption_is_detected_counted_removed(cache, case, read_first):
     assert cache[b"k"] == payload
 
 
-def test_verify_reports_and_removes(cache):
+@pytest.mark.parametrize("case", sorted(_corrupt_cases()))
+def test_verify_reports_and_removes(any_cache, case):
+    cache = any_cache
     cache.update({b"a": b"x" * 300, b"b": b"y" * 300, b"c": b"z" * 300})
-    _corrupt_cases()["bitflip"](entry_path(cache, b"b"))
+    _corrupt_cases()[case](entry_path(cache, b"b"))
     report = cache.verify()
     assert report.checked == 3
     assert report.ok == 2
@@ -466,7 +600,7 @@ def test_verify_reports_and_removes(cache):
 
 
 def test_sidecar_fallback_without_xattrs(tmp_path, monkeypatch):
-    monkeypatch.setattr(_filestream, "xattrs_supported", lambda tmp: False)
+    monkeypatch.setattr(_filestream, "probe_carrier", lambda tmp: "sidecar")
     c = FileStreamProgramCache(tmp_path / "c")
     assert not c.uses_xattrs
     c[b"k"] = b"payload" * 100
@@ -553,6 +687,7 @@ def test_foreign_owned_entry_refused_where_o_noatime_is_refused(cache, monkeypat
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(os, "open", open_like_non_root)
+    monkeypatch.setattr(_filestream, "_open", open_like_non_root)  # the read path's binding
     with pytest.raises(CacheSecurityError, match="owned by uid"):
         cache[b"k"]
     assert refused == [str(p)]
@@ -625,6 +760,7 @@ def test_memo_hits_keep_stamping_atime(cache):
     assert os.lstat(pb).st_atime_ns == 1_000_000_000
     mtime = os.lstat(pa).st_mtime_ns
     cache[b"b"]
+    _stamps.flush()
     assert os.lstat(pb).st_atime_ns >= before - 50_000_000
     assert os.lstat(pa).st_mtime_ns == mtime
 
@@ -676,47 +812,41 @@ def test_memo_is_bounded_lru():
 # -- the record binds the key -------------------------------------------------
 
 
-@pytest.mark.parametrize("move", ["copy-with-xattr", "rename"])
-def test_an_entry_moved_onto_another_keys_path_is_not_served(cache, move):
+@pytest.mark.parametrize("move", ["copy-with-record", "rename"])
+def test_an_entry_moved_onto_another_keys_path_is_not_served(any_cache, move):
+    cache = any_cache
     cache[b"A"] = b"bytes of A"
     cache[b"B"] = b"bytes of B"
     a, b = entry_path(cache, b"A"), entry_path(cache, b"B")
     if move == "rename":
         os.replace(a, b)
+        if cache.record_carrier == "sidecar":  # the record moves with it, inode and all
+            os.replace(str(a) + SIDECAR_SUFFIX, str(b) + SIDECAR_SUFFIX)
     else:
-        shutil.copyfile(a, b)
-        os.setxattr(b, XATTR_NAME, os.getxattr(a, XATTR_NAME))
+        copy_with_record(cache, a, b)
     cache._memo = None  # a fresh process: nothing remembered
     assert cache.get(b"B") is None
+    if cache.record_carrier == "sidecar" and move != "rename":
+        return  # the sidecar names the inode it vouches for: a copy is unverifiable, a miss
     assert cache.stats().corrupt == 1
     report = FileStreamProgramCache(cache.path).verify()
     assert report.corrupt == []
     assert report.ok == (0 if move == "rename" else 1)
 
 
-def test_verify_refuses_a_moved_entry(cache):
+def test_verify_refuses_a_moved_entry(any_cache):
+    cache = any_cache
     cache[b"A"] = b"bytes of A"
     cache[b"B"] = b"bytes of B"
-    shutil.copyfile(entry_path(cache, b"A"), entry_path(cache, b"B"))
-    os.setxattr(
-        entry_path(cache, b"B"), XATTR_NAME, os.getxattr(entry_path(cache, b"A"), XATTR_NAME)
-    )
+    copy_with_record(cache, entry_path(cache, b"A"), entry_path(cache, b"B"))
     report = cache.verify()
+    if cache.record_carrier == "sidecar":  # names another inode: unverifiable, never served
+        assert report.unverified == [entry_path(cache, b"B").name]
+        assert cache.get(b"B") is None
+        return
     assert report.corrupt == [entry_path(cache, b"B").name]
     assert report.ok == 1
     assert cache[b"A"] == b"bytes of A"
-
-
-def test_sidecar_record_binds_the_key_too(tmp_path, monkeypatch):
-    monkeypatch.setattr(_filestream, "xattrs_supported", lambda tmp: False)
-    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
-    c[b"A"] = b"bytes of A"
-    c[b"B"] = b"bytes of B"
-    a, b = entry_path(c, b"A"), entry_path(c, b"B")
-    os.replace(a, b)
-    os.replace(str(a) + SIDECAR_SUFFIX, str(b) + SIDECAR_SUFFIX)
-    assert c.get(b"B") is None
-    assert c.stats().corrupt == 1
 
 
 # -- counts and clear errors --------------------------------------------------

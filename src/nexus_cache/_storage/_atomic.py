@@ -72,6 +72,7 @@ def unlink_quietly(path: str | os.PathLike[str]) -> None:
 
 _unlink_quietly = unlink_quietly
 _open, _write, _close, _fsync, _setxattr = os.open, os.write, os.close, os.fsync, os.setxattr
+_utime = os.utime
 
 
 def stage_temp(
@@ -79,6 +80,7 @@ def stage_temp(
     data: bytes,
     *,
     xattr: tuple[str, bytes] | None = None,
+    times_ns: tuple[int, int] | None = None,
     fsync: bool = True,
     want_inode: bool = False,
 ) -> tuple[str, int]:
@@ -86,7 +88,9 @@ def stage_temp(
 
     The hot half of a publication, string paths only: ``open(O_EXCL)``,
     ``write``, ``fsetxattr`` (``xattr`` = name, value: set on the fd, so it
-    is published atomically with the bytes), ``fsync`` and ``close``. A
+    is published atomically with the bytes), ``futimens`` (``times_ns``:
+    the file's atime and mtime, published with the bytes likewise),
+    ``fsync`` and ``close``. A
     deleted ``tmp_dir`` is recreated (0700). Returns ``(temp path, inode)``;
     the inode is 0 unless ``want_inode``. On any error the temp is removed
     and the error re-raised. Thread- and process-safe (unique names).
@@ -104,6 +108,8 @@ def stage_temp(
                 write_all(fd, memoryview(data)[done:])
             if xattr is not None:
                 _setxattr(fd, xattr[0], xattr[1])
+            if times_ns is not None:
+                _utime(fd, ns=times_ns)
             ino = os.fstat(fd).st_ino if want_inode else 0
             if fsync:
                 _fsync(fd)

@@ -14,22 +14,37 @@ class OpCounters:
     """Hits, misses, stores, evictions, corrupt entries and skipped oversize stores
     of one cache object since it was opened. Thread-safe (its own lock)."""
 
-    __slots__ = ("_lock", "corrupt", "evictions", "hits", "misses", "oversize", "stores")
+    __slots__ = (
+        "_acquire",
+        "_lock",
+        "_release",
+        "corrupt",
+        "evictions",
+        "hits",
+        "misses",
+        "oversize",
+        "stores",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self.hits = self.misses = self.stores = 0
         self.evictions = self.corrupt = self.oversize = 0
 
+    # acquire/release rather than ``with``: a third of the cost on the hit
+    # path, and nothing between them can raise.
     def hit(self) -> None:
-        with self._lock:
-            self.hits += 1
+        self._acquire()
+        self.hits += 1
+        self._release()
 
     def miss(self, *, corrupt: int = 0) -> None:
         """One miss; ``corrupt`` counts entries found damaged (and removed) on the way."""
-        with self._lock:
-            self.misses += 1
-            self.corrupt += corrupt
+        self._acquire()
+        self.misses += 1
+        self.corrupt += corrupt
+        self._release()
 
     def found_corrupt(self, n: int) -> None:
         """Corrupt entries found outside a lookup (``verify``)."""

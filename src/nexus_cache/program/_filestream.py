@@ -23,7 +23,7 @@ from nexus_cache._storage import (
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, ConfigError
-from nexus_cache.program import _fsscan
+from nexus_cache.program import _fsscan, _stamps
 from nexus_cache.program._caps import validate_cap
 from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._evictq import CandidateQueue
@@ -31,15 +31,17 @@ from nexus_cache.program._fsevict import FileStreamEviction
 from nexus_cache.program._fsverify import verify_entries
 from nexus_cache.program._integrity import (
     KEY_DIGEST_SIZE,
+    PLAIN_READ_FLAGS,
+    READ_FLAGS,
     SIDECAR_SUFFIX,
     XATTR_NAME,
+    entry_verdict,
     make_record,
     make_sidecar,
-    open_entry,
-    read_record,
+    mtime_matches,
+    probe_carrier,
+    publish_times,
     read_rest,
-    record_matches,
-    xattrs_supported,
 )
 from nexus_cache.program._memo import MemoEntry, VerifiedMemo
 from nexus_cache.program._paths import default_filestream_root
@@ -72,8 +74,10 @@ _STAMP_WINDOW_NS = 1_000_000_000
 # the counter at most this often instead (see UsageCounter.forget).
 _FORGET_USAGE_NS = 1_000_000_000
 _sha256 = hashlib.sha256
-_close, _read, _fstat = os.close, os.read, os.fstat
-_getxattr, _utime, _time_ns = os.getxattr, os.utime, time.time_ns
+_open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
+_defer_stamp = _stamps.defer
+_ABSENT = object()
+_utime, _time_ns = os.utime, time.time_ns
 
 
 def _not_an_entry(path: str) -> CacheSecurityError:
@@ -180,7 +184,9 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._uid = os.geteuid()
         self._counts = OpCounters()
         sweep_stale_temps(self._tmp)
-        self._xattr = xattrs_supported(self._tmp)
+        self._carrier = probe_carrier(self._tmp)
+        self._by_mtime = self._carrier == "mtime"
+        self._sidecars = self._carrier == "sidecar"
         self._usage = UsageCounter(str(self._root / "usage"))
         self._candidates = CandidateQueue()
         self._eviction = FileStreamEviction(
@@ -190,7 +196,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             usage=self._usage,
             candidates=self._candidates,
             counts=self._counts,
-            sidecars=not self._xattr,
+            sidecars=self._sidecars,
         )
         if self._max is not None:
             self._usage.initialise(self._eviction.scan_total)
@@ -205,9 +211,15 @@ class FileStreamProgramCache(ProgramCacheResource):
         return self._max
 
     @property
+    def record_carrier(self) -> str:
+        """Where integrity records live: ``"mtime"`` (the entry's mtime carries
+        the check), ``"xattr"`` or ``"sidecar"`` (``.sum`` files)."""
+        return self._carrier
+
+    @property
     def uses_xattrs(self) -> bool:
-        """Whether integrity records live in xattrs (else in ``.sum`` sidecars)."""
-        return self._xattr
+        """Whether integrity records live in xattrs."""
+        return self._carrier == "xattr"
 
     def _path_for(self, kb: bytes) -> str:
         h = _sha256(kb).hexdigest()
@@ -215,6 +227,16 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
+        data = self.get(key, _ABSENT)
+        if data is _ABSENT:
+            raise KeyError(key)
+        return data  # type: ignore[return-value]
+
+    def get(self, key: bytes | str, default: bytes | None = None) -> bytes | None:
+        """The stored bytes, or ``default`` when the key is absent (or its entry
+        fails the integrity check: then it is removed and counted as corrupt)."""
+        # The read path users take (cuda.core's Program.compile(cache=...) and
+        # cached_compile call get): kept in one frame, stdlib calls bound once.
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         memo = self._memo
         if memo is not None:
@@ -229,10 +251,14 @@ class FileStreamProgramCache(ProgramCacheResource):
         h = digest.hex()
         path = self._prefix + h[:2] + "/" + h
         try:
-            fd = open_entry(path)
+            fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
             self._count_miss()
-            raise KeyError(key) from None
+            return default
+        except PermissionError:
+            # The kernel refuses O_NOATIME on a file we do not own: open it
+            # plainly, and the ownership check below refuses it by name.
+            fd = _open(path, PLAIN_READ_FLAGS)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise CacheSecurityError(
@@ -248,33 +274,32 @@ class FileStreamProgramCache(ProgramCacheResource):
             data = _read(fd, size)
             if len(data) != size:
                 data = read_rest(fd, data, size)
-            if self._xattr:
-                try:
-                    record: bytes = _getxattr(fd, XATTR_NAME)
-                except OSError:
-                    record = b""  # nothing vouches for the bytes: corrupt
+            mtime = st.st_mtime_ns
+            if self._by_mtime:
+                ok: bool | None = mtime_matches(mtime, data, digest)
             else:
-                sidecar = read_record(fd, path, st.st_ino, False)
-                if sidecar is None:
+                ok = entry_verdict(self._carrier, fd, path, st, data, digest[:KEY_DIGEST_SIZE])
+                if ok is None:
                     self._count_miss()
-                    raise KeyError(key)
-                record = sidecar
-            if not record_matches(record, data, digest[:KEY_DIGEST_SIZE]):
+                    return default
+            if not ok:
                 self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
-                raise KeyError(key)
+                return default
+            keep = memo is not None and memo.second_read(kb, (st.st_ino, size, mtime))
             now = _time_ns()
             atime = st.st_atime_ns
-            if atime <= st.st_mtime_ns or not 0 <= now - atime < _STAMP_WINDOW_NS:
-                # Same inode as the fstat above, so a rewriter's fresh file is
-                # never stamped; mtime is kept so stat guards elsewhere stay valid.
-                _utime(fd, ns=(now, st.st_mtime_ns))
-                stamped = True
-            else:
-                stamped = False
-            if memo is not None and memo.second_read(kb, (st.st_ino, size, st.st_mtime_ns)):
-                # our own stamp moved the ctime
-                ctime = _fstat(fd).st_ctime_ns if stamped else st.st_ctime_ns
-                memo.put(kb, MemoEntry(path, st.st_ino, size, st.st_mtime_ns, ctime, data))
+            ctime = st.st_ctime_ns
+            if atime <= mtime or not 0 <= now - atime < _STAMP_WINDOW_NS:
+                if keep:
+                    # Stamped now, through the fd (same inode, so a rewriter's
+                    # fresh file is never stamped; mtime kept: it carries the
+                    # check), so the memo records the ctime our stamp leaves.
+                    _utime(fd, ns=(now, mtime))
+                    ctime = _fstat(fd).st_ctime_ns
+                else:
+                    _defer_stamp((path, st.st_ino, mtime, now))
+            if keep:
+                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, ctime, data))  # type: ignore[union-attr]
         finally:
             _close(fd)
         self._counts.hit()
@@ -301,19 +326,13 @@ class FileStreamProgramCache(ProgramCacheResource):
         now = _time_ns()
         atime = st.st_atime_ns
         if atime <= entry.mtime_ns or not 0 <= now - atime < _STAMP_WINDOW_NS:
-            # Path-based, guarded by the lstat just above: if a rewrite lands in
-            # between, its fresh file gets our atime and the old mtime, which
-            # no guard or memo mistakes for the old file (they compare inodes).
-            try:
-                os.utime(path, ns=(now, entry.mtime_ns), follow_symlinks=False)
-                after = os.lstat(path)
-            except FileNotFoundError:
-                memo.discard(kb)  # deleted after our lstat: this read happened before that
-                return entry.data
-            if after.st_ino == entry.ino:
-                entry.ctime_ns = after.st_ctime_ns  # our stamp moved it
-            else:
-                memo.discard(kb)
+            # At most once a second per entry, so written now: the memo must
+            # learn the ctime our stamp leaves, or its next hit reads as changed.
+            ctime = _stamps.stamp_now(path, entry.ino, entry.mtime_ns, now)
+            if ctime is not None:
+                entry.ctime_ns = ctime
+            elif lstat_key(path) != (entry.ino, entry.size, entry.mtime_ns):
+                memo.discard(kb)  # replaced or removed after our lstat
         return entry.data
 
     def _count_miss(self) -> None:
@@ -329,7 +348,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
             if outcome is UnlinkResult.REMOVED:
                 held.add(-st.st_size)
-        if outcome is UnlinkResult.REMOVED and not self._xattr:
+        if outcome is UnlinkResult.REMOVED and self._sidecars:
             _fsscan.remove_sidecar(path)
 
     # -- write ---------------------------------------------------------------
@@ -344,9 +363,18 @@ class FileStreamProgramCache(ProgramCacheResource):
         if cap is not None and size > cap:
             self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
             return
-        xattr = (XATTR_NAME, make_record(data, digest[:KEY_DIGEST_SIZE])) if self._xattr else None  # type: ignore[arg-type]
+        kd = digest[:KEY_DIGEST_SIZE]
+        carrier = self._carrier
+        xattr = (XATTR_NAME, make_record(data, kd)) if carrier == "xattr" else None  # type: ignore[arg-type]
+        times = publish_times(data, kd, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
         # The bytes are written and fsynced before any lock is taken.
-        tmp, ino = stage_temp(self._tmp, data, xattr=xattr, want_inode=not self._xattr)  # type: ignore[arg-type]
+        tmp, ino = stage_temp(
+            self._tmp,
+            data,  # type: ignore[arg-type]
+            xattr=xattr,
+            times_ns=times,
+            want_inode=self._sidecars,
+        )
         total: int | None = None
         try:
             if cap is None:
@@ -361,8 +389,8 @@ class FileStreamProgramCache(ProgramCacheResource):
                     total = held.add(size - (old.size if old is not None else 0))
         except IsADirectoryError:
             raise _not_an_entry(path) from None
-        if not self._xattr:
-            sidecar = make_sidecar(ino, data, digest[:KEY_DIGEST_SIZE])  # type: ignore[arg-type]
+        if self._sidecars:
+            sidecar = make_sidecar(ino, data, kd)  # type: ignore[arg-type]
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
             self._memo.discard(kb)  # type: ignore[arg-type]
@@ -406,7 +434,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             if os.path.isdir(path):  # EPERM: unlink of a directory on some systems
                 raise _not_an_entry(path) from None
             raise
-        if not self._xattr:
+        if self._sidecars:
             _fsscan.remove_sidecar(path)
         return True
 
@@ -441,7 +469,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 outcome = unlink_if_unchanged(entry.path, entry.key, aside_dir=self._tmp)
                 if outcome is UnlinkResult.REMOVED:
                     freed += entry.key.size
-                if outcome is not UnlinkResult.CHANGED and not self._xattr:
+                if outcome is not UnlinkResult.CHANGED and self._sidecars:
                     _fsscan.remove_sidecar(entry.path)
             held.add(-freed)
         sweep_stale_temps(self._tmp)
@@ -463,7 +491,10 @@ class FileStreamProgramCache(ProgramCacheResource):
         ``progress(1)`` is called once per entry checked (for progress bars).
         """
         return verify_entries(
-            self._entries, xattr=self._xattr, drop_corrupt=self._drop_corrupt, progress=progress
+            self._entries,
+            carrier=self._carrier,
+            drop_corrupt=self._drop_corrupt,
+            progress=progress,
         )
 
     def __repr__(self) -> str:

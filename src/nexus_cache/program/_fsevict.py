@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nexus_cache._storage import FileLock, sweep_stale_temps
-from nexus_cache.program import _fsscan
+from nexus_cache.program import _fsscan, _stamps
 from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._evictq import CandidateQueue
 from nexus_cache.program._usage import UsageCounter
@@ -83,6 +83,9 @@ class FileStreamEviction:
         lock = FileLock(self._lock_path)
         if not lock.acquire(timeout=0):
             return  # another thread or process is evicting; it will get under the cap
+        # The candidate list skips entries read since its scan by their atime:
+        # this process's queued stamps must be on disk for that.
+        _stamps.flush()
         evicted = 0
         try:
             queue = self._candidates

@@ -13,6 +13,7 @@ import stat
 from typing import NamedTuple
 
 from nexus_cache._storage import StatKey, UnlinkResult, unlink_if_unchanged
+from nexus_cache.program import _stamps
 from nexus_cache.program._integrity import SIDECAR_SUFFIX
 
 __all__ = ["EvictResult", "ScanEntry", "ScanResult", "evict_oldest", "is_entry_name", "scan"]
@@ -55,6 +56,9 @@ def _subdirs(entries_dir: str, refused: list[tuple[str, str]]) -> list[str]:
 
 def scan(entries_dir: str, *, with_stat: bool = True) -> ScanResult:
     """List every entry. Without ``with_stat`` only names are checked (for ``len``)."""
+    # This process's queued access stamps land first, so the atimes read
+    # below (the LRU order eviction and listings use) include its own reads.
+    _stamps.flush()
     uid = os.geteuid()
     entries: list[ScanEntry] = []
     refused: list[tuple[str, str]] = []

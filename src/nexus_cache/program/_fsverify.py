@@ -13,11 +13,10 @@ from collections.abc import Callable
 
 from nexus_cache.program import _fsscan
 from nexus_cache.program._integrity import (
+    entry_verdict,
     key_digest_of_name,
     open_entry,
-    read_record,
     read_rest,
-    record_matches,
 )
 from nexus_cache.program._report import VerifyReport
 
@@ -27,14 +26,15 @@ __all__ = ["verify_entries"]
 def verify_entries(
     entries: str,
     *,
-    xattr: bool,
+    carrier: str,
     drop_corrupt: Callable[[str, os.stat_result], None],
     progress: Callable[[int], None] | None = None,
 ) -> VerifyReport:
     """Check every entry under ``entries``; ``drop_corrupt(path, stat)`` each corrupt one.
 
-    ``xattr`` says where the integrity records live (xattrs, else ``.sum``
-    sidecars). ``progress(1)`` is called once per entry checked.
+    ``carrier`` says where the integrity records live (``"mtime"``,
+    ``"xattr"`` or ``"sidecar"``; see :mod:`nexus_cache.program._integrity`).
+    ``progress(1)`` is called once per entry checked.
     """
     report = VerifyReport()
     result = _fsscan.scan(entries)
@@ -51,12 +51,12 @@ def verify_entries(
         try:
             st = os.fstat(fd)
             data = read_rest(fd, b"", st.st_size)
-            record = read_record(fd, e.path, st.st_ino, xattr)
+            verdict = entry_verdict(carrier, fd, e.path, st, data, key_digest_of_name(name))
         finally:
             os.close(fd)
-        if record is None:
+        if verdict is None:
             report.unverified.append(name)
-        elif record_matches(record, data, key_digest_of_name(name)):
+        elif verdict:
             report.ok += 1
         else:
             report.corrupt.append(name)

@@ -11,7 +11,10 @@ integrity check and that the entry on disk still stands for.
 
 An entry is admitted on its second read from disk, not its first: a process
 that reads each kernel once (the common compile-once pattern) would only pay
-for holding memory it never uses again (fresh pages are not free).
+for holding memory it never uses again (fresh pages are not free). First
+reads are remembered in a fixed table of slots by key hash, with no lock: a
+collision or a race only forgets a first read (the entry is admitted one
+read later), and admission never decides what is served, only what is kept.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections import OrderedDict
 
 __all__ = ["MemoEntry", "VerifiedMemo"]
 
-_SEEN_LIMIT = 4096  # paths remembered (without bytes) as read once
+_SEEN_SLOTS = 4096  # first reads remembered (without bytes); a power of two
 
 
 class MemoEntry:
@@ -44,20 +47,21 @@ class VerifiedMemo:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
         self._entries: OrderedDict[bytes, MemoEntry] = OrderedDict()
-        self._seen: OrderedDict[bytes, tuple[int, int, int]] = OrderedDict()
+        self._seen: list[tuple[bytes, tuple[int, int, int]] | None] = [None] * _SEEN_SLOTS
         self._bytes = 0
         self._lock = threading.Lock()
 
     def second_read(self, path: bytes, ident: tuple[int, int, int]) -> bool:
         """Record a disk read of the entry of key ``path`` as ``ident`` = (inode, size, mtime_ns);
         True when the same version was read before, i.e. it is worth keeping."""
-        with self._lock:
-            if self._seen.pop(path, None) == ident:
-                return True
-            self._seen[path] = ident
-            if len(self._seen) > _SEEN_LIMIT:
-                self._seen.popitem(last=False)
-            return False
+        slot = hash(path) & (_SEEN_SLOTS - 1)
+        seen = self._seen
+        mark = (path, ident)
+        if seen[slot] == mark:
+            seen[slot] = None
+            return True
+        seen[slot] = mark
+        return False
 
     def get(self, path: bytes) -> MemoEntry | None:
         # No lock: a dict lookup and move_to_end are each atomic; an entry
@@ -93,7 +97,7 @@ class VerifiedMemo:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._seen.clear()
+            self._seen = [None] * _SEEN_SLOTS
             self._bytes = 0
 
     @property

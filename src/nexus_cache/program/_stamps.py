@@ -1,0 +1,149 @@
+"""LRU access stamps written beside the read path, not on it.
+
+A hit that must promote its entry (first read since the write, or last
+stamped more than the stamp window ago) hands ``(path, inode, mtime, now)``
+to this process's stamp queue and returns; a background thread writes the
+queued stamps about :data:`DELAY_S` later, in one batch. A new process that
+reads fifty kernels at start-up so pays no metadata write per kernel while
+it waits for them, and the LRU order on disk is the same, only written a
+moment later.
+
+Guarantees:
+
+* A stamp never lands on another file than the one read: it opens the path
+  without following links, checks inode and mtime on that fd and stamps
+  through the same fd, with the mtime kept (the mtime may carry the entry's
+  integrity check).
+* A stamp never moves an atime back: one older than the entry's atime is
+  dropped.
+* Everything queued is written before eviction or a listing in this process
+  reads the LRU order (they call :func:`flush`), at interpreter exit, and
+  by a forked child never (it starts with an empty queue; its parent writes
+  its own). A process killed by SIGKILL loses at most the last
+  :data:`DELAY_S` of stamps: those entries look as old as their previous
+  stamp to eviction, which may then remove them a little early (a
+  recompile), never serve wrong bytes.
+
+Thread-safe: ``deque.append`` and ``popleft`` are atomic, so readers take no
+lock. Fork-safe and shutdown-safe (where no thread can start, the stamp is
+written on the reading thread).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from collections import deque
+
+from nexus_cache.program._integrity import READ_FLAGS
+
+__all__ = ["DELAY_S", "defer", "flush", "stamp_now"]
+
+# About the stamp window (1 s): stamps are ordered to a second anyway.
+DELAY_S = 1.0
+
+Stamp = tuple[str, int, int, int]  # path, inode, mtime_ns, atime_ns to set
+
+
+def stamp_now(path: str, ino: int, mtime_ns: int, atime_ns: int) -> int | None:
+    """Stamp the entry at ``path`` with ``atime_ns`` if it is still inode ``ino``
+    with mtime ``mtime_ns``; its ctime afterwards, or ``None`` when it is gone,
+    changed, or already stamped later."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except OSError:
+        return None  # removed or replaced by something we must not open
+    try:
+        st = os.fstat(fd)
+        if st.st_ino != ino or st.st_mtime_ns != mtime_ns or st.st_atime_ns >= atime_ns:
+            return None
+        os.utime(fd, ns=(atime_ns, mtime_ns))
+        return os.fstat(fd).st_ctime_ns
+    except OSError:
+        return None  # a stamp is bookkeeping: a failed one costs LRU precision only
+    finally:
+        os.close(fd)
+
+
+class _Queue:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.items: deque[Stamp] = deque()
+        self.scheduled = False
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.stop = False
+
+    def defer(self, stamp: Stamp) -> None:
+        """Queue a stamp ``(path, inode, mtime_ns, atime_ns)`` of an entry just read."""
+        self.items.append(stamp)
+        if self.stop:
+            self.flush()  # queued by an exit hook after ours ran: stamp here
+        elif not self.scheduled:
+            self.scheduled = True
+            if self.thread is None and not self._start():
+                self.scheduled = False
+                self.flush()  # no thread at interpreter shutdown: stamp here
+                return
+            self.wake.set()
+
+    def _start(self) -> bool:
+        thread = threading.Thread(target=self._run, name="nexus-cache-stamps", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            return False
+        self.thread = thread
+        return True
+
+    def _run(self) -> None:
+        wake = self.wake
+        while True:
+            wake.wait()
+            if self.stop:
+                return
+            # Gather the batch: a start-up burst of reads becomes one pass,
+            # written after the burst rather than competing with it.
+            time.sleep(DELAY_S)
+            wake.clear()
+            # Reset before draining: a stamp queued from here on either is
+            # drained below or schedules the next pass.
+            self.scheduled = False
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every queued stamp now, on the calling thread."""
+        items = self.items
+        while True:
+            try:
+                path, ino, mtime_ns, atime_ns = items.popleft()
+            except IndexError:
+                return
+            stamp_now(path, ino, mtime_ns, atime_ns)
+
+
+_queue = _Queue()
+
+
+# Bound once: the read path calls ``defer((path, inode, mtime_ns, atime_ns))``
+# directly (one frame); a forked child resets this same queue in place.
+defer = _queue.defer
+flush = _queue.flush
+
+
+def _in_child() -> None:
+    _queue.reset()  # the parent's thread does not exist here; its stamps are its own
+
+
+def _at_exit() -> None:
+    _queue.stop = True
+    _queue.flush()
+    _queue.wake.set()
+
+
+os.register_at_fork(after_in_child=_in_child)
+atexit.register(_at_exit)
