@@ -3,7 +3,7 @@
 # installed, then the device/frames/service tests again on CuPy-pool domains),
 # the demo on the GPU, then the benchmarks. Logs go to $OUT (or ./gpu-out).
 # Wheels for packages the machine lacks (rmm-cu13, librmm-cu13, rapids-logger,
-# kvikio-cu13, libkvikio-cu13) travel in .whl/ (see docs/benchmarks.md).
+# kvikio-cu13, libkvikio-cu13, xxhash) travel in .whl/ (see docs/benchmarks.md).
 #
 #   GPU_BENCHMARKS="graph source_cache"  which benchmarks/NAME.py to run
 #   BENCH_TIMEOUT=240                     seconds per benchmark
@@ -13,8 +13,10 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
+  # By name from .whl/, so pip picks the wheel built for this machine's Python.
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+    --target /tmp/site --find-links .whl \
+    $(ls .whl | grep '\.whl$' | sed -E 's/-[0-9].*//' | sort -u) || exit 1
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -12,6 +11,7 @@ import pytest
 from nexus_cache.cli._output import size_option
 from nexus_cache.cli.main import main
 from nexus_cache.program import FileStreamProgramCache, SQLiteProgramCache
+from nexus_cache.program._integrity import entry_name, entry_relpath
 
 
 def fs_cache(tmp_path):
@@ -91,8 +91,8 @@ def test_verify_clean_exits_zero(setup, capsys):
 
 def test_verify_reports_and_removes_corrupt_filestream(tmp_path, capsys):
     c = fs_cache(tmp_path)
-    h = hashlib.sha256(b"b").hexdigest()
-    with open(c.path / "entries" / h[:2] / h, "r+b") as f:
+    h = entry_name(b"b")
+    with open(c.path / "entries" / entry_relpath(h), "r+b") as f:
         f.write(b"Y")
     rc, out, _ = run(capsys, "verify", "--path", str(c.path))
     assert rc == 1
@@ -105,8 +105,8 @@ def test_verify_reports_and_removes_corrupt_filestream(tmp_path, capsys):
 
 def test_verify_reports_refused_symlink(tmp_path, capsys):
     c = fs_cache(tmp_path)
-    h = hashlib.sha256(b"a").hexdigest()
-    p = c.path / "entries" / h[:2] / h
+    h = entry_name(b"a")
+    p = c.path / "entries" / entry_relpath(h)
     os.unlink(p)
     p.symlink_to(tmp_path)
     rc, out, _ = run(capsys, "verify", "--path", str(c.path))

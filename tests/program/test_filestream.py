@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
@@ -19,6 +18,8 @@ from nexus_cache.program._integrity import (
     SIDECAR_SUFFIX,
     XATTR_NAME,
     entry_check,
+    entry_location,
+    entry_name,
     probe_carrier,
 )
 
@@ -26,8 +27,8 @@ OTHER_UID = 54321
 
 
 def entry_path(cache, key):
-    h = hashlib.sha256(key).hexdigest()
-    return cache.path / "entries" / h[:2] / h
+    sub, name = entry_location(key)
+    return cache.path / "entries" / sub / name
 
 
 def set_atime(path, atime_s):
@@ -98,7 +99,7 @@ def test_each_carrier_holds_the_record_where_it_says(any_cache):
     payload = os.urandom(4000)
     any_cache[b"k"] = payload
     p = entry_path(any_cache, b"k")
-    kd = hashlib.sha256(b"k").digest()[:16]
+    kd = bytes.fromhex(entry_name(b"k")[:32])
     st = os.lstat(p)  # before any read: the kernel's relatime would move the atime
     assert p.read_bytes() == payload
     if any_cache.record_carrier == "mtime":

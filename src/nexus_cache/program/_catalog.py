@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache.program._filestream import FileStreamProgramCache
+from nexus_cache.program._integrity import entry_relpath
 from nexus_cache.program._sidecar import SIDECAR_SUFFIX
 from nexus_cache.program._sqlite import SQLiteProgramCache
 
@@ -203,7 +204,7 @@ def _read_regular(path: str) -> bytes | None:
 def _filestream_items(cache: FileStreamProgramCache) -> Iterator[tuple[str, int, int, bytes]]:
     entries = cache.path / "entries"
     for info in cache.iter_entries():
-        data = _read_regular(str(entries / info.name[:2] / info.name))
+        data = _read_regular(str(entries / entry_relpath(info.name)))
         if data is not None:
             yield info.name, info.size, info.atime_ns, data
 

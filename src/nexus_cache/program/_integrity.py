@@ -2,10 +2,11 @@
 
 An entry file holds the binary exactly as compiled (cuobjdump and nvdisasm
 read it), so what vouches for it lives in the file's metadata. The check is
-XXH3-64 of the bytes, seeded with the entry's key digest (the first 8 bytes
-of the SHA-256 of its key, which also names the file): an entry copied or
+XXH3-64 of the bytes XORed with the entry's key tag (the first 8 bytes of
+the entry's name, see :func:`entry_name`): an entry copied or
 renamed onto another key's path no longer matches there and is never
-served for that key.
+served for that key. (XOR rather than XXH3's seed: a seed costs a secret
+derivation per call, two thirds of the hash itself on 16 KiB.)
 
 Where the record lives, in order of preference (``probe_carrier`` picks
 one per cache root, at open):
@@ -33,9 +34,11 @@ root is private (0700) for that.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import struct
+import zlib
 
 import xxhash
 
@@ -50,6 +53,10 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "XATTR_NAME",
     "entry_check",
+    "FANOUT",
+    "entry_location",
+    "entry_name",
+    "entry_relpath",
     "entry_verdict",
     "key_digest_of_name",
     "make_record",
@@ -88,7 +95,43 @@ _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
 
 def entry_check(data: bytes, kd: bytes) -> int:
     """The 64-bit check of ``data`` stored under the key whose SHA-256 starts with ``kd``."""
-    return _xxh3(data, _from_bytes(kd[:8], "little"))
+    return _xxh3(data) ^ _from_bytes(kd[:8], "big")
+
+
+# Other-length keys are hashed behind this prefix, so that no such key's name
+# can equal a 32-byte key's own hex by accident (that would take a key that
+# is the SHA-256 of this prefix and another key).
+_NAME_DOMAIN = b"nexus-cache entry name\x00"
+
+
+# entries/<subdir>/<name>: the subdir is two hex digits of a CRC-32 of the
+# name's bytes, not the name's first two digits, because a 32-byte key is
+# its own name and such keys need not be uniformly distributed (ASCII keys
+# would all share one directory).
+FANOUT = tuple(f"{i:02x}" for i in range(256))
+_crc32 = zlib.crc32
+
+
+def entry_location(key: bytes) -> tuple[str, str]:
+    """``(subdir, name)`` of the entry of ``key`` under ``entries/``.
+
+    The name is 64 hex digits. A 32-byte key (``make_program_cache_key``
+    and cuda.core's both return a SHA-256) is its own name, so a read hashes
+    nothing cryptographic to find its file; any other key is named by the
+    SHA-256 of a domain prefix and the key.
+    """
+    digest = key if len(key) == 32 else hashlib.sha256(_NAME_DOMAIN + key).digest()
+    return FANOUT[_crc32(digest) & 255], digest.hex()
+
+
+def entry_name(key: bytes) -> str:
+    """The file name of the entry of ``key`` (see :func:`entry_location`)."""
+    return entry_location(key)[1]
+
+
+def entry_relpath(name: str) -> str:
+    """``<subdir>/<name>`` of the entry named ``name``."""
+    return FANOUT[_crc32(bytes.fromhex(name)) & 255] + "/" + name
 
 
 def key_digest_of_name(name: str) -> bytes:
@@ -109,9 +152,11 @@ def publish_times(data: bytes, kd: bytes, now_ns: int) -> tuple[int, int]:
     return now_ns - 2 * _NS, mtime
 
 
-def mtime_matches(mtime_ns: int, data: bytes, kd: bytes) -> bool:
-    """Whether an entry's mtime vouches for exactly ``data`` under key digest ``kd``."""
-    return mtime_ns % _NS == _xxh3(data, _from_bytes(kd[:8], "little")) % _NS
+def mtime_matches(mtime_ns: int, data: bytes, name: str) -> bool:
+    """Whether an entry's mtime vouches for exactly ``data`` under the entry
+    name ``name`` (see :func:`entry_name`): :func:`entry_check` from the
+    hex the read path already has."""
+    return mtime_ns % _NS == (_xxh3(data) ^ int(name[:16], 16)) % _NS
 
 
 def make_record(data: bytes, kd: bytes) -> bytes:
@@ -229,7 +274,7 @@ def entry_verdict(
     inode (a writer mid-publication: a plain miss).
     """
     if carrier == "mtime":
-        return mtime_matches(st.st_mtime_ns, data, kd)
+        return st.st_mtime_ns % _NS == entry_check(data, kd) % _NS
     record = read_record(fd, path, st.st_ino, carrier == "xattr")
     if record is None:
         return None

@@ -47,32 +47,41 @@ class VerifiedMemo:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
         self._entries: OrderedDict[bytes, MemoEntry] = OrderedDict()
-        self._seen: list[tuple[bytes, tuple[int, int, int]] | None] = [None] * _SEEN_SLOTS
+        self._seen: list[int] = [0] * _SEEN_SLOTS
         self._bytes = 0
         self._lock = threading.Lock()
+        # The miss test every disk read starts with, as one C call (no frame);
+        # a hit then calls touch().
+        self.lookup = self._entries.get
 
-    def second_read(self, path: bytes, ident: tuple[int, int, int]) -> bool:
-        """Record a disk read of the entry of key ``path`` as ``ident`` = (inode, size, mtime_ns);
+    def second_read(self, key: bytes, ino: int, mtime_ns: int) -> bool:
+        """Record a disk read of the entry of ``key`` (inode ``ino``, mtime ``mtime_ns``);
         True when the same version was read before, i.e. it is worth keeping."""
-        slot = hash(path) & (_SEEN_SLOTS - 1)
+        # An int mark, not a tuple: nothing kept alive on a fresh process's
+        # first reads. Two versions sharing a mark only admit one read early.
+        slot = hash(key) & (_SEEN_SLOTS - 1)
+        mark = (ino ^ mtime_ns) or 1
         seen = self._seen
-        mark = (path, ident)
         if seen[slot] == mark:
-            seen[slot] = None
+            seen[slot] = 0
             return True
         seen[slot] = mark
         return False
 
     def get(self, path: bytes) -> MemoEntry | None:
-        # No lock: a dict lookup and move_to_end are each atomic; an entry
-        # dropped between the two is simply not moved.
         entry = self._entries.get(path)
         if entry is not None:
-            try:
-                self._entries.move_to_end(path)
-            except KeyError:
-                pass
+            self.touch(path)
         return entry
+
+    def touch(self, path: bytes) -> None:
+        """Mark the entry of ``path`` most recently used (after a hit through ``lookup``)."""
+        # No lock: move_to_end is atomic; an entry dropped since the lookup
+        # is simply not moved.
+        try:
+            self._entries.move_to_end(path)
+        except KeyError:
+            pass
 
     def put(self, path: bytes, entry: MemoEntry) -> None:
         size = len(entry.data)
@@ -97,7 +106,7 @@ class VerifiedMemo:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._seen = [None] * _SEEN_SLOTS
+            self._seen = [0] * _SEEN_SLOTS
             self._bytes = 0
 
     @property
