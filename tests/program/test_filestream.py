@@ -200,14 +200,14 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     p = entry_path(cache, b"k")
     mtime = os.lstat(p).st_mtime_ns
     stamps = []
-    real = _filestream._defer_stamp
+    real = _filestream._stamp_append
 
     def spy(stamp):
         _path, _ino, mtime_ns, atime_ns = stamp
         stamps.append((atime_ns, mtime_ns))
         return real(stamp)
 
-    monkeypatch.setattr(_filestream, "_defer_stamp", spy)
+    monkeypatch.setattr(_filestream, "_stamp_append", spy)
     os.utime(p, ns=(max(time.time_ns() - 200_000_000, mtime + 1), mtime))
     assert FileStreamProgramCache(cache.path)[b"k"] == b"v"  # a fresh object reads the disk
     assert stamps == []

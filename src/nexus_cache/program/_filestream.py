@@ -9,6 +9,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import xxhash
+
 from nexus_cache._sizes import parse_size
 from nexus_cache._storage import (
     UnlinkResult,
@@ -40,12 +42,11 @@ from nexus_cache.program._integrity import (
     key_digest_of_name,
     make_record,
     make_sidecar,
-    mtime_matches,
     probe_carrier,
     publish_times,
     read_rest,
 )
-from nexus_cache.program._memo import MemoEntry, VerifiedMemo
+from nexus_cache.program._memo import SEEN_SLOTS, MemoEntry, VerifiedMemo
 from nexus_cache.program._paths import default_filestream_root
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
@@ -76,7 +77,11 @@ _STAMP_WINDOW_NS = 1_000_000_000
 # the counter at most this often instead (see UsageCounter.forget).
 _FORGET_USAGE_NS = 1_000_000_000
 _open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
-_defer_stamp = _stamps.defer
+_STAMPS = _stamps.QUEUE
+_stamp_append = _STAMPS.items.append
+_SEEN_MASK = SEEN_SLOTS - 1
+_xxh3 = xxhash.xxh3_64_intdigest
+_NS = 1_000_000_000
 _ABSENT = object()
 _crc32 = zlib.crc32
 _utime, _time_ns = os.utime, time.time_ns
@@ -282,7 +287,10 @@ class FileStreamProgramCache(ProgramCacheResource):
                 data = read_rest(fd, data, size)
             mtime = st.st_mtime_ns
             if self._by_mtime:
-                ok: bool | None = mtime_matches(mtime, data, h)
+                # The mtime carrier's check (see _integrity): the mtime's
+                # nanoseconds are entry_check(data, key tag) mod 10^9, the key
+                # tag read off the hex name here. The one hash a read pays.
+                ok: bool | None = mtime % _NS == (_xxh3(data) ^ int(h[:16], 16)) % _NS
             else:
                 ok = entry_verdict(self._carrier, fd, path, st, data, key_digest_of_name(h))
                 if ok is None:
@@ -291,7 +299,19 @@ class FileStreamProgramCache(ProgramCacheResource):
             if not ok:
                 self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
                 return default
-            keep = memo is not None and memo.second_read(kb, st.st_ino, mtime)  # type: ignore[arg-type]
+            ino = st.st_ino
+            keep = False
+            if memo is not None:
+                # The memo keeps a version on its second disk read: its
+                # first-read table (see VerifiedMemo.seen), inline.
+                slot = hash(kb) & _SEEN_MASK
+                mark = (ino ^ mtime) or 1
+                seen = memo.seen
+                if seen[slot] == mark:
+                    seen[slot] = 0
+                    keep = True
+                else:
+                    seen[slot] = mark
             now = _time_ns()
             atime = st.st_atime_ns
             ctime = st.st_ctime_ns
@@ -303,9 +323,12 @@ class FileStreamProgramCache(ProgramCacheResource):
                     _utime(fd, ns=(now, mtime))
                     ctime = _fstat(fd).st_ctime_ns
                 else:
-                    _defer_stamp((path, st.st_ino, mtime, now))
+                    # _stamps.defer(...), inline: queued, written beside the read.
+                    _stamp_append((path, ino, mtime, now))
+                    if not _STAMPS.scheduled:
+                        _STAMPS.schedule()
             if keep:
-                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, ctime, data))  # type: ignore[union-attr]
+                memo.put(kb, MemoEntry(path, ino, size, mtime, ctime, data))  # type: ignore[union-attr]
         finally:
             _close(fd)
         self._counts.hit()

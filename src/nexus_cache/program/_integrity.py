@@ -61,7 +61,6 @@ __all__ = [
     "key_digest_of_name",
     "make_record",
     "make_sidecar",
-    "mtime_matches",
     "open_entry",
     "parse_sidecar",
     "probe_carrier",
@@ -150,13 +149,6 @@ def publish_times(data: bytes, kd: bytes, now_ns: int) -> tuple[int, int]:
     """
     mtime = now_ns - now_ns % _NS - _NS + entry_check(data, kd) % _NS
     return now_ns - 2 * _NS, mtime
-
-
-def mtime_matches(mtime_ns: int, data: bytes, name: str) -> bool:
-    """Whether an entry's mtime vouches for exactly ``data`` under the entry
-    name ``name`` (see :func:`entry_name`): :func:`entry_check` from the
-    hex the read path already has."""
-    return mtime_ns % _NS == (_xxh3(data) ^ int(name[:16], 16)) % _NS
 
 
 def make_record(data: bytes, kd: bytes) -> bytes:

@@ -12,9 +12,10 @@ integrity check and that the entry on disk still stands for.
 An entry is admitted on its second read from disk, not its first: a process
 that reads each kernel once (the common compile-once pattern) would only pay
 for holding memory it never uses again (fresh pages are not free). First
-reads are remembered in a fixed table of slots by key hash, with no lock: a
-collision or a race only forgets a first read (the entry is admitted one
-read later), and admission never decides what is served, only what is kept.
+reads are remembered in a fixed table of slots by key hash, as an int mark
+per version (nothing kept alive), with no lock: a collision or a race only
+forgets a first read (the entry is admitted one read later) or admits one
+read early, and admission never decides what is served, only what is kept.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-__all__ = ["MemoEntry", "VerifiedMemo"]
+__all__ = ["SEEN_SLOTS", "MemoEntry", "VerifiedMemo"]
 
-_SEEN_SLOTS = 4096  # first reads remembered (without bytes); a power of two
+SEEN_SLOTS = 4096  # first reads remembered (without bytes); a power of two
 
 
 class MemoEntry:
@@ -47,26 +48,17 @@ class VerifiedMemo:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
         self._entries: OrderedDict[bytes, MemoEntry] = OrderedDict()
-        self._seen: list[int] = [0] * _SEEN_SLOTS
+        # The first-read table (see the module docstring): slot hash(key) %
+        # SEEN_SLOTS holds the mark ``(inode ^ mtime_ns) or 1`` of the version
+        # last read once, 0 when empty. The file-stream read path marks and
+        # checks it inline (every first read does), no lock: a slot is one
+        # list item.
+        self.seen: list[int] = [0] * SEEN_SLOTS
         self._bytes = 0
         self._lock = threading.Lock()
         # The miss test every disk read starts with, as one C call (no frame);
         # a hit then calls touch().
         self.lookup = self._entries.get
-
-    def second_read(self, key: bytes, ino: int, mtime_ns: int) -> bool:
-        """Record a disk read of the entry of ``key`` (inode ``ino``, mtime ``mtime_ns``);
-        True when the same version was read before, i.e. it is worth keeping."""
-        # An int mark, not a tuple: nothing kept alive on a fresh process's
-        # first reads. Two versions sharing a mark only admit one read early.
-        slot = hash(key) & (_SEEN_SLOTS - 1)
-        mark = (ino ^ mtime_ns) or 1
-        seen = self._seen
-        if seen[slot] == mark:
-            seen[slot] = 0
-            return True
-        seen[slot] = mark
-        return False
 
     def get(self, path: bytes) -> MemoEntry | None:
         entry = self._entries.get(path)
@@ -106,7 +98,7 @@ class VerifiedMemo:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._seen = [0] * _SEEN_SLOTS
+            self.seen[:] = [0] * SEEN_SLOTS
             self._bytes = 0
 
     @property

@@ -39,7 +39,7 @@ from collections import deque
 
 from nexus_cache.program._integrity import READ_FLAGS
 
-__all__ = ["DELAY_S", "defer", "flush", "stamp_now"]
+__all__ = ["DELAY_S", "QUEUE", "defer", "flush", "stamp_now"]
 
 # About the stamp window (1 s): stamps are ordered to a second anyway.
 DELAY_S = 1.0
@@ -72,7 +72,13 @@ class _Queue:
         self.reset()
 
     def reset(self) -> None:
-        self.items: deque[Stamp] = deque()
+        # The deque is cleared in place, never replaced: readers hold its
+        # bound append (see QUEUE below).
+        items: deque[Stamp] | None = getattr(self, "items", None)
+        if items is None:
+            self.items = deque()
+        else:
+            items.clear()
         self.scheduled = False
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
@@ -81,9 +87,14 @@ class _Queue:
     def defer(self, stamp: Stamp) -> None:
         """Queue a stamp ``(path, inode, mtime_ns, atime_ns)`` of an entry just read."""
         self.items.append(stamp)
+        if not self.scheduled:
+            self.schedule()
+
+    def schedule(self) -> None:
+        """Have the queued stamps written (call after queueing while ``scheduled`` is false)."""
         if self.stop:
             self.flush()  # queued by an exit hook after ours ran: stamp here
-        elif not self.scheduled:
+        else:
             self.scheduled = True
             if self.thread is None and not self._start():
                 self.scheduled = False
@@ -129,8 +140,10 @@ class _Queue:
 _queue = _Queue()
 
 
-# Bound once: the read path calls ``defer((path, inode, mtime_ns, atime_ns))``
-# directly (one frame); a forked child resets this same queue in place.
+# Bound once, and a forked child resets this same queue in place. The hot
+# read path appends with QUEUE.items.append (a C call) and calls
+# QUEUE.schedule() only while QUEUE.scheduled is false: defer() inline.
+QUEUE = _queue
 defer = _queue.defer
 flush = _queue.flush
 
