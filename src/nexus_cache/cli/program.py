@@ -176,6 +176,7 @@ def _verify(args: argparse.Namespace) -> int:
         "corrupt_removed": list(r.corrupt),
         "refused": [{"path": p, "why": why} for p, why in r.refused],
         "unverified": list(r.unverified),
+        "outdated_removed": list(r.outdated),
     }
     table = Table(["PROBLEM", "ACTION", "ENTRY"], title="entries with problems")
     for name in r.corrupt:
@@ -184,9 +185,12 @@ def _verify(args: argparse.Namespace) -> int:
         table.add(f"refused ({why})", "left in place", path)
     for name in r.unverified:
         table.add("no integrity record", "reads as a miss", name)
+    for name in r.outdated:
+        table.add("written by an earlier version", "removed", name)
     table.footer = (
         f"checked {r.checked}: {r.ok} ok, {len(r.corrupt)} corrupt (removed), "
-        f"{len(r.refused)} refused, {len(r.unverified)} unverified"
+        f"{len(r.refused)} refused, {len(r.unverified)} unverified, "
+        f"{len(r.outdated)} outdated (removed)"
     )
     emit(data, table, as_json=args.json)
     return EXIT_PROBLEMS if r.corrupt or r.refused else EXIT_OK

@@ -373,12 +373,21 @@ class FileStreamProgramCache(ProgramCacheResource):
         if self._memo is not None and kb is not None:
             self._memo.discard(kb)
         self._counts.miss(corrupt=1)
+        if self._unlink_counted(path, st) and self._sidecars:
+            _fsscan.remove_sidecar(path)
+
+    def _drop_outdated(self, path: str, st: os.stat_result) -> None:
+        """Remove an entry an earlier version wrote (verify): never read, not corrupt."""
+        if self._unlink_counted(path, st):
+            _fsscan.remove_sidecar(path)  # its .sum, if that version wrote one
+
+    def _unlink_counted(self, path: str, st: os.stat_result) -> bool:
+        """Remove ``path`` if it is still the file ``st`` describes; subtract its bytes."""
         with self._usage.hold() as held:
             outcome = unlink_if_unchanged(path, stat_key(st), aside_dir=self._tmp)
             if outcome is UnlinkResult.REMOVED:
                 held.add(-st.st_size)
-        if outcome is UnlinkResult.REMOVED and self._sidecars:
-            _fsscan.remove_sidecar(path)
+        return outcome is UnlinkResult.REMOVED
 
     # -- write ---------------------------------------------------------------
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
@@ -522,6 +531,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             self._entries,
             carrier=self._carrier,
             drop_corrupt=self._drop_corrupt,
+            drop_outdated=self._drop_outdated,
             progress=progress,
         )
 

@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 from nexus_cache.program import _fsscan
 from nexus_cache.program._integrity import (
+    entry_relpath,
     entry_verdict,
+    is_outdated,
     key_digest_of_name,
     open_entry,
     read_rest,
@@ -28,9 +30,14 @@ def verify_entries(
     *,
     carrier: str,
     drop_corrupt: Callable[[str, os.stat_result], None],
+    drop_outdated: Callable[[str, os.stat_result], None],
     progress: Callable[[int], None] | None = None,
 ) -> VerifyReport:
     """Check every entry under ``entries``; ``drop_corrupt(path, stat)`` each corrupt one.
+
+    An entry an earlier version of nexus-cache wrote (an older record, or a
+    place the current layout never reads) is never served; it is listed as
+    outdated and removed with ``drop_outdated(path, stat)``.
 
     ``carrier`` says where the integrity records live (``"mtime"``,
     ``"xattr"`` or ``"sidecar"``; see :mod:`nexus_cache.program._integrity`).
@@ -50,11 +57,19 @@ def verify_entries(
             continue
         try:
             st = os.fstat(fd)
-            data = read_rest(fd, b"", st.st_size)
-            verdict = entry_verdict(carrier, fd, e.path, st, data, key_digest_of_name(name))
+            if not e.path.endswith("/" + entry_relpath(name)):
+                verdict: bool | None = False
+                outdated = True  # where no read looks: an earlier layout's
+            else:
+                data = read_rest(fd, b"", st.st_size)
+                verdict = entry_verdict(carrier, fd, e.path, st, data, key_digest_of_name(name))
+                outdated = verdict is not True and is_outdated(fd, e.path)
         finally:
             os.close(fd)
-        if verdict is None:
+        if outdated:
+            report.outdated.append(name)
+            drop_outdated(e.path, st)
+        elif verdict is None:
             report.unverified.append(name)
         elif verdict:
             report.ok += 1

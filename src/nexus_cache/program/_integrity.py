@@ -58,6 +58,7 @@ __all__ = [
     "entry_name",
     "entry_relpath",
     "entry_verdict",
+    "is_outdated",
     "key_digest_of_name",
     "make_record",
     "make_sidecar",
@@ -71,9 +72,11 @@ __all__ = [
 ]
 
 CARRIERS = ("mtime", "xattr", "sidecar")
-# "user.nexus.v1" records (CRC-32) were written by earlier versions: they are
-# no longer read, so such an entry reads as corrupt once and is replaced.
+# "user.nexus.v1" xattrs and "nxc2" sidecars (CRC-32 records) were written by
+# earlier versions: never read now; verify lists such entries as outdated.
 XATTR_NAME = "user.nexus.v2"
+_OLD_XATTR_NAME = "user.nexus.v1"
+_OLD_MAGIC = b"nxc2"
 SIDECAR_SUFFIX = ".sum"
 _MAGIC = b"nxc3"
 _RECORD = struct.Struct("<4sQQ16s")  # magic, check, length, key digest
@@ -271,3 +274,20 @@ def entry_verdict(
     if record is None:
         return None
     return record_matches(record, data, kd)
+
+
+def is_outdated(fd: int, path: str) -> bool:
+    """Whether the entry open as ``fd`` carries a record of an earlier format."""
+    try:
+        os.getxattr(fd, _OLD_XATTR_NAME)
+        return True
+    except OSError:
+        pass
+    try:
+        sfd = open_entry(path + SIDECAR_SUFFIX)
+    except OSError:
+        return False
+    try:
+        return os.read(sfd, 4) == _OLD_MAGIC
+    finally:
+        os.close(sfd)

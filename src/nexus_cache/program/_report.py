@@ -23,7 +23,9 @@ class VerifyReport:
 
     ``corrupt`` entries were removed; ``refused`` ones (symlinks, foreign
     owners, non-files) were left alone and need a human; ``unverified`` ones
-    have no usable record (sidecar fallback only) and read as misses.
+    have no usable record (sidecar fallback only) and read as misses;
+    ``outdated`` ones were written by an earlier version of nexus-cache
+    (never read now) and were removed.
     """
 
     checked: int = 0
@@ -31,3 +33,4 @@ class VerifyReport:
     corrupt: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
+    outdated: list[str] = field(default_factory=list)

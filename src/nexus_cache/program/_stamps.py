@@ -153,7 +153,10 @@ def _in_child() -> None:
 
 
 def _at_exit() -> None:
+    # From here on a queued stamp is written at once (schedule() sees stop):
+    # the thread dies with the interpreter, whatever it was waiting for.
     _queue.stop = True
+    _queue.scheduled = False
     _queue.flush()
     _queue.wake.set()
 
