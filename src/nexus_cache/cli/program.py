@@ -117,7 +117,7 @@ def _info(args: argparse.Namespace) -> int:
             "bytes": s.bytes,
         }
         if args.backend == "filestream":
-            data["integrity_records"] = "xattr" if cache.uses_xattrs else "sidecar"
+            data["integrity_records"] = cache.record_carrier
             tmp = cache.path / "tmp"
             data["writes_in_flight"] = len(os.listdir(tmp)) if tmp.is_dir() else 0
     table = Table(["field", "value"], title="program cache")
@@ -126,7 +126,11 @@ def _info(args: argparse.Namespace) -> int:
     table.add("entries", data["entries"])
     table.add("size", size(data["bytes"]))
     if "integrity_records" in data:
-        where = {"xattr": "xattr user.nexus.v1", "sidecar": "sidecar .sum files"}
+        where = {
+            "mtime": "mtime (nanoseconds field)",
+            "xattr": "extended attribute",
+            "sidecar": "sidecar .sum files",
+        }
         table.add("integrity records", where[data["integrity_records"]])
         table.add("writes in flight (tmp/)", data["writes_in_flight"])
     emit(data, table, as_json=args.json)
