@@ -120,9 +120,10 @@ def _refuse_foreign_dir(root: Path) -> None:
 class FileStreamProgramCache(ProgramCacheResource):
     """Compiled binaries as raw files under ``path`` (POSIX only).
 
-    Layout: ``entries/<2 hex>/<SHA-256 of the key, hex>`` holds the binary
-    exactly as stored (cuobjdump and nvdisasm read it directly); ``tmp/``
-    holds writes in flight; ``usage`` is the shared byte counter.
+    Layout: ``entries/<fan-out>/<name>`` holds the binary exactly as stored
+    (cuobjdump and nvdisasm read it directly); the name is a 32-byte key's
+    own hex, else a SHA-256 of the key (see ``_integrity.entry_location``);
+    ``tmp/`` holds writes in flight; ``usage`` is the shared byte counter.
 
     Guarantees:
 
@@ -130,15 +131,19 @@ class FileStreamProgramCache(ProgramCacheResource):
       fsynced and renamed into place, so a reader sees the old or the new
       entry, never a torn one, and a crash leaves only a temp that the next
       open (or eviction) sweeps.
-    * Integrity: a CRC-32 and length ride beside each entry in the
-      ``user.nexus.v1`` xattr (a ``.sum`` sidecar where the filesystem has no
-      user xattrs). A truncated or bit-flipped entry reads as a miss, is
-      removed and is counted in ``stats().corrupt``.
-    * LRU by access time: a hit stamps the entry's atime through the open
-      fd (same inode, so a concurrent rewrite is never stamped) unless a
-      read stamped it less than 1 s ago (so re-reads are ordered to 1 s;
-      the first read after a write always promotes); eviction removes the
-      least recently read first.
+    * Integrity: an XXH3 check of the bytes, bound to the key, rides in the
+      entry's metadata: the nanoseconds of its mtime where the filesystem
+      keeps them, else the ``user.nexus.v2`` xattr, else a ``.sum`` sidecar
+      (``record_carrier`` says which). A truncated, bit-flipped, rewritten
+      or misplaced entry reads as a miss, is removed and is counted in
+      ``stats().corrupt``.
+    * LRU by access time: a hit queues a stamp of the entry's atime unless
+      a read stamped it less than 1 s ago (re-reads are ordered to 1 s; the
+      first read after a write always promotes); a background thread writes
+      queued stamps about a second later, through an fd checked to be the
+      inode read (a concurrent rewrite is never stamped), and everything
+      queued is written before this process evicts or lists, and at exit
+      (``_stamps``). Eviction removes the least recently read first.
     * ``max_size_bytes`` is a best-effort cap shared by all processes: a
       store that takes the shared counter over the cap evicts (one process
       at a time) back under it plus at most 64 more, least recently read
