@@ -83,6 +83,7 @@ class _Queue:
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
         self.stop = False
+        self.start_lock = threading.Lock()  # one thread, however many readers race here
 
     def defer(self, stamp: Stamp) -> None:
         """Queue a stamp ``(path, inode, mtime_ns, atime_ns)`` of an entry just read."""
@@ -96,10 +97,13 @@ class _Queue:
             self.flush()  # queued by an exit hook after ours ran: stamp here
         else:
             self.scheduled = True
-            if self.thread is None and not self._start():
-                self.scheduled = False
-                self.flush()  # no thread at interpreter shutdown: stamp here
-                return
+            if self.thread is None:
+                with self.start_lock:
+                    started = self.thread is not None or self._start()
+                if not started:
+                    self.scheduled = False
+                    self.flush()  # no thread at interpreter shutdown: stamp here
+                    return
             self.wake.set()
 
     def _start(self) -> bool:
