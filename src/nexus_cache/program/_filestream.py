@@ -328,7 +328,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                     _utime(fd, ns=(now, mtime))
                     ctime = _fstat(fd).st_ctime_ns
                 else:
-                    # _stamps.defer(...), inline: queued, written beside the read.
+                    # Queued, written beside the read (see _stamps.QUEUE).
                     _stamp_append((path, ino, mtime, now))
                     if not _STAMPS.scheduled:
                         _STAMPS.schedule()

@@ -25,9 +25,9 @@ one per cache root, at open):
 * ``sidecar``: the same record plus the entry's inode in ``<entry>.sum``,
   where the filesystem has neither.
 
-XXH3 runs at memory speed (about 0.6 us per 16 KiB here, against 5 us for
-zlib's CRC-32), and it catches truncations, bit rot, torn copies and stray
-writes. It guards against accidents, not against an attacker: the cache
+XXH3 runs at memory speed (0.36 us per 16 KiB on the H200 host, against
+4.8 us for zlib's CRC-32), and it catches truncations, bit rot, torn copies
+and stray writes. It guards against accidents, not against an attacker: the cache
 root is private (0700) for that.
 """
 
@@ -45,7 +45,7 @@ import xxhash
 from nexus_cache._storage import new_temp
 
 __all__ = [
-    "CARRIERS",
+    "FANOUT",
     "KEY_DIGEST_SIZE",
     "PLAIN_READ_FLAGS",
     "READ_FLAGS",
@@ -53,7 +53,6 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "XATTR_NAME",
     "entry_check",
-    "FANOUT",
     "entry_location",
     "entry_name",
     "entry_relpath",
@@ -71,7 +70,6 @@ __all__ = [
     "record_matches",
 ]
 
-CARRIERS = ("mtime", "xattr", "sidecar")
 # "user.nexus.v1" xattrs and "nxc2" sidecars (CRC-32 records) were written by
 # earlier versions: never read now; verify lists such entries as outdated.
 XATTR_NAME = "user.nexus.v2"

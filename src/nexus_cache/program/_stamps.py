@@ -16,12 +16,12 @@ Guarantees:
   integrity check).
 * A stamp never moves an atime back: one older than the entry's atime is
   dropped.
-* Everything queued is written before eviction or a listing in this process
-  reads the LRU order (they call :func:`flush`), at interpreter exit, and
-  by a forked child never (it starts with an empty queue; its parent writes
-  its own). A process killed by SIGKILL loses at most the last
-  :data:`DELAY_S` of stamps: those entries look as old as their previous
-  stamp to eviction, which may then remove them a little early (a
+* Everything queued is written before eviction or a listing in this
+  process reads the LRU order (they call :func:`flush`), and at interpreter
+  exit. A forked child starts with an empty queue and its own thread (its
+  parent writes what it queued). A process killed by SIGKILL loses at most
+  the last :data:`DELAY_S` of stamps: those entries look as old as their
+  previous stamp to eviction, which may then remove them a little early (a
   recompile), never serve wrong bytes.
 
 Thread-safe: ``deque.append`` and ``popleft`` are atomic, so readers take no
@@ -39,7 +39,7 @@ from collections import deque
 
 from nexus_cache.program._integrity import READ_FLAGS
 
-__all__ = ["DELAY_S", "QUEUE", "defer", "flush", "stamp_now"]
+__all__ = ["DELAY_S", "QUEUE", "flush", "stamp_now"]
 
 # About the stamp window (1 s): stamps are ordered to a second anyway.
 DELAY_S = 1.0
@@ -84,12 +84,6 @@ class _Queue:
         self.thread: threading.Thread | None = None
         self.stop = False
         self.start_lock = threading.Lock()  # one thread, however many readers race here
-
-    def defer(self, stamp: Stamp) -> None:
-        """Queue a stamp ``(path, inode, mtime_ns, atime_ns)`` of an entry just read."""
-        self.items.append(stamp)
-        if not self.scheduled:
-            self.schedule()
 
     def schedule(self) -> None:
         """Have the queued stamps written (call after queueing while ``scheduled`` is false)."""
@@ -144,11 +138,11 @@ class _Queue:
 _queue = _Queue()
 
 
-# Bound once, and a forked child resets this same queue in place. The hot
-# read path appends with QUEUE.items.append (a C call) and calls
-# QUEUE.schedule() only while QUEUE.scheduled is false: defer() inline.
+# One queue per process; a forked child resets it in place. A reader queues
+# a stamp (path, inode, mtime_ns, atime_ns) with QUEUE.items.append (one C
+# call, bound once) and then calls QUEUE.schedule() while QUEUE.scheduled
+# is false.
 QUEUE = _queue
-defer = _queue.defer
 flush = _queue.flush
 
 
