@@ -61,8 +61,8 @@ _META_LIMIT = 1 << 20  # a sidecar is a small JSON document; larger entries are 
 class ProgramEntry:
     """One stored binary as a person would describe it.
 
-    ``name`` is the on-disk entry name (the SHA-256 of the key for FileStream,
-    the key's hex for SQLite); ``program`` and ``symbols`` come from the
+    ``name`` is the on-disk entry name (64 hex digits from the key for
+    FileStream, the key's hex for SQLite); ``program`` and ``symbols`` come from the
     sidecar and are ``None``/empty when the entry has none (for example a
     binary stored through ``Program.compile(cache=)``); ``code_type`` is
     ``cubin``, ``ptx``, ``ltoir`` or ``None`` when unknown; ``target`` is the

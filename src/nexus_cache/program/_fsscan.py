@@ -1,7 +1,8 @@
 """Walking and evicting the ``entries/`` tree of a file-stream cache.
 
-Layout: ``entries/<first 2 hex>/<64 hex SHA-256 of the key>``, plus
-``<name>.sum`` sidecars on filesystems without user xattrs. Anything else in
+Layout: ``entries/<2 hex fan-out>/<64 hex name>`` (see
+``_integrity.entry_location``), plus ``<name>.sum`` sidecars on filesystems
+that keep neither exact timestamps nor user xattrs. Anything else in
 the tree is ignored; symlinks, non-files and foreign-owned files are reported
 as refused and never followed, counted or removed.
 """
