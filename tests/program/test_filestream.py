@@ -116,7 +116,12 @@ def test_each_carrier_holds_the_record_where_it_says(any_cache):
 
 
 def test_the_probe_prefers_the_mtime_carrier_where_timestamps_are_exact(tmp_path, monkeypatch):
-    assert FileStreamProgramCache(tmp_path / "c").record_carrier == _supported(tmp_path)[0]
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")
+    os.utime(plain, ns=(1_700_000_000_123_456_789, 1_700_000_000_987_654_321))
+    exact = os.stat(plain).st_mtime_ns == 1_700_000_000_987_654_321
+    carrier = FileStreamProgramCache(tmp_path / "c").record_carrier
+    assert (carrier == "mtime") == exact
     real = os.utime
 
     def rounding(target, *a, ns=None, **kw):  # a filesystem keeping microseconds only
