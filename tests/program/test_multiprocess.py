@@ -184,3 +184,30 @@ def test_processes_creating_one_sqlite_cache_at_once_all_succeed(tmp_path):
     assert [p.exitcode for p in procs] == [0] * len(procs)
     with open_cache("sqlite", base) as c:
         assert len(c) == 6
+
+
+def test_switching_to_wal_waits_out_an_immediate_database_is_locked():
+    # SQLite can refuse the journal-mode switch at once, without its busy
+    # handler, while another process opens the same new file.
+    import sqlite3
+
+    from nexus_cache.program._sqlite import _enable_wal
+
+    class Conn:
+        def __init__(self, refusals, error="database is locked"):
+            self.refusals, self.error, self.calls = refusals, error, 0
+
+        def execute(self, sql):
+            self.calls += 1
+            if self.calls <= self.refusals:
+                raise sqlite3.OperationalError(self.error)
+
+    conn = Conn(3)
+    _enable_wal(conn)  # type: ignore[arg-type]
+    assert conn.calls == 4
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _enable_wal(Conn(10**6), timeout_s=0.05)  # type: ignore[arg-type]
+    other = Conn(1, "disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _enable_wal(other)  # type: ignore[arg-type]
+    assert other.calls == 1  # not a lock: no retry

@@ -34,6 +34,31 @@ from nexus_cache.program._sqlite_db import (
 __all__ = ["SQLiteProgramCache"]
 
 _BUSY_TIMEOUT_S = 30.0
+
+
+def _enable_wal(conn: sqlite3.Connection, timeout_s: float = _BUSY_TIMEOUT_S) -> None:
+    """Switch ``conn``'s database to WAL, waiting out other openers.
+
+    Changing the journal mode needs the database to itself, and SQLite may
+    answer "database is locked" at once, without its busy handler, while
+    another process opens or switches the same new file: several processes
+    creating one cache at the same moment did. So this retries, backing off,
+    for as long as the connection's own busy timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 # Access stamps are batched: a hit does no write, and the batch is flushed
 # before any store, eviction or listing, when it grows, or when it ages.
 _TOUCH_BATCH = 256
@@ -132,7 +157,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         try:
             # Judge the file before changing anything in it (even the journal mode).
             self._check(conn)
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate(conn)
         except sqlite3.DatabaseError as exc:
