@@ -39,9 +39,9 @@ from nexus_cache.program._integrity import (
     XATTR_NAME,
     entry_location,
     entry_verdict,
+    key_digest_of_name,
     make_record,
     make_sidecar,
-    name_digest,
     probe_carrier,
     publish_times,
     read_rest,
@@ -84,7 +84,6 @@ _xxh3 = xxhash.xxh3_64_intdigest
 _NS = 1_000_000_000
 _ABSENT = object()
 _crc32 = zlib.crc32
-_from_bytes = int.from_bytes
 _utime, _time_ns = os.utime, time.time_ns
 
 
@@ -194,8 +193,6 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._entries = str(ensure_private_dir(self._root / "entries"))
         self._tmp = str(ensure_private_dir(self._root / "tmp"))
         self._prefix = self._entries + "/"
-        # entries/<fan-out>/ of every fan-out, built once: a read adds the name.
-        self._dirs = tuple(self._prefix + sub + "/" for sub in FANOUT)
         self._uid = os.geteuid()
         self._counts = OpCounters()
         sweep_stale_temps(self._tmp)
@@ -265,12 +262,10 @@ class FileStreamProgramCache(ProgramCacheResource):
                     return data
         if len(kb) == 32:  # entry_location()'s common case, inline
             h = kb.hex()  # type: ignore[union-attr]
-            path = self._dirs[_crc32(kb) & 255] + h  # type: ignore[arg-type]
-            tag = _from_bytes(kb, "big")  # type: ignore[arg-type]
+            path = self._prefix + FANOUT[_crc32(kb) & 255] + "/" + h  # type: ignore[arg-type]
         else:
             sub, h = entry_location(kb)  # type: ignore[arg-type]
             path = self._prefix + sub + "/" + h
-            tag = int(h, 16)
         try:
             fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
@@ -297,12 +292,12 @@ class FileStreamProgramCache(ProgramCacheResource):
                 data = read_rest(fd, data, size)
             mtime = st.st_mtime_ns
             if self._by_mtime:
-                # The mtime carrier's check: the mtime's nanoseconds are
-                # entry_check(data, digest) mod 10^9, inline (tag is the
-                # digest as an integer). The one hash a read pays.
-                ok: bool | None = mtime % _NS == (_xxh3(data) ^ tag) % _NS
+                # The mtime carrier's check (see _integrity): the mtime's
+                # nanoseconds are entry_check(data, key tag) mod 10^9, the key
+                # tag read off the hex name here. The one hash a read pays.
+                ok: bool | None = mtime % _NS == (_xxh3(data) ^ int(h[:16], 16)) % _NS
             else:
-                ok = entry_verdict(self._carrier, fd, path, st, data, name_digest(h))
+                ok = entry_verdict(self._carrier, fd, path, st, data, key_digest_of_name(h))
                 if ok is None:
                     self._count_miss()
                     return default
@@ -324,21 +319,21 @@ class FileStreamProgramCache(ProgramCacheResource):
                     seen[slot] = mark
             now = _time_ns()
             atime = st.st_atime_ns
-            stamp = atime <= mtime or not 0 <= now - atime < _STAMP_WINDOW_NS
-            if keep:
-                ctime = st.st_ctime_ns
-                if stamp:
+            ctime = st.st_ctime_ns
+            if atime <= mtime or not 0 <= now - atime < _STAMP_WINDOW_NS:
+                if keep:
                     # Stamped now, through the fd (same inode, so a rewriter's
                     # fresh file is never stamped; mtime kept: it carries the
                     # check), so the memo records the ctime our stamp leaves.
                     _utime(fd, ns=(now, mtime))
                     ctime = _fstat(fd).st_ctime_ns
+                else:
+                    # Queued, written beside the read (see _stamps.QUEUE).
+                    _stamp_append((path, ino, mtime, now))
+                    if not _STAMPS.scheduled:
+                        _STAMPS.schedule()
+            if keep:
                 memo.put(kb, MemoEntry(path, ino, size, mtime, ctime, data))  # type: ignore[union-attr]
-            elif stamp:
-                # Queued, written beside the read (see _stamps.QUEUE).
-                _stamp_append((path, ino, mtime, now))
-                if not _STAMPS.scheduled:
-                    _STAMPS.schedule()
         finally:
             _close(fd)
         self._counts.hit()
@@ -410,10 +405,10 @@ class FileStreamProgramCache(ProgramCacheResource):
         if cap is not None and size > cap:
             self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
             return
-        digest = name_digest(h)
+        kd = key_digest_of_name(h)
         carrier = self._carrier
-        xattr = (XATTR_NAME, make_record(data, digest)) if carrier == "xattr" else None  # type: ignore[arg-type]
-        times = publish_times(data, digest, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
+        xattr = (XATTR_NAME, make_record(data, kd)) if carrier == "xattr" else None  # type: ignore[arg-type]
+        times = publish_times(data, kd, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
         # The bytes are written and fsynced before any lock is taken.
         tmp, ino = stage_temp(
             self._tmp,
@@ -437,7 +432,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         except IsADirectoryError:
             raise _not_an_entry(path) from None
         if self._sidecars:
-            sidecar = make_sidecar(ino, data, digest)  # type: ignore[arg-type]
+            sidecar = make_sidecar(ino, data, kd)  # type: ignore[arg-type]
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
             self._memo.discard(kb)  # type: ignore[arg-type]

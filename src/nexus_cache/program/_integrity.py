@@ -2,11 +2,11 @@
 
 An entry file holds the binary exactly as compiled (cuobjdump and nvdisasm
 read it), so what vouches for it lives in the file's metadata. The check is
-XXH3-64 of the bytes XORed with the 32 bytes the entry's name spells (see
-:func:`entry_location`), read as one integer: an entry copied or renamed
-onto another key's path no longer matches there and is never served for
-that key. (XOR rather than XXH3's seed: a seed costs a secret derivation
-per call, two thirds of the hash itself on 16 KiB.)
+XXH3-64 of the bytes XORed with the entry's key tag (the first 8 bytes of
+the entry's name, see :func:`entry_name`): an entry copied or
+renamed onto another key's path no longer matches there and is never
+served for that key. (XOR rather than XXH3's seed: a seed costs a secret
+derivation per call, two thirds of the hash itself on 16 KiB.)
 
 Where the record lives, in order of preference (``probe_carrier`` picks
 one per cache root, at open):
@@ -58,7 +58,7 @@ __all__ = [
     "entry_relpath",
     "entry_verdict",
     "is_outdated",
-    "name_digest",
+    "key_digest_of_name",
     "make_record",
     "make_sidecar",
     "open_entry",
@@ -82,7 +82,6 @@ _SIDECAR = struct.Struct("<4sQQQ16s")  # magic, inode, check, length, key digest
 KEY_DIGEST_SIZE = 16
 RECORD_SIZE = _RECORD.size
 _NS = 1_000_000_000
-_MASK64 = (1 << 64) - 1
 _pack, _xxh3 = _RECORD.pack, xxhash.xxh3_64_intdigest
 _from_bytes = int.from_bytes
 # O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
@@ -94,14 +93,9 @@ READ_FLAGS = PLAIN_READ_FLAGS | getattr(os, "O_NOATIME", 0)
 _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
 
 
-def entry_check(data: bytes, digest: bytes) -> int:
-    """The check of ``data`` stored under the entry named ``digest.hex()``.
-
-    A 256-bit integer: the mtime carries it modulo 10^9, a record its low
-    64 bits. The read path computes the same from the key (a 32-byte key
-    is its own digest) or from the hex name (``int(name, 16)``).
-    """
-    return _xxh3(data) ^ _from_bytes(digest, "big")
+def entry_check(data: bytes, kd: bytes) -> int:
+    """The 64-bit check of ``data`` stored under the key whose SHA-256 starts with ``kd``."""
+    return _xxh3(data) ^ _from_bytes(kd[:8], "big")
 
 
 # Other-length keys are hashed behind this prefix, so that no such key's name
@@ -140,12 +134,12 @@ def entry_relpath(name: str) -> str:
     return FANOUT[_crc32(bytes.fromhex(name)) & 255] + "/" + name
 
 
-def name_digest(name: str) -> bytes:
-    """The 32 bytes an entry name (64 hex digits) spells."""
-    return bytes.fromhex(name)
+def key_digest_of_name(name: str) -> bytes:
+    """The key digest an entry named ``name`` (64 hex digits) must carry."""
+    return bytes.fromhex(name[: 2 * KEY_DIGEST_SIZE])
 
 
-def publish_times(data: bytes, digest: bytes, now_ns: int) -> tuple[int, int]:
+def publish_times(data: bytes, kd: bytes, now_ns: int) -> tuple[int, int]:
     """``(atime, mtime)`` for an entry of ``data`` written at ``now_ns``.
 
     The mtime carries the check: 1-2 s before ``now_ns`` (in the past, so it
@@ -154,24 +148,23 @@ def publish_times(data: bytes, digest: bytes, now_ns: int) -> tuple[int, int]:
     the entry reads as never read since its write (its first read stamps
     it), and still in write order among entries never read.
     """
-    mtime = now_ns - now_ns % _NS - _NS + entry_check(data, digest) % _NS
+    mtime = now_ns - now_ns % _NS - _NS + entry_check(data, kd) % _NS
     return now_ns - 2 * _NS, mtime
 
 
-def make_record(data: bytes, digest: bytes) -> bytes:
-    """The xattr record for ``data`` stored under the entry named ``digest.hex()``."""
-    return _pack(_MAGIC, entry_check(data, digest) & _MASK64, len(data), digest[:KEY_DIGEST_SIZE])
+def make_record(data: bytes, kd: bytes) -> bytes:
+    """The xattr record for ``data`` stored under the key whose SHA-256 starts with ``kd``."""
+    return _pack(_MAGIC, entry_check(data, kd), len(data), kd)
 
 
-def record_matches(record: bytes, data: bytes, digest: bytes) -> bool:
-    """Whether ``record`` (as read back) vouches for exactly ``data`` under ``digest``."""
+def record_matches(record: bytes, data: bytes, kd: bytes) -> bool:
+    """Whether ``record`` (as read back) vouches for exactly ``data`` under key digest ``kd``."""
     # One pack and one compare: equal exactly when magic, check, length and key all match.
-    return record == make_record(data, digest)
+    return record == _pack(_MAGIC, entry_check(data, kd), len(data), kd)
 
 
-def make_sidecar(ino: int, data: bytes, digest: bytes) -> bytes:
-    check = entry_check(data, digest) & _MASK64
-    return _SIDECAR.pack(_MAGIC, ino, check, len(data), digest[:KEY_DIGEST_SIZE])
+def make_sidecar(ino: int, data: bytes, kd: bytes) -> bytes:
+    return _SIDECAR.pack(_MAGIC, ino, entry_check(data, kd), len(data), kd)
 
 
 def parse_sidecar(raw: bytes) -> tuple[int, bytes] | None:
@@ -202,7 +195,7 @@ def probe_carrier(tmp_dir: str) -> str:
             return "mtime"
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            probe = make_record(b"", bytes(32))
+            probe = make_record(b"", bytes(KEY_DIGEST_SIZE))
             os.setxattr(fd, XATTR_NAME, probe)
             return "xattr" if os.getxattr(fd, XATTR_NAME) == probe else "sidecar"
         except OSError as exc:
@@ -268,7 +261,7 @@ def read_record(fd: int, path: str, ino: int, use_xattr: bool) -> bytes | None:
 
 
 def entry_verdict(
-    carrier: str, fd: int, path: str, st: os.stat_result, data: bytes, digest: bytes
+    carrier: str, fd: int, path: str, st: os.stat_result, data: bytes, kd: bytes
 ) -> bool | None:
     """Whether the record on ``carrier`` vouches for ``data`` read from ``fd``.
 
@@ -277,11 +270,11 @@ def entry_verdict(
     inode (a writer mid-publication: a plain miss).
     """
     if carrier == "mtime":
-        return st.st_mtime_ns % _NS == entry_check(data, digest) % _NS
+        return st.st_mtime_ns % _NS == entry_check(data, kd) % _NS
     record = read_record(fd, path, st.st_ino, carrier == "xattr")
     if record is None:
         return None
-    return record_matches(record, data, digest)
+    return record_matches(record, data, kd)
 
 
 def is_outdated(fd: int, path: str) -> bool:
