@@ -205,14 +205,14 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     p = entry_path(cache, b"k")
     mtime = os.lstat(p).st_mtime_ns
     stamps = []
-    real = _filestream._stamp_append
 
-    def spy(stamp):
-        _path, _ino, mtime_ns, atime_ns = stamp
-        stamps.append((atime_ns, mtime_ns))
-        return real(stamp)
+    def spy():  # in place of starting the thread: record, then write at once
+        for _path, (_ino, mtime_ns, atime_ns) in _stamps.QUEUE.pending.items():
+            stamps.append((atime_ns, mtime_ns))
+        _stamps.flush()
 
-    monkeypatch.setattr(_filestream, "_stamp_append", spy)
+    monkeypatch.setattr(_stamps.QUEUE, "scheduled", False)
+    monkeypatch.setattr(_stamps.QUEUE, "schedule", spy)
     os.utime(p, ns=(max(time.time_ns() - 200_000_000, mtime + 1), mtime))
     assert FileStreamProgramCache(cache.path)[b"k"] == b"v"  # a fresh object reads the disk
     assert stamps == []

@@ -116,17 +116,17 @@ from nexus_cache.program import FileStreamProgramCache, _stamps
 _stamps.DELAY_S = 3600  # nothing written by the thread while we look
 c = FileStreamProgramCache(sys.argv[1])
 assert c[b"parent"] == b"p"
-queued = len(_stamps.QUEUE.items)
+queued = len(_stamps.QUEUE.pending)
 pid = os.fork()
 if pid == 0:
-    inherited = len(_stamps.QUEUE.items)
+    inherited = len(_stamps.QUEUE.pending)
     assert c[b"child"] == b"c"
-    own = len(_stamps.QUEUE.items)
+    own = len(_stamps.QUEUE.pending)
     alive = _stamps.QUEUE.thread is not None and _stamps.QUEUE.thread.is_alive()
     print("child", inherited, own, alive, flush=True)
     os._exit(0)
 os.waitpid(pid, 0)
-print("parent", queued, len(_stamps.QUEUE.items), flush=True)
+print("parent", queued, len(_stamps.QUEUE.pending), flush=True)
 """
 
 
@@ -156,7 +156,7 @@ def test_stamps_are_written_on_the_reading_thread_once_the_exit_hook_ran(tmp_pat
     before = time.time_ns()
     assert c[b"k"] == b"v"
     assert os.lstat(p).st_atime_ns >= before  # written at once, not queued
-    assert len(_stamps.QUEUE.items) == 0
+    assert len(_stamps.QUEUE.pending) == 0
 
 
 def test_stamps_are_written_on_the_reading_thread_where_no_thread_can_start(tmp_path, monkeypatch):
@@ -241,3 +241,23 @@ def test_verify_cli_reports_outdated_entries_and_exits_zero(tmp_path, capsys):
     assert "written by an earlier version" in out
     assert "1 outdated (removed)" in out
     assert not old.exists()
+
+
+def test_a_hot_loop_over_one_entry_queues_one_stamp(tmp_path, monkeypatch):
+    # With no memo (or an entry too big for it) every hit reads the disk; a
+    # stamp still queued covers the reads after it, as the 1 s window would.
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
+    c[b"k"] = b"v"
+    _stamps.flush()
+    monkeypatch.setattr(_stamps, "DELAY_S", 3600)
+    for _ in range(500):
+        assert c[b"k"] == b"v"
+    assert list(_stamps.QUEUE.pending) == [str(entry_path(c, b"k"))]
+    # A rewrite is another inode: its first read queues its own stamp.
+    c[b"k"] = b"w"
+    assert c[b"k"] == b"w"
+    ino = os.lstat(entry_path(c, b"k")).st_ino
+    assert _stamps.QUEUE.pending[str(entry_path(c, b"k"))][0] == ino
+    _stamps.flush()
+    st = os.lstat(entry_path(c, b"k"))
+    assert st.st_atime_ns > st.st_mtime_ns

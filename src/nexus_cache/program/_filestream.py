@@ -78,7 +78,8 @@ _STAMP_WINDOW_NS = 1_000_000_000
 _FORGET_USAGE_NS = 1_000_000_000
 _open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
 _STAMPS = _stamps.QUEUE
-_stamp_append = _STAMPS.items.append
+_pending_stamps = _STAMPS.pending
+_pending_stamp = _pending_stamps.get
 _SEEN_MASK = SEEN_SLOTS - 1
 _xxh3 = xxhash.xxh3_64_intdigest
 _NS = 1_000_000_000
@@ -328,10 +329,13 @@ class FileStreamProgramCache(ProgramCacheResource):
                     _utime(fd, ns=(now, mtime))
                     ctime = _fstat(fd).st_ctime_ns
                 else:
-                    # Queued, written beside the read (see _stamps.QUEUE).
-                    _stamp_append((path, ino, mtime, now))
-                    if not _STAMPS.scheduled:
-                        _STAMPS.schedule()
+                    # Queued, written beside the read (see _stamps.QUEUE): one
+                    # queued stamp per entry, as one stamp per window.
+                    queued = _pending_stamp(path)
+                    if queued is None or queued[0] != ino:
+                        _pending_stamps[path] = (ino, mtime, now)
+                        if not _STAMPS.scheduled:
+                            _STAMPS.schedule()
             if keep:
                 memo.put(kb, MemoEntry(path, ino, size, mtime, ctime, data))  # type: ignore[union-attr]
         finally:

@@ -1,9 +1,12 @@
 """LRU access stamps written beside the read path, not on it.
 
 A hit that must promote its entry (first read since the write, or last
-stamped more than the stamp window ago) hands ``(path, inode, mtime, now)``
-to this process's stamp queue and returns; a background thread writes the
-queued stamps about :data:`DELAY_S` later, in one batch. A new process that
+stamped more than the stamp window ago) hands ``(inode, mtime, now)`` for
+its path to this process's stamp queue and returns; a background thread
+writes the queued stamps about :data:`DELAY_S` later, in one batch. The
+queue holds one stamp per path: reads of an entry whose stamp is still
+queued add nothing (as reads inside the stamp window write nothing), so a
+hot loop over one entry queues one stamp, not one per read. A new process that
 reads fifty kernels at start-up so pays no metadata write per kernel while
 it waits for them, and the LRU order on disk is the same, only written a
 moment later.
@@ -24,8 +27,9 @@ Guarantees:
   previous stamp to eviction, which may then remove them a little early (a
   recompile), never serve wrong bytes.
 
-Thread-safe: ``deque.append`` and ``popleft`` are atomic, so readers take no
-lock. Fork-safe and shutdown-safe (where no thread can start, the stamp is
+Thread-safe: a dict's ``get``, item assignment and ``popitem`` are each
+atomic, so readers take no lock (two racing readers of one path leave one
+stamp either way). Fork-safe and shutdown-safe (where no thread can start, the stamp is
 written on the reading thread).
 """
 
@@ -35,7 +39,6 @@ import atexit
 import os
 import threading
 import time
-from collections import deque
 
 from nexus_cache.program._integrity import READ_FLAGS
 
@@ -44,7 +47,7 @@ __all__ = ["DELAY_S", "QUEUE", "flush", "stamp_now"]
 # About the stamp window (1 s): stamps are ordered to a second anyway.
 DELAY_S = 1.0
 
-Stamp = tuple[str, int, int, int]  # path, inode, mtime_ns, atime_ns to set
+Stamp = tuple[int, int, int]  # inode, mtime_ns, atime_ns to set, by path
 
 
 def stamp_now(path: str, ino: int, mtime_ns: int, atime_ns: int) -> int | None:
@@ -72,13 +75,13 @@ class _Queue:
         self.reset()
 
     def reset(self) -> None:
-        # The deque is cleared in place, never replaced: readers hold its
-        # bound append (see QUEUE below).
-        items: deque[Stamp] | None = getattr(self, "items", None)
-        if items is None:
-            self.items = deque()
+        # The dict is cleared in place, never replaced: readers hold its bound
+        # methods (see QUEUE below).
+        pending: dict[str, Stamp] | None = getattr(self, "pending", None)
+        if pending is None:
+            self.pending = {}
         else:
-            items.clear()
+            pending.clear()
         self.scheduled = False
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
@@ -126,11 +129,11 @@ class _Queue:
 
     def flush(self) -> None:
         """Write every queued stamp now, on the calling thread."""
-        items = self.items
+        pending = self.pending
         while True:
             try:
-                path, ino, mtime_ns, atime_ns = items.popleft()
-            except IndexError:
+                path, (ino, mtime_ns, atime_ns) = pending.popitem()
+            except KeyError:
                 return
             stamp_now(path, ino, mtime_ns, atime_ns)
 
@@ -138,10 +141,10 @@ class _Queue:
 _queue = _Queue()
 
 
-# One queue per process; a forked child resets it in place. A reader queues
-# a stamp (path, inode, mtime_ns, atime_ns) with QUEUE.items.append (one C
-# call, bound once) and then calls QUEUE.schedule() while QUEUE.scheduled
-# is false.
+# One queue per process; a forked child resets it in place. A reader whose
+# path has no stamp queued for this inode (QUEUE.pending.get, bound once)
+# queues one (QUEUE.pending[path] = (inode, mtime_ns, atime_ns)) and then
+# calls QUEUE.schedule() while QUEUE.scheduled is false.
 QUEUE = _queue
 flush = _queue.flush
 
