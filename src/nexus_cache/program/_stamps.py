@@ -6,10 +6,10 @@ its path to this process's stamp queue and returns; a background thread
 writes the queued stamps about :data:`DELAY_S` later, in one batch. The
 queue holds one stamp per path: reads of an entry whose stamp is still
 queued add nothing (as reads inside the stamp window write nothing), so a
-hot loop over one entry queues one stamp, not one per read. A new process that
-reads fifty kernels at start-up so pays no metadata write per kernel while
-it waits for them, and the LRU order on disk is the same, only written a
-moment later.
+hot loop over one entry queues one stamp, not one per read. A new process
+that reads fifty kernels at start-up so pays no metadata write per kernel
+while it waits for them, and the LRU order on disk is the same, only
+written a moment later.
 
 Guarantees:
 
@@ -29,8 +29,8 @@ Guarantees:
 
 Thread-safe: a dict's ``get``, item assignment and ``popitem`` are each
 atomic, so readers take no lock (two racing readers of one path leave one
-stamp either way). Fork-safe and shutdown-safe (where no thread can start, the stamp is
-written on the reading thread).
+stamp either way). Fork-safe and shutdown-safe (where no thread can start,
+the stamp is written on the reading thread).
 """
 
 from __future__ import annotations
