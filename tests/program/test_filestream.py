@@ -99,11 +99,11 @@ def test_each_carrier_holds_the_record_where_it_says(any_cache):
     payload = os.urandom(4000)
     any_cache[b"k"] = payload
     p = entry_path(any_cache, b"k")
-    kd = bytes.fromhex(entry_name(b"k")[:32])
+    digest = bytes.fromhex(entry_name(b"k"))  # the 32 bytes the name spells
     st = os.lstat(p)  # before any read: the kernel's relatime would move the atime
     assert p.read_bytes() == payload
     if any_cache.record_carrier == "mtime":
-        assert st.st_mtime_ns % 10**9 == entry_check(payload, kd) % 10**9
+        assert st.st_mtime_ns % 10**9 == entry_check(payload, digest) % 10**9
         assert st.st_mtime_ns < time.time_ns()  # never in the future
         assert st.st_atime_ns < st.st_mtime_ns  # never read since its write
         assert XATTR_NAME not in os.listxattr(p)

@@ -37,9 +37,9 @@ from nexus_cache.program._integrity import (
     READ_FLAGS,
     SIDECAR_SUFFIX,
     XATTR_NAME,
+    entry_digest,
     entry_location,
     entry_verdict,
-    key_digest_of_name,
     make_record,
     make_sidecar,
     probe_carrier,
@@ -79,7 +79,7 @@ _FORGET_USAGE_NS = 1_000_000_000
 _open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
 _STAMPS = _stamps.QUEUE
 _pending_stamps = _STAMPS.pending
-_pending_stamp = _pending_stamps.get
+_queue_stamp = _pending_stamps.setdefault
 _SEEN_MASK = SEEN_SLOTS - 1
 _xxh3 = xxhash.xxh3_64_intdigest
 _NS = 1_000_000_000
@@ -194,8 +194,11 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._entries = str(ensure_private_dir(self._root / "entries"))
         self._tmp = str(ensure_private_dir(self._root / "tmp"))
         self._prefix = self._entries + "/"
+        # entries/<fan-out>/ of every fan-out, built once: a read adds the name.
+        self._dirs = tuple(self._prefix + sub + "/" for sub in FANOUT)
         self._uid = os.geteuid()
         self._counts = OpCounters()
+        self._hit = self._counts.hit  # bound once: the read path's last call
         sweep_stale_temps(self._tmp)
         self._carrier = probe_carrier(self._tmp)
         self._by_mtime = self._carrier == "mtime"
@@ -259,14 +262,13 @@ class FileStreamProgramCache(ProgramCacheResource):
                 memo.touch(kb)  # type: ignore[arg-type]
                 data = self._memo_hit(memo, kb, entry)  # type: ignore[arg-type]
                 if data is not None:
-                    self._counts.hit()
+                    self._hit()
                     return data
-        if len(kb) == 32:  # entry_location()'s common case, inline
-            h = kb.hex()  # type: ignore[union-attr]
-            path = self._prefix + FANOUT[_crc32(kb) & 255] + "/" + h  # type: ignore[arg-type]
-        else:
-            sub, h = entry_location(kb)  # type: ignore[arg-type]
-            path = self._prefix + sub + "/" + h
+        # entry_location(), inline; the CRC-32 picks the fan-out and is the
+        # key tag of the integrity check (see _integrity).
+        digest = kb if len(kb) == 32 else entry_digest(kb)  # type: ignore[arg-type]
+        tag = _crc32(digest)  # type: ignore[arg-type]
+        path = self._dirs[tag & 255] + digest.hex()  # type: ignore[union-attr]
         try:
             fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
@@ -294,11 +296,11 @@ class FileStreamProgramCache(ProgramCacheResource):
             mtime = st.st_mtime_ns
             if self._by_mtime:
                 # The mtime carrier's check (see _integrity): the mtime's
-                # nanoseconds are entry_check(data, key tag) mod 10^9, the key
-                # tag read off the hex name here. The one hash a read pays.
-                ok: bool | None = mtime % _NS == (_xxh3(data) ^ int(h[:16], 16)) % _NS
+                # nanoseconds are entry_check(data, digest) mod 10^9. The one
+                # hash a read pays.
+                ok: bool | None = mtime % _NS == (_xxh3(data) ^ tag) % _NS
             else:
-                ok = entry_verdict(self._carrier, fd, path, st, data, key_digest_of_name(h))
+                ok = entry_verdict(self._carrier, fd, path, st, data, digest)  # type: ignore[arg-type]
                 if ok is None:
                     self._count_miss()
                     return default
@@ -309,38 +311,37 @@ class FileStreamProgramCache(ProgramCacheResource):
             keep = False
             if memo is not None:
                 # The memo keeps a version on its second disk read: its
-                # first-read table (see VerifiedMemo.seen), inline.
-                slot = hash(kb) & _SEEN_MASK
-                mark = (ino ^ mtime) or 1
+                # first-read table (see VerifiedMemo.seen), inline; its slot
+                # from the tag's bits above the fan-out's.
+                slot = tag >> 8 & _SEEN_MASK
                 seen = memo.seen
-                if seen[slot] == mark:
+                if seen[slot] == mtime:
                     seen[slot] = 0
                     keep = True
                 else:
-                    seen[slot] = mark
+                    seen[slot] = mtime
             now = _time_ns()
             atime = st.st_atime_ns
-            ctime = st.st_ctime_ns
             if atime <= mtime or not 0 <= now - atime < _STAMP_WINDOW_NS:
                 if keep:
                     # Stamped now, through the fd (same inode, so a rewriter's
                     # fresh file is never stamped; mtime kept: it carries the
                     # check), so the memo records the ctime our stamp leaves.
                     _utime(fd, ns=(now, mtime))
-                    ctime = _fstat(fd).st_ctime_ns
+                    st = _fstat(fd)
                 else:
                     # Queued, written beside the read (see _stamps.QUEUE): one
                     # queued stamp per entry, as one stamp per window.
-                    queued = _pending_stamp(path)
-                    if queued is None or queued[0] != ino:
+                    queued = _queue_stamp(path, (ino, mtime, now))
+                    if queued[0] != ino:  # a stamp of a replaced file: ours instead
                         _pending_stamps[path] = (ino, mtime, now)
-                        if not _STAMPS.scheduled:
-                            _STAMPS.schedule()
+                    if not _STAMPS.scheduled:
+                        _STAMPS.schedule()
             if keep:
-                memo.put(kb, MemoEntry(path, ino, size, mtime, ctime, data))  # type: ignore[union-attr]
+                memo.put(kb, MemoEntry(path, ino, size, mtime, st.st_ctime_ns, data))  # type: ignore[union-attr]
         finally:
             _close(fd)
-        self._counts.hit()
+        self._hit()
         return data
 
     def _memo_hit(self, memo: VerifiedMemo, kb: bytes, entry: MemoEntry) -> bytes | None:
@@ -402,17 +403,16 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value if value.__class__ is bytes else as_value_bytes(value)
-        sub, h = entry_location(kb)  # type: ignore[arg-type]
-        path = self._prefix + sub + "/" + h
+        digest = entry_digest(kb)  # type: ignore[arg-type]
+        path = self._dirs[_crc32(digest) & 255] + digest.hex()
         size = len(data)  # type: ignore[arg-type]
         cap = self._max
         if cap is not None and size > cap:
             self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
             return
-        kd = key_digest_of_name(h)
         carrier = self._carrier
-        xattr = (XATTR_NAME, make_record(data, kd)) if carrier == "xattr" else None  # type: ignore[arg-type]
-        times = publish_times(data, kd, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
+        xattr = (XATTR_NAME, make_record(data, digest)) if carrier == "xattr" else None  # type: ignore[arg-type]
+        times = publish_times(data, digest, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
         # The bytes are written and fsynced before any lock is taken.
         tmp, ino = stage_temp(
             self._tmp,
@@ -436,7 +436,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         except IsADirectoryError:
             raise _not_an_entry(path) from None
         if self._sidecars:
-            sidecar = make_sidecar(ino, data, kd)  # type: ignore[arg-type]
+            sidecar = make_sidecar(ino, data, digest)  # type: ignore[arg-type]
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
             self._memo.discard(kb)  # type: ignore[arg-type]

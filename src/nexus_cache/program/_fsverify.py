@@ -16,7 +16,7 @@ from nexus_cache.program._integrity import (
     entry_relpath,
     entry_verdict,
     is_outdated,
-    key_digest_of_name,
+    name_digest,
     open_entry,
     read_rest,
 )
@@ -62,7 +62,7 @@ def verify_entries(
                 outdated = True  # where no read looks: an earlier layout's
             else:
                 data = read_rest(fd, b"", st.st_size)
-                verdict = entry_verdict(carrier, fd, e.path, st, data, key_digest_of_name(name))
+                verdict = entry_verdict(carrier, fd, e.path, st, data, name_digest(name))
                 outdated = verdict is not True and is_outdated(fd, e.path)
         finally:
             os.close(fd)

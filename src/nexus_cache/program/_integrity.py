@@ -2,11 +2,12 @@
 
 An entry file holds the binary exactly as compiled (cuobjdump and nvdisasm
 read it), so what vouches for it lives in the file's metadata. The check is
-XXH3-64 of the bytes XORed with the entry's key tag (the first 8 bytes of
-the entry's name, see :func:`entry_name`): an entry copied or
-renamed onto another key's path no longer matches there and is never
-served for that key. (XOR rather than XXH3's seed: a seed costs a secret
-derivation per call, two thirds of the hash itself on 16 KiB.)
+XXH3-64 of the bytes XORed with the entry's key tag, the CRC-32 of the
+32-byte digest its name spells (see :func:`entry_location`; a read computes
+that CRC anyway, to find the fan-out directory): an entry copied or renamed
+onto another key's path no longer matches there and is never served for
+that key. (XOR rather than XXH3's seed: a seed costs a secret derivation
+per call, two thirds of the hash itself on 16 KiB.)
 
 Where the record lives, in order of preference (``probe_carrier`` picks
 one per cache root, at open):
@@ -53,12 +54,13 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "XATTR_NAME",
     "entry_check",
+    "entry_digest",
     "entry_location",
     "entry_name",
     "entry_relpath",
     "entry_verdict",
     "is_outdated",
-    "key_digest_of_name",
+    "name_digest",
     "make_record",
     "make_sidecar",
     "open_entry",
@@ -82,8 +84,7 @@ _SIDECAR = struct.Struct("<4sQQQ16s")  # magic, inode, check, length, key digest
 KEY_DIGEST_SIZE = 16
 RECORD_SIZE = _RECORD.size
 _NS = 1_000_000_000
-_pack, _xxh3 = _RECORD.pack, xxhash.xxh3_64_intdigest
-_from_bytes = int.from_bytes
+_pack, _xxh3, _crc32 = _RECORD.pack, xxhash.xxh3_64_intdigest, zlib.crc32
 # O_NONBLOCK: a FIFO planted at an entry path must not hang the reader.
 PLAIN_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 # O_NOATIME: a read never moves the atime by itself (relatime would, on a
@@ -93,9 +94,9 @@ READ_FLAGS = PLAIN_READ_FLAGS | getattr(os, "O_NOATIME", 0)
 _NOT_SUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
 
 
-def entry_check(data: bytes, kd: bytes) -> int:
-    """The 64-bit check of ``data`` stored under the key whose SHA-256 starts with ``kd``."""
-    return _xxh3(data) ^ _from_bytes(kd[:8], "big")
+def entry_check(data: bytes, digest: bytes) -> int:
+    """The 64-bit check of ``data`` stored as the entry named by ``digest``."""
+    return _xxh3(data) ^ _crc32(digest)
 
 
 # Other-length keys are hashed behind this prefix, so that no such key's name
@@ -109,18 +110,20 @@ _NAME_DOMAIN = b"nexus-cache entry name\x00"
 # its own name and such keys need not be uniformly distributed (ASCII keys
 # would all share one directory).
 FANOUT = tuple(f"{i:02x}" for i in range(256))
-_crc32 = zlib.crc32
+
+
+def entry_digest(key: bytes) -> bytes:
+    """The 32 bytes that name the entry of ``key``: a 32-byte key
+    (``make_program_cache_key`` and cuda.core's both return a SHA-256) is
+    its own name, so a read hashes nothing cryptographic to find its file;
+    any other key is named by the SHA-256 of a domain prefix and the key."""
+    return key if len(key) == 32 else hashlib.sha256(_NAME_DOMAIN + key).digest()
 
 
 def entry_location(key: bytes) -> tuple[str, str]:
-    """``(subdir, name)`` of the entry of ``key`` under ``entries/``.
-
-    The name is 64 hex digits. A 32-byte key (``make_program_cache_key``
-    and cuda.core's both return a SHA-256) is its own name, so a read hashes
-    nothing cryptographic to find its file; any other key is named by the
-    SHA-256 of a domain prefix and the key.
-    """
-    digest = key if len(key) == 32 else hashlib.sha256(_NAME_DOMAIN + key).digest()
+    """``(subdir, name)`` of the entry of ``key`` under ``entries/``: the
+    name is :func:`entry_digest` in 64 hex digits."""
+    digest = entry_digest(key)
     return FANOUT[_crc32(digest) & 255], digest.hex()
 
 
@@ -134,12 +137,12 @@ def entry_relpath(name: str) -> str:
     return FANOUT[_crc32(bytes.fromhex(name)) & 255] + "/" + name
 
 
-def key_digest_of_name(name: str) -> bytes:
-    """The key digest an entry named ``name`` (64 hex digits) must carry."""
-    return bytes.fromhex(name[: 2 * KEY_DIGEST_SIZE])
+def name_digest(name: str) -> bytes:
+    """The 32-byte digest an entry's name (64 hex digits) spells."""
+    return bytes.fromhex(name)
 
 
-def publish_times(data: bytes, kd: bytes, now_ns: int) -> tuple[int, int]:
+def publish_times(data: bytes, digest: bytes, now_ns: int) -> tuple[int, int]:
     """``(atime, mtime)`` for an entry of ``data`` written at ``now_ns``.
 
     The mtime carries the check: 1-2 s before ``now_ns`` (in the past, so it
@@ -148,23 +151,24 @@ def publish_times(data: bytes, kd: bytes, now_ns: int) -> tuple[int, int]:
     the entry reads as never read since its write (its first read stamps
     it), and still in write order among entries never read.
     """
-    mtime = now_ns - now_ns % _NS - _NS + entry_check(data, kd) % _NS
+    mtime = now_ns - now_ns % _NS - _NS + entry_check(data, digest) % _NS
     return now_ns - 2 * _NS, mtime
 
 
-def make_record(data: bytes, kd: bytes) -> bytes:
-    """The xattr record for ``data`` stored under the key whose SHA-256 starts with ``kd``."""
-    return _pack(_MAGIC, entry_check(data, kd), len(data), kd)
+def make_record(data: bytes, digest: bytes) -> bytes:
+    """The xattr record for ``data`` stored as the entry named by ``digest``."""
+    return _pack(_MAGIC, entry_check(data, digest), len(data), digest[:KEY_DIGEST_SIZE])
 
 
-def record_matches(record: bytes, data: bytes, kd: bytes) -> bool:
-    """Whether ``record`` (as read back) vouches for exactly ``data`` under key digest ``kd``."""
+def record_matches(record: bytes, data: bytes, digest: bytes) -> bool:
+    """Whether ``record`` (as read back) vouches for exactly ``data`` as the entry ``digest``."""
     # One pack and one compare: equal exactly when magic, check, length and key all match.
-    return record == _pack(_MAGIC, entry_check(data, kd), len(data), kd)
+    return record == make_record(data, digest)
 
 
-def make_sidecar(ino: int, data: bytes, kd: bytes) -> bytes:
-    return _SIDECAR.pack(_MAGIC, ino, entry_check(data, kd), len(data), kd)
+def make_sidecar(ino: int, data: bytes, digest: bytes) -> bytes:
+    check = entry_check(data, digest)
+    return _SIDECAR.pack(_MAGIC, ino, check, len(data), digest[:KEY_DIGEST_SIZE])
 
 
 def parse_sidecar(raw: bytes) -> tuple[int, bytes] | None:
@@ -195,7 +199,7 @@ def probe_carrier(tmp_dir: str) -> str:
             return "mtime"
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            probe = make_record(b"", bytes(KEY_DIGEST_SIZE))
+            probe = make_record(b"", bytes(32))
             os.setxattr(fd, XATTR_NAME, probe)
             return "xattr" if os.getxattr(fd, XATTR_NAME) == probe else "sidecar"
         except OSError as exc:
@@ -261,7 +265,7 @@ def read_record(fd: int, path: str, ino: int, use_xattr: bool) -> bytes | None:
 
 
 def entry_verdict(
-    carrier: str, fd: int, path: str, st: os.stat_result, data: bytes, kd: bytes
+    carrier: str, fd: int, path: str, st: os.stat_result, data: bytes, digest: bytes
 ) -> bool | None:
     """Whether the record on ``carrier`` vouches for ``data`` read from ``fd``.
 
@@ -270,11 +274,11 @@ def entry_verdict(
     inode (a writer mid-publication: a plain miss).
     """
     if carrier == "mtime":
-        return st.st_mtime_ns % _NS == entry_check(data, kd) % _NS
+        return st.st_mtime_ns % _NS == entry_check(data, digest) % _NS
     record = read_record(fd, path, st.st_ino, carrier == "xattr")
     if record is None:
         return None
-    return record_matches(record, data, kd)
+    return record_matches(record, data, digest)
 
 
 def is_outdated(fd: int, path: str) -> bool:

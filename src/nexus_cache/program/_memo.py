@@ -48,11 +48,12 @@ class VerifiedMemo:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
         self._entries: OrderedDict[bytes, MemoEntry] = OrderedDict()
-        # The first-read table (see the module docstring): slot hash(key) %
-        # SEEN_SLOTS holds the mark ``(inode ^ mtime_ns) or 1`` of the version
-        # last read once, 0 when empty. The file-stream read path marks and
-        # checks it inline (every first read does), no lock: a slot is one
-        # list item.
+        # The first-read table (see the module docstring): a slot, picked by
+        # the reader from a hash of the key, holds the mtime_ns of the
+        # version last read once (an entry's mtime carries its check, so
+        # versions differ there), 0 when empty. The file-stream read path
+        # marks and checks it inline (every first read does), no lock: a
+        # slot is one list item.
         self.seen: list[int] = [0] * SEEN_SLOTS
         self._bytes = 0
         self._lock = threading.Lock()
