@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 from fsspec.implementations.memory import MemoryFileSystem
 
 from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, FillError
@@ -49,7 +50,7 @@ def test_record_is_json_with_identity_and_digest(tmp_path: Path) -> None:
     record = json.loads(data.with_name(f"{key}.json").read_text())
     assert record["key"] == key
     assert record["size"] == len(DATA)
-    assert record["digest"] == "sha256:" + hashlib.sha256(DATA).hexdigest()
+    assert record["digest"] == "xxh3_128:" + xxhash.xxh3_128(DATA).hexdigest()
     assert record["identity"]["location"] == f"file://{source}"
     assert oct(data.stat().st_mode & 0o777) == "0o600"
     assert oct(root.stat().st_mode & 0o777) == "0o700"
@@ -134,6 +135,36 @@ def test_corrupted_entry_is_detected_and_refilled(tmp_path: Path) -> None:
         assert cache.read(source) == DATA
         assert fill_counts(cache) == 2
         assert entry_files(root)[0].read_bytes() == DATA
+
+
+@pytest.mark.parametrize(
+    ("digest", "good"),
+    [
+        ("sha256:" + hashlib.sha256(DATA).hexdigest(), True),  # an earlier version's record
+        ("sha256:" + hashlib.sha256(DATA[:-1]).hexdigest(), False),
+        ("md5:" + hashlib.md5(DATA).hexdigest(), False),  # no algorithm this version knows
+        ("xxh3_128:" + xxhash.xxh3_128(DATA[1:]).hexdigest(), False),
+    ],
+)
+def test_verify_checks_each_records_own_digest_algorithm(
+    tmp_path: Path, digest: str, good: bool
+) -> None:
+    source = str(write_old_file(tmp_path / "a.parquet", DATA))
+    root = tmp_path / "c"
+    with make_cache(root, policy="fill_before_read") as cache:
+        cache.prefetch(source)
+        (data,) = entry_files(root)
+        record_path = data.with_name(data.name + ".json")
+        record = json.loads(record_path.read_text())
+        record["digest"] = digest
+        record_path.write_text(json.dumps(record))
+        bad = cache.verify()
+        if good:
+            assert bad == {}
+            assert entry_files(root) == [data]
+        else:
+            assert list(bad.values()) == ["content digest differs from the record"]
+            assert entry_files(root) == []
 
 
 @pytest.mark.parametrize(("code", "reason"), [(errno.ENOSPC, "enospc"), (errno.EDQUOT, "edquot")])

@@ -23,7 +23,7 @@ from nexus_cache._storage import FileLock, lstat_key
 from nexus_cache.errors import CacheSecurityError
 from nexus_cache.lakehouse._durable import DURABLE_MODE, needs_refill
 from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._store import EntryStore, file_digest
+from nexus_cache.lakehouse._store import EntryStore, digest_matches
 
 __all__ = [
     "EntryListing",
@@ -123,7 +123,7 @@ def verify_entry(store: EntryStore, key: str) -> str | None:
         st = os.fstat(fd)
         if st.st_size != size:
             return f"size {st.st_size} != recorded {size}"
-        if file_digest(fd) != digest:
+        if not digest_matches(fd, digest):
             return "content digest differs from the record"
         if needs_refill(st):
             # Its bytes are proven whole: make it durable, so reads use it again.
