@@ -264,3 +264,70 @@ def test_cold_read_is_one_head_and_one_get(
             # s3fs opens the object on the plan's identity: no HEAD of its own,
             # every GET pinned by If-Match on the planned ETag
             assert requests == {"head_object": 1, "get_object": 1}
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_a_cold_read_of_an_object_planned_before_sends_no_head(
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int], policy: str
+) -> None:
+    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
+    source = f"s3://{plain_bucket}/{key}"
+    fs = make_s3fs(s3_endpoint)
+    with make_cache(tmp_path / "c", policy=policy) as cache:
+        assert cache.prefetch(source, fs=fs)
+        cache.clear()  # the entry is gone; the identity is remembered
+        requests.clear()
+        with cache.open(source, fs=fs) as f:
+            assert f.read() == _table_bytes(8)
+            assert f.diagnostics.cache_status is CacheStatus.MISS
+            # the remembered identity plans the miss; the GET, pinned by
+            # If-Match on its ETag, proves it: no HEAD
+            assert requests == {"get_object": 1}
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_a_planned_miss_whose_object_changed_serves_the_new_object(
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int], policy: str
+) -> None:
+    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
+    source = f"s3://{plain_bucket}/{key}"
+    fs = make_s3fs(s3_endpoint)
+    with make_cache(tmp_path / "c", policy=policy) as cache:
+        assert cache.prefetch(source, fs=fs)
+        cache.clear()
+        put_object(s3_endpoint, plain_bucket, key, _table_bytes(9))  # overwritten meanwhile
+        requests.clear()
+        assert cache.read(source, fs=fs) == _table_bytes(9)
+        # the GET pinned to the remembered ETag was refused (412), and the
+        # read was planned again with a request before any byte was handed out
+        assert requests.get("head_object", 0) >= 1
+        cache.wait_for_fills(60)
+        requests.clear()
+        with cache.open(source, fs=fs) as f:  # and the entry holds the new object
+            assert f.read() == _table_bytes(9)
+            assert f.diagnostics.cache_status is CacheStatus.HIT
+
+
+def test_a_cold_dataset_read_proves_every_file_by_its_listing(
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+    import s3fs
+
+    keys = _dataset(s3_endpoint, plain_bucket, 4, value=3)
+    sent: list[tuple[str, str]] = []
+    original = s3fs.S3FileSystem._call_s3
+
+    async def counting(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append((method, kwargs.get("Key", "")))
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counting)
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        nfs = NexusCacheFileSystem(fs=make_s3fs(s3_endpoint), cache=cache)
+        table = pq.read_table(f"{plain_bucket}/t/", filesystem=nfs)
+        assert table.num_rows == 4 * 2000
+    # the listing's ETags plan the misses and pin each fill's GET: no file is
+    # HEADed (pyarrow's own probes of the prefix "t" are not ours), one GET each
+    assert [k for m, k in sent if m == "head_object" and k in keys] == []
+    assert sorted(k for m, k in sent if m == "get_object") == sorted(keys)

@@ -165,14 +165,17 @@ class Scanner:
         storage_options: dict[str, Any] | None = None,
         listed_info: Mapping[str, Any] | None = None,
     ) -> tuple[ReadPlan, bool] | None:
-        """A hit planned without a request for a remote ``source``: ``(plan, probe)``.
+        """A read of a remote ``source`` planned without a request: ``(plan, probe)``.
 
         ``listed_info``: ``source``'s entry in a listing fetched just now, which
-        proves its identity. Without it, the identity this cache proved last; it
-        needs a ``probe`` (:meth:`execute_remembered` sends one, overlapped) unless
-        proven within ``identity_ttl_s``. ``None``: plan normally (no proven
-        identity, no complete entry, ``READ=disabled``, a bypass). Contacts
-        nothing remote.
+        proves its identity. Without it, the identity this cache proved last; a
+        hit on it needs a ``probe`` (:meth:`execute_remembered` sends one,
+        overlapped) unless proven within ``identity_ttl_s``. A miss needs none:
+        its remote read is pinned to the planned identity (:func:`open_pinned`:
+        If-Match on the ETag, or the store's own metadata), so an object that
+        changed since fails that read, and the handle plans again with a
+        request before any byte is handed out. ``None``: plan normally (no
+        proven identity, ``READ=disabled``, a bypass). Contacts nothing remote.
         """
         if self.store is None:
             return None
@@ -191,6 +194,8 @@ class Scanner:
         if identity is None or (probe and self.probes is None):
             return None
         plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
+        if plan.status is CacheStatus.MISS:
+            return plan, False  # the pinned remote read proves the identity
         if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
             return None
         return plan, probe
