@@ -65,6 +65,18 @@ def worker_read(root: str, source: str, endpoint: str | None, barrier: Any, resu
     results.put((os.getpid(), digest, diag, fill_counts(cache)))
 
 
+def worker_open_roots(roots: list[str], barrier: Any, results: Any) -> None:
+    """Open each new root at the same moment as the other workers; report failures."""
+    failures = []
+    for root in roots:
+        barrier.wait(timeout=60)
+        try:
+            make_cache(Path(root), policy="fill_before_read").close()
+        except Exception as exc:
+            failures.append(f"{root}: {type(exc).__name__}: {exc}")
+    results.put(failures)
+
+
 def worker_slow_fill(root: str, source: str, started: Any) -> None:
     """Fill ``source`` in small, slow chunks so a SIGKILL lands mid-fill."""
     from nexus_cache.lakehouse import _fill as fill

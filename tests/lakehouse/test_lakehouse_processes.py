@@ -19,6 +19,7 @@ from ._helpers import (
     make_cache,
     put_object,
     worker_hold_pin,
+    worker_open_roots,
     worker_read,
     worker_slow_fill,
     write_old_file,
@@ -64,6 +65,31 @@ def test_many_processes_one_local_object_one_fill(tmp_path: Path) -> None:
     out = _run_readers(tmp_path / "c", str(source), None, n=4)
     assert {digest for _, digest, _, _ in out} == {hashlib.sha256(data).hexdigest()}
     assert sum(fills for *_, fills in out) == 1
+
+
+def test_processes_creating_one_root_at_once_all_open_it(tmp_path: Path) -> None:
+    # A process that found no layout.json, then listed the root after another
+    # had written it, took the new root for a foreign directory.
+    roots = [str(tmp_path / f"c{i}") for i in range(60)]
+    n = 4
+    barrier, results = CTX.Barrier(n), CTX.Queue()
+    args = (roots, barrier, results)
+    procs = [CTX.Process(target=worker_open_roots, args=args) for _ in range(n)]
+    for p in procs:
+        p.start()
+    failures = [f for _ in procs for f in results.get(timeout=90)]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert failures == []
+
+
+def test_a_root_another_opener_just_initialised_is_not_foreign(tmp_path: Path) -> None:
+    from nexus_cache.lakehouse import _store
+
+    root = tmp_path / "c"
+    make_cache(root, policy="fill_before_read").close()  # as a racing opener leaves it
+    _store._refuse_foreign_contents(root)  # listed after its layout.json landed: no error
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -162,6 +162,8 @@ def _refuse_foreign_contents(root: Path) -> None:
         names = set(os.listdir(root))
     except FileNotFoundError:
         return
+    if "layout.json" in names:
+        return  # a concurrent opener finished initialising it: the layout check decides
     foreign = sorted(names - _OWN_NAMES)
     entries = root / "entries"
     if not foreign and entries.is_dir():
