@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse import CacheStatus, LakehouseCacheConfig, NexusCacheFileSystem
+from nexus_cache.lakehouse import (
+    CacheStatus,
+    EventKind,
+    LakehouseCacheConfig,
+    NexusCacheFileSystem,
+)
 
 from ._helpers import make_cache, make_s3fs, put_object
 
@@ -298,8 +303,9 @@ def test_a_planned_miss_whose_object_changed_serves_the_new_object(
         put_object(s3_endpoint, plain_bucket, key, _table_bytes(9))  # overwritten meanwhile
         requests.clear()
         assert cache.read(source, fs=fs) == _table_bytes(9)
-        # the GET pinned to the remembered ETag was refused (412), and the
-        # read was planned again with a request before any byte was handed out
+        # the GET pinned to the remembered ETag was refused (412), reported, and
+        # the read planned again with a request before any byte was handed out
+        assert len(cache.events.events(EventKind.STALE_PLAN)) == 1
         assert requests.get("head_object", 0) >= 1
         cache.wait_for_fills(60)
         requests.clear()
@@ -331,3 +337,27 @@ def test_a_cold_dataset_read_proves_every_file_by_its_listing(
     # HEADed (pyarrow's own probes of the prefix "t" are not ours), one GET each
     assert [k for m, k in sent if m == "head_object" and k in keys] == []
     assert sorted(k for m, k in sent if m == "get_object") == sorted(keys)
+
+
+@pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
+def test_a_planned_miss_of_a_deleted_object_raises_file_not_found(
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, policy: str
+) -> None:
+    import boto3
+
+    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
+    source = f"s3://{plain_bucket}/{key}"
+    fs = make_s3fs(s3_endpoint)
+    with make_cache(tmp_path / "c", policy=policy) as cache:
+        assert cache.prefetch(source, fs=fs)
+        cache.clear()
+        boto3.client("s3", endpoint_url=s3_endpoint).delete_object(Bucket=plain_bucket, Key=key)
+        with pytest.raises(FileNotFoundError):
+            cache.read(source, fs=fs)
+        cache.wait_for_fills(60)
+        assert cache.stats()["entries"] == 0
+        assert cache.events.events(EventKind.STALE_PLAN)  # found gone at the pinned GET
+        # no fill of the gone object failed as an I/O error (a read_through
+        # read's after-read fill is not even attempted)
+        failed = cache.events.events(EventKind.FILL_FAILED)
+        assert [e.reason for e in failed] == ([] if policy == "read_through" else ["stale"])

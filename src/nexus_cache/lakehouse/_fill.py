@@ -283,6 +283,10 @@ class Filler:
                         f"{identity.location} changed since it was planned (overwritten during "
                         "the fill: the store refused the GET pinned to it); plan again"
                     ) from exc
+                if isinstance(exc, FileNotFoundError):
+                    raise StalePlanError(
+                        f"{identity.location} was deleted since it was planned; plan again"
+                    ) from exc
                 raise
             source.recheck()
             return nbytes, format_digest(hasher)

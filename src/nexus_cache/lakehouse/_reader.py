@@ -67,6 +67,7 @@ class LakehouseFile(io.RawIOBase):
         on_close: Callable[[], None] | None = None,
         confirm: Callable[[], None] | None = None,
         replan: Callable[[], LakehouseFile] | None = None,
+        on_stale: Callable[[StalePlanError], None] | None = None,
     ) -> None:
         super().__init__()
         self.diagnostics = diagnostics
@@ -77,6 +78,7 @@ class LakehouseFile(io.RawIOBase):
         self._on_close = on_close
         self._confirm = confirm
         self._replan = replan
+        self._on_stale = on_stale  # reports a remote read found stale (event, diagnostics)
         self._handed_out = False  # a byte, view or the descriptor left the handle
         self._size_seen = False  # the caller asked the size (it may size reads by it)
         self._refused: str | None = None
@@ -192,6 +194,9 @@ class LakehouseFile(io.RawIOBase):
         replan, self._replan = self._replan, None
         if replan is None or self._handed_out:
             return False
+        # This handle's object is stale: its after-read fill must not run
+        # (the fresh handle brings its own, and a failed replan needs none).
+        self._on_close = None
         fresh = replan()
         if self._size_seen and fresh._size != self._size:
             fresh.close()  # the caller sized its reads by the old object
@@ -221,10 +226,17 @@ class LakehouseFile(io.RawIOBase):
                 data = self._remote.read(-1 if size is None else size)
             except OSError as exc:
                 if is_expired_error(exc):
-                    raise StalePlanError(
-                        f"{self.name} was overwritten during the read; plan it again"
-                    ) from exc
-                raise
+                    what = "was overwritten during the read"
+                elif isinstance(exc, FileNotFoundError):
+                    # A lazily opened object deleted since it was planned: a
+                    # fresh plan asks the store, which says so by name.
+                    what = "was deleted since it was planned"
+                else:
+                    raise
+                stale = StalePlanError(f"{self.name} {what}; plan it again")
+                if self._on_stale is not None:
+                    self._on_stale(stale)
+                raise stale from exc
             self._pos += len(data)
             return data
         assert self._fd is not None

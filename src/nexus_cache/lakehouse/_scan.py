@@ -427,8 +427,13 @@ class Scanner:
             def on_close() -> None:
                 self._schedule_fill(plan.fs, plan.path, identity)
 
+        def on_stale(exc: StalePlanError) -> None:
+            self._record_stale(plan, exc)
+
         try:
-            handle = LakehouseFile(diag, size, remote=remote, on_close=on_close, replan=replan)
+            handle = LakehouseFile(
+                diag, size, remote=remote, on_close=on_close, replan=replan, on_stale=on_stale
+            )
         except BaseException:
             remote.close()
             raise
