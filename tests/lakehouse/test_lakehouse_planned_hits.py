@@ -45,16 +45,29 @@ def plain_bucket(s3_endpoint: str) -> str:
     return name
 
 
+class _Sent(dict):  # type: ignore[type-arg]
+    """Requests by operation name; ``objects[name]`` lists the object keys they named."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: dict[str, list[str]] = {}
+
+    def clear(self) -> None:
+        super().clear()
+        self.objects.clear()
+
+
 @pytest.fixture
-def requests(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+def requests(monkeypatch: pytest.MonkeyPatch) -> _Sent:
     """Every S3 request s3fs sends from now on, by operation name."""
     import s3fs
 
-    counts: dict[str, int] = {}
+    counts = _Sent()
     original = s3fs.S3FileSystem._call_s3
 
     async def counting(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
         counts[method] = counts.get(method, 0) + 1
+        counts.objects.setdefault(method, []).append(kwargs.get("Key", ""))
         return await original(self, method, *args, **kwargs)
 
     monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counting)
@@ -77,7 +90,7 @@ def test_warm_dataset_read_is_one_list_and_no_head(
     tmp_path: Path,
     s3_endpoint: str,
     plain_bucket: str,
-    requests: dict[str, int],
+    requests: _Sent,
     fresh_process: bool,
 ) -> None:
     import pyarrow.dataset as ds
@@ -104,7 +117,7 @@ def test_warm_dataset_read_is_one_list_and_no_head(
 
 
 def test_versioned_bucket_listing_proves_a_remembered_version(
-    tmp_path: Path, s3_endpoint: str, s3_bucket: str, requests: dict[str, int]
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, requests: _Sent
 ) -> None:
     import pyarrow.parquet as pq
 
@@ -149,7 +162,7 @@ def test_listed_object_whose_entry_vanished_reads_correct_bytes(
 
 
 def test_single_file_warm_read_table_sends_one_head(
-    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int]
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: _Sent
 ) -> None:
     import pyarrow.parquet as pq
 
@@ -170,7 +183,7 @@ def test_a_proof_expires(
     tmp_path: Path,
     s3_endpoint: str,
     plain_bucket: str,
-    requests: dict[str, int],
+    requests: _Sent,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from nexus_cache.lakehouse import _proofs
@@ -214,7 +227,7 @@ def test_identity_ttl_decides_whether_a_warm_open_asks(
     tmp_path: Path,
     s3_endpoint: str,
     plain_bucket: str,
-    requests: dict[str, int],
+    requests: _Sent,
     ttl: float,
 ) -> None:
     (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=5)
@@ -255,7 +268,7 @@ def test_identity_ttl_bounds_the_staleness(
 
 @pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
 def test_cold_read_is_one_head_and_one_get(
-    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int], policy: str
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: _Sent, policy: str
 ) -> None:
     (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
     source = f"s3://{plain_bucket}/{key}"
@@ -271,16 +284,22 @@ def test_cold_read_is_one_head_and_one_get(
             assert requests == {"head_object": 1, "get_object": 1}
 
 
+def _forgotten_entry(cache: Any, endpoint: str, bucket: str) -> tuple[str, Any, str]:
+    """``(source, fs, key)`` of an object whose identity ``cache`` proved (a
+    prefetch) and whose entry is gone since (cleared)."""
+    (key,) = _dataset(endpoint, bucket, 1, value=8)
+    source, fs = f"s3://{bucket}/{key}", make_s3fs(endpoint)
+    assert cache.prefetch(source, fs=fs)
+    cache.clear()
+    return source, fs, key
+
+
 @pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
 def test_a_cold_read_of_an_object_planned_before_sends_no_head(
-    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int], policy: str
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: _Sent, policy: str
 ) -> None:
-    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
-    source = f"s3://{plain_bucket}/{key}"
-    fs = make_s3fs(s3_endpoint)
     with make_cache(tmp_path / "c", policy=policy) as cache:
-        assert cache.prefetch(source, fs=fs)
-        cache.clear()  # the entry is gone; the identity is remembered
+        source, fs, _ = _forgotten_entry(cache, s3_endpoint, plain_bucket)
         requests.clear()
         with cache.open(source, fs=fs) as f:
             assert f.read() == _table_bytes(8)
@@ -292,14 +311,10 @@ def test_a_cold_read_of_an_object_planned_before_sends_no_head(
 
 @pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
 def test_a_planned_miss_whose_object_changed_serves_the_new_object(
-    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: dict[str, int], policy: str
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: _Sent, policy: str
 ) -> None:
-    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
-    source = f"s3://{plain_bucket}/{key}"
-    fs = make_s3fs(s3_endpoint)
     with make_cache(tmp_path / "c", policy=policy) as cache:
-        assert cache.prefetch(source, fs=fs)
-        cache.clear()
+        source, fs, key = _forgotten_entry(cache, s3_endpoint, plain_bucket)
         put_object(s3_endpoint, plain_bucket, key, _table_bytes(9))  # overwritten meanwhile
         requests.clear()
         assert cache.read(source, fs=fs) == _table_bytes(9)
@@ -308,35 +323,9 @@ def test_a_planned_miss_whose_object_changed_serves_the_new_object(
         assert len(cache.events.events(EventKind.STALE_PLAN)) == 1
         assert requests.get("head_object", 0) >= 1
         cache.wait_for_fills(60)
-        requests.clear()
         with cache.open(source, fs=fs) as f:  # and the entry holds the new object
             assert f.read() == _table_bytes(9)
             assert f.diagnostics.cache_status is CacheStatus.HIT
-
-
-def test_a_cold_dataset_read_proves_every_file_by_its_listing(
-    tmp_path: Path, s3_endpoint: str, plain_bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import pyarrow.parquet as pq
-    import s3fs
-
-    keys = _dataset(s3_endpoint, plain_bucket, 4, value=3)
-    sent: list[tuple[str, str]] = []
-    original = s3fs.S3FileSystem._call_s3
-
-    async def counting(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append((method, kwargs.get("Key", "")))
-        return await original(self, method, *args, **kwargs)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counting)
-    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
-        nfs = NexusCacheFileSystem(fs=make_s3fs(s3_endpoint), cache=cache)
-        table = pq.read_table(f"{plain_bucket}/t/", filesystem=nfs)
-        assert table.num_rows == 4 * 2000
-    # the listing's ETags plan the misses and pin each fill's GET: no file is
-    # HEADed (pyarrow's own probes of the prefix "t" are not ours), one GET each
-    assert [k for m, k in sent if m == "head_object" and k in keys] == []
-    assert sorted(k for m, k in sent if m == "get_object") == sorted(keys)
 
 
 @pytest.mark.parametrize("policy", ["read_through", "fill_before_read"])
@@ -345,12 +334,8 @@ def test_a_planned_miss_of_a_deleted_object_raises_file_not_found(
 ) -> None:
     import boto3
 
-    (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=8)
-    source = f"s3://{plain_bucket}/{key}"
-    fs = make_s3fs(s3_endpoint)
     with make_cache(tmp_path / "c", policy=policy) as cache:
-        assert cache.prefetch(source, fs=fs)
-        cache.clear()
+        source, fs, key = _forgotten_entry(cache, s3_endpoint, plain_bucket)
         boto3.client("s3", endpoint_url=s3_endpoint).delete_object(Bucket=plain_bucket, Key=key)
         with pytest.raises(FileNotFoundError):
             cache.read(source, fs=fs)
@@ -361,3 +346,20 @@ def test_a_planned_miss_of_a_deleted_object_raises_file_not_found(
         # read's after-read fill is not even attempted)
         failed = cache.events.events(EventKind.FILL_FAILED)
         assert [e.reason for e in failed] == ([] if policy == "read_through" else ["stale"])
+
+
+def test_a_cold_dataset_read_proves_every_file_by_its_listing(
+    tmp_path: Path, s3_endpoint: str, plain_bucket: str, requests: _Sent
+) -> None:
+    import pyarrow.parquet as pq
+
+    keys = _dataset(s3_endpoint, plain_bucket, 4, value=3)
+    with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
+        nfs = NexusCacheFileSystem(fs=make_s3fs(s3_endpoint), cache=cache)
+        requests.clear()
+        table = pq.read_table(f"{plain_bucket}/t/", filesystem=nfs)
+        assert table.num_rows == 4 * 2000
+    # the listing's ETags plan the misses and pin each fill's GET: no file is
+    # HEADed (pyarrow's own probes of the prefix "t" are not ours), one GET each
+    assert set(requests.objects.get("head_object", [])).isdisjoint(keys)
+    assert sorted(requests.objects["get_object"]) == sorted(keys)
