@@ -9,6 +9,7 @@ import random
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,13 +29,11 @@ from ._helpers import (
 CTX = mp.get_context("spawn")
 
 
-def _run_readers(root: Path, source: str, endpoint: str | None, n: int) -> list[tuple]:
+def _run_at_once(target: Any, args: tuple[Any, ...], n: int) -> list[Any]:
+    """Run ``target(*args, barrier, results)`` in ``n`` spawned processes; what each put."""
     barrier = CTX.Barrier(n)
     results = CTX.Queue()
-    procs = [
-        CTX.Process(target=worker_read, args=(str(root), source, endpoint, barrier, results))
-        for _ in range(n)
-    ]
+    procs = [CTX.Process(target=target, args=(*args, barrier, results)) for _ in range(n)]
     for p in procs:
         p.start()
     out = [results.get(timeout=90) for _ in procs]
@@ -42,6 +41,10 @@ def _run_readers(root: Path, source: str, endpoint: str | None, n: int) -> list[
         p.join(timeout=30)
         assert p.exitcode == 0
     return out
+
+
+def _run_readers(root: Path, source: str, endpoint: str | None, n: int) -> list[tuple]:
+    return _run_at_once(worker_read, (str(root), source, endpoint), n)
 
 
 def test_many_processes_one_s3_object_one_fill(
@@ -71,17 +74,8 @@ def test_processes_creating_one_root_at_once_all_open_it(tmp_path: Path) -> None
     # A process that found no layout.json, then listed the root after another
     # had written it, took the new root for a foreign directory.
     roots = [str(tmp_path / f"c{i}") for i in range(60)]
-    n = 4
-    barrier, results = CTX.Barrier(n), CTX.Queue()
-    args = (roots, barrier, results)
-    procs = [CTX.Process(target=worker_open_roots, args=args) for _ in range(n)]
-    for p in procs:
-        p.start()
-    failures = [f for _ in procs for f in results.get(timeout=90)]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    assert failures == []
+    failures = _run_at_once(worker_open_roots, (roots,), n=4)
+    assert failures == [[]] * 4
 
 
 def test_a_root_another_opener_just_initialised_is_not_foreign(tmp_path: Path) -> None:

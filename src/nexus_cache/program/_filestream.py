@@ -38,7 +38,6 @@ from nexus_cache.program._integrity import (
     SIDECAR_SUFFIX,
     XATTR_NAME,
     entry_digest,
-    entry_location,
     entry_verdict,
     make_record,
     make_sidecar,
@@ -237,9 +236,12 @@ class FileStreamProgramCache(ProgramCacheResource):
         """Whether integrity records live in xattrs."""
         return self._carrier == "xattr"
 
+    def _entry_path(self, digest: bytes) -> str:
+        """``entries/<fan-out>/<name>`` of the entry ``digest`` names (``entry_location``)."""
+        return self._dirs[_crc32(digest) & 255] + digest.hex()
+
     def _path_for(self, kb: bytes) -> str:
-        sub, h = entry_location(kb)
-        return self._prefix + sub + "/" + h
+        return self._entry_path(entry_digest(kb))
 
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
@@ -404,7 +406,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value if value.__class__ is bytes else as_value_bytes(value)
         digest = entry_digest(kb)  # type: ignore[arg-type]
-        path = self._dirs[_crc32(digest) & 255] + digest.hex()
+        path = self._entry_path(digest)
         size = len(data)  # type: ignore[arg-type]
         cap = self._max
         if cap is not None and size > cap:
