@@ -206,10 +206,12 @@ def test_hit_within_the_stamp_window_writes_nothing(cache, monkeypatch):
     mtime = os.lstat(p).st_mtime_ns
     stamps = []
 
-    def spy():  # in place of starting the thread: record, then write at once
-        for _path, (_ino, mtime_ns, atime_ns) in _stamps.QUEUE.pending.items():
-            stamps.append((atime_ns, mtime_ns))
+    def spy():  # in place of starting the thread: write at once, record what landed
+        queued = list(_stamps.QUEUE.pending)
         _stamps.flush()
+        for path in queued:
+            st = os.lstat(path)
+            stamps.append((st.st_atime_ns, st.st_mtime_ns))
 
     monkeypatch.setattr(_stamps.QUEUE, "scheduled", False)
     monkeypatch.setattr(_stamps.QUEUE, "schedule", spy)

@@ -243,6 +243,25 @@ def test_verify_cli_reports_outdated_entries_and_exits_zero(tmp_path, capsys):
     assert not old.exists()
 
 
+def test_one_batch_of_stamps_keeps_the_order_of_the_reads(tmp_path, monkeypatch):
+    # The queue stamps with the time it writes, not the time of each read:
+    # within one batch the entries still come out in the order they were read.
+    c = FileStreamProgramCache(tmp_path / "c", memory_bytes=0)
+    keys = [b"k%d" % i for i in range(20)]
+    for k in keys:
+        c[k] = k
+    _stamps.flush()
+    monkeypatch.setattr(_stamps.QUEUE, "scheduled", True)  # no thread: flushed below
+    order = keys[7:] + keys[:7]
+    before = time.time_ns()
+    for k in order:
+        assert c[k] == k
+    _stamps.flush()
+    atimes = [os.lstat(entry_path(c, k)).st_atime_ns for k in order]
+    assert atimes == sorted(atimes) and len(set(atimes)) == len(atimes)
+    assert atimes[0] >= before - len(order)
+
+
 def test_a_hot_loop_over_one_entry_queues_one_stamp(tmp_path, monkeypatch):
     # With no memo (or an entry too big for it) every hit reads the disk; a
     # stamp still queued covers the reads after it, as the 1 s window would.
@@ -257,7 +276,7 @@ def test_a_hot_loop_over_one_entry_queues_one_stamp(tmp_path, monkeypatch):
     c[b"k"] = b"w"
     assert c[b"k"] == b"w"
     ino = os.lstat(entry_path(c, b"k")).st_ino
-    assert _stamps.QUEUE.pending[str(entry_path(c, b"k"))][0] == ino
+    assert _stamps.QUEUE.pending[str(entry_path(c, b"k"))].st_ino == ino
     _stamps.flush()
     st = os.lstat(entry_path(c, b"k"))
     assert st.st_atime_ns > st.st_mtime_ns

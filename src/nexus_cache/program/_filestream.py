@@ -78,7 +78,6 @@ _FORGET_USAGE_NS = 1_000_000_000
 _open, _close, _read, _fstat = os.open, os.close, os.read, os.fstat
 _STAMPS = _stamps.QUEUE
 _pending_stamps = _STAMPS.pending
-_queue_stamp = _pending_stamps.setdefault
 _SEEN_MASK = SEEN_SLOTS - 1
 _xxh3 = xxhash.xxh3_64_intdigest
 _NS = 1_000_000_000
@@ -183,6 +182,8 @@ class FileStreamProgramCache(ProgramCacheResource):
                 f"(0 disables the in-memory memo), got {memory_bytes!r}"
             )
         self._memo = VerifiedMemo(memory_bytes) if memory_bytes else None
+        # The memo's first-read table (cleared in place, so bound once), or None.
+        self._seen = self._memo.seen if self._memo is not None else None
         root = Path(path).expanduser() if path is not None else default_filestream_root()
         # Absolute now: every later open/rename uses this string, and a relative
         # one would follow the process's working directory (after a chdir, hits
@@ -309,38 +310,36 @@ class FileStreamProgramCache(ProgramCacheResource):
             if not ok:
                 self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
                 return default
-            ino = st.st_ino
             keep = False
-            if memo is not None:
+            seen = self._seen
+            if seen is not None:
                 # The memo keeps a version on its second disk read: its
                 # first-read table (see VerifiedMemo.seen), inline; its slot
                 # from the tag's bits above the fan-out's.
                 slot = tag >> 8 & _SEEN_MASK
-                seen = memo.seen
-                if seen[slot] == mtime:
+                if seen[slot] != mtime:
+                    seen[slot] = mtime
+                else:
                     seen[slot] = 0
                     keep = True
-                else:
-                    seen[slot] = mtime
-            now = _time_ns()
             atime = st.st_atime_ns
-            if atime <= mtime or not 0 <= now - atime < _STAMP_WINDOW_NS:
+            # Never read since written (the common first read: no clock
+            # read), or last stamped outside the window.
+            if atime <= mtime or not 0 <= _time_ns() - atime < _STAMP_WINDOW_NS:
                 if keep:
                     # Stamped now, through the fd (same inode, so a rewriter's
                     # fresh file is never stamped; mtime kept: it carries the
                     # check), so the memo records the ctime our stamp leaves.
-                    _utime(fd, ns=(now, mtime))
+                    _utime(fd, ns=(_time_ns(), mtime))
                     st = _fstat(fd)
                 else:
-                    # Queued, written beside the read (see _stamps.QUEUE): one
-                    # queued stamp per entry, as one stamp per window.
-                    queued = _queue_stamp(path, (ino, mtime, now))
-                    if queued[0] != ino:  # a stamp of a replaced file: ours instead
-                        _pending_stamps[path] = (ino, mtime, now)
+                    # Queued, written beside the read (see _stamps.QUEUE):
+                    # one stamp per path, the latest version read.
+                    _pending_stamps[path] = st
                     if not _STAMPS.scheduled:
                         _STAMPS.schedule()
             if keep:
-                memo.put(kb, MemoEntry(path, ino, size, mtime, st.st_ctime_ns, data))  # type: ignore[union-attr]
+                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, st.st_ctime_ns, data))  # type: ignore[union-attr]
         finally:
             _close(fd)
         self._hit()

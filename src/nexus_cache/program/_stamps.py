@@ -1,11 +1,14 @@
 """LRU access stamps written beside the read path, not on it.
 
 A hit that must promote its entry (first read since the write, or last
-stamped more than the stamp window ago) hands ``(inode, mtime, now)`` for
-its path to this process's stamp queue and returns; a background thread
-writes the queued stamps about :data:`DELAY_S` later, in one batch. The
-queue holds one stamp per path: reads of an entry whose stamp is still
-queued add nothing (as reads inside the stamp window write nothing), so a
+stamped more than the stamp window ago) puts the ``fstat`` result of what
+it read under its path in this process's stamp queue and returns; a
+background thread writes the queued stamps about :data:`DELAY_S` later, in
+one batch, with the time the batch is written (stamps are ordered to the
+stamp window, 1 s, anyway, and the read pays no clock call), in the
+order the entries were first queued. The
+queue holds one stamp per path: a read of an entry whose stamp is still
+queued replaces it (as reads inside the stamp window write nothing), so a
 hot loop over one entry queues one stamp, not one per read. A new process
 that reads fifty kernels at start-up so pays no metadata write per kernel
 while it waits for them, and the LRU order on disk is the same, only
@@ -46,8 +49,11 @@ __all__ = ["DELAY_S", "QUEUE", "flush", "stamp_now"]
 
 # About the stamp window (1 s): stamps are ordered to a second anyway.
 DELAY_S = 1.0
+_time_ns = time.time_ns
 
-Stamp = tuple[int, int, int]  # inode, mtime_ns, atime_ns to set, by path
+# By path: the fstat of the version read (its inode and mtime are checked
+# again before the stamp lands; nothing else of it is used).
+Stamp = os.stat_result
 
 
 def stamp_now(path: str, ino: int, mtime_ns: int, atime_ns: int) -> int | None:
@@ -130,21 +136,26 @@ class _Queue:
     def flush(self) -> None:
         """Write every queued stamp now, on the calling thread."""
         pending = self.pending
+        now = _time_ns()
+        older = 0
         while True:
             try:
-                path, (ino, mtime_ns, atime_ns) = pending.popitem()
+                path, st = pending.popitem()
             except KeyError:
                 return
-            stamp_now(path, ino, mtime_ns, atime_ns)
+            # popitem takes the latest queued first: each one after it is
+            # stamped a nanosecond earlier, so the batch keeps its read order.
+            stamp_now(path, st.st_ino, st.st_mtime_ns, now - older)
+            older += 1
 
 
 _queue = _Queue()
 
 
-# One queue per process; a forked child resets it in place. A reader whose
-# path has no stamp queued for this inode (QUEUE.pending.get, bound once)
-# queues one (QUEUE.pending[path] = (inode, mtime_ns, atime_ns)) and then
-# calls QUEUE.schedule() while QUEUE.scheduled is false.
+# One queue per process; a forked child resets it in place. A reader queues
+# a stamp (QUEUE.pending[path] = its fstat result; a later read of the path
+# replaces it, so the version stamped is the last one read) and then calls
+# QUEUE.schedule() while QUEUE.scheduled is false.
 QUEUE = _queue
 flush = _queue.flush
 
