@@ -258,7 +258,8 @@ def test_one_batch_of_stamps_keeps_the_order_of_the_reads(tmp_path, monkeypatch)
         assert c[k] == k
     _stamps.flush()
     atimes = [os.lstat(entry_path(c, k)).st_atime_ns for k in order]
-    assert atimes == sorted(atimes) and len(set(atimes)) == len(atimes)
+    assert atimes == sorted(atimes)
+    assert len(set(atimes)) == len(atimes)
     assert atimes[0] >= before - len(order)
 
 
