@@ -5,11 +5,11 @@ stamped more than the stamp window ago) puts the ``fstat`` result of what
 it read under its path in this process's stamp queue and returns; a
 background thread writes the queued stamps about :data:`DELAY_S` later, in
 one batch, with the time the batch is written (stamps are ordered to the
-stamp window, 1 s, anyway, and the read pays no clock call), in the
-order the entries were first queued. The
-queue holds one stamp per path: a read of an entry whose stamp is still
-queued replaces it (as reads inside the stamp window write nothing), so a
-hot loop over one entry queues one stamp, not one per read. A new process
+stamp window, 1 s, anyway, and the read pays no clock call), in the order
+the entries were first queued. The queue holds one stamp per path: a read
+of an entry whose stamp is still queued replaces it (as reads inside the
+stamp window write nothing), so a hot loop over one entry queues one
+stamp, not one per read. A new process
 that reads fifty kernels at start-up so pays no metadata write per kernel
 while it waits for them, and the LRU order on disk is the same, only
 written a moment later.
