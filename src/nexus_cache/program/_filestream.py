@@ -81,7 +81,6 @@ _pending_stamps = _STAMPS.pending
 _SEEN_MASK = SEEN_SLOTS - 1
 _xxh3 = xxhash.xxh3_64_intdigest
 _NS = 1_000_000_000
-_ABSENT = object()
 _crc32 = zlib.crc32
 _utime, _time_ns = os.utime, time.time_ns
 
@@ -246,10 +245,10 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     # -- read ---------------------------------------------------------------
     def __getitem__(self, key: bytes | str) -> bytes:
-        data = self.get(key, _ABSENT)
-        if data is _ABSENT:
+        data = self.get(key)
+        if data is None:  # stored bytes are never None
             raise KeyError(key)
-        return data  # type: ignore[return-value]
+        return data
 
     def get(self, key: bytes | str, default: bytes | None = None) -> bytes | None:
         """The stored bytes, or ``default`` when the key is absent (or its entry

@@ -85,7 +85,7 @@ class _Queue:
         # methods (see QUEUE below).
         pending: dict[str, Stamp] | None = getattr(self, "pending", None)
         if pending is None:
-            self.pending = {}
+            self.pending: dict[str, Stamp] = {}
         else:
             pending.clear()
         self.scheduled = False
