@@ -11,7 +11,9 @@ from these helpers so every command behaves the same way:
   tables go through :func:`size` (IEC units, the package's one formatter),
   times through :func:`utc` and :func:`age`. JSON keeps raw numbers (bytes,
   nanoseconds, ISO-8601 UTC strings) so scripts never parse ``1.5 GiB``; it
-  is strict JSON (NaN and infinities become ``null``).
+  is strict JSON (NaN and infinities become ``null``). Tables print every
+  cell, column name and title literally (data is never read as rich markup),
+  nulls as a dim ``null`` and control characters escaped.
 * **Progress.** Wrap long loops in :func:`progress`; it draws a ``rich`` bar
   on stderr only when stderr is a terminal, so pipes and ``--json`` output
   stay clean.
@@ -58,6 +60,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PROBLEMS",
     "EXIT_USAGE",
+    "NULL_TEXT",
     "SIZE_HELP",
     "CommandError",
     "NoCacheError",
@@ -107,10 +110,12 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
 class Table:
     """A table for humans: column headers, rows of cells, an optional title and footer.
 
-    Cells are printed as given (format sizes with :func:`size`); columns listed
-    in ``right`` are right-aligned (numbers, sizes); columns listed in ``whole``
-    are never shortened on a narrow terminal (timestamps, sizes: a cut
-    ``2026-12-03T1…`` says nothing); the others fold onto more lines.
+    Cells are printed literally, never as rich markup (format sizes with
+    :func:`size`); None prints as a dim ``null``; control characters print
+    escaped (``\\x1b``). Columns listed in ``right`` are right-aligned
+    (numbers, sizes); columns listed in ``whole`` are never shortened on a
+    narrow terminal (timestamps, sizes: a cut ``2026-12-03T1…`` says nothing);
+    the others fold onto more lines.
     """
 
     columns: Sequence[str]
@@ -161,13 +166,17 @@ def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None =
         from rich import box
         from rich.table import Table as RichTable
 
-        grid = RichTable(title=table.title, box=box.SIMPLE_HEAD, title_justify="left")
+        grid = RichTable(
+            title=None if table.title is None else _text(table.title),
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+        )
         for i, name in enumerate(table.columns):
             widest = None
             if name in table.whole:
-                widest = max(len("" if row[i] is None else str(row[i])) for row in table.rows)
+                widest = max(len(_plain(row[i])) for row in table.rows)
             grid.add_column(
-                name,
+                _text(name),
                 justify="right" if name in table.right else "left",
                 min_width=widest,
                 no_wrap=widest is not None,
@@ -175,10 +184,38 @@ def emit(data: Any, table: Table | None, *, as_json: bool, file: TextIO | None =
                 overflow="fold",
             )
         for row in table.rows:
-            grid.add_row(*("" if cell is None else str(cell) for cell in row))
+            grid.add_row(*(_text(cell) for cell in row))
         _render(grid, out)
     if table.footer:
-        out.write(table.footer + "\n")
+        out.write(_plain(table.footer) + "\n")
+
+
+#: how a null cell (None) reads in a table; JSON keeps ``null``
+NULL_TEXT = "null"
+
+# C0 and C1 control characters but newline: an ESC from a cell value must not
+# reach the terminal as an escape sequence (colours, cursor moves, titles).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A}
+
+
+def _plain(cell: Any) -> str:
+    """A cell as the text a table shows: ``null`` for None, control characters escaped."""
+    return NULL_TEXT if cell is None else str(cell).translate(_CONTROLS)
+
+
+def _text(cell: Any) -> Any:
+    """A cell as rich ``Text``: printed literally, never parsed as markup.
+
+    Cell values, column names and titles come from data (Parquet columns,
+    paths, evidence file names): ``[red]x[/red]`` must print as written and
+    ``[/]`` must not raise. None prints as a dim ``null``, distinct from an
+    empty string.
+    """
+    from rich.text import Text
+
+    if cell is None:
+        return Text(NULL_TEXT, style="dim")
+    return Text(_plain(cell))
 
 
 def _strict(data: Any) -> Any:
@@ -318,7 +355,8 @@ def progress(
         TimeElapsedColumn,
     )
 
-    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    # markup=False: a description may quote a path or a query name
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}", markup=False)]
     if total is not None:
         columns += [BarColumn(), MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
