@@ -18,8 +18,9 @@ import nexus_cache.cli
 
 CLI_DIR = Path(nexus_cache.cli.__file__).parent
 # The package-wide size grammar and formatter, and the strict number parsers:
-# every option must use them (one parser each, never a second one in the CLI).
-ALLOWED_PRIVATE = {"nexus_cache._sizes", "nexus_cache._numbers"}
+# every option must use them (one parser each, never a second one in the CLI);
+# and the one atomic publish path, for the files a user names (--out).
+ALLOWED_PRIVATE = {"nexus_cache._sizes", "nexus_cache._numbers", "nexus_cache._storage"}
 
 
 def _cli_modules() -> list[Path]:

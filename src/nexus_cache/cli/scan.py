@@ -25,7 +25,7 @@ from nexus_cache.cli._output import (
     progress,
 )
 
-__all__ = ["add_output_options", "register", "report_result"]
+__all__ = ["add_output_options", "register", "report_result", "write_parquet_atomically"]
 
 
 def register(subparsers: Any) -> None:
@@ -67,7 +67,10 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         "else the one with the most free memory)",
     )
     parser.add_argument(
-        "--out", default=None, metavar="FILE.parquet", help="write the result as Parquet"
+        "--out",
+        default=None,
+        metavar="FILE.parquet",
+        help="write the result as Parquet (to a temp beside FILE, renamed over it when whole)",
     )
     parser.add_argument(
         "--limit",
@@ -133,12 +136,10 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
 
 def report_result(result: Any, args: argparse.Namespace) -> None:
     """Write ``--out``, or print the first ``--limit`` rows; then the statuses."""
-    import pyarrow.parquet as pq
-
     table, diag = result.table, result.diagnostics
     if args.out is not None:
         try:
-            pq.write_table(table, args.out)
+            write_parquet_atomically(table, args.out)
         except OSError as exc:
             raise CommandError(
                 f"--out={args.out!r} cannot be written ({' '.join(str(exc).split())})"
@@ -168,6 +169,54 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
     for row in head.to_pylist():
         out.add(*(row[name] for name in table.column_names))
     emit(None, out, as_json=False)
+
+
+def write_parquet_atomically(table: Any, out: str) -> None:
+    """Write ``table`` as Parquet to a temp beside ``out``, fsync it, rename it over ``out``.
+
+    Crash-safe: a kill or a failure at any instant leaves the previous
+    ``out`` whole (or no file), never a torn one; at most a temp named
+    ``.NAME.*.tmp`` stays beside it after a kill. A failed write removes its
+    temp. ``out`` that is a symlink is followed: its target is replaced, as
+    a plain write would change it. The new file gets the old one's
+    permissions, else those the umask gives a new file.
+    """
+    import pyarrow.parquet as pq
+
+    from nexus_cache._storage import new_temp, publish_temp, unlink_quietly
+
+    final = os.path.realpath(out)
+    fd, tmp = new_temp(os.path.dirname(final), prefix=f".{os.path.basename(final)}.")
+    try:
+        os.fchmod(fd, _mode_for(final))
+        with open(fd, "wb", closefd=False) as f:
+            pq.write_table(table, f)
+    except BaseException:
+        os.close(fd)
+        unlink_quietly(tmp)
+        raise
+    publish_temp(fd, tmp, final)  # fsync, close, rename; removes the temp on error
+
+
+def _mode_for(path: str) -> int:
+    """The permissions a rewrite of ``path`` keeps: its own, else 0666 less the umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # /proc, not os.umask(): setting the umask to read it would race with the
+    # service's threads creating cache files meanwhile.
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _check_out(out: str | None) -> None:
