@@ -22,6 +22,7 @@ __all__ = [
     "CapacityError",
     "CommandError",
     "ConfigError",
+    "EmptyProgramError",
     "FillError",
     "GrantExhaustedError",
     "FrameTypeError",
@@ -51,6 +52,14 @@ class ConfigError(NexusCacheError, ValueError):
 
 class ProgramCacheKeyError(NexusCacheError, ValueError):
     """A program cache key cannot be derived safely from the compile inputs."""
+
+
+class EmptyProgramError(NexusCacheError, ValueError):
+    """A program cache was asked to store a binary of 0 bytes; nothing was stored.
+
+    A compile that produced nothing (``ltoir`` without link-time optimization)
+    is not a program: cached, it would be listed as an entry and loaded as one.
+    """
 
 
 class CacheSecurityError(NexusCacheError, PermissionError):

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from nexus_cache.errors import ConfigError
+from nexus_cache.errors import ConfigError, EmptyProgramError
 from nexus_cache.program import CacheStats, ProgramCacheResource
 
 from ._backends import BACKENDS, PERSISTENT, open_cache
@@ -66,9 +66,10 @@ def test_replace_returns_latest(cache):
     assert cache.stats().bytes == 3
 
 
-def test_empty_value_round_trips(cache):
-    cache[b"k"] = b""
-    assert cache[b"k"] == b""
+def test_empty_value_is_refused(cache):
+    with pytest.raises(EmptyProgramError):
+        cache[b"k"] = b""
+    assert cache.get(b"k") is None
 
 
 def test_update_mapping_and_pairs(cache):

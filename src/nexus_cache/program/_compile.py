@@ -7,6 +7,7 @@ the compile and the stores) is the miss path.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +67,17 @@ def _compile_and_store(
     prog = plan.program if plan.program is not None else plan.inputs.new_program()  # type: ignore[union-attr]
     obj = prog.compile(plan.target_type, names, logs)
     binary = as_value_bytes(obj)
+    if not binary:
+        # The caches refuse 0 bytes (EmptyProgramError); the caller still gets
+        # what the compiler made, as an uncached compile would give it.
+        warnings.warn(
+            f"the {plan.target_type} compile produced 0 bytes; returned uncached (nothing "
+            "stored). For target 'ltoir' enable link-time optimization: "
+            "ProgramOptions(link_time_optimization=True)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return obj
     cache[plan.key] = binary
     if plan.needs_meta:
         meta = encode_meta(binary, plan.target_type, str(obj.name), obj.symbol_mapping)
@@ -95,6 +107,9 @@ def cached_compile(
 
     *Miss:* runs the real ``Program.compile(target_type, name_expressions,
     logs)`` and stores the binary (and, when needed, its metadata sidecar).
+    A compile that yields 0 bytes (``ltoir`` without link-time optimization)
+    is returned uncached with a ``RuntimeWarning``; an empty entry already
+    in the cache reads as a miss.
     *Hit:* returns ``ObjectCode.from_cubin/from_ptx/from_ltoir`` of the
     cached bytes with the same ``name`` and ``symbol_mapping`` a fresh
     compile produces, so ``get_kernel("fn<float>")`` works after a hit in
@@ -114,7 +129,7 @@ def cached_compile(
     names = tuple(name_expressions)
     plan = plan_for(program, target_type, names, extra_digest)  # the key
     data = cache.get(plan.key)  # the get
-    if data is not None:  # the object
+    if data:  # the object; b"" (stored by an earlier version) is a miss
         if data.__class__ is not bytes:
             data = bytes(data)
         if plan.needs_meta:

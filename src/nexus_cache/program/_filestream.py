@@ -54,6 +54,7 @@ from nexus_cache.program._resource import (
     ProgramCacheValue,
     as_key_bytes,
     as_value_bytes,
+    empty_program_error,
 )
 from nexus_cache.program._usage import UsageCounter
 
@@ -406,6 +407,8 @@ class FileStreamProgramCache(ProgramCacheResource):
         digest = entry_digest(kb)  # type: ignore[arg-type]
         path = self._entry_path(digest)
         size = len(data)  # type: ignore[arg-type]
+        if not size:
+            raise empty_program_error()
         cap = self._max
         if cap is not None and size > cap:
             self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from nexus_cache.program._resource import (
     ProgramCacheValue,
     as_key_bytes,
     as_value_bytes,
+    empty_program_error,
 )
 
 __all__ = ["InMemoryProgramCache"]
@@ -68,6 +69,8 @@ class InMemoryProgramCache(ProgramCacheResource):
         k = as_key_bytes(key)
         v = as_value_bytes(value)  # outside the lock: may read a file
         size = len(v)
+        if not size:
+            raise empty_program_error()
         cap = self._max_bytes
         with self._lock:
             old = self._data.pop(k, None)

@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from nexus_cache.errors import EmptyProgramError
+
 __all__ = [
     "CacheStats",
     "ProgramCacheResource",
     "ProgramCacheValue",
     "as_key_bytes",
     "as_value_bytes",
+    "empty_program_error",
 ]
 
 # ``ObjectCode`` stays ``Any`` here so the program cache imports nothing outside
@@ -80,6 +83,15 @@ def as_value_bytes(value: object) -> bytes:
     )
 
 
+def empty_program_error() -> EmptyProgramError:
+    """The error every backend raises for a value of 0 bytes (nothing is stored)."""
+    return EmptyProgramError(
+        "refusing to store an empty program (0 bytes); nothing was stored. A compile "
+        "that produced no code, such as target 'ltoir' without link-time optimization "
+        "(ProgramOptions(link_time_optimization=True)), is not a program to cache"
+    )
+
+
 class ProgramCacheResource(abc.ABC):
     """A mapping from cache keys to compiled binaries (cubin, PTX, LTO-IR).
 
@@ -103,7 +115,11 @@ class ProgramCacheResource(abc.ABC):
 
     @abc.abstractmethod
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
-        """Store ``value`` under ``key``, replacing any previous entry."""
+        """Store ``value`` under ``key``, replacing any previous entry.
+
+        A value of 0 bytes raises :class:`~nexus_cache.errors.EmptyProgramError`
+        (a ``ValueError``; use :func:`empty_program_error`) and stores nothing.
+        """
 
     @abc.abstractmethod
     def __delitem__(self, key: bytes | str) -> None:

@@ -21,6 +21,7 @@ from nexus_cache.program._resource import (
     ProgramCacheValue,
     as_key_bytes,
     as_value_bytes,
+    empty_program_error,
 )
 from nexus_cache.program._sqlite_db import (
     SCHEMA,
@@ -250,6 +251,8 @@ class SQLiteProgramCache(ProgramCacheResource):
         kb = as_key_bytes(key)
         data = as_value_bytes(value)
         size = len(data)
+        if not size:
+            raise empty_program_error()
         cap = self._max
         with self._guard:
             conn = self._connection()
