@@ -28,6 +28,10 @@ def _docs(directory: Path) -> list[tuple[Path, dict]]:  # type: ignore[type-arg]
     return [(p, json.loads(p.read_text())) for p in sorted(directory.glob("attempt-*.json"))]
 
 
+def docs_digest(path: Path, docs: list[tuple[Path, dict]]) -> str:  # type: ignore[type-arg]
+    return next(doc["seal"]["digest"] for p, doc in docs if p == path)
+
+
 def test_every_attempt_is_sealed_and_verifies(evidence: Path) -> None:
     docs = _docs(evidence)
     assert len(docs) == 4
@@ -85,8 +89,12 @@ def test_a_removed_document_breaks_the_chain(evidence: Path) -> None:
     first = next(path for path, doc in docs if doc["previous_digest"] is None)
     first.unlink()
     report = verify_evidence(evidence)
-    assert [problem for _, problem in report.problems] == [
-        "chain broken: the previous attempt's evidence is missing or was changed"
+    assert sorted(report.problems) == [
+        (first.name, "missing: admission.tsv line 2 logs this attempt, but its document is gone"),
+        (
+            next(p.name for p, d in docs if d["previous_digest"] == docs_digest(first, docs)),
+            "chain broken: the previous attempt's evidence is missing or was changed",
+        ),
     ]
 
 
@@ -293,3 +301,118 @@ def test_fifos_named_like_evidence_are_reported_not_waited_on(evidence: Path) ->
     out = run.stdout.decode()
     assert "attempt-3333333333333333-1.json" in out
     assert "not a regular file" in out
+
+
+def _newest_first(evidence: Path) -> list[Path]:
+    """The documents, newest TSV line first."""
+    lines = _tsv(evidence).read_text().splitlines()[1:]
+    return [evidence / f"attempt-{line.split(chr(9))[2]}.json" for line in reversed(lines)]
+
+
+def test_deleting_the_newest_documents_is_detected(
+    evidence: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No document links to the newest ones: only the TSV still names them.
+    newest, second, *_ = _newest_first(evidence)
+    newest.unlink()
+    second.unlink()
+    report = verify_evidence(evidence)
+    assert not report.ok
+    assert [name for name, _ in report.problems] == [second.name]
+    assert (
+        "admission.tsv line 4 logs this attempt, but its document is gone"
+        in (report.problems[0][1])
+    )
+    assert [name for name, _ in report.warnings] == [newest.name]
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(evidence)]) == 1
+    out = capsys.readouterr().out
+    assert second.name in out
+    assert "2 verified, 1 failed, 1 warnings" in out
+
+
+def test_the_newest_line_without_its_document_is_a_warning(
+    evidence: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A service killed between admitting an attempt and sealing it leaves this.
+    newest = _newest_first(evidence)[0]
+    newest.unlink()
+    report = verify_evidence(evidence)
+    assert report.ok
+    assert len(report.verified) == 3
+    assert [name for name, _ in report.warnings] == [newest.name]
+    assert "newest admission.tsv line (5)" in report.warnings[0][1]
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(evidence), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True
+    assert [w["file"] for w in data["warnings"]] == [newest.name]
+
+
+def test_closed_admissions_need_no_document(evidence: Path) -> None:
+    tsv = _tsv(evidence)
+    header, first, *rest = tsv.read_text().splitlines(keepends=True)
+    fields = first.split("\t")
+    fields[2], fields[4] = "abababababababab-1", "closed"
+    tsv.write_text(header + "\t".join(fields) + first + "".join(rest))
+    assert verify_evidence(evidence).ok
+    assert verify_evidence(evidence).warnings == ()
+
+
+def test_a_huge_document_is_reported_not_read(
+    evidence: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 200 MB (sparse: no disk used); read whole it cost 1 GB of memory
+    huge = evidence / "attempt-4444444444444444-1.json"
+    with huge.open("wb") as f:
+        f.truncate(200 << 20)
+    problems = dict(verify_evidence(evidence).problems)
+    assert problems == {
+        huge.name: "too large: 209715200 bytes, over the limit of 16777216 bytes per "
+        "document (max_document_bytes); not read"
+    }
+    small = dict(verify_evidence(evidence, max_document_bytes=100).problems)
+    assert len(small) == 5  # every real document is over 100 bytes
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(evidence), "--max-document-bytes", "1MiB"]) == 1
+    assert "over the limit of 1048576 bytes" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:
+        main(["evidence", "verify", str(evidence), "--max-document-bytes", "0"])
+    assert usage.value.code == 2
+
+
+def test_verify_memory_stays_bounded(evidence: Path) -> None:
+    import subprocess
+    import sys
+
+    with (evidence / "attempt-5555555555555555-1.json").open("wb") as f:
+        f.truncate(200 << 20)
+    with _tsv(evidence).open("ab") as f:  # one 100 MB "line"
+        f.truncate(_tsv(evidence).stat().st_size + (100 << 20))
+    code = (
+        "import resource, sys\n"
+        "from nexus_cache.service import verify_evidence\n"
+        "r = verify_evidence(sys.argv[1])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "print(sorted(p for _, p in r.problems))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(evidence)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    peak_kib, problems = run.stdout.splitlines()
+    assert int(peak_kib) < 200 << 10  # under 200 MiB, documents and TSV included
+    assert "longer than 65536 bytes" in problems
+    assert "too large: 209715200 bytes" in problems
+
+
+def test_the_cli_default_limit_is_the_library_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from nexus_cache.service.evidence import MAX_DOCUMENT_BYTES
+
+    with pytest.raises(SystemExit):
+        main(["evidence", "verify", "--help"])
+    assert MAX_DOCUMENT_BYTES == 16 << 20
+    assert "(default 16MiB)" in " ".join(capsys.readouterr().out.split())

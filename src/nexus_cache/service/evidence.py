@@ -23,6 +23,7 @@ rename), so a crash leaves whole documents or none.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -30,9 +31,9 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -41,6 +42,8 @@ from nexus_cache._storage import atomic_write, ensure_private_dir
 __all__ = [
     "ADMISSION_COLUMNS",
     "EVIDENCE_FORMAT",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_TSV_LINE_BYTES",
     "AdmissionLog",
     "EvidenceReport",
     "EvidenceWriter",
@@ -52,6 +55,11 @@ __all__ = [
 
 EVIDENCE_FORMAT = "nexus-cache.attempt-evidence/1"
 ADMISSION_FILE = "admission.tsv"
+#: the largest attempt document :func:`verify_evidence` reads (a service writes
+#: a few KiB); a larger one is reported, not read, so memory stays bounded
+MAX_DOCUMENT_BYTES = 16 << 20
+#: the longest ``admission.tsv`` line it reads (a service writes about 300 bytes)
+MAX_TSV_LINE_BYTES = 64 << 10
 ADMISSION_COLUMNS = (
     "time_utc",
     "query_id",
@@ -135,10 +143,15 @@ def _safe(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class EvidenceReport:
-    """What :func:`verify_evidence` found; ``ok`` when every document verified."""
+    """What :func:`verify_evidence` found; ``ok`` when every document verified.
+
+    ``warnings`` are findings that a crash explains as well as tampering (the
+    newest TSV line without its document); they do not make ``ok`` false.
+    """
 
     verified: tuple[str, ...]
     problems: tuple[tuple[str, str], ...]
+    warnings: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -149,10 +162,15 @@ class EvidenceReport:
             "ok": self.ok,
             "verified": list(self.verified),
             "problems": [{"file": f, "problem": p} for f, p in self.problems],
+            "warnings": [{"file": f, "warning": w} for f, w in self.warnings],
         }
 
 
-def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
+def verify_evidence(
+    directory: str | os.PathLike[str],
+    *,
+    max_document_bytes: int = MAX_DOCUMENT_BYTES,
+) -> EvidenceReport:
     """Check every ``attempt-*.json`` under ``directory``: its seal and its chain link.
 
     A document fails when it is not valid JSON, lacks a seal, its digest does
@@ -163,7 +181,15 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     missing while documents exist, when a line is cut or has the wrong number
     of fields, and when a document's attempt has no line in it (lines removed)
     or only lines whose device or requested bytes disagree with the document.
-    Reads only; never raises for a bad document. Raises ``FileNotFoundError``
+    Every TSV line is checked the other way as well: a line whose attempt has
+    no document (documents deleted) is a problem, except for the newest line,
+    which a service killed between admitting an attempt and sealing it leaves
+    behind: a warning. Lines of ``closed`` admissions (a service shutting
+    down) have no document by design. A document larger than
+    ``max_document_bytes`` (default :data:`MAX_DOCUMENT_BYTES`) is a problem
+    and is not read; ``admission.tsv`` is read line by line, each line bounded
+    by :data:`MAX_TSV_LINE_BYTES`, so memory stays bounded whatever the
+    directory holds. Reads only; never raises for a bad document. Raises ``FileNotFoundError``
     or ``NotADirectoryError`` when ``directory`` is not a directory, and
     ``FileNotFoundError`` when it holds no evidence at all (neither
     ``admission.tsv``, which a service writes as it starts, nor a document).
@@ -190,7 +216,10 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     for path in sorted(root.glob("attempt-*.json")):
         name = path.name
         try:
-            doc = json.loads(_read_file(path))
+            doc = json.loads(_read_file(path, max_document_bytes))
+        except _TooLarge as exc:
+            problems.append((name, str(exc)))
+            continue
         except (OSError, ValueError, RecursionError) as exc:  # Recursion: deep nesting
             problems.append((name, f"unreadable: {exc}"))
             continue
@@ -224,7 +253,8 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
     for name, previous in links.items():
         if previous is not None:
             successors.setdefault(previous, []).append(name)
-    logged = _admission_attempts(root, problems, expect=bool(links))
+    tsv = _admission_attempts(root, problems, expect=bool(links))
+    logged = None if tsv is None else tsv.claims
     for name, previous in links.items():
         if previous is not None and previous not in digests:
             problems.append(
@@ -246,67 +276,160 @@ def verify_evidence(directory: str | os.PathLike[str]) -> EvidenceReport:
             )
         else:
             verified.append(name)
-    return EvidenceReport(tuple(sorted(verified)), tuple(sorted(problems)))
+    warnings: list[tuple[str, str]] = []
+    if tsv is not None:
+        _documents_of_lines(root, tsv, set(attempts.values()), problems, warnings)
+    return EvidenceReport(
+        tuple(sorted(verified)), tuple(sorted(problems)), tuple(sorted(warnings))
+    )
 
 
-def _read_file(path: Path) -> bytes:
-    """The bytes of a regular file; ``OSError`` for anything else.
+def _documents_of_lines(
+    root: Path,
+    tsv: _Admissions,
+    documented: set[str],
+    problems: list[tuple[str, str]],
+    warnings: list[tuple[str, str]],
+) -> None:
+    """Record every TSV line whose attempt has no document (deleted documents)."""
+    for attempt, number in tsv.needs_document.items():
+        if attempt in documented:
+            continue
+        name = f"attempt-{_safe(attempt)}.json"
+        if (root / name).exists() or os.path.islink(root / name):
+            continue  # there, but it failed its own checks: reported already
+        if number == tsv.last_line:
+            warnings.append(
+                (
+                    name,
+                    f"missing: the newest {ADMISSION_FILE} line ({number}) logs this attempt; "
+                    "a service killed before sealing it leaves this, so does a deletion",
+                )
+            )
+        else:
+            problems.append(
+                (
+                    name,
+                    f"missing: {ADMISSION_FILE} line {number} logs this attempt, but its "
+                    "document is gone",
+                )
+            )
 
-    A FIFO named like a document would block ``read_bytes()`` forever, and
-    the verifier must finish whatever the directory holds.
+
+class _TooLarge(Exception):
+    """A document over the size limit; its message is the problem to report."""
+
+
+@contextlib.contextmanager
+def _open_regular(path: Path) -> Iterator[tuple[BinaryIO, int]]:
+    """The open file and its size; ``OSError`` for anything but a regular file.
+
+    A FIFO named like a document would block a plain open or read forever,
+    and the verifier must finish whatever the directory holds.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path.name} is not a regular file")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
+            yield f, st.st_size
     finally:
         os.close(fd)
 
 
+def _read_file(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; reads no more than that."""
+    with _open_regular(path) as (f, size):
+        # size first (nothing read), then a bounded read: the file may grow between
+        data = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise _TooLarge(
+            f"too large: {max(size, len(data))} bytes, over the limit of {limit} bytes "
+            "per document (max_document_bytes); not read"
+        )
+    return data
+
+
+@dataclasses.dataclass
+class _Admissions:
+    """What ``admission.tsv`` says: per attempt its (device, requested bytes) claims,
+    the attempts that must have a document (with their line), and the last line."""
+
+    claims: dict[str, set[tuple[str, str]]]
+    needs_document: dict[str, int]
+    last_line: int
+
+
 def _admission_attempts(
     root: Path, problems: list[tuple[str, str]], *, expect: bool
-) -> dict[str, set[tuple[str, str]]] | None:
-    """attempt id -> the (device id, requested bytes) of its ``admission.tsv`` lines;
-    records the file's defects in ``problems``.
+) -> _Admissions | None:
+    """Read ``admission.tsv`` line by line; records its defects in ``problems``.
 
     ``None`` when there is no readable TSV to compare documents with.
     """
     path = root / ADMISSION_FILE
     try:
-        text = _read_file(path).decode("utf-8")
+        with _open_regular(path) as (f, _size):
+            return _parse_admissions(f, problems)
     except FileNotFoundError:
         if expect:
             problems.append((ADMISSION_FILE, "missing, but attempt documents exist"))
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         problems.append((ADMISSION_FILE, f"unreadable: {exc}"))
         return None
-    lines = text.split("\n")
-    if lines[-1] != "":
-        problems.append((ADMISSION_FILE, "the last line is cut (no line end)"))
-    lines = lines[:-1]
-    if not lines or lines[0].split("\t") != list(ADMISSION_COLUMNS):
-        problems.append((ADMISSION_FILE, "the header line is missing or changed"))
-        if lines and lines[0][:4].isdigit():  # the header was deleted: line 1 is data
-            lines = ["", *lines]
+
+
+def _parse_admissions(f: BinaryIO, problems: list[tuple[str, str]]) -> _Admissions | None:
+    width = len(ADMISSION_COLUMNS)
     column = ADMISSION_COLUMNS.index("attempt_id")
-    seen: dict[str, set[tuple[str, str]]] = {}
     device = ADMISSION_COLUMNS.index("device_id")
     requested = ADMISSION_COLUMNS.index("requested_bytes")
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) != len(ADMISSION_COLUMNS):
+    decision = ADMISSION_COLUMNS.index("decision")
+    seen: dict[str, set[tuple[str, str]]] = {}
+    needs: dict[str, int] = {}
+    number = last = 0
+    while True:
+        raw = f.readline(MAX_TSV_LINE_BYTES + 1)
+        if not raw:
+            break
+        number += 1
+        if len(raw) > MAX_TSV_LINE_BYTES:
+            while raw and not raw.endswith(b"\n"):  # skip the rest, bounded reads
+                raw = f.readline(MAX_TSV_LINE_BYTES)
             problems.append(
-                (
-                    ADMISSION_FILE,
-                    f"line {number} has {len(fields)} fields, not {len(ADMISSION_COLUMNS)}",
-                )
+                (ADMISSION_FILE, f"line {number} is longer than {MAX_TSV_LINE_BYTES} bytes")
             )
             continue
-        seen.setdefault(fields[column], set()).add((fields[device], fields[requested]))
-    return seen
+        if not raw.endswith(b"\n"):
+            problems.append((ADMISSION_FILE, "the last line is cut (no line end)"))
+            break
+        try:
+            line = raw[:-1].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append((ADMISSION_FILE, f"unreadable: line {number}: {exc}"))
+            return None
+        fields = line.split("\t")
+        if number == 1:
+            if fields == list(ADMISSION_COLUMNS):
+                continue
+            problems.append((ADMISSION_FILE, "the header line is missing or changed"))
+            if not line[:4].isdigit():  # a changed header; else it was deleted: data
+                continue
+        if len(fields) != width:
+            problems.append(
+                (ADMISSION_FILE, f"line {number} has {len(fields)} fields, not {width}")
+            )
+            continue
+        attempt = fields[column]
+        seen.setdefault(attempt, set()).add((fields[device], fields[requested]))
+        last = number
+        if fields[decision] != "closed":  # a shutting-down service seals nothing
+            needs.setdefault(attempt, number)
+    if number == 0:
+        problems.append((ADMISSION_FILE, "the header line is missing or changed"))
+    return _Admissions(seen, needs, last)
 
 
 class AdmissionLog:
