@@ -43,7 +43,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from nexus_cache._numbers import parse_float_text, parse_int_text
 from nexus_cache._sizes import SIZE_GRAMMAR, format_size, parse_size
@@ -62,6 +62,7 @@ __all__ = [
     "EXIT_USAGE",
     "NULL_TEXT",
     "SIZE_HELP",
+    "Advance",
     "CommandError",
     "NoCacheError",
     "Table",
@@ -230,7 +231,14 @@ def _strict(data: Any) -> Any:
     return data
 
 
-def _no_progress(n: int = 1) -> None:
+class Advance(Protocol):
+    """What :func:`progress` yields: ``advance(n)``, and ``description=`` to say
+    what runs now (the bar's text changes; nothing is drawn off a terminal)."""
+
+    def __call__(self, n: int = 1, *, description: str | None = None) -> None: ...
+
+
+def _no_progress(n: int = 1, *, description: str | None = None) -> None:
     """The ``advance`` of a progress display that draws nothing."""
 
 
@@ -335,8 +343,11 @@ def age(ns: int, *, now_ns: int | None = None) -> str:
 @contextlib.contextmanager
 def progress(
     description: str, total: int | None, *, file: TextIO | None = None
-) -> Iterator[Callable[[int], None]]:
+) -> Iterator[Advance]:
     """Yield ``advance(n)``; draw a bar on stderr while the block runs, if it is a terminal.
+
+    ``advance(0, description="...")`` changes the text beside the bar (what
+    runs now) without moving it.
 
     ``total=None`` draws a spinner with elapsed time (work of unknown size).
     Off a terminal (pipes, CI, tests) nothing is drawn and ``advance`` is a
@@ -363,7 +374,9 @@ def progress(
     with Progress(*columns, console=_console(out), transient=True) as bar:
         task = bar.add_task(description, total=total)
 
-        def advance(n: int = 1) -> None:
+        def advance(n: int = 1, *, description: str | None = None) -> None:
+            if description is not None:
+                bar.update(task, description=description, refresh=True)
             bar.advance(task, n)
 
         yield advance

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from nexus_cache.cli._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
     SIZE_HELP,
+    Advance,
     Table,
     add_json_option,
     emit,
@@ -33,7 +33,7 @@ __all__ = ["register"]
 
 _PHASES = {
     "generate": "generating R-MAT edges and facts",
-    "cold": "cold run (empty caches)",
+    "cold": "cold run (caches start empty)",
     "warm": "warm runs (median of 3)",
 }
 
@@ -88,6 +88,11 @@ def register(subparsers: Any) -> None:
         default=None,
         help="keep the lake, cache root and evidence here (default: a temporary directory)",
     )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="run a --scale estimated to take more than a few minutes without asking",
+    )
     add_json_option(parser)
     parser.set_defaults(func=_run)
 
@@ -100,6 +105,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--scale={args.scale} is not accepted; use 1..30")
     if args.fact_rows is not None and args.fact_rows < 1:
         raise ConfigError(f"--fact-rows={args.fact_rows} is not accepted; use a number >= 1")
+    if not _confirmed(args):
+        print(
+            "nexus-cache: demo not run; pass a smaller --scale, or --yes to run it unasked",
+            file=sys.stderr,
+        )
+        return EXIT_PROBLEMS
     with _PhaseBars() as bars:
         report = run_demo(
             scale=args.scale,
@@ -108,23 +119,66 @@ def _run(args: argparse.Namespace) -> int:
             backend=args.backend,
             cache_cap_bytes=args.cache_cap_bytes,
             progress=bars.tick,
+            status=bars.say,
         )
     if args.json:
         emit(report.to_dict(), None, as_json=True)
     else:
         emit(None, _query_table(report), as_json=False)
+        sys.stdout.write(_legend(report))
         sys.stdout.write("\n")
         emit(None, _device_table(report.device_cache_reports), as_json=False)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
+def _confirmed(args: argparse.Namespace) -> bool:
+    """Whether to run a demo estimated to take more than a few minutes.
+
+    On a terminal the user is asked (``--yes`` skips the question); off one
+    (CI, a pipe) a warning with the estimate goes to stderr and the demo runs:
+    a script is never left waiting for an answer.
+    """
+    from nexus_cache.service.demo import QUICK_DEMO_S, estimate_demo_seconds
+
+    if estimate_demo_seconds(args.scale, "host") <= QUICK_DEMO_S:
+        return True  # quick on the slowest backend: no need to find out which one runs
+    backend = args.backend
+    if backend == "auto":
+        from nexus_cache.backends import select_backend
+
+        backend = select_backend("auto").name
+    seconds = estimate_demo_seconds(args.scale, backend)
+    if seconds <= QUICK_DEMO_S:
+        return True
+    line = (
+        f"--scale {args.scale} ({16 << args.scale:,} edges) on the {backend} backend is "
+        f"estimated to take {_about(seconds)} (each query runs four times)"
+    )
+    if args.yes:
+        return True
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        sys.stderr.write(f"{line}. Run it? [y/N] ")
+        sys.stderr.flush()
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+    print(f"nexus-cache: warning: {line}; running it (no terminal to ask)", file=sys.stderr)
+    return True
+
+
+def _about(seconds: float) -> str:
+    for unit, span in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * span:
+            return f"about {seconds / span:,.0f} {unit}"
+    return f"about {seconds:.0f} seconds"
+
+
 class _PhaseBars:
-    """One progress bar per demo phase (drawn only when stderr is a terminal)."""
+    """One progress bar per demo phase, its text naming the query that runs
+    (drawn only when stderr is a terminal: nothing reaches ``--json``)."""
 
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self._phase: str | None = None
-        self._advance: Callable[[int], None] = lambda n: None
+        self._advance: Advance = _no_advance
 
     def tick(self, phase: str, done: int, total: int) -> None:
         if phase != self._phase:
@@ -135,11 +189,18 @@ class _PhaseBars:
         if done:
             self._advance(1)
 
+    def say(self, line: str) -> None:
+        self._advance(0, description=line)
+
     def __enter__(self) -> _PhaseBars:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+
+def _no_advance(n: int = 1, *, description: str | None = None) -> None:
+    """Before the first phase: nothing to draw."""
 
 
 def _pair(cold: Any, warm: Any) -> str:
@@ -160,7 +221,16 @@ def _short(status: Any) -> str:
 def _query_table(report: Any) -> Table:
     differ = [q.name for q in report.queries if not q.equal]
     table = Table(
-        ["query", "cold", "warm", "speedup", "lakehouse", "source cache", "graph cache"],
+        [
+            "query",
+            "cold start",
+            "cold",
+            "warm",
+            "speedup",
+            "lakehouse",
+            "source cache",
+            "graph cache",
+        ],
         title=(
             f"nexus-cache demo: R-MAT scale {report.scale} ({report.edges} edges), "
             f"{report.fact_rows} fact rows, {report.backend} backend"
@@ -175,6 +245,7 @@ def _query_table(report: Any) -> Table:
     for q in report.queries:
         table.add(
             q.name,
+            "after " + ", ".join(q.warmed_by) if q.warmed_by else "empty",
             _duration(q.cold_s),
             _duration(q.warm_s),
             f"{q.speedup:.1f}x",
@@ -183,6 +254,30 @@ def _query_table(report: Any) -> Table:
             _pair(_short(q.cold["graph_cache"]), _short(q.warm["graph_cache"])),
         )
     return table
+
+
+_LEGEND = """\
+cold start: empty (nothing cached yet), or after the earlier queries that read
+  the same source: the cold run finds what they cached.
+cold: each query's first run, in the order above; warm: the median of 3 more.
+speedup: cold / warm. Near or below 1x when the cold run found its data cached
+  already, or when the time is the algorithm itself (Jaccard), which no cache
+  removes: both runs do the same work and the ratio is timing noise.
+statuses, cold->warm. lakehouse: miss (copied into the local cache, then read),
+  hit (read from the local cache), bypass (read remotely). source cache:
+  miss-led (decoded the Parquet, offered the frames to the device cache),
+  miss-followed (waited for another run's decode), hit (copied cached frames),
+  bypass (not cached). graph cache: miss (built and kept the graph), hit (ran
+  on a kept graph), bypass (built for this run only), - (not a graph query).
+"""
+
+
+def _legend(report: Any) -> str:
+    slow = [f"{q.name} {q.speedup:.1f}x" for q in report.queries if q.speedup < 1]
+    note = ""
+    if slow:
+        note = f"below 1x here: {', '.join(slow)} (see speedup above)\n"
+    return "\n" + _LEGEND.replace("->", "→") + note
 
 
 def _device_table(rows: Any) -> Table:

@@ -29,13 +29,42 @@ from nexus_cache.service.queries import Count, Graph, Query, Scan
 from nexus_cache.service.result import QueryResult, tables_match
 from nexus_cache.service.service import QueryService
 
-__all__ = ["DEFAULT_SCALE", "DemoQuery", "DemoReport", "demo_queries", "run_demo"]
+__all__ = [
+    "DEFAULT_SCALE",
+    "QUICK_DEMO_S",
+    "DemoQuery",
+    "DemoReport",
+    "demo_queries",
+    "estimate_demo_seconds",
+    "run_demo",
+]
 
 #: R-MAT scale of the default demo (2**12 vertices, 2**16 edges): seconds on a laptop
 DEFAULT_SCALE = 12
 
+#: the estimated run time (seconds) above which ``nexus-cache demo`` asks first
+QUICK_DEMO_S = 180.0
+
+# (scale, seconds, factor per scale step) of the whole command (start-up, data
+# generation, the cold pass and three warm runs of the mix). host: measured on
+# the busy 2-core CI machine, 16 s at scale 12, 40 s at 13, 127 s at 14 (Jaccard
+# is most of it and grows about 3x per step, faster than the edge count).
+# cuda: the H200's scale-16 run (about 1.5 s of queries) with the edge count's
+# factor of 2 per step.
+_COST = {"host": (12, 15.0, 2.8), "cuda": (16, 1.5, 2.0)}
+
+
+def estimate_demo_seconds(scale: int, backend: str) -> float:
+    """A rough estimate of the demo's run time at ``scale`` on ``backend``
+    (``host`` or ``cuda``); a guide for a prompt, not a promise."""
+    at, seconds, factor = _COST.get(backend, _COST["host"])
+    return float(seconds * factor ** (scale - at))
+
+
 #: called as progress(phase, done, total) with phase in "generate", "cold", "warm"
 Progress = Callable[[str, int, int], None]
+#: called with a short line saying what runs now ("cold run: jaccard (5 of 5)")
+Status = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +79,9 @@ class DemoQuery:
     cold: dict[str, Any]
     warm: dict[str, Any]
     equal: bool
+    #: earlier queries of the mix that read the same source: the caches they
+    #: filled serve this query's cold run (empty when it starts on empty caches)
+    warmed_by: tuple[str, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -103,6 +135,31 @@ def demo_queries(edges: str, facts: str, bfs_source: int) -> list[tuple[str, Que
     ]
 
 
+def _source(query: Query) -> str:
+    """The source URL a query of the mix reads."""
+    return query.edges.source if isinstance(query, Graph) else query.source
+
+
+def _warmed_by(mix: list[tuple[str, Query]]) -> list[tuple[str, ...]]:
+    """Per query, the earlier queries of the mix that read one of its sources."""
+    out = []
+    for i, (_name, query) in enumerate(mix):
+        out.append(tuple(n for n, q in mix[:i] if _source(q) == _source(query)))
+    return out
+
+
+def _without_root(value: Any, root: str) -> Any:
+    """``value`` with the temporary directory's path cut from its strings: the
+    report must not name files that are deleted when it is returned."""
+    if isinstance(value, str):
+        return value.replace(root + "/", "").replace(root, ".")
+    if isinstance(value, dict):
+        return {k: _without_root(v, root) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_root(v, root) for v in value)
+    return value
+
+
 def _statuses(result: QueryResult) -> dict[str, Any]:
     d = result.diagnostics
     return {
@@ -148,6 +205,7 @@ def run_demo(
     cache_cap_bytes: int | None = None,
     warm_runs: int = 3,
     progress: Progress | None = None,
+    status: Status | None = None,
 ) -> DemoReport:
     """Generate the data, run the mix cold then warm, shut the service down.
 
@@ -157,17 +215,26 @@ def run_demo(
     empty caches; the warm time is the median of ``warm_runs`` runs, each of
     which must match the cold result (:func:`tables_match`: identical but for
     the last bits of floats, which GPU reductions do not fix).
+
+    The caches start empty once, before the cold pass: a query whose source
+    an earlier query of the mix read finds it cached (``DemoQuery.warmed_by``
+    names those queries). ``status`` is told what runs before each step.
+    With a temporary ``workdir`` the report names files relative to it
+    (``lake/edges.parquet``): the directory is gone when the report returns.
     """
     tick = progress or (lambda phase, done, total: None)
+    say = status or (lambda line: None)
     scale = DEFAULT_SCALE if scale is None else scale
     rows = fact_rows if fact_rows is not None else 16 << scale
     with _workdir(workdir) as root:
         lake = root / "lake"
         lake.mkdir(exist_ok=True)
         tick("generate", 0, 2)
+        say(f"generating {16 << scale} R-MAT edges")
         edge_table = rmat_edges(scale)
         write_parquet(edge_table, lake / "edges.parquet")
         tick("generate", 1, 2)
+        say(f"generating {rows} fact rows")
         write_parquet(fact_table(rows), lake / "facts.parquet")
         tick("generate", 2, 2)
         bfs_source = int(edge_table.column("src")[0].as_py())
@@ -185,8 +252,8 @@ def run_demo(
         )
         mix = demo_queries(str(lake / "edges.parquet"), str(lake / "facts.parquet"), bfs_source)
         with QueryService(config) as service:
-            cold = _run_pass(service, mix, "cold", tick, 1)
-            warm = _run_pass(service, mix, "warm", tick, warm_runs)
+            cold = _run_pass(service, mix, "cold", tick, 1, say)
+            warm = _run_pass(service, mix, "warm", tick, warm_runs, say)
             reports = tuple(r.to_dict() for r in service.device_cache_reports())
             backend_name = service.backend.name
         queries = tuple(
@@ -199,11 +266,23 @@ def run_demo(
                 cold=_statuses(c_results[0]),
                 warm=_statuses(w_results[-1]),
                 equal=all(tables_match(c_results[0].table, w.table) for w in w_results),
+                warmed_by=warmed,
             )
-            for (name, query), (c_results, c_time), (w_results, w_time) in zip(
-                mix, cold, warm, strict=True
+            for (name, query), (c_results, c_time), (w_results, w_time), warmed in zip(
+                mix, cold, warm, _warmed_by(mix), strict=True
             )
         )
+        if workdir is None:
+            queries = tuple(
+                dataclasses.replace(
+                    q,
+                    query=_without_root(q.query, str(root)),
+                    cold=_without_root(q.cold, str(root)),
+                    warm=_without_root(q.warm, str(root)),
+                )
+                for q in queries
+            )
+            reports = _without_root(reports, str(root))
         return DemoReport(
             backend=backend_name,
             scale=scale,
@@ -216,15 +295,24 @@ def run_demo(
 
 
 def _run_pass(
-    service: QueryService, mix: list[tuple[str, Query]], phase: str, tick: Progress, runs: int
+    service: QueryService,
+    mix: list[tuple[str, Query]],
+    phase: str,
+    tick: Progress,
+    runs: int,
+    say: Status,
 ) -> list[tuple[list[QueryResult], float]]:
     """Each query ``runs`` times in a row: its results and its median time."""
     out = []
     tick(phase, 0, len(mix) * runs)
     done = 0
-    for _name, query in mix:
+    for number, (name, query) in enumerate(mix, start=1):
         results, times = [], []
-        for _ in range(runs):
+        for run in range(1, runs + 1):
+            if runs == 1:
+                say(f"{phase} run: {name} (query {number} of {len(mix)})")
+            else:
+                say(f"{phase} runs: {name} (query {number} of {len(mix)}, run {run} of {runs})")
             start = time.perf_counter()
             results.append(service.execute(query))
             times.append(time.perf_counter() - start)
