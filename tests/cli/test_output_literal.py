@@ -107,3 +107,16 @@ def test_evidence_report_names_files_literally(
     assert main(["evidence", "verify", str(tmp_path)]) == 1
     text = capsys.readouterr().out
     assert "attempt-a[b]c[bold].json" in text
+
+
+def test_error_lines_escape_control_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NEXUS_DEVICE_BACKEND", "host")
+    missing = tmp_path / "no\x1b]0;owned\x07such.parquet"
+    assert main(["lakehouse", "read", str(missing)]) == 2  # quotes the path as given
+    err = capsys.readouterr().err
+    assert err.startswith("nexus-cache: error: ")
+    assert "\x1b" not in err
+    assert "\x07" not in err
+    assert "no\\x1b]0;owned\\x07such.parquet" in err

@@ -72,6 +72,7 @@ __all__ = [
     "emit",
     "exit_code_for",
     "integer_option",
+    "literal",
     "number_option",
     "progress",
     "size",
@@ -199,9 +200,15 @@ NULL_TEXT = "null"
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A}
 
 
+def literal(text: str) -> str:
+    """``text`` with its control characters escaped (``\\x1b``), for any line that
+    quotes data (paths, values, error messages) on a terminal."""
+    return text.translate(_CONTROLS)
+
+
 def _plain(cell: Any) -> str:
     """A cell as the text a table shows: ``null`` for None, control characters escaped."""
-    return NULL_TEXT if cell is None else str(cell).translate(_CONTROLS)
+    return NULL_TEXT if cell is None else literal(str(cell))
 
 
 def _text(cell: Any) -> Any:

@@ -31,6 +31,7 @@ from nexus_cache.cli._output import (
     age,
     count_option,
     emit,
+    literal,
     progress,
     size,
     size_option,
@@ -181,7 +182,7 @@ def _info(args: argparse.Namespace) -> int:
         table.add(f"config: {name}", "-" if shown is None else shown)
     emit(data, table, as_json=args.json)
     for error in errors:
-        print(f"nexus-cache: error: {error}", file=sys.stderr)
+        print(f"nexus-cache: error: {literal(str(error))}", file=sys.stderr)
     return EXIT_USAGE if errors else EXIT_OK
 
 

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for
+from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for, literal
 
 __all__ = ["build_parser", "main"]
 
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not type(exc).__module__.startswith("nexus_cache") and not isinstance(exc, OSError):
             # A foreign error (NVRTC, botocore, ...): its class is part of the story.
             message = f"{type(exc).__name__}: {message}"
-        print(f"nexus-cache: error: {message}", file=sys.stderr)
+        print(f"nexus-cache: error: {literal(message)}", file=sys.stderr)
         return exit_code_for(exc)
 
 
