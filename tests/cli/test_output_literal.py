@@ -120,3 +120,12 @@ def test_error_lines_escape_control_characters(
     assert "\x1b" not in err
     assert "\x07" not in err
     assert "no\\x1b]0;owned\\x07such.parquet" in err
+
+
+def test_lakehouse_read_shows_the_location_literally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "[bold]a[b]c.parquet"
+    pq.write_table(pa.table({"x": [1]}), path)
+    assert main(["lakehouse", "read", str(path)]) == 0
+    assert "[bold]a[b]c.parquet" in " ".join(capsys.readouterr().out.split())
