@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from source_cache import MIB, make_parquet  # noqa: E402
+from source_cache import MIB, make_parquet
 
 
 def make_dictionary_heavy(path: Path, size_bytes: int, group_rows: int) -> int:
@@ -72,7 +72,12 @@ def make_dictionary_heavy(path: Path, size_bytes: int, group_rows: int) -> int:
 
 def _dict_schema(pa: Any) -> Any:
     return pa.schema(
-        [("city", pa.string()), ("state", pa.string()), ("code", pa.int64()), ("price", pa.float64())]
+        [
+            ("city", pa.string()),
+            ("state", pa.string()),
+            ("code", pa.int64()),
+            ("price", pa.float64()),
+        ]
     )
 
 
@@ -138,7 +143,9 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
     paths: dict[str, Callable[[], object]] = {
         "ours (row-group pool, lakehouse hit)": ours,
         "user's path (read_table + asarray per buffer)": _user_path(path, domain.xp),
-        "pyarrow decode alone (read_table, threads)": lambda: pq.read_table(path, use_threads=True),
+        "pyarrow decode alone (read_table, threads)": lambda: pq.read_table(
+            path, use_threads=True
+        ),
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(repeats):  # interleaved, so drift hits every path alike
