@@ -44,6 +44,7 @@ from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_t
 
 __all__ = ["DecodeStats", "decode_parquet", "read_parquet"]
 
+
 @dataclass
 class DecodeStats:
     """Where one decode spent its time (filled in when passed as ``stats=``).
