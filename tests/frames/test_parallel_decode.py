@@ -119,39 +119,48 @@ def test_every_source_kind_decodes_alike(tmp_path: Path) -> None:
 
 
 class _Recorder:
-    """A ParquetFile stand-in that records how many row groups were decoded."""
+    """A ParquetFile stand-in that records which column chunks were decoded."""
 
-    def __init__(self, pf: pq.ParquetFile, started: list[int]) -> None:
+    def __init__(self, pf: pq.ParquetFile, started: list[tuple[int, str]]) -> None:
         self._pf = pf
         self._started = started
 
-    def read_row_group(self, group: int, **kwargs: Any) -> pa.Table:
-        self._started.append(group)
-        return self._pf.read_row_group(group, **kwargs)
+    def read_row_group(self, group: int, *, columns: list[str], **kwargs: Any) -> pa.Table:
+        self._started.extend((group, c) for c in columns)
+        return self._pf.read_row_group(group, columns=columns, **kwargs)
 
 
-def test_the_window_bounds_the_row_groups_in_flight(tmp_path: Path) -> None:
+def test_the_window_bounds_the_column_chunks_in_flight(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.parquet", _sample(8000), row_group_size=500)
     pf = pq.ParquetFile(path)
-    one_group = pf.metadata.row_group(0).total_byte_size
-    started: list[int] = []
+    names = pf.schema_arrow.names
+    size = {
+        (g, pf.metadata.row_group(g).column(i).path_in_schema): (
+            pf.metadata.row_group(g).column(i).total_uncompressed_size
+        )
+        for g in range(16)
+        for i in range(len(names))
+    }
+    window = sum(size[0, c] for c in names) * 3 // 2  # one and a half row groups
+    started: list[tuple[int, str]] = []
     pool = RowGroupPool(
         lambda: _Recorder(pq.ParquetFile(path), started),  # type: ignore[arg-type,return-value]
         pf,
         range(16),
-        None,
+        names,
         threads=4,
-        window_bytes=int(one_group * 2.5),
+        window_bytes=window,
         on_decoded=lambda seconds: None,
     )
     consumed = 0
-    for rows, _pieces in pool:
-        consumed += 1
+    for rows, pieces in pool:
         assert rows == 500
-        # what was started beyond the consumed row groups fits the window
-        assert len(started) - consumed <= 2
+        assert len(pieces) == len(names)
+        consumed += 1
+        ahead = sum(size[unit] for unit in started if unit[0] >= consumed)
+        assert ahead <= window + max(size.values())
     assert consumed == 16
-    assert sorted(started) == list(range(16))
+    assert sorted(started) == sorted(size)
     assert _decoders() == 0
 
 

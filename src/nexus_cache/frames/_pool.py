@@ -2,15 +2,16 @@
 
 A cold read is bound by the host decode (decompression and page decoding),
 not by the host-to-device copy: one decoder thread reaches about a tenth of
-what the copy engine moves. So row groups are decoded by a pool of threads,
-each with its own ``ParquetFile`` over one shared, thread-safe view of the
-file's bytes (PyArrow decodes without holding the GIL), while the calling
-thread copies finished row groups to the device in order.
+what the copy engine moves. So the column chunks of the row groups are
+decoded by a pool of threads, each with its own ``ParquetFile`` over one
+shared, thread-safe view of the file's bytes (PyArrow decodes without
+holding the GIL), while the calling thread copies finished row groups to the
+device in order.
 
-Memory stays bounded: row groups are submitted only while the decoded bytes
-in flight (estimated from the footer's uncompressed sizes) stay under
-``window_bytes``; at least one row group is always in flight, so a row group
-larger than the window still decodes.
+Memory stays bounded: column chunks are submitted only while the decoded
+bytes in flight (the footer's uncompressed sizes) stay under
+``window_bytes``; at least one is always in flight, so a chunk larger than
+the window still decodes.
 
 Settings (arguments of :func:`~nexus_cache.frames.decode_parquet`, else the
 variables below, else the defaults):
@@ -100,48 +101,54 @@ def decode_settings(
     return count, parse_size(window_bytes, name="window_bytes")
 
 
-def _estimate(pf: pq.ParquetFile, group: int, columns: Sequence[str] | None) -> int:
-    """Decoded bytes of ``group`` as the footer states them (uncompressed sizes)."""
+def _chunk_sizes(pf: pq.ParquetFile, group: int) -> dict[str, int]:
+    """Decoded bytes of each top-level column of ``group``, as the footer states them."""
     meta = pf.metadata.row_group(group)
-    wanted = None if columns is None else set(columns)
-    total = 0
+    sizes: dict[str, int] = {}
     for i in range(meta.num_columns):
         chunk = meta.column(i)
-        if wanted is None or chunk.path_in_schema.split(".")[0] in wanted:
-            total += int(chunk.total_uncompressed_size)
-    return total
+        name = chunk.path_in_schema.split(".")[0]
+        sizes[name] = sizes.get(name, 0) + int(chunk.total_uncompressed_size)
+    return sizes
 
 
 class RowGroupPool:
-    """Decodes ``groups`` of a Parquet file on ``threads`` threads; iterate it for
-    ``(rows, pieces)`` in the order of ``groups``.
+    """Decodes ``columns`` of ``groups`` of a Parquet file on ``threads`` threads;
+    iterate it for ``(rows, pieces)`` per row group, in the order of ``groups``
+    (pieces in the order of ``columns``).
 
-    ``opener`` returns a new ``ParquetFile`` over the same bytes; it is called
-    once per worker thread, so every thread reads through its own reader.
-    Iterate from one thread. :meth:`close` (also on any exception, interrupts
-    included, in the iterating thread) cancels what has not started and waits
-    for what has, so no worker touches the file after it returns.
-    ``on_decoded(seconds)`` is called from worker threads with each row group's
-    decode time.
+    The unit of work is one column of one row group, handed out in row-group
+    order: the threads finish row group *i* first, so the caller copies it
+    while they decode the next ones, and a file with few row groups still
+    keeps every thread busy. ``opener`` returns a new ``ParquetFile`` over the
+    same bytes; it is called once per worker thread, so every thread reads
+    through its own reader. Iterate from one thread. :meth:`close` (also on
+    any exception, interrupts included, in the iterating thread) cancels what
+    has not started and waits for what has, so no worker touches the file
+    after it returns. ``on_decoded(seconds)`` is called from worker threads
+    with each unit's decode time.
     """
 
     def __init__(
         self,
         opener: Callable[[], pq.ParquetFile],
-        estimate_from: pq.ParquetFile,
+        footer: pq.ParquetFile,
         groups: Sequence[int],
-        columns: Sequence[str] | None,
+        columns: Sequence[str],
         *,
         threads: int,
         window_bytes: int,
         on_decoded: Callable[[float], None],
     ) -> None:
         self._opener = opener
-        self._columns = None if columns is None else list(columns)
-        self._groups = [(g, _estimate(estimate_from, g, columns)) for g in groups]
-        self._threads = max(1, min(threads, len(self._groups) or 1))
-        # Fewer row groups than threads: let PyArrow spread each one's columns.
-        self._inner_threads = len(self._groups) < threads
+        self._columns = list(columns)
+        self._rows = {g: footer.metadata.row_group(g).num_rows for g in groups}
+        self._units: list[tuple[int, str, int]] = []
+        for g in groups:
+            sizes = _chunk_sizes(footer, g)
+            self._units.extend((g, c, sizes.get(c, 0)) for c in self._columns)
+        self._groups = list(groups)
+        self._threads = max(1, min(threads, len(self._units) or 1))
         self._window = window_bytes
         self._on_decoded = on_decoded
         self._local = threading.local()
@@ -150,44 +157,51 @@ class RowGroupPool:
 
     @property
     def threads(self) -> int:
-        """Decoder threads this pool runs (never more than its row groups)."""
+        """Decoder threads this pool runs (never more than its units of work)."""
         return self._threads
 
-    def _decode(self, group: int) -> Decoded:
+    def _decode(self, group: int, column: str) -> HostPiece:
         if self._stop.is_set():
             raise _Stopped
         pf = getattr(self._local, "pf", None)
         if pf is None:
             pf = self._local.pf = self._opener()
         started = time.perf_counter()
-        table = pf.read_row_group(group, columns=self._columns, use_threads=self._inner_threads)
-        pieces = [host_piece(table.column(i), f.name) for i, f in enumerate(table.schema)]
+        table = pf.read_row_group(group, columns=[column], use_threads=False)
+        piece = host_piece(table.column(0), column)
         self._on_decoded(time.perf_counter() - started)
-        return table.num_rows, pieces
+        return piece
+
+    def _submit(self) -> Iterator[tuple[int, Future[HostPiece], int]]:
+        """Every unit, submitted as the window allows; yields them in order."""
+        pending: deque[tuple[int, Future[HostPiece], int]] = deque()
+        in_flight = 0
+        for group, column, size in self._units:
+            # Keep every thread busy and the window full, one unit at least.
+            while pending and (
+                in_flight + size > self._window or len(pending) >= 4 * self._threads
+            ):
+                unit = pending.popleft()
+                in_flight -= unit[2]
+                yield unit
+            pending.append((group, self._executor.submit(self._decode, group, column), size))
+            in_flight += size
+        yield from pending
 
     def __iter__(self) -> Iterator[Decoded]:
-        pending: deque[tuple[Future[Decoded], int]] = deque()
-        queued = iter(self._groups)
-        in_flight = 0
         try:
-            for group, size in queued:
-                # Keep every thread busy and the window full, one group at least.
-                while pending and (
-                    in_flight + size > self._window or len(pending) >= 2 * self._threads
-                ):
-                    future, done_size = pending.popleft()
-                    in_flight -= done_size
-                    yield future.result()
-                pending.append((self._executor.submit(self._decode, group), size))
-                in_flight += size
-            while pending:
-                future, _ = pending.popleft()
-                yield future.result()
+            units = self._submit()
+            for group in self._groups:
+                pieces = []
+                for _ in self._columns:
+                    _, future, _ = next(units)
+                    pieces.append(future.result())
+                yield self._rows[group], pieces
         finally:
             self.close()
 
     def close(self) -> None:
-        """Cancel row groups not yet started and wait for the running ones (idempotent)."""
+        """Cancel work not yet started and wait for the running work (idempotent)."""
         self._stop.set()
         self._executor.shutdown(wait=True, cancel_futures=True)
 

@@ -199,7 +199,7 @@ def decode_parquet(
         opener,
         pf,
         groups,
-        wanted,
+        schema.names,
         threads=count,
         window_bytes=window,
         on_decoded=on_decoded,
