@@ -389,11 +389,13 @@ def test_verify_memory_stays_bounded(evidence: Path) -> None:
         f.truncate(200 << 20)
     with _tsv(evidence).open("ab") as f:  # one 100 MB "line"
         f.truncate(_tsv(evidence).stat().st_size + (100 << 20))
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent (pytest)
     code = (
-        "import resource, sys\n"
+        "import re, sys\n"
         "from nexus_cache.service import verify_evidence\n"
         "r = verify_evidence(sys.argv[1])\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "status = open('/proc/self/status').read()\n"
+        "print(re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1))\n"
         "print(sorted(p for _, p in r.problems))\n"
     )
     run = subprocess.run(

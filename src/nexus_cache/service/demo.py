@@ -63,7 +63,7 @@ def estimate_demo_seconds(scale: int, backend: str) -> float:
 
 #: called as progress(phase, done, total) with phase in "generate", "cold", "warm"
 Progress = Callable[[str, int, int], None]
-#: called with a short line saying what runs now ("cold run: jaccard (5 of 5)")
+#: called with a short line saying what runs now ("cold run: jaccard (query 5 of 5)")
 Status = Callable[[str], None]
 
 
@@ -141,7 +141,7 @@ def _source(query: Query) -> str:
 
 
 def _warmed_by(mix: list[tuple[str, Query]]) -> list[tuple[str, ...]]:
-    """Per query, the earlier queries of the mix that read one of its sources."""
+    """Per query, the earlier queries of the mix that read its source."""
     out = []
     for i, (_name, query) in enumerate(mix):
         out.append(tuple(n for n, q in mix[:i] if _source(q) == _source(query)))
