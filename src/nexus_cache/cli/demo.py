@@ -33,6 +33,7 @@ __all__ = ["register"]
 
 _PHASES = {
     "generate": "generating R-MAT edges and facts",
+    "warm-up": "warm-up (compiling GPU kernels)",
     "cold": "cold run (empty caches)",
     "warm": "warm runs (median of 3)",
 }
@@ -113,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
         emit(report.to_dict(), None, as_json=True)
     else:
         emit(None, _query_table(report), as_json=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(_warmup_line(report) + "\n\n")
         emit(None, _device_table(report.device_cache_reports), as_json=False)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -183,6 +184,14 @@ def _query_table(report: Any) -> Table:
             _pair(_short(q.cold["graph_cache"]), _short(q.warm["graph_cache"])),
         )
     return table
+
+
+def _warmup_line(report: Any) -> str:
+    """The one-time compile, apart from the cold column (which excludes it)."""
+    return (
+        f"compile/warm-up: {_duration(report.warmup_s)} before the cold run (GPU kernels "
+        "compiled or loaded once per machine and process; not part of the cold times)"
+    )
 
 
 def _device_table(rows: Any) -> Table:
