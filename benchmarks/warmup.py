@@ -51,21 +51,10 @@ _QUERIES = ("pagerank", "bfs", "jaccard")
 def _child(args: argparse.Namespace) -> int:
     """One process: optional warm-up, then the first PageRank, BFS and Jaccard."""
     started = time.perf_counter()
-    from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
-    from nexus_cache.service import QueryService, ServiceConfig
-    from nexus_cache.service.demo import demo_queries
+    from nexus_cache.service import QueryService
+    from nexus_cache.service.demo import demo_config, demo_queries
 
-    work = Path(args.child_dir)
-    config = ServiceConfig(
-        backend=args.backend,
-        evidence_dir=work / "evidence",
-        lakehouse=LakehouseCacheConfig(
-            root=work / "lakehouse",
-            policy=FillPolicy.FILL_BEFORE_READ,
-            max_bytes=4 << 30,
-            local_min_age_s=0.0,
-        ),
-    )
+    config = demo_config(Path(args.child_dir), args.backend)
     edges = str(Path(args.lake) / "edges.parquet")
     mix = dict(demo_queries(edges, edges, args.bfs_source))
     out: dict[str, Any] = {}

@@ -84,18 +84,14 @@ def test_every_algorithm_and_both_bfs_steps_run(
     service: QueryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = {"push": 0, "pull": 0}
-    push, pull = traversal._push_step, traversal._pull_step
+    for step in calls:
+        real = getattr(traversal, f"_{step}_step")
 
-    def counted_push(*args: object) -> None:
-        calls["push"] += 1
-        push(*args)
+        def counted(*args: object, step: str = step, real: object = real) -> None:
+            calls[step] += 1
+            real(*args)  # type: ignore[operator]
 
-    def counted_pull(*args: object) -> None:
-        calls["pull"] += 1
-        pull(*args)
-
-    monkeypatch.setattr(traversal, "_push_step", counted_push)
-    monkeypatch.setattr(traversal, "_pull_step", counted_pull)
+        monkeypatch.setattr(traversal, f"_{step}_step", counted)
     report = service.warm_up_report()
     steps = report.devices[0].steps
     assert steps[:3] == ("decode", "scan result", "source copy")

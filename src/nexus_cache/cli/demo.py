@@ -1,10 +1,11 @@
 """``nexus-cache demo``: the main job, every cache at work on generated data.
 
 Generates an R-MAT edge table (Graph500 parameters) and a fact table as
-Parquet in a directory that stands in for the remote lakehouse, runs scan,
-count, PageRank, BFS and Jaccard through a :class:`QueryService` cold and then
-warm, and prints one table (times, speedup, cache statuses) and the device
-cache report. Exit status 0 only when every warm result equals its cold one.
+Parquet in a directory that stands in for the remote lakehouse, warms a
+:class:`QueryService` up (GPU kernel compilation, printed on its own line),
+runs scan, count, PageRank, BFS and Jaccard through it cold and then warm,
+and prints one table (times, speedup, cache statuses) and the device cache
+report. Exit status 0 only when every warm result equals its cold one.
 The program-cache demo is ``nexus-cache program-cache demo``.
 """
 

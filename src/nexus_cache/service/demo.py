@@ -31,7 +31,7 @@ from nexus_cache.service.queries import Count, Graph, Query, Scan
 from nexus_cache.service.result import QueryResult, tables_match
 from nexus_cache.service.service import QueryService
 
-__all__ = ["DEFAULT_SCALE", "DemoQuery", "DemoReport", "demo_queries", "run_demo"]
+__all__ = ["DEFAULT_SCALE", "DemoQuery", "DemoReport", "demo_config", "demo_queries", "run_demo"]
 
 #: R-MAT scale of the default demo (2**12 vertices, 2**16 edges): seconds on a laptop
 DEFAULT_SCALE = 12
@@ -179,18 +179,7 @@ def run_demo(
         write_parquet(fact_table(rows), lake / "facts.parquet")
         tick("generate", 2, 2)
         bfs_source = int(edge_table.column("src")[0].as_py())
-        config = ServiceConfig(
-            backend=backend,
-            cache_cap_bytes=cache_cap_bytes,
-            evidence_dir=root / "evidence",
-            lakehouse=LakehouseCacheConfig(
-                root=root / "cache",
-                policy=FillPolicy.FILL_BEFORE_READ,
-                max_bytes=4 << 30,
-                # the demo wrote and closed these files itself: they are complete
-                local_min_age_s=0.0,
-            ),
-        )
+        config = demo_config(root, backend, cache_cap_bytes)
         mix = demo_queries(str(lake / "edges.parquet"), str(lake / "facts.parquet"), bfs_source)
         with QueryService(config) as service:
             tick("warm-up", 0, 1)
@@ -225,6 +214,23 @@ def run_demo(
             workdir=None if workdir is None else str(root),
             warmup_s=warmup_s,
         )
+
+
+def demo_config(root: Path, backend: str, cache_cap_bytes: int | None = None) -> ServiceConfig:
+    """The demo's service settings: evidence and a ``fill_before_read`` lakehouse
+    cache root under ``root``."""
+    return ServiceConfig(
+        backend=backend,
+        cache_cap_bytes=cache_cap_bytes,
+        evidence_dir=root / "evidence",
+        lakehouse=LakehouseCacheConfig(
+            root=root / "cache",
+            policy=FillPolicy.FILL_BEFORE_READ,
+            max_bytes=4 << 30,
+            # the demo wrote and closed its files itself: they are complete
+            local_min_age_s=0.0,
+        ),
+    )
 
 
 def _run_pass(
