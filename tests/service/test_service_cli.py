@@ -242,3 +242,42 @@ def test_warmup_command_errors_are_one_line(env: Path, capsys: pytest.CaptureFix
         err = capsys.readouterr().err
         assert err.startswith("nexus-cache: error: ")
         assert len(err.strip().splitlines()) == 1
+
+
+def test_warmup_table_lists_each_kernel_and_where_it_came_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nexus_cache.cli._output import emit
+    from nexus_cache.cli.warmup import _table
+    from nexus_cache.graph import KernelLoad
+    from nexus_cache.service import DeviceWarmUp, WarmUpReport
+
+    loads = (
+        KernelLoad("bfs_pull(int32, int32)", 0, "sm_90", "program-cache", 0.0004),
+        KernelLoad("pair_intersections(int32, int64)", 0, "sm_90", "compiled", 0.091),
+        KernelLoad("bfs_pull(int64, int64)", 1, None, "cupy", 0.35, "ModuleNotFoundError: x"),
+    )
+    report = WarmUpReport(
+        "cuda",
+        2.5,
+        (
+            DeviceWarmUp(0, 1.5, ("decode",), loads[:2]),
+            DeviceWarmUp(1, 1.0, ("decode",), loads[2:]),
+        ),
+    )
+    emit(None, _table(report, "/cache/programs"), as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    rows = lines[lines.index("") + 3 : -2]  # below the title, the header and its rule
+    assert [r.split()[:3] for r in rows] == [
+        ["0", "bfs_pull(int32,", "int32)"],
+        ["0", "pair_intersections(int32,", "int64)"],
+        ["1", "bfs_pull(int64,", "int64)"],
+    ]
+    assert "sm_90    program cache (no compile)" in rows[0]
+    assert "sm_90    compiled, stored in the program cache" in rows[1]
+    assert "-        compiled by CuPy (ModuleNotFoundError: x)" in rows[2]
+    assert lines[-1] == (
+        "warm-up: 2.50 s on 2 devices (cuda backend), 2 steps; 3 kernels newly loaded: "
+        "1 from the program cache, 1 compiled, 1 compiled by CuPy; "
+        "program cache: /cache/programs"
+    )

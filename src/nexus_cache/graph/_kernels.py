@@ -14,6 +14,7 @@ only lazily.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -137,13 +138,17 @@ KERNEL_NAMES = tuple(_SOURCES)
 INDEX_DTYPES = tuple(_CTYPES)
 
 
+@functools.lru_cache(maxsize=16)
+def _source_and_label(name: str, offset: np.dtype, vertex: np.dtype) -> tuple[str, str]:
+    return _SOURCES[name](offset, vertex), f"{name}({offset.name}, {vertex.name})"
+
+
 def _kernel(name: str, offset_dtype: Any, vertex_dtype: Any) -> Any:
     """The kernel ``name`` for these dtypes on the current device (loaded once per device)."""
     from nexus_cache.graph._programs import kernel_function
 
-    offset, vertex = np.dtype(offset_dtype), np.dtype(vertex_dtype)
-    label = f"{name}({offset.name}, {vertex.name})"
-    return kernel_function(name, _SOURCES[name](offset, vertex), label)
+    source, label = _source_and_label(name, np.dtype(offset_dtype), np.dtype(vertex_dtype))
+    return kernel_function(name, source, label)
 
 
 def preload_kernels() -> list[Any]:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
+import tempfile
 import threading
 import time
 from typing import Any
@@ -143,11 +145,21 @@ def compile_cubin(source: str, name: str, arch: str) -> tuple[bytes, bool]:
 
 
 def _module_function(cubin: bytes, name: str) -> Any:
+    """Kernel ``name`` of ``cubin``, loaded on the current device."""
     import cupy
 
-    module = cupy.cuda.function.Module()
-    module.load(cubin)
-    return module.get_function(name)  # keeps the module loaded
+    module_type = getattr(getattr(cupy.cuda, "function", None), "Module", None)
+    if module_type is not None:
+        module = module_type()
+        module.load(cubin)  # cuModuleLoadData: from memory, no file
+        return module.get_function(name)  # the function keeps the module loaded
+    # A CuPy without the in-memory loader loads cubins from files only: one in
+    # a private temporary directory, removed once the module is loaded.
+    with tempfile.TemporaryDirectory(prefix="nexus-kernel-") as tmp:
+        path = os.path.join(tmp, f"{name}.cubin")
+        with open(path, "wb") as out:
+            out.write(cubin)
+        return cupy.RawModule(path=path).get_function(name)
 
 
 def _load(device_id: int, name: str, source: str, label: str) -> tuple[Any, KernelLoad]:
