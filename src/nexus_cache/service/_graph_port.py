@@ -13,7 +13,10 @@ reason; that graph was destroyed rather than parked again.
 
 Construction contract per algorithm: PageRank pulls along in-edges, so its
 graph is stored ``transposed``; BFS and the similarities use ``as_stored``.
-Duplicate edges merge (weights summed), self loops stay, as in NetworkX.
+Self loops stay, as in NetworkX. A repeated edge counts as often as it
+appears in PageRank, with or without a weight column (its weights add up; an
+unweighted copy weighs 1: NetworkX's multigraph); BFS and the similarities
+see neighbour sets, where a repeat is the same neighbour.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ __all__ = ["GraphOutcome", "GraphPort", "algorithm_params", "edge_input", "graph
 
 @dataclasses.dataclass(frozen=True)
 class GraphOutcome:
-    """How the resident-graph cache answered one algorithm run."""
+    """How the resident-graph cache answered one algorithm run, and the
+    algorithm's own facts (``algorithm``: PageRank's ``iterations``,
+    ``converged``, ``error`` and ``threshold``; BFS's ``levels``)."""
 
     status: str
     reason: str | None = None
+    algorithm: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason}
@@ -58,10 +64,14 @@ NOT_APPLICABLE = GraphOutcome("not_applicable")
 
 def graph_options(query: Graph) -> GraphOptions:
     """The construction contract of ``query``'s graph (part of its cache key)."""
-    orientation = "transposed" if query.algorithm == "pagerank" else "as_stored"
+    pagerank = query.algorithm == "pagerank"
     return GraphOptions(
         directed=query.directed,
-        orientation=orientation,
+        orientation="transposed" if pagerank else "as_stored",
+        # PageRank: every copy of an edge counts (unweighted copies weigh 1);
+        # the others see neighbour sets, so repeats collapse and no counts are
+        # stored ('max' of no weights)
+        duplicates="sum" if pagerank else "max",
         weight_dtype="float64",
         vertex_dtype="int32",
     )
@@ -71,7 +81,8 @@ def algorithm_params(query: Graph) -> dict[str, Any]:
     """The graph layer's keyword arguments for ``query``'s algorithm."""
     params = dict(query.params)
     if query.algorithm == "pagerank":
-        return {"alpha": params["alpha"], "tol": params["tol"], "max_iter": params["max_iter"]}
+        names = ("alpha", "tol", "max_iter", "convergence")
+        return {name: params[name] for name in names}
     if query.algorithm == "bfs":
         return {"sources": params["source"], "depth_limit": params["depth_limit"]}
     assert query.algorithm in SIMILARITIES
@@ -127,6 +138,15 @@ def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
 
 
 _STATUS = {GraphRunStatus.HIT: "hit", GraphRunStatus.MISS: "miss"}
+# The run facts each algorithm reports in the diagnostics (plain JSON values).
+_FACTS = {
+    "pagerank": ("iterations", "converged", "error", "threshold"),
+    "bfs": ("levels",),
+}
+
+
+def _facts(algorithm: str, info: dict[str, Any]) -> dict[str, Any]:
+    return {name: info[name] for name in _FACTS.get(algorithm, ()) if name in info}
 
 
 class GraphPort:
@@ -171,11 +191,12 @@ class GraphPort:
             )
             del edges
             table = run.result.to_arrow()
+        facts = _facts(query.algorithm, run.result.info)
         held = 0
         if run.status is GraphRunStatus.UNCACHED:  # the attempt built the graph itself
             held = build_bytes(n_edges, options, query.weight is not None)
             reason = run.reason.value if run.reason is not None else "uncached"
             detail = f"{reason}: {run.detail}" if run.detail and run.detail != reason else reason
-            return table, GraphOutcome("bypass", detail), held
+            return table, GraphOutcome("bypass", detail, facts), held
         drift = run.detail if run.drift_bytes else None
-        return table, GraphOutcome(_STATUS[run.status], drift), held
+        return table, GraphOutcome(_STATUS[run.status], drift, facts), held
