@@ -64,7 +64,7 @@ def test_the_networkx_rule_stops_early_and_matches_networkx(rmat: tuple) -> None
 def test_the_rule_is_validated_and_named_in_the_nonconvergence_error(rmat: tuple) -> None:
     _, graph, _ = rmat
     for bad in ("NetworkX", "l1", None, 1):
-        with pytest.raises(ConfigError, match="convergence=.*'total', 'networkx'"):
+        with pytest.raises(ConfigError, match=r"convergence=.*'total', 'networkx'"):
             pagerank(graph, convergence=bad)  # type: ignore[arg-type]
     stopped = pagerank(graph, max_iter=2)
     assert (stopped.info["converged"], stopped.info["iterations"]) == (False, 2)
