@@ -192,7 +192,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                         plan.source_column: domain.copy_in(src),
                         plan.destination_column: domain.copy_in(dst),
                     }
-                    if weights is not None:
+                    if weights is not None and plan.weight_column is not None:
                         columns[plan.weight_column] = domain.copy_in(weights)
                     del src, dst, weights
                     built = _graph("csr").build_graph(

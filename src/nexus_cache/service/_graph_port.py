@@ -38,6 +38,7 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.graph import GraphOptions
+from nexus_cache.graph.edges import vertex_array
 from nexus_cache.graph.memory import build_bytes
 from nexus_cache.service._source_port import concat_objects
 from nexus_cache.service.queries import SIMILARITIES, Graph
@@ -98,23 +99,54 @@ def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager
     return cupy.cuda.Device(device_id)
 
 
-def edge_input(frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any) -> Any:
+def edge_input(
+    frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any, objects: Sequence[str] = ()
+) -> Any:
     """The edge columns of the scan's frames, as arrays on ``xp`` (no host round trip).
 
+    ``names`` is ``(src, dst[, weight])``; ``objects`` names the object of
+    each frame for messages. Id columns of different integer types across
+    objects (int64 in one, uint64 in another) become int64, as a scan
+    combines them; a uint64 id beyond int64 is refused, naming the object.
     Columns with nulls go through Arrow instead, so the graph layer can
     refuse them with its own message.
     """
-    columns = [[frame.column(name) for frame in frames] for name in names]
+    labels = (
+        list(objects)
+        if len(objects) == len(frames)
+        else [f"#{i + 1} of {len(frames)}" for i in range(len(frames))]
+    )
+    columns = [
+        [_column(frame, name, label) for frame, label in zip(frames, labels, strict=True)]
+        for name in names
+    ]
     for frame_columns in zip(*columns, strict=True):  # every object, not only the first
         _check_types(names, [c.type for c in frame_columns])
     if any(c.validity is not None for group in columns for c in group):
         tables = [frame.select(list(names)).to_arrow() for frame in frames]
         return tables[0] if len(tables) == 1 else concat_objects(tables)
     out = {}
-    for name, group in zip(names, columns, strict=True):
+    for position, (name, group) in enumerate(zip(names, columns, strict=True)):
         parts = [c.data for c in group]
+        if position < 2 and len({p.dtype for p in parts}) > 1:
+            # NumPy and CuPy promote int64 with uint64 to float64: unify as ids
+            parts = [
+                vertex_array(p, xp, f"column {name!r} of edge object {label!r}")
+                for p, label in zip(parts, labels, strict=True)
+            ]
         out[name] = parts[0] if len(parts) == 1 else xp.concatenate(parts)
     return out
+
+
+def _column(frame: DeviceFrame, name: str, label: str) -> Any:
+    """``frame``'s column ``name``; GraphInputError naming the object when it has none."""
+    if name not in frame.column_names:
+        raise GraphInputError(
+            f"edge object {label!r} has no column {name!r} (its columns: "
+            f"{', '.join(frame.column_names) or 'none'}); every object of the edge source "
+            "needs the columns the query names: add it, or move the object out of the source"
+        )
+    return frame.column(name)
 
 
 def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
@@ -162,12 +194,14 @@ class GraphPort:
         frames: Sequence[DeviceFrame],
         source_identity: tuple[str, ...] | None,
         domain: AllocationDomain,
+        objects: Sequence[str] = (),
     ) -> tuple[pa.Table, GraphOutcome, int]:
         """``(result table, outcome, bytes the attempt held for the graph)``.
 
         ``source_identity`` is the proven identity of the edge rowset (the
         lakehouse entry keys of its objects), or None when one object has
-        none: the run then goes uncached. Device work runs inside
+        none: the run then goes uncached. ``objects`` names the object of each
+        frame, for messages. Device work runs inside
         ``domain.scope()``, so on CUDA what the attempt allocates (its edge
         columns, an uncached graph, the result) lands in the attempt's domain;
         a cached build happens in the cache domain.
@@ -184,7 +218,7 @@ class GraphPort:
         )
         names = [n for n in (query.src, query.dst, query.weight) if n is not None]
         with on_device(backend.name, device_id), domain.scope():
-            edges = edge_input(frames, names, backend.xp)
+            edges = edge_input(frames, names, backend.xp, objects)
             n_edges = sum(f.num_rows for f in frames)
             run = run_graph(
                 self._caches.graph_cache(device_id), plan, edges, **algorithm_params(query)
