@@ -26,6 +26,8 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph import GraphOptions, build_graph, pagerank
 
+from ._graph_checks import check_empty_edge_table, check_vertices_without_arcs, empty_edges
+
 csr = importlib.import_module("nexus_cache.graph.csr")
 edges_module = importlib.import_module("nexus_cache.graph.edges")
 ranking = importlib.import_module("nexus_cache.graph.ranking")
@@ -400,43 +402,10 @@ def test_drift_waits_for_other_pins_before_destroying(
     leaked.clear()
 
 
-EMPTY_RUNS: list[tuple[str, dict[str, Any]]] = [
-    ("pagerank", {}),
-    ("jaccard", {}),
-    ("sorensen", {"pairs": ([], [])}),
-    ("overlap", {}),
-    ("cosine", {"pairs": ([], [])}),
-]
-
-
-@pytest.mark.parametrize(("algorithm", "params"), EMPTY_RUNS)
-def test_an_empty_edge_table_runs_cached_like_uncached(
-    caches: Any, algorithm: str, params: dict[str, Any]
-) -> None:
-    empty = pa.table({"src": pa.array([], pa.int64()), "dst": pa.array([], pa.int64())})
-    plan = plan_graph_run(algorithm, source=SOURCE, options=GraphOptions(directed=False))
-    cache = caches.graph_cache(0)
-    miss = cache.run(plan, empty, **params)
-    hit = cache.run(plan, empty, **params)
-    assert (miss.status, hit.status) == (GraphRunStatus.MISS, GraphRunStatus.HIT)
-    uncached = run_graph(None, plan, empty, **params).result.to_arrow()
-    assert uncached.num_rows == 0
-    for run in (miss, hit):
-        assert run.result.to_arrow().equals(uncached)
-    with pytest.raises(GraphInputError, match="not in the graph"):  # as uncached
-        cache.run(plan_graph_run("bfs", source=SOURCE), empty, sources=[1])
-    snap = caches.ledger(0).snapshot()
-    assert snap.cache_reserved_bytes == snap.cache_pinned_in_use_bytes == 0
+def test_an_empty_edge_table_runs_cached_like_uncached(caches: Any) -> None:
+    check_empty_edge_table(caches, empty_edges(), SOURCE)
 
 
 def test_a_graph_of_vertices_without_arcs_is_parked(caches: Any) -> None:
     loops = pa.table({"src": pa.array([5, 9]), "dst": pa.array([5, 9])})
-    options = GraphOptions(drop_self_loops=True)
-    plan = plan_graph_run("bfs", source=SOURCE, options=options)
-    cache = caches.graph_cache(0)
-    for status in (GraphRunStatus.MISS, GraphRunStatus.HIT):
-        run = cache.run(plan, loops, sources=[5])
-        assert run.status is status
-        table = run.result.to_arrow().to_pydict()
-        assert table["vertex"] == [5, 9]
-        assert table["distance"] == [0, None]
+    check_vertices_without_arcs(caches, loops, SOURCE)

@@ -18,7 +18,7 @@ from nexus_cache.cli.main import main
 from nexus_cache.errors import GraphInputError
 from nexus_cache.service import Graph, Scan
 
-from ._helpers import MIB, make_service
+from ._helpers import MIB, make_service, use_host_cli
 
 ALL = [
     ("pagerank", {}),
@@ -156,10 +156,7 @@ def test_pagerank_reports_its_convergence(tmp_path: Path) -> None:
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("NEXUS_DEVICE_BACKEND", "host")
-    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", str(1 << 30))
-    for name in ("NEXUS_SERVICE_CONFIG", "NEXUS_SERVICE_EVIDENCE_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    use_host_cli(monkeypatch)
     _write(
         tmp_path / "e.parquet",
         pa.table({"s": _ids([0, 1, 2, 2]), "d": _ids([1, 2, 0, 3]), "w": pa.array([1.0] * 4)}),
