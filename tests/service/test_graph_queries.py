@@ -212,3 +212,12 @@ def test_graph_command_reports_pagerank_convergence(
     assert facts["converged"] is True
     assert facts["threshold"] == pytest.approx(4e-6)
     assert report["diagnostics"]["query"]["params"]["convergence"] == "networkx"
+
+
+def test_the_convergence_rules_are_spelled_alike_everywhere() -> None:
+    from nexus_cache.cli import graph as cli_graph
+    from nexus_cache.graph import CONVERGENCE_RULES
+    from nexus_cache.service import queries
+
+    assert cli_graph.CONVERGENCE == queries._CONVERGENCE == CONVERGENCE_RULES
+    assert queries.ALGORITHMS["pagerank"]["convergence"] == CONVERGENCE_RULES[0]
