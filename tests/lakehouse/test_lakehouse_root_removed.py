@@ -1,10 +1,14 @@
-"""A cache root removed while a process uses it: reads keep working, fills resume."""
+"""A cache root removed while a process uses it: reads keep working, fills resume.
+Also what every read proves with or without a root: a regular file and its identity."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+
+import fsspec
+import pytest
 
 from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, ReadMode
 
@@ -65,3 +69,26 @@ def test_read_through_survives_a_removed_root(tmp_path: Path) -> None:
         with cache.open(b) as f:
             assert f.read() == b_bytes
             assert f.diagnostics.cache_status is CacheStatus.HIT
+
+
+@pytest.mark.timeout(15)
+@pytest.mark.parametrize("with_root", [False, True])
+def test_a_fifo_is_refused_not_opened(tmp_path: Path, with_root: bool) -> None:
+    fifo = tmp_path / "pipe.parquet"
+    os.mkfifo(fifo)
+    root = tmp_path / "cache" if with_root else None
+    with make_cache(root, policy="fill_before_read") as cache:
+        with pytest.raises(IsADirectoryError, match="not a regular file"):
+            cache.open(str(fifo))
+        with pytest.raises(IsADirectoryError, match="not a regular file"):
+            fsspec.open(f"nexus::{fifo}", nexus={"cache": cache}).open()
+
+
+def test_without_a_root_a_read_carries_its_proven_identity(tmp_path: Path) -> None:
+    ((source, data),) = _objects(tmp_path, 1)
+    with make_cache(None) as cache:
+        with cache.open(source) as f:
+            assert f.read() == data
+            diag = f.diagnostics
+    assert (diag.cache_status, diag.reason) == (CacheStatus.BYPASS, "no_root")
+    assert diag.key is not None and len(diag.key) == 64

@@ -74,6 +74,9 @@ class ReadPlan:
     fill_mode: FillMode
     reason: str | None = None
     expected_size: int | None = None
+    #: why ``identity`` is None (``local_file_too_new``, ``no_content_identity``,
+    #: ``no_size``); None when the identity is proven
+    identity_reason: str | None = None
 
     @property
     def key(self) -> str | None:
@@ -145,15 +148,39 @@ class Scanner:
         fs, path = resolve_source(source, fs, storage_options)
         name = os.fspath(source)
         remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
+        sent = time.monotonic()
+        # Identity is proven with or without a root: the device caches above
+        # key decoded frames and graphs by it, and the remote read is pinned
+        # to it (a rewrite between plan and read is a stale plan, never a
+        # frame of the new bytes under the old key).
+        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
         if self.store is None:
             reason = self._no_store_reason
-            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
-        sent = time.monotonic()
-        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+            return ReadPlan(
+                name,
+                fs,
+                path,
+                res.identity,
+                res.size,
+                bypass,
+                remote,
+                FillMode.NONE,
+                reason,
+                identity_reason=res.bypass_reason,
+            )
         self._known.remember(fs, path, res.identity, sent)
         if res.identity is None:
             return ReadPlan(
-                name, fs, path, None, res.size, bypass, remote, FillMode.NONE, res.bypass_reason
+                name,
+                fs,
+                path,
+                None,
+                res.size,
+                bypass,
+                remote,
+                FillMode.NONE,
+                res.bypass_reason,
+                identity_reason=res.bypass_reason,
             )
         return self._decide(name, fs, path, res.identity, tidy=True)
 
