@@ -61,9 +61,7 @@ def test_read_through_survives_a_removed_root(tmp_path: Path) -> None:
         shutil.rmtree(root)
         assert cache.read(b) == b_bytes  # its background fill finds no root
         assert cache.wait_for_fills(30)
-        assert [e.reason for e in cache.events.events(EventKind.ROOT_UNAVAILABLE)] == [
-            "removed"
-        ]
+        assert [e.reason for e in cache.events.events(EventKind.ROOT_UNAVAILABLE)] == ["removed"]
         assert cache.read(b) == b_bytes  # a miss again, filled in the background
         assert cache.wait_for_fills(30)
         with cache.open(b) as f:
@@ -86,9 +84,9 @@ def test_a_fifo_is_refused_not_opened(tmp_path: Path, with_root: bool) -> None:
 
 def test_without_a_root_a_read_carries_its_proven_identity(tmp_path: Path) -> None:
     ((source, data),) = _objects(tmp_path, 1)
-    with make_cache(None) as cache:
-        with cache.open(source) as f:
-            assert f.read() == data
-            diag = f.diagnostics
+    with make_cache(None) as cache, cache.open(source) as f:
+        assert f.read() == data
+        diag = f.diagnostics
     assert (diag.cache_status, diag.reason) == (CacheStatus.BYPASS, "no_root")
-    assert diag.key is not None and len(diag.key) == 64
+    assert diag.key is not None
+    assert len(diag.key) == 64

@@ -43,7 +43,12 @@ from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
 from nexus_cache.lakehouse._fill import Filler
-from nexus_cache.lakehouse._identity import SourceIdentity, is_local_fs, resolve_identity
+from nexus_cache.lakehouse._identity import (
+    SourceIdentity,
+    fs_protocol,
+    is_local_fs,
+    resolve_identity,
+)
 from nexus_cache.lakehouse._known import KnownIdentities, listed_identity
 from nexus_cache.lakehouse._pins import Pin
 from nexus_cache.lakehouse._policy import decide
@@ -153,7 +158,17 @@ class Scanner:
         # key decoded frames and graphs by it, and the remote read is pinned
         # to it (a rewrite between plan and read is a stale plan, never a
         # frame of the new bytes under the old key).
-        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+        try:
+            res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+        except FileNotFoundError as exc:
+            if fs is None or fs_protocol(fs) != "memory":
+                raise
+            raise FileNotFoundError(
+                f"memory://{path.lstrip('/')}: no such object in fsspec's memory:// "
+                "filesystem, which holds only what this process wrote to it (a new "
+                "process, such as a nexus-cache command, finds it empty); read a local "
+                "path, file:// or a shared store such as s3://"
+            ) from exc
         if self.store is None:
             reason = self._no_store_reason
             return ReadPlan(

@@ -221,10 +221,12 @@ class EntryStore:
         directory) is refused as at open. Process-safe: concurrent restorers
         race as concurrent openers do.
         """
-        if all(
-            d.is_dir()
-            for d in (self.entries_dir, self.pins_dir, self.locks_dir, self.tmp_dir)
-        ) and (self.root / "layout.json").exists():
+        if (
+            all(
+                d.is_dir() for d in (self.entries_dir, self.pins_dir, self.locks_dir, self.tmp_dir)
+            )
+            and (self.root / "layout.json").exists()
+        ):
             return False
         ensure_private_dir(self.root)
         if not (self.root / "layout.json").exists():
