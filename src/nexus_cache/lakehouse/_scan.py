@@ -399,7 +399,13 @@ class Scanner:
                     )
                 touch_if_unchanged(fd, stat_key(st))  # LRU stamp
                 handle = LakehouseFile(
-                    diag, plan.size, fd=fd, pin=pin, confirm=confirm, replan=replan
+                    diag,
+                    plan.size,
+                    fd=fd,
+                    pin=pin,
+                    confirm=confirm,
+                    replan=replan,
+                    local_path=os.fspath(self.store.data_path(plan.key)),
                 )
             except BaseException:
                 os.close(fd)
@@ -474,7 +480,13 @@ class Scanner:
 
         try:
             handle = LakehouseFile(
-                diag, size, remote=remote, on_close=on_close, replan=replan, on_stale=on_stale
+                diag,
+                size,
+                remote=remote,
+                on_close=on_close,
+                replan=replan,
+                on_stale=on_stale,
+                local_path=plan.path if plan.fs is None else None,
             )
         except BaseException:
             remote.close()
