@@ -45,12 +45,15 @@ def _service() -> QueryService:
     return QueryService(config, backend=HostBackend(device_total_bytes=1 << 30))
 
 
-def test_default_config_hits_the_source_and_graph_caches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A facts and an edges path, with no NEXUS_* variable set."""
     _clean_env(monkeypatch)
-    facts = tmp_path / "facts.parquet"
-    edges = tmp_path / "edges.parquet"
+    return tmp_path / "facts.parquet", tmp_path / "edges.parquet"
+
+
+def test_default_config_hits_the_source_and_graph_caches(paths: tuple[Path, Path]) -> None:
+    facts, edges = paths
     _write(facts, pa.table({"x": list(range(3000)), "y": [i % 5 for i in range(3000)]}))
     _write(edges, _edges(500))
     scan, ranks = Scan(str(facts)), Graph(Scan(str(edges)), "src", "dst", "pagerank")
@@ -70,11 +73,9 @@ def test_default_config_hits_the_source_and_graph_caches(
 
 
 def test_default_config_rewritten_file_is_a_miss_never_a_stale_hit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    paths: tuple[Path, Path],
 ) -> None:
-    _clean_env(monkeypatch)
-    facts = tmp_path / "facts.parquet"
-    edges = tmp_path / "edges.parquet"
+    facts, edges = paths
     _write(facts, pa.table({"x": list(range(100))}))
     _write(edges, _edges(300))
     ranks = Graph(Scan(str(edges)), "src", "dst", "pagerank")
