@@ -22,7 +22,6 @@ from nexus_cache.cluster import (  # noqa: E402
     routing_key,
 )
 from nexus_cache.service import Count, Graph, QueryService, Scan, tables_match  # noqa: E402
-
 from service._helpers import make_config, make_lake  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -81,7 +80,7 @@ def running(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 
 
 def test_results_equal_single_process_execution(running, tmp_path):
-    root, lake, _, nexus = running
+    _, lake, _, nexus = running
     with QueryService(make_config(tmp_path)) as alone:
         for query in _queries(lake):
             here = alone.execute(query)
@@ -146,7 +145,7 @@ def _pids(client) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 
 def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_path, monkeypatch):
-    lake, copies = _lake_with_copies(tmp_path, 12)
+    _, copies = _lake_with_copies(tmp_path, 12)
     cluster, client = _cluster(tmp_path, monkeypatch)
     evidence = tmp_path / "evidence"
     nexus = ClusterQueryClient(client, make_config(tmp_path, evidence_dir=evidence))
@@ -161,9 +160,7 @@ def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_pat
         pid = _pids(client)[victim]
         # Both of the victim's threads busy: its queries wait there, in flight,
         # until it dies.
-        blockers = [
-            client.submit(time.sleep, 120, workers=[victim], pure=False) for _ in range(2)
-        ]
+        blockers = [client.submit(time.sleep, 120, workers=[victim], pure=False) for _ in range(2)]
         results: dict[str, object] = {}
         failures: list[BaseException] = []
 

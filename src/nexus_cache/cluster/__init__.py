@@ -14,6 +14,7 @@ _EXPORTS = {
     "PLUGIN_NAME": "nexus_cache.cluster.plugin",
     "SHUTDOWN_RECORD": "nexus_cache.cluster.plugin",
     "QueryServicePlugin": "nexus_cache.cluster.plugin",
+    "cluster_report": "nexus_cache.cluster.plugin",
     "worker_program_cache": "nexus_cache.cluster.plugin",
     "worker_report": "nexus_cache.cluster.plugin",
     "worker_service": "nexus_cache.cluster.plugin",

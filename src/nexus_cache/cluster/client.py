@@ -11,7 +11,7 @@ from typing import Any
 
 from nexus_cache.cluster._routing import rendezvous_order, routing_key
 from nexus_cache.cluster._wire import config_to_json
-from nexus_cache.cluster.plugin import PLUGIN_NAME, QueryServicePlugin, run_query, worker_report
+from nexus_cache.cluster.plugin import PLUGIN_NAME, QueryServicePlugin, cluster_report, run_query
 from nexus_cache.errors import ConfigError, LifecycleError
 from nexus_cache.service import (
     Count,
@@ -175,8 +175,7 @@ class ClusterQueryClient:
     def report(self) -> list[dict[str, Any]]:
         """Per worker, in address order: its device cache reports, lakehouse and
         program cache figures (plain data; see :func:`worker_report`)."""
-        reports = self._client.run(worker_report)
-        return [reports[w] for w in sorted(reports)]
+        return cluster_report(self._client)
 
 
 def _as_query(query: Query | Mapping[str, Any] | str) -> Query:

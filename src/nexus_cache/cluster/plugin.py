@@ -33,6 +33,7 @@ __all__ = [
     "PLUGIN_NAME",
     "SHUTDOWN_RECORD",
     "QueryServicePlugin",
+    "cluster_report",
     "run_query",
     "worker_program_cache",
     "worker_report",
@@ -156,8 +157,10 @@ def worker_program_cache() -> ProgramCacheResource:
 def run_query(payload: dict[str, Any]) -> tuple[str, QueryResult]:
     """Run one query (its ``to_dict()`` form) on this worker: ``(address, result)``."""
     plugin = _plugin()
-    assert plugin.service is not None and plugin.address is not None
-    return plugin.address, plugin.service.execute(payload)
+    service, address = plugin.service, plugin.address
+    if service is None or address is None:  # pragma: no cover - _plugin checked it
+        raise LifecycleError("the worker's query service was shut down")
+    return address, service.execute(payload)
 
 
 def _program_figures(cache: ProgramCacheResource | None) -> list[dict[str, Any]]:
@@ -183,14 +186,24 @@ def _program_figures(cache: ProgramCacheResource | None) -> list[dict[str, Any]]
 def worker_report(dask_worker: Any = None) -> dict[str, Any]:
     """This worker's figures as plain data: its device cache reports, its lakehouse
     cache's statistics and each program cache tier's statistics (``client.run``
-    passes ``dask_worker``)."""
-    plugin = _plugin(dask_worker)
+    passes ``dask_worker``). A worker without the plugin reports ``service: False``."""
+    worker = dask_worker if dask_worker is not None else get_worker()
+    plugin = worker.plugins.get(PLUGIN_NAME)
+    if not isinstance(plugin, QueryServicePlugin) or plugin.service is None:
+        return {"worker": worker.address, "name": str(worker.name), "service": False}
     service = plugin.service
-    assert service is not None
     return {
-        "worker": plugin.address,
+        "worker": worker.address,
+        "name": str(worker.name),
+        "service": True,
         "pid": os.getpid(),
         "devices": [r.to_dict() for r in service.device_cache_reports()],
         "lakehouse": service.lakehouse.stats(recent=0),
         "program_cache": _program_figures(plugin.program_cache),
     }
+
+
+def cluster_report(dask_client: Any) -> list[dict[str, Any]]:
+    """:func:`worker_report` of every worker of ``dask_client``'s cluster, by address."""
+    reports = dask_client.run(worker_report)
+    return [reports[w] for w in sorted(reports)]
