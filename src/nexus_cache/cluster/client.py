@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -160,17 +160,17 @@ class ClusterQueryClient:
     def _wait(self, future: Any, target: str) -> tuple[str | None, QueryResult | None]:
         """The task's ``(address, result)``; ``(None, None)`` once ``target`` has left
         (the scheduler cannot place a task restricted to a worker that is gone)."""
-        while True:
-            try:
-                address, result = future.result(timeout=_POLL_S)
-                return address, result
-            except (TimeoutError, asyncio.TimeoutError):
-                pass  # still running: is its worker still there?
+        # A plain event rather than Dask's timed waits: a timed Future.result
+        # can fail inside Dask when the timeout meets the result.
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        while not done.wait(_POLL_S):
             if target not in self.workers():
-                if future.done():  # a result that raced the departure
-                    address, result = future.result()
-                    return address, result
-                return None, None
+                break
+        if future.done():  # also a result that raced the departure
+            address, result = future.result()
+            return address, result
+        return None, None
 
     def report(self) -> list[dict[str, Any]]:
         """Per worker, in address order: its device cache reports, lakehouse and
