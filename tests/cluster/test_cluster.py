@@ -21,6 +21,7 @@ from nexus_cache.cluster import (  # noqa: E402
     rendezvous_order,
     routing_key,
 )
+from nexus_cache.errors import ConfigError  # noqa: E402
 from nexus_cache.service import Count, Graph, QueryService, Scan, tables_match  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
 
@@ -224,3 +225,25 @@ def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_pat
         assert device["domain_released"] is True
         assert device["graph"]["still_pinned"] == device["source"]["still_pinned"] == 0
     assert victim not in by_worker  # SIGKILL: no teardown ran there
+
+
+def test_an_error_of_the_query_is_raised_as_one_process_raises_it(running, tmp_path):
+    _, _, _, nexus = running
+    query = Scan(str(tmp_path / "missing.parquet"))
+    with QueryService(make_config(tmp_path)) as alone, pytest.raises(Exception) as here:
+        alone.execute(query)
+    with pytest.raises(type(here.value)):
+        nexus.execute(query)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"config": {"backend": "host"}}, "use a ServiceConfig"),
+        ({"max_worker_losses": -1}, "max_worker_losses"),
+        ({"max_worker_losses": True}, "max_worker_losses"),
+    ],
+)
+def test_bad_client_settings_are_refused_before_touching_the_cluster(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        ClusterQueryClient(object(), **kwargs)
