@@ -21,22 +21,11 @@ __all__ = ["config_from_json", "config_to_json", "worker_config", "worker_dir_na
 
 def config_to_json(config: ServiceConfig) -> str:
     """Every setting of ``config`` as JSON text (storage options in full)."""
-    data = {
-        "backend": config.backend,
-        "devices": None
-        if config.devices is None
-        else [dataclasses.asdict(d) for d in config.devices],
-        "cache_cap_bytes": config.cache_cap_bytes,
-        "lakehouse": config.lakehouse.to_dict(),
-        "evidence_dir": None if config.evidence_dir is None else str(config.evidence_dir),
-        "admission_timeout_s": config.admission_timeout_s,
-        "max_attempts": config.max_attempts,
-        "grant_expansion": config.grant_expansion,
-        "min_grant_bytes": config.min_grant_bytes,
-        "storage_options": None
-        if config.storage_options is None
-        else dict(config.storage_options),
-    }
+    data = config.to_dict()
+    # to_dict names the storage options' keys only; the workers need the values.
+    data["storage_options"] = (
+        None if config.storage_options is None else dict(config.storage_options)
+    )
     try:
         return json.dumps(data, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:

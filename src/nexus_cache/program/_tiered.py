@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from nexus_cache.errors import ConfigError
@@ -103,15 +104,8 @@ class TieredProgramCache(ProgramCacheResource):
     def stats(self) -> CacheStats:
         last = self._tiers[-1].stats()
         own = self._counts.snapshot(last.entries, last.bytes)
-        return CacheStats(
-            hits=own.hits,
-            misses=own.misses,
-            stores=own.stores,
-            evictions=last.evictions,
-            corrupt=last.corrupt,
-            entries=last.entries,
-            bytes=last.bytes,
-            oversize=last.oversize,
+        return dataclasses.replace(
+            own, evictions=last.evictions, corrupt=last.corrupt, oversize=last.oversize
         )
 
     def tier_stats(self) -> list[CacheStats]:
