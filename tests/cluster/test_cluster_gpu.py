@@ -20,19 +20,22 @@ SRC = 'extern "C" __global__ void twice(int *a) { *a *= 2; }\n'
 
 def _compile_on_worker() -> tuple[bytes, int]:
     import cuda.core
+    import cupy
 
     from nexus_cache.cluster import worker_program_cache
     from nexus_cache.program import CompileInputs, cached_compile
 
     cache = worker_program_cache()
-    arch = "sm_" + "".join(str(x) for x in cuda.core.Device(0).compute_capability)
+    arch = f"sm_{cupy.cuda.Device(0).compute_capability}"
     inputs = CompileInputs(SRC, "c++", cuda.core.ProgramOptions(arch=arch))
     obj = cached_compile(inputs, "cubin", cache=cache)
     return bytes(obj.code), cache.stats().hits
 
 
 def test_one_gpu_worker_runs_the_suite(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "0")[:1])
+    # The worker sees one GPU, as under dask-cuda.
+    first_gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", first_gpu)
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
     lake = make_lake(tmp_path)

@@ -87,9 +87,14 @@ def _table(reports: list[dict[str, Any]]) -> Table:
         right=["cache used", "source entries", "source hits", "graph entries", "graph hits"],
         footer=f"{len(reports)} workers; --json for every field",
     )
+    from rich.markup import escape
+
     for report in reports:
+        # Addresses come from the cluster: never read as markup. (Every other
+        # cell is a number or a fixed word.)
+        worker = escape(str(report["worker"]))
         if not report.get("service"):
-            table.add(report["worker"], "-", "-", "-", "-", "-", "-", "no query service", "-")
+            table.add(worker, "-", "-", "-", "-", "-", "-", "no query service", "-")
             continue
         lake = report["lakehouse"]
         lake_cell = (
@@ -101,7 +106,7 @@ def _table(reports: list[dict[str, Any]]) -> Table:
         program = _program_cell(report["program_cache"])
         for device in report["devices"]:
             table.add(
-                report["worker"],
+                worker,
                 f"{device['backend']}:{device['device_id']}",
                 size(device.get("cache_charged_bytes") or 0),
                 device.get("source_entries", "-"),
