@@ -104,7 +104,10 @@ class ClusterQueryClient:
 
     def workers(self) -> list[str]:
         """The addresses of the live workers, as the scheduler knows them now."""
-        info = self._client.scheduler_info(n_workers=-1)
+        try:
+            info = self._client.scheduler_info(n_workers=-1)  # every worker, not the first 5
+        except TypeError:  # distributed before n_workers: it lists them all
+            info = self._client.scheduler_info()
         return sorted(info.get("workers", {}))
 
     def worker_for(self, query: Query | Mapping[str, Any] | str) -> str:
