@@ -175,7 +175,7 @@ class RedisProgramCache(ProgramCacheResource):
         if first:
             consequence = {"read": "reads are misses", "write": "writes are dropped"}[what]
             _log.warning(
-                "Redis program cache at %s cannot be reached (%s); %s until it answers "
+                "Redis program cache at %s is unavailable (%s); %s until it answers "
                 "(compiles go on; the server is tried again every %.1f s)",
                 self._where,
                 cause,
