@@ -167,6 +167,51 @@ def test_clear_removes_its_namespace_only_even_with_glob_characters(redis_url, t
     other.close()
 
 
+def test_a_server_bounded_by_allkeys_lru_evicts_to_plain_misses(tmp_path):
+    from ._redis_server import RedisServer, redis_binary
+
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(
+        tmp_path / "lru", "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"
+    )
+    try:
+        with RedisProgramCache(server.url) as c:
+            for i in range(60):
+                c[f"k{i}"] = bytes([i]) * 200_000  # 12 MB into a 4 MB server
+            got = [c.get(f"k{i}") for i in range(60)]
+            assert got[0] is None  # the oldest went first
+            assert got[-1] == bytes([59]) * 200_000
+            s = c.stats()
+            assert (s.stores, s.corrupt) == (60, 0)
+            assert 5 <= s.entries < 20
+    finally:
+        server.kill()
+
+
+def test_a_server_out_of_memory_drops_writes_and_never_raises(tmp_path, caplog):
+    from ._redis_server import RedisServer, redis_binary
+
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(
+        tmp_path / "oom", "--maxmemory", "3mb", "--maxmemory-policy", "noeviction"
+    )
+    caplog.set_level(logging.WARNING, logger="nexus_cache.program")
+    try:
+        with RedisProgramCache(server.url) as c:
+            for i in range(20):
+                c[f"k{i}"] = b"x" * 300_000  # 6 MB into a 3 MB server
+            assert c.get("k0") == b"x" * 300_000  # reads go on: the server is there
+            assert 0 < c.stats().stores < 20  # the rest were refused, none raised
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 1
+        assert "OutOfMemoryError" in warnings[0]
+        assert "writes are dropped" in warnings[0]
+    finally:
+        server.kill()
+
+
 # -- outages -----------------------------------------------------------------------------
 
 

@@ -72,9 +72,9 @@ class RedisProgramCache(ProgramCacheResource):
       ``timeout`` seconds without an answer, out of memory) a read is a miss
       and a write is dropped, each said once per outage in the
       ``nexus_cache.program`` log (a WARNING, and an INFO when the server
-      answers again). For ``retry_interval`` seconds after a failure the
-      cache does not try the server at all, so an outage costs a compile
-      no waiting. ``len``, ``del`` and ``clear`` raise
+      answers again). For ``retry_interval`` seconds after a connection
+      failure the cache does not try the server at all, so an outage costs
+      a compile no waiting; a refusal (out of memory) drops that write only. ``len``, ``del`` and ``clear`` raise
       :class:`CacheUnavailableError` instead (administration); ``stats``
       then reports the size it last measured.
     * Bounds: ``ttl`` (seconds) expires an entry that long after its last
@@ -121,6 +121,14 @@ class RedisProgramCache(ProgramCacheResource):
                 "RedisProgramCache needs redis-py: pip install 'nexus-cache[redis]'"
             ) from exc
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        # Failures that mean the server is not there (as opposed to a refusal
+        # such as out-of-memory, after which reads still work): these start
+        # the retry interval.
+        self._gone: tuple[type[BaseException], ...] = (
+            redis.ConnectionError,
+            redis.TimeoutError,
+            OSError,
+        )
         self.url = url
         self.namespace = namespace
         self._where = _redacted(url)
@@ -163,8 +171,9 @@ class RedisProgramCache(ProgramCacheResource):
         return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
 
     def _failed(self, what: str, exc: BaseException) -> None:
-        with self._lock:
-            self._retry_at = time.monotonic() + (self._retry_interval or 0.0)
+        if isinstance(exc, self._gone):
+            with self._lock:
+                self._retry_at = time.monotonic() + (self._retry_interval or 0.0)
         self._skipped(what, f"{type(exc).__name__}: {exc}")
 
     def _skipped(self, what: str, cause: str = "it failed moments ago") -> None:
@@ -205,8 +214,9 @@ class RedisProgramCache(ProgramCacheResource):
         try:
             out = call()
         except self._errors as exc:
-            with self._lock:
-                self._retry_at = time.monotonic() + (self._retry_interval or 0.0)
+            if isinstance(exc, self._gone):
+                with self._lock:
+                    self._retry_at = time.monotonic() + (self._retry_interval or 0.0)
             raise self._unavailable(what, exc) from exc
         self._answered()
         return out
