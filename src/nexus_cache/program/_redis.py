@@ -74,7 +74,8 @@ class RedisProgramCache(ProgramCacheResource):
       ``nexus_cache.program`` log (a WARNING, and an INFO when the server
       answers again). For ``retry_interval`` seconds after a connection
       failure the cache does not try the server at all, so an outage costs
-      a compile no waiting; a refusal (out of memory) drops that write only. ``len``, ``del`` and ``clear`` raise
+      a compile no waiting; a refusal (out of memory) drops that write
+      only. ``len``, ``del`` and ``clear`` raise
       :class:`CacheUnavailableError` instead (administration); ``stats``
       then reports the size it last measured.
     * Bounds: ``ttl`` (seconds) expires an entry that long after its last
