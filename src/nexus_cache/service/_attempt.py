@@ -191,8 +191,18 @@ def run_attempt(
             return table
         t0 = time.perf_counter()
         result, outcome.graph, graph_bytes = graphs.run(
-            grant.device_id, query, load.frames, plan.source.identity_keys, domain
+            grant.device_id,
+            query,
+            load.frames,
+            plan.source.identity_keys,
+            domain,
+            objects=[p.source for p in plan.source.plans],
         )
+        if outcome.graph.reason == "unstable_source" and plan.source.identity_problems:
+            # say why the edge objects have no identity, and what to change
+            outcome.graph = dataclasses.replace(
+                outcome.graph, reason=f"unstable_source: {plan.source.identity_problems}"
+            )
         timings["graph_s"] = time.perf_counter() - t0
         budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
         outcome.table = result
