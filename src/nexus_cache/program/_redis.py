@@ -20,6 +20,7 @@ from nexus_cache.program._resource import (
     ProgramCacheValue,
     as_key_bytes,
     as_value_bytes,
+    empty_program_error,
 )
 
 __all__ = ["DEFAULT_NAMESPACE", "RedisProgramCache"]
@@ -263,6 +264,8 @@ class RedisProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         k = as_key_bytes(key)
         data = as_value_bytes(value)
+        if not data:
+            raise empty_program_error()
         digest = entry_digest(k)
         entry, member = self._keys(digest)
         cap = self._max

@@ -13,6 +13,7 @@ from nexus_cache.program._resource import (
     ProgramCacheValue,
     as_key_bytes,
     as_value_bytes,
+    empty_program_error,
 )
 
 __all__ = ["TieredProgramCache"]
@@ -78,6 +79,8 @@ class TieredProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         k = as_key_bytes(key)
         data = as_value_bytes(value)  # once: a path-backed ObjectCode is read once
+        if not data:
+            raise empty_program_error()  # before any tier: none stores it
         for tier in self._tiers:
             tier[k] = data
         self._counts.stored()
