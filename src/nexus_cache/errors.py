@@ -22,6 +22,7 @@ __all__ = [
     "CapacityError",
     "CommandError",
     "ConfigError",
+    "EvidenceWriteError",
     "FillError",
     "GrantExhaustedError",
     "FrameTypeError",
@@ -63,6 +64,11 @@ class CacheIntegrityError(NexusCacheError, OSError):
 
 class StalePlanError(NexusCacheError, RuntimeError):
     """A planned cache hit no longer holds at execution time (entry or remote changed)."""
+
+
+class EvidenceWriteError(NexusCacheError, OSError):
+    """The admission log or an evidence document cannot be written (disk full, the
+    path became a directory or a FIFO); the message names the path."""
 
 
 class FillError(NexusCacheError, OSError):

@@ -8,7 +8,8 @@ announced), until ``timeout_s`` has passed; then :class:`AdmissionError` names
 the request, the managed capacity, the grants, the cache bytes, the free
 capacity and the wait. A request larger than the managed capacity fails at
 once: no wait could make it fit. Each decision appends one line to the
-admission TSV.
+admission TSV; a grant whose decision cannot be logged (disk full, the log
+replaced by a symlink) is released before the log's error is raised.
 
 Thread-safe.
 """
@@ -73,7 +74,13 @@ class Admission:
                 continue
             waited = time.monotonic() - start
             decision = "admitted" if waited < POLL_INTERVAL_S else "admitted_after_wait"
-            self._record(ledger, query_id, attempt_id, decision, nbytes, start, None)
+            try:
+                self._record(ledger, query_id, attempt_id, decision, nbytes, start, None)
+            except BaseException:
+                # an admission that cannot be logged is not made: the caller
+                # never sees this grant, so nothing else would release it
+                self.release(ledger, grant)
+                raise
             return grant
 
     def release(self, ledger: DeviceLedger, grant: Grant) -> None:
