@@ -398,3 +398,44 @@ def test_drift_waits_for_other_pins_before_destroying(
     assert reader.entry.state is ResidencyState.DESTROYED
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
     leaked.clear()
+
+
+def _interrupt(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
+def test_an_interrupt_before_a_run_releases_the_pin(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(13)
+    cache.run(_plan(), edges)
+    memory = importlib.import_module("nexus_cache.graph.memory")
+    real = memory.transient_bytes
+    _interrupt(monkeypatch, memory, "transient_bytes")  # Ctrl-C while sizing the headroom
+    with pytest.raises(KeyboardInterrupt):
+        cache.run(_plan(), edges)
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_pinned_in_use_bytes == 0
+    assert snap.cache_reserved_bytes == 0
+    monkeypatch.setattr(memory, "transient_bytes", real)
+    assert cache.run(_plan(), edges).status is GraphRunStatus.HIT  # still parked
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+
+
+def test_an_interrupt_during_a_build_abandons_the_reservation(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    _interrupt(monkeypatch, csr, "build_graph")
+    with pytest.raises(KeyboardInterrupt):
+        cache.run(_plan(), _edges(14))
+    stats = cache.stats()
+    assert (stats.in_flight, stats.entries, stats.abandoned) == (0, 0, 1)
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete

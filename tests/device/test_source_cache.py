@@ -407,3 +407,55 @@ def test_a_value_that_cannot_be_copied_is_not_retained_and_waiters_still_get_it(
     assert snap.cache_charged_bytes == 0
     assert source.stats().abandoned == 1
     assert source.in_flight_keys() == 0
+
+
+class InterruptedCopy:
+    """A value whose copy into the cache domain is interrupted (Ctrl-C) after it
+    allocated there."""
+
+    def __init__(self, inner: ArrayBundle, attempt: Any) -> None:
+        self.inner = inner
+        self.attempt = attempt
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes
+
+    def copy_into(self, domain: Any) -> ArrayBundle:
+        copy = self.inner.copy_into(domain)
+        if domain is not self.attempt:
+            del copy
+            raise KeyboardInterrupt
+        return copy
+
+    def device_arrays(self) -> tuple[Any, ...]:
+        return self.inner.device_arrays()
+
+
+def test_an_interrupt_during_retention_abandons_the_reservation(caches: Any, attempt: Any) -> None:
+    source = caches.source_cache(0)
+    claim = source.checkout_or_claim(key("i"), domain=attempt)
+    out: list[SourceCheckout] = []
+    follower = threading.Thread(
+        target=lambda: out.append(source.get_or_decode(key("i"), Decoder(attempt), domain=attempt))
+    )
+    follower.start()
+    _wait_for(lambda: source.stats().waits == 1)
+    value = InterruptedCopy(Decoder(attempt)(), attempt)
+    with pytest.raises(KeyboardInterrupt):
+        claim.publish(value)
+    follower.join(10)
+    (theirs,) = out  # the waiter was woken and copied the leader's value
+    np.testing.assert_array_equal(theirs.value["a"], expected())
+    theirs.release()
+    stats = source.stats()
+    assert stats.in_flight == 0
+    assert stats.abandoned == 1
+    assert source.in_flight_keys() == 0
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_reserved_bytes == 0
+    assert snap.cache_charged_bytes == 0
+    started = time.monotonic()
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+    assert time.monotonic() - started < 2.0  # no wait for a reservation nobody holds

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -300,6 +301,52 @@ def test_source_cache_skips_what_does_not_fit_and_bypass_touches_nothing(cp: Any
     assert caches.factory(0).counters() == before
     assert source.stats().skipped_retentions == 1
     assert all(r.complete for r in caches.shutdown(timeout=30))
+
+
+class _InterruptedCopy:
+    """A value whose copy into the cache domain allocates there, then is interrupted
+    (Ctrl-C arriving during the copy)."""
+
+    def __init__(self, inner: Any, attempt: Any) -> None:
+        self.inner = inner
+        self.attempt = attempt
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.inner.nbytes)
+
+    def copy_into(self, domain: Any) -> Any:
+        copy = self.inner.copy_into(domain)
+        if domain is not self.attempt:
+            del copy
+            raise KeyboardInterrupt
+        return copy
+
+    def device_arrays(self) -> tuple[Any, ...]:
+        return tuple(self.inner.device_arrays())
+
+
+def test_an_interrupt_during_retention_abandons_the_reservation(cp: Any) -> None:
+    caches = _caches(cap=64 * MIB)
+    source = caches.source_cache(0)
+    attempt = caches.backend.create_domain(0)
+    calls: list[int] = []
+    value = _decoder(attempt, 4 * MIB, calls)()
+    claim = source.checkout_or_claim(_key("interrupted"), domain=attempt)
+    with pytest.raises(KeyboardInterrupt):
+        claim.publish(_InterruptedCopy(value, attempt))
+    stats = source.stats()
+    assert (stats.in_flight, stats.abandoned, stats.entries) == (0, 1, 0)
+    assert source.in_flight_keys() == 0
+    snap = caches.ledger(0).snapshot()
+    assert (snap.cache_reserved_bytes, snap.cache_charged_bytes) == (0, 0)
+    assert caches.factory(0).counters().used_bytes == 0  # the interrupted copy is freed
+    assert cp.asnumpy(value["a"][:3]).tolist() == [0, 1, 2]  # the leader keeps its value
+    del value
+    started = time.monotonic()
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+    assert time.monotonic() - started < 2.0  # no wait for an abandoned reservation
 
 
 # -- one domain per device -------------------------------------------------------------------

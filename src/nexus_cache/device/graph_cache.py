@@ -175,14 +175,19 @@ class GraphCacheSubdomain(CacheSubdomain):
             edges, plan.source_column, plan.destination_column, plan.weight_column, None
         )
         estimate = _graph("memory").build_bytes(int(src.size), plan.options, weights is not None)
+        domain = self._factory.domain
         try:
             entry = self.reserve(plan.key, estimate)
         except (CapacityError, AdmissionClosedError) as exc:
             return GraphUncachedReason.NO_HEADROOM, f"build not reserved: {exc}"
         except LifecycleError as exc:
             return GraphUncachedReason.NO_CACHE, str(exc)
-        domain = self._factory.domain
-        with self._domain_lock:
+        try:
+            self._domain_lock.acquire()
+        except BaseException:  # interrupted while waiting for the lock
+            self.abandon(entry)
+            raise
+        try:
             try:
                 with domain.scope():
                     columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
@@ -201,20 +206,22 @@ class GraphCacheSubdomain(CacheSubdomain):
                 entry.attach(parked, parked.device_arrays())
                 del parked
                 domain.release_unused()  # the build's transient blocks go back to the device
+                with self._lock:
+                    self._builds += 1
             except MemoryError as exc:  # the domain ran out while building
                 self.abandon(entry)
                 return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
-            except BaseException:
+            except BaseException:  # Ctrl-C included: the reservation never outlives the build
                 self.abandon(entry)
                 raise
-            with self._lock:
-                self._builds += 1
             try:
                 winner = self.publish(entry)  # a duplicate is torn down here
             except (CapacityError, AdmissionClosedError) as exc:
                 return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
             except LifecycleError as exc:
                 return GraphUncachedReason.NO_CACHE, str(exc)
+        finally:
+            self._domain_lock.release()
         try:
             return winner.pin()
         except LifecycleError as exc:
@@ -235,6 +242,9 @@ class GraphCacheSubdomain(CacheSubdomain):
         fingerprint = plan.key.fingerprint if plan.key is not None else None
         graph: Graph | None = handle.value
         assert graph is not None
+        domain = self._factory.domain
+        released = False
+        torn_down: str | None = None
         try:
             headroom = self._ledger.reserve(
                 _graph("memory").transient_bytes(graph, plan.algorithm, params),
@@ -247,9 +257,12 @@ class GraphCacheSubdomain(CacheSubdomain):
             return self._uncached(
                 plan, edges, params, GraphUncachedReason.NO_HEADROOM, f"no run headroom: {exc}"
             )
-        domain = self._factory.domain
-        released = False
-        torn_down: str | None = None
+        except BaseException:
+            # an estimate that fails, or Ctrl-C: the pin must not outlive the run,
+            # or the graph could never be evicted, retired or drained
+            del graph
+            handle.release()
+            raise
         try:
             with self._domain_lock:
                 baseline = domain.used_bytes()

@@ -278,10 +278,10 @@ class QueryService:
                 query_id, attempt_id, plan, outcome, ledger.device_id, "refused", exc, records
             )
             raise
-        timings["admit_s"] = time.perf_counter() - t0
         # The evidence's ledger snapshot is taken while the grant is still held;
-        # the grant is released whatever sealing does.
+        # the grant is released whatever sealing does (an interrupt included).
         try:
+            timings["admit_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             table = self._run(plan, grant, ledger.device_id, outcome)
             timings["execute_s"] = time.perf_counter() - t0
