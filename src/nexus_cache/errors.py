@@ -25,6 +25,7 @@ __all__ = [
     "EvidenceWriteError",
     "FillError",
     "GrantExhaustedError",
+    "GrantTooLargeError",
     "FrameTypeError",
     "GraphConvergenceError",
     "GraphInputError",
@@ -107,6 +108,12 @@ class AdmissionError(CapacityError):
     """An attempt's grant did not fit within the bounded admission wait; the
     message names the request, the managed capacity, the grants, the cache
     bytes and how long it waited."""
+
+
+class GrantTooLargeError(AdmissionError):
+    """A grant larger than its device can ever free (its managed capacity less what
+    stays resident): no wait would admit it, so it fails at once. A size to change,
+    not a failure to retry (exit status 2 on the command line)."""
 
 
 class GrantExhaustedError(CapacityError):

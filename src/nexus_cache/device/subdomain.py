@@ -251,6 +251,11 @@ class CacheSubdomain:
                 quarantined=len(self._quarantined),
             )
 
+    def resident_bytes(self) -> int:
+        """Charged bytes of the published entries (pinned or not)."""
+        with self._lock:
+            return sum(entry.nbytes for entry in self._entries.values())
+
     def stats(self) -> SubdomainStats:
         with self._lock:
             return SubdomainStats(
