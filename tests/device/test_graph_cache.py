@@ -439,3 +439,29 @@ def test_an_interrupt_during_a_build_abandons_the_reservation(
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
     (shutdown,) = caches.shutdown(timeout=5.0)
     assert shutdown.complete
+
+
+def test_a_newer_identity_at_a_location_retires_the_older_graphs(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(15)
+
+    def plan(identity: str, location: str) -> Any:
+        return _plan(source=(identity,), source_location=location)
+
+    assert cache.run(plan("v1", "/lake/a"), edges).status is GraphRunStatus.MISS
+    assert cache.run(plan("other", "/lake/b"), edges).status is GraphRunStatus.MISS
+    pinned = cache.checkout(plan("v1", "/lake/a").key)  # a query still runs on v1
+    assert pinned is not None
+    assert cache.run(plan("v2", "/lake/a"), edges).status is GraphRunStatus.MISS
+    assert cache.stats().entries == 3  # v1 is in use: it stays for now
+    pinned.release()
+    assert cache.run(plan("v2", "/lake/a"), edges).status is GraphRunStatus.HIT
+    assert cache.stats().entries == 2  # v1 retired; /lake/b untouched
+    assert cache.checkout(plan("v1", "/lake/a").key) is None
+    with cache.checkout(plan("other", "/lake/b").key) as handle:
+        assert handle is not None
+    stats = cache.graph_stats()
+    assert stats.retired == 1
+    assert stats.retired_bytes > 0
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_charged_bytes == cache.resident_bytes()  # v1's bytes went back
