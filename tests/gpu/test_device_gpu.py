@@ -24,10 +24,10 @@ from nexus_cache.device import DeviceProfile, DeviceResidentCaches, ResidencySta
 pytestmark = pytest.mark.gpu
 
 
-def _load_contract() -> Any:
-    # tests/gpu is not a package: load the shared contract checks by path.
-    path = Path(__file__).resolve().parents[1] / "device" / "_domain_contract.py"
-    spec = importlib.util.spec_from_file_location("nexus_device_domain_contract", path)
+def _load_device_tests_module(name: str) -> Any:
+    # tests/gpu is not a package: load the shared device-test modules by path.
+    path = Path(__file__).resolve().parents[1] / "device" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"nexus_device_tests{name}", path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -35,7 +35,8 @@ def _load_contract() -> Any:
     return module
 
 
-CONTRACT = _load_contract().CONTRACT
+CONTRACT = _load_device_tests_module("_domain_contract").CONTRACT
+InterruptedCopy = _load_device_tests_module("_helpers").InterruptedCopy
 
 MIB = 1 << 20
 # cudaMemGetInfo moves in driver pages; allow a little slack for them.
@@ -303,29 +304,6 @@ def test_source_cache_skips_what_does_not_fit_and_bypass_touches_nothing(cp: Any
     assert all(r.complete for r in caches.shutdown(timeout=30))
 
 
-class _InterruptedCopy:
-    """A value whose copy into the cache domain allocates there, then is interrupted
-    (Ctrl-C arriving during the copy)."""
-
-    def __init__(self, inner: Any, attempt: Any) -> None:
-        self.inner = inner
-        self.attempt = attempt
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.inner.nbytes)
-
-    def copy_into(self, domain: Any) -> Any:
-        copy = self.inner.copy_into(domain)
-        if domain is not self.attempt:
-            del copy
-            raise KeyboardInterrupt
-        return copy
-
-    def device_arrays(self) -> tuple[Any, ...]:
-        return tuple(self.inner.device_arrays())
-
-
 def test_an_interrupt_during_retention_abandons_the_reservation(cp: Any) -> None:
     caches = _caches(cap=64 * MIB)
     source = caches.source_cache(0)
@@ -334,7 +312,7 @@ def test_an_interrupt_during_retention_abandons_the_reservation(cp: Any) -> None
     value = _decoder(attempt, 4 * MIB, calls)()
     claim = source.checkout_or_claim(_key("interrupted"), domain=attempt)
     with pytest.raises(KeyboardInterrupt):
-        claim.publish(_InterruptedCopy(value, attempt))
+        claim.publish(InterruptedCopy(value, attempt))
     stats = source.stats()
     assert (stats.in_flight, stats.abandoned, stats.entries) == (0, 1, 0)
     assert source.in_flight_keys() == 0

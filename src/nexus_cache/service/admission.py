@@ -20,6 +20,7 @@ Thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -74,8 +75,8 @@ class Admission:
         its managed capacity); a larger request raises :class:`GrantTooLargeError`
         at once, also when the ceiling drops while it waits.
         """
-        start = time.monotonic()
-        deadline = start + self._timeout
+        request = _Request(ledger, query_id, attempt_id, nbytes, time.monotonic())
+        deadline = request.start + self._timeout
         ticket = object()
         with self._released:
             self._queues.setdefault(ledger, deque()).append(ticket)
@@ -88,20 +89,14 @@ class Admission:
                     try:
                         grant = ledger.admit_grant(attempt_id, nbytes)
                     except AdmissionClosedError as exc:
-                        self._record(
-                            ledger, query_id, attempt_id, "closed", nbytes, start, str(exc)
-                        )
+                        self._record(request, "closed", str(exc))
                         raise
                     except CapacityError as exc:
-                        self._refuse_if_due(
-                            ledger, query_id, attempt_id, nbytes, start, deadline, ceiling, exc
-                        )
+                        self._refuse_if_due(request, deadline, ceiling, exc)
                     else:
-                        return self._admitted(ledger, query_id, attempt_id, nbytes, start, grant)
+                        return self._admitted(request, grant)
                 else:  # older requests wait here: this one queues behind them
-                    self._refuse_if_due(
-                        ledger, query_id, attempt_id, nbytes, start, deadline, ceiling, None
-                    )
+                    self._refuse_if_due(request, deadline, ceiling, None)
                 with self._released:
                     if self._generation == generation:
                         self._released.wait(
@@ -119,18 +114,15 @@ class Admission:
 
     def _refuse_if_due(
         self,
-        ledger: DeviceLedger,
-        query_id: str,
-        attempt_id: str,
-        nbytes: int,
-        start: float,
+        request: _Request,
         deadline: float,
         ceiling: Callable[[], int] | None,
         error: CapacityError | None,
     ) -> None:
         """Raise the refusal when the request can never fit or its wait is over."""
-        snap = ledger.snapshot()
+        snap = request.ledger.snapshot()
         limit = snap.managed_capacity_bytes if ceiling is None else ceiling()
+        nbytes = request.nbytes
         never = nbytes > limit
         now = time.monotonic()
         if not (never or now >= deadline):
@@ -138,27 +130,19 @@ class Admission:
         if never:
             refusal: AdmissionError = GrantTooLargeError(_never(snap, nbytes, limit))
         else:
-            refusal = AdmissionError(_refusal(snap, nbytes, now - start, error is None))
-        self._record(ledger, query_id, attempt_id, "refused", nbytes, start, str(error or refusal))
+            refusal = AdmissionError(_refusal(snap, nbytes, now - request.start, error is None))
+        self._record(request, "refused", str(error or refusal))
         raise refusal from error
 
-    def _admitted(
-        self,
-        ledger: DeviceLedger,
-        query_id: str,
-        attempt_id: str,
-        nbytes: int,
-        start: float,
-        grant: Grant,
-    ) -> Grant:
-        waited = time.monotonic() - start
+    def _admitted(self, request: _Request, grant: Grant) -> Grant:
+        waited = time.monotonic() - request.start
         decision = "admitted" if waited < POLL_INTERVAL_S else "admitted_after_wait"
         try:
-            self._record(ledger, query_id, attempt_id, decision, nbytes, start, None)
+            self._record(request, decision, None)
         except BaseException:
             # an admission that cannot be logged is not made: the caller
             # never sees this grant, so nothing else would release it
-            self.release(ledger, grant)
+            self.release(request.ledger, grant)
             raise
         return grant
 
@@ -169,24 +153,15 @@ class Admission:
             self._generation += 1
             self._released.notify_all()
 
-    def _record(
-        self,
-        ledger: DeviceLedger,
-        query_id: str,
-        attempt_id: str,
-        decision: str,
-        nbytes: int,
-        start: float,
-        reason: str | None,
-    ) -> None:
-        snap = ledger.snapshot()
+    def _record(self, request: _Request, decision: str, reason: str | None) -> None:
+        snap = request.ledger.snapshot()
         row: dict[str, Any] = {
-            "query_id": query_id,
-            "attempt_id": attempt_id,
+            "query_id": request.query_id,
+            "attempt_id": request.attempt_id,
             "device_id": snap.device_id,
             "decision": decision,
-            "requested_bytes": nbytes,
-            "waited_s": time.monotonic() - start,
+            "requested_bytes": request.nbytes,
+            "waited_s": time.monotonic() - request.start,
             "grant_bytes": snap.grant_bytes,
             "grant_count": snap.grant_count,
             "managed_capacity_bytes": snap.managed_capacity_bytes,
@@ -197,6 +172,17 @@ class Admission:
             "reason": reason,
         }
         self._log.record(row)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """One call of :meth:`Admission.admit`: what it asks for and when it began."""
+
+    ledger: DeviceLedger
+    query_id: str
+    attempt_id: str
+    nbytes: int
+    start: float
 
 
 def _figures(snap: LedgerSnapshot) -> str:
