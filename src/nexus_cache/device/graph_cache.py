@@ -204,6 +204,9 @@ class GraphCacheSubdomain(CacheSubdomain):
                 and other.source != key.source
             )
 
+        with self._lock:  # the usual case: nothing to retire, no wait for a running graph
+            if not any(superseded(other) for other in self._entries):
+                return 0
         with self._domain_lock:  # teardown frees blocks in the cache domain
             gone = self._tear_down(self._take_unpinned(superseded, sys.maxsize))
         freed = sum(entry.nbytes for entry in gone)
