@@ -26,6 +26,8 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph import GraphOptions, build_graph, pagerank
 
+from ._graph_checks import check_empty_edge_table, check_vertices_without_arcs, empty_edges
+
 csr = importlib.import_module("nexus_cache.graph.csr")
 edges_module = importlib.import_module("nexus_cache.graph.edges")
 ranking = importlib.import_module("nexus_cache.graph.ranking")
@@ -465,3 +467,12 @@ def test_a_newer_identity_at_a_location_retires_the_older_graphs(caches: Any) ->
     assert stats.retired_bytes > 0
     snap = caches.ledger(0).snapshot()
     assert snap.cache_charged_bytes == cache.resident_bytes()  # v1's bytes went back
+
+
+def test_an_empty_edge_table_runs_cached_like_uncached(caches: Any) -> None:
+    check_empty_edge_table(caches, empty_edges(), SOURCE)
+
+
+def test_a_graph_of_vertices_without_arcs_is_parked(caches: Any) -> None:
+    loops = pa.table({"src": pa.array([5, 9]), "dst": pa.array([5, 9])})
+    check_vertices_without_arcs(caches, loops, SOURCE)
