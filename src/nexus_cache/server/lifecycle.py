@@ -1,0 +1,150 @@
+"""Start, run and stop a server: :func:`run_server`, what ``nexus-cache serve`` calls.
+
+Start: build the :class:`QueryService` (``NEXUS_*`` variables and the TOML
+file, as every command), warm it up (``service.warm_up()``: every kernel its
+queries use, compiled and loaded), and only then listen, so ``health``
+answers ``ready`` from the first call it can receive. The log names the
+listening URL and the warm-up time.
+
+Stop (SIGTERM, SIGINT or the ``shutdown`` action): refuse new queries, wait
+up to ``shutdown_timeout_s`` for running ones (execution and streaming),
+stop gRPC, then ``service.shutdown()`` drains the caches in order (graph,
+source, allocation-domain owner) and closes the lakehouse cache, whose
+published entries are on disk already: a SIGKILL loses none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nexus_cache.server.settings import ServerSettings
+
+__all__ = ["run_server"]
+
+log = logging.getLogger("nexus_cache.server")
+
+# how long a stuck gRPC shutdown (a client that stopped reading) may take
+# beyond shutdown_timeout_s before the process leaves without it
+_GRPC_STOP_GRACE_S = 5.0
+
+
+def _configure_logging() -> None:
+    if log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s nexus-cache serve: %(message)s", "%Y-%m-%dT%H:%M:%SZ"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def run_server(settings: ServerSettings, config_path: str | Path | None = None) -> int:
+    """Serve until a signal or the ``shutdown`` action; returns the exit status (0).
+
+    Must run in the main thread (it installs the SIGTERM and SIGINT handlers).
+    """
+    from nexus_cache.server.app import QueryFlightServer
+    from nexus_cache.server.metrics import MetricsEndpoint, ServerMetrics
+    from nexus_cache.service import QueryService, ServiceConfig
+
+    _configure_logging()
+    settings.check_exposure()
+    config = ServiceConfig.load(config_path)
+    stop = threading.Event()
+    service = QueryService(config)
+    server: Any = None
+    endpoint: Any = None
+    stopped = True
+    try:
+        warm_up_s = service.warm_up()
+        log.info("warm-up done in %.2f s (every kernel the queries use is loaded)", warm_up_s)
+        metrics = None
+        if settings.metrics_port is not None:
+            metrics = ServerMetrics(
+                service, lambda: 0 if server is None else server.running, _admit_wait_s()
+            )
+        server = QueryFlightServer(
+            service, settings, warm_up_s=warm_up_s, metrics=metrics, on_shutdown_request=stop.set
+        )
+        if metrics is not None and settings.metrics_port is not None:
+            endpoint = MetricsEndpoint(metrics, settings.host, settings.metrics_port)
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        scheme = "grpc+tls" if settings.tls else "grpc"
+        log.info(
+            "listening on %s://%s:%d (backend %s, devices %s, %s)",
+            scheme,
+            host,
+            server.port,
+            service.backend.name,
+            ",".join(str(d) for d in service.caches.device_ids),
+            "token required" if settings.token else "no authentication",
+        )
+        if endpoint is not None:
+            log.info("metrics at http://%s:%d/metrics", host, endpoint.port)
+        try:
+            while not stop.wait(0.5):
+                pass
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+        log.info("stopping: refusing new queries")
+        server.begin_stop()
+        if not server.wait_idle(settings.shutdown_timeout_s):
+            log.info(
+                "%d queries still running after shutdown_timeout_s=%g; stopping anyway",
+                server.running,
+                settings.shutdown_timeout_s,
+            )
+        stopped = _stop_grpc(server, _GRPC_STOP_GRACE_S)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+        started = time.monotonic()
+        for device in service.shutdown(settings.shutdown_timeout_s):
+            log.info(
+                "device %d: graph cache, then source cache drained, domain owner %s%s",
+                device.device_id,
+                "released" if device.domain_released else "kept",
+                f" ({device.problem})" if device.problem else "",
+            )
+        log.info("caches drained in %.2f s; exit", time.monotonic() - started)
+    if not stopped:
+        # gRPC still waits on a client that stopped reading; the caches are
+        # drained and the lakehouse closed, so nothing is lost by leaving now
+        for handler in log.handlers:
+            handler.flush()
+        os._exit(0)
+    return 0
+
+
+def _admit_wait_s() -> float:
+    from nexus_cache.service.admission import POLL_INTERVAL_S
+
+    return POLL_INTERVAL_S
+
+
+def _stop_grpc(server: Any, grace: float) -> bool:
+    """``server.shutdown()`` (which waits for in-flight calls) for at most ``grace`` s."""
+    done = threading.Event()
+
+    def stop() -> None:
+        server.shutdown()
+        done.set()
+
+    threading.Thread(target=stop, name="nexus-grpc-stop", daemon=True).start()
+    return done.wait(grace)
