@@ -146,13 +146,17 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             raise
         diagnostics = result.diagnostics.to_dict()
         schema = attach_diagnostics(result.table, diagnostics)
+        if result.table.nbytes <= _BATCH_BYTES:
+            # one batch: nothing to stop early, and Arrow's own stream writes it
+            # without a call back into Python
+            self._finish(query, diagnostics, start, "ok")
+            return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
         stream = _ResultStream(
             result.table, context, lambda outcome: self._finish(query, diagnostics, start, outcome)
         )
         return flight.GeneratorStream(schema, stream)
 
     def _execute(self, query: Any, device: int | None, start: float) -> Any:
-        text = json.dumps(query.to_dict(), separators=(",", ":"))
         if not self._slots.acquire(timeout=self._settings.queue_timeout_s):
             raise flight.FlightUnavailableError(
                 f"{self._settings.max_running_queries} queries are running and none finished "
@@ -163,6 +167,7 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             return self._service.execute(query, device=device)
         except Exception as exc:
             elapsed = time.perf_counter() - start
+            text = json.dumps(query.to_dict(), separators=(",", ":"))
             log.info("query - %s error %.1f ms: %s", text, elapsed * 1e3, encode_error(exc)[0])
             if self._metrics is not None:
                 if isinstance(exc, AdmissionError):

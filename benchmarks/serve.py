@@ -1,0 +1,445 @@
+#!/usr/bin/env python3
+"""The query server against the in-process service, on the same warm queries.
+
+One run measures, beside ``QueryService.execute`` in this process:
+
+* **latency** of a warm one-row query seen by a client (p50, p99);
+  target: p50 at most 1 ms above in-process;
+* **streaming throughput** of a warm scan of ``--scan-gib`` GiB (default 1),
+  result bytes over the client's wall time; target: >= 1 GB/s on loopback;
+* **queries per second** of the one-row query from 1, 4 and 16 client
+  processes;
+* with ``--soak-minutes M``, a **soak**: 16 client processes for M minutes on
+  a mixed warm and cold workload (a cache cap small enough that LRU evicts,
+  so projections keep missing), a few clients killed mid-stream and
+  replaced; every result's fingerprint is checked against the expected one.
+  Reported: wrong results (target 0), errors other than the killed clients
+  (target 0), grants at the end (target 0), server RSS after warm-up and at
+  the end (target: flat).
+
+The server is a real ``nexus-cache serve`` process on loopback; clients are
+``nexus_cache.client.Client``. ``--backend`` picks the device backend of
+both sides (host by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from nexus_cache.client import Client
+from nexus_cache.service import QueryService, ServiceConfig, table_fingerprint
+from nexus_cache.service.datagen import rmat_edges, write_parquet
+
+TARGET_P50_EXTRA_MS = 1.0
+TARGET_GBPS = 1.0
+_COLUMNS = ("a", "b", "c", "d")
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def _aged(path: Path) -> None:
+    past = time.time() - 60
+    os.utime(path, (past, past))
+
+
+def make_data(work: Path, scan_gib: float, soak: bool) -> dict[str, Path]:
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    one = data / "one.parquet"
+    pq.write_table(pa.table({"k": [1], "v": [0.5]}), one)
+    files["one"] = one
+    rows = int(scan_gib * (1 << 30)) // (8 * len(_COLUMNS))
+    big = data / "big.parquet"
+    if not big.exists() or pq.read_metadata(big).num_rows != rows:
+        writer = None
+        step = 1 << 22
+        for start in range(0, rows, step):
+            n = min(step, rows - start)
+            base = np.arange(start, start + n, dtype=np.int64)
+            table = pa.table({c: base * (i + 1) for i, c in enumerate(_COLUMNS)})
+            if writer is None:
+                writer = pq.ParquetWriter(big, table.schema, compression="none")
+            writer.write_table(table, row_group_size=1 << 20)
+        assert writer is not None
+        writer.close()
+    files["big"] = big
+    if soak:
+        for i in range(6):
+            path = data / f"part{i}.parquet"
+            n = 400_000
+            base = np.arange(n, dtype=np.int64) + i
+            pq.write_table(pa.table({c: base * (j + 2) for j, c in enumerate(_COLUMNS)}), path)
+            files[f"part{i}"] = path
+        write_parquet(rmat_edges(12), data / "edges.parquet", row_groups=4)
+        files["edges"] = data / "edges.parquet"
+        n = 2_000_000  # 64 MiB decoded: more than gRPC buffers for a client that stops reading
+        base = np.arange(n, dtype=np.int64)
+        pq.write_table(
+            pa.table({c: base for c in _COLUMNS}), data / "mid.parquet", compression="none"
+        )
+        files["mid"] = data / "mid.parquet"
+    for path in files.values():
+        _aged(path)
+    return files
+
+
+def _env(work: Path, backend: str, cap: str | None, host_total: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_DEVICE_BACKEND": backend,
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(work / "lake-cache"),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "64GiB",
+        "NEXUS_HOST_DEVICE_TOTAL_BYTES": host_total,
+        "NEXUS_SERVER_MAX_RUNNING_QUERIES": "16",
+    }
+    if cap is not None:
+        env["NEXUS_DEVICE_CACHE_CAP_BYTES"] = cap
+    for name in ("NEXUS_SERVER_TOKEN", "NEXUS_SERVER_URL", "NEXUS_SERVICE_CONFIG"):
+        env.pop(name, None)
+    return env
+
+
+# -- the server process ------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nexus_cache.cli.main", "serve", "--port", "0"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self.url = ""
+        threading.Thread(target=self._pump, daemon=True).start()
+        if not self._ready.wait(120):
+            raise SystemExit("the server did not start:\n" + "\n".join(self.lines))
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            if len(self.lines) < 2000:  # the soak logs a line per query
+                self.lines.append(line.rstrip())
+            if not self._ready.is_set() and (m := re.search(r"listening on (\S+)", line)):
+                self.url = m.group(1)
+                self._ready.set()
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(120)
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latency(run: Any, repeats: int) -> list[float]:
+    for _ in range(20):
+        run()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _qps_worker(url: str, query: dict[str, Any], seconds: float, out: Any) -> None:
+    client = Client(url)
+    client.execute(query)
+    done = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        client.execute(query)
+        done += 1
+    out.put(done)
+
+
+def qps(url: str, query: dict[str, Any], clients: int, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_qps_worker, args=(url, query, seconds, out)) for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=seconds + 120) for _ in procs)
+    for p in procs:
+        p.join(60)
+    return total / seconds
+
+
+# -- soak ----------------------------------------------------------------------------------------
+
+
+def soak_queries(files: dict[str, Path]) -> list[dict[str, Any]]:
+    """Warm one-row scans, projections of six parts (cold whenever LRU evicted
+    them), counts, and warm graph queries on one edge list."""
+    queries: list[dict[str, Any]] = [{"type": "scan", "source": str(files["one"])}]
+    for i in range(6):
+        source = str(files[f"part{i}"])
+        queries.append({"type": "count", "source": source})
+        for r in (1, 2, 4):
+            queries.append({"type": "scan", "source": source, "columns": list(_COLUMNS[:r])})
+            queries.append({"type": "scan", "source": source, "columns": list(_COLUMNS[-r:])})
+    edges = {"type": "scan", "source": str(files["edges"]), "columns": ["src", "dst"]}
+    first = int(pq.read_table(files["edges"], columns=["src"])["src"][0].as_py())
+    for algorithm, params in (("pagerank", {}), ("bfs", {"source": first}), ("jaccard", {})):
+        queries.append(
+            {
+                "type": "graph",
+                "edges": edges,
+                "src": "src",
+                "dst": "dst",
+                "algorithm": algorithm,
+                "directed": algorithm != "jaccard",
+                "params": params,
+            }
+        )
+    return queries
+
+
+def _soak_worker(
+    url: str,
+    queries: list[dict[str, Any]],
+    expected: dict[str, str],
+    seed: int,
+    end: float,
+    out: Any,
+) -> None:
+    rng = random.Random(seed)
+    client = Client(url)
+    done = wrong = errors = 0
+    while time.time() < end:
+        query = rng.choice(queries)
+        try:
+            result = client.execute(query)
+        except Exception as exc:  # counted, reported
+            errors += 1
+            out.put(("error", f"{type(exc).__name__}: {exc}"))
+            continue
+        if table_fingerprint(result.table) != expected[json.dumps(query, sort_keys=True)]:
+            wrong += 1
+        done += 1
+    out.put(("done", (done, wrong, errors)))
+
+
+_KILLED_READER = """
+import sys, time
+import pyarrow.flight as flight
+reader = flight.connect(sys.argv[1]).do_get(flight.Ticket(sys.argv[2].encode()))
+reader.read_chunk()
+print("reading", flush=True)
+time.sleep(600)
+"""
+
+
+def soak(
+    url: str,
+    server: Server,
+    env: dict[str, str],
+    files: dict[str, Path],
+    minutes: float,
+    expected: dict[str, str],
+) -> dict[str, Any]:
+    queries = soak_queries(files)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    end = time.time() + minutes * 60
+    workers = [
+        ctx.Process(target=_soak_worker, args=(url, queries, expected, seed, end, out))
+        for seed in range(16)
+    ]
+    for w in workers:
+        w.start()
+    warm_until = time.time() + min(60.0, minutes * 60 / 4)
+    rss: list[tuple[float, int]] = []
+    killed = 0
+    big = json.dumps({"type": "scan", "source": str(files["mid"])})
+    while time.time() < end:
+        time.sleep(5)
+        rss.append((time.time(), server.rss_bytes()))
+        if killed < max(3, int(minutes * 2)) and random.random() < 0.5:
+            # a client that reads one batch of a large result and is killed mid-stream
+            reader = subprocess.Popen(
+                [sys.executable, "-c", _KILLED_READER, url, big],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert reader.stdout is not None
+            reader.stdout.readline()
+            reader.kill()
+            reader.wait(30)
+            killed += 1
+    done = wrong = errors = 0
+    messages: list[str] = []
+    finished = 0
+    while finished < len(workers):
+        kind, value = out.get(timeout=300)
+        if kind == "error":
+            messages.append(value)
+        else:
+            finished += 1
+            done += value[0]
+            wrong += value[1]
+            errors += value[2]
+    for w in workers:
+        w.join(60)
+    time.sleep(1)
+    with Client(url) as client:
+        deadline = time.time() + 30
+        while client.health()["running_queries"] and time.time() < deadline:
+            time.sleep(0.2)
+        reports = client.reports()
+    after = [r for t, r in rss if t >= warm_until] or [rss[-1][1]]
+    return {
+        "queries": done,
+        "wrong": wrong,
+        "errors": errors,
+        "error_messages": sorted(set(messages))[:5],
+        "killed_clients": killed,
+        "grants_at_end": sum(r["grant_count"] for r in reports),
+        "rss_after_warmup_mib": after[0] / 2**20,
+        "rss_end_mib": after[-1] / 2**20,
+        "rss_max_after_warmup_mib": max(after) / 2**20,
+    }
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="host", choices=("host", "cuda"))
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--scan-gib", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=500)
+    parser.add_argument("--stream-repeats", type=int, default=3)
+    parser.add_argument("--qps-seconds", type=float, default=5.0)
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--soak-minutes", type=float, default=0.0)
+    parser.add_argument("--soak-cache-cap", default="160MiB")
+    args = parser.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="nexus-serve-bench-"))
+    soaking = args.soak_minutes > 0
+    files = make_data(work, args.scan_gib, soaking)
+    host_total = str(int(args.scan_gib * 6 * (1 << 30)) + (2 << 30))
+    env = _env(work, args.backend, None, host_total)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("NEXUS_")})
+    one = {"type": "scan", "source": str(files["one"])}
+    big = {"type": "scan", "source": str(files["big"])}
+    big_bytes = 0
+    print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; workdir {work}")
+
+    # in-process, warm
+    with QueryService(ServiceConfig.from_env()) as service:
+        service.execute(one)
+        local_lat = latency(lambda: service.execute(one), args.repeats)
+        result = service.execute(big)  # cold: decode into the source cache
+        big_bytes = result.table.nbytes
+        del result
+        local_stream = []
+        for _ in range(args.stream_repeats):
+            t0 = time.perf_counter()
+            result = service.execute(big)
+            local_stream.append(time.perf_counter() - t0)
+            del result
+
+    server = Server(env)
+    try:
+        with Client(server.url) as client:
+            client.execute(one)
+            remote_lat = latency(lambda: client.execute(one), args.repeats)
+            client.execute(big)  # cold on the server
+            remote_stream = []
+            for _ in range(args.stream_repeats):
+                t0 = time.perf_counter()
+                result = client.execute(big)
+                remote_stream.append(time.perf_counter() - t0)
+                assert result.table.nbytes == big_bytes
+                del result
+        p50_l, p99_l = _percentile(local_lat, 0.5) * 1e3, _percentile(local_lat, 0.99) * 1e3
+        p50_r, p99_r = _percentile(remote_lat, 0.5) * 1e3, _percentile(remote_lat, 0.99) * 1e3
+        print(f"one-row warm query, in-process: p50 {p50_l:.3f} ms, p99 {p99_l:.3f} ms")
+        print(f"one-row warm query, server:     p50 {p50_r:.3f} ms, p99 {p99_r:.3f} ms")
+        extra = p50_r - p50_l
+        print(
+            f"RATIO one-row p50 above in-process: {extra:.3f} ms "
+            f"(target <= {TARGET_P50_EXTRA_MS} ms: {'met' if extra <= TARGET_P50_EXTRA_MS else 'MISSED'})"
+        )
+        t_local, t_remote = min(local_stream), min(remote_stream)
+        gbps_local, gbps_remote = big_bytes / t_local / 1e9, big_bytes / t_remote / 1e9
+        print(
+            f"warm scan of {big_bytes / 2**30:.2f} GiB: in-process {t_local:.3f} s "
+            f"({gbps_local:.2f} GB/s), server {t_remote:.3f} s ({gbps_remote:.2f} GB/s; "
+            f"target >= {TARGET_GBPS} GB/s: {'met' if gbps_remote >= TARGET_GBPS else 'MISSED'})"
+        )
+        for n in (int(c) for c in args.clients.split(",")):
+            rate = qps(server.url, one, n, args.qps_seconds)
+            print(f"QPS one-row warm query, {n} client processes: {rate:.0f}")
+    finally:
+        code = server.stop()
+    print(f"server exit status on SIGTERM: {code}")
+    if soaking:
+        # expected answers from the in-process service; a server whose cache
+        # cap is small enough that LRU keeps evicting, so cold queries go on
+        expected = {}
+        with QueryService(ServiceConfig.from_env()) as service:
+            for query in soak_queries(files):
+                key = json.dumps(query, sort_keys=True)
+                expected[key] = table_fingerprint(service.execute(query).table)
+        soak_env = _env(work, args.backend, args.soak_cache_cap, host_total)
+        server = Server(soak_env)
+        try:
+            figures = soak(server.url, server, soak_env, files, args.soak_minutes, expected)
+        finally:
+            code = server.stop()
+        print(
+            f"soak {args.soak_minutes:g} min, 16 clients, cache cap {args.soak_cache_cap}: "
+            + json.dumps(figures)
+        )
+        print(f"soak server exit status on SIGTERM: {code}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
