@@ -25,17 +25,20 @@ both sides (host by default).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +123,18 @@ def _env(work: Path, backend: str, cap: str | None, host_total: str) -> dict[str
     for name in ("NEXUS_SERVER_TOKEN", "NEXUS_SERVER_URL", "NEXUS_SERVICE_CONFIG"):
         env.pop(name, None)
     return env
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """This process's NEXUS_* variables as in ``env`` while the block runs (the
+    in-process service and the host backend read them)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 # -- the server process ------------------------------------------------------------------------
@@ -344,6 +359,59 @@ def soak(
     }
 
 
+# -- the demo's query mix ------------------------------------------------------------------------
+
+
+def demo_mix(work: Path, backend: str, scale: int, host_total: str) -> None:
+    """The demo's queries, cold then warm (median of 3), in-process and from a client
+    of a fresh server, each on a lakehouse root of its own."""
+    from nexus_cache.service.datagen import fact_table
+    from nexus_cache.service.demo import demo_queries
+
+    lake = work / f"demo-{scale}"
+    lake.mkdir(exist_ok=True)
+    edges = rmat_edges(scale)
+    write_parquet(edges, lake / "edges.parquet")
+    write_parquet(fact_table(16 << scale), lake / "facts.parquet")
+    for path in lake.iterdir():
+        _aged(path)
+    mix = demo_queries(
+        str(lake / "edges.parquet"), str(lake / "facts.parquet"), int(edges["src"][0].as_py())
+    )
+    figures: dict[str, dict[str, float]] = {}
+
+    def timed(run: Any, side: str) -> None:
+        for name, query in mix:
+            t0 = time.perf_counter()
+            run(query)
+            cold = time.perf_counter() - t0
+            warm = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run(query)
+                warm.append(time.perf_counter() - t0)
+            figures.setdefault(name, {})[f"{side}_cold"] = cold
+            figures[name][f"{side}_warm"] = statistics.median(warm)
+
+    local_env = _env(work / f"demo-{scale}-local", backend, None, host_total)
+    with _environment(local_env), QueryService(ServiceConfig.from_env()) as service:
+        timed(service.execute, "local")
+    server = Server(_env(work / f"demo-{scale}-server", backend, None, host_total))
+    try:
+        with Client(server.url) as client:
+            timed(client.execute, "server")
+    finally:
+        server.stop()
+    print(
+        f"demo mix at scale {scale} ({backend}), seconds: in-process cold / warm, server cold / warm"
+    )
+    for name, f in figures.items():
+        print(
+            f"  {name:9s} {f['local_cold']:8.4f} / {f['local_warm']:8.4f}   "
+            f"{f['server_cold']:8.4f} / {f['server_warm']:8.4f}"
+        )
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -358,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--soak-minutes", type=float, default=0.0)
     parser.add_argument("--soak-cache-cap", default="160MiB")
+    parser.add_argument("--demo-scale", type=int, default=12, help="0 skips the demo mix")
     args = parser.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="nexus-serve-bench-"))
     soaking = args.soak_minutes > 0
@@ -371,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; workdir {work}")
 
     # in-process, warm
-    with QueryService(ServiceConfig.from_env()) as service:
+    with _environment(env), QueryService(ServiceConfig.from_env()) as service:
         service.execute(one)
         local_lat = latency(lambda: service.execute(one), args.repeats)
         result = service.execute(big)  # cold: decode into the source cache
@@ -419,11 +488,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         code = server.stop()
     print(f"server exit status on SIGTERM: {code}")
+    if args.demo_scale > 0:
+        demo_mix(work, args.backend, args.demo_scale, host_total)
     if soaking:
         # expected answers from the in-process service; a server whose cache
         # cap is small enough that LRU keeps evicting, so cold queries go on
         expected = {}
-        with QueryService(ServiceConfig.from_env()) as service:
+        with _environment(env), QueryService(ServiceConfig.from_env()) as service:
             for query in soak_queries(files):
                 key = json.dumps(query, sort_keys=True)
                 expected[key] = table_fingerprint(service.execute(query).table)
