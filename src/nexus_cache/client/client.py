@@ -13,8 +13,9 @@ A client is thread-safe (gRPC channels are); one per process is enough.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -133,7 +134,7 @@ class Client:
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _errors(self) -> Any:
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
         return _translate(self.url)
 
     def close(self) -> None:
@@ -151,36 +152,25 @@ class Client:
         self.close()
 
 
-class _translate:
+@contextlib.contextmanager
+def _translate(url: str) -> Iterator[None]:
     """Turns Flight errors into the package's own, naming the server URL."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None or not isinstance(exc, flight.FlightError):
-            return
+    try:
+        yield
+    except flight.FlightError as exc:
         text = _first_line(str(exc))
         if isinstance(exc, flight.FlightUnauthenticatedError):
             raise ServerAuthError(
-                f"the nexus-cache server at {self._url} refused the call: {text}"
+                f"the nexus-cache server at {url} refused the call: {text}"
             ) from None
         if isinstance(exc, (flight.FlightUnavailableError, flight.FlightTimedOutError)):
             raise ServerUnavailableError(
-                f"the nexus-cache server at {self._url} is unavailable: {text}; start it with "
+                f"the nexus-cache server at {url} is unavailable: {text}; start it with "
                 "`nexus-cache serve`, or fix --server / NEXUS_SERVER_URL"
             ) from None
         if isinstance(exc, flight.FlightServerError) and exc.extra_info:
             raise decode_error(exc.extra_info, text) from None
-        raise ServerError(f"the nexus-cache server at {self._url} failed: {text}") from None
+        raise ServerError(f"the nexus-cache server at {url} failed: {text}") from None
 
 
 def _first_line(text: str) -> str:

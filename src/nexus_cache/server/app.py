@@ -90,7 +90,7 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
 
     @property
     def running(self) -> int:
-        """Queries executing or streaming now."""
+        """Queries waiting for a slot, executing or streaming now."""
         return self._running
 
     def begin_stop(self) -> None:
@@ -296,7 +296,7 @@ class _ResultStream:
             raise
 
     def _close(self, outcome: str) -> None:
-        done, self._done = self._done, None
+        done, self._done = getattr(self, "_done", None), None
         self._batches = iter(())  # the table's memory goes with the last reference
         if done is not None:
             done(outcome)

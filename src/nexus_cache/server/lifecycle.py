@@ -83,19 +83,16 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
             sig: signal.signal(sig, lambda *_: stop.set())
             for sig in (signal.SIGTERM, signal.SIGINT)
         }
-        host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        scheme = "grpc+tls" if settings.tls else "grpc"
         log.info(
-            "listening on %s://%s:%d (backend %s, devices %s, %s)",
-            scheme,
-            host,
-            server.port,
+            "listening on %s (backend %s, devices %s, %s)",
+            settings.url_with_port(server.port),
             service.backend.name,
             ",".join(str(d) for d in service.caches.device_ids),
             "token required" if settings.token else "no authentication",
         )
         if endpoint is not None:
-            log.info("metrics at http://%s:%d/metrics", host, endpoint.port)
+            url = settings.url_with_port(endpoint.port)
+            log.info("metrics at http://%s/metrics", url.split("://", 1)[1])
         try:
             while not stop.wait(0.5):
                 pass

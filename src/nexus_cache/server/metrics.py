@@ -11,7 +11,8 @@ Exported (prometheus-client, the ``metrics`` extra; imported only here):
   ``nexus_admission_refusals_total`` (a query refused a grant);
 * ``nexus_queries_total{type,outcome}`` (``ok``, ``error``, ``cancelled``),
   ``nexus_query_duration_seconds{type}`` (a histogram: execution plus
-  streaming) and ``nexus_queries_running``.
+  streaming) and ``nexus_queries_running`` (waiting for a slot, executing or
+  streaming).
 
 The registry is private to the server. Thread-safe (prometheus-client's
 metrics are).
@@ -77,7 +78,9 @@ class ServerMetrics:
             registry=self.registry,
         )
         running_gauge = Gauge(
-            "nexus_queries_running", "Queries executing or streaming now.", registry=self.registry
+            "nexus_queries_running",
+            "Queries waiting for a slot, executing or streaming now.",
+            registry=self.registry,
         )
         running_gauge.set_function(running)
 

@@ -138,8 +138,12 @@ class ServerSettings:
     @property
     def url(self) -> str:
         """The URL clients use (``grpc://`` or ``grpc+tls://``)."""
+        return self.url_with_port(self.port)
+
+    def url_with_port(self, port: int) -> str:
+        """:attr:`url` with another port (the one ``port=0`` got)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'grpc+tls' if self.tls else 'grpc'}://{host}:{self.port}"
+        return f"{'grpc+tls' if self.tls else 'grpc'}://{host}:{port}"
 
     def check_exposure(self) -> None:
         """Refuse a non-loopback bind without a token unless ``allow_unauthenticated``."""
