@@ -23,6 +23,7 @@ rename), so a crash leaves whole documents or none.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -309,16 +310,24 @@ def _admission_attempts(
     return seen
 
 
+#: admission decisions an :class:`AdmissionLog` keeps in memory (the newest)
+ADMISSION_MEMORY_LINES = 10_000
+
+
 class AdmissionLog:
     """Appends one TSV line per admission decision to ``directory/admission.tsv``.
 
-    ``directory=None`` keeps the lines in memory only (``lines``). Thread-safe.
+    ``lines`` holds the newest :data:`ADMISSION_MEMORY_LINES` decisions in
+    memory (all of them stay in the file), so a service that runs for months
+    does not grow. ``directory=None`` writes no file. Thread-safe.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
         self._path = None if directory is None else ensure_private_dir(directory) / ADMISSION_FILE
         self._lock = threading.Lock()
-        self.lines: list[dict[str, Any]] = []
+        self.lines: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=ADMISSION_MEMORY_LINES
+        )
         if self._path is not None:
             # Published with its header in one step (hard link of a complete
             # temp; a no-op when it exists): creating it empty and writing the
