@@ -158,3 +158,19 @@ def test_diagnostics_ride_in_the_schema_metadata_and_come_off_again() -> None:
     assert back.schema.metadata == {b"kept": b"yes"}
     with pytest.raises(ServerError, match="no diagnostics"):
         split_diagnostics(pa.table({"a": [1]}))
+
+
+def test_results_stream_in_batches_of_a_few_mib_whatever_their_chunks() -> None:
+    import numpy as np
+
+    from nexus_cache.server.app import _coalesced
+
+    table = pa.Table.from_batches(
+        pa.table({"a": np.arange(1000), "b": np.arange(1000.0)}).to_batches(max_chunksize=70)
+    )
+    batches = list(_coalesced(table, 300))
+    assert [b.num_rows for b in batches] == [350, 350, 300]
+    assert pa.Table.from_batches(batches).equals(table)
+    assert [b.num_rows for b in _coalesced(table.combine_chunks(), 400)] == [400, 400, 200]
+    empty = pa.Table.from_batches([table.to_batches()[0].slice(0, 0)] * 3)
+    assert list(_coalesced(empty, 10)) == []  # the stream still carries the schema

@@ -278,7 +278,7 @@ class _ResultStream:
 
     def __init__(self, table: pa.Table, context: Any, done: Callable[[str], None]) -> None:
         per_row = max(1, table.nbytes // max(1, table.num_rows))
-        self._batches = iter(table.to_batches(max_chunksize=max(1, _BATCH_BYTES // per_row)))
+        self._batches = _coalesced(table, max(1, _BATCH_BYTES // per_row))
         self._context = context
         self._done: Callable[[str], None] | None = done
 
@@ -303,3 +303,26 @@ class _ResultStream:
 
     def __del__(self) -> None:
         self._close("cancelled")
+
+
+def _coalesced(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
+    """``table`` as batches of about ``rows`` rows: small chunks (a scan's
+    ``batch_rows``) are joined, since each Flight message costs about as much as
+    copying a few MiB, and large ones split."""
+    group: list[pa.RecordBatch] = []
+    count = 0
+    for batch in table.to_batches(max_chunksize=rows):
+        group.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield _joined(group)
+            group, count = [], 0
+    if group:
+        yield _joined(group)
+
+
+def _joined(group: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(group) == 1:
+        return group[0]
+    batches = pa.Table.from_batches(group).combine_chunks().to_batches()
+    return batches[0] if batches else group[0]  # none: the group had no row
