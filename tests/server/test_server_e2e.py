@@ -453,3 +453,16 @@ def test_sigkill_keeps_lakehouse_entries_and_sigterm_exits_0(lake: Path, tmp_pat
     finally:
         close_all([first])
         close_all([s for s in (locals().get("second"),) if s is not None])
+
+
+def test_a_taken_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cli = run_cli(server_env(tmp_path), "serve", "--port", str(port))
+    assert cli.returncode == 2
+    assert f"nexus-cache: error: cannot listen on grpc://127.0.0.1:{port}" in cli.stderr
+    assert "Traceback" not in cli.stderr

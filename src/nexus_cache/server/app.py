@@ -141,11 +141,11 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self._enter()
         try:
             result = self._execute(query, device, start)
+            diagnostics = result.diagnostics.to_dict()
+            schema = attach_diagnostics(result.table, diagnostics)
         except BaseException:
             self._leave()
             raise
-        diagnostics = result.diagnostics.to_dict()
-        schema = attach_diagnostics(result.table, diagnostics)
         if result.table.nbytes <= _BATCH_BYTES:
             # one batch: nothing to stop early, and Arrow's own stream writes it
             # without a call back into Python

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from nexus_cache.errors import ConfigError
 from nexus_cache.server.settings import ServerSettings
 
 __all__ = ["run_server"]
@@ -74,9 +77,21 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
             metrics = ServerMetrics(
                 service, lambda: 0 if server is None else server.running, _admit_wait_s()
             )
-        server = QueryFlightServer(
-            service, settings, warm_up_s=warm_up_s, metrics=metrics, on_shutdown_request=stop.set
-        )
+        try:
+            server = QueryFlightServer(
+                service,
+                settings,
+                warm_up_s=warm_up_s,
+                metrics=metrics,
+                on_shutdown_request=stop.set,
+            )
+        except pa.ArrowException as exc:
+            # gRPC says only "did not start properly" (the cause goes to its own log)
+            raise ConfigError(
+                f"cannot listen on {settings.url}: the port is taken, or --host is not an "
+                f"address of this machine, or --tls-cert/--tls-key do not match ({exc}); "
+                "choose another --port or --host, or fix the certificate"
+            ) from None
         if metrics is not None and settings.metrics_port is not None:
             endpoint = MetricsEndpoint(metrics, settings.host, settings.metrics_port)
         previous = {
