@@ -137,6 +137,7 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
     """This process's NEXUS_* variables as in ``env`` while the block runs (the
     in-process service and the host backend read them)."""
     saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("NEXUS_")})
     try:
         yield
     finally:
@@ -236,8 +237,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def latency(run: Any, repeats: int) -> list[float]:
-    for _ in range(20):
-        run()
+    """Seconds of each of ``repeats`` calls (``repeats=0``: 20 untimed calls, a warm-up)."""
+    if repeats == 0:
+        for _ in range(20):
+            run()
+        return []
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -497,41 +501,45 @@ def main(argv: list[str] | None = None) -> int:
     files = make_data(work, args.scan_gib, soaking)
     host_total = str(int(args.scan_gib * 6 * (1 << 30)) + (2 << 30))
     env = _env(work, args.backend, None, host_total)
-    os.environ.update({k: v for k, v in env.items() if k.startswith("NEXUS_")})
     one = {"type": "scan", "source": str(files["one"])}
     big = {"type": "scan", "source": str(files["big"])}
     big_bytes = 0
     print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; workdir {work}")
 
-    # in-process, warm
-    with _environment(env), QueryService(ServiceConfig.from_env()) as service:
-        service.execute(one)
-        local_lat = latency(lambda: service.execute(one), args.repeats)
-        result = service.execute(big)  # cold: decode into the source cache
-        big_bytes = result.table.nbytes
-        del result
-        local_stream = []
-        for _ in range(args.stream_repeats):
-            t0 = time.perf_counter()
-            result = service.execute(big)
-            local_stream.append(time.perf_counter() - t0)
-            status = result.diagnostics.source_cache["status"]
-            del result
-
+    # in-process and through the server, interleaved (alternating blocks) so
+    # that the machine's load weighs on both alike
     server = Server(env)
     try:
-        with Client(server.url) as client:
-            client.execute(one)
-            remote_lat = latency(lambda: client.execute(one), args.repeats)
-            client.execute(big)  # cold on the server
-            remote_stream = []
-            for _ in range(args.stream_repeats):
-                t0 = time.perf_counter()
-                result = client.execute(big)
-                remote_stream.append(time.perf_counter() - t0)
-                remote_status = result.diagnostics.source_cache["status"]
-                assert result.table.nbytes == big_bytes
+        with (
+            _environment(env),
+            QueryService(ServiceConfig.from_env()) as service,
+            Client(server.url) as client,
+        ):
+            sides = {"local": service.execute, "remote": client.execute}
+            lat: dict[str, list[float]] = {"local": [], "remote": []}
+            block = max(1, args.repeats // 10)
+            for run in sides.values():
+                latency(lambda run=run: run(one), 0)  # warm-up
+            for _ in range(10):
+                for side, run in sides.items():
+                    lat[side] += latency(lambda run=run: run(one), block)
+            local_lat, remote_lat = lat["local"], lat["remote"]
+            statuses = {}
+            for run in sides.values():
+                result = run(big)  # cold: decode into that side's source cache
+                big_bytes = result.table.nbytes
                 del result
+            times: dict[str, list[float]] = {"local": [], "remote": []}
+            for _ in range(args.stream_repeats):
+                for side, run in sides.items():
+                    t0 = time.perf_counter()
+                    result = run(big)
+                    times[side].append(time.perf_counter() - t0)
+                    statuses[side] = result.diagnostics.source_cache["status"]
+                    assert result.table.nbytes == big_bytes
+                    del result
+            local_stream, remote_stream = times["local"], times["remote"]
+            status, remote_status = statuses["local"], statuses["remote"]
         p50_l, p99_l = _percentile(local_lat, 0.5) * 1e3, _percentile(local_lat, 0.99) * 1e3
         p50_r, p99_r = _percentile(remote_lat, 0.5) * 1e3, _percentile(remote_lat, 0.99) * 1e3
         print(f"one-row warm query, in-process: p50 {p50_l:.3f} ms, p99 {p99_l:.3f} ms")
