@@ -413,7 +413,9 @@ def soak(
         while client.health()["running_queries"] and time.time() < deadline:
             time.sleep(0.2)
         reports = client.reports()
+        idle = client.health()["rss_bytes"]
     after = [r for t, r in rss if t >= warm_until] or [rss[-1][1]]
+    half = len(after) // 2
     return {
         "queries": done,
         "wrong": wrong,
@@ -421,9 +423,11 @@ def soak(
         "error_messages": sorted(set(messages))[:5],
         "killed_clients": killed,
         "grants_at_end": sum(r["grant_count"] for r in reports),
-        "rss_after_warmup_mib": after[0] / 2**20,
-        "rss_end_mib": after[-1] / 2**20,
-        "rss_max_after_warmup_mib": max(after) / 2**20,
+        # under load RSS follows the queries in flight; compare halves, and idle
+        "rss_median_first_half_mib": round(statistics.median(after[: max(1, half)]) / 2**20),
+        "rss_median_second_half_mib": round(statistics.median(after[half:]) / 2**20),
+        "rss_max_after_warmup_mib": round(max(after) / 2**20),
+        "rss_idle_at_end_mib": round(idle / 2**20),
     }
 
 

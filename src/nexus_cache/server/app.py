@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -260,6 +261,8 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             "running_queries": self._running,
             "max_running_queries": self._settings.max_running_queries,
             "uptime_s": time.monotonic() - self._started,
+            "rss_bytes": _rss_bytes(),
+            "arrow_allocated_bytes": pa.total_allocated_bytes(),
         }
 
     def _call(self, fn: Callable[[], Any]) -> Any:
@@ -267,6 +270,15 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             return fn()
         except _USER_ERRORS as exc:
             raise _flight_error(exc) from None
+
+
+def _rss_bytes() -> int | None:
+    """This process's resident set (Linux ``/proc``; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _ResultStream:

@@ -15,6 +15,7 @@ published entries are on disk already: a SIGKILL loses none of them.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -29,7 +30,7 @@ import pyarrow as pa
 from nexus_cache.errors import ConfigError
 from nexus_cache.server.settings import ServerSettings
 
-__all__ = ["run_server"]
+__all__ = ["MMAP_THRESHOLD_BYTES", "return_freed_memory", "run_server"]
 
 log = logging.getLogger("nexus_cache.server")
 
@@ -52,6 +53,31 @@ def _configure_logging() -> None:
     log.propagate = False
 
 
+# glibc's mallopt parameter for the mmap threshold
+_M_MMAP_THRESHOLD = -3
+#: allocations this large and larger get their own mapping, returned to the system on free
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def return_freed_memory() -> bool:
+    """Make glibc give freed frames back to the system; True when it was set.
+
+    glibc raises its mmap threshold (up to 32 MiB) each time a large block is
+    freed, after which decoded frames and result tables come from the heap
+    and their freed pages stay with the process: a server's resident memory
+    then only grows. A fixed threshold keeps every block of
+    :data:`MMAP_THRESHOLD_BYTES` or more in its own mapping. Left alone when
+    ``MALLOC_MMAP_THRESHOLD_`` is set (the user chose) or off glibc.
+    """
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
+
+
 def run_server(settings: ServerSettings, config_path: str | Path | None = None) -> int:
     """Serve until a signal or the ``shutdown`` action; returns the exit status (0).
 
@@ -63,6 +89,7 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
 
     _configure_logging()
     settings.check_exposure()
+    return_freed_memory()
     config = ServiceConfig.load(config_path)
     stop = threading.Event()
     service = QueryService(config)
