@@ -222,7 +222,10 @@ def test_client_api_returns_the_service_result_type(
         assert b"nexus.diagnostics" not in (result.table.schema.metadata or {})
         assert result.table.equals(pq.read_table(lake / "facts.parquet"))
         assert result.diagnostics.attempts[0].outcome == "ok"
-        assert client.health()["status"] == "ready"
+        health = client.health()
+        assert health["status"] == "ready"
+        assert health["rss_bytes"] > 0
+        assert health["arrow_allocated_bytes"] >= 0
         assert client.reports()[0]["grant_count"] == 0
         with pytest.raises(FileNotFoundError, match="does not exist"):
             client.execute(Scan(str(lake / "nothing.parquet")))

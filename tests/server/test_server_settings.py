@@ -174,3 +174,16 @@ def test_results_stream_in_batches_of_a_few_mib_whatever_their_chunks() -> None:
     assert [b.num_rows for b in _coalesced(table.combine_chunks(), 400)] == [400, 400, 200]
     empty = pa.Table.from_batches([table.to_batches()[0].slice(0, 0)] * 3)
     assert list(_coalesced(empty, 10)) == []  # the stream still carries the schema
+
+
+def test_the_server_makes_glibc_return_freed_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from nexus_cache.server.lifecycle import return_freed_memory
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert return_freed_memory() is False  # the user's own choice stands
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert return_freed_memory() is True
