@@ -30,7 +30,7 @@ def test_tiny_host_run_prints_every_figure(
         r"one-row warm query, server: +p50 [\d.]+ ms, p99 [\d.]+ ms",
         r"RATIO one-row p50 above in-process: -?[\d.]+ ms",
         r"warm scan of [\d.]+ GiB \(source cache hit / hit\): in-process [\d.]+ s",
-        r"RATIO streaming of the result over loopback \(server minus in-process\): [\d.]+ s",
+        r"RATIO streaming of the result over loopback \(first batch to last\): [\d.]+ s",
         r"ceiling: a bare pyarrow.flight server streams the same bytes in [\d.]+ s",
         r"QPS one-row warm query, 1 client processes: \d+",
         r"server exit status on SIGTERM: 0",
