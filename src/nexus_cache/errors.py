@@ -19,11 +19,14 @@ __all__ = [
     "CacheClosedError",
     "CacheIntegrityError",
     "CacheSecurityError",
+    "CacheUnavailableError",
     "CapacityError",
     "CommandError",
     "ConfigError",
+    "EvidenceWriteError",
     "FillError",
     "GrantExhaustedError",
+    "GrantTooLargeError",
     "FrameTypeError",
     "GraphConvergenceError",
     "GraphInputError",
@@ -64,8 +67,17 @@ class CacheIntegrityError(NexusCacheError, OSError):
     """Stored bytes no longer match the digest or identity they were stored with."""
 
 
+class CacheUnavailableError(NexusCacheError, ConnectionError):
+    """A shared cache's server (Redis) did not answer an administrative call."""
+
+
 class StalePlanError(NexusCacheError, RuntimeError):
     """A planned cache hit no longer holds at execution time (entry or remote changed)."""
+
+
+class EvidenceWriteError(NexusCacheError, OSError):
+    """The admission log or an evidence document cannot be written (disk full, the
+    path became a directory or a FIFO); the message names the path."""
 
 
 class FillError(NexusCacheError, OSError):
@@ -104,6 +116,12 @@ class AdmissionError(CapacityError):
     """An attempt's grant did not fit within the bounded admission wait; the
     message names the request, the managed capacity, the grants, the cache
     bytes and how long it waited."""
+
+
+class GrantTooLargeError(AdmissionError):
+    """A grant larger than its device can ever free (its managed capacity less what
+    stays resident): no wait would admit it, so it fails at once. A size to change,
+    not a failure to retry (exit status 2 on the command line)."""
 
 
 class GrantExhaustedError(CapacityError):

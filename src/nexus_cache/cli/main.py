@@ -30,6 +30,7 @@ _AREAS = (
     "program",
     "lakehouse",
     "device",
+    "cluster",
     "serve",
 )
 
