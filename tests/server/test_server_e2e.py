@@ -438,13 +438,15 @@ def test_tls_serves_grpc_tls(tmp_path: Path, lake: Path) -> None:
 def test_sigkill_keeps_lakehouse_entries_and_sigterm_exits_0(lake: Path, tmp_path: Path) -> None:
     env = server_env(tmp_path)
     source = _scan(lake / "restart.parquet")
-    first = start_server(env)
+    servers = [start_server(env)]
+    first = servers[0]
     try:
         with Client(first.url) as client:
             cold = client.execute(source).diagnostics
         assert cold.lakehouse["status"] == "miss"
         first.stop(signal.SIGKILL)
         second = start_server(env)
+        servers.append(second)
         with Client(second.url) as client:
             again = client.execute(source).diagnostics
         assert again.lakehouse["status"] == "hit"  # the entry outlived the process
@@ -454,8 +456,7 @@ def test_sigkill_keeps_lakehouse_entries_and_sigterm_exits_0(lake: Path, tmp_pat
         assert "stopping: refusing new queries" in log
         assert "graph cache, then source cache drained, domain owner released" in log
     finally:
-        close_all([first])
-        close_all([s for s in (locals().get("second"),) if s is not None])
+        close_all(servers)
 
 
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
