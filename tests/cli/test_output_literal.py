@@ -129,3 +129,18 @@ def test_lakehouse_read_shows_the_location_literally(
     pq.write_table(pa.table({"x": [1]}), path)
     assert main(["lakehouse", "read", str(path)]) == 0
     assert "[bold]a[b]c.parquet" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cluster_worker_addresses_print_once_literally() -> None:
+    from nexus_cache.cli.cluster import _table
+
+    out = io.StringIO()
+    emit(
+        None,
+        _table([{"worker": "tcp://[::1]:4000 [red]w", "service": None}]),
+        as_json=False,
+        file=out,
+    )
+    text = out.getvalue()
+    assert "tcp://[::1]:4000 [red]w" in text
+    assert "\\[" not in text  # not escaped twice

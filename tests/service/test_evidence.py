@@ -418,3 +418,16 @@ def test_the_cli_default_limit_is_the_library_one(capsys: pytest.CaptureFixture[
         main(["evidence", "verify", "--help"])
     assert MAX_DOCUMENT_BYTES == 16 << 20
     assert "(default 16MiB)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_admission_log_keeps_a_bounded_tail_in_memory(tmp_path: Path) -> None:
+    # a long-running server admits millions of attempts: the in-memory lines
+    # must not grow with them (the file keeps every line)
+    from nexus_cache.service.evidence import ADMISSION_MEMORY_LINES, AdmissionLog
+
+    log = AdmissionLog(None)
+    for n in range(ADMISSION_MEMORY_LINES + 5):
+        log.record({"attempt_id": f"q-{n}", "decision": "admitted"})
+    assert len(log.lines) == ADMISSION_MEMORY_LINES
+    assert log.lines[0]["attempt_id"] == "q-5"
+    assert log.lines[-1]["attempt_id"] == f"q-{ADMISSION_MEMORY_LINES + 4}"

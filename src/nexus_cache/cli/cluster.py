@@ -87,12 +87,9 @@ def _table(reports: list[dict[str, Any]]) -> Table:
         right=["cache used", "source entries", "source hits", "graph entries", "graph hits"],
         footer=f"{len(reports)} workers; --json for every field",
     )
-    from rich.markup import escape
-
     for report in reports:
-        # Addresses come from the cluster: never read as markup. (Every other
-        # cell is a number or a fixed word.)
-        worker = escape(str(report["worker"]))
+        # emit prints every cell literally: an address is never read as markup
+        worker = str(report["worker"])
         if not report.get("service"):
             table.add(worker, "-", "-", "-", "-", "-", "-", "no query service", "-")
             continue
