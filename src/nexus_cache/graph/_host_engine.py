@@ -90,16 +90,28 @@ def _run(work: Callable[[int, int, int], None], pieces: list[tuple[int, int]]) -
 
 
 def pair_common_neighbours(kernels: Any, graph: Any, first: Any, second: Any) -> Any:
-    """``|N(first[i]) & N(second[i])|`` as int64; no temporaries beyond O(pairs)."""
+    """``|N(first[i]) & N(second[i])|`` as int64.
+
+    Temporaries: O(pairs) arrays (the pairs' shorter and longer ends, their
+    order, the cost sums) and one byte per vertex per thread.
+    """
     indptr, indices = graph.indptr, graph.indices
     counts = np.zeros(int(first.size), dtype=np.int64)
     degree = np.diff(indptr)
-    cost = np.cumsum(np.minimum(degree[first], degree[second]) + 1, dtype=np.int64)
+    deg_a, deg_b = degree[first], degree[second]
+    a_short = deg_a <= deg_b
+    short = np.where(a_short, first, second)
+    long_ = np.where(a_short, second, first)
+    del a_short
+    order = np.argsort(long_, kind="stable")
+    cost = np.cumsum(np.minimum(deg_a, deg_b)[order] + 1, dtype=np.int64)
+    del deg_a, deg_b, degree
     pieces = _pieces(cost, _cores())
-    del cost, degree
+    del cost
 
     def work(_: int, start: int, stop: int) -> None:
-        kernels.pair_counts(indptr, indices, first, second, counts, start, stop)
+        marker = np.zeros(graph.n_vertices, dtype=np.uint8)
+        kernels.pair_counts(indptr, indices, short, long_, order, marker, counts, start, stop)
 
     _run(work, pieces)
     return counts

@@ -61,20 +61,56 @@ def _count(indices: Any, a0: int, a1: int, b0: int, b1: int) -> int:
 
 @_jit  # type: ignore[misc]
 def pair_counts(
-    indptr: Any, indices: Any, first: Any, second: Any, counts: Any, start: int, stop: int
+    indptr: Any,
+    indices: Any,
+    short: Any,
+    long: Any,
+    order: Any,
+    marker: Any,
+    counts: Any,
+    start: int,
+    stop: int,
 ) -> None:
-    """``counts[p] = |N(first[p]) & N(second[p])|`` for ``p`` in ``[start, stop)``."""
-    for p in range(start, stop):
-        a = first[p]
-        b = second[p]
-        a0 = indptr[a]
-        a1 = indptr[a + 1]
-        b0 = indptr[b]
-        b1 = indptr[b + 1]
-        if a1 - a0 <= b1 - b0:
-            counts[p] = _count(indices, a0, a1, b0, b1)
+    """``counts[p] = |N(short[p]) & N(long[p])|`` for ``p = order[i]``, ``i`` in
+    ``[start, stop)``; ``order`` sorts the pairs by ``long``.
+
+    The pairs that share one longer list either mark it in ``marker`` (one
+    zeroed byte per vertex, zero again on return) and look each element of
+    their shorter lists up in it, or, where that costs more than searching
+    (a long list shared by few short ones), intersect pair by pair.
+    """
+    i = start
+    while i < stop:
+        big = long[order[i]]
+        b0 = indptr[big]
+        b1 = indptr[big + 1]
+        j = i
+        walked = 0
+        while j < stop and long[order[j]] == big:
+            s = short[order[j]]
+            walked += indptr[s + 1] - indptr[s]
+            j += 1
+        steps = 1
+        while (1 << steps) < b1 - b0:
+            steps += 1
+        if walked * steps < b1 - b0 + walked:
+            for q in range(i, j):
+                p = order[q]
+                s = short[p]
+                counts[p] = _count(indices, indptr[s], indptr[s + 1], b0, b1)
         else:
-            counts[p] = _count(indices, b0, b1, a0, a1)
+            for e in range(b0, b1):
+                marker[indices[e]] = 1
+            for q in range(i, j):
+                p = order[q]
+                s = short[p]
+                c = 0
+                for e in range(indptr[s], indptr[s + 1]):
+                    c += marker[indices[e]]
+                counts[p] = c
+            for e in range(b0, b1):
+                marker[indices[e]] = 0
+        i = j
 
 
 @_jit  # type: ignore[misc]
