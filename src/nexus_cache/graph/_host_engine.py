@@ -143,6 +143,18 @@ def edge_common_neighbours(
         threads -= 1
     if _triangle_bytes(n, edges, threads) > max_temp_bytes:
         return pair_common_neighbours(kernels, graph, first, second)
+    counts = _triangles(kernels, graph, first, second, threads)
+    if loops.size:
+        looped = np.zeros(n, dtype=np.uint8)
+        looped[loops] = 1
+        counts += looped[first]
+        counts += looped[second]
+    return counts
+
+
+def _triangles(kernels: Any, graph: Any, first: Any, second: Any, threads: int) -> Any:
+    """Triangles through each edge, counted on up to ``threads`` threads."""
+    n, edges = graph.n_vertices, int(first.size)
     degree = np.diff(graph.indptr)
     rank = np.empty(n, dtype=np.int64)
     rank[np.argsort(degree, kind="stable")] = np.arange(n, dtype=np.int64)
@@ -166,10 +178,6 @@ def edge_common_neighbours(
     counts = partial[0] if partial else np.zeros(edges, dtype=np.int64)
     for more in partial[1:]:
         counts += more
-    if loops.size:
-        looped = np.zeros(n, dtype=np.int64)
-        looped[loops] = 1
-        counts += looped[first] + looped[second]
     return counts
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numba
 
-__all__ = ["bfs", "edge_counts", "orient", "oriented_work", "pair_counts", "triangle_counts"]
+__all__ = ["bfs", "orient", "oriented_work", "pair_counts", "triangle_counts"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -111,30 +111,6 @@ def pair_counts(
             for e in range(b0, b1):
                 marker[indices[e]] = 0
         i = j
-
-
-@_jit  # type: ignore[misc]
-def edge_counts(
-    indptr: Any, indices: Any, upper: bool, counts: Any, start: int, stop: int
-) -> None:
-    """Common neighbours of the arcs of rows ``[start, stop)``, by arc position.
-
-    Scores arcs ``u -> v`` with ``u < v`` when ``upper``, else every arc but
-    self loops; other positions of ``counts`` are left as they are.
-    """
-    for u in range(start, stop):
-        a0 = indptr[u]
-        a1 = indptr[u + 1]
-        for e in range(a0, a1):
-            v = indices[e]
-            if v == u or (upper and v < u):
-                continue
-            b0 = indptr[v]
-            b1 = indptr[v + 1]
-            if a1 - a0 <= b1 - b0:
-                counts[e] = _count(indices, a0, a1, b0, b1)
-            else:
-                counts[e] = _count(indices, b0, b1, a0, a1)
 
 
 @_jit  # type: ignore[misc]
