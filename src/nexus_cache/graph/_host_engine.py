@@ -159,25 +159,28 @@ def _triangles(kernels: Any, graph: Any, first: Any, second: Any, threads: int) 
     rank = np.empty(n, dtype=np.int64)
     rank[np.argsort(degree, kind="stable")] = np.arange(n, dtype=np.int64)
     del degree
+    # Edge ids, markers and counts in int32 where they fit: half the bytes
+    # of the randomly accessed arrays, which is what the loop waits on.
+    small = np.int32 if max(n, edges) < 2**31 - 1 else np.int64
     ptr = np.zeros(n + 1, dtype=np.int64)
     fill = np.empty(n, dtype=np.int64)
     head = np.empty(edges, dtype=first.dtype)
-    edge = np.empty(edges, dtype=np.int64)
+    edge = np.empty(edges, dtype=small)
     kernels.orient(first, second, rank, ptr, fill, head, edge)
     del rank
     kernels.oriented_work(ptr, head, fill)
     pieces = _pieces(fill, threads)
     del fill
-    partial = [np.zeros(edges, dtype=np.int64) for _ in pieces]
+    partial = [np.zeros(edges, dtype=small) for _ in pieces]
 
     def work(i: int, start: int, stop: int) -> None:
-        marker = np.full(n, -1, dtype=np.int64)
+        marker = np.full(n, -1, dtype=small)
         kernels.triangle_counts(ptr, head, edge, marker, partial[i], start, stop)
 
     _run(work, pieces)
-    counts = partial[0] if partial else np.zeros(edges, dtype=np.int64)
-    for more in partial[1:]:
-        counts += more
+    counts = np.zeros(edges, dtype=np.int64)
+    for part in partial:
+        counts += part
     return counts
 
 
