@@ -168,6 +168,7 @@ def test_demo_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True
     assert report["backend"] == "cuda"
+    assert report["warmup_s"] > 0  # timed apart from the cold column
     assert [q["name"] for q in report["queries"]] == [
         "scan",
         "count",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -157,3 +158,126 @@ def test_device_option_pins_the_query(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "device=7" in err
+
+
+def test_demo_warms_up_before_the_cold_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.service import QueryService
+    from nexus_cache.service.demo import run_demo
+
+    events: list[str] = []
+    warm_up, execute = QueryService.warm_up, QueryService.execute
+
+    def recorded_warm_up(self: QueryService) -> float:
+        events.append("warm-up")
+        warm_up(self)
+        return 12.5  # a compile this long must not show in the cold column
+
+    def recorded_execute(self: QueryService, *args: object, **kwargs: object) -> object:
+        events.append("query")
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(QueryService, "warm_up", recorded_warm_up)
+    monkeypatch.setattr(QueryService, "execute", recorded_execute)
+    report = run_demo(scale=5, backend="host", warm_runs=1, workdir=tmp_path / "work")
+    assert events[0] == "warm-up"
+    assert events.count("warm-up") == 1
+    assert report.warmup_s == 12.5
+    assert report.to_dict()["warmup_s"] == 12.5
+    assert all(q.cold_s < 12.5 for q in report.queries)
+
+
+def test_demo_prints_the_warm_up_on_its_own_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["demo", "--scale", "5", "--backend", "host", "--workdir", str(tmp_path / "w")]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if x.startswith("compile/warm-up: ")]
+    assert "not part of the cold times" in line
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warmup_s"] > 0
+
+
+def test_warmup_command_prints_time_and_steps(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["warmup"]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(
+        r"warm-up: \d+\.\d\d s on 1 device \(host backend\), \d+ steps; "
+        r"the host backend compiles nothing\n",
+        out,
+    )
+
+
+def test_warmup_command_json(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(env / "programs"))
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_COUNT", "2")
+    assert main(["warmup", "--backend", "host", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "host"
+    assert doc["seconds"] > 0
+    assert doc["program_cache"] == str(env / "programs")
+    assert [d["device_id"] for d in doc["devices"]] == [0, 1]
+    for device in doc["devices"]:
+        assert device["kernels"] == []
+        assert "bfs (undirected)" in device["steps"]
+        assert "decode" in device["steps"]
+    assert not (env / "programs").exists()  # the host backend compiles nothing
+
+
+def test_warmup_command_errors_are_one_line(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["warmup", "--backend", "tpu"])
+    assert exit_.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        assert main(["warmup", "--backend", "cuda"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("nexus-cache: error: ")
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_warmup_table_lists_each_kernel_and_where_it_came_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nexus_cache.cli._output import emit
+    from nexus_cache.cli.warmup import _table
+    from nexus_cache.graph import KernelLoad
+    from nexus_cache.service import DeviceWarmUp, WarmUpReport
+
+    loads = (
+        KernelLoad("bfs_pull(int32, int32)", 0, "sm_90", "program-cache", 0.0004),
+        KernelLoad("pair_intersections(int32, int64)", 0, "sm_90", "compiled", 0.091),
+        KernelLoad("bfs_pull(int64, int64)", 1, None, "cupy", 0.35, "ModuleNotFoundError: x"),
+    )
+    report = WarmUpReport(
+        "cuda",
+        2.5,
+        (
+            DeviceWarmUp(0, 1.5, ("decode",), loads[:2]),
+            DeviceWarmUp(1, 1.0, ("decode",), loads[2:]),
+        ),
+    )
+    emit(None, _table(report, "/cache/programs"), as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    rows = lines[lines.index("") + 3 : -2]  # below the title, the header and its rule
+    assert [r.split()[:3] for r in rows] == [
+        ["0", "bfs_pull(int32,", "int32)"],
+        ["0", "pair_intersections(int32,", "int64)"],
+        ["1", "bfs_pull(int64,", "int64)"],
+    ]
+    assert "sm_90    program cache (no compile)" in rows[0]
+    assert "sm_90    compiled, stored in the program cache" in rows[1]
+    assert "-        compiled by CuPy (ModuleNotFoundError: x)" in rows[2]
+    assert lines[-1] == (
+        "warm-up: 2.50 s on 2 devices (cuda backend), 2 steps; 3 kernels newly loaded: "
+        "1 from the program cache, 1 compiled, 1 compiled by CuPy; "
+        "program cache: /cache/programs"
+    )

@@ -2,24 +2,28 @@
 
 Two stages run at once:
 
-* a decoder thread reads the projected columns of one row group after the
-  other with PyArrow on the host (PyArrow decodes without holding the GIL)
-  and turns each into NumPy buffers; a queue of one bounds it, so host
-  memory holds at most three row groups (one being copied, one waiting,
-  one being decoded);
+* a pool of decoder threads (:mod:`nexus_cache.frames._pool`) reads the
+  projected columns of the row groups with PyArrow on the host (PyArrow
+  decodes without holding the GIL), several row groups at once, and turns
+  each into NumPy buffers; the decoded bytes in flight are bounded by a
+  window, so host memory stays bounded whatever the file's size;
 * the calling thread moves each decoded row group into the domain through a
   :class:`~nexus_cache.frames.staging.Transfer` (on CUDA: pinned staging
   slots and one stream, see :mod:`nexus_cache.frames.staging`).
 
-So while row group *i* is copied to the device, row group *i + 1* is decoded.
+So while row group *i* is copied to the device, the row groups after it are
+decoded. A path or a local lakehouse read gives every decoder thread its own
+reader over one memory-mapped view of the file; any other file object (a
+remote stream) is read by one decoder thread.
 :func:`read_parquet` opens the source through the lakehouse cache (a hit
 reads the local entry; a miss follows the cache's policy) and decodes it.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
-import queue
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -32,21 +36,21 @@ import pyarrow.parquet as pq
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError, SourceFormatError
 from nexus_cache.frames._builder import ColumnBuilder
-from nexus_cache.frames._host import HostPiece, host_piece
+from nexus_cache.frames._host import HostPiece
+from nexus_cache.frames._pool import RowGroupPool, buffer_opener, decode_settings
 from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_transfer
 
 __all__ = ["DecodeStats", "decode_parquet", "read_parquet"]
 
-_DONE = object()
-
 
 @dataclass
 class DecodeStats:
     """Where one decode spent its time (filled in when passed as ``stats=``).
 
-    ``decode_seconds``: the decoder thread's host decode; ``wait_seconds``:
+    ``decode_seconds``: host decode time summed over the decoder threads
+    (``decode_threads`` of them; so it can exceed the wall time); ``wait_seconds``:
     how long the copying thread waited for decoded row groups; ``transfer``:
     the host-to-device stage (on CUDA the copy engine's busy time, measured
     with CUDA events); ``wall_seconds``: the whole call; ``lakehouse``: the
@@ -56,6 +60,7 @@ class DecodeStats:
 
     row_groups: int = 0
     rows: int = 0
+    decode_threads: int = 0
     host_bytes: int = 0
     decode_seconds: float = 0.0
     wait_seconds: float = 0.0
@@ -86,34 +91,54 @@ def _check_request(
     return columns, groups
 
 
-def _decoder(
-    pf: pq.ParquetFile,
-    groups: list[int],
-    columns: list[str] | None,
-    out: queue.Queue[Any],
-    stop: threading.Event,
-    stats: DecodeStats,
-) -> None:
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                out.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
+def _shared_bytes(source: Any, window: int) -> pa.Buffer | None:
+    """One thread-safe view of the whole file, when there is one to have: a
+    memory map of a local path, of a local lakehouse entry or of a regular
+    file's descriptor, or, for a stream of at most ``window`` bytes (a remote
+    read), its bytes read once. None otherwise: one reader then decodes."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # ParquetFile raises its own error for the path
+        if not stat.S_ISREG(st.st_mode):
+            # A FIFO or device would block the open or never end.
+            raise SourceFormatError(
+                f"{path!r} is not a regular file; point the read at Parquet files"
+            )
+        if st.st_size == 0:
+            return None  # ParquetFile names the empty file
+        return pa.memory_map(path).read_buffer()
+    if getattr(source, "is_local", False) and callable(getattr(source, "buffer", None)):
+        view = source.buffer()  # the pinned, re-checked lakehouse entry
+        return pa.py_buffer(view) if len(view) else None
     try:
-        for group in groups:
-            started = time.perf_counter()
-            table = pf.read_row_group(group, columns=columns, use_threads=True)
-            pieces = [host_piece(table.column(i), f.name) for i, f in enumerate(table.schema)]
-            stats.decode_seconds += time.perf_counter() - started
-            if not put((table.num_rows, pieces)):
-                return
-        put(_DONE)
-    except BaseException as exc:  # handed to the caller, which re-raises it
-        put(exc)
+        fd = source.fileno()
+        st = os.fstat(fd)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        fd = None
+    if fd is not None:
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return None
+        return pa.py_buffer(mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ))
+    size = getattr(source, "size", None)
+    if isinstance(size, int) and 0 < size <= window and callable(getattr(source, "seek", None)):
+        source.seek(0)
+        data = source.read()
+        return pa.py_buffer(data) if len(data) == size else None
+    return None
+
+
+def _open(reader: Any, read_dictionary: Sequence[str] | None, source: Any) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(reader, read_dictionary=read_dictionary)
+    except pa.ArrowInvalid as exc:
+        name = getattr(source, "path", None) or getattr(source, "name", None) or source
+        raise SourceFormatError(
+            f"{str(name)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
+            "point the read at Parquet data"
+        ) from exc
 
 
 def decode_parquet(
@@ -125,6 +150,8 @@ def decode_parquet(
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
     slot_bytes: int | str = DEFAULT_SLOT_BYTES,
+    threads: int | None = None,
+    window_bytes: int | str | None = None,
 ) -> DeviceFrame:
     """Decode ``columns`` (default all, in the order given) of ``row_groups``
     (default all) of the Parquet ``source`` into a frame allocated in ``domain``.
@@ -139,42 +166,55 @@ def decode_parquet(
     SourceFormatError when ``source`` is not Parquet, and
     FrameTypeError for types a frame cannot hold; on any error every device
     allocation made so far is dropped. Thread-safe: concurrent decodes (into
-    one domain or several) each use their own staging and decoder thread.
+    one domain or several) each use their own staging and decoder threads.
     """
     timing = stats is not None
     stats = stats if stats is not None else DecodeStats()
     started = time.perf_counter()
-    try:
-        pf = pq.ParquetFile(source, read_dictionary=read_dictionary)
-    except pa.ArrowInvalid as exc:
-        name = getattr(source, "path", None) or getattr(source, "name", None) or source
-        raise SourceFormatError(
-            f"{str(name)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
-            "point the read at Parquet data"
-        ) from exc
+    count, window = decode_settings(threads, window_bytes)
+    shared = _shared_bytes(source, window)
+    if shared is not None:
+        pf = _open(pa.BufferReader(shared), read_dictionary, source)
+        opener = buffer_opener(shared, read_dictionary, pf.metadata)
+    else:
+        pf = _open(source, read_dictionary, source)
+        count = 1  # one reader, one file position
+
+        def opener() -> pq.ParquetFile:
+            return pf
+
     wanted, groups = _check_request(pf, columns, row_groups)
     schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
     for f in schema:
         column_kind(f.type, f.name)  # refuse before allocating anything
     total = sum(pf.metadata.row_group(g).num_rows for g in groups)
     transfer = open_transfer(domain, timing=timing, slot_bytes=slot_bytes)
-    stop = threading.Event()
-    pipe: queue.Queue[Any] = queue.Queue(maxsize=1)
-    worker = threading.Thread(
-        target=_decoder, args=(pf, groups, wanted, pipe, stop, stats), daemon=True
+    lock = threading.Lock()
+
+    def on_decoded(seconds: float) -> None:
+        with lock:
+            stats.decode_seconds += seconds
+
+    pool = RowGroupPool(
+        opener,
+        pf,
+        groups,
+        schema.names,
+        threads=count,
+        window_bytes=window,
+        on_decoded=on_decoded,
     )
+    stats.decode_threads = max(stats.decode_threads, pool.threads)
     builders: list[ColumnBuilder] = []
     try:
         builders.extend(ColumnBuilder(f, total, transfer) for f in schema)
-        worker.start()
+        decoded = iter(pool)
         while True:
             waited = time.perf_counter()
-            item = pipe.get()
+            item = next(decoded, None)
             stats.wait_seconds += time.perf_counter() - waited
-            if item is _DONE:
+            if item is None:
                 break
-            if isinstance(item, BaseException):
-                raise item
             rows, pieces = item
             for i, piece in enumerate(pieces):
                 builders[i].add(piece)
@@ -190,9 +230,7 @@ def decode_parquet(
             builder.discard()
         raise
     finally:
-        stop.set()
-        if worker.ident is not None:
-            worker.join()  # it must not read the file after the caller closes it
+        pool.close()  # no decoder reads the file after the caller closes it
         transfer.close()
         stats.transfer.add(transfer.stats)
     stats.wall_seconds += time.perf_counter() - started
@@ -216,6 +254,8 @@ def read_parquet(
     read_dictionary: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
     slot_bytes: int | str = DEFAULT_SLOT_BYTES,
+    threads: int | None = None,
+    window_bytes: int | str | None = None,
 ) -> DeviceFrame:
     """Open ``source`` through the lakehouse ``cache`` (default: the process's
     ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
@@ -237,4 +277,6 @@ def read_parquet(
             read_dictionary=read_dictionary,
             stats=stats,
             slot_bytes=slot_bytes,
+            threads=threads,
+            window_bytes=window_bytes,
         )

@@ -5,8 +5,11 @@ first neighbour in the frontier, which array code (one SpMV over every arc)
 cannot do; the pair-intersection count walks the shorter neighbour list of
 each pair with one warp and binary-searches the other list, with no
 per-element temporaries (array code materializes ~64 bytes per element).
-Kernels are compiled by CuPy (NVRTC) on first use and cached per dtype
-combination; CuPy is imported only here and lazily.
+Each kernel is compiled per index-type combination and device
+architecture through the package's program cache (``_programs``: NVRTC by
+way of ``cuda.core``, CuPy's own compiler as the fallback) on first use, or
+all at once by :func:`preload_kernels` (the service's warm-up). CuPy is imported
+only lazily.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ __all__ = [
     "PULL_SOURCE",
     "ctype_of",
     "intersect_counts",
+    "KERNEL_NAMES",
+    "INDEX_DTYPES",
     "intersect_source",
+    "preload_kernels",
     "pull_source",
     "pull_step",
 ]
@@ -125,18 +131,40 @@ def intersect_source(offset_dtype: Any, vertex_dtype: Any) -> str:
     return _typed(INTERSECT_SOURCE, offset_dtype, vertex_dtype)
 
 
-@functools.lru_cache(maxsize=8)
-def _pull_kernel(offset_dtype: np.dtype, vertex_dtype: np.dtype) -> Any:
-    import cupy
+#: kernel name -> its source for given (offset, vertex) dtypes
+_SOURCES = {"bfs_pull": pull_source, "pair_intersections": intersect_source}
+KERNEL_NAMES = tuple(_SOURCES)
+#: the index dtypes a graph may use (offsets and vertices alike)
+INDEX_DTYPES = tuple(_CTYPES)
 
-    return cupy.RawKernel(pull_source(offset_dtype, vertex_dtype), "bfs_pull")
+
+@functools.lru_cache(maxsize=16)
+def _source_and_label(name: str, offset: np.dtype, vertex: np.dtype) -> tuple[str, str]:
+    return _SOURCES[name](offset, vertex), f"{name}({offset.name}, {vertex.name})"
 
 
-@functools.lru_cache(maxsize=8)
-def _intersect_kernel(offset_dtype: np.dtype, vertex_dtype: np.dtype) -> Any:
-    import cupy
+def _kernel(name: str, offset_dtype: Any, vertex_dtype: Any) -> Any:
+    """The kernel ``name`` for these dtypes on the current device (loaded once per device)."""
+    from nexus_cache.graph._programs import kernel_function
 
-    return cupy.RawKernel(intersect_source(offset_dtype, vertex_dtype), "pair_intersections")
+    source, label = _source_and_label(name, np.dtype(offset_dtype), np.dtype(vertex_dtype))
+    return kernel_function(name, source, label)
+
+
+def preload_kernels() -> list[Any]:
+    """Make every kernel ready on the current device, for every dtype combination.
+
+    Returns the :class:`~nexus_cache.graph._programs.KernelLoad` of each
+    kernel loaded by this call (none for kernels this process already holds).
+    """
+    from nexus_cache.graph._programs import kernel_loads
+
+    before = len(kernel_loads())
+    for name in KERNEL_NAMES:
+        for offset in INDEX_DTYPES:
+            for vertex in INDEX_DTYPES:
+                _kernel(name, offset, vertex)
+    return list(kernel_loads()[before:])
 
 
 def intersect_counts(indptr: Any, indices: Any, first: Any, second: Any) -> Any:
@@ -149,7 +177,7 @@ def intersect_counts(indptr: Any, indices: Any, first: Any, second: Any) -> Any:
     counts = cupy.zeros(n_pairs, dtype=cupy.int64)
     if n_pairs == 0:
         return counts
-    kernel = _intersect_kernel(np.dtype(indptr.dtype), np.dtype(indices.dtype))
+    kernel = _kernel("pair_intersections", indptr.dtype, indices.dtype)
     threads = 256
     blocks = min((n_pairs * 32 + threads - 1) // threads, 65535 * 16)
     kernel((blocks,), (threads,), (indptr, indices, first, second, np.int64(n_pairs), counts))
@@ -163,7 +191,7 @@ def pull_step(indptr: Any, indices: Any, frontier: Any, dist: Any, pred: Any, le
     n = int(indptr.size) - 1
     if n <= 0:
         return
-    kernel = _pull_kernel(np.dtype(indptr.dtype), np.dtype(indices.dtype))
+    kernel = _kernel("bfs_pull", indptr.dtype, indices.dtype)
     threads = 256
     blocks = min((n + threads - 1) // threads, 65535 * 8)
     kernel(

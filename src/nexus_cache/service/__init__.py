@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "QueryResult": "result",
     "tables_match": "result",
     "QueryService": "service",
+    "DeviceWarmUp": "warmup",
+    "WarmUpReport": "warmup",
 }
 
 __all__ = sorted(_EXPORTS)

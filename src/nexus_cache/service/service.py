@@ -24,17 +24,18 @@ process-safe beyond what each cache states (the ledger governs one process).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-from nexus_cache.backends import DeviceBackend, select_backend
+from nexus_cache.backends import AllocationDomain, DeviceBackend, select_backend
 from nexus_cache.device import (
     MANAGED_CAPACITY_FRACTION,
     SOURCE_WAIT_TIMEOUT_S,
@@ -68,6 +69,7 @@ from nexus_cache.service.queries import (
     query_from_json,
 )
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
+from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 
 __all__ = ["QueryService"]
 
@@ -320,18 +322,43 @@ class QueryService:
     def _run(
         self, plan: AttemptPlan, grant: Grant, device_id: int, outcome: AttemptOutcome
     ) -> Any:
+        with self._working(device_id) as domain:
+            return run_attempt(
+                plan, grant, domain, self._lakehouse, self._sources, self._graphs, outcome
+            )
+
+    @contextlib.contextmanager
+    def _working(self, device_id: int) -> Iterator[AllocationDomain]:
+        """Lend ``device_id``'s work domain; its free blocks go back to the device when
+        the last borrower leaves (on every exception too)."""
         domain = self._work[device_id]
         with self._lock:
             self._running[device_id] += 1
         try:
-            return run_attempt(
-                plan, grant, domain, self._lakehouse, self._sources, self._graphs, outcome
-            )
+            yield domain
         finally:
             with self._lock:
                 self._running[device_id] -= 1
                 if self._running[device_id] == 0:
                     domain.release_unused()
+
+    def warm_up(self) -> float:
+        """Compile and load every kernel the queries use, on every served device;
+        returns the seconds it took. See :meth:`warm_up_report`."""
+        return self.warm_up_report().seconds
+
+    def warm_up_report(self) -> WarmUpReport:
+        """Run each query path once per served device on a tiny built-in table
+        (:mod:`nexus_cache.service.warmup`), so no later query pays a compile.
+
+        Outside every cache and the ledger: no grant, no cache entry, no
+        evidence, and no byte left charged or allocated afterwards. Safe to
+        call while queries run (the work domain is shared as an attempt shares
+        it) and more than once (a repeat costs milliseconds).
+        """
+        if self._closed:
+            raise LifecycleError("the query service was shut down; create a new one")
+        return warm_up_devices(self.backend, self._caches.device_ids, self._working)
 
     def _seal(
         self,

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The first query on a fresh machine: kernel compilation with and without warm-up.
+
+Generates an R-MAT edge table (``--scale``, Graph500 parameters) as Parquet,
+then runs four fresh Python processes one after the other, each with its
+own lakehouse cache root (so every first query is cold: lakehouse fill,
+decode, graph build) and each timing its first PageRank, BFS and Jaccard
+through a new ``QueryService``:
+
+1. ``fresh machine, no warm-up``: empty CuPy kernel cache (``CUPY_CACHE_DIR``)
+   and empty program cache (``NEXUS_PROGRAM_CACHE_DIR``): the queries pay
+   every compile (the figure the warm-up removes);
+2. ``fresh machine, warm-up``: again both caches empty; ``warm_up()`` runs
+   first and is timed apart: the first queries through a ready service;
+3. ``second process, warm-up``: the caches run 2 filled; the warm-up now
+   only loads kernels from disk;
+4. ``second process, no warm-up``: the same caches, no warm-up: the
+   reference cold figures of a machine whose kernels are on disk.
+
+Prints one line per process and query, then ``RATIO`` lines: run 2's first
+PageRank and BFS against run 4's (target: <= 2x), and run 3's warm-up
+time. ``--json`` prints the figures as one document. ``--backend host``
+runs the same on NumPy (no compile; the CI smoke run).
+
+Usage: ``python benchmarks/warmup.py --scale 20`` (on the GPU machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+_RUNS = (
+    ("fresh machine, no warm-up", "a", False),
+    ("fresh machine, warm-up", "b", True),
+    ("second process, warm-up", "b", True),
+    ("second process, no warm-up", "b", False),
+)
+_QUERIES = ("pagerank", "bfs", "jaccard")
+
+
+def _child(args: argparse.Namespace) -> int:
+    """One process: optional warm-up, then the first PageRank, BFS and Jaccard."""
+    started = time.perf_counter()
+    from nexus_cache.service import QueryService
+    from nexus_cache.service.demo import demo_config, demo_queries
+
+    config = demo_config(Path(args.child_dir), args.backend)
+    edges = str(Path(args.lake) / "edges.parquet")
+    mix = dict(demo_queries(edges, edges, args.bfs_source))
+    out: dict[str, Any] = {}
+    with QueryService(config) as service:
+        out["service_start_s"] = time.perf_counter() - started
+        if args.child_warm:
+            out["warmup_s"] = service.warm_up()
+        for name in _QUERIES:
+            t0 = time.perf_counter()
+            service.execute(mix[name])
+            out[f"{name}_s"] = time.perf_counter() - t0
+        out["backend"] = service.backend.name
+    print(json.dumps(out))
+    return 0
+
+
+def _run_child(
+    args: argparse.Namespace, lake: Path, caches: Path, work: Path, warm: bool, source: int
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["CUPY_CACHE_DIR"] = str(caches / "cupy")
+    env["NEXUS_PROGRAM_CACHE_DIR"] = str(caches / "program")
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--backend",
+        args.backend,
+        "--child-dir",
+        str(work),
+        "--lake",
+        str(lake),
+        "--bfs-source",
+        str(source),
+    ]
+    if warm:
+        command.append("--child-warm")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark process failed ({done.returncode}):\n{done.stderr}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=int, default=20, help="R-MAT scale (default 20)")
+    parser.add_argument("--backend", choices=("auto", "cuda", "host"), default="auto")
+    parser.add_argument("--workdir", default=None, help="keep the data and caches here")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    # the child processes' own arguments
+    parser.add_argument("--child-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-warm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lake", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bfs-source", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_dir is not None:
+        return _child(args)
+    with tempfile.TemporaryDirectory(prefix="nexus-warmup-bench-") as tmp:
+        root = Path(args.workdir) if args.workdir is not None else Path(tmp)
+        return _measure(args, root)
+
+
+def _measure(args: argparse.Namespace, root: Path) -> int:
+    from nexus_cache.service.datagen import rmat_edges, write_parquet
+
+    lake = root / "lake"
+    lake.mkdir(parents=True, exist_ok=True)
+    edges = rmat_edges(args.scale)
+    write_parquet(edges, lake / "edges.parquet")
+    source = int(edges.column("src")[0].as_py())
+    results = []
+    for number, (label, caches, warm) in enumerate(_RUNS, start=1):
+        work = root / f"run{number}"
+        figures = _run_child(args, lake, root / f"caches-{caches}", work, warm, source)
+        results.append({"run": number, "label": label, **figures})
+        if not args.json:
+            shown = ", ".join(
+                f"{k[:-2]} {v:.3f} s" for k, v in figures.items() if k.endswith("_s")
+            )
+            print(f"run {number} ({label}, {figures['backend']}): {shown}")
+    ratios = {
+        f"first {q} through a warmed service vs second-process cold": results[1][f"{q}_s"]
+        / max(results[3][f"{q}_s"], 1e-9)
+        for q in ("pagerank", "bfs")
+    }
+    if args.json:
+        doc = {"scale": args.scale, "edges": edges.num_rows, "runs": results, "ratios": ratios}
+        print(json.dumps(doc, indent=2))
+        return 0
+    for name, ratio in ratios.items():
+        print(f"RATIO {name}: {ratio:.2f}x (target <= 2x)")
+    print(
+        f"RATIO warm-up of a second process (kernels on disk): {results[2]['warmup_s']:.3f} s "
+        f"(fresh machine: {results[1]['warmup_s']:.3f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

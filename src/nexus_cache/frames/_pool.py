@@ -1,0 +1,225 @@
+"""Parallel host decode of Parquet row groups, handed out in row-group order.
+
+A cold read is bound by the host decode (decompression and page decoding),
+not by the host-to-device copy: one decoder thread reaches about a tenth of
+what the copy engine moves. So the column chunks of the row groups are
+decoded by a pool of threads, each with its own ``ParquetFile`` over one
+shared, thread-safe view of the file's bytes (PyArrow decodes without
+holding the GIL), while the calling thread copies finished row groups to the
+device in order.
+
+Memory stays bounded: column chunks are submitted only while the decoded
+bytes in flight (the footer's uncompressed sizes) stay under
+``window_bytes``; at least one is always in flight, so a chunk larger than
+the window still decodes.
+
+Settings (arguments of :func:`~nexus_cache.frames.decode_parquet`, else the
+variables below, else the defaults):
+
+* ``NEXUS_DECODE_THREADS``: decoder threads (default: the CPUs this process
+  may run on, at most 16);
+* ``NEXUS_DECODE_WINDOW_BYTES``: decoded bytes in flight (default 64 MiB a
+  thread, at most 1 GiB).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from nexus_cache._numbers import parse_int_text
+from nexus_cache._sizes import parse_size
+from nexus_cache.errors import ConfigError
+from nexus_cache.frames._host import HostPiece, host_piece
+
+__all__ = [
+    "ENV_DECODE_THREADS",
+    "ENV_DECODE_WINDOW_BYTES",
+    "MAX_DECODE_THREADS",
+    "RowGroupPool",
+    "buffer_opener",
+    "decode_settings",
+]
+
+ENV_DECODE_THREADS = "NEXUS_DECODE_THREADS"
+ENV_DECODE_WINDOW_BYTES = "NEXUS_DECODE_WINDOW_BYTES"
+MAX_DECODE_THREADS = 256
+_DEFAULT_MAX_THREADS = 16  # past this, one file's row groups rarely keep more busy
+_WINDOW_PER_THREAD = 64 << 20
+_MAX_DEFAULT_WINDOW = 1 << 30
+
+Decoded = tuple[int, list[HostPiece]]
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not every platform has affinity
+        return os.cpu_count() or 1
+
+
+def _threads_setting(threads: int | None) -> int:
+    if threads is None:
+        raw = os.environ.get(ENV_DECODE_THREADS, "")
+        if raw.strip() == "":
+            return max(1, min(_cpus(), _DEFAULT_MAX_THREADS))
+        shown = f"{ENV_DECODE_THREADS}={raw!r}"
+        try:
+            count = parse_int_text(raw)
+        except ValueError:
+            count = 0
+    else:
+        shown = f"threads={threads!r}"
+        count = threads if isinstance(threads, int) and not isinstance(threads, bool) else 0
+    if not 1 <= count <= MAX_DECODE_THREADS:
+        raise ConfigError(
+            f"{shown} is not accepted; use a whole number of decoder threads "
+            f"from 1 to {MAX_DECODE_THREADS}"
+        )
+    return count
+
+
+def decode_settings(
+    threads: int | None = None, window_bytes: int | str | None = None
+) -> tuple[int, int]:
+    """Validated ``(threads, window_bytes)``: the arguments where given, else
+    ``NEXUS_DECODE_THREADS`` / ``NEXUS_DECODE_WINDOW_BYTES``, else the defaults.
+    Raises ConfigError naming the argument or variable."""
+    count = _threads_setting(threads)
+    if window_bytes is None:
+        raw = os.environ.get(ENV_DECODE_WINDOW_BYTES, "")
+        if raw.strip() == "":
+            return count, min(count * _WINDOW_PER_THREAD, _MAX_DEFAULT_WINDOW)
+        return count, parse_size(raw, name=ENV_DECODE_WINDOW_BYTES)
+    return count, parse_size(window_bytes, name="window_bytes")
+
+
+def _chunk_sizes(pf: pq.ParquetFile, group: int) -> dict[str, int]:
+    """Decoded bytes of each top-level column of ``group``, as the footer states them."""
+    meta = pf.metadata.row_group(group)
+    sizes: dict[str, int] = {}
+    for i in range(meta.num_columns):
+        chunk = meta.column(i)
+        name = chunk.path_in_schema.split(".")[0]
+        sizes[name] = sizes.get(name, 0) + int(chunk.total_uncompressed_size)
+    return sizes
+
+
+class RowGroupPool:
+    """Decodes ``columns`` of ``groups`` of a Parquet file on ``threads`` threads;
+    iterate it for ``(rows, pieces)`` per row group, in the order of ``groups``
+    (pieces in the order of ``columns``).
+
+    The unit of work is one column of one row group, handed out in row-group
+    order: the threads finish row group *i* first, so the caller copies it
+    while they decode the next ones, and a file with few row groups still
+    keeps every thread busy. ``opener`` returns a new ``ParquetFile`` over the
+    same bytes; it is called once per worker thread, so every thread reads
+    through its own reader. Iterate from one thread. :meth:`close` (also on
+    any exception, interrupts included, in the iterating thread) cancels what
+    has not started and waits for what has, so no worker touches the file
+    after it returns. ``on_decoded(seconds)`` is called from worker threads
+    with each unit's decode time.
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[], pq.ParquetFile],
+        footer: pq.ParquetFile,
+        groups: Sequence[int],
+        columns: Sequence[str],
+        *,
+        threads: int,
+        window_bytes: int,
+        on_decoded: Callable[[float], None],
+    ) -> None:
+        self._opener = opener
+        self._columns = list(columns)
+        self._rows = {g: footer.metadata.row_group(g).num_rows for g in groups}
+        self._units: list[tuple[int, str, int]] = []
+        for g in groups:
+            sizes = _chunk_sizes(footer, g)
+            self._units.extend((g, c, sizes.get(c, 0)) for c in self._columns)
+        self._groups = list(groups)
+        self._threads = max(1, min(threads, len(self._units) or 1))
+        self._window = window_bytes
+        self._on_decoded = on_decoded
+        self._local = threading.local()
+        self._stop = threading.Event()
+        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="nexus-decode")
+
+    @property
+    def threads(self) -> int:
+        """Decoder threads this pool runs (never more than its units of work)."""
+        return self._threads
+
+    def _decode(self, group: int, column: str) -> HostPiece:
+        if self._stop.is_set():
+            raise _Stopped
+        pf = getattr(self._local, "pf", None)
+        if pf is None:
+            pf = self._local.pf = self._opener()
+        started = time.perf_counter()
+        table = pf.read_row_group(group, columns=[column], use_threads=False)
+        piece = host_piece(table.column(0), column)
+        self._on_decoded(time.perf_counter() - started)
+        return piece
+
+    def _submit(self) -> Iterator[tuple[int, Future[HostPiece], int]]:
+        """Every unit, submitted as the window allows; yields them in order."""
+        pending: deque[tuple[int, Future[HostPiece], int]] = deque()
+        in_flight = 0
+        for group, column, size in self._units:
+            # Keep every thread busy and the window full, one unit at least.
+            while pending and (
+                in_flight + size > self._window or len(pending) >= 4 * self._threads
+            ):
+                unit = pending.popleft()
+                in_flight -= unit[2]
+                yield unit
+            pending.append((group, self._executor.submit(self._decode, group, column), size))
+            in_flight += size
+        yield from pending
+
+    def __iter__(self) -> Iterator[Decoded]:
+        try:
+            units = self._submit()
+            for group in self._groups:
+                pieces = []
+                for _ in self._columns:
+                    _, future, _ = next(units)
+                    pieces.append(future.result())
+                yield self._rows[group], pieces
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Cancel work not yet started and wait for the running work (idempotent)."""
+        self._stop.set()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class _Stopped(Exception):
+    """A row group that was not decoded because the pool was closed."""
+
+
+def buffer_opener(
+    buffer: Any, read_dictionary: Sequence[str] | None, metadata: Any
+) -> Callable[[], pq.ParquetFile]:
+    """An opener of readers over one in-memory (or memory-mapped) ``buffer``:
+    each reader is independent, so threads never share a file position."""
+    import pyarrow as pa
+
+    def opener() -> pq.ParquetFile:
+        return pq.ParquetFile(
+            pa.BufferReader(buffer), metadata=metadata, read_dictionary=read_dictionary
+        )
+
+    return opener

@@ -1,0 +1,30 @@
+"""Smoke test of benchmarks/cold_read.py on the host backend: a tiny run prints
+every path, the stage breakdown and the ratios."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_quick_host_run_prints_every_path_and_ratio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    bench = importlib.import_module("cold_read")
+    args = ["--backend", "host", "--size-mib", "1", "--group-rows", "20000", "--repeats", "1"]
+    assert bench.main([*args, "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for label in ("numbers and strings", "dictionary-heavy"):
+        for path in ("ours (row-group pool", "user's path", "pyarrow decode alone"):
+            assert re.search(rf"^  {re.escape(path)}.* \d+\.\d\d$", out, re.MULTILINE), path
+        assert re.search(
+            rf"^RATIO {label}: ours / pyarrow decode alone = \d+\.\d\d", out, re.MULTILINE
+        )
+        assert re.search(rf"^RESULT {label}: ours \d+\.\d\d GB/s", out, re.MULTILINE)
+    assert "decoder threads, host decode" in out

@@ -1,0 +1,142 @@
+"""QueryService.warm_up on the host backend: every path runs once, nothing is left behind."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nexus_cache.errors import LifecycleError
+from nexus_cache.service import ALGORITHMS, QueryService
+
+from ._helpers import make_service
+
+warmup = importlib.import_module("nexus_cache.service.warmup")
+traversal = importlib.import_module("nexus_cache.graph.traversal")
+
+
+def _leftovers(service: QueryService, root: Path) -> dict[str, object]:
+    gc.collect()
+    reports = [r.to_dict() for r in service.device_cache_reports()]
+    return {
+        "grants": [r["grant_count"] for r in reports],
+        "charged": [r["cache_charged_bytes"] for r in reports],
+        "source entries": [r["source_entries"] for r in reports],
+        "graph entries": [r["graph_entries"] for r in reports],
+        "cache domain used": [r["domain_used_bytes"] for r in reports],
+        "work domain used": [service._work[d].used_bytes() for d in service.caches.device_ids],
+        "lakehouse files": sorted(
+            p.name for p in (root / "cache").rglob("*") if p.is_file() and "stats" not in p.parts
+        ),
+        "evidence": sorted(p.name for p in (root / "evidence").glob("*") if p.is_file()),
+        "admission lines": len(service.admission_log.lines),
+    }
+
+
+_COUNTS = (
+    "grants",
+    "charged",
+    "source entries",
+    "graph entries",
+    "cache domain used",
+    "work domain used",
+)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[QueryService]:
+    with make_service(tmp_path) as svc:
+        yield svc
+
+
+def test_warm_up_returns_its_seconds_and_leaves_nothing(
+    tmp_path: Path, service: QueryService
+) -> None:
+    before = _leftovers(service, tmp_path)
+    seconds = service.warm_up()
+    assert isinstance(seconds, float)
+    assert seconds > 0
+    after = _leftovers(service, tmp_path)
+    assert after == before
+    assert {k: after[k] for k in _COUNTS} == {key: [0] for key in _COUNTS}
+    assert after["admission lines"] == 0
+
+
+def test_warm_up_charges_nothing_on_two_devices(tmp_path: Path) -> None:
+    from nexus_cache.backends import HostBackend
+
+    from ._helpers import make_config
+
+    backend = HostBackend(device_total_bytes=1 << 30, device_count=2)
+    with QueryService(make_config(tmp_path), backend=backend) as svc:
+        before = _leftovers(svc, tmp_path)
+        report = svc.warm_up_report()
+        assert [d.device_id for d in report.devices] == [0, 1]
+        assert _leftovers(svc, tmp_path) == before
+        assert before["grants"] == [0, 0]
+        assert before["work domain used"] == [0, 0]
+
+
+def test_every_algorithm_and_both_bfs_steps_run(
+    service: QueryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"push": 0, "pull": 0}
+    for step in calls:
+        real = getattr(traversal, f"_{step}_step")
+
+        def counted(*args: object, step: str = step, real: object = real) -> None:
+            calls[step] += 1
+            real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(traversal, f"_{step}_step", counted)
+    report = service.warm_up_report()
+    steps = report.devices[0].steps
+    assert steps[:3] == ("decode", "scan result", "source copy")
+    for algorithm in ALGORITHMS:
+        for kind in ("directed", "undirected"):
+            assert f"{algorithm} ({kind})" in steps
+    assert calls["push"] > 0
+    assert calls["pull"] > 0
+    assert report.backend == "host"
+    assert report.devices[0].kernels == ()  # the host backend compiles nothing
+
+
+def test_an_interrupted_warm_up_releases_what_it_allocated(
+    tmp_path: Path, service: QueryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = []
+
+    def interrupted(*args: object) -> None:
+        ran.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(warmup, "_run_graph", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        service.warm_up()
+    assert ran == [1]
+    gc.collect()
+    assert service._work[0].used_bytes() == 0
+    assert service._running == {0: 0}
+    monkeypatch.undo()
+    assert service.warm_up() > 0  # the service is still usable
+
+
+def test_a_query_after_warm_up_runs_cold(tmp_path: Path, service: QueryService) -> None:
+    from nexus_cache.service import Scan
+
+    from ._helpers import make_lake
+
+    lake = make_lake(tmp_path)
+    service.warm_up()
+    result = service.execute(Scan(lake.facts))
+    assert result.diagnostics.source_cache["status"] == "miss-led"
+    assert result.diagnostics.lakehouse["status"] == "miss"
+
+
+def test_warm_up_after_shutdown_is_refused(service: QueryService) -> None:
+    service.shutdown()
+    with pytest.raises(LifecycleError, match="shut down"):
+        service.warm_up()
