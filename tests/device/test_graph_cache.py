@@ -26,6 +26,8 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph import GraphOptions, build_graph, pagerank
 
+from ._graph_checks import check_empty_edge_table, check_vertices_without_arcs, empty_edges
+
 csr = importlib.import_module("nexus_cache.graph.csr")
 edges_module = importlib.import_module("nexus_cache.graph.edges")
 ranking = importlib.import_module("nexus_cache.graph.ranking")
@@ -398,3 +400,12 @@ def test_drift_waits_for_other_pins_before_destroying(
     assert reader.entry.state is ResidencyState.DESTROYED
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
     leaked.clear()
+
+
+def test_an_empty_edge_table_runs_cached_like_uncached(caches: Any) -> None:
+    check_empty_edge_table(caches, empty_edges(), SOURCE)
+
+
+def test_a_graph_of_vertices_without_arcs_is_parked(caches: Any) -> None:
+    loops = pa.table({"src": pa.array([5, 9]), "dst": pa.array([5, 9])})
+    check_vertices_without_arcs(caches, loops, SOURCE)

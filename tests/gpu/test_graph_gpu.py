@@ -2,29 +2,36 @@
 
 Runs the checks of tests/graph/_checks.py with ``xp = cupy`` (same random
 graphs, same tolerances), and compares the GPU kernels (bottom-up BFS,
-sorted-slice search) with the host results on larger graphs. Run on the GPU
-machine; skipped elsewhere by tests/conftest.py.
+sorted-slice search) with the host results on larger graphs. Edge cases:
+an empty edge table through the resident graph cache on both CUDA domain
+kinds (a CuPy pool, an RMM pool; the checks of tests/device/_graph_checks.py),
+empty pair lists (no zero-sized kernel launch), float32 weights near their
+limit, and PageRank's convergence rules on a 335,722-vertex R-MAT graph. Run
+on the GPU machine; skipped elsewhere by tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
+from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank, similarity
 from nexus_cache.service import tables_match
 
 pytestmark = pytest.mark.gpu
 
 
-def _load_checks() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "graph" / "_checks.py"
-    spec = importlib.util.spec_from_file_location("nexus_graph_checks", path)
+def _load(relative: str, name: str) -> ModuleType:
+    # tests/gpu is not a package: load the shared checks by path.
+    path = Path(__file__).resolve().parent.parent / relative
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -32,7 +39,8 @@ def _load_checks() -> ModuleType:
     return module
 
 
-checks = _load_checks()
+checks = _load("graph/_checks.py", "nexus_graph_checks")
+cache_checks = _load("device/_graph_checks.py", "nexus_device_graph_checks")
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +213,90 @@ def test_cache_drift_on_the_gpu_destroys_the_graph(
         assert cache.stats().entries == 0
         assert caches.ledger(0).snapshot().cache_charged_bytes == 0
         leaked.clear()
+
+
+# -- edge cases: empty graphs on both CUDA domain kinds, extreme weights, convergence --
+
+
+@pytest.fixture(params=["cupy", "rmm"])
+def caches(request: pytest.FixtureRequest, cp: Any) -> Iterator[Any]:
+    """Resident caches on device 0 whose domains are of the kind under test."""
+    from nexus_cache.backends.cuda import CudaBackend
+    from nexus_cache.device import DeviceProfile, DeviceResidentCaches
+
+    if request.param == "rmm":
+        pytest.importorskip("rmm")
+    backend = CudaBackend(allocator=request.param)
+    with DeviceResidentCaches([DeviceProfile(0, 256 << 20)], backend=backend) as c:
+        yield c
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.parametrize("on_device", [True, False], ids=["cupy-edges", "arrow-edges"])
+def test_an_empty_edge_table_runs_through_the_graph_cache(
+    cp: Any, caches: Any, on_device: bool
+) -> None:
+    edges: Any = cache_checks.empty_edges()  # a cached miss copies host edges to the device
+    if on_device:
+        edges = {"src": cp.zeros(0, cp.int64), "dst": cp.zeros(0, cp.int64)}
+    cache_checks.check_empty_edge_table(caches, edges, ("gpu-empty", on_device))
+
+
+def test_a_graph_of_vertices_without_arcs_on_the_gpu(cp: Any, caches: Any) -> None:
+    loops = {"src": cp.asarray([5, 9]), "dst": cp.asarray([5, 9])}
+    cache_checks.check_vertices_without_arcs(caches, loops, ("gpu-loops",))
+
+
+@pytest.mark.parametrize("metric", ["jaccard", "sorensen", "overlap", "cosine"])
+def test_no_pairs_give_an_empty_similarity_on_the_gpu(cp: Any, metric: str) -> None:
+    graph = build_graph({"src": cp.asarray([1, 2]), "dst": cp.asarray([2, 3])})
+    empty = build_graph({"src": cp.zeros(0, cp.int64), "dst": cp.zeros(0, cp.int64)})
+    for g, pairs in [(graph, ([], [])), (graph, (cp.zeros(0, cp.int64),) * 2), (empty, None)]:
+        table = similarity(g, metric, pairs).to_arrow()
+        assert table.num_rows == 0
+        assert table.schema.field(metric).type == pa.float64()
+
+
+def test_float32_weights_near_their_limit_keep_the_rank_mass_on_the_gpu(cp: Any) -> None:
+    edges = {
+        "src": cp.asarray([0, 0, 0, 1, 2, 3]),
+        "dst": cp.asarray([1, 2, 3, 0, 0, 0]),
+        "w": cp.asarray([2e38, 2e38, 1, 1, 1, 1], dtype=cp.float32),
+    }
+    on_gpu = pagerank(build_graph(edges, weight="w"), tol=1e-8, max_iter=1000)
+    host_edges = {k: cp.asnumpy(v) for k, v in edges.items()}
+    on_host = pagerank(build_graph(host_edges, weight="w"), tol=1e-8, max_iter=1000)
+    got = cp.asnumpy(on_gpu["pagerank"]).astype(np.float64)
+    assert got.sum() == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(got, np.asarray(on_host["pagerank"], np.float64), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def rmat_gpu(cp: Any) -> tuple[Any, np.ndarray]:
+    from nexus_cache.service.datagen import rmat_edges
+
+    table = rmat_edges(19)  # 335,722 vertices, 8.4 M edges
+    edges = {name: cp.asarray(table.column(name).to_numpy()) for name in ("src", "dst")}
+    graph = build_graph(edges, options=GraphOptions(orientation="transposed"))
+    reference = pagerank(graph, tol=1e-13, max_iter=1000, dtype="float64")
+    assert reference.info["converged"] is True
+    return graph, cp.asnumpy(reference["pagerank"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pagerank_converges_by_default_on_the_gpu(rmat_gpu: tuple, dtype: str) -> None:
+    graph, reference = rmat_gpu
+    result = pagerank(graph, dtype=dtype)
+    got = result["pagerank"].get().astype(np.float64)
+    assert result.info["converged"] is True
+    assert result.info["error"] < 1e-6
+    assert np.abs(got - reference).sum() < 2e-6
+    assert np.max(np.abs(got - reference) / reference) < 1e-3
+
+
+def test_the_networkx_rule_stops_early_on_the_gpu(rmat_gpu: tuple) -> None:
+    graph, reference = rmat_gpu
+    result = pagerank(graph, convergence="networkx", dtype="float64")
+    got = result["pagerank"].get()
+    assert result.info["iterations"] <= 3
+    assert np.max(np.abs(got - reference) / reference) > 0.5  # what the rule costs

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
-from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
+from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank, similarity
 
 bfs_module = importlib.import_module("nexus_cache.graph.traversal")
 
@@ -189,20 +189,103 @@ def test_bfs_without_sources_says_so() -> None:
             bfs(graph, sources)
 
 
-@pytest.mark.parametrize("bad", [float("inf"), -2.0])
-def test_pagerank_refuses_infinite_or_negative_weights(bad: float) -> None:
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf")])
+def test_infinite_weights_are_refused_naming_the_column(bad: float) -> None:
+    edges = {
+        "src": np.array([0, 1, 2]),
+        "dst": np.array([1, 2, 0]),
+        "cost": np.array([1.0, bad, 3.0]),
+    }
+    with pytest.raises(GraphInputError, match="weight column 'cost' holds NaN or infinite"):
+        build_graph(edges, weight="cost")
+
+
+def test_weights_beyond_the_weight_dtype_are_refused_naming_the_column() -> None:
+    # finite in float64, infinite once stored as float32
+    edges = {"src": np.array([0, 1]), "dst": np.array([1, 0]), "cost": np.array([1e39, 1.0])}
+    with pytest.raises(GraphInputError, match=r"weight column 'cost'.*weight_dtype='float64'"):
+        build_graph(edges, weight="cost")
+    # each copy fits float32, their sum does not
+    twice = {
+        "src": np.array([0, 0, 1]),
+        "dst": np.array([1, 1, 0]),
+        "cost": np.array([3e38, 3e38, 1], dtype=np.float32),
+    }
+    with pytest.raises(GraphInputError, match="after duplicate edges were summed"):
+        build_graph(twice, weight="cost")
+    wide = build_graph(twice, weight="cost", options=GraphOptions(weight_dtype="float64"))
+    assert wide.weights.tolist() == [pytest.approx(6e38, rel=1e-6), 1.0]
+
+
+def test_pagerank_refuses_negative_weights_naming_the_column() -> None:
     edges = {
         "src": np.array([0, 1, 2, 0]),
         "dst": np.array([1, 2, 0, 2]),
-        "weight": np.array([1.0, bad, 3.0, 1.0]),
+        "cost": np.array([1.0, -2.0, 3.0, 1.0]),
     }
-    graph = build_graph(edges, weight="weight")
-    with pytest.raises(GraphInputError, match="finite edge weights >= 0"):
+    graph = build_graph(edges, weight="cost")
+    with pytest.raises(GraphInputError, match=r"weight column 'cost'.*negative"):
         pagerank(graph)
-    edges["weight"] = np.array([1.0, 0.0, 3.0, 1.0])  # zero is a weight like any other
-    ranks = pagerank(build_graph(edges, weight="weight"), tol=1e-10).to_arrow().to_pydict()
+    edges["cost"] = np.array([1.0, 0.0, 3.0, 1.0])  # zero is a weight like any other
+    ranks = pagerank(build_graph(edges, weight="cost"), tol=1e-10).to_arrow().to_pydict()
     G = nx.DiGraph()
     G.add_weighted_edges_from(zip([0, 1, 2, 0], [1, 2, 0, 2], [1.0, 0.0, 3.0, 1.0], strict=True))
     expected = nx.pagerank(G, tol=1e-12)
     for vertex, rank in zip(ranks["vertex"], ranks["pagerank"], strict=True):
         assert rank == pytest.approx(expected[vertex], abs=2e-5)
+
+
+def test_float32_weights_near_their_limit_keep_the_rank_mass() -> None:
+    # 2e38 + 2e38 overflows float32: the out-weight sum must not
+    edges = {
+        "src": np.array([0, 0, 0, 1, 2, 3]),
+        "dst": np.array([1, 2, 3, 0, 0, 0]),
+        "w": np.array([2e38, 2e38, 1, 1, 1, 1], dtype=np.float32),
+    }
+    graph = build_graph(edges, weight="w")
+    result = pagerank(graph, tol=1e-8, max_iter=1000).to_arrow().to_pydict()
+    assert sum(result["pagerank"]) == pytest.approx(1.0, abs=1e-5)
+    G = nx.DiGraph()
+    G.add_weighted_edges_from(
+        zip(edges["src"].tolist(), edges["dst"].tolist(), edges["w"].tolist(), strict=True)
+    )
+    expected = nx.pagerank(G, tol=1e-12, max_iter=1000)
+    for vertex, rank in zip(result["vertex"], result["pagerank"], strict=True):
+        assert rank == pytest.approx(expected[vertex], abs=1e-5)
+
+
+@pytest.mark.parametrize("directed", [True, False])
+def test_repeated_edges_count_alike_with_or_without_weights(directed: bool) -> None:
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, 30, 400), rng.integers(0, 30, 400)  # many repeats
+    options = GraphOptions(directed=directed, weight_dtype="float64")
+    plain = build_graph({"src": src, "dst": dst}, options=options)
+    ones = build_graph({"src": src, "dst": dst, "w": np.ones(400)}, weight="w", options=options)
+    assert plain.weights.tolist() == ones.weights.tolist()
+    assert plain.weights.max() > 1  # the repeats are counted
+    got = pagerank(plain, tol=1e-12).to_arrow().to_pydict()
+    assert got == pagerank(ones, tol=1e-12).to_arrow().to_pydict()
+    multi = nx.MultiDiGraph() if directed else nx.MultiGraph()
+    multi.add_edges_from(zip(src.tolist(), dst.tolist(), strict=True))
+    expected = nx.pagerank(multi, weight=None, tol=1e-12)
+    for vertex, rank in zip(got["vertex"], got["pagerank"], strict=True):
+        assert rank == pytest.approx(expected[vertex], abs=1e-9)
+    # without repeats nothing is stored: the graph stays unweighted
+    once = build_graph({"src": np.array([1, 2]), "dst": np.array([2, 3])}, options=options)
+    assert once.weights is None
+
+
+@pytest.mark.parametrize("metric", ["jaccard", "sorensen", "overlap", "cosine"])
+def test_no_pairs_give_an_empty_similarity(metric: str) -> None:
+    graph = build_graph({"src": np.array([1, 2]), "dst": np.array([2, 3])})
+    empty = build_graph({"src": np.zeros(0, np.int64), "dst": np.zeros(0, np.int64)})
+    for g, pairs in [
+        (graph, ([], [])),
+        (graph, (np.zeros(0, np.int64), np.zeros(0, np.int64))),
+        (empty, ([], [])),
+        (empty, None),
+    ]:
+        table = similarity(g, metric, pairs).to_arrow()
+        assert table.num_rows == 0
+        assert table.column_names == ["first", "second", metric]
+        assert table.schema.field(metric).type == pa.float64()

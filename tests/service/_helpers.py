@@ -60,6 +60,15 @@ def make_config(root: Path, **overrides: Any) -> ServiceConfig:
     return ServiceConfig(**settings)
 
 
+def use_host_cli(monkeypatch: Any) -> None:
+    """Point the commands at a 1 GiB simulated host device, with no service
+    configuration file or evidence directory from the environment."""
+    monkeypatch.setenv("NEXUS_DEVICE_BACKEND", "host")
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", str(1 << 30))
+    for name in ("NEXUS_SERVICE_CONFIG", "NEXUS_SERVICE_EVIDENCE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def make_service(root: Path, *, total: int = 1 << 30, **kwargs: Any) -> QueryService:
     """A service on a simulated host device of ``total`` bytes."""
     on_planned = kwargs.pop("on_planned", None)

@@ -18,15 +18,12 @@ from nexus_cache.cli.main import main
 from nexus_cache.errors import ConfigError, GraphInputError, SourceFormatError
 from nexus_cache.service import Count, Graph, Scan, ServiceConfig
 
-from ._helpers import make_service
+from ._helpers import make_service, use_host_cli
 
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("NEXUS_DEVICE_BACKEND", "host")
-    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", str(1 << 30))
-    for name in ("NEXUS_SERVICE_CONFIG", "NEXUS_SERVICE_EVIDENCE_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    use_host_cli(monkeypatch)
     return tmp_path
 
 

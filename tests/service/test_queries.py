@@ -15,7 +15,15 @@ def test_json_round_trip() -> None:
         Scan("s3://b/t/", columns=("a", "b"), batch_rows=10),
         Count("/data/facts.parquet"),
         Graph(Scan("/e.parquet"), "s", "d", "pagerank", params={"alpha": 0.9}),
-        Graph(Scan("/e.parquet"), "s", "d", "bfs", weight="w", params={"source": 3}),
+        Graph(Scan("/e.parquet"), "s", "d", "bfs", params={"source": 3}),
+        Graph(
+            Scan("/e.parquet"),
+            "s",
+            "d",
+            "pagerank",
+            weight="w",
+            params={"convergence": "networkx"},
+        ),
         Graph(Scan("/e.parquet"), "s", "d", "cosine", directed=False),
     ]
     for query in queries:
@@ -27,7 +35,12 @@ def test_json_round_trip() -> None:
 def test_defaults_fill_in() -> None:
     graph = Graph(Scan("/e"), "s", "d", "PageRank")
     assert graph.algorithm == "pagerank"
-    assert dict(graph.params) == {"alpha": 0.85, "tol": 1e-6, "max_iter": 100}
+    assert dict(graph.params) == {
+        "alpha": 0.85,
+        "tol": 1e-6,
+        "max_iter": 100,
+        "convergence": "total",
+    }
     with pytest.raises(TypeError):
         graph.params["alpha"] = 0.5  # type: ignore[index]
 
@@ -45,6 +58,15 @@ def test_defaults_fill_in() -> None:
         (lambda: Graph(Scan("/e"), "s", "d", "pagerank", params={"alpha": 1.5}), r"\(0, 1\)"),
         (lambda: Graph(Scan("/e"), "s", "d", "jaccard", params={"alpha": 0.5}), "accepted: none"),
         (lambda: Graph(Count("/e"), "s", "d", "pagerank"), "use a Scan"),  # type: ignore[arg-type]
+        (
+            lambda: Graph(Scan("/e"), "s", "d", "pagerank", params={"convergence": "l1"}),
+            "use one of: total, networkx",
+        ),
+        (lambda: Graph(Scan("/e"), "s", "d", "jaccard", weight="w"), "ignores edge weights"),
+        (
+            lambda: Graph(Scan("/e"), "s", "d", "bfs", weight="w", params={"source": 1}),
+            r"Graph.weight='w' is not accepted for bfs",
+        ),
     ],
 )
 def test_invalid_queries(build, match: str) -> None:  # type: ignore[no-untyped-def]

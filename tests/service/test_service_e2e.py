@@ -77,9 +77,12 @@ def test_cold_and_warm_results_are_equal_and_statuses_as_expected(tmp_path: Path
     assert scan.table.column_names == ["order_id", "amount"]
 
 
-def _nx_graph(lake, directed: bool):  # type: ignore[no-untyped-def]
+def _nx_graph(lake, directed: bool, multi: bool = False):  # type: ignore[no-untyped-def]
     table = pq.read_table(lake.edges)
-    graph = nx.DiGraph() if directed else nx.Graph()
+    if multi:  # every copy of a repeated edge counts
+        graph = nx.MultiDiGraph() if directed else nx.MultiGraph()
+    else:
+        graph = nx.DiGraph() if directed else nx.Graph()
     graph.add_edges_from(zip(table["src"].to_pylist(), table["dst"].to_pylist(), strict=True))
     return graph
 
@@ -134,7 +137,8 @@ def test_graph_results_agree_with_networkx(tmp_path: Path, lake) -> None:  # typ
         )
         jac = service.execute(Graph(edges, "src", "dst", "jaccard", directed=False))
     directed = _nx_graph(lake, True)
-    expected = nx.pagerank(directed, alpha=0.85, tol=1e-12, max_iter=1000)
+    # PageRank counts each copy of a repeated edge, as NetworkX's multigraph does
+    expected = nx.pagerank(_nx_graph(lake, True, multi=True), alpha=0.85, tol=1e-12, max_iter=1000)
     got = dict(zip(pr.table["vertex"].to_pylist(), pr.table["pagerank"].to_pylist(), strict=True))
     assert set(got) == set(expected)
     assert max(abs(got[v] - expected[v]) for v in expected) < 1e-6

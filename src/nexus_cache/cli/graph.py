@@ -19,6 +19,8 @@ __all__ = ["register"]
 # The keys of service.ALGORITHMS, spelled out: building the command line must
 # not import the service (NumPy, PyArrow); tests/cli checks that they agree.
 ALGORITHMS = ("pagerank", "bfs", "jaccard", "sorensen", "overlap", "cosine")
+# PageRank's convergence rules, spelled out for the same reason.
+CONVERGENCE = ("total", "networkx")
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +39,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("url", metavar="URL", help="Parquet edges (object or directory)")
     parser.add_argument("--src", required=True, metavar="COL", help="source vertex column")
     parser.add_argument("--dst", required=True, metavar="COL", help="destination vertex column")
-    parser.add_argument("--weight", default=None, metavar="COL", help="edge weight column")
+    parser.add_argument(
+        "--weight",
+        default=None,
+        metavar="COL",
+        help="edge weight column (pagerank only: BFS and the similarities ignore weights)",
+    )
     orientation = parser.add_mutually_exclusive_group()
     orientation.add_argument(
         "--directed", dest="directed", action="store_true", default=None, help="edges are directed"
@@ -67,31 +74,49 @@ def register(subparsers: Any) -> None:
         default=None,
         help="PageRank iterations (100)",
     )
+    parser.add_argument(
+        "--convergence",
+        choices=CONVERGENCE,
+        default=None,
+        help="how PageRank reads --tol: total (default) stops when the L1 change of the "
+        "whole rank vector is below it; networkx when it is below vertices x tol",
+    )
     add_output_options(parser)
     parser.set_defaults(func=_run)
 
 
+def _flag(name: str) -> str:
+    """The command-line flag of a query parameter (``max_iter`` -> ``--max-iter``)."""
+    return "--" + name.replace("_", "-")
+
+
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
-    from nexus_cache.service import ALGORITHMS as accepted_options
-    from nexus_cache.service import Graph, Scan
+    from nexus_cache.service import WEIGHTED, Graph, Scan, graph_params
 
-    accepted = accepted_options[args.algorithm]
     given = {
         "source": args.source,
         "depth_limit": args.depth_limit,
         "alpha": args.alpha,
         "tol": args.tol,
         "max_iter": args.max_iter,
+        "convergence": args.convergence,
     }
-    params = {}
-    for name, value in given.items():
-        if value is None:
-            continue
-        if name not in accepted:
-            option = "--" + name.replace("_", "-")
-            raise ConfigError(f"{option} does not apply to {args.algorithm}; leave it out")
-        params[name] = value
+    given = {name: value for name, value in given.items() if value is not None}
+    # validated here so that every message names the flag, not the query field
+    params = graph_params(args.algorithm, given, _flag)
+    if args.weight is not None and args.algorithm not in WEIGHTED:
+        raise ConfigError(
+            f"--weight does not apply to {args.algorithm}, which ignores edge weights; "
+            "leave it out (weights apply to: " + ", ".join(WEIGHTED) + ")"
+        )
+    for flag, column in (("--src", args.src), ("--dst", args.dst), ("--weight", args.weight)):
+        if column is not None and not column.strip():
+            raise ConfigError(f"{flag}={column!r} names no column; give a column name")
+    if args.src == args.dst:
+        raise ConfigError(f"--src and --dst are both {args.src!r}; name two columns")
+    if not args.url.strip():
+        raise ConfigError("URL is empty; name a Parquet object or directory")
     directed = args.directed
     if directed is None:
         directed = args.algorithm in ("pagerank", "bfs")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,10 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
 
     table, diag = result.table, result.diagnostics
+    ranking = _convergence(diag.algorithm)
+    if ranking and not diag.algorithm["converged"]:
+        # the result is still written or printed: the last vector, flagged
+        print(f"nexus-cache: warning: {ranking}", file=sys.stderr)
     if args.out is not None:
         try:
             pq.write_table(table, args.out)
@@ -159,6 +164,7 @@ def report_result(result: Any, args: argparse.Namespace) -> None:
         + (f" written to {args.out}" if args.out is not None else "")
         + f"; lakehouse {_status(diag.lakehouse)} (read {diag.lakehouse['read_mode']})"
         + f", source cache {_status(diag.source_cache)}, graph cache {_status(diag.graph_cache)}"
+        + (f"; {ranking}" if ranking else "")
         + f"; {diag.timings.get('total_s', 0.0) * 1000:.1f} ms"
     )
     if args.out is not None:
@@ -182,6 +188,19 @@ def _check_out(out: str | None) -> None:
         raise CommandError(f"--out={out!r}: directory {str(parent)!r} does not exist; create it")
     if not os.access(parent, os.W_OK):
         raise CommandError(f"--out={out!r}: directory {str(parent)!r} is not writable")
+
+
+def _convergence(facts: dict[str, Any]) -> str:
+    """PageRank's convergence in words ('' for other queries)."""
+    if "converged" not in facts:
+        return ""
+    steps = f"{facts['iterations']} iterations (last L1 change {facts['error']:.3g}"
+    if facts["converged"]:
+        return f"pagerank converged in {steps} < {facts['threshold']:.3g})"
+    return (
+        f"pagerank did not converge in {steps}, needed < {facts['threshold']:.3g}); "
+        "the ranks are the last iteration's: raise --max-iter or --tol"
+    )
 
 
 def _status(part: dict[str, Any]) -> str:

@@ -185,13 +185,21 @@ class GraphCacheSubdomain(CacheSubdomain):
         with self._domain_lock:
             try:
                 with domain.scope():
-                    columns = {"src": domain.copy_in(src), "dst": domain.copy_in(dst)}
-                    if weights is not None:
-                        columns["w"] = domain.copy_in(weights)
+                    # keyed by the plan's column names, so errors about weights
+                    # name the edge frame's column (a weight column that is also
+                    # an id column holds the same values: one copy serves both)
+                    columns = {
+                        plan.source_column: domain.copy_in(src),
+                        plan.destination_column: domain.copy_in(dst),
+                    }
+                    if weights is not None and plan.weight_column is not None:
+                        columns[plan.weight_column] = domain.copy_in(weights)
                     del src, dst, weights
                     built = _graph("csr").build_graph(
                         columns,
-                        weight="w" if "w" in columns else None,
+                        source=plan.source_column,
+                        destination=plan.destination_column,
+                        weight=plan.weight_column,
                         options=plan.options,
                         xp=domain.xp,
                     )

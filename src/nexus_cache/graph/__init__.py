@@ -17,6 +17,7 @@ from nexus_cache._lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "CONVERGENCE_RULES": "nexus_cache.graph.ranking",
     "DEFAULT_MAX_TEMP_BYTES": "nexus_cache.graph.similarities",
     "DUPLICATE_RULES": "nexus_cache.graph.options",
     "METRICS": "nexus_cache.graph.similarities",

@@ -103,11 +103,15 @@ def csr_from_arcs(
     n: int,
     duplicates: str,
     index_dtype: Any,
+    count_dtype: Any = None,
 ) -> tuple[Any, Any, Any | None]:
     """``(indptr, indices, weights)`` of the arcs ``rows[i] -> cols[i]`` (dense ids).
 
     Columns are sorted within each row. Duplicate arcs are merged with
-    ``duplicates`` (``sum``, ``min``, ``max``) or all kept (``keep``).
+    ``duplicates`` (``sum``, ``min``, ``max``) or all kept (``keep``). With
+    ``count_dtype``, unweighted arcs merged under ``sum`` weigh one each: when
+    an arc repeats, the weights returned are the counts (in ``count_dtype``),
+    so a repeated edge counts as often as it appears, weighted or not.
     """
     bits = max(1, (max(n, 1) - 1).bit_length())
     if 2 * bits > 62:
@@ -128,6 +132,12 @@ def csr_from_arcs(
         xp.not_equal(key[1:], key[:-1], out=is_start[1:])
         if weights is not None:
             weights = _segment_reduce(xp, weights, is_start, duplicates)
+        elif count_dtype is not None and duplicates == "sum" and not bool(is_start.all()):
+            starts = xp.flatnonzero(is_start)
+            weights = xp.empty(starts.shape, dtype=count_dtype)
+            weights[:-1] = starts[1:] - starts[:-1]
+            weights[-1] = key.size - starts[-1]
+            del starts
         key = key[is_start]
         del is_start
     indices = (key & ((1 << bits) - 1)).astype(index_dtype)

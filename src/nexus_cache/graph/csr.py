@@ -26,9 +26,21 @@ class Graph:
 
     A graph never changes after it is built (algorithms allocate their own
     transient arrays), so one graph may be read by many threads at once.
+    ``weight_column`` names the column the weights came from (None when
+    unweighted, or when the graph was not built from a named column), so
+    errors about weights can name it.
     """
 
-    __slots__ = ("indices", "indptr", "input_edges", "options", "vertex_ids", "weights", "xp")
+    __slots__ = (
+        "indices",
+        "indptr",
+        "input_edges",
+        "options",
+        "vertex_ids",
+        "weight_column",
+        "weights",
+        "xp",
+    )
 
     def __init__(
         self,
@@ -40,6 +52,7 @@ class Graph:
         options: GraphOptions,
         xp: Any,
         input_edges: int,
+        weight_column: str | None = None,
     ) -> None:
         self.indptr = indptr
         self.indices = indices
@@ -48,6 +61,7 @@ class Graph:
         self.options = options
         self.xp = xp
         self.input_edges = input_edges
+        self.weight_column = weight_column
 
     @property
     def n_vertices(self) -> int:
@@ -76,8 +90,10 @@ class Graph:
         return sum(int(a.nbytes) for a in self.arrays())
 
     def device_arrays(self) -> tuple[Any, ...]:
-        """The arrays a device cache measures and proves unreachable (``arrays()``)."""
-        return self.arrays()
+        """The arrays a device cache measures and proves unreachable: ``arrays()``
+        less the empty ones, which own no memory (an allocation domain hands a
+        zero-length array no allocation, so it has none to measure)."""
+        return tuple(a for a in self.arrays() if a.size)
 
     def copy_into(self, domain: Any) -> Graph:
         """An independent copy whose arrays are allocated in ``domain`` (a cache
@@ -91,6 +107,7 @@ class Graph:
             options=self.options,
             xp=domain.xp,
             input_edges=self.input_edges,
+            weight_column=self.weight_column,
         )
 
     @property
@@ -156,6 +173,7 @@ class Graph:
             options=options,
             xp=self.xp,
             input_edges=self.input_edges,
+            weight_column=self.weight_column,
         )
 
     def out_csr(self) -> Graph:
@@ -210,8 +228,12 @@ def build_graph(
     numbered = renumber(xp, src, dst, index_dtype)
     del src, dst
     rows, cols = numbered.src, numbered.dst
+    # Overflow (a float64 weight beyond float32, a sum of repeats) shows as
+    # infinite weights, refused below with the column's name; NumPy's warning
+    # would only repeat it.
     if weights is not None:
-        weights = weights.astype(options.weight_dtype, copy=False)
+        with np.errstate(over="ignore"):
+            weights = weights.astype(options.weight_dtype, copy=False)
     if options.drop_self_loops:
         keep = rows != cols
         rows, cols = rows[keep], cols[keep]
@@ -228,9 +250,17 @@ def build_graph(
     if options.stores_in_edges:
         rows, cols = cols, rows
     n = int(numbered.vertex_ids.size)
-    indptr, indices, weights = csr_from_arcs(
-        xp, rows, cols, weights, n, options.duplicates, index_dtype
-    )
+    with np.errstate(over="ignore"):
+        indptr, indices, weights = csr_from_arcs(
+            xp, rows, cols, weights, n, options.duplicates, index_dtype, options.weight_dtype
+        )
+    if weights is not None and weight is not None and not bool(xp.isfinite(weights).all()):
+        # the input was finite (edge_columns checks): the cast or the sum overflowed
+        raise GraphInputError(
+            f"weight column {weight!r} has weights beyond the range of "
+            f"weight_dtype={options.weight_dtype} (after duplicate edges were summed); "
+            "build with GraphOptions(weight_dtype='float64'), or scale the weights down"
+        )
     return Graph(
         indptr=indptr,
         indices=indices,
@@ -239,4 +269,5 @@ def build_graph(
         options=options,
         xp=xp,
         input_edges=input_edges,
+        weight_column=weight,
     )

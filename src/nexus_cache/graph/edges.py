@@ -77,6 +77,9 @@ def vertex_array(values: Any, xp: Any, name: str) -> Any:
     array = xp.asarray(array)
     if array.ndim == 0:
         array = array.reshape(1)
+    if array.size == 0:
+        # ``[]`` arrives as float64: no value to refuse, so no dtype to blame
+        return array.reshape(0).astype(np.int64)
     if array.dtype.kind not in "iu":
         raise GraphInputError(
             f"{name} must hold integer vertex ids, got dtype {array.dtype}; cast the column "
@@ -114,8 +117,10 @@ def edge_columns(
                 f"weight column {weight!r} must be numeric and as long as the edge columns, "
                 f"got dtype {weights.dtype} and shape {weights.shape}"
             )
-        if weights.dtype.kind == "f" and bool(xp.isnan(weights).any()):
-            raise GraphInputError(f"weight column {weight!r} holds NaN; drop or fill them")
+        if weights.dtype.kind == "f" and not bool(xp.isfinite(weights).all()):
+            raise GraphInputError(
+                f"weight column {weight!r} holds NaN or infinite values; drop or fill them"
+            )
     if is_cupy(xp) and not src.flags.c_contiguous:
         src, dst = xp.ascontiguousarray(src), xp.ascontiguousarray(dst)
     return src, dst, weights, xp

@@ -61,7 +61,10 @@ def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> 
     if algorithm == "pagerank":
         size = np.dtype(params.get("dtype") or graph.options.weight_dtype).itemsize
         extra = transpose if graph.directed and not graph.options.stores_in_edges else 0
-        return arcs * (2 * size + 8) + n * 10 * size + extra + (1 << 20)
+        # per arc: float64 weights, the gathered out-weights and the float64
+        # transition probabilities, then the matrix's copy in ``dtype``; per
+        # vertex: the float64 out-weights and masks, and the iteration vectors
+        return arcs * (24 + size) + n * (16 + 10 * size) + extra + (1 << 20)
     pairs = params.get("pairs")
     count = arcs if pairs is None else len(pairs[0])
     rows = arcs * 8 if pairs is None else 0

@@ -16,6 +16,10 @@ __all__ = ["DUPLICATE_RULES", "ORIENTATIONS", "GraphOptions"]
 #: How repeated (source, destination) edges are combined: their weights are
 #: summed, or the smallest or largest weight is kept; ``keep`` keeps every copy
 #: (a multigraph: BFS and PageRank accept it, the similarities count copies).
+#: Under ``sum`` an edge without a weight column weighs 1, so a repeated edge
+#: counts as often as it appears whether or not the graph is weighted (NetworkX
+#: ``MultiDiGraph`` semantics); ``min`` and ``max`` of unweighted copies
+#: collapse them into one edge.
 DUPLICATE_RULES = ("sum", "min", "max", "keep")
 
 #: ``as_stored``: row ``u`` of the CSR lists the out-neighbours of ``u``
@@ -35,7 +39,9 @@ class GraphOptions:
     ``directed=False`` symmetrizes: every input edge ``(u, v, w)`` is stored as
     both ``u -> v`` and ``v -> u`` with weight ``w``, and duplicates are then
     merged with ``duplicates`` (so ``(u, v, 1)`` and ``(v, u, 2)`` give one
-    undirected edge of weight 3 under ``sum``).
+    undirected edge of weight 3 under ``sum``). Under ``sum`` an unweighted
+    edge weighs 1: ``k`` copies of an edge become one arc of weight ``k``
+    (stored as weights only when some edge repeats).
 
     ``vertex_dtype`` is the dtype of the dense vertex indices in the CSR (int32
     holds up to 2**31 - 1 vertices and is what the GPU sparse kernels take);

@@ -5,7 +5,14 @@ passes ``w / out_weight(u)`` of ``u``'s rank to ``v``; the rank of
 dangling vertices (no out-arcs, or out-weight 0) is spread by ``dangling``
 (default: the personalization vector); the teleport share ``1 - alpha``
 follows ``personalization`` (default: uniform). Iteration stops when the
-L1 change is below ``n_vertices * tol``.
+L1 change between two iterations is below ``tol`` (``convergence="total"``,
+the default, as cuGraph reads its ``tol``), or below ``n_vertices * tol``
+(``convergence="networkx"``, NetworkX's rule, which stops a graph of
+millions of vertices after one or two iterations).
+
+Out-weights are summed and divided in float64 whatever the arithmetic type,
+so float32 weights near the type's limit (``2e38 + 2e38``) cannot overflow a
+vertex's total and drop its rank.
 
 The transition matrix is built once per call in pull orientation (rows =
 destinations) so that each iteration is a plain CSR SpMV; a directed graph
@@ -19,13 +26,16 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
-from nexus_cache.graph.arrays import scatter_add
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 
-__all__ = ["pagerank"]
+__all__ = ["CONVERGENCE_RULES", "pagerank"]
 
 VertexValues = tuple[Any, Any]
+
+#: How ``tol`` is read: ``total`` stops when the L1 change of the whole rank
+#: vector is below ``tol``; ``networkx`` when it is below ``n_vertices * tol``.
+CONVERGENCE_RULES = ("total", "networkx")
 
 
 def _check(name: str, value: Any, lo: float, hi: float, *, closed_lo: bool = True) -> None:
@@ -73,28 +83,38 @@ def pagerank(
     initial: VertexValues | None = None,
     fail_on_nonconvergence: bool = False,
     dtype: Any = None,
+    convergence: str = "total",
 ) -> GraphResult:
     """PageRank of every vertex: columns ``vertex`` (original id) and ``pagerank``.
 
     ``personalization``, ``dangling`` and ``initial`` are optional pairs
     ``(vertex ids, values)``; vertices left out get 0, values are normalized
-    to sum 1. ``info`` holds ``iterations``, ``converged`` and ``error`` (the
-    last L1 change). When the tolerance is not met within ``max_iter``
-    iterations the last vector is returned with ``converged=False``, or
-    :class:`~nexus_cache.errors.GraphConvergenceError` is raised if
-    ``fail_on_nonconvergence``. ``dtype`` is the arithmetic type (default:
-    the graph's ``weight_dtype``). Reads ``graph`` only; thread-safe.
+    to sum 1. ``convergence`` says how ``tol`` is read (:data:`CONVERGENCE_RULES`):
+    ``total`` (default) stops when the L1 change of the rank vector is below
+    ``tol``, ``networkx`` when it is below ``n_vertices * tol``. ``info``
+    holds ``iterations``, ``converged``, ``error`` (the last L1 change) and
+    ``threshold`` (what it had to drop below). When the threshold is not met
+    within ``max_iter`` iterations the last vector is returned with
+    ``converged=False``, or :class:`~nexus_cache.errors.GraphConvergenceError`
+    is raised if ``fail_on_nonconvergence``. ``dtype`` is the arithmetic type
+    (default: the graph's ``weight_dtype``). Reads ``graph`` only; thread-safe.
     """
     _check("alpha", alpha, 0.0, 1.0)
     _check("tol", tol, 0.0, float("inf"), closed_lo=False)
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ConfigError(f"pagerank max_iter={max_iter!r}: use an int >= 1")
+    if convergence not in CONVERGENCE_RULES:
+        raise ConfigError(
+            f"pagerank convergence={convergence!r} is not accepted; use one of "
+            + ", ".join(repr(r) for r in CONVERGENCE_RULES)
+        )
     xp = graph.xp
     dtype = np.dtype(dtype or graph.options.weight_dtype)
     n = graph.n_vertices
+    threshold = tol * n if convergence == "networkx" else tol
     if n == 0:
         empty = GraphResult({"vertex": graph.vertex_ids, "pagerank": xp.zeros(0, dtype)})
-        empty.info.update(iterations=0, converged=True, error=0.0)
+        empty.info.update(iterations=0, converged=True, error=0.0, threshold=threshold)
         return empty
     pull = graph.in_csr()
     if pull.weights is not None and pull.n_arcs:
@@ -102,22 +122,27 @@ def pagerank(
         # an infinite weight turns every rank into NaN; a negative one is no
         # transition probability: refuse both rather than return garbage
         if bool((~xp.isfinite(w)).any()) or bool((w < 0).any()):
+            column = f"weight column {graph.weight_column!r}" if graph.weight_column else "weights"
             raise GraphInputError(
-                "pagerank needs finite edge weights >= 0; the graph has infinite or negative "
-                "weights (after duplicate edges were summed); fix or drop those edges"
+                f"pagerank needs finite edge weights >= 0; the graph's {column} has "
+                "infinite or negative weights (after duplicate edges were summed); fix or "
+                "drop those edges"
             )
     sources = pull.indices  # the tail u of every arc u -> v (row v)
-    weights = (
-        pull.weights.astype(dtype, copy=False)
-        if pull.weights is not None
-        else xp.ones(pull.n_arcs, dtype=dtype)
-    )
-    out_weight = xp.zeros(n, dtype=dtype)
-    scatter_add(xp, out_weight, sources, weights)
+    # Out-weights in float64 (bincount's type): float32 weights near their
+    # limit would overflow the sum, and every arc of that vertex would carry 0.
+    if pull.weights is None:
+        out_weight = xp.bincount(sources, minlength=n).astype(np.float64)
+        transition = 1.0 / xp.where(out_weight == 0, 1.0, out_weight)[sources]
+    else:
+        weights = pull.weights.astype(np.float64, copy=False)
+        out_weight = xp.bincount(sources, weights=weights, minlength=n)
+        transition = weights / xp.where(out_weight == 0, 1.0, out_weight)[sources]
+        del weights
     is_dangling = out_weight == 0
-    share = xp.where(is_dangling, 1, out_weight).astype(dtype)
-    matrix = pull.matrix(weights / share[sources])
-    del weights, share
+    del out_weight
+    matrix = pull.matrix(transition.astype(dtype, copy=False))
+    del transition
     p = _vector(graph, personalization, "personalization", dtype)
     if p is None:
         p = xp.full(n, 1.0 / n, dtype=dtype)
@@ -140,14 +165,17 @@ def pagerank(
             new += (alpha * dangling_mass) * spread
         error = float(xp.abs(new - x).sum())
         x = new
-        if error < n * tol:
+        if error < threshold:
             converged = True
             break
     if not converged and fail_on_nonconvergence:
+        needed = "n_vertices * tol" if convergence == "networkx" else "tol"
         raise GraphConvergenceError(
             f"pagerank did not converge in max_iter={max_iter} iterations (last L1 change "
-            f"{error:.3g}, needed < n_vertices * tol = {n * tol:.3g}); raise max_iter or tol"
+            f"{error:.3g}, needed < {needed} = {threshold:.3g}); raise max_iter or tol"
         )
     result = GraphResult({"vertex": graph.vertex_ids, "pagerank": x})
-    result.info.update(iterations=iterations, converged=converged, error=error)
+    result.info.update(
+        iterations=iterations, converged=converged, error=error, threshold=threshold
+    )
     return result

@@ -166,8 +166,13 @@ def similarity(
                 f"pairs have {first.size} first and {second.size} second vertices; "
                 "give equal numbers"
             )
-    counts, deg_a, deg_b = _intersections(graph, first, second, budget, loops)
-    score = _coefficient(xp, metric, counts, deg_a, deg_b)
+    if first.size == 0:
+        # no pair (an empty graph, or ``([], [])``): an empty result, and no
+        # zero-sized kernel launch or chunk walk
+        score = xp.zeros(0, dtype=np.float64)
+    else:
+        counts, deg_a, deg_b = _intersections(graph, first, second, budget, loops)
+        score = _coefficient(xp, metric, counts, deg_a, deg_b)
     return GraphResult(
         {
             "first": graph.original(first),

@@ -26,6 +26,8 @@ _EXPORTS: dict[str, str] = {
     "Graph": "queries",
     "Query": "queries",
     "Scan": "queries",
+    "WEIGHTED": "queries",
+    "graph_params": "queries",
     "query_from_dict": "queries",
     "query_from_json": "queries",
     "AttemptRecord": "result",

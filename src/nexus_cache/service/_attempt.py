@@ -191,7 +191,12 @@ def run_attempt(
             return table
         t0 = time.perf_counter()
         result, outcome.graph, graph_bytes = graphs.run(
-            grant.device_id, query, load.frames, plan.source.identity_keys, domain
+            grant.device_id,
+            query,
+            load.frames,
+            plan.source.identity_keys,
+            domain,
+            objects=[p.source for p in plan.source.plans],
         )
         timings["graph_s"] = time.perf_counter() - t0
         budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")

@@ -13,7 +13,10 @@ reason; that graph was destroyed rather than parked again.
 
 Construction contract per algorithm: PageRank pulls along in-edges, so its
 graph is stored ``transposed``; BFS and the similarities use ``as_stored``.
-Duplicate edges merge (weights summed), self loops stay, as in NetworkX.
+Self loops stay, as in NetworkX. A repeated edge counts as often as it
+appears in PageRank, with or without a weight column (its weights add up; an
+unweighted copy weighs 1: NetworkX's multigraph); BFS and the similarities
+see neighbour sets, where a repeat is the same neighbour.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from nexus_cache.device import (
 from nexus_cache.errors import GraphInputError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.graph import GraphOptions
+from nexus_cache.graph.edges import vertex_array
 from nexus_cache.graph.memory import build_bytes
 from nexus_cache.service._source_port import concat_objects
 from nexus_cache.service.queries import SIMILARITIES, Graph
@@ -44,10 +48,13 @@ __all__ = ["GraphOutcome", "GraphPort", "algorithm_params", "edge_input", "graph
 
 @dataclasses.dataclass(frozen=True)
 class GraphOutcome:
-    """How the resident-graph cache answered one algorithm run."""
+    """How the resident-graph cache answered one algorithm run, and the
+    algorithm's own facts (``algorithm``: PageRank's ``iterations``,
+    ``converged``, ``error`` and ``threshold``; BFS's ``levels``)."""
 
     status: str
     reason: str | None = None
+    algorithm: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason}
@@ -58,10 +65,14 @@ NOT_APPLICABLE = GraphOutcome("not_applicable")
 
 def graph_options(query: Graph) -> GraphOptions:
     """The construction contract of ``query``'s graph (part of its cache key)."""
-    orientation = "transposed" if query.algorithm == "pagerank" else "as_stored"
+    pagerank = query.algorithm == "pagerank"
     return GraphOptions(
         directed=query.directed,
-        orientation=orientation,
+        orientation="transposed" if pagerank else "as_stored",
+        # PageRank: every copy of an edge counts (unweighted copies weigh 1);
+        # the others see neighbour sets, so repeats collapse and no counts are
+        # stored ('max' of no weights)
+        duplicates="sum" if pagerank else "max",
         weight_dtype="float64",
         vertex_dtype="int32",
     )
@@ -71,7 +82,8 @@ def algorithm_params(query: Graph) -> dict[str, Any]:
     """The graph layer's keyword arguments for ``query``'s algorithm."""
     params = dict(query.params)
     if query.algorithm == "pagerank":
-        return {"alpha": params["alpha"], "tol": params["tol"], "max_iter": params["max_iter"]}
+        names = ("alpha", "tol", "max_iter", "convergence")
+        return {name: params[name] for name in names}
     if query.algorithm == "bfs":
         return {"sources": params["source"], "depth_limit": params["depth_limit"]}
     assert query.algorithm in SIMILARITIES
@@ -87,23 +99,54 @@ def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager
     return cupy.cuda.Device(device_id)
 
 
-def edge_input(frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any) -> Any:
+def edge_input(
+    frames: Sequence[DeviceFrame], names: Sequence[str], xp: Any, objects: Sequence[str] = ()
+) -> Any:
     """The edge columns of the scan's frames, as arrays on ``xp`` (no host round trip).
 
+    ``names`` is ``(src, dst[, weight])``; ``objects`` names the object of
+    each frame for messages. Id columns of different integer types across
+    objects (int64 in one, uint64 in another) become int64, as a scan
+    combines them; a uint64 id beyond int64 is refused, naming the object.
     Columns with nulls go through Arrow instead, so the graph layer can
     refuse them with its own message.
     """
-    columns = [[frame.column(name) for frame in frames] for name in names]
+    labels = (
+        list(objects)
+        if len(objects) == len(frames)
+        else [f"#{i + 1} of {len(frames)}" for i in range(len(frames))]
+    )
+    columns = [
+        [_column(frame, name, label) for frame, label in zip(frames, labels, strict=True)]
+        for name in names
+    ]
     for frame_columns in zip(*columns, strict=True):  # every object, not only the first
         _check_types(names, [c.type for c in frame_columns])
     if any(c.validity is not None for group in columns for c in group):
         tables = [frame.select(list(names)).to_arrow() for frame in frames]
         return tables[0] if len(tables) == 1 else concat_objects(tables)
     out = {}
-    for name, group in zip(names, columns, strict=True):
+    for position, (name, group) in enumerate(zip(names, columns, strict=True)):
         parts = [c.data for c in group]
+        if position < 2 and len({p.dtype for p in parts}) > 1:
+            # NumPy and CuPy promote int64 with uint64 to float64: unify as ids
+            parts = [
+                vertex_array(p, xp, f"column {name!r} of edge object {label!r}")
+                for p, label in zip(parts, labels, strict=True)
+            ]
         out[name] = parts[0] if len(parts) == 1 else xp.concatenate(parts)
     return out
+
+
+def _column(frame: DeviceFrame, name: str, label: str) -> Any:
+    """``frame``'s column ``name``; GraphInputError naming the object when it has none."""
+    if name not in frame.column_names:
+        raise GraphInputError(
+            f"edge object {label!r} has no column {name!r} (its columns: "
+            f"{', '.join(frame.column_names) or 'none'}); every object of the edge source "
+            "needs the columns the query names: add it, or move the object out of the source"
+        )
+    return frame.column(name)
 
 
 def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
@@ -127,6 +170,15 @@ def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
 
 
 _STATUS = {GraphRunStatus.HIT: "hit", GraphRunStatus.MISS: "miss"}
+# The run facts each algorithm reports in the diagnostics (plain JSON values).
+_FACTS = {
+    "pagerank": ("iterations", "converged", "error", "threshold"),
+    "bfs": ("levels",),
+}
+
+
+def _facts(algorithm: str, info: dict[str, Any]) -> dict[str, Any]:
+    return {name: info[name] for name in _FACTS.get(algorithm, ()) if name in info}
 
 
 class GraphPort:
@@ -142,12 +194,14 @@ class GraphPort:
         frames: Sequence[DeviceFrame],
         source_identity: tuple[str, ...] | None,
         domain: AllocationDomain,
+        objects: Sequence[str] = (),
     ) -> tuple[pa.Table, GraphOutcome, int]:
         """``(result table, outcome, bytes the attempt held for the graph)``.
 
         ``source_identity`` is the proven identity of the edge rowset (the
         lakehouse entry keys of its objects), or None when one object has
-        none: the run then goes uncached. Device work runs inside
+        none: the run then goes uncached. ``objects`` names the object of each
+        frame, for messages. Device work runs inside
         ``domain.scope()``, so on CUDA what the attempt allocates (its edge
         columns, an uncached graph, the result) lands in the attempt's domain;
         a cached build happens in the cache domain.
@@ -164,18 +218,19 @@ class GraphPort:
         )
         names = [n for n in (query.src, query.dst, query.weight) if n is not None]
         with on_device(backend.name, device_id), domain.scope():
-            edges = edge_input(frames, names, backend.xp)
+            edges = edge_input(frames, names, backend.xp, objects)
             n_edges = sum(f.num_rows for f in frames)
             run = run_graph(
                 self._caches.graph_cache(device_id), plan, edges, **algorithm_params(query)
             )
             del edges
             table = run.result.to_arrow()
+        facts = _facts(query.algorithm, run.result.info)
         held = 0
         if run.status is GraphRunStatus.UNCACHED:  # the attempt built the graph itself
             held = build_bytes(n_edges, options, query.weight is not None)
             reason = run.reason.value if run.reason is not None else "uncached"
             detail = f"{reason}: {run.detail}" if run.detail and run.detail != reason else reason
-            return table, GraphOutcome("bypass", detail), held
+            return table, GraphOutcome("bypass", detail, facts), held
         drift = run.detail if run.drift_bytes else None
-        return table, GraphOutcome(_STATUS[run.status], drift), held
+        return table, GraphOutcome(_STATUS[run.status], drift, facts), held

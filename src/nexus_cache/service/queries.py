@@ -17,7 +17,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nexus_cache.errors import ConfigError
@@ -28,13 +28,15 @@ __all__ = [
     "Graph",
     "Query",
     "Scan",
+    "WEIGHTED",
+    "graph_params",
     "query_from_dict",
     "query_from_json",
 ]
 
 #: algorithm -> accepted parameters and their defaults (None: required or optional)
 ALGORITHMS: Mapping[str, Mapping[str, Any]] = {
-    "pagerank": {"alpha": 0.85, "tol": 1e-6, "max_iter": 100},
+    "pagerank": {"alpha": 0.85, "tol": 1e-6, "max_iter": 100, "convergence": "total"},
     "bfs": {"source": None, "depth_limit": None},
     "jaccard": {},
     "sorensen": {},
@@ -42,6 +44,12 @@ ALGORITHMS: Mapping[str, Mapping[str, Any]] = {
     "cosine": {},
 }
 SIMILARITIES = ("jaccard", "sorensen", "overlap", "cosine")
+#: The algorithms that read edge weights; BFS counts hops and the similarities
+#: compare neighbour sets, so a weight column is refused for them.
+WEIGHTED = ("pagerank",)
+# PageRank's convergence rules (nexus_cache.graph.ranking.CONVERGENCE_RULES,
+# spelled out: queries must not import the graph layer).
+_CONVERGENCE = ("total", "networkx")
 
 
 def _text(name: str, value: Any) -> str:
@@ -109,17 +117,27 @@ class Count:
         return {"type": "count", "source": self.source}
 
 
-def _param(algorithm: str, name: str, value: Any) -> Any:
+def _field(name: str) -> str:
+    """How a parameter is named in the messages of the Python and JSON query."""
+    return f"Graph.params[{name!r}]"
+
+
+def _param(algorithm: str, name: str, value: Any, label: str) -> Any:
     bad = ConfigError(
-        f"Graph.params[{name!r}]={value!r} is not accepted for {algorithm}; "
+        f"{label}={value!r} is not accepted for {algorithm}; "
         + {
             "alpha": "use a number in (0, 1)",
             "tol": "use a number > 0",
             "max_iter": "use an int >= 1",
+            "convergence": "use one of: " + ", ".join(_CONVERGENCE),
             "source": "use an integer vertex id",
             "depth_limit": "use an int >= 0 or null",
         }[name]
     )
+    if name == "convergence":
+        if value not in _CONVERGENCE:
+            raise bad
+        return value
     if isinstance(value, bool):
         raise bad
     if name == "alpha":
@@ -144,6 +162,29 @@ def _param(algorithm: str, name: str, value: Any) -> Any:
     if not isinstance(value, int) or value < 0:  # depth_limit
         raise bad
     return value
+
+
+def graph_params(
+    algorithm: str, given: Mapping[str, Any], label: Callable[[str], str] = _field
+) -> dict[str, Any]:
+    """Every parameter of ``algorithm``: the defaults of :data:`ALGORITHMS`
+    updated with ``given``, each validated.
+
+    :class:`ConfigError` names a parameter as ``label(name)`` says (the
+    command line passes its flags) and says what is accepted.
+    """
+    accepted = ALGORITHMS[algorithm]
+    params = dict(accepted)
+    for name, value in given.items():
+        if name not in accepted:
+            names = ", ".join(label(a) for a in accepted) or "none"
+            raise ConfigError(
+                f"{label(name)} does not apply to {algorithm}; leave it out (accepted: {names})"
+            )
+        params[name] = _param(algorithm, name, value, label(name))
+    if algorithm == "bfs" and params["source"] is None:
+        raise ConfigError(f"{label('source')} is required for bfs; give a vertex id")
+    return params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +212,18 @@ class Graph:
             _text(f"Graph.{name}", getattr(self, name))
         if self.weight is not None:
             _text("Graph.weight", self.weight)
+        algorithm = str(self.algorithm).strip().lower()
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(
+                f"Graph.algorithm={self.algorithm!r} is not accepted; use one of: "
+                f"{', '.join(ALGORITHMS)}"
+            )
+        object.__setattr__(self, "algorithm", algorithm)
+        if self.weight is not None and algorithm not in WEIGHTED:
+            raise ConfigError(
+                f"Graph.weight={self.weight!r} is not accepted for {algorithm}, which ignores "
+                "edge weights; leave it out (weights apply to: " + ", ".join(WEIGHTED) + ")"
+            )
         if self.src == self.dst:
             raise ConfigError(f"Graph.src and Graph.dst are both {self.src!r}; use two columns")
         if self.edges.columns is not None:
@@ -183,27 +236,9 @@ class Graph:
                 )
         if not isinstance(self.directed, bool):
             raise ConfigError(f"Graph.directed={self.directed!r} is not accepted; use a bool")
-        algorithm = str(self.algorithm).strip().lower()
-        if algorithm not in ALGORITHMS:
-            raise ConfigError(
-                f"Graph.algorithm={self.algorithm!r} is not accepted; use one of: "
-                f"{', '.join(ALGORITHMS)}"
-            )
-        object.__setattr__(self, "algorithm", algorithm)
-        accepted = ALGORITHMS[algorithm]
         if not isinstance(self.params, Mapping):
             raise ConfigError(f"Graph.params={self.params!r} is not accepted; use a mapping")
-        params = dict(accepted)
-        for name, value in self.params.items():
-            if name not in accepted:
-                names = ", ".join(accepted) or "none"
-                raise ConfigError(
-                    f"Graph.params has {name!r}, which {algorithm} does not take; "
-                    f"accepted: {names}"
-                )
-            params[name] = _param(algorithm, name, value)
-        if algorithm == "bfs" and params["source"] is None:
-            raise ConfigError("Graph.params['source'] is required for bfs; give a vertex id")
+        params = graph_params(algorithm, self.params)
         object.__setattr__(self, "params", _FrozenParams(params))
 
     kind = "graph"

@@ -35,7 +35,10 @@ class Diagnostics:
     several objects), ``read_mode``, ``fill_mode``, ``objects`` and ``read``
     (False when the source cache served the scan, so no byte was read).
     ``source_cache`` and ``graph_cache``: ``status`` and ``reason``.
-    ``timings``: seconds per step and ``total_s``.
+    ``timings``: seconds per step and ``total_s``. ``algorithm``: a graph
+    query's run facts (PageRank: ``iterations``, ``converged``, ``error``,
+    the last L1 change, and ``threshold``, what it had to drop below; BFS:
+    ``levels``); empty for scans and counts.
     """
 
     query_id: str
@@ -48,6 +51,7 @@ class Diagnostics:
     timings: dict[str, float]
     rows: int
     result_fingerprint: str
+    algorithm: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -316,6 +316,7 @@ class QueryService:
             timings=dict(timings),
             rows=table.num_rows,
             result_fingerprint=digest,
+            algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
         )
         return QueryResult(table, diagnostics)
 

@@ -1,0 +1,223 @@
+"""Graph queries at their edges: empty tables, mixed id types across objects,
+an object without a column, repeated edges, PageRank's convergence facts, and
+the ``graph`` command's flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import networkx as nx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nexus_cache.cli.main import main
+from nexus_cache.errors import GraphInputError
+from nexus_cache.service import Graph, Scan
+
+from ._helpers import MIB, make_service, use_host_cli
+
+ALL = [
+    ("pagerank", {}),
+    ("bfs", {"source": 7}),
+    ("jaccard", {}),
+    ("sorensen", {}),
+    ("overlap", {}),
+    ("cosine", {}),
+]
+
+
+def _write(path: Path, table: pa.Table) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    past = time.time() - 60  # older than the identity check's minimum age
+    os.utime(path, (past, past))
+    return str(path)
+
+
+def _ids(values: list[int], type_: pa.DataType | None = None) -> pa.Array:
+    return pa.array(values, type_ or pa.int64())
+
+
+@pytest.mark.parametrize("cap", [64 * MIB, 0], ids=["graph-cache", "no-cache"])
+@pytest.mark.parametrize(("algorithm", "params"), ALL, ids=[a for a, _ in ALL])
+def test_an_empty_edge_table_gives_an_empty_result(
+    tmp_path: Path, cap: int, algorithm: str, params: dict
+) -> None:
+    empty = _write(tmp_path / "empty.parquet", pa.table({"s": _ids([]), "d": _ids([])}))
+    with make_service(tmp_path, cache_cap_bytes=cap) as service:
+        query = Graph(Scan(empty), "s", "d", algorithm, params=params)
+        if algorithm == "bfs":  # no vertex is in an empty graph: as for any missing source
+            with pytest.raises(GraphInputError, match=r"\[7\] are not in the graph"):
+                service.execute(query)
+            return
+        for _ in range(2):  # the miss, then the hit
+            result = service.execute(query)
+            assert result.table.num_rows == 0
+        expected = "hit" if cap else "bypass"
+        assert result.diagnostics.graph_cache["status"] == expected
+    if algorithm == "pagerank":
+        assert result.diagnostics.algorithm["converged"] is True
+
+
+def test_int64_and_uint64_id_columns_combine_as_in_a_scan(tmp_path: Path) -> None:
+    mixed = tmp_path / "mixed"
+    _write(mixed / "a.parquet", pa.table({"s": _ids([1, 2]), "d": _ids([2, 3])}))
+    big = 2**62 + 1
+    _write(
+        mixed / "b.parquet",
+        pa.table({"s": _ids([3, big], pa.uint64()), "d": _ids([1, 1], pa.uint64())}),
+    )
+    one = _write(
+        tmp_path / "one.parquet", pa.table({"s": _ids([1, 2, 3, big]), "d": _ids([2, 3, 1, 1])})
+    )
+    with make_service(tmp_path) as service:
+        for algorithm, params in ALL:
+            query = Graph(
+                Scan(str(mixed)),
+                "s",
+                "d",
+                algorithm,
+                params={**params, "source": 1} if algorithm == "bfs" else params,
+            )
+            got = service.execute(query).table
+            want = service.execute(
+                Graph(Scan(one), "s", "d", algorithm, params=query.params)
+            ).table
+            assert got.equals(want), algorithm
+            assert big in got.column(0).to_pylist()
+            assert got.schema.field(0).type == pa.int64()
+
+
+def test_uint64_ids_beyond_int64_and_a_missing_column_name_the_object(tmp_path: Path) -> None:
+    huge = tmp_path / "huge"
+    _write(huge / "a.parquet", pa.table({"s": _ids([1]), "d": _ids([2])}))
+    _write(
+        huge / "b.parquet",
+        pa.table({"s": _ids([2**63], pa.uint64()), "d": _ids([1], pa.uint64())}),
+    )
+    partial = tmp_path / "partial"
+    _write(partial / "a.parquet", pa.table({"s": _ids([1]), "d": _ids([2])}))
+    _write(partial / "b.parquet", pa.table({"s": _ids([2])}))
+    with make_service(tmp_path) as service:
+        with pytest.raises(
+            GraphInputError, match=r"column 's' of edge object '.*b\.parquet'.*2\*\*63"
+        ):
+            service.execute(Graph(Scan(str(huge)), "s", "d", "pagerank"))
+        with pytest.raises(GraphInputError, match=r"edge object '.*b\.parquet' has no column 'd'"):
+            service.execute(Graph(Scan(str(partial)), "s", "d", "pagerank"))
+
+
+def test_repeated_edges_count_the_same_with_or_without_a_weight_column(tmp_path: Path) -> None:
+    src = [0, 0, 0, 1, 2, 2, 3]
+    dst = [1, 1, 2, 2, 0, 3, 0]  # 0 -> 1 twice
+    edges = _write(
+        tmp_path / "e.parquet",
+        pa.table({"s": _ids(src), "d": _ids(dst), "one": pa.array([1.0] * 7)}),
+    )
+    params = {"tol": 1e-12}
+    with make_service(tmp_path) as service:
+        plain = service.execute(Graph(Scan(edges), "s", "d", "pagerank", params=params)).table
+        ones = service.execute(
+            Graph(Scan(edges), "s", "d", "pagerank", weight="one", params=params)
+        ).table
+    assert plain.equals(ones)
+    expected = nx.pagerank(nx.MultiDiGraph(list(zip(src, dst, strict=True))), tol=1e-14)
+    for vertex, rank in zip(
+        plain["vertex"].to_pylist(), plain["pagerank"].to_pylist(), strict=True
+    ):
+        assert rank == pytest.approx(expected[vertex], abs=1e-10)
+
+
+def test_pagerank_reports_its_convergence(tmp_path: Path) -> None:
+    edges = _write(
+        tmp_path / "e.parquet", pa.table({"s": _ids([0, 1, 2, 2]), "d": _ids([1, 2, 0, 3])})
+    )
+    with make_service(tmp_path) as service:
+        done = service.execute(Graph(Scan(edges), "s", "d", "pagerank"))
+        stopped = service.execute(Graph(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2}))
+        rule = service.execute(
+            Graph(Scan(edges), "s", "d", "pagerank", params={"convergence": "networkx"})
+        )
+        bfs = service.execute(Graph(Scan(edges), "s", "d", "bfs", params={"source": 0}))
+    facts = done.diagnostics.algorithm
+    assert facts["converged"] is True
+    assert facts["error"] < facts["threshold"] == 1e-6
+    assert 1 <= facts["iterations"] <= 100
+    assert done.diagnostics.to_dict()["algorithm"] == facts
+    assert stopped.diagnostics.algorithm["converged"] is False
+    assert stopped.diagnostics.algorithm["iterations"] == 2
+    assert rule.diagnostics.algorithm["threshold"] == pytest.approx(4e-6)
+    assert set(bfs.diagnostics.algorithm) == {"levels"}
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    use_host_cli(monkeypatch)
+    _write(
+        tmp_path / "e.parquet",
+        pa.table({"s": _ids([0, 1, 2, 2]), "d": _ids([1, 2, 0, 3]), "w": pa.array([1.0] * 4)}),
+    )
+    return tmp_path
+
+
+def _graph(env: Path, *args: str) -> list[str]:
+    return ["graph", args[0], str(env / "e.parquet"), "--src", "s", "--dst", "d", *args[1:]]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("bfs",), "--source is required for bfs"),
+        (("pagerank", "--alpha", "1.5"), "--alpha=1.5 is not accepted for pagerank"),
+        (("pagerank", "--tol", "0"), "--tol=0.0 is not accepted"),
+        (("pagerank", "--max-iter", "0"), "--max-iter=0 is not accepted"),
+        (("bfs", "--source", "0", "--depth-limit", "-1"), "--depth-limit=-1 is not accepted"),
+        (("jaccard", "--alpha", "0.5"), "--alpha does not apply to jaccard"),
+        (("jaccard", "--weight", "w"), "--weight does not apply to jaccard"),
+        (("cosine", "--weight", "w"), "--weight does not apply to cosine"),
+        (("bfs", "--source", "0", "--weight", "w"), "--weight does not apply to bfs"),
+        (("pagerank", "--src", "d"), "--src and --dst are both 'd'"),
+    ],
+)
+def test_graph_command_errors_name_flags(
+    env: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
+) -> None:
+    assert main(_graph(env, *argv)) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert err.count("\n") == 1
+    assert "Graph." not in err
+    assert "params" not in err
+
+
+def test_graph_command_reports_pagerank_convergence(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_graph(env, "pagerank", "--weight", "w")) == 0
+    out, err = capsys.readouterr()
+    assert "pagerank converged in" in out
+    assert err == ""
+    assert main(_graph(env, "pagerank", "--max-iter", "2")) == 0
+    out, err = capsys.readouterr()
+    assert "pagerank did not converge in 2 iterations" in out
+    assert err.startswith("nexus-cache: warning: pagerank did not converge")
+    assert "--max-iter" in err
+    assert main(_graph(env, "pagerank", "--convergence", "networkx", "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    facts = report["diagnostics"]["algorithm"]
+    assert facts["converged"] is True
+    assert facts["threshold"] == pytest.approx(4e-6)
+    assert report["diagnostics"]["query"]["params"]["convergence"] == "networkx"
+
+
+def test_the_convergence_rules_are_spelled_alike_everywhere() -> None:
+    from nexus_cache.cli import graph as cli_graph
+    from nexus_cache.graph import CONVERGENCE_RULES
+    from nexus_cache.service import queries
+
+    assert cli_graph.CONVERGENCE == queries._CONVERGENCE == CONVERGENCE_RULES
+    assert queries.ALGORITHMS["pagerank"]["convergence"] == CONVERGENCE_RULES[0]
