@@ -99,13 +99,18 @@ def pair_common_neighbours(kernels: Any, graph: Any, first: Any, second: Any) ->
     counts = np.zeros(int(first.size), dtype=np.int64)
     degree = np.diff(indptr)
     deg_a, deg_b = degree[first], degree[second]
+    del degree
     a_short = deg_a <= deg_b
     short = np.where(a_short, first, second)
     long_ = np.where(a_short, second, first)
-    del a_short
+    smaller = np.minimum(deg_a, deg_b).astype(np.int64, copy=False)
+    del a_short, deg_a, deg_b
     order = np.argsort(long_, kind="stable")
-    cost = np.cumsum(np.minimum(deg_a, deg_b)[order] + 1, dtype=np.int64)
-    del deg_a, deg_b, degree
+    # The cost of a pair is its shorter list: cut so each thread walks as much.
+    cost = smaller[order]
+    del smaller
+    cost += 1
+    np.cumsum(cost, out=cost)
     pieces = _pieces(cost, _cores())
     del cost
 
