@@ -5,7 +5,8 @@
 # Wheels for packages the machine lacks (rmm-cu13, librmm-cu13, rapids-logger,
 # kvikio-cu13, libkvikio-cu13, xxhash) travel in .whl/ (see docs/benchmarks.md).
 #
-#   GPU_BENCHMARKS="graph source_cache"  which benchmarks/NAME.py to run
+#   GPU_BENCHMARKS="warmup cold_read graph source_cache"  which benchmarks/NAME.py to run
+#                                         (warmup at --scale 20, cold_read on a 2 GiB file)
 #   BENCH_TIMEOUT=240                     seconds per benchmark
 #   PROGRAM_RUNS=3                        runs of the program-cache benchmark
 set -uo pipefail
@@ -34,9 +35,14 @@ export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
     tests/gpu/test_device_gpu.py tests/gpu/test_frames_gpu.py tests/gpu/test_service_gpu.py
 } 2>&1 | tee "$out/gpu-tests.txt"
 timeout 240 python3 -m nexus_cache.cli.main demo --backend cuda ${DEMO_ARGS:-} 2>&1 | tee "$out/demo.txt"
-for b in ${GPU_BENCHMARKS:-graph source_cache}; do
+for b in ${GPU_BENCHMARKS:-warmup cold_read graph source_cache}; do
   [ -f "benchmarks/$b.py" ] || continue
-  timeout "${BENCH_TIMEOUT:-240}" python3 "benchmarks/$b.py" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench-$b.txt"
+  case $b in
+    warmup) args="--scale 20" ;;
+    cold_read) args="--backend cuda --size-mib 2048 --repeats 3" ;;
+    *) args="" ;;
+  esac
+  timeout "${BENCH_TIMEOUT:-240}" python3 "benchmarks/$b.py" $args ${BENCH_ARGS:-} 2>&1 | tee "$out/bench-$b.txt"
 done
 for i in $(seq 1 "${PROGRAM_RUNS:-0}"); do
   timeout "${BENCH_TIMEOUT:-240}" python3 benchmarks/program_cache.py --skip-scale --reps 1000 \

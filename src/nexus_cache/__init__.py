@@ -17,6 +17,8 @@ _EXPORTS: dict[str, str] = {
     "InMemoryProgramCache": "nexus_cache.program",
     "FileStreamProgramCache": "nexus_cache.program",
     "SQLiteProgramCache": "nexus_cache.program",
+    "RedisProgramCache": "nexus_cache.program",
+    "TieredProgramCache": "nexus_cache.program",
     "make_program_cache_key": "nexus_cache.program",
     "cached_compile": "nexus_cache.program",
     "CompileInputs": "nexus_cache.program",
@@ -43,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     # query service
     "QueryService": "nexus_cache.service",
     "ServiceConfig": "nexus_cache.service",
+    # query services on Dask workers (the cluster extra)
+    "ClusterQueryClient": "nexus_cache.cluster",
     # graphs and the resident graph cache
     "GraphOptions": "nexus_cache.graph",
     "build_graph": "nexus_cache.graph",

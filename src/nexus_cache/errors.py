@@ -19,6 +19,7 @@ __all__ = [
     "CacheClosedError",
     "CacheIntegrityError",
     "CacheSecurityError",
+    "CacheUnavailableError",
     "CapacityError",
     "CommandError",
     "ConfigError",
@@ -59,6 +60,10 @@ class CacheSecurityError(NexusCacheError, PermissionError):
 
 class CacheIntegrityError(NexusCacheError, OSError):
     """Stored bytes no longer match the digest or identity they were stored with."""
+
+
+class CacheUnavailableError(NexusCacheError, ConnectionError):
+    """A shared cache's server (Redis) did not answer an administrative call."""
 
 
 class StalePlanError(NexusCacheError, RuntimeError):

@@ -72,9 +72,7 @@ def test_blank_root_variable_counts_as_unset(
     # from_env's rule: a blank value is unset (the CLI used to take "  " as a path)
     monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_ROOT", "   ")
     assert main(["lakehouse", "ls"]) == 2
-    assert (
-        "no cache root: pass --root or set NEXUS_LAKEHOUSE_CACHE_ROOT" in capsys.readouterr().err
-    )
+    assert "no cache root: pass --root, set NEXUS_LAKEHOUSE_CACHE_ROOT" in capsys.readouterr().err
 
 
 def test_info_reports_every_bad_variable_and_exits_2(
@@ -160,7 +158,7 @@ def test_prune_target_from_env_uses_the_config_rules(
     assert json.loads(capsys.readouterr().out)["remaining_bytes"] == 30_000
     monkeypatch.setenv("NEXUS_LAKEHOUSE_CACHE_MAX_BYTES", "")
     assert main(["lakehouse", "prune", "--root", str(root)]) == 2
-    assert "pass --max-bytes or set" in capsys.readouterr().err
+    assert "pass --max-bytes, set" in capsys.readouterr().err
 
 
 def test_missing_root_and_bad_options_exit_2(
@@ -214,7 +212,7 @@ def test_info_without_a_root_still_shows_the_configuration(
     assert main(["lakehouse", "info", "--json"]) == 2
     out = capsys.readouterr()
     assert json.loads(out.out)["environment_config"]["policy"] == "read_through"
-    assert "no cache root: pass --root or set NEXUS_LAKEHOUSE_CACHE_ROOT" in out.err
+    assert "no cache root: pass --root, set NEXUS_LAKEHOUSE_CACHE_ROOT" in out.err
 
 
 def test_public_helpers_read_the_environment_like_from_env(tmp_path: Path) -> None:

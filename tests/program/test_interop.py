@@ -16,7 +16,9 @@ from nexus_cache.program import (
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    RedisProgramCache,
     SQLiteProgramCache,
+    TieredProgramCache,
 )
 from nexus_cache.program._resource import as_key_bytes, as_value_bytes
 
@@ -80,6 +82,8 @@ def test_every_backend_is_a_virtual_subclass_of_the_peer_resource() -> None:
         InMemoryProgramCache,
         FileStreamProgramCache,
         SQLiteProgramCache,
+        RedisProgramCache,
+        TieredProgramCache,
     ):
         assert issubclass(cls, PeerResource), cls
 
@@ -92,13 +96,18 @@ def test_program_compile_misses_then_hits_with_a_custom_subclass() -> None:
     assert bytes(second.code) == bytes(first.code) == next(iter(cache.data.values()))
 
 
-@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
-def test_program_compile_misses_then_hits_with_our_backends(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite", "redis", "tiered"])
+def test_program_compile_misses_then_hits_with_our_backends(
+    kind: str, tmp_path: Path, needs_backend: Any
+) -> None:
+    from ._backends import open_cache
+
+    needs_backend(kind)
     cache = {
         "memory": lambda: InMemoryProgramCache(),
         "filestream": lambda: FileStreamProgramCache(tmp_path / "fs"),
         "sqlite": lambda: SQLiteProgramCache(tmp_path / "c.sqlite"),
-    }[kind]()
+    }.get(kind, lambda: open_cache(kind, str(tmp_path)))()
     with cache:
         first, second = compile_twice(cache)
         stats = cache.stats()
@@ -199,8 +208,11 @@ def test_without_cuda_core_nothing_happens() -> None:
 SENTINEL = b"\x7fELF pre-filled, no compiler ran"
 
 
-@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
-def test_prefill_for_program_compile_uses_cuda_cores_key(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite", "redis", "tiered"])
+def test_prefill_for_program_compile_uses_cuda_cores_key(
+    kind: str, tmp_path: Path, needs_backend: Any
+) -> None:
+    needs_backend(kind)
     from cuda.core.utils import make_program_cache_key as cuda_core_key
 
     from ._backends import open_cache
@@ -215,8 +227,11 @@ def test_prefill_for_program_compile_uses_cuda_cores_key(kind: str, tmp_path: Pa
         assert len(cache) == 1
 
 
-@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
-def test_prefill_for_cached_compile_uses_our_key(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite", "redis", "tiered"])
+def test_prefill_for_cached_compile_uses_our_key(
+    kind: str, tmp_path: Path, needs_backend: Any
+) -> None:
+    needs_backend(kind)
     from nexus_cache.program import CompileInputs, cached_compile, make_program_cache_key
 
     from ._backends import open_cache

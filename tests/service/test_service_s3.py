@@ -85,3 +85,30 @@ def test_scan_count_and_graph_of_an_s3_directory(tmp_path: Path, endpoint: str) 
     assert count.diagnostics.lakehouse["status"] == "hit"  # the footers come from the cache
     assert ranks.diagnostics.graph_cache["status"] == "miss"
     assert abs(sum(ranks.table["pagerank"].to_pylist()) - 1.0) < 1e-6
+
+
+def test_without_a_lakehouse_root_s3_objects_hit_the_device_caches(
+    tmp_path: Path, endpoint: str
+) -> None:
+    """ETag and size prove an S3 object's identity with no root; an overwrite
+    (a new ETag) is a miss."""
+    import boto3
+
+    from nexus_cache.lakehouse import LakehouseCacheConfig
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="noroot")
+    _put(endpoint, "noroot", "facts/part-0.parquet", fact_table(800))
+    options = {"client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True}
+    scan = Scan("s3://noroot/facts/", columns=("order_id",))
+    with make_service(
+        tmp_path, storage_options=options, lakehouse=LakehouseCacheConfig()
+    ) as service:
+        cold, warm = service.execute(scan), service.execute(scan)
+        _put(endpoint, "noroot", "facts/part-0.parquet", fact_table(300, seed=2))
+        rewritten = service.execute(scan)
+    assert cold.diagnostics.lakehouse["reason"] == "no_root"
+    assert cold.diagnostics.source_cache["status"] == "miss-led"
+    assert warm.diagnostics.source_cache["status"] == "hit"
+    assert warm.table.equals(cold.table)
+    assert rewritten.diagnostics.source_cache["status"] == "miss-led"
+    assert rewritten.table.num_rows == 300

@@ -7,10 +7,13 @@ the environment, with every problem of it), ``ls`` (entries), ``stats``
 what each read did: hit, miss or bypass, local or remote, and why), ``verify``
 (re-hash every entry against its identity record and remove the ones that no
 longer match), ``prune --max-bytes`` (LRU retention now) and ``clear`` (remove
-every unpinned entry). ``--root`` defaults to ``NEXUS_LAKEHOUSE_CACHE_ROOT``,
-read with the same rules as :meth:`LakehouseCacheConfig.from_env`. These
-commands never create a cache root, except ``read`` with a filling policy,
-which behaves exactly as a reading program with the same variables would.
+every unpinned entry). Settings come as the query service takes them
+(:func:`~nexus_cache.service.load_lakehouse_config`): ``--root``, else
+``NEXUS_LAKEHOUSE_CACHE_ROOT``, else ``[lakehouse] root`` of the service TOML
+file (``--config FILE``, else ``NEXUS_SERVICE_CONFIG``); the other settings
+likewise, variables over the file. These commands never create a cache root,
+except ``read`` with a filling policy, which behaves exactly as a reading
+program with the same settings would.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = ["register"]
 # lakehouse package (fsspec), which only the lakehouse commands need.
 _ENV_ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
 _ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
+_ENV_SERVICE_CONFIG = "NEXUS_SERVICE_CONFIG"
 
 
 def register(subparsers: Any) -> None:
@@ -57,7 +61,18 @@ def register(subparsers: Any) -> None:
 
     def add(name: str, help_: str, func: Any) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
-        p.add_argument("--root", default=None, help=f"cache root (default: {_ENV_ROOT})")
+        p.add_argument(
+            "--root",
+            default=None,
+            help=f"cache root (default: {_ENV_ROOT}, else [lakehouse] root of the config file)",
+        )
+        p.add_argument(
+            "--config",
+            default=None,
+            metavar="FILE",
+            help="service TOML file whose [lakehouse] table is read under the "
+            f"NEXUS_LAKEHOUSE_* variables (default: {_ENV_SERVICE_CONFIG})",
+        )
         add_json_option(p)
         p.set_defaults(func=func)
         return p
@@ -114,18 +129,29 @@ def _check_root_option(args: argparse.Namespace) -> None:
 
 def _root_path(args: argparse.Namespace) -> Any:
     from nexus_cache.lakehouse import resolve_root
+    from nexus_cache.service import load_lakehouse_root
 
     _check_root_option(args)
+    if not args.root:
+        path = load_lakehouse_root(args.config)
+        if path is None:
+            raise NoCacheError(
+                f"no cache root: pass --root, set {_ENV_ROOT}, or set [lakehouse] root in "
+                f"the service TOML file (--config FILE or {_ENV_SERVICE_CONFIG})"
+            )
+        return path
     try:
-        path = resolve_root(args.root)
+        return resolve_root(args.root)
     except ConfigError as exc:
-        if not args.root:
-            raise
         # resolve_root speaks of the variable; the user gave --root.
         raise ConfigError(str(exc).replace(f"{_ENV_ROOT}=", "--root ", 1)) from None
-    if path is None:
-        raise NoCacheError(f"no cache root: pass --root or set {_ENV_ROOT}")
-    return path
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
+    """The lakehouse configuration the query service would use (file, then variables)."""
+    from nexus_cache.service import load_lakehouse_config
+
+    return load_lakehouse_config(args.config, **overrides)
 
 
 def _open(args: argparse.Namespace) -> Any:
@@ -145,10 +171,18 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from nexus_cache.lakehouse import LakehouseCacheConfig, config_errors_from_env
+    from nexus_cache.lakehouse import config_errors_from_env
 
+    # Each bad variable on its own line; then the file and the variables together.
     errors: list[Exception] = list(config_errors_from_env())
-    config = None if errors else LakehouseCacheConfig.from_env().to_dict()
+    config = None
+    try:
+        config = _settings(args).to_dict()
+        errors = []  # a combination the variables alone lack (a target set in the file)
+    except ConfigError as exc:
+        # unless it repeats the variables' errors (listed one by one already)
+        if not any(str(e) in str(exc) for e in errors):
+            errors.append(exc)
     summary = None
     try:
         summary = _open(args).summary()
@@ -236,11 +270,12 @@ def _verify(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     target = args.max_bytes
     if target is None:
-        from nexus_cache.lakehouse import LakehouseCacheConfig
-
-        target = LakehouseCacheConfig.from_env().max_bytes
+        target = _settings(args).max_bytes
         if target is None:
-            raise ConfigError(f"prune needs a target: pass --max-bytes or set {_ENV_MAX_BYTES}")
+            raise ConfigError(
+                f"prune needs a target: pass --max-bytes, set {_ENV_MAX_BYTES}, or set "
+                "[lakehouse] max_bytes in the service TOML file"
+            )
     root = _open(args)
     with progress("pruning", root.summary().entries) as advance:
         result = root.prune(target, progress=advance)
@@ -281,7 +316,7 @@ def _read(args: argparse.Namespace) -> int:
     # close() waits for background fills, so read_through warms the cache
     # even from this short-lived process.
     try:
-        cache = LakehouseCache.from_env(**overrides)
+        cache = LakehouseCache(_settings(args, **overrides))
     except CacheIntegrityError as exc:
         # another cache's directory or layout: no lakehouse cache there (exit 2)
         raise NoCacheError(" ".join(str(exc).split())) from exc

@@ -21,7 +21,17 @@ from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_f
 __all__ = ["build_parser", "main"]
 
 # sub-command modules under nexus_cache.cli, in help order
-_AREAS = ("demo", "scan", "graph", "warmup", "evidence", "program", "lakehouse", "device")
+_AREAS = (
+    "demo",
+    "scan",
+    "graph",
+    "warmup",
+    "evidence",
+    "program",
+    "lakehouse",
+    "device",
+    "cluster",
+)
 
 
 def _version() -> str:

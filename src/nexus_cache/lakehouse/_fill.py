@@ -140,7 +140,11 @@ class Filler:
         mode = FillMode.BLOCKING
         deadline = time.monotonic() + self.blocking_timeout_s
         lock = self.store.lock(identity.key)
-        if not lock.acquire(timeout=self.blocking_timeout_s):
+        try:
+            acquired = lock.acquire(timeout=self.blocking_timeout_s)
+        except FileNotFoundError as exc:
+            return self._root_removed(exc, identity, mode)
+        if not acquired:
             self._event(EventKind.FILL_TIMEOUT, identity, mode, reason="lock")
             return FillResult(FillOutcome.TIMEOUT, "lock")
         try:
@@ -162,7 +166,11 @@ class Filler:
         mode = FillMode.BACKGROUND
         with lease:
             lock = self.store.lock(identity.key)
-            if not lock.acquire(timeout=0):
+            try:
+                acquired = lock.acquire(timeout=0)
+            except FileNotFoundError as exc:
+                return self._root_removed(exc, identity, mode)
+            if not acquired:
                 self._event(EventKind.FILL_SKIPPED, identity, mode, reason="in_progress")
                 return FillResult(FillOutcome.SKIPPED, "in_progress")
             try:
@@ -174,6 +182,34 @@ class Filler:
                     return FillResult(FillOutcome.FAILED, "stale")
             finally:
                 lock.release()
+
+    def _root_removed(
+        self, exc: FileNotFoundError, identity: SourceIdentity, mode: FillMode
+    ) -> FillResult:
+        """The root (or part of its layout) was removed while this cache used it.
+
+        This fill does not run (the read goes remote); the layout is made
+        again, as a new root's is, so the next fill works. A
+        ``root_unavailable`` event (reason ``removed``) says so. A missing
+        lock file with the layout intact is no removal: it is re-raised.
+        """
+        try:
+            restored = self.store.restore()
+        except OSError as again:  # a full disk, or something else now at the root
+            restored, exc = True, FileNotFoundError(f"{exc}; recreating it failed: {again}")
+        if not restored:
+            raise exc
+        self.events.emit(
+            CacheEvent(
+                EventKind.ROOT_UNAVAILABLE,
+                identity.key,
+                str(self.store.root),
+                mode,
+                reason="removed",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        )
+        return FillResult(FillOutcome.FAILED, "root_removed")
 
     def _present(self, identity: SourceIdentity) -> bool:
         state, found = self.store.lookup(identity.key, identity.content.size)
@@ -296,6 +332,10 @@ class Filler:
     def _failed(
         self, exc: BaseException, identity: SourceIdentity, mode: FillMode, duration: float
     ) -> FillResult:
+        if isinstance(exc, FileNotFoundError) and not isinstance(exc, StalePlanError):
+            # the root was removed during the fill (its temp has no directory)
+            with contextlib.suppress(FileNotFoundError):
+                return self._root_removed(exc, identity, mode)
         if isinstance(exc, StalePlanError):
             reason = "stale"
         elif isinstance(exc, FillError):

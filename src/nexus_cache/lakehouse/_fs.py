@@ -21,6 +21,12 @@ Without ``cache=`` the process-wide :func:`~._cache.default_cache` (configured f
 the environment) is used. The filesystem is read-only. Importing this module
 registers the ``nexus`` protocol with fsspec.
 
+Instances are reused as fsspec reuses them (same arguments, same instance)
+except with a ``cache=`` object; ``fsspec.open_local`` returns the local file
+of an object the open serves locally; ``_cat_file``/``_cat_ranges`` are
+coroutines over the synchronous reads (docs/lakehouse.md lists what else
+differs from simplecache/filecache).
+
 Paths: ``nexus::/abs/path``, ``nexus:///abs/path`` and ``nexus::file:///abs/path``
 name the same local file through fsspec (pandas and pyarrow only hand URLs that
 contain ``://`` to fsspec, so give them one of the last two).
@@ -36,6 +42,7 @@ since every read proves the object's identity instead.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -69,7 +76,9 @@ _SIMPLECACHE_ONLY = frozenset(
 
 def _cache_from_options(
     cache: LakehouseCache | None, cache_storage: Any, unknown: dict[str, Any]
-) -> LakehouseCache:
+) -> tuple[LakehouseCache | None, Any]:
+    """``(cache, None)`` for an explicit cache, else ``(None, root or None)``: the
+    process-wide cache to look up (:func:`default_cache`) at each use."""
     if unknown:
         names = ", ".join(sorted(unknown))
         why = (
@@ -87,7 +96,7 @@ def _cache_from_options(
             "directory as cache_storage="
         )
     if cache_storage is None:
-        return cache if cache is not None else default_cache()
+        return cache, None
     if cache is not None:
         raise ConfigError("pass either nexus option cache= or cache_storage=, not both")
     if isinstance(cache_storage, (list, tuple)):
@@ -101,23 +110,41 @@ def _cache_from_options(
         raise ConfigError(
             f"nexus option cache_storage={cache_storage!r}: give the cache directory's path"
         )
-    return default_cache(cache_storage)
+    return None, cache_storage
 
 
-class NexusCacheFileSystem(ChainedFileSystem):
+class _InstanceCache(type(ChainedFileSystem)):  # type: ignore[misc]
+    """fsspec's instance cache (same arguments, same instance), except with a
+    ``cache=`` object: fsspec's token is the arguments' text, which cannot tell
+    two caches of one configuration apart, and a cached instance would keep
+    the caller's cache alive for the life of the process."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("cache") is not None:
+            kwargs["skip_instance_cache"] = True
+        return super().__call__(*args, **kwargs)
+
+
+class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
     """Read-only fsspec filesystem whose reads go through a :class:`LakehouseCache`.
 
     ``fs``: the filesystem to wrap; or ``target_protocol``/``target_options`` to
     build it (what URL chaining passes); default: the local filesystem.
     ``cache`` or ``cache_storage``: see the module notes; unknown options raise
     :class:`~nexus_cache.errors.ConfigError`.
-    Thread-safe as far as the wrapped filesystem is.
+
+    Instances are reused as fsspec reuses them (the same arguments in the same
+    thread and process give the same instance), except when a ``cache=``
+    object is passed. ``local_file``: ``fsspec.open_local`` returns the local
+    file holding an object's bytes when the open serves it locally (a hit, a
+    ``fill_before_read`` miss, a local source). Thread-safe as far as the
+    wrapped filesystem is.
     """
 
     protocol = "nexus"
     root_marker = ""
-    # the instance holds a cache object, which fsspec's token cannot tell apart
-    cachable = False
+    cachable = True
+    local_file = True
 
     def __init__(
         self,
@@ -131,23 +158,45 @@ class NexusCacheFileSystem(ChainedFileSystem):
         **kwargs: Any,
     ) -> None:
         unknown = {k: v for k, v in kwargs.items() if k not in _FSSPEC_OPTIONS}
-        chosen = _cache_from_options(cache, cache_storage, unknown)
+        self._cache, self._cache_root = _cache_from_options(cache, cache_storage, unknown)
+        self.cache  # noqa: B018 (a bad root or environment fails here, not at the first read)
         super().__init__(**kwargs)
         if fs is None:
             fs = fsspec.filesystem(target_protocol or "file", **(target_options or {}))
         self.fs = fs
         self.fo = fo
-        self.cache = chosen
         self._proofs = MetadataProofs(fs)
+
+        def strip(path: Any) -> Any:
+            # On an instance: ours, then the wrapped filesystem's protocol, so
+            # "nexus::memory://a", "nexus://a" and "memory://a" name one path.
+            if isinstance(path, list):
+                return [strip(p) for p in path]
+            return fs._strip_protocol(type(self)._strip_protocol(path))
+
+        self._strip_protocol = strip  # type: ignore[method-assign]
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
+        """Our own prefixes only (no instance, so no wrapped filesystem to ask)."""
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         text = str(path)
         for prefix in ("nexus::", "nexus://"):
             text = text.removeprefix(prefix)
         return text
+
+    @property
+    def cache(self) -> LakehouseCache:
+        """The cache reads go through: the ``cache=`` given, else the process-wide
+        cache (of ``cache_storage``'s root, or from the environment), looked up
+        at each use so that a reused instance follows :func:`default_cache`."""
+        if self._cache is not None:
+            return self._cache
+        return default_cache(self._cache_root)
+
+    def _parent(self, path: str) -> str:  # type: ignore[override]
+        return str(self.fs._parent(self._strip_protocol(path)))
 
     # -- reads through the cache -----------------------------------------------
     def _open(
@@ -165,7 +214,10 @@ class NexusCacheFileSystem(ChainedFileSystem):
                 "underlying filesystem instead"
             )
         path = self._strip_protocol(path)
-        return self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
+        handle = self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
+        if handle.local_path is not None:
+            handle.name = handle.local_path  # what fsspec.open_local returns
+        return handle
 
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kw: Any
@@ -176,6 +228,26 @@ class NexusCacheFileSystem(ChainedFileSystem):
             hi = size if end is None else (end if end >= 0 else max(0, size + end))
             f.seek(lo)
             return f.read(max(0, hi - lo))
+
+    # Coroutine forms, for callers that drive filesystems asynchronously (zarr,
+    # fsspec's async helpers): the work runs on a thread, as a sync one must.
+    async def _cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kw: Any
+    ) -> bytes:
+        return await asyncio.to_thread(self.cat_file, path, start, end, **kw)
+
+    async def _cat_ranges(
+        self,
+        paths: list[str],
+        starts: Any,
+        ends: Any,
+        max_gap: Any = None,
+        on_error: str = "return",
+        **kw: Any,
+    ) -> list[Any]:
+        return await asyncio.to_thread(
+            self.cat_ranges, paths, starts, ends, max_gap=max_gap, on_error=on_error, **kw
+        )
 
     # -- metadata goes to the wrapped filesystem (see _proofs) ------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:

@@ -68,10 +68,14 @@ class LakehouseFile(io.RawIOBase):
         confirm: Callable[[], None] | None = None,
         replan: Callable[[], LakehouseFile] | None = None,
         on_stale: Callable[[StalePlanError], None] | None = None,
+        local_path: str | None = None,
     ) -> None:
         super().__init__()
         self.diagnostics = diagnostics
         self.name = diagnostics.location
+        #: the local file holding these bytes (the cache entry, or a local
+        #: source read directly); None for a read from a remote store
+        self.local_path = local_path
         self._fd = fd
         self._pin = pin
         self._remote = remote

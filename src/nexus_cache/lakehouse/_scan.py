@@ -43,7 +43,12 @@ from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
 from nexus_cache.lakehouse._fill import Filler
-from nexus_cache.lakehouse._identity import SourceIdentity, is_local_fs, resolve_identity
+from nexus_cache.lakehouse._identity import (
+    SourceIdentity,
+    fs_protocol,
+    is_local_fs,
+    resolve_identity,
+)
 from nexus_cache.lakehouse._known import KnownIdentities, listed_identity
 from nexus_cache.lakehouse._pins import Pin
 from nexus_cache.lakehouse._policy import decide
@@ -74,6 +79,9 @@ class ReadPlan:
     fill_mode: FillMode
     reason: str | None = None
     expected_size: int | None = None
+    #: why ``identity`` is None (``local_file_too_new``, ``no_content_identity``,
+    #: ``no_size``); None when the identity is proven
+    identity_reason: str | None = None
 
     @property
     def key(self) -> str | None:
@@ -145,15 +153,49 @@ class Scanner:
         fs, path = resolve_source(source, fs, storage_options)
         name = os.fspath(source)
         remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
+        sent = time.monotonic()
+        # Identity is proven with or without a root: the device caches above
+        # key decoded frames and graphs by it, and the remote read is pinned
+        # to it (a rewrite between plan and read is a stale plan, never a
+        # frame of the new bytes under the old key).
+        try:
+            res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+        except FileNotFoundError as exc:
+            if fs is None or fs_protocol(fs) != "memory":
+                raise
+            raise FileNotFoundError(
+                f"memory://{path.lstrip('/')}: no such object in fsspec's memory:// "
+                "filesystem, which holds only what this process wrote to it (a new "
+                "process, such as a nexus-cache command, finds it empty); read a local "
+                "path, file:// or a shared store such as s3://"
+            ) from exc
         if self.store is None:
             reason = self._no_store_reason
-            return ReadPlan(name, fs, path, None, None, bypass, remote, FillMode.NONE, reason)
-        sent = time.monotonic()
-        res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+            return ReadPlan(
+                name,
+                fs,
+                path,
+                res.identity,
+                res.size,
+                bypass,
+                remote,
+                FillMode.NONE,
+                reason,
+                identity_reason=res.bypass_reason,
+            )
         self._known.remember(fs, path, res.identity, sent)
         if res.identity is None:
             return ReadPlan(
-                name, fs, path, None, res.size, bypass, remote, FillMode.NONE, res.bypass_reason
+                name,
+                fs,
+                path,
+                None,
+                res.size,
+                bypass,
+                remote,
+                FillMode.NONE,
+                res.bypass_reason,
+                identity_reason=res.bypass_reason,
             )
         return self._decide(name, fs, path, res.identity, tidy=True)
 
@@ -357,7 +399,13 @@ class Scanner:
                     )
                 touch_if_unchanged(fd, stat_key(st))  # LRU stamp
                 handle = LakehouseFile(
-                    diag, plan.size, fd=fd, pin=pin, confirm=confirm, replan=replan
+                    diag,
+                    plan.size,
+                    fd=fd,
+                    pin=pin,
+                    confirm=confirm,
+                    replan=replan,
+                    local_path=os.fspath(self.store.data_path(plan.key)),
                 )
             except BaseException:
                 os.close(fd)
@@ -432,7 +480,13 @@ class Scanner:
 
         try:
             handle = LakehouseFile(
-                diag, size, remote=remote, on_close=on_close, replan=replan, on_stale=on_stale
+                diag,
+                size,
+                remote=remote,
+                on_close=on_close,
+                replan=replan,
+                on_stale=on_stale,
+                local_path=plan.path if plan.fs is None else None,
             )
         except BaseException:
             remote.close()

@@ -197,12 +197,42 @@ class EntryStore:
             )
         if not (self.root / "layout.json").exists():
             _refuse_foreign_contents(self.root)
-        self.entries_dir = ensure_private_dir(self.root / "entries")
-        self.pins_dir = ensure_private_dir(self.root / "pins")
-        self.locks_dir = ensure_private_dir(self.root / "locks")
-        self.tmp_dir = ensure_private_dir(self.root / "tmp")
+        self.entries_dir = self.root / "entries"
+        self.pins_dir = self.root / "pins"
+        self.locks_dir = self.root / "locks"
+        self.tmp_dir = self.root / "tmp"
         self._entries = os.fspath(self.entries_dir)  # hit paths join strings, not Paths
+        self._make_layout()
+
+    def _make_layout(self) -> None:
+        for directory in (self.entries_dir, self.pins_dir, self.locks_dir, self.tmp_dir):
+            ensure_private_dir(directory)
         self._check_layout()
+
+    def restore(self) -> bool:
+        """Recreate the root's layout if it was removed while in use; ``True`` when
+        something was missing (and is back now).
+
+        A root removed under a running process (``rm -rf`` of the cache
+        directory) leaves every later lock, temp and pin without a directory.
+        The layout is made again exactly as a new root's is (private
+        directories, ``layout.json``), so later fills work; entries are not
+        brought back. A root replaced by something else (a file, a foreign
+        directory) is refused as at open. Process-safe: concurrent restorers
+        race as concurrent openers do.
+        """
+        if (
+            all(
+                d.is_dir() for d in (self.entries_dir, self.pins_dir, self.locks_dir, self.tmp_dir)
+            )
+            and (self.root / "layout.json").exists()
+        ):
+            return False
+        ensure_private_dir(self.root)
+        if not (self.root / "layout.json").exists():
+            _refuse_foreign_contents(self.root)
+        self._make_layout()
+        return True
 
     def _check_layout(self) -> None:
         marker = self.root / "layout.json"

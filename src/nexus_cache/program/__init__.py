@@ -20,6 +20,9 @@ _LAZY = {
     "cached_compile": "nexus_cache.program._compile",
     "make_program_cache_key": "nexus_cache.program.keys",
     "register_with_cuda_core": "nexus_cache.program._interop",
+    # shared and stacked caches (redis-py is imported when one is opened)
+    "RedisProgramCache": "nexus_cache.program._redis",
+    "TieredProgramCache": "nexus_cache.program._tiered",
     # inspection and the demo (the CLI's needs, public for anyone)
     "CACHE_KINDS": "nexus_cache.program._catalog",
     "ProgramEntry": "nexus_cache.program._catalog",
@@ -43,6 +46,8 @@ __all__ = [
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "SQLiteProgramCache",
+    "RedisProgramCache",
+    "TieredProgramCache",
     "CacheableProgram",
     "CompileInputs",
     "cached_compile",

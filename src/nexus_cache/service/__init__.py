@@ -16,6 +16,8 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_CACHE_CAP_FRACTION": "config",
     "DeviceSettings": "config",
     "ServiceConfig": "config",
+    "load_lakehouse_config": "config",
+    "load_lakehouse_root": "config",
     "ADMISSION_COLUMNS": "evidence",
     "EVIDENCE_FORMAT": "evidence",
     "EvidenceReport": "evidence",

@@ -198,6 +198,11 @@ def run_attempt(
             domain,
             objects=[p.source for p in plan.source.plans],
         )
+        if outcome.graph.reason == "unstable_source" and plan.source.identity_problems:
+            # say why the edge objects have no identity, and what to change
+            outcome.graph = dataclasses.replace(
+                outcome.graph, reason=f"unstable_source: {plan.source.identity_problems}"
+            )
         timings["graph_s"] = time.perf_counter() - t0
         budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
         outcome.table = result

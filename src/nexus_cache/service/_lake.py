@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -36,7 +37,35 @@ from nexus_cache.lakehouse import (
     resolve_source,
 )
 
-__all__ = ["SourcePlan", "count_rows", "decode_object", "lakehouse_summary", "plan_source"]
+__all__ = [
+    "SourcePlan",
+    "count_rows",
+    "decode_object",
+    "identity_problem",
+    "lakehouse_summary",
+    "plan_source",
+]
+
+#: what a user can do when an object's identity cannot be proven, per reason
+_IDENTITY_HINTS = {
+    "local_file_too_new": (
+        "the file was modified less than local_min_age_s ago (3 s by default) and may "
+        "still be written; query it again in a few seconds, or lower [lakehouse] "
+        "local_min_age_s"
+    ),
+    "no_content_identity": (
+        "the store reports no ETag or version id for it; serve the data from a store "
+        "that does (S3, GCS, Azure) or from a local path"
+    ),
+    "no_size": "the store reports no size for it; serve the data from a store that does",
+}
+
+
+def identity_problem(read_plan: ReadPlan) -> str:
+    """Why the device caches cannot key ``read_plan``'s object, and what to change."""
+    reason = read_plan.identity_reason or "unknown"
+    hint = _IDENTITY_HINTS.get(reason)
+    return f"no proven identity ({reason}: {hint})" if hint else f"no proven identity ({reason})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +87,12 @@ class SourcePlan:
         """The entry keys of every object, or None when one has no proven identity."""
         keys = tuple(p.key for p in self.plans)
         return None if any(k is None for k in keys) else keys  # type: ignore[return-value]
+
+    @property
+    def identity_problems(self) -> str | None:
+        """Why :attr:`identity_keys` is None (each distinct problem once), else None."""
+        problems = sorted({identity_problem(p) for p in self.plans if p.key is None})
+        return "; ".join(problems) or None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +137,8 @@ def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[
             names = [path]
         else:
             raise FileNotFoundError(f"source {source!r} does not exist; check the path")
+        for name in names:
+            _check_regular(source, name)
     else:
         try:
             names = _list_remote(fs, path)
@@ -115,6 +152,37 @@ def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[
     if not names:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
     return fs, names
+
+
+def _check_regular(source: str, name: str) -> None:
+    """Refuse a local object that is not a regular file.
+
+    Opening a FIFO waits for a writer forever, and a device or socket holds
+    no Parquet: a query (or a directory listing) that names one is refused,
+    naming it, before anything is opened. A listing is refused whole rather
+    than skipping the object, so that no query silently answers over part
+    of its data.
+    """
+    try:
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        return  # gone meanwhile (or a dangling link): planning says so
+    if stat.S_ISREG(mode):
+        return
+    kind = (
+        "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "not a regular file"
+    )
+    where = "" if name == source else f" (listed in source {source!r})"
+    raise SourceFormatError(
+        f"{name!r}{where} is {kind}, not a Parquet file; remove it or point the query "
+        "at regular files"
+    )
 
 
 def _list_remote(fs: Any, path: str) -> list[str]:

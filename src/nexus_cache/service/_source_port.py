@@ -13,7 +13,10 @@ columns, the batch boundary) and goes through ``checkout_or_claim``:
 * ``miss-followed``: another attempt was decoding the same key; this one
   waited and took a copy;
 * ``bypass`` with a reason: ``cache_cap_bytes=0`` on the device, or ``no
-  proven identity`` (the lakehouse could not prove what the object holds).
+  proven identity (<why>: <what to change>)`` (the lakehouse could not prove
+  what the object holds: a local file modified moments ago, a store without
+  ETags or versions). A lakehouse root is not needed: identity is proven
+  from the same stat / metadata evidence with or without one.
 
 A stale lakehouse plan met while leading is this attempt's own failure: the
 lead passes to a waiting attempt (which decodes with its own plan) and the
@@ -39,7 +42,7 @@ from nexus_cache.device import (
 from nexus_cache.errors import SourceFormatError, StalePlanError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import ReadPlan
-from nexus_cache.service._lake import SourcePlan
+from nexus_cache.service._lake import SourcePlan, identity_problem
 
 __all__ = ["BYPASS_COUNT", "SourceLoad", "SourceOutcome", "SourcePort", "concat_objects"]
 
@@ -140,7 +143,7 @@ class SourcePort:
                     load.frames.append(decode(read_plan))
                     statuses.append("bypass")
                     reasons.append(
-                        "cache_cap_bytes=0" if subdomain is None else "no proven identity"
+                        "cache_cap_bytes=0" if subdomain is None else identity_problem(read_plan)
                     )
                     continue
                 key = SourceFrameKey(

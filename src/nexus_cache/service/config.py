@@ -52,8 +52,11 @@ from nexus_cache.backends import BACKEND_NAMES, ENV_DEVICE_BACKEND
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse import (
     ENV_BYPASS_BYTES,
+    ENV_FILL_EXIT_WAIT_S,
     ENV_FILL_MAX_CONCURRENCY,
     ENV_FILL_MAX_HOST_BYTES,
+    ENV_IDENTITY_TTL,
+    ENV_LOG_READS,
     ENV_MAX_BYTES,
     ENV_POLICY,
     ENV_READ,
@@ -65,6 +68,8 @@ __all__ = [
     "DEFAULT_CACHE_CAP_FRACTION",
     "DeviceSettings",
     "ServiceConfig",
+    "load_lakehouse_config",
+    "load_lakehouse_root",
 ]
 
 ENV_CONFIG = "NEXUS_SERVICE_CONFIG"
@@ -86,6 +91,9 @@ _LAKEHOUSE_ENV = {
     ENV_FILL_MAX_CONCURRENCY: "fill_max_concurrency",
     ENV_FILL_MAX_HOST_BYTES: "fill_max_host_bytes",
     ENV_BYPASS_BYTES: "bypass_bytes",
+    ENV_FILL_EXIT_WAIT_S: "fill_exit_wait_s",
+    ENV_LOG_READS: "log_reads",
+    ENV_IDENTITY_TTL: "identity_ttl_s",
 }
 _LAKEHOUSE_KEYS = tuple(f.name for f in dataclasses.fields(LakehouseCacheConfig))
 _TOP_KEYS = (
@@ -264,19 +272,9 @@ class ServiceConfig:
             )
 
         def get(name: str) -> str | None:
-            value = env.get(name)
-            return value if value is not None and value.strip() != "" else None
+            return _env(env, name)
 
-        origin = "path"
-        if path is None:
-            path, origin = get(ENV_CONFIG), ENV_CONFIG
-        fields: dict[str, Any] = {}
-        lake: dict[str, Any] = {}
-        if path is not None:
-            fields, lake = _read_toml(Path(path), origin)
-        for variable, field in _LAKEHOUSE_ENV.items():
-            if (value := get(variable)) is not None:
-                lake[field] = value
+        fields, lake = _file_and_lake_env(path, env)
         simple = {
             ENV_DEVICE_BACKEND: "backend",
             ENV_CACHE_CAP: "cache_cap_bytes",
@@ -292,11 +290,7 @@ class ServiceConfig:
             fields["devices"] = _parse_device_list(value)
         if "lakehouse" in overrides:
             return cls(**{**fields, **overrides})
-        try:
-            lakehouse = LakehouseCacheConfig(**lake)
-        except TypeError as exc:  # pragma: no cover - keys are checked in _read_toml
-            raise ConfigError(f"lakehouse settings: {exc}") from None
-        return cls(**{**fields, "lakehouse": lakehouse, **overrides})
+        return cls(**{**fields, "lakehouse": _lakehouse(lake), **overrides})
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServiceConfig:
@@ -322,6 +316,68 @@ class ServiceConfig:
             if self.storage_options is None
             else sorted(self.storage_options),
         }
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    # an empty or blank value counts as unset
+    value = env.get(name)
+    return value if value is not None and value.strip() != "" else None
+
+
+def _file_and_lake_env(
+    path: str | os.PathLike[str] | None, env: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The TOML file's settings (``path``, else ``NEXUS_SERVICE_CONFIG``) and its
+    ``[lakehouse]`` table with the ``NEXUS_LAKEHOUSE_*`` variables laid over it."""
+    origin = "path"
+    if path is None:
+        path, origin = _env(env, ENV_CONFIG), ENV_CONFIG
+    fields: dict[str, Any] = {}
+    lake: dict[str, Any] = {}
+    if path is not None:
+        fields, lake = _read_toml(Path(path), origin)
+    for variable, field in _LAKEHOUSE_ENV.items():
+        if (value := _env(env, variable)) is not None:
+            lake[field] = value
+    return fields, lake
+
+
+def load_lakehouse_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> LakehouseCacheConfig:
+    """The lakehouse settings a :class:`ServiceConfig` loaded the same way would hold.
+
+    Weakest first: defaults, the TOML file's ``[lakehouse]`` table (``path``,
+    else the file ``NEXUS_SERVICE_CONFIG`` names), the ``NEXUS_LAKEHOUSE_*``
+    variables, then ``overrides`` (field names of
+    :class:`~nexus_cache.lakehouse.LakehouseCacheConfig`). Reads no other
+    service setting, so a bad ``NEXUS_SERVICE_*`` variable does not stop it;
+    a bad file does (:class:`ConfigError` naming the file and the key).
+    """
+    _fields, lake = _file_and_lake_env(path, os.environ if environ is None else environ)
+    return _lakehouse({**lake, **overrides})
+
+
+def load_lakehouse_root(
+    path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> Path | None:
+    """The lakehouse root alone, by the precedence of :func:`load_lakehouse_config`:
+    ``NEXUS_LAKEHOUSE_CACHE_ROOT``, else the TOML file's ``[lakehouse] root``, else
+    ``None``. Other settings are not combined (a filling policy without a target
+    does not stop it), so maintenance commands find the root whatever they hold."""
+    _fields, lake = _file_and_lake_env(path, os.environ if environ is None else environ)
+    root = lake.get("root")
+    return None if root is None else _lakehouse({"root": root}).root
+
+
+def _lakehouse(settings: dict[str, Any]) -> LakehouseCacheConfig:
+    try:
+        return LakehouseCacheConfig(**settings)
+    except TypeError as exc:  # an override that is no field (file keys are checked)
+        raise ConfigError(f"lakehouse settings: {exc}") from None
 
 
 def _named(variable: str, field: str, value: str) -> Any:

@@ -1,0 +1,131 @@
+"""``nexus-cache cluster``: the query services of a Dask cluster's workers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from nexus_cache.cli._output import EXIT_OK, Table, add_json_option, emit, number_option, size
+from nexus_cache.errors import BackendUnavailableError, CommandError
+
+__all__ = ["register"]
+
+_HELP = "the query services of a Dask cluster's workers (the cluster extra)"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("cluster", help=_HELP, description=_HELP)
+    sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION")
+    sub.required = True
+    report = sub.add_parser(
+        "report",
+        help="per worker: device caches, lakehouse and program cache figures",
+        description=(
+            "Connect to a Dask scheduler and print, per worker, its device cache report "
+            "(source and graph caches), its lakehouse cache figures and each program cache "
+            "tier's figures. Workers without a nexus-cache query service are listed as such."
+        ),
+    )
+    report.add_argument(
+        "--scheduler", required=True, metavar="ADDR", help="scheduler address, tcp://host:8786"
+    )
+    report.add_argument(
+        "--timeout",
+        type=number_option("--timeout"),
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds to wait for the scheduler (default 10)",
+    )
+    add_json_option(report)
+    report.set_defaults(func=_report)
+
+
+def _connect(address: str, timeout: float) -> Any:
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            "nexus-cache cluster needs Dask distributed: pip install 'nexus-cache[cluster]'"
+        ) from exc
+    if not address.strip():
+        raise CommandError("--scheduler '' is not an address; give tcp://host:port")
+    try:
+        return Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise CommandError(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+            f"({type(exc).__name__}); check --scheduler and that the scheduler runs"
+        ) from None
+
+
+def _program_cell(tiers: list[dict[str, Any]]) -> str:
+    parts = []
+    for tier in tiers:
+        kind = str(tier["kind"]).replace("ProgramCache", "")
+        state = "" if tier.get("reachable", True) else " UNREACHABLE"
+        parts.append(
+            f"{kind}: {tier['hits']} hits, {tier['misses']} misses, {tier['entries']} entries, "
+            f"{size(tier['bytes'])}{state}"
+        )
+    return "; ".join(parts) or "-"
+
+
+def _table(reports: list[dict[str, Any]]) -> Table:
+    table = Table(
+        [
+            "worker",
+            "device",
+            "cache used",
+            "source entries",
+            "source hits",
+            "graph entries",
+            "graph hits",
+            "lakehouse",
+            "program cache",
+        ],
+        title="nexus-cache cluster",
+        right=["cache used", "source entries", "source hits", "graph entries", "graph hits"],
+        footer=f"{len(reports)} workers; --json for every field",
+    )
+    from rich.markup import escape
+
+    for report in reports:
+        # Addresses come from the cluster: never read as markup. (Every other
+        # cell is a number or a fixed word.)
+        worker = escape(str(report["worker"]))
+        if not report.get("service"):
+            table.add(worker, "-", "-", "-", "-", "-", "-", "no query service", "-")
+            continue
+        lake = report["lakehouse"]
+        lake_cell = (
+            "off"
+            if lake.get("root") is None
+            else f"{lake.get('entries', 0)} entries, {size(lake.get('bytes', 0))}, "
+            f"{lake['reads']['total']} reads ({lake['reads'].get('hit', 0)} hits)"
+        )
+        program = _program_cell(report["program_cache"])
+        for device in report["devices"]:
+            table.add(
+                worker,
+                f"{device['backend']}:{device['device_id']}",
+                size(device.get("cache_charged_bytes") or 0),
+                device.get("source_entries", "-"),
+                device.get("source_hits", "-"),
+                device.get("graph_entries", "-"),
+                device.get("graph_hits", "-"),
+                lake_cell,
+                program,
+            )
+    return table
+
+
+def _report(args: argparse.Namespace) -> int:
+    from nexus_cache.cluster import cluster_report
+
+    client = _connect(args.scheduler, args.timeout)
+    try:
+        reports = cluster_report(client)
+    finally:
+        client.close()
+    emit({"scheduler": args.scheduler, "workers": reports}, _table(reports), as_json=args.json)
+    return EXIT_OK

@@ -1,0 +1,45 @@
+"""Which worker a query goes to: rendezvous hashing of its source over the live workers."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from nexus_cache.service.queries import Count, Graph, Query, Scan
+
+__all__ = ["rendezvous_order", "routing_key"]
+
+
+def routing_key(query: Query) -> str:
+    """The source location a query reads: ``Scan``/``Count`` source, a graph's edge source.
+
+    Written forms of one location agree: surrounding blanks, a ``file://``
+    prefix and trailing slashes are dropped. Two queries on one source (a
+    scan and a graph on its edges, or BFS from two vertices) share the key,
+    so they meet the same worker's source and graph caches.
+    """
+    if isinstance(query, Graph):
+        source = query.edges.source
+    elif isinstance(query, (Scan, Count)):
+        source = query.source
+    else:  # pragma: no cover - the client validates first
+        raise TypeError(f"not a query: {query!r}")
+    text = source.strip()
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return text.rstrip("/") or text
+
+
+def _score(key: bytes, worker: str) -> bytes:
+    return hashlib.sha256(key + b"\x00" + worker.encode()).digest()
+
+
+def rendezvous_order(key: str, workers: Iterable[str]) -> list[str]:
+    """``workers`` from the key's first choice to its last (highest random weight first).
+
+    Each (key, worker) pair has a fixed score, so removing a worker moves only
+    the keys it was first for, each to its next worker in this order, and a
+    new worker takes only the keys it now scores highest for.
+    """
+    k = key.encode()
+    return sorted(set(workers), key=lambda w: _score(k, w), reverse=True)

@@ -1,0 +1,209 @@
+"""The Dask worker plugin: one ``QueryService`` per worker, and what runs beside it.
+
+Functions here that take no client (:func:`worker_service`,
+:func:`worker_program_cache`, :func:`run_query`, :func:`worker_report`) run
+inside a worker: in a task, or through ``client.run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from distributed import WorkerPlugin, get_worker
+
+from nexus_cache._storage import atomic_write, ensure_private_dir
+from nexus_cache.cluster._wire import config_from_json, worker_config
+from nexus_cache.errors import LifecycleError
+from nexus_cache.program import (
+    FileStreamProgramCache,
+    InMemoryProgramCache,
+    ProgramCacheResource,
+    RedisProgramCache,
+    TieredProgramCache,
+)
+from nexus_cache.service import QueryResult, QueryService
+
+__all__ = [
+    "PLUGIN_NAME",
+    "SHUTDOWN_RECORD",
+    "QueryServicePlugin",
+    "cluster_report",
+    "run_query",
+    "worker_program_cache",
+    "worker_report",
+    "worker_service",
+]
+
+_log = logging.getLogger("nexus_cache.cluster")
+
+PLUGIN_NAME = "nexus-cache-query-service"
+#: written into the worker's evidence directory when its service shuts down
+SHUTDOWN_RECORD = "shutdown.json"
+
+
+class QueryServicePlugin(WorkerPlugin):  # type: ignore[misc]
+    """Gives the worker one :class:`QueryService` and one program cache.
+
+    ``config_json`` is a ``ServiceConfig`` as :func:`config_to_json` writes
+    it; each worker derives its own form (``worker_config``: its own
+    lakehouse root and evidence directory, one device). The program cache
+    is a FileStream cache (``NEXUS_PROGRAM_CACHE_DIR`` of the worker's host)
+    and, with ``redis_url``, a tiered cache of memory, that FileStream cache
+    and Redis, shared by every worker.
+
+    On the worker's close (``teardown``) the service shuts down in its own
+    order (new queries refused; per device the resident graphs, then the
+    decoded sources, then the allocation domain; then the lakehouse cache),
+    then the program cache closes. The outcome is logged on the
+    ``nexus_cache.cluster`` logger and, with an evidence directory, written
+    to ``shutdown.json`` there (atomically).
+    """
+
+    name = PLUGIN_NAME
+    idempotent = False
+
+    def __init__(
+        self, config_json: str, redis_url: str | None = None, shutdown_timeout: float = 10.0
+    ) -> None:
+        # Plain data only: Dask pickles the plugin to send it.
+        self.config_json = config_json
+        self.redis_url = redis_url
+        self.shutdown_timeout = shutdown_timeout
+        self.service: QueryService | None = None
+        self.program_cache: ProgramCacheResource | None = None
+        self.address: str | None = None
+
+    def setup(self, worker: Any) -> None:
+        config = worker_config(config_from_json(self.config_json), worker.name)
+        self.address = worker.address
+        self.service = QueryService(config)
+        try:
+            files = FileStreamProgramCache()
+            if self.redis_url:
+                shared = RedisProgramCache(self.redis_url)
+                self.program_cache = TieredProgramCache([InMemoryProgramCache(), files, shared])
+            else:
+                self.program_cache = files
+        except BaseException:
+            self.service.shutdown(self.shutdown_timeout)
+            raise
+        _log.info("nexus-cache query service ready on worker %s", worker.address)
+
+    def teardown(self, worker: Any) -> None:
+        service, self.service = self.service, None
+        if service is None:
+            return
+        started = time.time()
+        devices = service.shutdown(self.shutdown_timeout)
+        if self.program_cache is not None:
+            self.program_cache.close()
+        record = {
+            "worker": worker.address,
+            "name": str(worker.name),
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "order": ["refuse_queries", "graph", "source", "domain", "lakehouse", "program"],
+            "complete": all(d.complete for d in devices),
+            "devices": [dataclasses.asdict(d) for d in devices],
+            "lakehouse_closed": True,
+            "service_closed": service.closed,
+        }
+        _log.info(
+            "nexus-cache query service on worker %s shut down (complete=%s)",
+            worker.address,
+            record["complete"],
+        )
+        evidence = service.config.evidence_dir
+        if evidence is not None:
+            directory = ensure_private_dir(Path(evidence))
+            atomic_write(
+                directory / SHUTDOWN_RECORD,
+                json.dumps(record, indent=2, sort_keys=True).encode(),
+                tmp_dir=directory,
+            )
+
+
+def _plugin(worker: Any = None) -> QueryServicePlugin:
+    if worker is None:
+        worker = get_worker()
+    plugin = worker.plugins.get(PLUGIN_NAME)
+    if not isinstance(plugin, QueryServicePlugin) or plugin.service is None:
+        raise LifecycleError(
+            f"worker {worker.address} has no nexus-cache query service; create a "
+            "ClusterQueryClient(client) first (it registers the worker plugin)"
+        )
+    return plugin
+
+
+def worker_service() -> QueryService:
+    """This worker's query service (inside a task on a worker)."""
+    service = _plugin().service
+    assert service is not None
+    return service
+
+
+def worker_program_cache() -> ProgramCacheResource:
+    """This worker's program cache, for ``cached_compile(..., cache=...)`` in a task."""
+    cache = _plugin().program_cache
+    assert cache is not None
+    return cache
+
+
+def run_query(payload: dict[str, Any]) -> tuple[str, QueryResult]:
+    """Run one query (its ``to_dict()`` form) on this worker: ``(address, result)``."""
+    plugin = _plugin()
+    service, address = plugin.service, plugin.address
+    if service is None or address is None:  # pragma: no cover - _plugin checked it
+        raise LifecycleError("the worker's query service was shut down")
+    return address, service.execute(payload)
+
+
+def _program_figures(cache: ProgramCacheResource | None) -> list[dict[str, Any]]:
+    tiers = cache.tiers if isinstance(cache, TieredProgramCache) else (cache,)
+    out = []
+    for tier in tiers:
+        if tier is None:
+            continue
+        row: dict[str, Any] = {"kind": type(tier).__name__}
+        if isinstance(tier, RedisProgramCache):
+            row["location"] = repr(tier)
+        elif isinstance(tier, FileStreamProgramCache):
+            row["location"] = str(tier.path)
+        else:
+            row["location"] = "memory"
+        row.update(dataclasses.asdict(tier.stats()))
+        if isinstance(tier, RedisProgramCache):
+            row["reachable"] = tier.reachable
+        out.append(row)
+    return out
+
+
+def worker_report(dask_worker: Any = None) -> dict[str, Any]:
+    """This worker's figures as plain data: its device cache reports, its lakehouse
+    cache's statistics and each program cache tier's statistics (``client.run``
+    passes ``dask_worker``). A worker without the plugin reports ``service: False``."""
+    worker = dask_worker if dask_worker is not None else get_worker()
+    plugin = worker.plugins.get(PLUGIN_NAME)
+    if not isinstance(plugin, QueryServicePlugin) or plugin.service is None:
+        return {"worker": worker.address, "name": str(worker.name), "service": False}
+    service = plugin.service
+    return {
+        "worker": worker.address,
+        "name": str(worker.name),
+        "service": True,
+        "pid": os.getpid(),
+        "devices": [r.to_dict() for r in service.device_cache_reports()],
+        "lakehouse": service.lakehouse.stats(recent=0),
+        "program_cache": _program_figures(plugin.program_cache),
+    }
+
+
+def cluster_report(dask_client: Any) -> list[dict[str, Any]]:
+    """:func:`worker_report` of every worker of ``dask_client``'s cluster, by address."""
+    reports = dask_client.run(worker_report)
+    return [reports[w] for w in sorted(reports)]
