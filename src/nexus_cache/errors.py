@@ -23,8 +23,10 @@ __all__ = [
     "CapacityError",
     "CommandError",
     "ConfigError",
+    "EvidenceWriteError",
     "FillError",
     "GrantExhaustedError",
+    "GrantTooLargeError",
     "FrameTypeError",
     "GraphConvergenceError",
     "GraphInputError",
@@ -70,6 +72,11 @@ class StalePlanError(NexusCacheError, RuntimeError):
     """A planned cache hit no longer holds at execution time (entry or remote changed)."""
 
 
+class EvidenceWriteError(NexusCacheError, OSError):
+    """The admission log or an evidence document cannot be written (disk full, the
+    path became a directory or a FIFO); the message names the path."""
+
+
 class FillError(NexusCacheError, OSError):
     """A cache fill failed (disk full, quota, validation); the read can go remote."""
 
@@ -106,6 +113,12 @@ class AdmissionError(CapacityError):
     """An attempt's grant did not fit within the bounded admission wait; the
     message names the request, the managed capacity, the grants, the cache
     bytes and how long it waited."""
+
+
+class GrantTooLargeError(AdmissionError):
+    """A grant larger than its device can ever free (its managed capacity less what
+    stays resident): no wait would admit it, so it fails at once. A size to change,
+    not a failure to retry (exit status 2 on the command line)."""
 
 
 class GrantExhaustedError(CapacityError):

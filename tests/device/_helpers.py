@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
@@ -60,3 +61,26 @@ def fill(
     if publish:
         return sub.publish(entry)
     return entry
+
+
+class InterruptedCopy:
+    """A device value whose copy into any domain but ``attempt`` allocates there and
+    is then interrupted, as Ctrl-C arriving during the copy would."""
+
+    def __init__(self, inner: Any, attempt: Any) -> None:
+        self.inner = inner
+        self.attempt = attempt
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.inner.nbytes)
+
+    def copy_into(self, domain: Any) -> Any:
+        copy = self.inner.copy_into(domain)
+        if domain is not self.attempt:
+            del copy
+            raise KeyboardInterrupt
+        return copy
+
+    def device_arrays(self) -> tuple[Any, ...]:
+        return tuple(self.inner.device_arrays())

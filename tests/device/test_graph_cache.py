@@ -402,6 +402,73 @@ def test_drift_waits_for_other_pins_before_destroying(
     leaked.clear()
 
 
+def _interrupt(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
+def test_an_interrupt_before_a_run_releases_the_pin(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(13)
+    cache.run(_plan(), edges)
+    memory = importlib.import_module("nexus_cache.graph.memory")
+    real = memory.transient_bytes
+    _interrupt(monkeypatch, memory, "transient_bytes")  # Ctrl-C while sizing the headroom
+    with pytest.raises(KeyboardInterrupt):
+        cache.run(_plan(), edges)
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_pinned_in_use_bytes == 0
+    assert snap.cache_reserved_bytes == 0
+    monkeypatch.setattr(memory, "transient_bytes", real)
+    assert cache.run(_plan(), edges).status is GraphRunStatus.HIT  # still parked
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+
+
+def test_an_interrupt_during_a_build_abandons_the_reservation(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = caches.graph_cache(0)
+    _interrupt(monkeypatch, csr, "build_graph")
+    with pytest.raises(KeyboardInterrupt):
+        cache.run(_plan(), _edges(14))
+    stats = cache.stats()
+    assert (stats.in_flight, stats.entries, stats.abandoned) == (0, 0, 1)
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+
+
+def test_a_newer_identity_at_a_location_retires_the_older_graphs(caches: Any) -> None:
+    cache = caches.graph_cache(0)
+    edges = _edges(15)
+
+    def plan(identity: str, location: str) -> Any:
+        return _plan(source=(identity,), source_location=location)
+
+    assert cache.run(plan("v1", "/lake/a"), edges).status is GraphRunStatus.MISS
+    assert cache.run(plan("other", "/lake/b"), edges).status is GraphRunStatus.MISS
+    pinned = cache.checkout(plan("v1", "/lake/a").key)  # a query still runs on v1
+    assert pinned is not None
+    assert cache.run(plan("v2", "/lake/a"), edges).status is GraphRunStatus.MISS
+    assert cache.stats().entries == 3  # v1 is in use: it stays for now
+    pinned.release()
+    assert cache.run(plan("v2", "/lake/a"), edges).status is GraphRunStatus.HIT
+    assert cache.stats().entries == 2  # v1 retired; /lake/b untouched
+    assert cache.checkout(plan("v1", "/lake/a").key) is None
+    with cache.checkout(plan("other", "/lake/b").key) as handle:
+        assert handle is not None
+    stats = cache.graph_stats()
+    assert stats.retired == 1
+    assert stats.retired_bytes > 0
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_charged_bytes == cache.resident_bytes()  # v1's bytes went back
+
+
 def test_an_empty_edge_table_runs_cached_like_uncached(caches: Any) -> None:
     check_empty_edge_table(caches, empty_edges(), SOURCE)
 

@@ -256,8 +256,8 @@ def test_destroy_waits_for_the_last_release() -> None:
     entry = published(ledger, 1_000)
     handle = entry.pin()
     releaser = threading.Timer(0.05, handle.release)
+    started = time.monotonic()  # before the timer starts: a busy machine may pause us
     releaser.start()
-    started = time.monotonic()
     entry.destroy(timeout=5.0)
     assert time.monotonic() - started >= 0.04
     assert entry.state is S.DESTROYED

@@ -173,12 +173,18 @@ def test_grant_admission_evicts_source_but_never_graph_or_pinned() -> None:
     ledger.release_grant(grant)
 
 
-def test_graph_reservation_never_evicts() -> None:
+def test_graph_reservation_evicts_unpinned_source_frames_only() -> None:
     caches = make_caches(cap=16 * KIB)
-    fill(caches.source_cache(0), "s", 12 * KIB)
-    with pytest.raises(CacheCapExceededError):
-        caches.graph_cache(0).reserve("g", 8 * KIB)
-    assert caches.source_cache(0).stats().entries == 1
+    source, graph = caches.source_cache(0), caches.graph_cache(0)
+    fill(source, "s", 12 * KIB)
+    pin = source.checkout("s")
+    with pytest.raises(CacheCapExceededError):  # a pinned frame is never evicted
+        graph.reserve("g", 8 * KIB)
+    assert source.stats().entries == 1
+    pin.release()
+    graph.abandon(graph.reserve("g", 8 * KIB))  # the unpinned frame makes room
+    assert source.stats().entries == 0
+    assert source.stats().evictions == 1
 
 
 def test_duplicate_publication_keeps_the_first_and_frees_the_second() -> None:

@@ -27,7 +27,7 @@ from nexus_cache.errors import (
     SourceWaitTimeoutError,
 )
 
-from ._helpers import KIB, make_caches
+from ._helpers import KIB, InterruptedCopy, make_caches
 
 ENTRY = 16 * KIB
 
@@ -363,6 +363,23 @@ def test_closed_cache_decodes_uncached(caches: Any, attempt: Any) -> None:
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
 
 
+def _lead_with_one_follower(
+    source: Any, name: str, attempt: Any
+) -> tuple[SourceClaim, threading.Thread, list[SourceCheckout]]:
+    """Claim the lead of ``name`` and start one follower waiting for it."""
+    claim = source.checkout_or_claim(key(name), domain=attempt)
+    assert isinstance(claim, SourceClaim)
+    out: list[SourceCheckout] = []
+
+    def follow() -> None:
+        out.append(source.get_or_decode(key(name), Decoder(attempt), domain=attempt))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    _wait_for(lambda: source.stats().waits == 1)
+    return claim, follower, out
+
+
 class Uncopyable:
     """A value whose copy into the cache domain fails (e.g. a driver error)."""
 
@@ -387,13 +404,7 @@ def test_a_value_that_cannot_be_copied_is_not_retained_and_waiters_still_get_it(
     caches: Any, attempt: Any
 ) -> None:
     source = caches.source_cache(0)
-    claim = source.checkout_or_claim(key("u"), domain=attempt)
-    out: list[SourceCheckout] = []
-    follower = threading.Thread(
-        target=lambda: out.append(source.get_or_decode(key("u"), Decoder(attempt), domain=attempt))
-    )
-    follower.start()
-    _wait_for(lambda: source.stats().waits == 1)
+    claim, follower, out = _lead_with_one_follower(source, "u", attempt)
     value = Uncopyable(Decoder(attempt)(), attempt)
     with claim.publish(value) as mine:
         assert mine.diagnostics.retained is False
@@ -407,3 +418,27 @@ def test_a_value_that_cannot_be_copied_is_not_retained_and_waiters_still_get_it(
     assert snap.cache_charged_bytes == 0
     assert source.stats().abandoned == 1
     assert source.in_flight_keys() == 0
+
+
+def test_an_interrupt_during_retention_abandons_the_reservation(caches: Any, attempt: Any) -> None:
+    source = caches.source_cache(0)
+    claim, follower, out = _lead_with_one_follower(source, "i", attempt)
+    value = InterruptedCopy(Decoder(attempt)(), attempt)
+    with pytest.raises(KeyboardInterrupt):
+        claim.publish(value)
+    follower.join(10)
+    (theirs,) = out  # the waiter was woken and copied the leader's value
+    np.testing.assert_array_equal(theirs.value["a"], expected())
+    theirs.release()
+    stats = source.stats()
+    assert stats.in_flight == 0
+    assert stats.abandoned == 1
+    assert source.in_flight_keys() == 0
+    snap = caches.ledger(0).snapshot()
+    assert snap.cache_reserved_bytes == 0
+    assert snap.cache_charged_bytes == 0
+    assert caches.factory(0).counters().used_bytes == 0  # the interrupted copy is freed
+    started = time.monotonic()
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+    assert time.monotonic() - started < 2.0  # no wait for a reservation nobody holds

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,10 @@ from nexus_cache.device import DeviceProfile, DeviceResidentCaches, ResidencySta
 pytestmark = pytest.mark.gpu
 
 
-def _load_contract() -> Any:
-    # tests/gpu is not a package: load the shared contract checks by path.
-    path = Path(__file__).resolve().parents[1] / "device" / "_domain_contract.py"
-    spec = importlib.util.spec_from_file_location("nexus_device_domain_contract", path)
+def _load_device_tests_module(name: str) -> Any:
+    # tests/gpu is not a package: load the shared device-test modules by path.
+    path = Path(__file__).resolve().parents[1] / "device" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"nexus_device_tests{name}", path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -34,7 +35,8 @@ def _load_contract() -> Any:
     return module
 
 
-CONTRACT = _load_contract().CONTRACT
+CONTRACT = _load_device_tests_module("_domain_contract").CONTRACT
+InterruptedCopy = _load_device_tests_module("_helpers").InterruptedCopy
 
 MIB = 1 << 20
 # cudaMemGetInfo moves in driver pages; allow a little slack for them.
@@ -300,6 +302,29 @@ def test_source_cache_skips_what_does_not_fit_and_bypass_touches_nothing(cp: Any
     assert caches.factory(0).counters() == before
     assert source.stats().skipped_retentions == 1
     assert all(r.complete for r in caches.shutdown(timeout=30))
+
+
+def test_an_interrupt_during_retention_abandons_the_reservation(cp: Any) -> None:
+    caches = _caches(cap=64 * MIB)
+    source = caches.source_cache(0)
+    attempt = caches.backend.create_domain(0)
+    calls: list[int] = []
+    value = _decoder(attempt, 4 * MIB, calls)()
+    claim = source.checkout_or_claim(_key("interrupted"), domain=attempt)
+    with pytest.raises(KeyboardInterrupt):
+        claim.publish(InterruptedCopy(value, attempt))
+    stats = source.stats()
+    assert (stats.in_flight, stats.abandoned, stats.entries) == (0, 1, 0)
+    assert source.in_flight_keys() == 0
+    snap = caches.ledger(0).snapshot()
+    assert (snap.cache_reserved_bytes, snap.cache_charged_bytes) == (0, 0)
+    assert caches.factory(0).counters().used_bytes == 0  # the interrupted copy is freed
+    assert cp.asnumpy(value["a"][:3]).tolist() == [0, 1, 2]  # the leader keeps its value
+    del value
+    started = time.monotonic()
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.complete
+    assert time.monotonic() - started < 2.0  # no wait for an abandoned reservation
 
 
 # -- one domain per device -------------------------------------------------------------------

@@ -105,6 +105,12 @@ def test_environment_devices_and_cap() -> None:
         ({"NEXUS_SERVICE_ADMISSION_TIMEOUT_S": "inf"}, ["'inf'"]),
         ({"NEXUS_SERVICE_ADMISSION_TIMEOUT_S": "-1"}, ["'-1'", ">= 0"]),
         ({"NEXUS_SERVICE_GRANT_EXPANSION": "0"}, ["NEXUS_SERVICE_GRANT_EXPANSION", "> 0"]),
+        # finite, but the grant arithmetic overflowed at the first query
+        (
+            {"NEXUS_SERVICE_GRANT_EXPANSION": "1e308"},
+            ["NEXUS_SERVICE_GRANT_EXPANSION", "'1e308'", "<= 1024"],
+        ),
+        ({"NEXUS_SERVICE_GRANT_EXPANSION": "1025"}, ["NEXUS_SERVICE_GRANT_EXPANSION", "<= 1024"]),
         ({"NEXUS_DEVICE_CACHE_CAP_BYTES": "lots"}, ["NEXUS_DEVICE_CACHE_CAP_BYTES", "'lots'"]),
         ({"NEXUS_SERVICE_DEVICES": "0,x"}, ["NEXUS_SERVICE_DEVICES", "'0,x'", "0,1"]),
         ({"NEXUS_LAKEHOUSE_CACHE_POLICY": "sometimes"}, ["sometimes", "read_through"]),
@@ -117,6 +123,11 @@ def test_bad_environment_values_name_key_value_and_accepted(
         ServiceConfig.from_env(env)
     for word in words:
         assert word in str(info.value)
+
+
+def test_the_largest_grant_expansion_is_accepted() -> None:
+    config = ServiceConfig.from_env({"NEXUS_SERVICE_GRANT_EXPANSION": "1024"})
+    assert config.grant_expansion == 1024.0
 
 
 def test_bad_toml(tmp_path: Path) -> None:

@@ -96,13 +96,14 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
     """Execute ``query`` on a service configured from the environment and report it.
 
     Errors of the query's input (a missing source, data that is not Parquet,
-    columns that cannot be vertex ids, a BFS source not in the graph) exit
-    with :data:`EXIT_USAGE`, like a bad option: the user has to change the
-    command line, not retry it.
+    columns that cannot be vertex ids, a BFS source not in the graph, a grant
+    the device can never admit) exit with :data:`EXIT_USAGE`, like a bad
+    option: the user has to change the command line, not retry it.
     """
     from nexus_cache.errors import (
         CacheIntegrityError,
         FrameTypeError,
+        GrantTooLargeError,
         GraphInputError,
         SourceFormatError,
     )
@@ -124,6 +125,7 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
         FileNotFoundError,
         NotADirectoryError,
         FrameTypeError,
+        GrantTooLargeError,
         GraphInputError,
         SourceFormatError,
     ) as exc:

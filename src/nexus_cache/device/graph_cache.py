@@ -15,9 +15,13 @@
   graph cache, ledger headroom or an available entry, the attempt builds and
   runs on its own memory; :class:`GraphRun` records the reason.
 
-No LRU eviction and no per-key invalidation: parked graphs stay until
-shutdown. Concurrent builds of one key are reconciled at publication: the
-first published graph wins, the other is torn down and its charge released.
+No LRU eviction: a parked graph stays until shutdown, unless a run on the
+same source location with a newer source identity retires it (the data was
+rewritten; see :meth:`GraphCacheSubdomain.retire_superseded`). A build's
+reservation and its run's headroom may evict unpinned source frames (through
+the ledger's evictors: the ledger stays the one byte authority). Concurrent
+builds of one key are reconciled at publication: the first published graph
+wins, the other is torn down and its charge released.
 
 After each build and run the domain's freed blocks go back to the device,
 so the memory it holds stays what the ledger charges.
@@ -33,14 +37,15 @@ from __future__ import annotations
 
 import enum
 import importlib
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from nexus_cache.device.graph_key import GraphPlan, GraphUncachedReason
+from nexus_cache.device.graph_key import GraphPlan, GraphUncachedReason, ResidentGraphKey
 from nexus_cache.device.residency import PinHandle, ResidentEntry
 from nexus_cache.device.subdomain import CacheSubdomain
 from nexus_cache.errors import (
@@ -112,14 +117,21 @@ class GraphCacheStats:
     drifts: int
     drift_bytes: int
     uncached: dict[str, int] = field(default_factory=dict)
+    #: graphs retired because their source location was seen with a newer identity
+    retired: int = 0
+    retired_bytes: int = 0
 
 
 class GraphCacheSubdomain(CacheSubdomain):
-    """Parked graphs on one device; resident until shutdown. Thread-safe."""
+    """Parked graphs on one device; resident until their source is superseded or the
+    cache shuts down. Thread-safe."""
 
     kind = "graph"
+    # Parked graphs are never evicted for room (a rebuild costs far more than a
+    # decode), but a build may evict unpinned source frames: else frames that
+    # fill the cap would keep every graph out although nothing is in use.
     evicts_lru = False
-    evict_on_reserve = False
+    evict_on_reserve = True
 
     def __init__(self, ledger: DeviceLedger, factory: DeviceCacheAllocationFactory) -> None:
         super().__init__(ledger, factory)
@@ -131,11 +143,18 @@ class GraphCacheSubdomain(CacheSubdomain):
         self._drifts = 0
         self._drift_bytes = 0
         self._uncached_counts: dict[str, int] = {}
+        self._retired = 0
+        self._retired_bytes = 0
 
     def graph_stats(self) -> GraphCacheStats:
         with self._lock:
             return GraphCacheStats(
-                self._builds, self._drifts, self._drift_bytes, dict(self._uncached_counts)
+                self._builds,
+                self._drifts,
+                self._drift_bytes,
+                dict(self._uncached_counts),
+                self._retired,
+                self._retired_bytes,
             )
 
     # -- the front door ------------------------------------------------------------------
@@ -153,6 +172,8 @@ class GraphCacheSubdomain(CacheSubdomain):
             return self._uncached(plan, edges, params, plan.uncached_reason, "")
         if self._closed:
             return self._uncached(plan, edges, params, GraphUncachedReason.NO_CACHE, "closed")
+        if plan.key.location is not None:
+            self.retire_superseded(plan.key)
         handle = self.checkout(plan.key)
         status, build_s = GraphRunStatus.HIT, 0.0
         if handle is None:
@@ -166,6 +187,35 @@ class GraphCacheSubdomain(CacheSubdomain):
             handle = outcome
         return self._run_parked(handle, plan, edges, params, status, build_s)
 
+    def retire_superseded(self, key: ResidentGraphKey) -> int:
+        """Destroy the parked graphs of ``key.location`` built from another source
+        identity: that data was rewritten, so they can never be hit again. Returns
+        the bytes freed. A graph pinned by a running query is retired by a later
+        call, once that query is done.
+        """
+        location = key.location
+        if location is None:
+            return 0
+
+        def superseded(other: Hashable) -> bool:
+            return (
+                isinstance(other, ResidentGraphKey)
+                and other.location == location
+                and other.source != key.source
+            )
+
+        with self._lock:  # the usual case: nothing to retire, no wait for a running graph
+            if not any(superseded(other) for other in self._entries):
+                return 0
+        with self._domain_lock:  # teardown frees blocks in the cache domain
+            gone = self._tear_down(self._take_unpinned(superseded, sys.maxsize))
+        freed = sum(entry.nbytes for entry in gone)
+        with self._lock:
+            self._retired += len(gone)
+            self._retired_bytes += freed
+            self._counts["destroyed"] += len(gone)
+        return freed
+
     # -- miss ----------------------------------------------------------------------------
 
     def _build_and_park(
@@ -175,14 +225,19 @@ class GraphCacheSubdomain(CacheSubdomain):
             edges, plan.source_column, plan.destination_column, plan.weight_column, None
         )
         estimate = _graph("memory").build_bytes(int(src.size), plan.options, weights is not None)
+        domain = self._factory.domain
         try:
             entry = self.reserve(plan.key, estimate)
         except (CapacityError, AdmissionClosedError) as exc:
             return GraphUncachedReason.NO_HEADROOM, f"build not reserved: {exc}"
         except LifecycleError as exc:
             return GraphUncachedReason.NO_CACHE, str(exc)
-        domain = self._factory.domain
-        with self._domain_lock:
+        try:
+            self._domain_lock.acquire()
+        except BaseException:  # interrupted while waiting for the lock
+            self.abandon(entry)
+            raise
+        try:
             try:
                 with domain.scope():
                     # keyed by the plan's column names, so errors about weights
@@ -209,20 +264,22 @@ class GraphCacheSubdomain(CacheSubdomain):
                 entry.attach(parked, parked.device_arrays())
                 del parked
                 domain.release_unused()  # the build's transient blocks go back to the device
+                with self._lock:
+                    self._builds += 1
             except MemoryError as exc:  # the domain ran out while building
                 self.abandon(entry)
                 return GraphUncachedReason.NO_HEADROOM, f"build ran out of memory: {exc}"
-            except BaseException:
+            except BaseException:  # Ctrl-C included: the reservation never outlives the build
                 self.abandon(entry)
                 raise
-            with self._lock:
-                self._builds += 1
             try:
                 winner = self.publish(entry)  # a duplicate is torn down here
             except (CapacityError, AdmissionClosedError) as exc:
                 return GraphUncachedReason.NO_HEADROOM, f"parked graph not charged: {exc}"
             except LifecycleError as exc:
                 return GraphUncachedReason.NO_CACHE, str(exc)
+        finally:
+            self._domain_lock.release()
         try:
             return winner.pin()
         except LifecycleError as exc:
@@ -243,6 +300,9 @@ class GraphCacheSubdomain(CacheSubdomain):
         fingerprint = plan.key.fingerprint if plan.key is not None else None
         graph: Graph | None = handle.value
         assert graph is not None
+        domain = self._factory.domain
+        released = False
+        torn_down: str | None = None
         try:
             headroom = self._ledger.reserve(
                 _graph("memory").transient_bytes(graph, plan.algorithm, params),
@@ -255,9 +315,12 @@ class GraphCacheSubdomain(CacheSubdomain):
             return self._uncached(
                 plan, edges, params, GraphUncachedReason.NO_HEADROOM, f"no run headroom: {exc}"
             )
-        domain = self._factory.domain
-        released = False
-        torn_down: str | None = None
+        except BaseException:
+            # an estimate that fails, or Ctrl-C: the pin must not outlive the run,
+            # or the graph could never be evicted, retired or drained
+            del graph
+            handle.release()
+            raise
         try:
             with self._domain_lock:
                 baseline = domain.used_bytes()

@@ -14,7 +14,9 @@ when all of this holds, and otherwise records why the run goes uncached:
 The key covers the source identity, the column bindings (source,
 destination, weight) and :class:`~nexus_cache.graph.GraphOptions` (graph
 options, edge preparation, dtypes, orientation). It does not name the
-algorithm: one parked graph serves every keyable algorithm.
+algorithm: one parked graph serves every keyable algorithm. It also carries
+the source's location, outside its identity, so that a graph cache can
+retire the graphs of a location whose data was rewritten.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class ResidentGraphKey:
     destination_column: str
     weight_column: str | None
     options: GraphOptions
+    #: where the source lives (a URL or path), or None: not part of the key's
+    #: identity; a newer ``source`` seen at the same location supersedes this graph
+    location: Hashable = field(compare=False, default=None)
     fingerprint: str = field(init=False, compare=False, default="")
 
     def __post_init__(self) -> None:
@@ -84,6 +89,7 @@ class ResidentGraphKey:
         if not isinstance(self.options, GraphOptions):
             raise ConfigError("ResidentGraphKey.options must be a GraphOptions")
         hash(self.source)  # refuse an unhashable identity here, not at lookup
+        hash(self.location)
         text = repr(
             (
                 self.source,
@@ -128,12 +134,16 @@ def plan_graph_run(
     options: GraphOptions | None = None,
     include_edges: bool = False,
     edge_id_column: str | None = None,
+    source_location: Hashable = None,
 ) -> GraphPlan:
     """Plan a graph run; the plan has a :class:`ResidentGraphKey` only when reuse is proven.
 
     ``source`` is the proven identity of the edge rowset: a
     :class:`SourceFrameKey`, another non-empty identity tuple, or None when
-    no stable identity exists. Pure function: thread-safe.
+    no stable identity exists. ``source_location`` names where the rowset
+    lives (its URL): a graph cache retires parked graphs of that location
+    whose identity differs (the data was rewritten; they can never be hit
+    again). Pure function: thread-safe.
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"graph algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
@@ -149,7 +159,14 @@ def plan_graph_run(
         reason = GraphUncachedReason.INCLUDE_EDGES
     key = None
     if reason is None:
-        key = ResidentGraphKey(source, source_column, destination_column, weight_column, options)
+        key = ResidentGraphKey(
+            source,
+            source_column,
+            destination_column,
+            weight_column,
+            options,
+            location=source_location,
+        )
     return GraphPlan(
         algorithm=algorithm,
         source_column=source_column,

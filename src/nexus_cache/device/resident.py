@@ -145,6 +145,20 @@ class DeviceResidentCaches:
             )
         return device
 
+    def grant_ceiling(self, device_id: int) -> int:
+        """The largest grant ``device_id`` could admit without a shutdown: its managed
+        capacity less the cache bytes no grant release and no eviction frees (parked
+        graphs, which are never evicted, and quarantined entries).
+
+        A moment's figure: graphs parked or retired later move it.
+        """
+        device = self._device(device_id)
+        snap = device.ledger.snapshot()
+        kept = snap.cache_quarantined_bytes
+        if device.graph is not None:
+            kept += device.graph.resident_bytes()
+        return max(0, snap.managed_capacity_bytes - kept)
+
     # -- observability ---------------------------------------------------------------------
 
     def device_cache_reports(self) -> list[DeviceCacheReport]:

@@ -12,7 +12,9 @@
   capacity (evicting unpinned source entries in LRU order), copies its frame
   into the cache domain, reconciles the reservation to the measured
   allocation and publishes. The leader keeps its own frame. Capacity pressure
-  or an allocation failure skips retention; the query still succeeds.
+  or an allocation failure skips retention; the query still succeeds. An
+  interrupt (``KeyboardInterrupt``, any ``BaseException``) during retention
+  abandons the reservation, wakes the followers, and is re-raised.
 * **Follower copies**: a follower of a value that was not retained copies
   the leader's own (attempt-owned) value while the flight keeps it alive:
   the leader's ``publish`` returns only after every follower waiting at that
@@ -309,8 +311,13 @@ class SourceCacheSubdomain(CacheSubdomain):
             cached = value.copy_into(self._factory.domain)
             entry.attach(cached, cached.device_arrays())
             del cached
-        except Exception as exc:  # allocation failure, or a value that cannot copy
-            return self._give_up(entry, exc)
+        except BaseException as exc:  # allocation failure, a value that cannot copy, Ctrl-C
+            # An interrupt must abandon the reservation too: else the entry
+            # stays reserved and in flight, and a drain waits out its timeout.
+            skipped = self._give_up(entry, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return skipped
         try:
             winner = self.publish(entry)
         except _RETENTION_SKIPS as exc:  # publish abandoned the reservation itself

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -251,6 +251,11 @@ class CacheSubdomain:
                 quarantined=len(self._quarantined),
             )
 
+    def resident_bytes(self) -> int:
+        """Charged bytes of the published entries (pinned or not)."""
+        with self._lock:
+            return sum(entry.nbytes for entry in self._entries.values())
+
     def stats(self) -> SubdomainStats:
         with self._lock:
             return SubdomainStats(
@@ -266,35 +271,50 @@ class CacheSubdomain:
 
     def _evict(self, nbytes: int) -> int:
         """Ledger evictor: tear down unpinned entries, least recently used first."""
+        gone = self._tear_down(self._take_unpinned(lambda _key: True, nbytes))
+        freed = sum(entry.nbytes for entry in gone)
+        with self._lock:
+            self._counts["evictions"] += len(gone)
+            self._counts["evicted_bytes"] += freed
+        for entry in gone:
+            self._note_evicted(entry)
+        return freed
+
+    def _take_unpinned(
+        self, select: Callable[[Hashable], bool], nbytes: int
+    ) -> list[ResidentEntry]:
+        """Unpublish unpinned entries whose key ``select`` accepts, least recently used
+        first, until ``nbytes`` are planned; each is then being torn down."""
         victims: list[ResidentEntry] = []
         with self._lock:
             planned = 0
-            for entry in self._entries.values():
+            for key, entry in self._entries.items():
                 if planned >= nbytes:
                     break
-                if entry.begin_eviction():
+                if select(key) and entry.begin_eviction():
                     victims.append(entry)
                     planned += entry.nbytes
             for entry in victims:
                 del self._entries[entry.key]
             self._tearing_down += len(victims)
-        freed = 0
+        return victims
+
+    def _tear_down(self, victims: list[ResidentEntry]) -> list[ResidentEntry]:
+        """Tear down entries :meth:`_take_unpinned` returned; those safely destroyed
+        (an unsafe one is quarantined)."""
+        gone: list[ResidentEntry] = []
         for entry in victims:
             try:
                 entry.teardown()
             except UnsafeTeardownError:
                 self._record_unsafe(entry)
             else:
-                freed += entry.nbytes
-                with self._lock:
-                    self._counts["evictions"] += 1
-                    self._counts["evicted_bytes"] += entry.nbytes
-                self._note_evicted(entry)
+                gone.append(entry)
             finally:
                 with self._lock:
                     self._tearing_down -= 1
                     self._settled.notify_all()
-        return freed
+        return gone
 
     def _note_evicted(self, entry: ResidentEntry) -> None:
         """Hook for subclasses: ``entry`` was evicted (no lock held)."""

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from nexus_cache._sizes import parse_size
+from nexus_cache.graph._expand import chunk_elements
 from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.options import GraphOptions
 from nexus_cache.graph.similarities import DEFAULT_MAX_TEMP_BYTES
 
-__all__ = ["build_bytes", "transient_bytes"]
+__all__ = ["build_bytes", "result_bytes", "transient_bytes"]
 
 # Input copies (two int64 id columns) and the renumbered int32/int64 endpoints.
 _BUILD_PER_EDGE = 32
@@ -35,10 +36,23 @@ _BFS_PER_EXPANDED = 40
 _BFS_EXPANSION_CAP = 1 << 24
 # Similarity: pair ids, degrees, counts and score per pair.
 _SIMILARITY_PER_PAIR = 64
-# The host's chunked walk: its bytes per element (see graph.similarity).
-_SIMILARITY_PER_ELEMENT = 64
+# The host's chunked walk: its bytes per element. The walk sizes its chunks at
+# 64 B per element, but its measured peak (tracemalloc, R-MAT scale 10 and 12)
+# is about 76 B per element: err high.
+_SIMILARITY_PER_ELEMENT = 80
+# What the walk itself assumes when it cuts chunks (graph.similarities).
+_SIMILARITY_CHUNK_PER_ELEMENT = 64
 # A transient transpose: rows, packed key, sort scratch, new indices.
 _TRANSPOSE_PER_ARC = 36
+# Result tables: PageRank (id int64, rank float64); BFS (id int64, distance
+# int32, predecessor int64, and two validity bitmaps); a similarity (two ids
+# int64 and a float64 score) per scored pair.
+_RESULT_PER_VERTEX = {"pagerank": 16, "bfs": 24}
+_RESULT_PER_PAIR = 24
+# Arrow buffers are padded: a few KiB whatever the size.
+_RESULT_FIXED = 1 << 12
+# Arcs per block when sizing a similarity's walk (bounds the estimate's own memory).
+_WORK_BLOCK_ARCS = 1 << 20
 
 
 def build_bytes(n_edges: int, options: GraphOptions, weighted: bool) -> int:
@@ -46,6 +60,38 @@ def build_bytes(n_edges: int, options: GraphOptions, weighted: bool) -> int:
     arcs = n_edges if options.directed else 2 * n_edges
     per_arc = _BUILD_PER_ARC + (_BUILD_PER_WEIGHTED_ARC if weighted else 0)
     return n_edges * _BUILD_PER_EDGE + arcs * per_arc + (1 << 20)
+
+
+def result_bytes(algorithm: str, n_edges: int, n_vertices: int) -> int:
+    """Upper bound of the bytes of ``algorithm``'s result table (Arrow) on a graph of
+    ``n_edges`` input edges and at most ``n_vertices`` vertices: one row per vertex
+    (PageRank, BFS), or per scored pair (a similarity scores each input edge at most
+    once)."""
+    per_vertex = _RESULT_PER_VERTEX.get(algorithm)
+    rows = n_edges * _RESULT_PER_PAIR if per_vertex is None else n_vertices * per_vertex
+    return rows + _RESULT_FIXED
+
+
+def _similarity_work(graph: Graph) -> tuple[int, int]:
+    """``(pairs, elements)`` of an all-edges similarity on a host graph: the arcs it
+    scores and the work elements its counting walk expands (the shorter
+    neighbour list of each pair), counted block by block."""
+    xp = graph.xp
+    indptr = graph.indptr.astype(np.int64, copy=False)
+    degree = xp.diff(indptr)
+    pairs = elements = 0
+    vertex, n = 0, graph.n_vertices
+    while vertex < n:
+        end = int(xp.searchsorted(indptr, indptr[vertex] + _WORK_BLOCK_ARCS, side="right")) - 1
+        end = min(max(end, vertex + 1), n)
+        rows = xp.repeat(xp.arange(vertex, end), degree[vertex:end])
+        columns = graph.indices[int(indptr[vertex]) : int(indptr[end])]
+        keep = rows != columns if graph.directed else rows < columns
+        rows, columns = rows[keep], columns[keep]
+        pairs += int(rows.size)
+        elements += int(xp.minimum(degree[rows], degree[columns]).sum())
+        vertex = end
+    return pairs, elements
 
 
 def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> int:
@@ -73,6 +119,12 @@ def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> 
     )
     chunk = 0
     if not is_cupy(graph.xp) and arcs:  # the GPU kernel walks without temporaries
-        longest = int(graph.xp.diff(graph.indptr).max())
-        chunk = min(budget, count * longest * _SIMILARITY_PER_ELEMENT)
+        # The walk goes in chunks of at most chunk_elements(budget) elements:
+        # its temporaries are the smaller of one chunk and the whole walk.
+        if pairs is None:
+            count, elements = _similarity_work(graph)
+        else:  # a few given pairs: bound each by the longest neighbour list
+            elements = count * int(graph.xp.diff(graph.indptr).max())
+        chunk = min(chunk_elements(budget, _SIMILARITY_CHUNK_PER_ELEMENT), elements)
+        chunk *= _SIMILARITY_PER_ELEMENT
     return count * _SIMILARITY_PER_PAIR + rows + chunk + (1 << 20)

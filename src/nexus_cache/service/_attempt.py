@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import stat
 import time
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
 from nexus_cache.frames import is_cuda_domain as domain_is_cuda
-from nexus_cache.graph.memory import build_bytes
+from nexus_cache.graph.memory import build_bytes, result_bytes
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import (
     NOT_APPLICABLE,
@@ -78,15 +81,94 @@ def plan_attempt(
     source = plan_source(cache, _scan_of(query).source, storage_options)
     if isinstance(query, Count):
         estimate = min_grant
+    elif isinstance(query, Graph):
+        estimate = _graph_estimate(query, source, expansion)
     else:
-        factor = _GRAPH_FACTOR if isinstance(query, Graph) else 1.0
-        estimate = math.ceil(source.total_bytes * expansion * factor)
-        if isinstance(query, Graph):
-            # An uncached build charges a fixed part whatever the size (what
-            # build_bytes gives for no edge); without it every small graph query
-            # overran min_grant and ran its whole work twice.
-            estimate += build_bytes(0, graph_options(query), query.weight is not None)
+        estimate = math.ceil(source.total_bytes * expansion)
     return AttemptPlan(query, source, max(estimate, min_grant, floor))
+
+
+@dataclasses.dataclass(frozen=True)
+class _EdgeFacts:
+    """What the edge objects' Parquet footers say: rows, columns, the id range."""
+
+    rows: int
+    columns: int
+    #: max - min + 1 over both id columns (None: no statistics to bound it)
+    id_span: int | None
+
+
+def _graph_estimate(query: Graph, source: SourcePlan, expansion: float) -> int:
+    """The decoded edges, the uncached build and the result, from the footers' edge
+    count; without footers, a multiple of the Parquet bytes.
+
+    The uncached path charges about 72 B per edge for the build alone, more
+    than any multiple of well-compressed ids: a grant sized from the bytes
+    ran the whole query, ran out, and ran it again.
+    """
+    options = graph_options(query)
+    weighted = query.weight is not None
+    facts = _edge_facts(source, query.src, query.dst)
+    if facts is None:
+        return math.ceil(source.total_bytes * expansion * _GRAPH_FACTOR) + build_bytes(
+            0, options, weighted
+        )
+    columns = len(query.edges.columns) if query.edges.columns is not None else facts.columns
+    # ids and weights decode to at most 8 B a value; other columns: the bytes' share
+    decoded = max(math.ceil(source.total_bytes * expansion), facts.rows * 8 * columns)
+    vertices = 2 * facts.rows if facts.id_span is None else min(2 * facts.rows, facts.id_span)
+    return (
+        decoded
+        + build_bytes(facts.rows, options, weighted)
+        + result_bytes(query.algorithm, facts.rows, vertices)
+    )
+
+
+def _edge_facts(source: SourcePlan, src: str, dst: str) -> _EdgeFacts | None:
+    """Rows, columns and id range of the source's objects from their footers; None
+    when one cannot be read (the attempt then reports what is wrong with it)."""
+    rows, columns = 0, 0
+    low: int | None = None
+    high: int | None = None
+    spanned = True
+    for plan in source.plans:
+        try:
+            meta = _footer(plan.fs, plan.path)
+        except (OSError, ValueError, pa.ArrowException):
+            return None
+        if meta is None:
+            return None
+        rows += meta.num_rows
+        columns = max(columns, meta.num_columns)
+        names = [meta.schema.column(j).path for j in range(meta.num_columns)]
+        if src not in names or dst not in names:
+            spanned = False
+            continue
+        for group in range(meta.num_row_groups):
+            for name in (src, dst):
+                stats = meta.row_group(group).column(names.index(name)).statistics
+                if stats is None or not stats.has_min_max:
+                    spanned = False
+                    continue
+                lo, hi = stats.min, stats.max
+                if not (isinstance(lo, int) and isinstance(hi, int)):
+                    spanned = False
+                    continue
+                low = lo if low is None else min(low, lo)
+                high = hi if high is None else max(high, hi)
+    span = high - low + 1 if spanned and low is not None and high is not None else None
+    return _EdgeFacts(rows, columns, span)
+
+
+def _footer(fs: Any, path: str) -> pq.FileMetaData | None:
+    """The Parquet footer of one object; None for anything but a regular local file
+    (a FIFO would block the read)."""
+    if fs is None:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        return pq.read_metadata(path)
+    with fs.open(path, "rb") as handle:
+        return pq.ParquetFile(handle).metadata
 
 
 class AttemptBudget:

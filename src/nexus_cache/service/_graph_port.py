@@ -215,6 +215,7 @@ class GraphPort:
             destination_column=query.dst,
             weight_column=query.weight,
             options=options,
+            source_location=query.edges.source,  # a rewrite there retires older graphs
         )
         names = [n for n in (query.src, query.dst, query.weight) if n is not None]
         with on_device(backend.name, device_id), domain.scope():

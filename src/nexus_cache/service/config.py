@@ -24,7 +24,7 @@ Environment variables (an empty value counts as unset):
 ``NEXUS_SERVICE_MAX_ATTEMPTS``
     Attempts per query, the first included, on transient failures (3).
 ``NEXUS_SERVICE_GRANT_EXPANSION``
-    Grant bytes asked per byte of Parquet read (8.0).
+    Grant bytes asked per byte of Parquet read (8.0; at most 1024).
 ``NEXUS_LAKEHOUSE_*``
     The lakehouse cache settings (see ``docs/lakehouse.md``).
 
@@ -66,6 +66,7 @@ from nexus_cache.lakehouse import (
 
 __all__ = [
     "DEFAULT_CACHE_CAP_FRACTION",
+    "MAX_GRANT_EXPANSION",
     "DeviceSettings",
     "ServiceConfig",
     "load_lakehouse_config",
@@ -82,6 +83,10 @@ ENV_GRANT_EXPANSION = "NEXUS_SERVICE_GRANT_EXPANSION"
 
 #: share of a device's managed capacity a device without a configured cap gets
 DEFAULT_CACHE_CAP_FRACTION = 0.25
+#: largest accepted ``grant_expansion``: decoded data is rarely more than a few
+#: dozen times its Parquet bytes, and far larger factors overflow the grant
+#: arithmetic (a float too large for an int)
+MAX_GRANT_EXPANSION = 1024.0
 
 _LAKEHOUSE_ENV = {
     ENV_ROOT: "root",
@@ -133,10 +138,21 @@ class DeviceSettings:
             object.__setattr__(self, "managed_capacity_bytes", managed)
 
 
-def _number(name: str, value: Any, *, integer: bool, minimum: float, strict: bool) -> Any:
-    """Parse a finite number >= (or >) ``minimum``; ConfigError names ``name``."""
+def _number(
+    name: str,
+    value: Any,
+    *,
+    integer: bool,
+    minimum: float,
+    strict: bool,
+    maximum: float = math.inf,
+) -> Any:
+    """Parse a finite number >= (or >) ``minimum`` and <= ``maximum``; ConfigError names
+    ``name``."""
     kind = "a whole number" if integer else "a number"
     bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    if maximum < math.inf:
+        bound += f" and <= {maximum:g}"
     refusal = ConfigError(f"{name}={value!r} is not accepted; use {kind} {bound}")
     if isinstance(value, bool):
         raise refusal
@@ -150,6 +166,8 @@ def _number(name: str, value: Any, *, integer: bool, minimum: float, strict: boo
     except (TypeError, ValueError):
         raise refusal from None
     if not math.isfinite(number) or (number <= minimum if strict else number < minimum):
+        raise refusal
+    if number > maximum:
         raise refusal
     return number
 
@@ -245,7 +263,12 @@ class ServiceConfig:
             self,
             "grant_expansion",
             _number(
-                "grant_expansion", self.grant_expansion, integer=False, minimum=0, strict=True
+                "grant_expansion",
+                self.grant_expansion,
+                integer=False,
+                minimum=0,
+                strict=True,
+                maximum=MAX_GRANT_EXPANSION,
             ),
         )
         set_(self, "min_grant_bytes", parse_size(self.min_grant_bytes, name="min_grant_bytes"))

@@ -24,6 +24,7 @@ rename), so a crash leaves whole documents or none.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -36,7 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from nexus_cache._storage import atomic_write, ensure_private_dir
+from nexus_cache._storage import atomic_write, ensure_private_dir, write_all
+from nexus_cache.errors import CacheSecurityError, EvidenceWriteError
 
 __all__ = [
     "ADMISSION_COLUMNS",
@@ -313,6 +315,11 @@ class AdmissionLog:
     """Appends one TSV line per admission decision to ``directory/admission.tsv``.
 
     ``directory=None`` keeps the lines in memory only (``lines``). Thread-safe.
+    A log removed while the service runs (rotated away, deleted) is recreated
+    with its header at the next decision. :meth:`record` never follows a
+    symlink (:class:`CacheSecurityError`) and raises :class:`EvidenceWriteError`
+    naming the path when the line cannot be written (disk full, a directory or
+    FIFO in its place); the line is then not in ``lines`` either.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
@@ -320,11 +327,7 @@ class AdmissionLog:
         self._lock = threading.Lock()
         self.lines: list[dict[str, Any]] = []
         if self._path is not None:
-            # Published with its header in one step (hard link of a complete
-            # temp; a no-op when it exists): creating it empty and writing the
-            # header after would let another service's line land first.
-            header = ("\t".join(ADMISSION_COLUMNS) + "\n").encode()
-            atomic_write(self._path, header, tmp_dir=self._path.parent, replace=False)
+            _publish_header(self._path)
 
     @property
     def path(self) -> Path | None:
@@ -334,13 +337,75 @@ class AdmissionLog:
         values = {**row, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         line = "\t".join(_cell(values.get(c)) for c in ADMISSION_COLUMNS) + "\n"
         with self._lock:
-            self.lines.append(values)
             if self._path is not None:
-                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
-                try:
-                    os.write(fd, line.encode())
-                finally:
-                    os.close(fd)
+                _append(self._path, line.encode())
+            self.lines.append(values)
+
+
+def _publish_header(path: Path) -> None:
+    """Publish ``path`` with its header in one step (hard link of a complete temp;
+    a no-op when it exists): creating it empty and writing the header after
+    would let another service's line land first."""
+    header = ("\t".join(ADMISSION_COLUMNS) + "\n").encode()
+    atomic_write(path, header, tmp_dir=path.parent, replace=False)
+
+
+# O_NOFOLLOW: a symlink planted in the log's place must not redirect the
+# appends; O_NONBLOCK: opening a FIFO for writing would block until a reader
+# came (it fails with ENXIO instead).
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` to the admission log at ``path``, recreating a removed log."""
+    try:
+        try:
+            fd = os.open(path, _APPEND_FLAGS)
+        except FileNotFoundError:  # rotated away or deleted: recreate it, as a start does
+            ensure_private_dir(path.parent)
+            _publish_header(path)
+            fd = os.open(path, _APPEND_FLAGS)
+    except CacheSecurityError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CacheSecurityError(
+                f"admission log {str(path)!r} is a symlink; nexus-cache never appends through "
+                "one: remove it (the service recreates the log) or use another "
+                "NEXUS_SERVICE_EVIDENCE_DIR"
+            ) from exc
+        raise _write_error(path, exc) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EvidenceWriteError(
+                f"admission log {str(path)!r} is not a regular file; remove what is there "
+                "(the service recreates the log) or use another NEXUS_SERVICE_EVIDENCE_DIR"
+            )
+        write_all(fd, data)
+    except OSError as exc:
+        if isinstance(exc, EvidenceWriteError):
+            raise
+        raise _write_error(path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _write_error(path: Path, exc: OSError) -> EvidenceWriteError:
+    """One line naming the path; ``errno`` kept for callers that test it."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "the disk is full" if exc.errno == errno.ENOSPC else "the disk quota is exhausted"
+        error = EvidenceWriteError(
+            f"admission log {str(path)!r} cannot be written: {what}; free space there or "
+            "use another NEXUS_SERVICE_EVIDENCE_DIR"
+        )
+    else:
+        reason = exc.strerror or str(exc)
+        error = EvidenceWriteError(
+            f"admission log {str(path)!r} cannot be written ({reason}); fix the path or use "
+            "another NEXUS_SERVICE_EVIDENCE_DIR"
+        )
+    error.errno = exc.errno
+    return error
 
 
 def _cell(value: Any) -> str:

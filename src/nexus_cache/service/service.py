@@ -263,27 +263,34 @@ class QueryService:
         if self._on_planned is not None:
             self._on_planned(plan)
         ledger = self._pick_ledger(plan, device)
-        capacity = ledger.snapshot().managed_capacity_bytes
-        if plan.grant_bytes > capacity >= max(floor, cfg.min_grant_bytes):
-            # The size is an estimate (grant_expansion times the Parquet bytes);
-            # past the whole device it would be refused outright, though the
-            # query may need far less. Ask for the device; an attempt that does
-            # need more ends with GrantExhaustedError and a real figure.
-            plan = dataclasses.replace(plan, grant_bytes=capacity)
+
+        def ceiling() -> int:
+            return self._caches.grant_ceiling(ledger.device_id)
+
+        attainable = ceiling()
+        if plan.grant_bytes > attainable >= max(floor, cfg.min_grant_bytes):
+            # The size is an estimate; past what the device can ever free (its
+            # managed capacity less the parked graphs) it would be refused
+            # outright, though the query may need far less. Ask for all that can
+            # be freed; an attempt that does need more ends with
+            # GrantExhaustedError and a real figure.
+            plan = dataclasses.replace(plan, grant_bytes=attainable)
         outcome = AttemptOutcome(timings=timings)
         t0 = time.perf_counter()
         try:
-            grant = self._admission.admit(ledger, query_id, attempt_id, plan.grant_bytes)
+            grant = self._admission.admit(
+                ledger, query_id, attempt_id, plan.grant_bytes, ceiling=ceiling
+            )
         except AdmissionError as exc:
             timings["admit_s"] = time.perf_counter() - t0
             self._seal(
                 query_id, attempt_id, plan, outcome, ledger.device_id, "refused", exc, records
             )
             raise
-        timings["admit_s"] = time.perf_counter() - t0
         # The evidence's ledger snapshot is taken while the grant is still held;
-        # the grant is released whatever sealing does.
+        # the grant is released whatever sealing does (an interrupt included).
         try:
+            timings["admit_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             table = self._run(plan, grant, ledger.device_id, outcome)
             timings["execute_s"] = time.perf_counter() - t0

@@ -1,0 +1,157 @@
+"""What a parked graph does to big estimates, and the order waiting grants go in."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from nexus_cache.cli.main import main
+from nexus_cache.device import DeviceLedger, plan_graph_run, run_graph
+from nexus_cache.errors import GrantTooLargeError
+from nexus_cache.service import Graph, Scan
+from nexus_cache.service.admission import Admission
+from nexus_cache.service.evidence import AdmissionLog
+
+from ._helpers import MIB, make_lake, make_service
+
+
+def _park_a_graph(service: object, edges: str) -> int:
+    """Run a small graph query so that its graph stays parked; returns its bytes."""
+    result = service.execute(Graph(Scan(edges), "src", "dst", "pagerank"))  # type: ignore[attr-defined]
+    assert result.diagnostics.graph_cache["status"] == "miss"
+    graph = service.caches.graph_cache(0)  # type: ignore[attr-defined]
+    parked = graph.resident_bytes()
+    assert parked > 0
+    return int(parked)
+
+
+def test_a_parked_graph_does_not_block_a_large_estimate(tmp_path: Path) -> None:
+    lake = make_lake(tmp_path, scale=6)
+    # the scan's estimate (1000 x its Parquet bytes) is far above the 28.8 MiB
+    # the device manages; it needs a few hundred KiB
+    with make_service(
+        tmp_path,
+        total=32 * MIB,
+        cache_cap_bytes=8 * MIB,
+        grant_expansion=1000,
+        admission_timeout_s=5,
+    ) as service:
+        parked = _park_a_graph(service, lake.edges)
+        ledger = service.caches.ledger(0)
+        started = time.monotonic()
+        result = service.execute(Scan(lake.facts))
+        waited = time.monotonic() - started
+        (attempt,) = result.diagnostics.attempts
+    assert result.table.num_rows == 4000
+    assert waited < 2.0  # admitted at once, not after the 5 s wait
+    assert attempt.grant_bytes == ledger.managed_capacity_bytes - parked
+
+
+def test_a_grant_over_what_can_ever_be_freed_fails_at_once(tmp_path: Path) -> None:
+    lake = make_lake(tmp_path, scale=6)
+    managed = int(32 * MIB * 0.9)
+    # min_grant_bytes fits the managed capacity, but not beside a parked graph
+    with make_service(
+        tmp_path,
+        total=32 * MIB,
+        cache_cap_bytes=8 * MIB,
+        min_grant_bytes=managed - 1024,
+        admission_timeout_s=5,
+    ) as service:
+        edges = pa.table({"src": [1, 2, 3], "dst": [2, 3, 1]})
+        plan = plan_graph_run("pagerank", source=("a proven identity",))
+        assert run_graph(service.caches.graph_cache(0), plan, edges).status.value == "miss"
+        assert service.caches.graph_cache(0).resident_bytes() > 1024
+        started = time.monotonic()
+        with pytest.raises(GrantTooLargeError) as info:
+            service.execute(Scan(lake.facts))
+        waited = time.monotonic() - started
+        assert service.caches.ledger(0).snapshot().grant_count == 0
+    message = str(info.value)
+    assert waited < 1.0  # not the 5 s admission wait
+    assert f"a grant of {managed - 1024} B" in message
+    assert "can never be admitted" in message
+    assert "parked graphs" in message
+
+
+def test_the_command_line_exits_2_for_a_grant_that_can_never_be_admitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = make_lake(tmp_path)
+    config = tmp_path / "service.toml"
+    config.write_text('backend = "host"\nmin_grant_bytes = "64MiB"\n')
+    monkeypatch.setenv("NEXUS_SERVICE_CONFIG", str(config))
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", str(32 * MIB))
+    assert main(["scan", lake.facts]) == 2
+    err = capsys.readouterr().err
+    assert "can never be admitted" in err
+    assert err.count("\n") == 1
+
+
+def test_a_large_waiter_is_admitted_while_small_grants_keep_arriving(tmp_path: Path) -> None:
+    """Three threads admit, hold and release small grants without pause; a grant
+    that needs the whole device must still get its turn."""
+    ledger = DeviceLedger(0, 90 * MIB, 0)
+    admission = Admission(AdmissionLog(None), timeout_s=20.0)
+    stop = threading.Event()
+    small_runs = [0, 0, 0]
+
+    def small(index: int) -> None:
+        number = 0
+        while not stop.is_set():
+            number += 1
+            grant = admission.admit(ledger, "small", f"small-{index}-{number}", 40 * MIB)
+            time.sleep(0.002)  # a short query
+            admission.release(ledger, grant)
+            small_runs[index] += 1
+
+    threads = [threading.Thread(target=small, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.2)  # the small ones are running
+        started = time.monotonic()
+        large = admission.admit(ledger, "large", "large-1", 80 * MIB)
+        waited = time.monotonic() - started
+        before = sum(small_runs)
+        admission.release(ledger, large)
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert waited < 2.0
+    assert sum(small_runs) > before  # and the small ones went on afterwards
+    assert ledger.snapshot().grant_count == 0
+
+
+def test_grants_are_admitted_in_arrival_order(tmp_path: Path) -> None:
+    ledger = DeviceLedger(0, 100 * MIB, 0)
+    admission = Admission(AdmissionLog(None), timeout_s=20.0)
+    blocker = admission.admit(ledger, "q", "blocker", 100 * MIB)
+
+    def wait_for(name: str, nbytes: int) -> None:
+        grant = admission.admit(ledger, "q", name, nbytes)
+        time.sleep(0.05)
+        admission.release(ledger, grant)
+
+    threads = []
+    for name, nbytes in (("first-large", 90 * MIB), ("second-small", MIB), ("third", MIB)):
+        thread = threading.Thread(target=wait_for, args=(name, nbytes))
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.1)  # arrive one after the other
+    admission.release(ledger, blocker)
+    for thread in threads:
+        thread.join(10)
+    # the log line is written before the next request in line may go
+    admitted = [
+        line["attempt_id"]
+        for line in admission.log.lines
+        if str(line["decision"]).startswith("admitted") and line["attempt_id"] != "blocker"
+    ]
+    assert admitted == ["first-large", "second-small", "third"]  # no overtaking
