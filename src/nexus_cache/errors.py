@@ -36,6 +36,9 @@ __all__ = [
     "NexusCacheError",
     "NoCacheError",
     "ProgramCacheKeyError",
+    "ServerAuthError",
+    "ServerError",
+    "ServerUnavailableError",
     "SourceDecodeError",
     "SourceFormatError",
     "SourceWaitTimeoutError",
@@ -181,3 +184,15 @@ class CommandError(NexusCacheError, RuntimeError):
 
 class NoCacheError(CommandError):
     """No cache at the location a ``nexus-cache`` command was pointed at (exit status 2)."""
+
+
+class ServerError(NexusCacheError, RuntimeError):
+    """A query server failed a call for a reason the client cannot name more precisely."""
+
+
+class ServerUnavailableError(ServerError, ConnectionError):
+    """The query server cannot be reached (not running, wrong URL, shutting down)."""
+
+
+class ServerAuthError(ServerError, PermissionError):
+    """The query server refused the call's credentials (no token, or the wrong one)."""

@@ -293,3 +293,16 @@ def test_fifos_named_like_evidence_are_reported_not_waited_on(evidence: Path) ->
     out = run.stdout.decode()
     assert "attempt-3333333333333333-1.json" in out
     assert "not a regular file" in out
+
+
+def test_admission_log_keeps_a_bounded_tail_in_memory(tmp_path: Path) -> None:
+    # a long-running server admits millions of attempts: the in-memory lines
+    # must not grow with them (the file keeps every line)
+    from nexus_cache.service.evidence import ADMISSION_MEMORY_LINES, AdmissionLog
+
+    log = AdmissionLog(None)
+    for n in range(ADMISSION_MEMORY_LINES + 5):
+        log.record({"attempt_id": f"q-{n}", "decision": "admitted"})
+    assert len(log.lines) == ADMISSION_MEMORY_LINES
+    assert log.lines[0]["attempt_id"] == "q-5"
+    assert log.lines[-1]["attempt_id"] == f"q-{ADMISSION_MEMORY_LINES + 4}"

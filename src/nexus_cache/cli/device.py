@@ -24,6 +24,7 @@ from nexus_cache.cli._output import (
     size,
     size_option,
 )
+from nexus_cache.cli._remote import add_server_option, client_for, server_url
 
 __all__ = ["register"]
 
@@ -102,10 +103,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="publish a source and a graph entry and pin the source one before reporting",
     )
+    add_server_option(report)
     report.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
+    url = server_url(args)
+    if url is not None:
+        return _report_remote(args, url)
     from nexus_cache.backends import select_backend
     from nexus_cache.device import MANAGED_CAPACITY_FRACTION, DeviceProfile, DeviceResidentCaches
 
@@ -138,6 +143,51 @@ def _report(args: argparse.Namespace) -> int:
             pin.release()
         caches.shutdown()
     return 0
+
+
+def _report_remote(args: argparse.Namespace, url: str) -> int:
+    """The server's reports, printed as the in-process command prints its own."""
+    from nexus_cache.device import format_tsv
+
+    local = [
+        name
+        for name, given in (
+            ("--backend", args.backend),
+            ("--cache-cap-bytes", args.cache_cap_bytes),
+            ("--demo", args.demo),
+        )
+        if given
+    ]
+    if local:
+        raise CommandError(
+            f"{', '.join(local)} configure a local report; leave them out with --server "
+            "(the server's own settings apply)"
+        )
+    fmt = "json" if args.json else args.format
+    if fmt == "prometheus":
+        raise CommandError(
+            "--format prometheus is not read through --server; scrape the server's "
+            "--metrics-port at /metrics instead"
+        )
+    with client_for(url) as client:
+        rows = client.reports()
+    if args.devices:
+        rows = [row for row in rows if row["device_id"] in args.devices]
+    if fmt == "tsv":
+        sys.stdout.write(format_tsv(_Row(row) for row in rows))  # type: ignore[misc]
+    else:
+        emit(rows, _table(rows, args.all), as_json=fmt == "json")
+    return 0
+
+
+class _Row:
+    """A report row received from a server, where format_tsv expects a report."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self._row = row
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._row
 
 
 def _demo(caches: Any) -> list[Any]:

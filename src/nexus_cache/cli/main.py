@@ -31,6 +31,7 @@ _AREAS = (
     "lakehouse",
     "device",
     "cluster",
+    "serve",
 )
 
 

@@ -25,6 +25,7 @@ from nexus_cache.cli._output import (
     integer_option,
     progress,
 )
+from nexus_cache.cli._remote import absolute_sources, add_server_option, client_for, server_url
 
 __all__ = ["add_output_options", "register", "report_result"]
 
@@ -78,6 +79,7 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         help="rows to print without --out (default 20; 0 prints only the summary)",
     )
     add_json_option(parser)
+    add_server_option(parser)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -111,16 +113,21 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
 
     _check_out(args.out)  # before the query runs: a bad --out must not cost a whole query
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
+    url = server_url(args)
     try:
         with progress(label, None):
-            try:
-                service = QueryService()
-            except CacheIntegrityError as exc:
-                # the configured lakehouse root holds something else (another
-                # cache, a home directory): a setting to change, not to retry
-                raise CommandError(" ".join(str(exc).split())) from exc
-            with service:
-                result = service.execute(query, device=args.device)
+            if url is not None:
+                with client_for(url) as client:
+                    result = client.execute(absolute_sources(query), device=args.device)
+            else:
+                try:
+                    service = QueryService()
+                except CacheIntegrityError as exc:
+                    # the configured lakehouse root holds something else (another
+                    # cache, a home directory): a setting to change, not to retry
+                    raise CommandError(" ".join(str(exc).split())) from exc
+                with service:
+                    result = service.execute(query, device=args.device)
     except (
         FileNotFoundError,
         NotADirectoryError,

@@ -112,6 +112,8 @@ _TOP_KEYS = (
     "devices",
     "lakehouse",
     "storage_options",
+    # read by ``nexus-cache serve`` (docs/server.md), not by the service
+    "server",
 )
 _DEVICE_KEYS = ("id", "cache_cap_bytes", "managed_capacity_bytes")
 
@@ -441,7 +443,7 @@ def _read_toml(path: Path, origin: str = ENV_CONFIG) -> tuple[dict[str, Any], di
             "name a readable TOML file"
         ) from None
     _check_keys(data, _TOP_KEYS, f"{path}")
-    fields = {k: v for k, v in data.items() if k not in ("lakehouse", "devices")}
+    fields = {k: v for k, v in data.items() if k not in ("lakehouse", "devices", "server")}
     if "storage_options" in fields and not isinstance(fields["storage_options"], dict):
         raise ConfigError(
             f"{path}: storage_options={fields['storage_options']!r}; accepted: a "

@@ -311,10 +311,16 @@ def _admission_attempts(
     return seen
 
 
+#: admission decisions an :class:`AdmissionLog` keeps in memory (the newest)
+ADMISSION_MEMORY_LINES = 10_000
+
+
 class AdmissionLog:
     """Appends one TSV line per admission decision to ``directory/admission.tsv``.
 
-    ``directory=None`` keeps the lines in memory only (``lines``). Thread-safe.
+    ``lines`` holds the newest :data:`ADMISSION_MEMORY_LINES` decisions in
+    memory (all of them stay in the file), so a service that runs for months
+    does not grow. ``directory=None`` writes no file. Thread-safe.
     A log removed while the service runs (rotated away, deleted) is recreated
     with its header at the next decision. :meth:`record` never follows a
     symlink (:class:`CacheSecurityError`) and raises :class:`EvidenceWriteError`
@@ -340,6 +346,9 @@ class AdmissionLog:
             if self._path is not None:
                 _append(self._path, line.encode())
             self.lines.append(values)
+            if len(self.lines) > ADMISSION_MEMORY_LINES:
+                # a memmove of the list's pointers: microseconds per decision
+                del self.lines[: len(self.lines) - ADMISSION_MEMORY_LINES]
 
 
 def _publish_header(path: Path) -> None:

@@ -182,6 +182,27 @@ class QueryService:
     def device_cache_reports(self) -> list[DeviceCacheReport]:
         return self._caches.device_cache_reports()
 
+    def plan(self, query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
+        """Plan ``query`` as its first attempt would, without admitting or running it.
+
+        Returns the plan's JSON form: every object's identity key, size and
+        planned lakehouse status, ``grant_bytes`` (the grant the attempt would
+        ask for) and ``parquet_bytes`` (the source's bytes). Lists the source;
+        reads no data. Thread-safe.
+        """
+        query = _as_query(query)
+        if self._closed:
+            raise LifecycleError("the query service was shut down; create a new one")
+        cfg = self.config
+        plan = plan_attempt(
+            self._lakehouse,
+            query,
+            expansion=cfg.grant_expansion,
+            min_grant=cfg.min_grant_bytes,
+            storage_options=cfg.storage_options,  # type: ignore[arg-type]
+        )
+        return {**plan.to_dict(), "parquet_bytes": plan.source.total_bytes}
+
     # -- queries ---------------------------------------------------------------------
 
     def execute(
@@ -198,15 +219,7 @@ class QueryService:
         the last transient error after ``max_attempts`` attempts, and any
         other error of the query (missing source, unknown column) at once.
         """
-        if isinstance(query, str):
-            query = query_from_json(query)
-        elif isinstance(query, Mapping):
-            query = query_from_dict(query)
-        elif not isinstance(query, (Scan, Count, Graph)):
-            raise ConfigError(
-                f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() "
-                "form or its JSON text"
-            )
+        query = _as_query(query)
         if device is not None and (
             isinstance(device, bool)
             or not isinstance(device, int)
@@ -497,3 +510,17 @@ class QueryService:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
+
+
+def _as_query(query: Query | Mapping[str, Any] | str) -> Query:
+    """A query object from an object, its ``to_dict()`` form or its JSON text."""
+    if isinstance(query, str):
+        return query_from_json(query)
+    if isinstance(query, Mapping):
+        return query_from_dict(query)
+    if not isinstance(query, (Scan, Count, Graph)):
+        raise ConfigError(
+            f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() "
+            "form or its JSON text"
+        )
+    return query

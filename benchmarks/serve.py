@@ -1,0 +1,634 @@
+#!/usr/bin/env python3
+"""The query server against the in-process service, on the same warm queries.
+
+One run measures, beside ``QueryService.execute`` in this process:
+
+* **latency** of a warm one-row query seen by a client (p50, p99);
+  target: p50 at most 1 ms above in-process;
+* **streaming throughput** of a warm scan of ``--scan-gib`` GiB (default 1):
+  end to end for both, and the stream alone (a plain Flight reader, from the
+  first batch, which arrives once the query has executed, to the last);
+  target: >= 1 GB/s on loopback. The ceiling beside it: a bare ``pyarrow.flight`` server in
+  another process streaming the same bytes in batches of the same size;
+* **queries per second** of the one-row query from 1, 4 and 16 client
+  processes;
+* with ``--soak-minutes M``, a **soak**: 16 client processes for M minutes on
+  a mixed warm and cold workload (a cache cap small enough that LRU evicts,
+  so projections keep missing), and beside them clients that read one batch
+  of a 64 MiB result and are killed mid-stream; every result's fingerprint
+  is checked against the in-process service's.
+  Reported: wrong results (target 0), errors other than the killed clients
+  (target 0), grants at the end (target 0), server RSS after warm-up and at
+  the end (target: flat).
+
+The server is a real ``nexus-cache serve`` process on loopback; clients are
+``nexus_cache.client.Client``. ``--backend`` picks the device backend of
+both sides (host by default). ``--demo-scale N`` (default 12; 0 skips it)
+adds the demo's query mix, cold then warm, in process and from a client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from nexus_cache.client import Client
+from nexus_cache.service import QueryService, ServiceConfig, table_fingerprint
+from nexus_cache.service.datagen import rmat_edges, write_parquet
+
+TARGET_P50_EXTRA_MS = 1.0
+TARGET_GBPS = 1.0
+_COLUMNS = ("a", "b", "c", "d")
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def _aged(path: Path) -> None:
+    past = time.time() - 60
+    os.utime(path, (past, past))
+
+
+def make_data(work: Path, scan_gib: float, soak: bool) -> dict[str, Path]:
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    one = data / "one.parquet"
+    pq.write_table(pa.table({"k": [1], "v": [0.5]}), one)
+    files["one"] = one
+    rows = int(scan_gib * (1 << 30)) // (8 * len(_COLUMNS))
+    big = data / "big.parquet"
+    if not big.exists() or pq.read_metadata(big).num_rows != rows:
+        writer = None
+        step = 1 << 22
+        for start in range(0, rows, step):
+            n = min(step, rows - start)
+            base = np.arange(start, start + n, dtype=np.int64)
+            table = pa.table({c: base * (i + 1) for i, c in enumerate(_COLUMNS)})
+            if writer is None:
+                writer = pq.ParquetWriter(big, table.schema, compression="none")
+            writer.write_table(table, row_group_size=1 << 20)
+        assert writer is not None
+        writer.close()
+    files["big"] = big
+    if soak:
+        for i in range(6):
+            path = data / f"part{i}.parquet"
+            n = 400_000
+            base = np.arange(n, dtype=np.int64) + i
+            pq.write_table(pa.table({c: base * (j + 2) for j, c in enumerate(_COLUMNS)}), path)
+            files[f"part{i}"] = path
+        write_parquet(rmat_edges(12), data / "edges.parquet", row_groups=4)
+        files["edges"] = data / "edges.parquet"
+        n = 2_000_000  # 64 MiB decoded: more than gRPC buffers for a client that stops reading
+        base = np.arange(n, dtype=np.int64)
+        pq.write_table(
+            pa.table({c: base for c in _COLUMNS}), data / "mid.parquet", compression="none"
+        )
+        files["mid"] = data / "mid.parquet"
+    for path in files.values():
+        _aged(path)
+    return files
+
+
+def _env(work: Path, backend: str, cap: str | None, host_total: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "NEXUS_DEVICE_BACKEND": backend,
+        "NEXUS_LAKEHOUSE_CACHE_ROOT": str(work / "lake-cache"),
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "64GiB",
+        "NEXUS_HOST_DEVICE_TOTAL_BYTES": host_total,
+        "NEXUS_SERVER_MAX_RUNNING_QUERIES": "16",
+        # the default 8x of the Parquet bytes would ask for the whole device for
+        # the large scan, and admitting it would evict the very frame it reads
+        "NEXUS_SERVICE_GRANT_EXPANSION": "2.5",
+    }
+    if cap is not None:
+        env["NEXUS_DEVICE_CACHE_CAP_BYTES"] = cap
+    for name in ("NEXUS_SERVER_TOKEN", "NEXUS_SERVER_URL", "NEXUS_SERVICE_CONFIG"):
+        env.pop(name, None)
+    return env
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """This process's NEXUS_* variables as in ``env`` while the block runs (the
+    in-process service and the host backend read them)."""
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("NEXUS_")})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# -- the server process ------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nexus_cache.cli.main", "serve", "--port", "0"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self.url = ""
+        threading.Thread(target=self._pump, daemon=True).start()
+        if not self._ready.wait(120):
+            raise SystemExit("the server did not start:\n" + "\n".join(self.lines))
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            if len(self.lines) < 2000:  # the soak logs a line per query
+                self.lines.append(line.rstrip())
+            if not self._ready.is_set() and (m := re.search(r"listening on (\S+)", line)):
+                self.url = m.group(1)
+                self._ready.set()
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(120)
+
+
+_PEER_SERVER = """
+import sys
+import numpy as np, pyarrow as pa, pyarrow.flight as flight
+rows = int(sys.argv[1])
+base = np.arange(rows, dtype=np.int64)
+table = pa.table({c: base * (i + 1) for i, c in enumerate("abcd")})
+table = pa.Table.from_batches(table.to_batches(max_chunksize=1 << 18))  # 8 MiB, as ours
+class Peer(flight.FlightServerBase):
+    def do_get(self, context, ticket):
+        return flight.RecordBatchStream(table)
+server = Peer("grpc://127.0.0.1:0")
+print(server.port, flush=True)
+sys.stdin.read()
+server.shutdown()
+"""
+
+
+def stream_only(url: str, query: dict[str, Any], repeats: int) -> tuple[float, int]:
+    """``(seconds, bytes)`` of the stream alone, best of ``repeats``: from the first
+    batch's arrival (the query has executed by then) to the last's."""
+    import pyarrow.flight as flight
+
+    client = flight.connect(url)
+    best = (float("inf"), 0)
+    try:
+        for _ in range(repeats):
+            reader = client.do_get(flight.Ticket(json.dumps(query).encode()))
+            reader.read_chunk()
+            t0, nbytes = time.perf_counter(), 0
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    break
+                nbytes += chunk.data.nbytes
+            elapsed = time.perf_counter() - t0
+            if elapsed < best[0]:
+                best = (elapsed, nbytes)
+    finally:
+        client.close()
+    return best
+
+
+def peer_stream(env: dict[str, str], rows: int, repeats: int) -> float:
+    """Seconds a bare pyarrow.flight server (another process, the same table
+    bytes, no service) takes to stream the table to a client: the ceiling."""
+    import pyarrow.flight as flight
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", _PEER_SERVER, str(rows)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        client = flight.connect(f"grpc://127.0.0.1:{process.stdout.readline().strip()}")
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            client.do_get(flight.Ticket(b"all")).read_all()
+            times.append(time.perf_counter() - t0)
+        client.close()
+        return min(times[1:])
+    finally:
+        process.communicate("", timeout=60)
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latency(run: Any, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls (``repeats=0``: 20 untimed calls, a warm-up)."""
+    if repeats == 0:
+        for _ in range(20):
+            run()
+        return []
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+_QPS_CLIENT = """
+import json, sys, time
+from nexus_cache.client import Client
+client = Client(sys.argv[1])
+query = json.loads(sys.argv[2])
+client.execute(query)
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+start = float(sys.stdin.readline())
+while time.time() < start:
+    time.sleep(0.001)
+done, end = 0, start + float(sys.argv[3])
+while time.time() < end:
+    client.execute(query)
+    done += 1
+print(done)
+"""
+
+
+def _clients(env: dict[str, str], code: str, argv: list[list[str]]) -> list[subprocess.Popen[str]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", code, *a],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for a in argv
+    ]
+
+
+def qps(
+    env: dict[str, str], url: str, query: dict[str, Any], clients: int, seconds: float
+) -> float:
+    """Queries per second of ``clients`` processes, all started before the clock runs."""
+    procs = _clients(env, _QPS_CLIENT, [[url, json.dumps(query), str(seconds)]] * clients)
+    for p in procs:
+        assert p.stdout is not None
+        p.stdout.readline()
+    start = time.time() + 0.5
+    total = 0
+    for p in procs:
+        out, _ = p.communicate(f"{start}\n", timeout=seconds + 300)
+        total += int(out.split()[-1])
+    return total / seconds
+
+
+# -- soak ----------------------------------------------------------------------------------------
+
+
+def soak_queries(files: dict[str, Path]) -> list[dict[str, Any]]:
+    """Warm one-row scans, projections of six parts (cold whenever LRU evicted
+    them), counts, and warm graph queries on one edge list."""
+    queries: list[dict[str, Any]] = [{"type": "scan", "source": str(files["one"])}]
+    for i in range(6):
+        source = str(files[f"part{i}"])
+        queries.append({"type": "count", "source": source})
+        for r in (1, 2, 4):
+            queries.append({"type": "scan", "source": source, "columns": list(_COLUMNS[:r])})
+            queries.append({"type": "scan", "source": source, "columns": list(_COLUMNS[-r:])})
+    edges = {"type": "scan", "source": str(files["edges"]), "columns": ["src", "dst"]}
+    first = int(pq.read_table(files["edges"], columns=["src"])["src"][0].as_py())
+    for algorithm, params in (("pagerank", {}), ("bfs", {"source": first}), ("jaccard", {})):
+        queries.append(
+            {
+                "type": "graph",
+                "edges": edges,
+                "src": "src",
+                "dst": "dst",
+                "algorithm": algorithm,
+                "directed": algorithm != "jaccard",
+                "params": params,
+            }
+        )
+    return queries
+
+
+_SOAK_CLIENT = """
+import json, random, sys, time
+from nexus_cache.client import Client
+from nexus_cache.service import table_fingerprint
+url, spec, seed, end = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3]), float(sys.argv[4])
+queries, expected = spec["queries"], spec["expected"]
+rng = random.Random(seed)
+client = Client(url)
+done = wrong = errors = 0
+while time.time() < end:
+    query = rng.choice(queries)
+    try:
+        result = client.execute(query)
+    except Exception as exc:
+        errors += 1
+        print("error", type(exc).__name__, " ".join(str(exc).split())[:200], flush=True)
+        continue
+    if table_fingerprint(result.table) != expected[json.dumps(query, sort_keys=True)]:
+        wrong += 1
+    done += 1
+print("done", done, wrong, errors, flush=True)
+"""
+
+
+_KILLED_READER = """
+import sys, time
+import pyarrow.flight as flight
+reader = flight.connect(sys.argv[1]).do_get(flight.Ticket(sys.argv[2].encode()))
+reader.read_chunk()
+print("reading", flush=True)
+time.sleep(600)
+"""
+
+
+def soak(
+    url: str,
+    server: Server,
+    env: dict[str, str],
+    files: dict[str, Path],
+    minutes: float,
+    expected: dict[str, str],
+) -> dict[str, Any]:
+    work_file = Path(tempfile.mkstemp(suffix=".json")[1])
+    work_file.write_text(json.dumps({"queries": soak_queries(files), "expected": expected}))
+    end = time.time() + minutes * 60
+    workers = _clients(
+        env, _SOAK_CLIENT, [[url, str(work_file), str(seed), str(end)] for seed in range(16)]
+    )
+    warm_until = time.time() + min(60.0, minutes * 60 / 4)
+    rss: list[tuple[float, int]] = []
+    killed = 0
+    big = json.dumps({"type": "scan", "source": str(files["mid"])})
+    while time.time() < end:
+        time.sleep(5)
+        rss.append((time.time(), server.rss_bytes()))
+        if killed < max(3, int(minutes * 2)) and random.random() < 0.5:
+            # a client that reads one batch of a large result and is killed mid-stream
+            reader = subprocess.Popen(
+                [sys.executable, "-c", _KILLED_READER, url, big],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert reader.stdout is not None
+            reader.stdout.readline()
+            reader.kill()
+            reader.wait(30)
+            killed += 1
+    done = wrong = errors = 0
+    messages: list[str] = []
+    for w in workers:
+        out, _ = w.communicate(timeout=600)
+        for line in out.splitlines():
+            if line.startswith("error "):
+                messages.append(line[len("error ") :])
+            elif line.startswith("done "):
+                d, wr, e = (int(x) for x in line.split()[1:])
+                done, wrong, errors = done + d, wrong + wr, errors + e
+    work_file.unlink()
+    time.sleep(1)
+    with Client(url) as client:
+        deadline = time.time() + 30
+        while client.health()["running_queries"] and time.time() < deadline:
+            time.sleep(0.2)
+        reports = client.reports()
+        idle = client.health()["rss_bytes"]
+    after = [r for t, r in rss if t >= warm_until] or [rss[-1][1]]
+    half = len(after) // 2
+    return {
+        "queries": done,
+        "wrong": wrong,
+        "errors": errors,
+        "error_messages": sorted(set(messages))[:5],
+        "killed_clients": killed,
+        "grants_at_end": sum(r["grant_count"] for r in reports),
+        # under load RSS follows the queries in flight; compare halves, and idle
+        "rss_median_first_half_mib": round(statistics.median(after[: max(1, half)]) / 2**20),
+        "rss_median_second_half_mib": round(statistics.median(after[half:]) / 2**20),
+        "rss_max_after_warmup_mib": round(max(after) / 2**20),
+        "rss_idle_at_end_mib": round(idle / 2**20),
+    }
+
+
+# -- the demo's query mix ------------------------------------------------------------------------
+
+
+def demo_mix(work: Path, backend: str, scale: int, host_total: str) -> None:
+    """The demo's queries, cold then warm (median of 3), in-process and from a client
+    of a fresh server, each on a lakehouse root of its own."""
+    from nexus_cache.service.datagen import fact_table
+    from nexus_cache.service.demo import demo_queries
+
+    lake = work / f"demo-{scale}"
+    lake.mkdir(exist_ok=True)
+    edges = rmat_edges(scale)
+    write_parquet(edges, lake / "edges.parquet")
+    write_parquet(fact_table(16 << scale), lake / "facts.parquet")
+    for path in lake.iterdir():
+        _aged(path)
+    mix = demo_queries(
+        str(lake / "edges.parquet"), str(lake / "facts.parquet"), int(edges["src"][0].as_py())
+    )
+    figures: dict[str, dict[str, float]] = {}
+
+    def timed(run: Any, side: str) -> None:
+        for name, query in mix:
+            t0 = time.perf_counter()
+            run(query)
+            cold = time.perf_counter() - t0
+            warm = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run(query)
+                warm.append(time.perf_counter() - t0)
+            figures.setdefault(name, {})[f"{side}_cold"] = cold
+            figures[name][f"{side}_warm"] = statistics.median(warm)
+
+    local_env = _env(work / f"demo-{scale}-local", backend, None, host_total)
+    with _environment(local_env), QueryService(ServiceConfig.from_env()) as service:
+        timed(service.execute, "local")
+    server = Server(_env(work / f"demo-{scale}-server", backend, None, host_total))
+    try:
+        with Client(server.url) as client:
+            timed(client.execute, "server")
+    finally:
+        server.stop()
+    print(
+        f"demo mix at scale {scale} ({backend}), seconds: in-process cold / warm, server cold / warm"
+    )
+    for name, f in figures.items():
+        print(
+            f"  {name:9s} {f['local_cold']:8.4f} / {f['local_warm']:8.4f}   "
+            f"{f['server_cold']:8.4f} / {f['server_warm']:8.4f}"
+        )
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="host", choices=("host", "cuda"))
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--scan-gib", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=500)
+    parser.add_argument("--stream-repeats", type=int, default=3)
+    parser.add_argument("--qps-seconds", type=float, default=5.0)
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--soak-minutes", type=float, default=0.0)
+    parser.add_argument("--soak-cache-cap", default="160MiB")
+    parser.add_argument("--demo-scale", type=int, default=12, help="0 skips the demo mix")
+    args = parser.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="nexus-serve-bench-"))
+    soaking = args.soak_minutes > 0
+    files = make_data(work, args.scan_gib, soaking)
+    host_total = str(int(args.scan_gib * 6 * (1 << 30)) + (2 << 30))
+    env = _env(work, args.backend, None, host_total)
+    one = {"type": "scan", "source": str(files["one"])}
+    big = {"type": "scan", "source": str(files["big"])}
+    big_bytes = 0
+    print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; workdir {work}")
+
+    # in-process and through the server, interleaved (alternating blocks) so
+    # that the machine's load weighs on both alike
+    server = Server(env)
+    try:
+        with (
+            _environment(env),
+            QueryService(ServiceConfig.from_env()) as service,
+            Client(server.url) as client,
+        ):
+            sides = {"local": service.execute, "remote": client.execute}
+            lat: dict[str, list[float]] = {"local": [], "remote": []}
+            block = max(1, args.repeats // 10)
+            for run in sides.values():
+                latency(lambda run=run: run(one), 0)  # warm-up
+            for _ in range(10):
+                for side, run in sides.items():
+                    lat[side] += latency(lambda run=run: run(one), block)
+            local_lat, remote_lat = lat["local"], lat["remote"]
+            statuses = {}
+            for run in sides.values():
+                result = run(big)  # cold: decode into that side's source cache
+                big_bytes = result.table.nbytes
+                del result
+            times: dict[str, list[float]] = {"local": [], "remote": []}
+            for _ in range(args.stream_repeats):
+                for side, run in sides.items():
+                    t0 = time.perf_counter()
+                    result = run(big)
+                    times[side].append(time.perf_counter() - t0)
+                    statuses[side] = result.diagnostics.source_cache["status"]
+                    assert result.table.nbytes == big_bytes
+                    del result
+            local_stream, remote_stream = times["local"], times["remote"]
+            status, remote_status = statuses["local"], statuses["remote"]
+        p50_l, p99_l = _percentile(local_lat, 0.5) * 1e3, _percentile(local_lat, 0.99) * 1e3
+        p50_r, p99_r = _percentile(remote_lat, 0.5) * 1e3, _percentile(remote_lat, 0.99) * 1e3
+        print(f"one-row warm query, in-process: p50 {p50_l:.3f} ms, p99 {p99_l:.3f} ms")
+        print(f"one-row warm query, server:     p50 {p50_r:.3f} ms, p99 {p99_r:.3f} ms")
+        extra = p50_r - p50_l
+        print(
+            f"RATIO one-row p50 above in-process: {extra:.3f} ms "
+            f"(target <= {TARGET_P50_EXTRA_MS} ms: {'met' if extra <= TARGET_P50_EXTRA_MS else 'MISSED'})"
+        )
+        t_local, t_remote = min(local_stream), min(remote_stream)
+        gbps_local, gbps_remote = big_bytes / t_local / 1e9, big_bytes / t_remote / 1e9
+        t_stream, streamed = stream_only(server.url, big, args.stream_repeats)
+        streamed = max(streamed, 1)  # a result of one batch leaves nothing to time
+        gbps_stream = streamed / t_stream / 1e9
+        print(
+            f"warm scan of {big_bytes / 2**30:.2f} GiB (source cache {status} / "
+            f"{remote_status}): in-process {t_local:.3f} s ({gbps_local:.2f} GB/s), "
+            f"server {t_remote:.3f} s ({gbps_remote:.2f} GB/s end to end)"
+        )
+        print(
+            f"RATIO streaming of the result over loopback (first batch to last): "
+            f"{t_stream:.3f} s for {streamed / 2**30:.2f} GiB, {gbps_stream:.2f} GB/s (target >= {TARGET_GBPS} GB/s: "
+            f"{'met' if gbps_stream >= TARGET_GBPS else 'MISSED'})"
+        )
+        t_peer = peer_stream(env, pq.read_metadata(files["big"]).num_rows, args.stream_repeats)
+        print(
+            f"ceiling: a bare pyarrow.flight server streams the same bytes in {t_peer:.3f} s "
+            f"({big_bytes / t_peer / 1e9:.2f} GB/s); ours / bare = "
+            f"{(t_stream / streamed) / (t_peer / big_bytes):.2f} in time per byte"
+        )
+        for n in (int(c) for c in args.clients.split(",")):
+            rate = qps(env, server.url, one, n, args.qps_seconds)
+            print(f"QPS one-row warm query, {n} client processes: {rate:.0f}")
+    finally:
+        code = server.stop()
+    print(f"server exit status on SIGTERM: {code}")
+    if args.demo_scale > 0:
+        demo_mix(work, args.backend, args.demo_scale, host_total)
+    if soaking:
+        # expected answers from the in-process service; a server whose cache
+        # cap is small enough that LRU keeps evicting, so cold queries go on
+        expected = {}
+        with _environment(env), QueryService(ServiceConfig.from_env()) as service:
+            for query in soak_queries(files):
+                key = json.dumps(query, sort_keys=True)
+                expected[key] = table_fingerprint(service.execute(query).table)
+        soak_env = _env(work, args.backend, args.soak_cache_cap, host_total)
+        server = Server(soak_env)
+        try:
+            figures = soak(server.url, server, soak_env, files, args.soak_minutes, expected)
+        finally:
+            code = server.stop()
+        print(
+            f"soak {args.soak_minutes:g} min, 16 clients, cache cap {args.soak_cache_cap}: "
+            + json.dumps(figures)
+        )
+        print(f"soak server exit status on SIGTERM: {code}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""The Arrow Flight server in front of one :class:`QueryService`.
+
+* ``do_get``: the ticket holds a query (see :mod:`nexus_cache.server.wire`);
+  the service executes it (the attempt holds its grant only while it runs),
+  then the result streams as record batches whose schema metadata carries the
+  diagnostics. A client that cancels or disconnects stops the stream at the
+  next batch and the result is dropped.
+* ``get_flight_info``: plans the query (lists the source, reads no data).
+* actions: ``health``, ``reports``, ``source-events``, ``plan``, ``shutdown``.
+
+Every call runs in a gRPC worker thread; the service is thread-safe and its
+single flight holds across every client of the server. At most
+``max_running_queries`` queries execute at once; others wait up to
+``queue_timeout_s``. Errors reach the client as Flight errors carrying the
+same one-line message as the CLI; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from nexus_cache.errors import AdmissionError, ConfigError, NexusCacheError
+from nexus_cache.server.auth import BearerTokenMiddlewareFactory
+from nexus_cache.server.metrics import ServerMetrics
+from nexus_cache.server.settings import ServerSettings
+from nexus_cache.server.tickets import parse_ticket
+from nexus_cache.server.wire import ACTIONS, attach_diagnostics, encode_error
+
+__all__ = ["QueryFlightServer"]
+
+log = logging.getLogger("nexus_cache.server")
+
+# Bytes per streamed batch: large enough that per-batch overhead vanishes,
+# small enough that a cancelled client is noticed within a few milliseconds.
+_BATCH_BYTES = 8 << 20
+_USER_ERRORS = (NexusCacheError, FileNotFoundError, NotADirectoryError, PermissionError)
+
+
+def _flight_error(exc: BaseException) -> flight.FlightError:
+    message, info = encode_error(exc)
+    return flight.FlightServerError(message, extra_info=info)
+
+
+class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
+    """Serves ``service`` at ``settings.url`` until :meth:`stop`; starts listening at once.
+
+    ``on_shutdown_request`` is called (from a gRPC thread) by the ``shutdown``
+    action. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        service: Any,
+        settings: ServerSettings,
+        *,
+        warm_up_s: float,
+        metrics: ServerMetrics | None = None,
+        on_shutdown_request: Callable[[], None] | None = None,
+    ) -> None:
+        middleware = {}
+        if settings.token is not None:
+            middleware["auth"] = BearerTokenMiddlewareFactory(settings.token)
+        tls = []
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            tls = [
+                flight.CertKeyPair(settings.tls_cert.read_bytes(), settings.tls_key.read_bytes())
+            ]
+        self._service = service
+        self._settings = settings
+        self._metrics = metrics
+        self._warm_up_s = warm_up_s
+        self._on_shutdown_request = on_shutdown_request
+        self._slots = threading.BoundedSemaphore(settings.max_running_queries)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._running = 0
+        self._stopping = False
+        self._started = time.monotonic()
+        super().__init__(settings.url, tls_certificates=tls, middleware=middleware)
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """Queries waiting for a slot, executing or streaming now."""
+        return self._running
+
+    def begin_stop(self) -> None:
+        """Refuse new queries from now on (running ones continue)."""
+        with self._lock:
+            self._stopping = True
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for running queries; True when none is left."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+            return True
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._stopping:
+                raise flight.FlightUnavailableError(
+                    "the nexus-cache server is shutting down; retry against a running server"
+                )
+            self._running += 1
+
+    def _leave(self) -> None:
+        with self._idle:
+            self._running -= 1
+            self._idle.notify_all()
+
+    # -- queries -----------------------------------------------------------------------
+
+    def _query(self, raw: bytes) -> tuple[Any, int | None]:
+        try:
+            return parse_ticket(
+                raw,
+                max_bytes=self._settings.max_ticket_bytes,
+                allowed_roots=self._settings.allowed_roots,
+            )
+        except ConfigError as exc:
+            log.info("refused ticket: %s", encode_error(exc)[0])
+            raise _flight_error(exc) from None
+
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        start = time.perf_counter()
+        query, device = self._query(ticket.ticket)
+        self._enter()
+        try:
+            result = self._execute(query, device, start)
+            diagnostics = result.diagnostics.to_dict()
+            schema = attach_diagnostics(result.table, diagnostics)
+        except BaseException:
+            self._leave()
+            raise
+        if result.table.nbytes <= _BATCH_BYTES:
+            # one batch: nothing to stop early, and Arrow's own stream writes it
+            # without a call back into Python
+            self._finish(query, diagnostics, start, "ok")
+            return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
+        stream = _ResultStream(
+            result.table, context, lambda outcome: self._finish(query, diagnostics, start, outcome)
+        )
+        return flight.GeneratorStream(schema, stream)
+
+    def _execute(self, query: Any, device: int | None, start: float) -> Any:
+        if not self._slots.acquire(timeout=self._settings.queue_timeout_s):
+            raise flight.FlightUnavailableError(
+                f"{self._settings.max_running_queries} queries are running and none finished "
+                f"within queue_timeout_s={self._settings.queue_timeout_s:g}; retry later or raise "
+                "NEXUS_SERVER_MAX_RUNNING_QUERIES"
+            )
+        try:
+            return self._service.execute(query, device=device)
+        except Exception as exc:
+            elapsed = time.perf_counter() - start
+            text = json.dumps(query.to_dict(), separators=(",", ":"))
+            log.info("query - %s error %.1f ms: %s", text, elapsed * 1e3, encode_error(exc)[0])
+            if self._metrics is not None:
+                if isinstance(exc, AdmissionError):
+                    self._metrics.refused()
+                self._metrics.observe(query.kind, "error", elapsed, None)
+            if isinstance(exc, _USER_ERRORS):
+                raise _flight_error(exc) from None
+            log.exception("query failed unexpectedly")
+            raise _flight_error(exc) from None
+        finally:
+            self._slots.release()
+
+    def _finish(self, query: Any, diag: dict[str, Any], start: float, outcome: str) -> None:
+        elapsed = time.perf_counter() - start
+        try:
+            log.info(
+                "query %s %s lakehouse=%s source=%s graph=%s rows=%d attempts=%d %s %.1f ms",
+                diag["query_id"],
+                json.dumps(diag["query"], separators=(",", ":")),
+                diag["lakehouse"].get("status"),
+                diag["source_cache"].get("status"),
+                diag["graph_cache"].get("status"),
+                diag["rows"],
+                len(diag["attempts"]),
+                outcome,
+                elapsed * 1e3,
+            )
+            if self._metrics is not None:
+                self._metrics.observe(query.kind, outcome, elapsed, diag)
+        finally:
+            self._leave()
+
+    def get_flight_info(
+        self, context: Any, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        raw = bytes(descriptor.command or b"")
+        query, _ = self._query(raw)
+        plan = self._call(lambda: self._service.plan(query))
+        return flight.FlightInfo(
+            pa.schema([]),
+            descriptor,
+            [flight.FlightEndpoint(raw, [])],
+            total_records=-1,
+            total_bytes=int(plan["parquet_bytes"]),
+            app_metadata=json.dumps(plan, default=str).encode(),
+        )
+
+    # -- actions -----------------------------------------------------------------------
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return list(ACTIONS.items())
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
+        kind = action.type
+        if kind == "health":
+            body: Any = self.health()
+        elif kind == "reports":
+            body = self._call(lambda: [r.to_dict() for r in self._service.device_cache_reports()])
+        elif kind == "source-events":
+            body = self._call(
+                lambda: [
+                    s.to_dict() for s in self._service.caches.device_cache_source_event_snapshots()
+                ]
+            )
+        elif kind == "plan":
+            query, _ = self._query(bytes(action.body or b""))
+            body = self._call(lambda: self._service.plan(query))
+        elif kind == "shutdown":
+            log.info("shutdown requested by a client")
+            self.begin_stop()
+            if self._on_shutdown_request is not None:
+                self._on_shutdown_request()
+            body = {"status": "stopping"}
+        else:
+            raise _flight_error(
+                ConfigError(f"action {kind!r} is not known; use one of: {', '.join(ACTIONS)}")
+            )
+        yield flight.Result(json.dumps(body, default=str, allow_nan=False).encode())
+
+    def health(self) -> dict[str, Any]:
+        """Readiness (the server listens only once warm-up is done) and a few figures."""
+        from nexus_cache import __version__
+
+        return {
+            "status": "stopping" if self._stopping else "ready",
+            "version": __version__,
+            "backend": self._service.backend.name,
+            "devices": list(self._service.caches.device_ids),
+            "warm_up_s": self._warm_up_s,
+            "running_queries": self._running,
+            "max_running_queries": self._settings.max_running_queries,
+            "uptime_s": time.monotonic() - self._started,
+            "rss_bytes": _rss_bytes(),
+            "arrow_allocated_bytes": pa.total_allocated_bytes(),
+        }
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except _USER_ERRORS as exc:
+            raise _flight_error(exc) from None
+
+
+def _rss_bytes() -> int | None:
+    """This process's resident set (Linux ``/proc``; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _ResultStream:
+    """Yields a result's batches, stopping when the client cancelled or went away.
+
+    ``done(outcome)`` runs exactly once: at the end of the stream, when it is
+    stopped early, or when gRPC drops it unread (``__del__``).
+    """
+
+    def __init__(self, table: pa.Table, context: Any, done: Callable[[str], None]) -> None:
+        per_row = max(1, table.nbytes // max(1, table.num_rows))
+        self._batches = _coalesced(table, max(1, _BATCH_BYTES // per_row))
+        self._context = context
+        self._done: Callable[[str], None] | None = done
+
+    def __iter__(self) -> _ResultStream:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        if self._context.is_cancelled():
+            self._close("cancelled")
+            raise StopIteration
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._close("ok")
+            raise
+
+    def _close(self, outcome: str) -> None:
+        done, self._done = getattr(self, "_done", None), None
+        self._batches = iter(())  # the table's memory goes with the last reference
+        if done is not None:
+            done(outcome)
+
+    def __del__(self) -> None:
+        self._close("cancelled")
+
+
+def _coalesced(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
+    """``table`` as batches of about ``rows`` rows: small chunks (a scan's
+    ``batch_rows``) are joined, since each Flight message costs about as much as
+    copying a few MiB, and large ones split."""
+    group: list[pa.RecordBatch] = []
+    count = 0
+    for batch in table.to_batches(max_chunksize=rows):
+        group.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield _joined(group)
+            group, count = [], 0
+    if group:
+        yield _joined(group)
+
+
+def _joined(group: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(group) == 1:
+        return group[0]
+    batches = pa.Table.from_batches(group).combine_chunks().to_batches()
+    return batches[0] if batches else group[0]  # none: the group had no row

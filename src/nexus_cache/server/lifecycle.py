@@ -1,0 +1,189 @@
+"""Start, run and stop a server: :func:`run_server`, what ``nexus-cache serve`` calls.
+
+Start: build the :class:`QueryService` (``NEXUS_*`` variables and the TOML
+file, as every command), warm it up (``service.warm_up()``: every kernel its
+queries use, compiled and loaded), and only then listen, so ``health``
+answers ``ready`` from the first call it can receive. The log names the
+listening URL and the warm-up time.
+
+Stop (SIGTERM, SIGINT or the ``shutdown`` action): refuse new queries, wait
+up to ``shutdown_timeout_s`` for running ones (execution and streaming),
+stop gRPC, then ``service.shutdown()`` drains the caches in order (graph,
+source, allocation-domain owner) and closes the lakehouse cache, whose
+published entries are on disk already: a SIGKILL loses none of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache.errors import ConfigError
+from nexus_cache.server.settings import ServerSettings
+
+__all__ = ["MMAP_THRESHOLD_BYTES", "return_freed_memory", "run_server"]
+
+log = logging.getLogger("nexus_cache.server")
+
+# how long a stuck gRPC shutdown (a client that stopped reading) may take
+# beyond shutdown_timeout_s before the process leaves without it
+_GRPC_STOP_GRACE_S = 5.0
+
+
+def _configure_logging() -> None:
+    if log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s nexus-cache serve: %(message)s", "%Y-%m-%dT%H:%M:%SZ"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+# glibc's mallopt parameter for the mmap threshold
+_M_MMAP_THRESHOLD = -3
+#: allocations this large and larger get their own mapping, returned to the system on free
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def return_freed_memory() -> bool:
+    """Make glibc give freed frames back to the system; True when it was set.
+
+    glibc raises its mmap threshold (up to 32 MiB) each time a large block is
+    freed, after which decoded frames and result tables come from the heap
+    and their freed pages stay with the process: a server's resident memory
+    then only grows. A fixed threshold keeps every block of
+    :data:`MMAP_THRESHOLD_BYTES` or more in its own mapping. Left alone when
+    ``MALLOC_MMAP_THRESHOLD_`` is set (the user chose) or off glibc.
+    """
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
+
+
+def run_server(settings: ServerSettings, config_path: str | Path | None = None) -> int:
+    """Serve until a signal or the ``shutdown`` action; returns the exit status (0).
+
+    Must run in the main thread (it installs the SIGTERM and SIGINT handlers).
+    """
+    from nexus_cache.server.app import QueryFlightServer
+    from nexus_cache.server.metrics import MetricsEndpoint, ServerMetrics
+    from nexus_cache.service import QueryService, ServiceConfig
+
+    _configure_logging()
+    settings.check_exposure()
+    return_freed_memory()
+    config = ServiceConfig.load(config_path)
+    stop = threading.Event()
+    service = QueryService(config)
+    server: Any = None
+    endpoint: Any = None
+    stopped = True
+    try:
+        warm_up_s = service.warm_up()
+        log.info("warm-up done in %.2f s (every kernel the queries use is loaded)", warm_up_s)
+        metrics = None
+        if settings.metrics_port is not None:
+            metrics = ServerMetrics(
+                service, lambda: 0 if server is None else server.running, _admit_wait_s()
+            )
+        try:
+            server = QueryFlightServer(
+                service,
+                settings,
+                warm_up_s=warm_up_s,
+                metrics=metrics,
+                on_shutdown_request=stop.set,
+            )
+        except pa.ArrowException as exc:
+            # gRPC says only "did not start properly" (the cause goes to its own log)
+            raise ConfigError(
+                f"cannot listen on {settings.url}: the port is taken, or --host is not an "
+                f"address of this machine, or --tls-cert/--tls-key do not match ({exc}); "
+                "choose another --port or --host, or fix the certificate"
+            ) from None
+        if metrics is not None and settings.metrics_port is not None:
+            endpoint = MetricsEndpoint(metrics, settings.host, settings.metrics_port)
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        log.info(
+            "listening on %s (backend %s, devices %s, %s)",
+            settings.url_with_port(server.port),
+            service.backend.name,
+            ",".join(str(d) for d in service.caches.device_ids),
+            "token required" if settings.token else "no authentication",
+        )
+        if endpoint is not None:
+            url = settings.url_with_port(endpoint.port)
+            log.info("metrics at http://%s/metrics", url.split("://", 1)[1])
+        try:
+            while not stop.wait(0.5):
+                pass
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+        log.info("stopping: refusing new queries")
+        server.begin_stop()
+        if not server.wait_idle(settings.shutdown_timeout_s):
+            log.info(
+                "%d queries still running after shutdown_timeout_s=%g; stopping anyway",
+                server.running,
+                settings.shutdown_timeout_s,
+            )
+        stopped = _stop_grpc(server, _GRPC_STOP_GRACE_S)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+        started = time.monotonic()
+        for device in service.shutdown(settings.shutdown_timeout_s):
+            log.info(
+                "device %d: graph cache, then source cache drained, domain owner %s%s",
+                device.device_id,
+                "released" if device.domain_released else "kept",
+                f" ({device.problem})" if device.problem else "",
+            )
+        log.info("caches drained in %.2f s; exit", time.monotonic() - started)
+    if not stopped:
+        # gRPC still waits on a client that stopped reading; the caches are
+        # drained and the lakehouse closed, so nothing is lost by leaving now
+        for handler in log.handlers:
+            handler.flush()
+        os._exit(0)
+    return 0
+
+
+def _admit_wait_s() -> float:
+    from nexus_cache.service.admission import POLL_INTERVAL_S
+
+    return POLL_INTERVAL_S
+
+
+def _stop_grpc(server: Any, grace: float) -> bool:
+    """``server.shutdown()`` (which waits for in-flight calls) for at most ``grace`` s."""
+    done = threading.Event()
+
+    def stop() -> None:
+        server.shutdown()
+        done.set()
+
+    threading.Thread(target=stop, name="nexus-grpc-stop", daemon=True).start()
+    return done.wait(grace)

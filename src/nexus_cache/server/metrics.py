@@ -1,0 +1,143 @@
+"""Prometheus metrics of a running server, served as text at ``/metrics``.
+
+Exported (prometheus-client, the ``metrics`` extra; imported only here):
+
+* the device ledger gauges ``nexus_gpu_cache_evictable_resident_bytes`` and
+  ``nexus_gpu_cache_pinned_in_use_bytes`` (per ``device``), read from the
+  ledgers at scrape time through the device layer's own collector;
+* ``nexus_cache_requests_total{cache,status}``: each query's lakehouse,
+  source-cache and graph-cache status (``mixed(...)`` counts as ``mixed``);
+* ``nexus_admission_waits_total`` (a query whose grant waited) and
+  ``nexus_admission_refusals_total`` (a query refused a grant);
+* ``nexus_queries_total{type,outcome}`` (``ok``, ``error``, ``cancelled``),
+  ``nexus_query_duration_seconds{type}`` (a histogram: execution plus
+  streaming) and ``nexus_queries_running`` (waiting for a slot, executing or
+  streaming).
+
+The registry is private to the server. Thread-safe (prometheus-client's
+metrics are).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from nexus_cache.errors import BackendUnavailableError
+
+__all__ = ["MetricsEndpoint", "ServerMetrics"]
+
+_CACHES = (("lakehouse", "lakehouse"), ("source_cache", "source"), ("graph_cache", "graph"))
+# seconds; warm one-row queries land in the first buckets, cold graph builds in the last
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class ServerMetrics:
+    """The server's counters and histograms, plus the ledger gauges of ``service``."""
+
+    def __init__(self, service: Any, running: Callable[[], int], admit_wait_s: float) -> None:
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"--metrics-port needs prometheus-client ({exc}); install nexus-cache[metrics] "
+                "or leave --metrics-port out"
+            ) from exc
+        self.registry = CollectorRegistry()
+        service.caches.register_prometheus(self.registry)
+        self._admit_wait_s = admit_wait_s
+        self._statuses = Counter(
+            "nexus_cache_requests",
+            "Queries by cache and the status that cache answered with.",
+            ["cache", "status"],
+            registry=self.registry,
+        )
+        self._waits = Counter(
+            "nexus_admission_waits",
+            "Queries whose grant waited for device memory before admission.",
+            registry=self.registry,
+        )
+        self._refusals = Counter(
+            "nexus_admission_refusals",
+            "Queries refused a grant (AdmissionError).",
+            registry=self.registry,
+        )
+        self._queries = Counter(
+            "nexus_queries",
+            "Queries served, by type and outcome.",
+            ["type", "outcome"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "nexus_query_duration_seconds",
+            "Seconds from ticket to the last streamed batch.",
+            ["type"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        running_gauge = Gauge(
+            "nexus_queries_running",
+            "Queries waiting for a slot, executing or streaming now.",
+            registry=self.registry,
+        )
+        running_gauge.set_function(running)
+
+    def observe(
+        self, kind: str, outcome: str, seconds: float, diagnostics: Mapping[str, Any] | None
+    ) -> None:
+        """Count one finished query (``diagnostics``: its ``to_dict()``, None when it failed)."""
+        self._queries.labels(kind, outcome).inc()
+        self._latency.labels(kind).observe(seconds)
+        if diagnostics is None:
+            return
+        for field, cache in _CACHES:
+            status = str((diagnostics.get(field) or {}).get("status", "unknown"))
+            if status.startswith("mixed"):
+                status = "mixed"
+            self._statuses.labels(cache, status).inc()
+        if float(diagnostics.get("timings", {}).get("admit_s", 0.0)) >= self._admit_wait_s:
+            self._waits.inc()
+
+    def refused(self) -> None:
+        self._refusals.inc()
+
+    def text(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self.registry))
+
+
+class MetricsEndpoint:
+    """``GET /metrics`` over HTTP on ``host:port`` in a daemon thread (404 elsewhere)."""
+
+    def __init__(self, metrics: ServerMetrics, host: str, port: int) -> None:
+        render = metrics.text
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404, "only /metrics is served here")
+                    return
+                body = render()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # scrapes every few seconds would drown the query log
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="nexus-metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

@@ -1,0 +1,230 @@
+"""Settings of ``nexus-cache serve``: :class:`ServerSettings`.
+
+Sources, weakest first: defaults, the ``[server]`` table of the service's TOML
+file (``--config`` or ``NEXUS_SERVICE_CONFIG``), the ``NEXUS_SERVER_*``
+variables, then the command line. Every value is validated where it enters;
+a bad one raises :class:`ConfigError` naming the option, key or variable.
+Immutable; thread-safe to share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache._sizes import parse_size
+from nexus_cache.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_PORT",
+    "ENV_SERVER_TOKEN",
+    "ENV_SERVER_URL",
+    "ServerSettings",
+    "is_loopback",
+    "load_settings",
+    "read_token_file",
+]
+
+DEFAULT_PORT = 8815
+ENV_SERVER_TOKEN = "NEXUS_SERVER_TOKEN"
+ENV_SERVER_URL = "NEXUS_SERVER_URL"
+ENV_MAX_RUNNING = "NEXUS_SERVER_MAX_RUNNING_QUERIES"
+ENV_QUEUE_TIMEOUT = "NEXUS_SERVER_QUEUE_TIMEOUT_S"
+ENV_MAX_TICKET = "NEXUS_SERVER_MAX_TICKET_BYTES"
+ENV_SHUTDOWN_TIMEOUT = "NEXUS_SERVER_SHUTDOWN_TIMEOUT_S"
+
+#: [server] key -> variable that overrides it
+_ENV = {
+    "max_running_queries": ENV_MAX_RUNNING,
+    "queue_timeout_s": ENV_QUEUE_TIMEOUT,
+    "max_ticket_bytes": ENV_MAX_TICKET,
+    "shutdown_timeout_s": ENV_SHUTDOWN_TIMEOUT,
+}
+_TOML_KEYS = ("allowed_roots", *_ENV)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    """How the server listens and what it accepts.
+
+    ``token``: every call must carry ``authorization: Bearer <token>``
+    (None: no authentication, allowed on loopback only unless
+    ``allow_unauthenticated``). ``allowed_roots``: the only local directories
+    or URL prefixes a query may name (None: anything the server's user can
+    read). ``max_running_queries`` queries run at once; more wait up to
+    ``queue_timeout_s``. A ticket is at most ``max_ticket_bytes``.
+    ``shutdown_timeout_s`` bounds how long running queries are waited for.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    metrics_port: int | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow_unauthenticated: bool = False
+    allowed_roots: tuple[str, ...] | None = None
+    max_running_queries: int = 8
+    queue_timeout_s: float = 30.0
+    max_ticket_bytes: int = 64 << 10
+    shutdown_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if not isinstance(self.host, str) or not self.host.strip():
+            raise ConfigError(f"--host={self.host!r} is not accepted; use an address or name")
+        for name in ("port", "metrics_port"):
+            value = getattr(self, name)
+            if value is None and name == "metrics_port":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 65536:
+                option = "--" + name.replace("_", "-")
+                raise ConfigError(f"{option}={value!r} is not accepted; use a port 0..65535")
+        if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
+            raise ConfigError(
+                f"{ENV_SERVER_TOKEN} (or --token-file) is empty; give a token or leave it unset"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together; give both or neither")
+        for option, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
+            if path is not None and not os.access(path, os.R_OK):
+                raise ConfigError(f"{option}={str(path)!r} is not a readable file; fix the path")
+        if self.allowed_roots is not None:
+            roots = self.allowed_roots
+            if isinstance(roots, (str, bytes)) or not all(
+                isinstance(r, str) and r.strip() for r in roots
+            ):
+                raise ConfigError(
+                    f"[server] allowed_roots={roots!r} is not accepted; use a list of "
+                    "directories or URL prefixes"
+                )
+            set_(self, "allowed_roots", tuple(roots))
+        running = self.max_running_queries
+        if isinstance(running, bool) or not isinstance(running, int) or running < 1:
+            raise ConfigError(
+                f"max_running_queries={running!r} is not accepted ({ENV_MAX_RUNNING}); "
+                "use a whole number >= 1"
+            )
+        for name in ("queue_timeout_s", "shutdown_timeout_s"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(
+                    f"{name}={value!r} is not accepted ({_ENV[name]}); use a finite number "
+                    "of seconds >= 0"
+                )
+        set_(self, "max_ticket_bytes", parse_size(self.max_ticket_bytes, name="max_ticket_bytes"))
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
+    def url(self) -> str:
+        """The URL clients use (``grpc://`` or ``grpc+tls://``)."""
+        return self.url_with_port(self.port)
+
+    def url_with_port(self, port: int) -> str:
+        """:attr:`url` with another port (the one ``port=0`` got)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'grpc+tls' if self.tls else 'grpc'}://{host}:{port}"
+
+    def check_exposure(self) -> None:
+        """Refuse a non-loopback bind without a token unless ``allow_unauthenticated``."""
+        if self.token is None and not self.allow_unauthenticated and not is_loopback(self.host):
+            raise ConfigError(
+                f"--host {self.host} is not a loopback address and no token is set: anyone who "
+                f"reaches it could read what this server's user can read; set {ENV_SERVER_TOKEN} "
+                "or --token-file, or pass --allow-unauthenticated"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    """The token in ``path`` (surrounding whitespace removed); ConfigError names the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"--token-file={str(path)!r} cannot be read ({exc}); fix the path"
+        ) from None
+    if not text:
+        raise ConfigError(f"--token-file={str(path)!r} is empty; write the token into it")
+    return text
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
+) -> ServerSettings:
+    """Defaults, the ``[server]`` table of ``config_path`` (else ``NEXUS_SERVICE_CONFIG``),
+    the ``NEXUS_SERVER_*`` variables, then ``options`` (None values are skipped)."""
+    env = os.environ if environ is None else environ
+
+    def get(name: str) -> str | None:
+        value = env.get(name)
+        return value if value is not None and value.strip() else None
+
+    path = config_path if config_path is not None else get("NEXUS_SERVICE_CONFIG")
+    fields: dict[str, Any] = {} if path is None else _read_table(Path(path))
+    for key, variable in _ENV.items():
+        if (text := get(variable)) is not None:
+            fields[key] = _env_value(key, variable, text)
+    if (token := get(ENV_SERVER_TOKEN)) is not None:
+        fields["token"] = token.strip()
+    fields.update({k: v for k, v in options.items() if v is not None})
+    return ServerSettings(**fields)
+
+
+def _env_value(key: str, variable: str, text: str) -> Any:
+    try:
+        if key == "max_running_queries":
+            return parse_int_text(text)
+        if key == "max_ticket_bytes":
+            return parse_size(text, name=variable)
+        return parse_float_text(text)
+    except ValueError:
+        raise ConfigError(f"{variable}={text!r} is not accepted; use a number") from None
+
+
+def _read_table(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config={str(path)!r} cannot be read ({exc}); fix the file") from None
+    table = data.get("server", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: server={table!r}; accepted: a [server] table")
+    for key in table:
+        if key not in _TOML_KEYS:
+            raise ConfigError(
+                f"{path} [server]: unknown key {key!r}; accepted keys: {', '.join(_TOML_KEYS)}"
+            )
+    return dict(table)

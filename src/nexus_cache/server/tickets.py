@@ -1,0 +1,92 @@
+"""Turning a ticket (or command descriptor) into a query the server may run.
+
+Checks, in order: the ticket's size (``max_ticket_bytes``), its JSON and the
+query's fields (the service's own parser, so the messages are the CLI's),
+the device envelope, then ``allowed_roots``. Every refusal is a
+:class:`ConfigError` naming what to change. Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from nexus_cache._sizes import format_size
+from nexus_cache.errors import ConfigError
+from nexus_cache.service.queries import Graph, Query, query_from_dict
+
+__all__ = ["parse_ticket", "source_allowed"]
+
+
+def parse_ticket(
+    raw: bytes, *, max_bytes: int, allowed_roots: Sequence[str] | None
+) -> tuple[Query, int | None]:
+    """``(query, device)`` from a ticket's bytes; ConfigError when it cannot be run."""
+    if len(raw) > max_bytes:
+        raise ConfigError(
+            f"the ticket is {len(raw)} B, over max_ticket_bytes={max_bytes} "
+            f"({format_size(max_bytes)}); send a smaller query or raise "
+            "NEXUS_SERVER_MAX_TICKET_BYTES"
+        )
+    try:
+        data: Any = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"query JSON is malformed: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            "query JSON is nested too deeply to parse; a query is a flat object whose "
+            "'edges' holds one scan"
+        ) from None
+    device = None
+    if isinstance(data, dict) and "type" not in data and "query" in data:
+        extra = sorted(set(data) - {"query", "device"})
+        if extra:
+            raise ConfigError(
+                f"ticket has unknown field(s) {extra}; accepted: a query object, or "
+                '{"query": {...}, "device": N}'
+            )
+        device = data.get("device")
+        if device is not None and (
+            isinstance(device, bool) or not isinstance(device, int) or device < 0
+        ):
+            raise ConfigError(f"ticket device={device!r} is not accepted; use a device id >= 0")
+        data = data["query"]
+    query = query_from_dict(data)
+    source = (query.edges if isinstance(query, Graph) else query).source
+    if allowed_roots is not None and not source_allowed(source, allowed_roots):
+        raise ConfigError(
+            f"source {source!r} is outside this server's allowed_roots "
+            f"({', '.join(allowed_roots)}); name a source under one of them"
+        )
+    return query, device
+
+
+def _normal(location: str) -> tuple[str, str]:
+    """``(scheme, path)``: local paths resolved (symlinks, ``..``), URLs as written."""
+    text = location.strip()
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif "://" in text or "::" in text:
+        scheme, _, rest = text.partition("://")
+        return scheme.lower(), rest.rstrip("/")
+    return "file", os.path.realpath(os.path.expanduser(text))
+
+
+def source_allowed(source: str, roots: Sequence[str]) -> bool:
+    """True when ``source`` is one of ``roots`` or lies under one.
+
+    Local paths compare after resolving symlinks and ``..``, so a link inside
+    a root that points outside it is refused; URLs compare by prefix at a
+    ``/`` boundary (``s3://bucket/data`` allows ``s3://bucket/data/x``, not
+    ``s3://bucket/database``).
+    """
+    scheme, path = _normal(source)
+    for root in roots:
+        root_scheme, root_path = _normal(root)
+        if scheme != root_scheme:
+            continue
+        if path == root_path or path.startswith(root_path.rstrip("/") + "/"):
+            return True
+    return False

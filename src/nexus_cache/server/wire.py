@@ -1,0 +1,102 @@
+"""What travels between the server and its clients, in one place.
+
+* A **ticket** (``do_get``) and a **command descriptor** (``get_flight_info``)
+  hold a query's JSON (the format of ``docs/service.md``), or the envelope
+  ``{"query": {...}, "device": N}`` to pin a device.
+* The result stream's schema metadata holds the query's diagnostics under
+  :data:`DIAGNOSTICS_KEY`: the document ``Diagnostics.to_dict()`` gives.
+* An error's ``extra_info`` holds ``{"error": class name, "message": text}``,
+  so a client raises the class the in-process service would have raised, with
+  the same one-line message.
+* Action bodies and results are JSON.
+
+JSON only: nothing received is ever unpickled. Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache import errors
+
+__all__ = [
+    "ACTIONS",
+    "DIAGNOSTICS_KEY",
+    "attach_diagnostics",
+    "decode_error",
+    "encode_error",
+    "encode_ticket",
+    "split_diagnostics",
+]
+
+DIAGNOSTICS_KEY = b"nexus.diagnostics"
+
+#: action name -> what it returns (``list_actions``)
+ACTIONS: Mapping[str, str] = {
+    "health": "readiness, warm-up seconds, running queries, uptime (JSON)",
+    "reports": "device_cache_reports() rows (JSON)",
+    "source-events": "the source caches' fingerprinted event snapshots (JSON)",
+    "plan": "the plan of the query in the body, without running it (JSON)",
+    "shutdown": "stop gracefully: drain running queries, then the caches",
+}
+
+# Classes a remote error may name besides nexus_cache.errors: what the
+# in-process service raises for a missing or unreadable source.
+_BUILTIN_ERRORS: Mapping[str, type[Exception]] = {
+    "FileNotFoundError": FileNotFoundError,
+    "NotADirectoryError": NotADirectoryError,
+    "IsADirectoryError": IsADirectoryError,
+    "PermissionError": PermissionError,
+}
+
+
+def encode_ticket(query: Mapping[str, Any], device: int | None = None) -> bytes:
+    """The ticket of ``query`` (its ``to_dict()`` form), pinned to ``device`` if given."""
+    body: Mapping[str, Any] = query if device is None else {"query": query, "device": device}
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+def attach_diagnostics(table: pa.Table, diagnostics: Mapping[str, Any]) -> pa.Schema:
+    """``table``'s schema with the diagnostics document added to its metadata."""
+    metadata = dict(table.schema.metadata or {})
+    metadata[DIAGNOSTICS_KEY] = json.dumps(diagnostics, allow_nan=False, default=str).encode()
+    return table.schema.with_metadata(metadata)
+
+
+def split_diagnostics(table: pa.Table) -> tuple[pa.Table, dict[str, Any]]:
+    """The table as the service produced it, and the diagnostics document it carried."""
+    metadata = dict(table.schema.metadata or {})
+    raw = metadata.pop(DIAGNOSTICS_KEY, None)
+    if raw is None:
+        raise errors.ServerError(
+            "the server's result carries no diagnostics; is it a nexus-cache server?"
+        )
+    document = json.loads(raw)
+    return table.replace_schema_metadata(metadata or None), document
+
+
+def encode_error(exc: BaseException) -> tuple[str, bytes]:
+    """``(one-line message, extra_info)`` for a Flight error raised from ``exc``."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    name = type(exc).__name__
+    info = json.dumps({"error": name, "message": message}).encode()
+    return message, info
+
+
+def decode_error(extra_info: bytes | None, fallback: str) -> Exception:
+    """The exception a client raises for a remote error (``ServerError`` when unknown)."""
+    try:
+        data = json.loads(extra_info or b"")
+        name, message = str(data["error"]), str(data["message"])
+    except (ValueError, TypeError, KeyError):
+        return errors.ServerError(fallback)
+    cls = _BUILTIN_ERRORS.get(name)
+    if cls is None:
+        found = getattr(errors, name, None) if name in errors.__all__ else None
+        if isinstance(found, type) and issubclass(found, errors.NexusCacheError):
+            cls = found
+    return (cls or errors.ServerError)(message)
