@@ -21,6 +21,9 @@ generated on the device, written to and read back from Parquet unless
 * Each algorithm end to end through the resident graph cache (unless
   ``--no-cache``): miss (copy + build + park + run) against hit (run on the
   parked graph); similarities score 2**20 sampled edges there.
+* ``--backend host``: the host side by side with NetworKit and igraph at each
+  of ``--peer-scales`` (default 14, 16 and 18; ``benchmarks/_graph/peers.py``),
+  peer time / ours per figure; a peer that is not installed is skipped.
 
 Median of ``--repeats`` warm runs; ratio = ours / peer (higher is better
 for rates, lower for times, as each line says). ``--backend host --scale 10``
@@ -43,7 +46,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _graph, when run as a script
 
+from _graph.peers import compare_peers
 from nexus_cache._sizes import format_size
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
 from nexus_cache.graph.arrays import is_cupy, sparse_module, to_numpy
@@ -377,14 +382,28 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the resident graph cache rows (miss vs hit per algorithm)",
     )
     parser.add_argument(
+        "--peer-scales",
+        default="14,16,18",
+        help="host only: scales of the NetworKit / igraph side by side (default 14,16,18; "
+        "empty: none)",
+    )
+    parser.add_argument(
+        "--peers-only", action="store_true", help="host only: run the side by side alone"
+    )
+    parser.add_argument(
         "--cache-cap",
         default="96G",
         help="cache_cap_bytes for the cache rows (default 96G; capped at 80%% of the device)",
     )
     args = parser.parse_args(argv)
-    bench = run(args)
+    bench = Bench(np, args.repeats) if args.peers_only else run(args)
+    peer_rows: list[tuple[str, ...]] = []
+    scales = [int(s) for s in args.peer_scales.split(",") if s.strip()]
+    if args.backend == "host" and scales:
+        peer_rows = compare_peers(rmat_edges, scales, 8, args.seed, max(args.repeats, 1))
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
     except ImportError:  # rich is optional for the benchmark's summary only
         return 0
@@ -392,8 +411,16 @@ def main(argv: list[str] | None = None) -> int:
     for column in ("figure", "ours", "peer", "ratio"):
         table.add_column(column)
     for row in bench.rows:
-        table.add_row(*row)
-    Console().print(table)
+        table.add_row(*map(escape, row))
+    if bench.rows:
+        Console().print(table)
+    if peer_rows:
+        table = Table(title="host side by side, edge factor 8, median seconds")
+        for column in ("scale", "figure", "ours", "NetworKit", "igraph", "faster peer / ours"):
+            table.add_column(column)
+        for row in peer_rows:
+            table.add_row(*map(escape, row))
+        Console().print(table)
     return 0
 
 

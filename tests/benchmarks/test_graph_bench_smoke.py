@@ -21,7 +21,7 @@ def test_host_run_prints_every_ratio_line(
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     args = ["--backend", "host", "--scale", "9", "--repeats", "1", "--bfs-roots", "2"]
-    assert bench.main([*args, "--workdir", str(tmp_path)]) == 0
+    assert bench.main([*args, "--workdir", str(tmp_path), "--peer-scales", "8"]) == 0
     out = capsys.readouterr().out
     assert "read Parquet onto the device" in out
     for figure in (
@@ -33,3 +33,9 @@ def test_host_run_prints_every_ratio_line(
         *(f"cache {a}, end to end" for a in ("bfs", "pagerank", "jaccard", "cosine")),
     ):
         assert re.search(rf"^RATIO {figure}: ours .* = \d", out, re.MULTILINE), figure
+    # The side by side: a peer that is not installed is skipped, ours always runs.
+    for figure in ("PageRank", "BFS from one root", "Jaccard, every edge", "Cosine, every edge"):
+        assert re.search(rf"^RATIO scale 8 {figure}.*: ours \d", out, re.MULTILINE), figure
+    for peer in ("networkit", "igraph"):
+        installed = importlib.util.find_spec(peer) is not None
+        assert (f"# {peer} is not installed: skipped" in out) is not installed

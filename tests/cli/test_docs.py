@@ -49,7 +49,7 @@ def test_docs_speak_to_users(doc: Path) -> None:
 def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_second() -> None:
     readme = (ROOT / "README.md").read_text("utf-8").splitlines()
     block = readme[readme.index("```bash") + 1 : readme.index("```bash") + 3]
-    assert block[0].endswith("pip install -q -e '.[cuda]' && .venv/bin/nexus-cache demo")
+    assert block[0].endswith("pip install -q -e '.[cuda,host]' && .venv/bin/nexus-cache demo")
     assert block[1].endswith("pip install -q -e '.[test]' && .venv/bin/python -m pytest")
     ci = (ROOT / ".ci" / "run").read_text("utf-8").splitlines()
     assert block[1] in ci  # the README's test command, exactly, then the static checks

@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 from nexus_cache.graph import GraphOptions, build_graph, similarities
+from nexus_cache.graph._host_engine import ENV_HOST_ENGINE
 from nexus_cache.graph.memory import transient_bytes
 from nexus_cache.service.datagen import rmat_edges
+
+
+@pytest.fixture(autouse=True)
+def host_engine(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The estimates model the NumPy walk; the Numba engine stays below them."""
+    monkeypatch.setenv(ENV_HOST_ENGINE, "numpy")
+    return "numpy"
 
 
 def _undirected(src: np.ndarray, dst: np.ndarray):  # type: ignore[no-untyped-def]

@@ -76,11 +76,16 @@ def test_demo_table_explains_cold_speedup_and_terms(capsys: pytest.CaptureFixtur
         assert phrase in flat
 
 
-def test_estimates_mark_the_large_scales() -> None:
-    assert estimate_demo_seconds(12, "host") < QUICK_DEMO_S
-    assert estimate_demo_seconds(16, "host") > QUICK_DEMO_S  # Jaccard alone took 78 s a run
+def test_estimates_mark_the_large_scales(monkeypatch: pytest.MonkeyPatch) -> None:
     assert estimate_demo_seconds(16, "cuda") < QUICK_DEMO_S
     assert estimate_demo_seconds(28, "cuda") > QUICK_DEMO_S
+    monkeypatch.setenv("NEXUS_GRAPH_HOST_ENGINE", "numpy")
+    assert estimate_demo_seconds(12, "host") < QUICK_DEMO_S
+    assert estimate_demo_seconds(17, "host") > QUICK_DEMO_S  # NumPy's Jaccard
+    pytest.importorskip("numba")
+    monkeypatch.setenv("NEXUS_GRAPH_HOST_ENGINE", "auto")
+    assert estimate_demo_seconds(18, "host") < QUICK_DEMO_S  # compiled loops
+    assert estimate_demo_seconds(22, "host") > QUICK_DEMO_S
 
 
 @pytest.fixture

@@ -83,6 +83,8 @@ def test_warm_up_charges_nothing_on_two_devices(tmp_path: Path) -> None:
 def test_every_algorithm_and_both_bfs_steps_run(
     service: QueryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The NumPy BFS steps are what is spied on (the Numba engine runs one loop).
+    monkeypatch.setenv("NEXUS_GRAPH_HOST_ENGINE", "numpy")
     calls = {"push": 0, "pull": 0}
     for step in calls:
         real = getattr(traversal, f"_{step}_step")

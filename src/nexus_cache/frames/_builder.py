@@ -1,10 +1,13 @@
 """Assemble device columns from host pieces (row groups, or one whole table).
 
 Fixed-width buffers (values, indices, offsets, validity) are allocated once
-for all rows and each piece is copied straight to its rows. String bytes
-arrive per piece: each piece's bytes go to their own allocation, and when
+for all rows and each piece is copied straight to its rows (string offsets
+are rebased in place, on the device). String bytes arrive per piece: on a
+device, each piece's bytes go to their own allocation at once, and when
 there was more than one they are joined on the device at the end (a
-device-to-device copy, far cheaper than the host-to-device one). The
+device-to-device copy, far cheaper than the host-to-device one); where the
+domain's memory is host memory, the pieces are kept as they are and copied
+once, into the joined buffer, at the end. The
 dictionaries of a dictionary column stay on the host until the end: a piece
 whose dictionary equals the previous one reuses it; otherwise its indices
 are shifted on the device past the dictionaries before it, and the
@@ -94,14 +97,20 @@ class ColumnBuilder:
                 f"column {self._field.name!r} holds more than {limit} bytes, past its "
                 f"{self._field.type} offsets; read it as large_string/large_binary"
             )
-        with transfer.device():
-            chunk = transfer.domain.empty(nbytes, np.uint8)
-        transfer.to_device(piece.data, chunk)
-        self._pieces.append(chunk)
-        ends = piece.offsets[1:]
-        if self._byte_base:
-            ends = ends + ends.dtype.type(self._byte_base)
-        transfer.to_device(ends, self._offsets[row + 1 : row + n + 1])
+        if transfer.host_memory:
+            # Kept as it is and copied once, into the joined buffer, at the end.
+            self._pieces.append(piece.data)
+        else:
+            with transfer.device():
+                chunk = transfer.domain.empty(nbytes, np.uint8)
+            transfer.to_device(piece.data, chunk)
+            self._pieces.append(chunk)
+        ends = self._offsets[row + 1 : row + n + 1]
+        transfer.to_device(piece.offsets[1:], ends)
+        if self._byte_base and n:
+            # Rebased where they land: no shifted host copy of the offsets.
+            with transfer.device():
+                transfer.domain.xp.add(ends, ends.dtype.type(self._byte_base), out=ends)
         self._byte_base += nbytes
 
     def _add_dictionary(self, piece: HostPiece, row: int) -> None:
@@ -148,9 +157,17 @@ class ColumnBuilder:
 
     def _join_bytes(self) -> Any:
         pieces, self._pieces = self._pieces, []
+        transfer = self._transfer
+        if transfer.host_memory:
+            with transfer.device():
+                joined = transfer.domain.empty(self._byte_base, np.uint8)
+            at = 0
+            for data in pieces:
+                transfer.to_device(data, joined[at : at + data.nbytes])
+                at += int(data.nbytes)
+            return joined
         if len(pieces) == 1:
             return pieces[0]
-        transfer = self._transfer
         with transfer.device():
             joined = transfer.domain.empty(self._byte_base, np.uint8)
             at = 0

@@ -88,6 +88,11 @@ class Transfer:
     :meth:`device`.
     """
 
+    #: The domain's memory is host memory: a host buffer can be kept and
+    #: copied later at no transfer cost (so a builder may copy once at the end
+    #: instead of staging each piece on the device first).
+    host_memory: ClassVar[bool] = True
+
     def __init__(self, domain: AllocationDomain) -> None:
         self.domain = domain
         self.stats = TransferStats()
@@ -189,6 +194,8 @@ class PinnedStaging:
 
 
 class _CudaTransfer(Transfer):
+    host_memory = False
+
     def __init__(self, domain: AllocationDomain, staging: PinnedStaging, timing: bool) -> None:
         super().__init__(domain)
         self._staging = staging

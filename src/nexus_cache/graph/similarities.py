@@ -28,6 +28,11 @@ import numpy as np
 from nexus_cache._sizes import parse_size
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph._expand import chunk_elements, expand_chunks, offsets_of
+from nexus_cache.graph._host_engine import (
+    edge_common_neighbours,
+    host_kernels,
+    pair_common_neighbours,
+)
 from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
@@ -70,8 +75,10 @@ def _contains(indices: Any, lo: Any, hi: Any, values: Any) -> Any:
 
 
 def _intersections(
-    graph: Graph, first: Any, second: Any, max_temp_bytes: int
+    graph: Graph, first: Any, second: Any, max_temp_bytes: int, loops: Any | None = None
 ) -> tuple[Any, Any, Any]:
+    """Common neighbours and degrees of each pair; ``loops`` (the vertices with
+    a self loop) is given when the pairs are every edge of an undirected graph."""
     xp = graph.xp
     indptr = graph.indptr.astype(np.int64, copy=False)
     deg_a = indptr[first + 1] - indptr[first]
@@ -80,6 +87,13 @@ def _intersections(
         from nexus_cache.graph._kernels import intersect_counts
 
         return intersect_counts(graph.indptr, graph.indices, first, second), deg_a, deg_b
+    kernels = host_kernels()
+    if kernels is not None:
+        if loops is not None and graph.options.duplicates != "keep":
+            counts = edge_common_neighbours(kernels, graph, first, second, loops, max_temp_bytes)
+        else:
+            counts = pair_common_neighbours(kernels, graph, first, second)
+        return counts, deg_a, deg_b
     a_short = deg_a <= deg_b
     short = xp.where(a_short, first, second)
     long_ = xp.where(a_short, second, first)
@@ -133,8 +147,11 @@ def similarity(
         raise GraphInputError(f"similarity metric={metric!r}: use one of {', '.join(METRICS)}")
     budget = parse_size(max_temp_bytes, name="max_temp_bytes")
     xp = graph.xp
+    loops = None
     if pairs is None:
         first, second = graph.rows(), graph.indices
+        if not graph.directed:
+            loops = first[first == second]
         keep = first != second if graph.directed else first < second
         first, second = first[keep].astype(graph.indices.dtype), second[keep]
     else:
@@ -154,7 +171,7 @@ def similarity(
         # zero-sized kernel launch or chunk walk
         score = xp.zeros(0, dtype=np.float64)
     else:
-        counts, deg_a, deg_b = _intersections(graph, first, second, budget)
+        counts, deg_a, deg_b = _intersections(graph, first, second, budget, loops)
         score = _coefficient(xp, metric, counts, deg_a, deg_b)
     return GraphResult(
         {

@@ -20,6 +20,8 @@ import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphInputError
 from nexus_cache.graph._expand import expand_chunks, offsets_of
+from nexus_cache.graph._host_engine import bfs as host_bfs
+from nexus_cache.graph._host_engine import host_kernels
 from nexus_cache.graph.arrays import is_cupy
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
@@ -99,6 +101,12 @@ def _bfs_dense(
         pull_g = None
     elif direction == "pull":
         push_g = None
+    kernels = None if is_cupy(xp) else host_kernels()
+    if kernels is not None:
+        mode = 0 if push_g is not None and pull_g is not None else 1 if pull_g is None else 2
+        rows_g = push_g if push_g is not None else pull_g
+        assert rows_g is not None
+        return host_bfs(kernels, rows_g, sources, depth_limit, mode, _ALPHA, _BETA)
     dist = xp.full(n, -1, dtype=np.int32)
     pred = xp.full(n, -1, dtype=graph.indices.dtype)
     if n == 0:

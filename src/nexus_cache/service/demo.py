@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
+import os
 import statistics
 import tempfile
 import time
@@ -49,18 +51,33 @@ DEFAULT_SCALE = 12
 QUICK_DEMO_S = 180.0
 
 # (scale, seconds, factor per scale step) of the whole command (start-up, data
-# generation, the cold pass and three warm runs of the mix). host: measured on
-# the busy 2-core CI machine, 16 s at scale 12, 40 s at 13, 127 s at 14 (Jaccard
-# is most of it and grows about 3x per step, faster than the edge count).
-# cuda: the H200's scale-16 run (about 1.5 s of queries) with the edge count's
-# factor of 2 per step.
-_COST = {"host": (12, 15.0, 2.8), "cuda": (16, 1.5, 2.0)}
+# generation, warm-up, the cold pass and three warm runs of the mix), measured
+# on the 2-core CI machine on 2026-12-04. host with Numba (the host extra): 5 s
+# at scale 16, 21 s at 18; host with NumPy alone: 3 s at 12, 19 s at 14
+# (Jaccard is most of it and grows faster than the edge count). cuda: the
+# H200's scale-16 run (about 1.5 s of queries) with the edge count's factor.
+_COST = {
+    "host-numba": (18, 21.0, 2.1),
+    "host-numpy": (14, 19.0, 2.6),
+    "cuda": (16, 1.5, 2.0),
+}
+
+
+def _host_engine() -> str:
+    """Which host graph engine a query will use: ``numba`` when it imports and
+    ``NEXUS_GRAPH_HOST_ENGINE`` does not say ``numpy``, else ``numpy``."""
+    choice = os.environ.get("NEXUS_GRAPH_HOST_ENGINE", "auto").strip().lower()
+    if choice == "numpy" or importlib.util.find_spec("numba") is None:
+        return "numpy"
+    return "numba"
 
 
 def estimate_demo_seconds(scale: int, backend: str) -> float:
     """A rough estimate of the demo's run time at ``scale`` on ``backend``
-    (``host`` or ``cuda``); a guide for a prompt, not a promise."""
-    at, seconds, factor = _COST.get(backend, _COST["host"])
+    (``host``, with the host graph engine that will run, or ``cuda``); a guide
+    for a prompt, not a promise."""
+    key = f"host-{_host_engine()}" if backend != "cuda" else "cuda"
+    at, seconds, factor = _COST[key]
     return float(seconds * factor ** (scale - at))
 
 
