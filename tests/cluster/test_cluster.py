@@ -23,6 +23,7 @@ from nexus_cache.cluster import (  # noqa: E402
 )
 from nexus_cache.errors import ConfigError  # noqa: E402
 from nexus_cache.service import Count, Graph, QueryService, Scan, tables_match  # noqa: E402
+from server._helpers import wait_until  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -145,6 +146,18 @@ def _pids(client) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return client.run(os.getpid)
 
 
+def _executing(client, worker: str) -> int:  # type: ignore[no-untyped-def]
+    """How many tasks ``worker``'s threads run now (asked of the worker itself)."""
+    counts = client.run(lambda dask_worker: dask_worker.state.executing_count, workers=[worker])
+    return int(counts[worker])
+
+
+def _queries_on(client, worker: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The query tasks the scheduler has placed on ``worker`` (waiting or running)."""
+    keys = client.processing(workers=[worker]).get(worker, [])
+    return [k for k in keys if str(k).startswith("nexus-query-")]
+
+
 def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_path, monkeypatch):
     _, copies = _lake_with_copies(tmp_path, 12)
     cluster, client = _cluster(tmp_path, monkeypatch)
@@ -162,6 +175,7 @@ def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_pat
         # Both of the victim's threads busy: its queries wait there, in flight,
         # until it dies.
         blockers = [client.submit(time.sleep, 120, workers=[victim], pure=False) for _ in range(2)]
+        assert wait_until(lambda: _executing(client, victim) == 2, timeout=60)
         results: dict[str, object] = {}
         failures: list[BaseException] = []
 
@@ -182,7 +196,11 @@ def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_pat
         runner = threading.Thread(target=stream)
         heavy.start()
         runner.start()
-        time.sleep(1.0)
+        # Kill only once the graph query and the stream's first query were
+        # both sent to the victim: a query that picks its worker after the
+        # scheduler has dropped the victim never waits there (a fixed sleep
+        # cannot promise this on a busy host).
+        assert wait_until(lambda: len(_queries_on(client, victim)) == 2, timeout=60)
         assert results.get(copies[0]) is None  # waiting on the victim
         os.kill(pid, signal.SIGKILL)
         runner.join(120)
