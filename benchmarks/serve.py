@@ -33,14 +33,10 @@ import argparse
 import contextlib
 import json
 import os
-import random
-import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,14 +47,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _serve, when run as a script
 
+from _serve.procs import Server, start_clients
+from _serve.soak import COLUMNS, soak, soak_queries
 from nexus_cache.client import Client
 from nexus_cache.service import QueryService, ServiceConfig, table_fingerprint
 from nexus_cache.service.datagen import rmat_edges, write_parquet
 
 TARGET_P50_EXTRA_MS = 1.0
 TARGET_GBPS = 1.0
-_COLUMNS = ("a", "b", "c", "d")
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -76,7 +74,7 @@ def make_data(work: Path, scan_gib: float, soak: bool) -> dict[str, Path]:
     one = data / "one.parquet"
     pq.write_table(pa.table({"k": [1], "v": [0.5]}), one)
     files["one"] = one
-    rows = int(scan_gib * (1 << 30)) // (8 * len(_COLUMNS))
+    rows = int(scan_gib * (1 << 30)) // (8 * len(COLUMNS))
     big = data / "big.parquet"
     if not big.exists() or pq.read_metadata(big).num_rows != rows:
         writer = None
@@ -84,7 +82,7 @@ def make_data(work: Path, scan_gib: float, soak: bool) -> dict[str, Path]:
         for start in range(0, rows, step):
             n = min(step, rows - start)
             base = np.arange(start, start + n, dtype=np.int64)
-            table = pa.table({c: base * (i + 1) for i, c in enumerate(_COLUMNS)})
+            table = pa.table({c: base * (i + 1) for i, c in enumerate(COLUMNS)})
             if writer is None:
                 writer = pq.ParquetWriter(big, table.schema, compression="none")
             writer.write_table(table, row_group_size=1 << 20)
@@ -96,14 +94,14 @@ def make_data(work: Path, scan_gib: float, soak: bool) -> dict[str, Path]:
             path = data / f"part{i}.parquet"
             n = 400_000
             base = np.arange(n, dtype=np.int64) + i
-            pq.write_table(pa.table({c: base * (j + 2) for j, c in enumerate(_COLUMNS)}), path)
+            pq.write_table(pa.table({c: base * (j + 2) for j, c in enumerate(COLUMNS)}), path)
             files[f"part{i}"] = path
         write_parquet(rmat_edges(12), data / "edges.parquet", row_groups=4)
         files["edges"] = data / "edges.parquet"
         n = 2_000_000  # 64 MiB decoded: more than gRPC buffers for a client that stops reading
         base = np.arange(n, dtype=np.int64)
         pq.write_table(
-            pa.table({c: base for c in _COLUMNS}), data / "mid.parquet", compression="none"
+            pa.table({c: base for c in COLUMNS}), data / "mid.parquet", compression="none"
         )
         files["mid"] = data / "mid.parquet"
     for path in files.values():
@@ -143,46 +141,6 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-
-
-# -- the server process ------------------------------------------------------------------------
-
-
-class Server:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "nexus_cache.cli.main", "serve", "--port", "0"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._ready = threading.Event()
-        self.url = ""
-        threading.Thread(target=self._pump, daemon=True).start()
-        if not self._ready.wait(120):
-            raise SystemExit("the server did not start:\n" + "\n".join(self.lines))
-
-    def _pump(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            if len(self.lines) < 2000:  # the soak logs a line per query
-                self.lines.append(line.rstrip())
-            if not self._ready.is_set() and (m := re.search(r"listening on (\S+)", line)):
-                self.url = m.group(1)
-                self._ready.set()
-
-    def rss_bytes(self) -> int:
-        with open(f"/proc/{self.process.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(120)
 
 
 _PEER_SERVER = """
@@ -294,24 +252,11 @@ print(done)
 """
 
 
-def _clients(env: dict[str, str], code: str, argv: list[list[str]]) -> list[subprocess.Popen[str]]:
-    return [
-        subprocess.Popen(
-            [sys.executable, "-c", code, *a],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for a in argv
-    ]
-
-
 def qps(
     env: dict[str, str], url: str, query: dict[str, Any], clients: int, seconds: float
 ) -> float:
     """Queries per second of ``clients`` processes, all started before the clock runs."""
-    procs = _clients(env, _QPS_CLIENT, [[url, json.dumps(query), str(seconds)]] * clients)
+    procs = start_clients(env, _QPS_CLIENT, [[url, json.dumps(query), str(seconds)]] * clients)
     for p in procs:
         assert p.stdout is not None
         p.stdout.readline()
@@ -321,140 +266,6 @@ def qps(
         out, _ = p.communicate(f"{start}\n", timeout=seconds + 300)
         total += int(out.split()[-1])
     return total / seconds
-
-
-# -- soak ----------------------------------------------------------------------------------------
-
-
-def soak_queries(files: dict[str, Path]) -> list[dict[str, Any]]:
-    """Warm one-row scans, projections of six parts (cold whenever LRU evicted
-    them), counts, and warm graph queries on one edge list."""
-    queries: list[dict[str, Any]] = [{"type": "scan", "source": str(files["one"])}]
-    for i in range(6):
-        source = str(files[f"part{i}"])
-        queries.append({"type": "count", "source": source})
-        for r in (1, 2, 4):
-            queries.append({"type": "scan", "source": source, "columns": list(_COLUMNS[:r])})
-            queries.append({"type": "scan", "source": source, "columns": list(_COLUMNS[-r:])})
-    edges = {"type": "scan", "source": str(files["edges"]), "columns": ["src", "dst"]}
-    first = int(pq.read_table(files["edges"], columns=["src"])["src"][0].as_py())
-    for algorithm, params in (("pagerank", {}), ("bfs", {"source": first}), ("jaccard", {})):
-        queries.append(
-            {
-                "type": "graph",
-                "edges": edges,
-                "src": "src",
-                "dst": "dst",
-                "algorithm": algorithm,
-                "directed": algorithm != "jaccard",
-                "params": params,
-            }
-        )
-    return queries
-
-
-_SOAK_CLIENT = """
-import json, random, sys, time
-from nexus_cache.client import Client
-from nexus_cache.service import table_fingerprint
-url, spec, seed, end = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3]), float(sys.argv[4])
-queries, expected = spec["queries"], spec["expected"]
-rng = random.Random(seed)
-client = Client(url)
-done = wrong = errors = 0
-while time.time() < end:
-    query = rng.choice(queries)
-    try:
-        result = client.execute(query)
-    except Exception as exc:
-        errors += 1
-        print("error", type(exc).__name__, " ".join(str(exc).split())[:200], flush=True)
-        continue
-    if table_fingerprint(result.table) != expected[json.dumps(query, sort_keys=True)]:
-        wrong += 1
-    done += 1
-print("done", done, wrong, errors, flush=True)
-"""
-
-
-_KILLED_READER = """
-import sys, time
-import pyarrow.flight as flight
-reader = flight.connect(sys.argv[1]).do_get(flight.Ticket(sys.argv[2].encode()))
-reader.read_chunk()
-print("reading", flush=True)
-time.sleep(600)
-"""
-
-
-def soak(
-    url: str,
-    server: Server,
-    env: dict[str, str],
-    files: dict[str, Path],
-    minutes: float,
-    expected: dict[str, str],
-) -> dict[str, Any]:
-    work_file = Path(tempfile.mkstemp(suffix=".json")[1])
-    work_file.write_text(json.dumps({"queries": soak_queries(files), "expected": expected}))
-    end = time.time() + minutes * 60
-    workers = _clients(
-        env, _SOAK_CLIENT, [[url, str(work_file), str(seed), str(end)] for seed in range(16)]
-    )
-    warm_until = time.time() + min(60.0, minutes * 60 / 4)
-    rss: list[tuple[float, int]] = []
-    killed = 0
-    big = json.dumps({"type": "scan", "source": str(files["mid"])})
-    while time.time() < end:
-        time.sleep(5)
-        rss.append((time.time(), server.rss_bytes()))
-        if killed < max(3, int(minutes * 2)) and random.random() < 0.5:
-            # a client that reads one batch of a large result and is killed mid-stream
-            reader = subprocess.Popen(
-                [sys.executable, "-c", _KILLED_READER, url, big],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            assert reader.stdout is not None
-            reader.stdout.readline()
-            reader.kill()
-            reader.wait(30)
-            killed += 1
-    done = wrong = errors = 0
-    messages: list[str] = []
-    for w in workers:
-        out, _ = w.communicate(timeout=600)
-        for line in out.splitlines():
-            if line.startswith("error "):
-                messages.append(line[len("error ") :])
-            elif line.startswith("done "):
-                d, wr, e = (int(x) for x in line.split()[1:])
-                done, wrong, errors = done + d, wrong + wr, errors + e
-    work_file.unlink()
-    time.sleep(1)
-    with Client(url) as client:
-        deadline = time.time() + 30
-        while client.health()["running_queries"] and time.time() < deadline:
-            time.sleep(0.2)
-        reports = client.reports()
-        idle = client.health()["rss_bytes"]
-    after = [r for t, r in rss if t >= warm_until] or [rss[-1][1]]
-    half = len(after) // 2
-    return {
-        "queries": done,
-        "wrong": wrong,
-        "errors": errors,
-        "error_messages": sorted(set(messages))[:5],
-        "killed_clients": killed,
-        "grants_at_end": sum(r["grant_count"] for r in reports),
-        # under load RSS follows the queries in flight; compare halves, and idle
-        "rss_median_first_half_mib": round(statistics.median(after[: max(1, half)]) / 2**20),
-        "rss_median_second_half_mib": round(statistics.median(after[half:]) / 2**20),
-        "rss_max_after_warmup_mib": round(max(after) / 2**20),
-        "rss_idle_at_end_mib": round(idle / 2**20),
-    }
 
 
 # -- the demo's query mix ------------------------------------------------------------------------
