@@ -1,6 +1,8 @@
 """Persistent cache for compiled CUDA programs (``cuda.core`` ``Program.compile``).
 
-Imports only the standard library; ``cuda.core`` is used when present.
+Imports the standard library and ``xxhash`` (the entries' integrity
+checks); ``cuda.core`` is used when present, redis-py only by
+:class:`RedisProgramCache`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ _LAZY = {
     "RedisProgramCache": "nexus_cache.program._redis",
     "TieredProgramCache": "nexus_cache.program._tiered",
     # inspection and the demo (the CLI's needs, public for anyone)
-    "CACHE_KINDS": "nexus_cache.program._catalog",
+    "CACHE_KINDS": "nexus_cache.program._identify",
     "ProgramEntry": "nexus_cache.program._catalog",
     "describe_entries": "nexus_cache.program._catalog",
-    "identify_cache_path": "nexus_cache.program._catalog",
+    "identify_cache_path": "nexus_cache.program._identify",
     "default_filestream_root": "nexus_cache.program._paths",
     "default_sqlite_path": "nexus_cache.program._paths",
     "run_demo": "nexus_cache.program._demo",

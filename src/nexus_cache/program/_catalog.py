@@ -7,10 +7,10 @@ target architecture (read from the binary itself: the ELF header of a cubin,
 the ``.target`` line of PTX), the size and the last access. Sidecars are
 matched to binaries by the binary's SHA-256, which the sidecar records.
 
-:func:`identify_cache_path` says what a path holds without creating or
-changing anything: one of :data:`CACHE_KINDS`.
+(:func:`identify_cache_path`, which says what a path holds, lives in
+:mod:`nexus_cache.program._identify` and is re-exported here.)
 
-Both only read: no entry is stamped, counted, moved or removed, so listing a
+It only reads: no entry is stamped, counted, moved or removed, so listing a
 cache never changes its eviction order. Safe to call while other threads and
 processes use the cache (an entry replaced meanwhile is listed as found).
 """
@@ -26,32 +26,17 @@ import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from nexus_cache.program._filestream import FileStreamProgramCache
+from nexus_cache.program._identify import CACHE_KINDS, identify_cache_path
 from nexus_cache.program._integrity import entry_relpath
 from nexus_cache.program._sidecar import SIDECAR_SUFFIX
 from nexus_cache.program._sqlite import SQLiteProgramCache
 
 __all__ = ["CACHE_KINDS", "ProgramEntry", "describe_entries", "identify_cache_path"]
 
-#: what :func:`identify_cache_path` can answer
-CACHE_KINDS = (
-    "missing",
-    "filestream",
-    "sqlite",
-    "cuda-core-filestream",
-    "lakehouse",
-    "empty-dir",
-    "symlink",
-    "other",
-)
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _META_FORMAT = "nexus-cache/program-meta"
-_OURS_RE = re.compile(r"[0-9a-f]{64}\Z")
-_CUDA_CORE_RE = re.compile(r"[0-9a-f]{62}\Z")  # cuda.core drops the 2 hex of the subdir
 _PTX_TARGET_RE = re.compile(rb"^\s*\.target\s+([A-Za-z0-9_]+)", re.MULTILINE)
 _EM_CUDA = 190
 _META_LIMIT = 1 << 20  # a sidecar is a small JSON document; larger entries are binaries
@@ -87,63 +72,6 @@ class ProgramEntry:
             "target": self.target,
             "symbols": list(self.symbols),
         }
-
-
-def identify_cache_path(path: str | os.PathLike[str]) -> str:
-    """What ``path`` holds, as one of :data:`CACHE_KINDS`; reads only.
-
-    ``lakehouse`` is a lakehouse cache root (it has a ``layout.json``).
-    ``cuda-core-filestream`` is cuda.core's own ``FileStreamProgramCache``
-    directory (its entry files are named by 62 hex digits under a 2-digit
-    subdirectory; ours by all 64).
-    """
-    p = Path(path).expanduser()
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        return "missing"
-    if stat.S_ISLNK(st.st_mode):
-        return "symlink"  # the caches refuse symlinked roots; let them say so
-    if stat.S_ISREG(st.st_mode):
-        try:
-            with open(p, "rb") as f:
-                head = f.read(len(_SQLITE_MAGIC))
-        except OSError:
-            return "other"
-        return "sqlite" if head == _SQLITE_MAGIC else "other"
-    if not stat.S_ISDIR(st.st_mode):
-        return "other"
-    try:
-        names = set(os.listdir(p))
-    except OSError:
-        return "other"
-    if not names:
-        return "empty-dir"
-    if "layout.json" in names:
-        # a lakehouse cache root: its entries/ would pass for ours, and a
-        # verify would remove every one of them as corrupt
-        return "lakehouse"
-    if "entries" not in names:
-        return "other"
-    found = _first_entry_name(p / "entries")
-    if found is not None and _CUDA_CORE_RE.match(found):
-        return "cuda-core-filestream"
-    return "filestream"
-
-
-def _first_entry_name(entries: Path) -> str | None:
-    try:
-        subdirs = sorted(os.listdir(entries))
-    except OSError:
-        return None
-    for sub in subdirs:
-        try:
-            for name in os.listdir(entries / sub):
-                if _OURS_RE.match(name) or _CUDA_CORE_RE.match(name):
-                    return name
-        except OSError:
-            continue
-    return None
 
 
 def _target_of(data: bytes) -> tuple[str | None, str | None]:

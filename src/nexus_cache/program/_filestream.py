@@ -31,6 +31,7 @@ from nexus_cache.program._counters import OpCounters
 from nexus_cache.program._evictq import CandidateQueue
 from nexus_cache.program._fsevict import FileStreamEviction
 from nexus_cache.program._fsverify import verify_entries
+from nexus_cache.program._identify import identify_cache_path
 from nexus_cache.program._integrity import (
     FANOUT,
     PLAIN_READ_FLAGS,
@@ -97,8 +98,6 @@ def _refuse_foreign_dir(root: Path) -> None:
     """Refuse cuda.core's own cache directory and a lakehouse root: opening either
     would sweep the other cache's temps and mix two layouts that each cache's
     verify and pruning would misjudge (and delete)."""
-    from nexus_cache.program._catalog import identify_cache_path
-
     try:
         kind = identify_cache_path(root)
     except OSError:
