@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,34 +16,10 @@ from ._helpers import make_service
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
 
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    saved = {name: os.environ.get(name) for name in _AWS}
-    os.environ.update(_AWS)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def endpoint(s3_endpoint: str) -> str:
+    return s3_endpoint
 
 
 def _put(endpoint: str, bucket: str, key: str, table) -> None:  # type: ignore[no-untyped-def]
