@@ -802,7 +802,7 @@ def test_memory_bytes_takes_the_size_grammar_like_max_size_bytes(tmp_path):
 
 
 def test_memo_is_bounded_lru():
-    from nexus_cache.program._memo import MemoEntry, VerifiedMemo
+    from nexus_cache.program._readmemo import MemoEntry, VerifiedMemo
 
     memo = VerifiedMemo(1000)
     for name in "abcd":

@@ -46,8 +46,8 @@ from nexus_cache.program._integrity import (
     publish_times,
     read_rest,
 )
-from nexus_cache.program._memo import SEEN_SLOTS, MemoEntry, VerifiedMemo
 from nexus_cache.program._paths import default_filestream_root
+from nexus_cache.program._readmemo import SEEN_SLOTS, MemoEntry, VerifiedMemo
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
     CacheStats,

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from nexus_cache.program.keys import _probes
 from nexus_cache.program.keys._derive import check_extra_digest, make_program_cache_key
-from nexus_cache.program.keys._memo import KeyMemo, option_state
+from nexus_cache.program.keys._keymemo import KeyMemo, option_state
 
 __all__ = ["CompileInputs", "Plan", "plan_for"]
 

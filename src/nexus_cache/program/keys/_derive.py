@@ -9,8 +9,8 @@ from typing import Any
 from nexus_cache.errors import ProgramCacheKeyError
 from nexus_cache.program.keys import _probes
 from nexus_cache.program.keys._canon import option_fields, pack
+from nexus_cache.program.keys._keymemo import KeyMemo, option_state
 from nexus_cache.program.keys._linker import LinkerStrategy
-from nexus_cache.program.keys._memo import KeyMemo, option_state
 from nexus_cache.program.keys._nvrtc import NvrtcStrategy
 from nexus_cache.program.keys._nvvm import NvvmStrategy
 from nexus_cache.program.keys._strategy import KeyStrategy
@@ -144,7 +144,7 @@ def make_program_cache_key(
 
     Pure function of its inputs and the loaded toolchain; thread-safe. A
     repeated call with equal inputs returns the memoized key after comparing
-    the options field by field (see ``keys/_memo.py``): the same proof, at a
+    the options field by field (see ``keys/_keymemo.py``): the same proof, at a
     fraction of the cost.
     """
     state = option_state(options)
