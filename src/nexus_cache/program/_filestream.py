@@ -54,8 +54,7 @@ from nexus_cache.program._resource import (
     ProgramCacheResource,
     ProgramCacheValue,
     as_key_bytes,
-    as_value_bytes,
-    empty_program_error,
+    value_to_store,
 )
 from nexus_cache.program._usage import UsageCounter
 
@@ -402,12 +401,10 @@ class FileStreamProgramCache(ProgramCacheResource):
     # -- write ---------------------------------------------------------------
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
-        data = value if value.__class__ is bytes else as_value_bytes(value)
+        data = value_to_store(value)
         digest = entry_digest(kb)  # type: ignore[arg-type]
         path = self._entry_path(digest)
-        size = len(data)  # type: ignore[arg-type]
-        if not size:
-            raise empty_program_error()
+        size = len(data)
         cap = self._max
         if cap is not None and size > cap:
             self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]

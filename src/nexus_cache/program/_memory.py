@@ -12,8 +12,7 @@ from nexus_cache.program._resource import (
     ProgramCacheResource,
     ProgramCacheValue,
     as_key_bytes,
-    as_value_bytes,
-    empty_program_error,
+    value_to_store,
 )
 
 __all__ = ["InMemoryProgramCache"]
@@ -67,10 +66,8 @@ class InMemoryProgramCache(ProgramCacheResource):
 
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         k = as_key_bytes(key)
-        v = as_value_bytes(value)  # outside the lock: may read a file
+        v = value_to_store(value)  # outside the lock: may read a file
         size = len(v)
-        if not size:
-            raise empty_program_error()
         cap = self._max_bytes
         with self._lock:
             old = self._data.pop(k, None)

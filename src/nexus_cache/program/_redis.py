@@ -19,8 +19,7 @@ from nexus_cache.program._resource import (
     ProgramCacheResource,
     ProgramCacheValue,
     as_key_bytes,
-    as_value_bytes,
-    empty_program_error,
+    value_to_store,
 )
 
 __all__ = ["DEFAULT_NAMESPACE", "RedisProgramCache"]
@@ -263,9 +262,7 @@ class RedisProgramCache(ProgramCacheResource):
 
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         k = as_key_bytes(key)
-        data = as_value_bytes(value)
-        if not data:
-            raise empty_program_error()
+        data = value_to_store(value)
         digest = entry_digest(k)
         entry, member = self._keys(digest)
         cap = self._max

@@ -17,7 +17,7 @@ __all__ = [
     "ProgramCacheValue",
     "as_key_bytes",
     "as_value_bytes",
-    "empty_program_error",
+    "value_to_store",
 ]
 
 # ``ObjectCode`` stays ``Any`` here so the program cache imports nothing outside
@@ -83,13 +83,18 @@ def as_value_bytes(value: object) -> bytes:
     )
 
 
-def empty_program_error() -> EmptyProgramError:
-    """The error every backend raises for a value of 0 bytes (nothing is stored)."""
-    return EmptyProgramError(
-        "refusing to store an empty program (0 bytes); nothing was stored. A compile "
-        "that produced no code, such as target 'ltoir' without link-time optimization "
-        "(ProgramOptions(link_time_optimization=True)), is not a program to cache"
-    )
+def value_to_store(value: object) -> bytes:
+    """``value`` as the bytes a backend stores (:func:`as_value_bytes`); a value of
+    0 bytes raises :class:`~nexus_cache.errors.EmptyProgramError`, so every
+    backend refuses it the same way and stores nothing."""
+    data = value if type(value) is bytes else as_value_bytes(value)
+    if not data:
+        raise EmptyProgramError(
+            "refusing to store an empty program (0 bytes); nothing was stored. A compile "
+            "that produced no code, such as target 'ltoir' without link-time optimization "
+            "(ProgramOptions(link_time_optimization=True)), is not a program to cache"
+        )
+    return data
 
 
 class ProgramCacheResource(abc.ABC):
@@ -118,7 +123,8 @@ class ProgramCacheResource(abc.ABC):
         """Store ``value`` under ``key``, replacing any previous entry.
 
         A value of 0 bytes raises :class:`~nexus_cache.errors.EmptyProgramError`
-        (a ``ValueError``; use :func:`empty_program_error`) and stores nothing.
+        (a ``ValueError``; :func:`value_to_store` converts and checks) and stores
+        nothing.
         """
 
     @abc.abstractmethod

@@ -20,8 +20,7 @@ from nexus_cache.program._resource import (
     ProgramCacheResource,
     ProgramCacheValue,
     as_key_bytes,
-    as_value_bytes,
-    empty_program_error,
+    value_to_store,
 )
 from nexus_cache.program._sqlite_db import (
     SCHEMA,
@@ -249,10 +248,8 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = as_key_bytes(key)
-        data = as_value_bytes(value)
+        data = value_to_store(value)
         size = len(data)
-        if not size:
-            raise empty_program_error()
         cap = self._max
         with self._guard:
             conn = self._connection()

@@ -12,8 +12,7 @@ from nexus_cache.program._resource import (
     ProgramCacheResource,
     ProgramCacheValue,
     as_key_bytes,
-    as_value_bytes,
-    empty_program_error,
+    value_to_store,
 )
 
 __all__ = ["TieredProgramCache"]
@@ -78,9 +77,9 @@ class TieredProgramCache(ProgramCacheResource):
 
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         k = as_key_bytes(key)
-        data = as_value_bytes(value)  # once: a path-backed ObjectCode is read once
-        if not data:
-            raise empty_program_error()  # before any tier: none stores it
+        # once, before any tier: a path-backed ObjectCode is read once, and an
+        # empty value is refused before any tier stores anything
+        data = value_to_store(value)
         for tier in self._tiers:
             tier[k] = data
         self._counts.stored()
