@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache._numbers import parse_int_text
@@ -215,7 +216,6 @@ def buffer_opener(
 ) -> Callable[[], pq.ParquetFile]:
     """An opener of readers over one in-memory (or memory-mapped) ``buffer``:
     each reader is independent, so threads never share a file position."""
-    import pyarrow as pa
 
     def opener() -> pq.ParquetFile:
         return pq.ParquetFile(
