@@ -112,6 +112,7 @@ class ChunkSpec:
     start: int
     size: int
     num_values: int
+    uncompressed_size: int
     codec: str
     physical_type: str
     logical: dict[str, Any]
@@ -144,8 +145,10 @@ def chunk_spec(pf: pq.ParquetFile, row_group: int, column: int, source: str) -> 
         column=name,
         row_group=row_group,
         start=start,
-        size=int(meta.total_compressed_size),
+        # A chunk of no values needs no pages (writers leave odd offsets there).
+        size=int(meta.total_compressed_size) if meta.num_values else 0,
         num_values=int(meta.num_values),
+        uncompressed_size=int(meta.total_uncompressed_size),
         codec=str(meta.compression),
         physical_type=str(meta.physical_type),
         logical=json.loads(leaf.logical_type.to_json()),
@@ -223,7 +226,9 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
 
     Raises SourceFormatError naming the file, column and file offset when a
     header is malformed, a payload runs past the chunk, or the data pages
-    hold other than the footer's ``num_values``."""
+    hold other than the footer's ``num_values``, or the pages' uncompressed
+    sizes exceed the footer's: so decoding a chunk allocates no more than
+    its footer states."""
     data = memoryview(chunk).cast("B")
     if len(data) != spec.size:
         raise SourceFormatError(
@@ -231,7 +236,7 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
             f"the footer says {spec.size}; the file is truncated or corrupt"
         )
     pages: list[Page] = []
-    pos = values = 0
+    pos = values = inflated = 0
     while pos < len(data):
         try:
             fields, body = read_struct(data, pos, len(data), _HEADER)
@@ -246,6 +251,13 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
             raise SourceFormatError(
                 f"{spec.where(spec.start + pos)}: a page of {header.compressed_size} bytes "
                 "runs past the column chunk; the file is truncated or corrupt"
+            )
+        # The footer's sizes bound what decompression may allocate.
+        inflated += header.uncompressed_size
+        if inflated > spec.uncompressed_size:
+            raise SourceFormatError(
+                f"{spec.where(spec.start + pos)}: the pages inflate past the "
+                f"{spec.uncompressed_size} bytes the footer states; the file is corrupt"
             )
         pages.append(Page(header, spec.start + pos, data[body:end]))
         if header.type in (PageType.DATA_PAGE, PageType.DATA_PAGE_V2):
