@@ -29,11 +29,13 @@ def assert_same(got: HostPiece, expected: pa.Array, where: str) -> None:
         np.testing.assert_array_equal(got.validity, want.validity, err_msg=where)
         valid = want.validity
     if want.offsets is not None:
-        assert got.offsets is not None and got.offsets.dtype == want.offsets.dtype, where
+        assert got.offsets is not None, where
+        assert got.offsets.dtype == want.offsets.dtype, where
         np.testing.assert_array_equal(got.offsets, want.offsets, err_msg=where)
         assert got.data.tobytes() == want.data.tobytes(), where
         return
-    assert got.offsets is None and got.data.dtype == want.data.dtype, where
+    assert got.offsets is None, where
+    assert got.data.dtype == want.data.dtype, where
     np.testing.assert_array_equal(_bits(got.data[valid]), _bits(want.data[valid]), err_msg=where)
 
 

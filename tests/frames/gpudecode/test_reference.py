@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-
 from tests.frames.gpudecode._check import check_file
 
 #: every codec PyArrow writes that the page decoder supports ("lz4" is LZ4_RAW)
@@ -138,7 +137,8 @@ def test_dictionary_fallback_to_plain_within_one_chunk() -> None:
     strings = [f"value-{i}" for i in range(20000)]
     raw = _write(pa.table({"s": strings}), dictionary_pagesize_limit=4096, data_page_size=4096)
     encodings = pq.ParquetFile(io.BytesIO(raw)).metadata.row_group(0).column(0).encodings
-    assert "PLAIN" in encodings and "RLE_DICTIONARY" in encodings
+    assert "PLAIN" in encodings
+    assert "RLE_DICTIONARY" in encodings
     check_file(raw)
 
 
@@ -173,8 +173,6 @@ def test_duckdb_v2_files_decode_or_name_the_unsupported_encoding(tmp_path: Path)
     duckdb = pytest.importorskip("duckdb")
     path = tmp_path / "duck2.parquet"
     with duckdb.connect() as con:
-        con.execute(
-            f"COPY ({_DUCKDB_SELECT}) TO '{path}' (FORMAT parquet, PARQUET_VERSION V2)"
-        )
+        con.execute(f"COPY ({_DUCKDB_SELECT}) TO '{path}' (FORMAT parquet, PARQUET_VERSION V2)")
     reasons = check_file(path.read_bytes(), expect_supported=False)
     assert all(r.startswith("encoding ") for r in reasons.values()), reasons

@@ -158,11 +158,12 @@ def chunk_spec(pf: pq.ParquetFile, row_group: int, column: int, source: str) -> 
     )
 
 
-def _int(fields: dict[int, Any], key: int, what: str, offset: int, *, default: Any = ...) -> Any:
-    value = fields.get(key, default)
-    if value is ...:
+def _int(fields: dict[int, Any], key: int, what: str, offset: int) -> int:
+    """Required field ``key``: a non-negative 32-bit integer."""
+    if key not in fields:
         raise ThriftError(f"page header lacks its {what}", offset)
-    if value is not None and (type(value) is not int or not 0 <= value < 1 << 31):
+    value = fields[key]
+    if type(value) is not int or not 0 <= value < 1 << 31:
         raise ThriftError(f"page header has {what} {value!r}", offset)
     return value
 
