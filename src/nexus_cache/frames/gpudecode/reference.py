@@ -54,7 +54,7 @@ from nexus_cache.frames.gpudecode.pages import (
 )
 from nexus_cache.frames.gpudecode.support import CODECS, unsupported_reason
 
-__all__ = ["decode_chunk", "page_sections"]
+__all__ = ["chunk_sections", "decode_chunk", "page_sections"]
 
 _PLAIN_DTYPES: dict[str, np.dtype[Any]] = {
     "INT32": np.dtype("<i4"),
@@ -102,6 +102,19 @@ def page_sections(page: Page, spec: ChunkSpec) -> tuple[bytes, bytes]:
     if 4 + length > len(whole):
         raise _Bad(f"definition levels of {length} bytes run past the page")
     return whole[4 : 4 + length], whole[4 + length :]
+
+
+def chunk_sections(pages: list[Page], spec: ChunkSpec) -> list[tuple[bytes, bytes]]:
+    """:func:`page_sections` of every page; SourceFormatError names the bad page."""
+    out = []
+    for page in pages:
+        try:
+            out.append(page_sections(page, spec))
+        except _Bad as exc:
+            raise SourceFormatError(
+                f"{spec.where(page.offset)}: {exc}; the file is corrupt"
+            ) from exc
+    return out
 
 
 def _validity(levels: bytes, count: int, spec: ChunkSpec) -> np.ndarray:

@@ -1,0 +1,125 @@
+"""The page-decode kernels on a real GPU: a column chunk decoded on the device
+equals PyArrow's decode (and the NumPy reference), bit for bit.
+
+Run on the GPU machine (CuPy, one GPU); skipped elsewhere by tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.frames.gpudecode._check import assert_same
+from tests.frames.gpudecode.test_reference import CODECS, tables
+
+from nexus_cache.errors import SourceFormatError
+from nexus_cache.frames._host import HostPiece
+from nexus_cache.frames.gpudecode import chunk_spec, read_pages, unsupported_reason
+from nexus_cache.frames.gpudecode.device import decode_chunk_on_device
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def domain() -> Any:
+    pytest.importorskip("cupy")
+    from nexus_cache.backends import select_backend
+
+    backend = select_backend()
+    made = backend.create_domain(0)
+    yield made
+    made.close()
+
+
+def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    for g in range(pf.metadata.num_row_groups):
+        expected = pf.read_row_group(g)
+        for j in range(pf.metadata.num_columns):
+            spec = chunk_spec(pf, g, j, "generated.parquet")
+            chunk = raw[spec.start : spec.start + spec.size]
+            pages = read_pages(chunk, spec)
+            assert unsupported_reason(spec, pages) is None
+            got = decode_chunk_on_device(chunk, spec, domain, pages)
+            host = HostPiece(
+                got.length,
+                got.data.get(),
+                None if got.offsets is None else got.offsets.get(),
+                None if got.validity is None else got.validity.get(),
+            )
+            column = expected.column(spec.column).combine_chunks()
+            assert_same(host, column, f"{spec.column} rg {g}")
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    table=tables(),
+    codec=st.sampled_from(CODECS),
+    version=st.sampled_from(["1.0", "2.0"]),
+    dictionary=st.booleans(),
+    page_size=st.sampled_from([64, 1024, 1 << 20]),
+)
+def test_device_decode_equals_pyarrow(
+    domain: Any, table: pa.Table, codec: str, version: str, dictionary: bool, page_size: int
+) -> None:
+    out = io.BytesIO()
+    pq.write_table(
+        table,
+        out,
+        compression=codec,
+        data_page_version=version,
+        use_dictionary=dictionary,
+        data_page_size=page_size,
+        row_group_size=50,
+    )
+    _on_device_equals_pyarrow(out.getvalue(), domain)
+
+
+def test_large_chunk_on_device(domain: Any) -> None:
+    rng = np.random.default_rng(11)
+    n = 300_000
+    mask = rng.random(n) < 0.1
+    table = pa.table(
+        {
+            "i": pa.array(rng.integers(0, 1 << 40, n), pa.int64(), mask=mask),
+            "d": pa.array(rng.integers(0, 100, n), pa.int64()),
+            "f": pa.array(rng.random(n)),
+            "s": pa.array([f"k{i % 1000}" for i in range(n)], mask=mask),
+            "b": pa.array(rng.random(n) < 0.5, mask=mask),
+        }
+    )
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="zstd", data_page_version="2.0")
+    _on_device_equals_pyarrow(out.getvalue(), domain)
+
+
+def corrupt_index_chunk() -> tuple[bytes, Any]:
+    """A chunk whose one data page's dictionary indices claim 8 bits each, for
+    a 2-entry dictionary: indices past the dictionary (or runs past the page)."""
+    out = io.BytesIO()
+    table = pa.table({"x": pa.array([1, 2, 1, 2] * 10, pa.int64())})
+    pq.write_table(table, out, compression="none", data_page_version="1.0")
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "bad.parquet")
+    chunk = bytearray(raw[spec.start : spec.start + spec.size])
+    _, data_page = read_pages(bytes(chunk), spec)
+    payload_at = len(chunk) - len(data_page.payload)  # the data page is the last
+    levels = int.from_bytes(chunk[payload_at : payload_at + 4], "little")
+    chunk[payload_at + 4 + levels] = 8  # the bit width byte of the index stream
+    return bytes(chunk), spec
+
+
+def test_a_corrupt_index_stream_is_refused_on_device(domain: Any) -> None:
+    chunk, spec = corrupt_index_chunk()
+    with pytest.raises(SourceFormatError):
+        decode_chunk_on_device(chunk, spec, domain)
