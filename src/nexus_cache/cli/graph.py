@@ -92,7 +92,7 @@ def _flag(name: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
-    from nexus_cache.service import WEIGHTED, Graph, Scan, graph_params
+    from nexus_cache.service import WEIGHTED, GraphQuery, Scan, graph_params
 
     given = {
         "source": args.source,
@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         directed = args.algorithm in ("pagerank", "bfs")
     # dict.fromkeys: a weight that is also an id column is read once
     columns = tuple(dict.fromkeys(c for c in (args.src, args.dst, args.weight) if c is not None))
-    query = Graph(
+    query = GraphQuery(
         Scan(args.url, columns=columns),
         args.src,
         args.dst,

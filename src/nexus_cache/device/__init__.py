@@ -17,19 +17,17 @@ from nexus_cache.device.checkout import (
     SourceDiagnostics,
 )
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
-from nexus_cache.device.graph_cache import (
+from nexus_cache.device.graph import (
+    ALGORITHMS,
     GraphCacheStats,
     GraphCacheSubdomain,
+    GraphPlan,
     GraphRun,
     GraphRunStatus,
-    run_graph,
-)
-from nexus_cache.device.graph_key import (
-    ALGORITHMS,
-    GraphPlan,
     GraphUncachedReason,
     ResidentGraphKey,
     plan_graph_run,
+    run_graph,
 )
 from nexus_cache.device.ledger import DeviceLedger, Evictor, Grant, LedgerSnapshot
 from nexus_cache.device.metrics import (

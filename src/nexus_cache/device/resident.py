@@ -11,7 +11,7 @@ from typing import Any
 
 from nexus_cache.backends import DeviceBackend, select_backend
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
-from nexus_cache.device.graph_cache import GraphCacheSubdomain
+from nexus_cache.device.graph import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger
 from nexus_cache.device.metrics import DeviceCacheCollector, gauge_snapshot, register_prometheus
 from nexus_cache.device.profile import DeviceProfile

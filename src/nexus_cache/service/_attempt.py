@@ -39,7 +39,7 @@ from nexus_cache.service._lake import (
     plan_source,
 )
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
-from nexus_cache.service.queries import Count, Graph, Query, Scan
+from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 
 __all__ = ["AttemptBudget", "AttemptOutcome", "AttemptPlan", "plan_attempt", "run_attempt"]
 
@@ -65,7 +65,7 @@ class AttemptPlan:
 
 
 def _scan_of(query: Query) -> Scan | Count:
-    return query.edges if isinstance(query, Graph) else query
+    return query.edges if isinstance(query, GraphQuery) else query
 
 
 def plan_attempt(
@@ -81,7 +81,7 @@ def plan_attempt(
     source = plan_source(cache, _scan_of(query).source, storage_options)
     if isinstance(query, Count):
         estimate = min_grant
-    elif isinstance(query, Graph):
+    elif isinstance(query, GraphQuery):
         estimate = _graph_estimate(query, source, expansion)
     else:
         estimate = math.ceil(source.total_bytes * expansion)
@@ -98,7 +98,7 @@ class _EdgeFacts:
     id_span: int | None
 
 
-def _graph_estimate(query: Graph, source: SourcePlan, expansion: float) -> int:
+def _graph_estimate(query: GraphQuery, source: SourcePlan, expansion: float) -> int:
     """The decoded edges, the uncached build and the result, from the footers' edge
     count; without footers, a multiple of the Parquet bytes.
 

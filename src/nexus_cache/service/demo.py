@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError
+from nexus_cache.graph.registry import ALGORITHMS
 from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
 from nexus_cache.service.config import ServiceConfig
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
-from nexus_cache.service.queries import Count, Graph, Query, Scan
+from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 from nexus_cache.service.result import QueryResult, tables_match
 from nexus_cache.service.service import QueryService
 
@@ -147,21 +148,30 @@ class DemoReport:
         }
 
 
-def demo_queries(edges: str, facts: str, bfs_source: int) -> list[tuple[str, Query]]:
-    """The query mix, in run order."""
+def demo_queries(edges: str, facts: str, start_vertex: int) -> list[tuple[str, Query]]:
+    """The query mix, in run order: a scan, a count, and each algorithm whose spec
+    is marked for the demo (directed as its spec says; a vertex it requires is
+    ``start_vertex``)."""
     edge_scan = Scan(edges, columns=("src", "dst"))
-    return [
+    mix: list[tuple[str, Query]] = [
         ("scan", Scan(facts, columns=("order_id", "amount", "region"))),
         ("count", Count(facts)),
-        ("pagerank", Graph(edge_scan, "src", "dst", "pagerank")),
-        ("bfs", Graph(edge_scan, "src", "dst", "bfs", params={"source": bfs_source})),
-        ("jaccard", Graph(edge_scan, "src", "dst", "jaccard", directed=False)),
     ]
+    for spec in ALGORITHMS.values():
+        if spec.demo:
+            params = {
+                p.name: start_vertex for p in spec.params if p.required and p.kind == "vertex"
+            }
+            query = GraphQuery(
+                edge_scan, "src", "dst", spec.name, directed=spec.directed, params=params
+            )
+            mix.append((spec.name, query))
+    return mix
 
 
 def _source(query: Query) -> str:
     """The source URL a query of the mix reads."""
-    return query.edges.source if isinstance(query, Graph) else query.source
+    return query.edges.source if isinstance(query, GraphQuery) else query.source
 
 
 def _warmed_by(mix: list[tuple[str, Query]]) -> list[tuple[str, ...]]:
@@ -263,9 +273,9 @@ def run_demo(
         say(f"generating {rows} fact rows")
         write_parquet(fact_table(rows), lake / "facts.parquet")
         tick("generate", 2, 2)
-        bfs_source = int(edge_table.column("src")[0].as_py())
+        start_vertex = int(edge_table.column("src")[0].as_py())
         config = demo_config(root, backend, cache_cap_bytes)
-        mix = demo_queries(str(lake / "edges.parquet"), str(lake / "facts.parquet"), bfs_source)
+        mix = demo_queries(str(lake / "edges.parquet"), str(lake / "facts.parquet"), start_vertex)
         with QueryService(config) as service:
             tick("warm-up", 0, 1)
             say("warm-up: every query path once, outside the caches")
