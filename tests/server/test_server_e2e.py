@@ -189,7 +189,7 @@ def test_bad_tickets_get_the_cli_message_and_the_server_keeps_serving(
         error = _flight_error(
             client, json.dumps({**graph, "dst": "dst", "algorithm": "sssp"}).encode()
         )
-        assert "Graph.algorithm='sssp' is not accepted" in str(error)
+        assert "GraphQuery.algorithm='sssp' is not accepted" in str(error)
         error = _flight_error(client, json.dumps(_scan(lake / "missing.parquet")).encode())
         assert json.loads(error.extra_info)["error"] == "FileNotFoundError"
         error = _flight_error(client, b" " * (64 << 10) + b"{}")

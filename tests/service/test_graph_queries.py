@@ -1,4 +1,4 @@
-"""Graph queries at their edges: empty tables, mixed id types across objects,
+"""GraphQuery queries at their edges: empty tables, mixed id types across objects,
 an object without a column, repeated edges, PageRank's convergence facts, and
 the ``graph`` command's flags."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from nexus_cache.cli.main import main
 from nexus_cache.errors import GraphInputError
-from nexus_cache.service import Graph, Scan
+from nexus_cache.service import GraphQuery, Scan
 
 from ._helpers import MIB, make_service, use_host_cli
 
@@ -49,7 +49,7 @@ def test_an_empty_edge_table_gives_an_empty_result(
 ) -> None:
     empty = _write(tmp_path / "empty.parquet", pa.table({"s": _ids([]), "d": _ids([])}))
     with make_service(tmp_path, cache_cap_bytes=cap) as service:
-        query = Graph(Scan(empty), "s", "d", algorithm, params=params)
+        query = GraphQuery(Scan(empty), "s", "d", algorithm, params=params)
         if algorithm == "bfs":  # no vertex is in an empty graph: as for any missing source
             with pytest.raises(GraphInputError, match=r"\[7\] are not in the graph"):
                 service.execute(query)
@@ -76,7 +76,7 @@ def test_int64_and_uint64_id_columns_combine_as_in_a_scan(tmp_path: Path) -> Non
     )
     with make_service(tmp_path) as service:
         for algorithm, params in ALL:
-            query = Graph(
+            query = GraphQuery(
                 Scan(str(mixed)),
                 "s",
                 "d",
@@ -85,7 +85,7 @@ def test_int64_and_uint64_id_columns_combine_as_in_a_scan(tmp_path: Path) -> Non
             )
             got = service.execute(query).table
             want = service.execute(
-                Graph(Scan(one), "s", "d", algorithm, params=query.params)
+                GraphQuery(Scan(one), "s", "d", algorithm, params=query.params)
             ).table
             assert got.equals(want), algorithm
             assert big in got.column(0).to_pylist()
@@ -106,9 +106,9 @@ def test_uint64_ids_beyond_int64_and_a_missing_column_name_the_object(tmp_path: 
         with pytest.raises(
             GraphInputError, match=r"column 's' of edge object '.*b\.parquet'.*2\*\*63"
         ):
-            service.execute(Graph(Scan(str(huge)), "s", "d", "pagerank"))
+            service.execute(GraphQuery(Scan(str(huge)), "s", "d", "pagerank"))
         with pytest.raises(GraphInputError, match=r"edge object '.*b\.parquet' has no column 'd'"):
-            service.execute(Graph(Scan(str(partial)), "s", "d", "pagerank"))
+            service.execute(GraphQuery(Scan(str(partial)), "s", "d", "pagerank"))
 
 
 def test_repeated_edges_count_the_same_with_or_without_a_weight_column(tmp_path: Path) -> None:
@@ -120,9 +120,9 @@ def test_repeated_edges_count_the_same_with_or_without_a_weight_column(tmp_path:
     )
     params = {"tol": 1e-12}
     with make_service(tmp_path) as service:
-        plain = service.execute(Graph(Scan(edges), "s", "d", "pagerank", params=params)).table
+        plain = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank", params=params)).table
         ones = service.execute(
-            Graph(Scan(edges), "s", "d", "pagerank", weight="one", params=params)
+            GraphQuery(Scan(edges), "s", "d", "pagerank", weight="one", params=params)
         ).table
     assert plain.equals(ones)
     expected = nx.pagerank(nx.MultiDiGraph(list(zip(src, dst, strict=True))), tol=1e-14)
@@ -137,12 +137,12 @@ def test_pagerank_reports_its_convergence(tmp_path: Path) -> None:
         tmp_path / "e.parquet", pa.table({"s": _ids([0, 1, 2, 2]), "d": _ids([1, 2, 0, 3])})
     )
     with make_service(tmp_path) as service:
-        done = service.execute(Graph(Scan(edges), "s", "d", "pagerank"))
-        stopped = service.execute(Graph(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2}))
+        done = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank"))
+        stopped = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2}))
         rule = service.execute(
-            Graph(Scan(edges), "s", "d", "pagerank", params={"convergence": "networkx"})
+            GraphQuery(Scan(edges), "s", "d", "pagerank", params={"convergence": "networkx"})
         )
-        bfs = service.execute(Graph(Scan(edges), "s", "d", "bfs", params={"source": 0}))
+        bfs = service.execute(GraphQuery(Scan(edges), "s", "d", "bfs", params={"source": 0}))
     facts = done.diagnostics.algorithm
     assert facts["converged"] is True
     assert facts["error"] < facts["threshold"] == 1e-6
@@ -190,7 +190,7 @@ def test_graph_command_errors_name_flags(
     err = capsys.readouterr().err
     assert expected in err
     assert err.count("\n") == 1
-    assert "Graph." not in err
+    assert "GraphQuery." not in err
     assert "params" not in err
 
 

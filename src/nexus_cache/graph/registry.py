@@ -148,7 +148,10 @@ def _plain(number: float) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One column of an algorithm's result: its name, Arrow type name, nullability."""
+    """One column of an algorithm's result: its name, Arrow type name, nullability.
+
+    The type is that of the service's results (its graphs store float64
+    weights; a float32 graph's PageRank is float32)."""
 
     name: str
     type: Literal["int32", "int64", "float32", "float64"]
@@ -354,8 +357,8 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
             AlgorithmSpec(
                 name="degree",
                 help="number of neighbours of every vertex (out, in or total)",
-                runner="nexus_cache.graph.degree:degree",
-                transient="nexus_cache.graph.degree:transient_bytes",
+                runner="nexus_cache.graph.degrees:degree",
+                transient="nexus_cache.graph.degrees:transient_bytes",
                 params=(
                     Param(
                         "direction",
