@@ -93,7 +93,9 @@ def test_server_on_the_gpu_end_to_end(tmp_path: Path) -> None:
         edge_scan = Scan(str(lake / "edges.parquet"), columns=("src", "dst"))
         queries = [
             GraphQuery(edge_scan, "src", "dst", "pagerank"),
-            GraphQuery(edge_scan, "src", "dst", "bfs", params={"source": int(edges["src"][0].as_py())}),
+            GraphQuery(
+                edge_scan, "src", "dst", "bfs", params={"source": int(edges["src"][0].as_py())}
+            ),
             GraphQuery(edge_scan, "src", "dst", "jaccard", directed=False),
         ]
         with Client(server.url) as client:

@@ -40,5 +40,5 @@ def test_an_undirected_self_loop_counts_twice_and_an_empty_graph_has_no_rows() -
 
 def test_an_unknown_direction_is_refused_naming_the_choices() -> None:
     graph = build_graph({"src": np.array([0]), "dst": np.array([1])})
-    with pytest.raises(ConfigError, match="direction='both'.*'total', 'out', 'in'"):
+    with pytest.raises(ConfigError, match=r"direction='both'.*'total', 'out', 'in'"):
         degree(graph, direction="both")

@@ -1,4 +1,4 @@
-"""GraphQuery grants are sized from the edge count in the Parquet footers, so an
+"""Graph grants are sized from the edge count in the Parquet footers, so an
 uncached graph query fits its first grant and runs once."""
 
 from __future__ import annotations

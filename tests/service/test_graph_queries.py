@@ -1,4 +1,4 @@
-"""GraphQuery queries at their edges: empty tables, mixed id types across objects,
+"""Graph queries at their edges: empty tables, mixed id types across objects,
 an object without a column, repeated edges, PageRank's convergence facts, and
 the ``graph`` command's flags."""
 
@@ -18,7 +18,7 @@ from nexus_cache.cli.main import main
 from nexus_cache.errors import GraphInputError
 from nexus_cache.service import GraphQuery, Scan
 
-from ._helpers import MIB, make_service, use_host_cli
+from ._helpers import MIB, make_lake, make_service, use_host_cli
 
 ALL = [
     ("pagerank", {}),
@@ -27,6 +27,7 @@ ALL = [
     ("sorensen", {}),
     ("overlap", {}),
     ("cosine", {}),
+    ("degree", {}),
 ]
 
 
@@ -138,7 +139,9 @@ def test_pagerank_reports_its_convergence(tmp_path: Path) -> None:
     )
     with make_service(tmp_path) as service:
         done = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank"))
-        stopped = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2}))
+        stopped = service.execute(
+            GraphQuery(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2})
+        )
         rule = service.execute(
             GraphQuery(Scan(edges), "s", "d", "pagerank", params={"convergence": "networkx"})
         )
@@ -215,9 +218,70 @@ def test_graph_command_reports_pagerank_convergence(
 
 
 def test_the_convergence_rules_are_spelled_alike_everywhere() -> None:
-    from nexus_cache.cli import graph as cli_graph
-    from nexus_cache.graph import CONVERGENCE_RULES
+    from nexus_cache.cli.main import build_parser
+    from nexus_cache.graph import CONVERGENCE_RULES, ranking
     from nexus_cache.service import queries
 
-    assert cli_graph.CONVERGENCE == queries._CONVERGENCE == CONVERGENCE_RULES
+    graph_parser = build_parser()._subparsers._group_actions[0].choices["graph"]  # type: ignore[union-attr]
+    flag = next(a for a in graph_parser._actions if "--convergence" in a.option_strings)
+    assert tuple(flag.choices) == ranking.CONVERGENCE_RULES == CONVERGENCE_RULES
     assert queries.ALGORITHMS["pagerank"]["convergence"] == CONVERGENCE_RULES[0]
+
+
+def _degrees(graph: nx.Graph, direction: str) -> dict[int, int]:
+    if not graph.is_directed() or direction == "total":
+        return dict(graph.degree())
+    return dict(graph.out_degree() if direction == "out" else graph.in_degree())
+
+
+def test_degree_through_the_service_matches_networkx_and_reuses_the_parked_graph(
+    tmp_path: Path,
+) -> None:
+    lake = make_lake(tmp_path)
+    edges = pq.read_table(lake.edges)
+    pairs = list(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    with make_service(tmp_path) as service:
+        for directed in (True, False):
+            reference = (nx.DiGraph if directed else nx.Graph)(pairs)
+            # BFS builds the graph degree runs on (as stored, neighbour sets)
+            first = GraphQuery(
+                Scan(lake.edges),
+                "src",
+                "dst",
+                "bfs",
+                directed=directed,
+                params={"source": lake.bfs_source},
+            )
+            assert service.execute(first).diagnostics.graph_cache["status"] == "miss"
+            for direction in ("total", "out", "in"):
+                query = GraphQuery(
+                    Scan(lake.edges),
+                    "src",
+                    "dst",
+                    "degree",
+                    directed=directed,
+                    params={"direction": direction},
+                )
+                result = service.execute(query)
+                assert result.diagnostics.graph_cache["status"] == "hit"
+                table = result.table.to_pydict()
+                assert table.keys() == {"vertex", "degree"}
+                got = dict(zip(table["vertex"], table["degree"], strict=True))
+                assert got == _degrees(reference, direction), (directed, direction)
+
+
+def test_the_graph_command_runs_degree_with_its_own_flag(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_graph(env, "degree", "--direction", "in", "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["diagnostics"]["query"]["params"] == {"direction": "in"}
+    assert report["diagnostics"]["query"]["directed"] is True
+    rows = {r["vertex"]: r["degree"] for r in report["head"]}
+    assert rows == {0: 1, 1: 1, 2: 1, 3: 1}  # edges 0->1, 1->2, 2->0, 2->3
+    assert main(_graph(env, "degree", "--alpha", "0.5")) == 2
+    assert "--alpha does not apply to degree" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(_graph(env, "degree", "--direction", "both"))
+    assert exit_.value.code == 2
+    assert "--direction: invalid choice: 'both'" in capsys.readouterr().err

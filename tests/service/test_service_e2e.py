@@ -82,7 +82,7 @@ def _nx_graph(lake, directed: bool, multi: bool = False):  # type: ignore[no-unt
     if multi:  # every copy of a repeated edge counts
         graph = nx.MultiDiGraph() if directed else nx.MultiGraph()
     else:
-        graph = nx.DiGraph() if directed else nx.GraphQuery()
+        graph = nx.DiGraph() if directed else nx.Graph()
     graph.add_edges_from(zip(table["src"].to_pylist(), table["dst"].to_pylist(), strict=True))
     return graph
 
@@ -118,7 +118,9 @@ def test_one_parked_graph_serves_other_parameters(tmp_path: Path, lake) -> None:
             GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source})
         )
         other = service.execute(
-            GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source, "depth_limit": 1})
+            GraphQuery(
+                edges, "src", "dst", "bfs", params={"source": lake.bfs_source, "depth_limit": 1}
+            )
         )
         stats = service.caches.graph_cache(0).stats()
     assert first.diagnostics.graph_cache["status"] == "miss"
