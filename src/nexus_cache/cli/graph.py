@@ -141,9 +141,13 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--src and --dst are both {args.src!r}; name two columns")
     if not args.url.strip():
         raise ConfigError("URL is empty; name a Parquet object or directory")
-    directed = args.directed
-    if directed is None:
-        directed = ALGORITHMS[args.algorithm].directed
+    spec = ALGORITHMS[args.algorithm]
+    directed = spec.directed if args.directed is None else args.directed
+    if directed and spec.undirected_only:
+        raise ConfigError(
+            f"--directed does not apply to {args.algorithm}, which needs an undirected graph; "
+            "leave it out"
+        )
     # dict.fromkeys: a weight that is also an id column is read once
     columns = tuple(dict.fromkeys(c for c in (args.src, args.dst, args.weight) if c is not None))
     query = GraphQuery(

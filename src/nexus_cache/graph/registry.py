@@ -186,7 +186,8 @@ class AlgorithmSpec:
       in-neighbours (pull-style work); ``sum`` counts every copy of an edge
       (a multigraph), ``max`` sees neighbour sets.
     * ``weighted``: reads edge weights (a weight column is refused otherwise);
-      ``directed``: the default of the command line when it is not told.
+      ``directed``: the default of the command line when it is not told;
+      ``undirected_only``: a directed graph is refused.
     * ``keyable``: a run may use a parked graph of the resident-graph cache;
       ``include_edges``: the function can also return the edges of its tree,
       keyed by the attempt's edges (such a run is never cached).
@@ -205,6 +206,7 @@ class AlgorithmSpec:
     duplicates: Literal["sum", "max"] = "max"
     weighted: bool = False
     directed: bool = True
+    undirected_only: bool = False
     keyable: bool = True
     include_edges: bool = False
     facts: tuple[str, ...] = ()

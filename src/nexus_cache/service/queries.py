@@ -178,6 +178,11 @@ class GraphQuery:
                 )
         if not isinstance(self.directed, bool):
             raise ConfigError(f"GraphQuery.directed={self.directed!r} is not accepted; use a bool")
+        if self.directed and _SPECS[algorithm].undirected_only:
+            raise ConfigError(
+                f"GraphQuery.directed=True is not accepted for {algorithm}, which needs an "
+                "undirected graph; pass directed=False"
+            )
         if not isinstance(self.params, Mapping):
             raise ConfigError(f"GraphQuery.params={self.params!r} is not accepted; use a mapping")
         params = graph_params(algorithm, self.params)
