@@ -111,6 +111,20 @@ def test_degree_matches_networkx(
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "options",
+    [
+        GraphOptions(directed=False, duplicates="max"),
+        GraphOptions(directed=False, drop_self_loops=True, vertex_dtype="int64"),
+    ],
+    ids=["max", "no-loops-int64"],
+)
+def test_triangles_match_networkx(cp: Any, seed: int, options: GraphOptions) -> None:
+    checks.check_triangles(cp, seed, options)
+    checks.check_triangles(cp, seed, options, n=60, m=900)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("metric", ["jaccard", "sorensen", "overlap", "cosine"])
 def test_similarity_matches_definition(cp: Any, seed: int, metric: str) -> None:
     checks.check_similarity(cp, seed, metric, all_edges=True, drop_self_loops=seed % 2 == 1)

@@ -21,6 +21,7 @@ from nexus_cache.graph import (
     degree,
     pagerank,
     similarity,
+    triangles,
 )
 from nexus_cache.graph.arrays import to_numpy
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_bfs",
     "check_build",
     "check_degree",
+    "check_triangles",
     "check_pagerank",
     "check_similarity",
     "random_edges",
@@ -301,3 +303,16 @@ def check_degree(xp: Any, seed: int, options: GraphOptions, direction: str) -> N
     else:
         expected = dict(ref.in_degree())
     assert got == expected
+
+
+def check_triangles(
+    xp: Any, seed: int, options: GraphOptions, *, n: int = 40, m: int = 120, **kw: Any
+) -> None:
+    """``triangles`` agrees with ``networkx.triangles`` (self loops ignored)."""
+    edges = random_edges(seed, n=n, m=m, weighted=False)
+    graph = _build(xp, edges, options, False)
+    ref = reference_graph(edges, options)
+    table = triangles(graph, **kw).to_arrow().to_pydict()
+    got = dict(zip(table["vertex"], table["triangles"], strict=True))
+    ref.remove_edges_from(list(nx.selfloop_edges(ref)))
+    assert got == nx.triangles(ref)

@@ -18,8 +18,9 @@ from nexus_cache.graph.memory import result_bytes, transient_bytes
 PACKAGE = Path(nexus_cache.__file__).parent
 
 
-def _small_graph(spec_name: str, directed: bool = True) -> object:
+def _small_graph(spec_name: str) -> object:
     spec = get_spec(spec_name)
+    directed = not spec.undirected_only
     edges = {"src": np.array([0, 0, 1, 2, 3, 3]), "dst": np.array([1, 2, 2, 0, 3, 1])}
     # as the service builds it: float64 weights (PageRank's result type)
     return build_graph(edges, options=spec.options(directed, weight_dtype="float64"))
@@ -51,6 +52,7 @@ def test_result_estimates_are_the_column_widths() -> None:
     assert result_bytes("bfs", 10, 100) == 100 * 24 + 4096
     assert result_bytes("jaccard", 10, 100) == 10 * 24 + 4096
     assert result_bytes("degree", 10, 100) == 100 * 16 + 4096
+    assert result_bytes("triangles", 10, 100) == 100 * 16 + 4096
 
 
 def test_a_parameter_name_means_one_thing_across_algorithms() -> None:

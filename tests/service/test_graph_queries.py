@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.cli.main import main
-from nexus_cache.errors import GraphInputError
+from nexus_cache.errors import ConfigError, GraphInputError
 from nexus_cache.service import GraphQuery, Scan
 
 from ._helpers import MIB, make_lake, make_service, use_host_cli
@@ -28,7 +28,15 @@ ALL = [
     ("overlap", {}),
     ("cosine", {}),
     ("degree", {}),
+    ("triangles", {}),
 ]
+
+
+def _directed(algorithm: str) -> bool:
+    """Directed, unless the algorithm takes undirected graphs only."""
+    from nexus_cache.graph import ALGORITHMS as SPECS
+
+    return not SPECS[algorithm].undirected_only
 
 
 def _write(path: Path, table: pa.Table) -> str:
@@ -50,7 +58,9 @@ def test_an_empty_edge_table_gives_an_empty_result(
 ) -> None:
     empty = _write(tmp_path / "empty.parquet", pa.table({"s": _ids([]), "d": _ids([])}))
     with make_service(tmp_path, cache_cap_bytes=cap) as service:
-        query = GraphQuery(Scan(empty), "s", "d", algorithm, params=params)
+        query = GraphQuery(
+            Scan(empty), "s", "d", algorithm, directed=_directed(algorithm), params=params
+        )
         if algorithm == "bfs":  # no vertex is in an empty graph: as for any missing source
             with pytest.raises(GraphInputError, match=r"\[7\] are not in the graph"):
                 service.execute(query)
@@ -82,11 +92,14 @@ def test_int64_and_uint64_id_columns_combine_as_in_a_scan(tmp_path: Path) -> Non
                 "s",
                 "d",
                 algorithm,
+                directed=_directed(algorithm),
                 params={**params, "source": 1} if algorithm == "bfs" else params,
             )
             got = service.execute(query).table
             want = service.execute(
-                GraphQuery(Scan(one), "s", "d", algorithm, params=query.params)
+                GraphQuery(
+                    Scan(one), "s", "d", algorithm, directed=query.directed, params=query.params
+                )
             ).table
             assert got.equals(want), algorithm
             assert big in got.column(0).to_pylist()
@@ -285,3 +298,32 @@ def test_the_graph_command_runs_degree_with_its_own_flag(
         main(_graph(env, "degree", "--direction", "both"))
     assert exit_.value.code == 2
     assert "--direction: invalid choice: 'both'" in capsys.readouterr().err
+
+
+def test_triangles_through_the_service_and_the_command_match_networkx(
+    tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = make_lake(tmp_path)
+    edges = pq.read_table(lake.edges)
+    reference = nx.Graph(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    reference.remove_edges_from(list(nx.selfloop_edges(reference)))
+    expected = nx.triangles(reference)
+    assert sum(expected.values()) > 0
+    query = GraphQuery(Scan(lake.edges), "src", "dst", "triangles", directed=False)
+    with make_service(tmp_path) as service:
+        # the similarities' graph (undirected, as stored, neighbour sets) serves it
+        jaccard = GraphQuery(Scan(lake.edges), "src", "dst", "jaccard", directed=False)
+        assert service.execute(jaccard).diagnostics.graph_cache["status"] == "miss"
+        result = service.execute(query)
+    assert result.diagnostics.graph_cache["status"] == "hit"
+    table = result.table.to_pydict()
+    assert dict(zip(table["vertex"], table["triangles"], strict=True)) == expected
+    with pytest.raises(ConfigError, match="directed=True is not accepted for triangles"):
+        GraphQuery(Scan(lake.edges), "src", "dst", "triangles")
+    # the command line: undirected by default, --directed refused naming the flag
+    assert main(_graph(env, "triangles", "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["diagnostics"]["query"]["directed"] is False
+    assert {r["vertex"]: r["triangles"] for r in report["head"]} == {0: 1, 1: 1, 2: 1, 3: 0}
+    assert main(_graph(env, "triangles", "--directed")) == 2
+    assert "--directed does not apply to triangles" in capsys.readouterr().err

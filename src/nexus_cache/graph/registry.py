@@ -357,6 +357,17 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
             _similarity("overlap", "Overlap"),
             _similarity("cosine", "Cosine"),
             AlgorithmSpec(
+                name="triangles",
+                help="triangles through every vertex (undirected; self loops ignored)",
+                runner="nexus_cache.graph.triangles:triangles",
+                transient="nexus_cache.graph.triangles:transient_bytes",
+                params=(),
+                columns=(Column("vertex", "int64"), Column("triangles", "int64")),
+                rows="vertex",
+                directed=False,
+                undirected_only=True,
+            ),
+            AlgorithmSpec(
                 name="degree",
                 help="number of neighbours of every vertex (out, in or total)",
                 runner="nexus_cache.graph.degrees:degree",
