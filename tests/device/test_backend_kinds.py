@@ -163,3 +163,13 @@ def test_the_docs_settings_list_the_registry_names() -> None:
         text = (DOCS / doc).read_text()
         row = next(line for line in text.splitlines() if line.startswith(f"| `{ENV}`"))
         assert _names(row.split("|")[column]) == BACKEND_NAMES, doc
+
+
+def test_every_public_name_of_the_lazy_package_loads() -> None:
+    import nexus_cache.backends as backends
+
+    for name in backends.__all__:
+        assert getattr(backends, name) is not None, name
+    assert set(backends.__all__) <= set(dir(backends))
+    with pytest.raises(AttributeError, match="is_cuda_domain"):
+        getattr(backends, "is_cuda_domain")  # noqa: B009
