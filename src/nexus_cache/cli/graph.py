@@ -18,7 +18,7 @@ from typing import Any
 
 from nexus_cache.cli._output import integer_option, number_option
 from nexus_cache.cli.scan import add_output_options, run_query
-from nexus_cache.graph.registry import ALGORITHMS, Param
+from nexus_cache.graph.registry import ALGORITHMS, Param, option_flag
 
 __all__ = ["register"]
 
@@ -116,11 +116,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_run)
 
 
-def _flag(name: str) -> str:
-    """The command-line flag of a query parameter (``max_iter`` -> ``--max-iter``)."""
-    return Param(name, "int", "").flag
-
-
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
     from nexus_cache.service import WEIGHTED, GraphQuery, Scan, graph_params
@@ -128,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in _parameters()}
     given = {name: value for name, value in given.items() if value is not None}
     # validated here so that every message names the flag, not the query field
-    params = graph_params(args.algorithm, given, _flag)
+    params = graph_params(args.algorithm, given, option_flag)
     if args.weight is not None and args.algorithm not in WEIGHTED:
         raise ConfigError(
             f"--weight does not apply to {args.algorithm}, which ignores edge weights; "

@@ -41,8 +41,8 @@ __all__ = [
     "AlgorithmSpec",
     "Column",
     "Param",
-    "algorithm_names",
     "get_spec",
+    "option_flag",
 ]
 
 #: How PageRank reads ``tol``: ``total`` stops when the L1 change of the whole
@@ -94,7 +94,7 @@ class Param:
     @property
     def flag(self) -> str:
         """The command-line flag (``max_iter`` -> ``--max-iter``)."""
-        return "--" + self.name.replace("_", "-")
+        return option_flag(self.name)
 
     def accepted(self) -> str:
         """What the parameter accepts, as the end of an error message."""
@@ -139,6 +139,11 @@ class Param:
         if high is not None and (value >= high if open_high else value > high):
             raise bad
         return float(value) if self.kind == "number" else value
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of parameter ``name`` (``max_iter`` -> ``--max-iter``)."""
+    return "--" + name.replace("_", "-")
 
 
 def _plain(number: float) -> str:
@@ -388,11 +393,6 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
         )
     }
 )
-
-
-def algorithm_names() -> tuple[str, ...]:
-    """Every registered algorithm's name, in :data:`ALGORITHMS` order."""
-    return tuple(ALGORITHMS)
 
 
 def get_spec(name: str, label: str = "algorithm") -> AlgorithmSpec:
