@@ -12,7 +12,8 @@ import pytest
 from nexus_cache._storage import UnlinkResult, atomic_write
 from nexus_cache._storage._names import host_tag
 from nexus_cache.errors import CacheSecurityError, ConfigError
-from nexus_cache.program import FileStreamProgramCache, _evictq, _filestream, _fsscan, _stamps
+from nexus_cache.program import FileStreamProgramCache
+from nexus_cache.program.filestream import _cache, _evictq, _scan, _stamps
 from nexus_cache.program._integrity import (
     RECORD_SIZE,
     SIDECAR_SUFFIX,
@@ -53,7 +54,7 @@ def carrier(request, tmp_path, monkeypatch):
     """Each record carrier in turn (one the filesystem cannot hold is skipped)."""
     if request.param not in _supported(tmp_path):
         pytest.skip(f"this filesystem cannot hold {request.param} records")
-    monkeypatch.setattr(_filestream, "probe_carrier", lambda tmp: request.param)
+    monkeypatch.setattr(_cache, "probe_carrier", lambda tmp: request.param)
     return request.param
 
 
@@ -257,7 +258,7 @@ def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(any_cache, monkeypatch
         assert any_cache[b"k"] == b"old bytes"
         os.utime(p, ns=(1, os.lstat(p).st_mtime_ns))  # due for a stamp again
         any_cache._memo.clear()
-    real = _filestream._read
+    real = _cache._read
     fresh = {}
 
     def read_then_rewrite(fd, n):
@@ -268,7 +269,7 @@ def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(any_cache, monkeypatch
         fresh["st"] = os.lstat(p)
         return data
 
-    monkeypatch.setattr(_filestream, "_read", read_then_rewrite)
+    monkeypatch.setattr(_cache, "_read", read_then_rewrite)
     assert any_cache[b"k"] == b"old bytes"  # we read the inode we opened
     _stamps.flush()
     st = os.lstat(p)
@@ -279,17 +280,17 @@ def test_hit_racing_a_rewrite_never_stamps_the_fresh_file(any_cache, monkeypatch
 
 
 def _rewrite_during_scan(monkeypatch, cache, key, value):
-    real_scan = _fsscan.scan
+    real_scan = _scan.scan
 
     def scan_then_rewrite(*a, **kw):
         result = real_scan(*a, **kw)
         if kw.get("with_stat", True):
-            monkeypatch.setattr(_fsscan, "scan", real_scan)
+            monkeypatch.setattr(_scan, "scan", real_scan)
             other = FileStreamProgramCache(cache.path)  # another writer
             other[key] = value
         return result
 
-    monkeypatch.setattr(_fsscan, "scan", scan_then_rewrite)
+    monkeypatch.setattr(_scan, "scan", scan_then_rewrite)
 
 
 def test_clear_spares_an_entry_rewritten_after_its_scan(cache, monkeypatch):
@@ -329,7 +330,7 @@ def test_over_eviction_race_credits_the_concurrent_delete(tmp_path, monkeypatch)
     set_atime(entry_path(c, b"old"), 1000)
     set_atime(entry_path(c, b"mid"), 2000)
     old_path = str(entry_path(c, b"old"))
-    real = _fsscan.unlink_if_unchanged
+    real = _scan.unlink_if_unchanged
     other = FileStreamProgramCache(c.path)  # stands for another process
     calls = []
 
@@ -353,7 +354,7 @@ def test_over_eviction_race_credits_the_concurrent_delete(tmp_path, monkeypatch)
         return result
 
     monkeypatch.setattr(c._usage, "hold", hold)
-    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", record)
+    monkeypatch.setattr(_scan, "unlink_if_unchanged", record)
     c[b"new"] = b"b" * 400  # 1100 > 1000: free down to 900; old's 400 suffice
     assert calls == [old_path]  # one candidate, then the pass stopped
     assert c.get(b"new") == b"b" * 400
@@ -378,14 +379,14 @@ def test_each_store_evicts_a_bounded_batch_from_one_scan(tmp_path, monkeypatch):
     # under the cap plus at most _EVICT_EXTRA more, and later stores above the
     # low-water mark carry on from the same scan's list, rather than one store
     # draining the cache to 90% of the cap (O(entries) unlinks) by itself.
-    extra = _filestream._EVICT_EXTRA
+    extra = _cache._EVICT_EXTRA
     n, size = 1000, 100
     c = FileStreamProgramCache(tmp_path / "c", max_size_bytes=n * size, memory_bytes=0)
     for i in range(n):
         c[b"k%d" % i] = b"x" * size
         set_atime(entry_path(c, b"k%d" % i), 1000 + i)  # k0 least recently read
     assert c.stats().evictions == 0  # exactly at the cap
-    real_unlink, real_scan = _fsscan.unlink_if_unchanged, _fsscan.scan
+    real_unlink, real_scan = _scan.unlink_if_unchanged, _scan.scan
     unlinks, scans = [], []
 
     def counting_unlink(path, expected, **kw):
@@ -396,8 +397,8 @@ def test_each_store_evicts_a_bounded_batch_from_one_scan(tmp_path, monkeypatch):
         scans.append(a)
         return real_scan(*a, **kw)
 
-    monkeypatch.setattr(_fsscan, "unlink_if_unchanged", counting_unlink)
-    monkeypatch.setattr(_fsscan, "scan", counting_scan)
+    monkeypatch.setattr(_scan, "unlink_if_unchanged", counting_unlink)
+    monkeypatch.setattr(_scan, "scan", counting_scan)
     per_store = []
     for i in range(n, n + 40):
         before = len(unlinks)
@@ -427,9 +428,9 @@ def test_stale_candidate_list_that_runs_dry_over_the_cap_rescans(tmp_path, monke
     for i, k in enumerate(keys):
         c[k] = k * 100
         set_atime(entry_path(c, k), 1000 + i)
-    real_scan = _fsscan.scan
+    real_scan = _scan.scan
     scans = []
-    monkeypatch.setattr(_fsscan, "scan", lambda *a, **kw: scans.append(a) or real_scan(*a, **kw))
+    monkeypatch.setattr(_scan, "scan", lambda *a, **kw: scans.append(a) or real_scan(*a, **kw))
     c[b"k"] = b"k" * 100  # 1100: list [a, b, c]; a then b go, down to 900
     assert len(c._candidates) == 1
     other = FileStreamProgramCache(c.path, max_size_bytes=1000)  # capped: keeps the counter
@@ -608,7 +609,7 @@ def test_verify_reports_and_removes(any_cache, case):
 
 
 def test_sidecar_fallback_without_xattrs(tmp_path, monkeypatch):
-    monkeypatch.setattr(_filestream, "probe_carrier", lambda tmp: "sidecar")
+    monkeypatch.setattr(_cache, "probe_carrier", lambda tmp: "sidecar")
     c = FileStreamProgramCache(tmp_path / "c")
     assert not c.uses_xattrs
     c[b"k"] = b"payload" * 100
@@ -695,7 +696,7 @@ def test_foreign_owned_entry_refused_where_o_noatime_is_refused(cache, monkeypat
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(os, "open", open_like_non_root)
-    monkeypatch.setattr(_filestream, "_open", open_like_non_root)  # the read path's binding
+    monkeypatch.setattr(_cache, "_open", open_like_non_root)  # the read path's binding
     with pytest.raises(CacheSecurityError, match="owned by uid"):
         cache[b"k"]
     assert refused == [str(p)]
@@ -802,7 +803,7 @@ def test_memory_bytes_takes_the_size_grammar_like_max_size_bytes(tmp_path):
 
 
 def test_memo_is_bounded_lru():
-    from nexus_cache.program._readmemo import MemoEntry, VerifiedMemo
+    from nexus_cache.program.filestream._readmemo import MemoEntry, VerifiedMemo
 
     memo = VerifiedMemo(1000)
     for name in "abcd":

@@ -33,7 +33,7 @@ def _timed_compile(root: str, arch: str) -> tuple[object, float, bool]:
     from cuda.core import ProgramOptions
 
     from nexus_cache.program._compile import CompileInputs, cached_compile
-    from nexus_cache.program._filestream import FileStreamProgramCache
+    from nexus_cache.program.filestream import FileStreamProgramCache
 
     inputs = CompileInputs(DEMO_KERNEL, "c++", ProgramOptions(arch=arch, name="nexus_demo"))
     with FileStreamProgramCache(root) as cache:  # a new cache object every time

@@ -25,12 +25,8 @@ from nexus_cache._storage import (
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, ConfigError
-from nexus_cache.program import _fsscan, _stamps
 from nexus_cache.program._caps import validate_cap
 from nexus_cache.program._counters import OpCounters
-from nexus_cache.program._evictq import CandidateQueue
-from nexus_cache.program._fsevict import FileStreamEviction
-from nexus_cache.program._fsverify import verify_entries
 from nexus_cache.program._identify import identify_cache_path
 from nexus_cache.program._integrity import (
     FANOUT,
@@ -47,7 +43,6 @@ from nexus_cache.program._integrity import (
     read_rest,
 )
 from nexus_cache.program._paths import default_filestream_root
-from nexus_cache.program._readmemo import SEEN_SLOTS, MemoEntry, VerifiedMemo
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
     CacheStats,
@@ -56,7 +51,12 @@ from nexus_cache.program._resource import (
     as_key_bytes,
     value_to_store,
 )
-from nexus_cache.program._usage import UsageCounter
+from nexus_cache.program.filestream import _scan, _stamps
+from nexus_cache.program.filestream._evict import FileStreamEviction
+from nexus_cache.program.filestream._evictq import CandidateQueue
+from nexus_cache.program.filestream._readmemo import SEEN_SLOTS, MemoEntry, VerifiedMemo
+from nexus_cache.program.filestream._usage import UsageCounter
+from nexus_cache.program.filestream._verify import verify_entries
 
 __all__ = ["FileStreamProgramCache"]
 
@@ -383,12 +383,12 @@ class FileStreamProgramCache(ProgramCacheResource):
             self._memo.discard(kb)
         self._counts.miss(corrupt=1)
         if self._unlink_counted(path, st) and self._sidecars:
-            _fsscan.remove_sidecar(path)
+            _scan.remove_sidecar(path)
 
     def _drop_outdated(self, path: str, st: os.stat_result) -> None:
         """Remove an entry an earlier version wrote (verify): never read, not corrupt."""
         if self._unlink_counted(path, st):
-            _fsscan.remove_sidecar(path)  # its .sum, if that version wrote one
+            _scan.remove_sidecar(path)  # its .sum, if that version wrote one
 
     def _unlink_counted(self, path: str, st: os.stat_result) -> bool:
         """Remove ``path`` if it is still the file ``st`` describes; subtract its bytes."""
@@ -480,7 +480,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 raise _not_an_entry(path) from None
             raise
         if self._sidecars:
-            _fsscan.remove_sidecar(path)
+            _scan.remove_sidecar(path)
         return True
 
     def prune(self, max_bytes: int) -> tuple[int, int]:
@@ -501,32 +501,32 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __len__(self) -> int:
         """Entries this cache would serve: regular files we own (as ``stats().entries``);
         symlinks, non-files and foreign-owned files are refused, so not counted."""
-        return len(_fsscan.scan(self._entries).entries)
+        return len(_scan.scan(self._entries).entries)
 
     def clear(self) -> None:
         """Remove every entry present at the start; entries rewritten meanwhile stay."""
         if self._memo is not None:
             self._memo.clear()
         with self._usage.hold() as held:
-            result = _fsscan.scan(self._entries)
+            result = _scan.scan(self._entries)
             freed = 0
             for entry in result.entries:
                 outcome = unlink_if_unchanged(entry.path, entry.key, aside_dir=self._tmp)
                 if outcome is UnlinkResult.REMOVED:
                     freed += entry.key.size
                 if outcome is not UnlinkResult.CHANGED and self._sidecars:
-                    _fsscan.remove_sidecar(entry.path)
+                    _scan.remove_sidecar(entry.path)
             held.add(-freed)
         sweep_stale_temps(self._tmp)
 
     def stats(self) -> CacheStats:
-        result = _fsscan.scan(self._entries)
+        result = _scan.scan(self._entries)
         return self._counts.snapshot(len(result.entries), result.total_bytes)
 
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every entry, least recently read first."""
-        result = _fsscan.scan(self._entries)
+        result = _scan.scan(self._entries)
         for e in sorted(result.entries, key=lambda e: e.atime_ns):
             yield EntryInfo(os.path.basename(e.path), e.key.size, e.atime_ns, e.key.mtime_ns)
 
