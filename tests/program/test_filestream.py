@@ -13,7 +13,6 @@ from nexus_cache._storage import UnlinkResult, atomic_write
 from nexus_cache._storage._names import host_tag
 from nexus_cache.errors import CacheSecurityError, ConfigError
 from nexus_cache.program import FileStreamProgramCache
-from nexus_cache.program.filestream import _cache, _evictq, _scan, _stamps
 from nexus_cache.program._integrity import (
     RECORD_SIZE,
     SIDECAR_SUFFIX,
@@ -23,6 +22,7 @@ from nexus_cache.program._integrity import (
     entry_name,
     probe_carrier,
 )
+from nexus_cache.program.filestream import _cache, _evictq, _scan, _stamps
 
 OTHER_UID = 54321
 

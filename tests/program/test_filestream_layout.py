@@ -12,7 +12,6 @@ import time
 import pytest
 
 from nexus_cache.program import FileStreamProgramCache
-from nexus_cache.program.filestream import _stamps
 from nexus_cache.program._integrity import (
     FANOUT,
     SIDECAR_SUFFIX,
@@ -20,6 +19,7 @@ from nexus_cache.program._integrity import (
     entry_name,
     entry_relpath,
 )
+from nexus_cache.program.filestream import _stamps
 
 _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 

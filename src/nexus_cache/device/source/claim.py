@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from nexus_cache.device.source.key import SourceFrameKey
     from nexus_cache.device.values import DeviceValue
 
-__all__ = ["LEADER_LOCAL_ERRORS", "ClaimOutcomes", "DecodeFlight", "FlightState", "SourceClaim"]
+__all__ = ["LEADER_LOCAL_ERRORS", "ClaimOutcomes", "SourceClaim"]
 
 #: A leader failing with one of these failed for its own reason: a waiter
 #: takes the lead instead of receiving the error.
