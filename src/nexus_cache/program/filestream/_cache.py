@@ -258,18 +258,18 @@ class FileStreamProgramCache(ProgramCacheResource):
         memo = self._memo
         if memo is not None:
             # Keyed by the key itself: a repeat hit hashes nothing.
-            entry = memo.lookup(kb)  # type: ignore[arg-type]
+            entry = memo.lookup(kb)
             if entry is not None:
-                memo.touch(kb)  # type: ignore[arg-type]
-                data = self._memo_hit(memo, kb, entry)  # type: ignore[arg-type]
+                memo.touch(kb)
+                data = self._memo_hit(memo, kb, entry)
                 if data is not None:
                     self._hit()
                     return data
         # entry_location(), inline; the CRC-32 picks the fan-out and is the
         # key tag of the integrity check (see _integrity).
-        digest = kb if len(kb) == 32 else entry_digest(kb)  # type: ignore[arg-type]
-        tag = _crc32(digest)  # type: ignore[arg-type]
-        path = self._dirs[tag & 255] + digest.hex()  # type: ignore[union-attr]
+        digest = kb if len(kb) == 32 else entry_digest(kb)
+        tag = _crc32(digest)
+        path = self._dirs[tag & 255] + digest.hex()
         try:
             fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
@@ -301,12 +301,12 @@ class FileStreamProgramCache(ProgramCacheResource):
                 # hash a read pays.
                 ok: bool | None = mtime % _NS == (_xxh3(data) ^ tag) % _NS
             else:
-                ok = entry_verdict(self._carrier, fd, path, st, data, digest)  # type: ignore[arg-type]
+                ok = entry_verdict(self._carrier, fd, path, st, data, digest)
                 if ok is None:
                     self._count_miss()
                     return default
             if not ok:
-                self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
+                self._drop_corrupt(path, st, kb)
                 return default
             keep = False
             seen = self._seen
@@ -336,8 +336,8 @@ class FileStreamProgramCache(ProgramCacheResource):
                     _pending_stamps[path] = st
                     if not _STAMPS.scheduled:
                         _STAMPS.schedule()
-            if keep:
-                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, st.st_ctime_ns, data))  # type: ignore[union-attr]
+            if keep and memo is not None:  # keep is only set where the memo is on
+                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, st.st_ctime_ns, data))
         finally:
             _close(fd)
         self._hit()
@@ -402,20 +402,20 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value_to_store(value)
-        digest = entry_digest(kb)  # type: ignore[arg-type]
+        digest = entry_digest(kb)
         path = self._entry_path(digest)
         size = len(data)
         cap = self._max
         if cap is not None and size > cap:
-            self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
+            self._store_oversize(path, kb, size, cap)
             return
         carrier = self._carrier
-        xattr = (XATTR_NAME, make_record(data, digest)) if carrier == "xattr" else None  # type: ignore[arg-type]
-        times = publish_times(data, digest, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
+        xattr = (XATTR_NAME, make_record(data, digest)) if carrier == "xattr" else None
+        times = publish_times(data, digest, _time_ns()) if carrier == "mtime" else None
         # The bytes are written and fsynced before any lock is taken.
         tmp, ino = stage_temp(
             self._tmp,
-            data,  # type: ignore[arg-type]
+            data,
             xattr=xattr,
             times_ns=times,
             want_inode=self._sidecars,
@@ -435,10 +435,10 @@ class FileStreamProgramCache(ProgramCacheResource):
         except IsADirectoryError:
             raise _not_an_entry(path) from None
         if self._sidecars:
-            sidecar = make_sidecar(ino, data, digest)  # type: ignore[arg-type]
+            sidecar = make_sidecar(ino, data, digest)
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
-            self._memo.discard(kb)  # type: ignore[arg-type]
+            self._memo.discard(kb)
         self._counts.stored()
         if cap is None:
             self._usage.forget(_FORGET_USAGE_NS)
