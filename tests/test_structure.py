@@ -177,6 +177,28 @@ def test_the_cli_package_exports_nothing() -> None:
     assert importlib.import_module("nexus_cache.cli").__all__ == []
 
 
+# The CLI is a client of the library. Of the package-wide internals it uses
+# the size grammar, the strict number parsers (one parser each, never a
+# second one in the CLI) and the one atomic publish path, for the files a
+# user names (--out).
+CLI_INTERNALS = {"nexus_cache._sizes", "nexus_cache._numbers", "nexus_cache._storage"}
+
+
+def cli_violations(importer: str, path: Path) -> list[str]:
+    out = privacy_violations(importer, path)
+    for line, module, _ in _imports(path):
+        parts = module.split(".")
+        # deeper internals are privacy violations already
+        if len(parts) > 1 and _internal(parts[1]) and ".".join(parts[:2]) not in CLI_INTERNALS:
+            out.append(f"{importer}:{line}: the CLI imports {module}")
+    return out
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if _inside(m, "nexus_cache.cli")])
+def test_the_cli_imports_public_names_and_three_internals(module: str) -> None:
+    assert cli_violations(module, MODULES[module]) == []
+
+
 def test_the_allowlists_name_only_what_still_needs_them() -> None:
     for package in NOT_LAZY_YET:
         exports, mirror, _ = _lazy_parts(package)
@@ -206,3 +228,24 @@ def test_the_checks_catch_a_cross_package_import_of_internals(tmp_path: Path) ->
         "5",
     ]
     assert privacy_violations("nexus_cache.device.m", bad)[-1].split(":")[1] == "3"
+    found = cli_violations("nexus_cache.cli.m", bad)
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5"], found
+
+
+def test_the_checks_catch_what_the_cli_must_not_import(tmp_path: Path) -> None:
+    bad = tmp_path / "probe.py"
+    bad.write_text(
+        "from nexus_cache.program._paths import default_sqlite_path\n"
+        "from nexus_cache.lakehouse import _not_there\n"
+        "import nexus_cache.device._figures\n"
+        "from nexus_cache.lakehouse import ENV_ROOT_IS_NOT_EXPORTED\n"
+        "from nexus_cache._lazy import lazy_exports\n"
+        "from nexus_cache._sizes import parse_size\n"
+    )
+    found = cli_violations("nexus_cache.cli.probe", bad)
+    assert "imports nexus_cache.program._paths, internal to nexus_cache.program" in found[0]
+    assert "internal name nexus_cache.lakehouse._not_there" in found[1]
+    assert "imports nexus_cache.device._figures, internal to nexus_cache.device" in found[2]
+    assert "not in nexus_cache.lakehouse.__all__" in found[3]
+    assert found[4].endswith("the CLI imports nexus_cache._lazy")
+    assert len(found) == 5, found
