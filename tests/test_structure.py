@@ -30,7 +30,6 @@ ROOT = Path(nexus_cache.__file__).parent
 
 # Packages whose __init__ is not (yet) the lazy form with its TYPE_CHECKING mirror.
 NOT_LAZY_YET = {
-    "nexus_cache.backends",
     "nexus_cache.frames",
     "nexus_cache.graph",
     "nexus_cache.service",
@@ -132,27 +131,38 @@ def test_each_package_init_defines_all(package: str) -> None:
 
 
 def _lazy_parts(package: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """``(_EXPORTS, TYPE_CHECKING imports, eager imports)`` of a package ``__init__``."""
+    """``(_EXPORTS, TYPE_CHECKING imports, eager imports)`` of a package ``__init__``.
+
+    A TYPE_CHECKING import re-exports its name for type checkers (strict ones
+    included) when written ``import X as X`` or listed in a literal ``__all__``.
+    """
     tree = ast.parse(MODULES[package].read_text("utf-8"))
     exports: dict[str, str] = {}
     mirror: dict[str, str] = {}
     eager: list[str] = []
+    plain: set[str] = set()
+    literal_all: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets):
                 assert node.value is not None
                 exports = ast.literal_eval(node.value)
+            is_all = any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+            if is_all and isinstance(node.value, ast.List | ast.Tuple):
+                literal_all = {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
         elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for sub in node.body:
                 assert isinstance(sub, ast.ImportFrom), ast.unparse(sub)
                 assert sub.module, ast.unparse(sub)
                 for alias in sub.names:
-                    # `import X as X`: the explicit re-export form
-                    assert alias.asname == alias.name, ast.unparse(sub)
+                    assert alias.asname in (None, alias.name), ast.unparse(sub)
                     mirror[alias.name] = sub.module
+                    if alias.asname is None:
+                        plain.add(alias.name)
         elif isinstance(node, ast.ImportFrom) and _inside(node.module or "", "nexus_cache"):
             eager.append(node.module or "")
+    assert plain <= literal_all, f"{package}: neither `as` nor in a literal __all__: {plain}"
     return exports, mirror, eager
 
 

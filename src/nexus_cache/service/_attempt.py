@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
-from nexus_cache.frames import is_cuda_domain as domain_is_cuda
 from nexus_cache.graph.memory import build_bytes, result_bytes
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import (
@@ -266,7 +265,7 @@ def run_attempt(
         if isinstance(query, Scan):
             outcome.graph = NOT_APPLICABLE
             t0 = time.perf_counter()
-            table = load.table(detach=not domain_is_cuda(domain))
+            table = load.table(detach=domain.host_memory)
             timings["to_arrow_s"] = time.perf_counter() - t0
             budget.charge(table.nbytes, "the result table")
             outcome.table = table
