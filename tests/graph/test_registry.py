@@ -151,3 +151,17 @@ def test_the_literal_check_finds_a_spelled_out_name(tmp_path: Path) -> None:
     assert [f.rsplit(": ", 1)[1] for f in _name_literals(module, set(ALGORITHMS))] == [
         "'pagerank'"
     ]
+
+
+def test_no_algorithm_module_hides_an_exported_function() -> None:
+    # a module named like the package's export of its function would replace
+    # that export as a package attribute once imported (degree in degrees.py)
+    code = (
+        "import importlib, types, nexus_cache.graph as g\n"
+        "from nexus_cache.graph.registry import ALGORITHMS\n"
+        "for spec in ALGORITHMS.values():\n"
+        "    importlib.import_module(spec.runner.partition(':')[0])\n"
+        "print(sorted(n for n in g.__all__ if isinstance(getattr(g, n), types.ModuleType)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -15,7 +15,6 @@ importing one submodule (``nexus_cache.graph.options``) stays cheap.
 from __future__ import annotations
 
 from nexus_cache._lazy import lazy_exports
-from nexus_cache.graph.registry import ALGORITHMS as _ALGORITHMS
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -30,17 +29,22 @@ _EXPORTS: dict[str, str] = {
     "GraphOptions": "nexus_cache.graph.options",
     "GraphResult": "nexus_cache.graph.result",
     "KernelLoad": "nexus_cache.graph._programs",
+    "bfs": "nexus_cache.graph.traversal",
     "build_graph": "nexus_cache.graph.csr",
+    "common_neighbours": "nexus_cache.graph.similarities",
+    "cosine": "nexus_cache.graph.similarities",
+    "degree": "nexus_cache.graph.degrees",
+    "edge_pairs": "nexus_cache.graph.similarities",
     "get_spec": "nexus_cache.graph.registry",
+    "jaccard": "nexus_cache.graph.similarities",
     "kernel_loads": "nexus_cache.graph._programs",
+    "overlap": "nexus_cache.graph.similarities",
+    "pagerank": "nexus_cache.graph.ranking",
     "preload_kernels": "nexus_cache.graph._kernels",
     "similarity": "nexus_cache.graph.similarities",
+    "sorensen": "nexus_cache.graph.similarities",
+    "triangles": "nexus_cache.graph.triangle_counts",
 }
-# every registered algorithm's function, from the module its spec names
-_EXPORTS.update(
-    {spec.runner.partition(":")[2]: spec.runner.partition(":")[0] for spec in _ALGORITHMS.values()}
-)
-
 __all__ = sorted(_EXPORTS)
 
 

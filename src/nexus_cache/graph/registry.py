@@ -364,8 +364,8 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
             AlgorithmSpec(
                 name="triangles",
                 help="triangles through every vertex (undirected; self loops ignored)",
-                runner="nexus_cache.graph.triangles:triangles",
-                transient="nexus_cache.graph.triangles:transient_bytes",
+                runner="nexus_cache.graph.triangle_counts:triangles",
+                transient="nexus_cache.graph.triangle_counts:transient_bytes",
                 params=(),
                 columns=(Column("vertex", "int64"), Column("triangles", "int64")),
                 rows="vertex",
