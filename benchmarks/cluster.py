@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from nexus_cache.lakehouse import LakehouseCacheConfig
-from nexus_cache.service import Graph, QueryService, Scan, ServiceConfig
+from nexus_cache.service import GraphQuery, QueryService, Scan, ServiceConfig
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
 
 
@@ -59,8 +59,8 @@ def _mix(facts: list[str], edges: str, bfs_source: int) -> list[Any]:
         mix.append(Scan(f, columns=("customer", "amount")))
         mix.append(Scan(f))
     e = Scan(edges, columns=("src", "dst"))
-    mix.append(Graph(e, "src", "dst", "pagerank"))
-    mix.append(Graph(e, "src", "dst", "bfs", params={"source": bfs_source}))
+    mix.append(GraphQuery(e, "src", "dst", "pagerank"))
+    mix.append(GraphQuery(e, "src", "dst", "bfs", params={"source": bfs_source}))
     return mix
 
 

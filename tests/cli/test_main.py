@@ -140,9 +140,7 @@ def test_building_the_command_line_imports_no_library_layer() -> None:
 
 
 def test_spelled_out_service_constants_agree_with_the_service() -> None:
-    from nexus_cache.cli import demo, graph
-    from nexus_cache.service import ALGORITHMS
+    from nexus_cache.cli import demo
     from nexus_cache.service.demo import DEFAULT_SCALE
 
-    assert tuple(ALGORITHMS) == graph.ALGORITHMS
     assert demo.DEFAULT_SCALE == DEFAULT_SCALE

@@ -22,7 +22,7 @@ from nexus_cache.cluster import (  # noqa: E402
     routing_key,
 )
 from nexus_cache.errors import ConfigError  # noqa: E402
-from nexus_cache.service import Count, Graph, QueryService, Scan, tables_match  # noqa: E402
+from nexus_cache.service import Count, GraphQuery, QueryService, Scan, tables_match  # noqa: E402
 from server._helpers import wait_until  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
 
@@ -47,9 +47,9 @@ def _queries(lake) -> list:  # type: ignore[no-untyped-def]
         Scan(lake.facts),
         Scan(lake.facts, columns=("order_id", "amount")),
         Count(lake.facts),
-        Graph(edges, "src", "dst", "pagerank"),
-        Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
-        Graph(edges, "src", "dst", "jaccard", directed=False),
+        GraphQuery(edges, "src", "dst", "pagerank"),
+        GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
+        GraphQuery(edges, "src", "dst", "jaccard", directed=False),
     ]
 
 
@@ -117,7 +117,7 @@ def test_a_repeated_query_hits_its_workers_source_cache_and_only_its(running):
     }
     # a graph query on the source of a scan goes to the same worker
     edges = Scan(source, columns=("customer", "order_id"))
-    graph = nexus.execute(Graph(edges, "customer", "order_id", "pagerank"))
+    graph = nexus.execute(GraphQuery(edges, "customer", "order_id", "pagerank"))
     assert graph.diagnostics.worker == owner
 
 
@@ -190,7 +190,7 @@ def test_a_worker_killed_mid_run_loses_no_query_and_shutdown_is_in_order(tmp_pat
         edges = Scan(copies[0], columns=("customer", "order_id"))
         heavy = threading.Thread(
             target=lambda: graph_done.append(
-                nexus.execute(Graph(edges, "customer", "order_id", "pagerank"))
+                nexus.execute(GraphQuery(edges, "customer", "order_id", "pagerank"))
             )
         )
         runner = threading.Thread(target=stream)

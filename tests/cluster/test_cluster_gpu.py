@@ -10,7 +10,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from nexus_cache.cluster import SHUTDOWN_RECORD, ClusterQueryClient  # noqa: E402
-from nexus_cache.service import Count, Graph, QueryService, Scan, tables_match  # noqa: E402
+from nexus_cache.service import Count, GraphQuery, QueryService, Scan, tables_match  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
@@ -44,9 +44,9 @@ def test_one_gpu_worker_runs_the_suite(tmp_path, monkeypatch):
     queries = [
         Scan(lake.facts),
         Count(lake.facts),
-        Graph(edges, "src", "dst", "pagerank"),
-        Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
-        Graph(edges, "src", "dst", "jaccard", directed=False),
+        GraphQuery(edges, "src", "dst", "pagerank"),
+        GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
+        GraphQuery(edges, "src", "dst", "jaccard", directed=False),
     ]
     cluster = distributed.LocalCluster(
         n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0"

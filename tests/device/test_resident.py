@@ -14,8 +14,8 @@ from nexus_cache.device import (
     DeviceResidentCaches,
     ResidencyState,
 )
-from nexus_cache.device.graph_cache import GraphCacheSubdomain
-from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.graph import GraphCacheSubdomain
+from nexus_cache.device.source.cache import SourceCacheSubdomain
 from nexus_cache.errors import (
     AdmissionClosedError,
     CacheCapExceededError,

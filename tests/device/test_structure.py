@@ -10,7 +10,7 @@ from nexus_cache.device import TRANSITIONS, DeviceLedger, ResidencyState
 
 S = ResidencyState
 PACKAGE = Path(nexus_cache.__file__).parent
-LAYER = sorted((PACKAGE / "device").glob("*.py")) + sorted((PACKAGE / "backends").glob("*.py"))
+LAYER = sorted((PACKAGE / "device").rglob("*.py")) + sorted((PACKAGE / "backends").glob("*.py"))
 
 
 def _module(path: Path) -> str:
@@ -97,3 +97,15 @@ def test_pin_edges_taken_inline_are_edges_of_the_state_table() -> None:
     handle.release()
     assert entry.state is S.EVICTABLE
     assert ledger.snapshot().cache_evictable_resident_bytes == 100
+
+
+def test_the_graph_cache_is_a_sub_package_whose_names_device_re_exports() -> None:
+    import nexus_cache.device as device
+    import nexus_cache.device.graph as graph_cache
+
+    assert sorted((PACKAGE / "device" / "graph").glob("*.py")) == [
+        PACKAGE / "device" / "graph" / n for n in ("__init__.py", "cache.py", "key.py")
+    ]
+    for name in graph_cache.__all__:
+        assert getattr(device, name) is getattr(graph_cache, name), name
+        assert name in device.__all__

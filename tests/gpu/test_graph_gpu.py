@@ -93,6 +93,38 @@ def test_pagerank_matches_networkx(cp: Any, seed: int, weighted: bool, directed:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("direction", ["total", "out", "in"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        GraphOptions(duplicates="max"),
+        GraphOptions(duplicates="keep", orientation="transposed", vertex_dtype="int64"),
+        GraphOptions(directed=False, duplicates="max"),
+        GraphOptions(directed=False, duplicates="keep"),
+    ],
+    ids=["directed", "transposed-multi-64", "undirected", "undirected-multi"],
+)
+def test_degree_matches_networkx(
+    cp: Any, seed: int, direction: str, options: GraphOptions
+) -> None:
+    checks.check_degree(cp, seed, options, direction)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "options",
+    [
+        GraphOptions(directed=False, duplicates="max"),
+        GraphOptions(directed=False, drop_self_loops=True, vertex_dtype="int64"),
+    ],
+    ids=["max", "no-loops-int64"],
+)
+def test_triangles_match_networkx(cp: Any, seed: int, options: GraphOptions) -> None:
+    checks.check_triangles(cp, seed, options)
+    checks.check_triangles(cp, seed, options, n=60, m=900)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("metric", ["jaccard", "sorensen", "overlap", "cosine"])
 def test_similarity_matches_definition(cp: Any, seed: int, metric: str) -> None:
     checks.check_similarity(cp, seed, metric, all_edges=True, drop_self_loops=seed % 2 == 1)

@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nexus_cache.client import Client
-from nexus_cache.service import Graph, QueryService, Scan, ServiceConfig, tables_match
+from nexus_cache.service import GraphQuery, QueryService, Scan, ServiceConfig, tables_match
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
 from server._helpers import (
     close_all,
@@ -92,9 +92,11 @@ def test_server_on_the_gpu_end_to_end(tmp_path: Path) -> None:
         # graph queries: miss then hit, the same answers as the service in process
         edge_scan = Scan(str(lake / "edges.parquet"), columns=("src", "dst"))
         queries = [
-            Graph(edge_scan, "src", "dst", "pagerank"),
-            Graph(edge_scan, "src", "dst", "bfs", params={"source": int(edges["src"][0].as_py())}),
-            Graph(edge_scan, "src", "dst", "jaccard", directed=False),
+            GraphQuery(edge_scan, "src", "dst", "pagerank"),
+            GraphQuery(
+                edge_scan, "src", "dst", "bfs", params={"source": int(edges["src"][0].as_py())}
+            ),
+            GraphQuery(edge_scan, "src", "dst", "jaccard", directed=False),
         ]
         with Client(server.url) as client:
             remote = []

@@ -25,7 +25,7 @@ from nexus_cache.errors import AdmissionError
 from nexus_cache.lakehouse import LakehouseCacheConfig
 from nexus_cache.service import (
     Count,
-    Graph,
+    GraphQuery,
     QueryService,
     Scan,
     ServiceConfig,
@@ -67,9 +67,9 @@ def test_service_on_cuda_cold_equals_warm_with_expected_statuses(tmp_path: Path)
     mix = [
         Scan(facts),
         Count(facts),
-        Graph(edge_scan, "src", "dst", "pagerank"),
-        Graph(edge_scan, "src", "dst", "bfs", params={"source": source}),
-        Graph(edge_scan, "src", "dst", "jaccard", directed=False),
+        GraphQuery(edge_scan, "src", "dst", "pagerank"),
+        GraphQuery(edge_scan, "src", "dst", "bfs", params={"source": source}),
+        GraphQuery(edge_scan, "src", "dst", "jaccard", directed=False),
     ]
     with _service(tmp_path) as service:
         assert service.backend.name == "cuda"
@@ -117,9 +117,9 @@ def test_attempts_allocate_only_in_domains(tmp_path: Path) -> None:
     edge_scan = Scan(edges, columns=("src", "dst"))
     mix = [
         Scan(facts),
-        Graph(edge_scan, "src", "dst", "pagerank"),
-        Graph(edge_scan, "src", "dst", "bfs", params={"source": source}),
-        Graph(edge_scan, "src", "dst", "cosine", directed=False),
+        GraphQuery(edge_scan, "src", "dst", "pagerank"),
+        GraphQuery(edge_scan, "src", "dst", "bfs", params={"source": source}),
+        GraphQuery(edge_scan, "src", "dst", "cosine", directed=False),
     ]
     with _service(tmp_path) as service:
         for query in mix:  # first run outside the guard: kernels compile, modules load
@@ -134,7 +134,7 @@ def test_pagerank_on_cuda_agrees_with_networkx(tmp_path: Path) -> None:
     edges, _, _ = _lake(tmp_path, scale=9)
     with _service(tmp_path) as service:
         result = service.execute(
-            Graph(Scan(edges), "src", "dst", "pagerank", params={"tol": 1e-9})
+            GraphQuery(Scan(edges), "src", "dst", "pagerank", params={"tol": 1e-9})
         )
     table = pq.read_table(edges)
     graph = nx.DiGraph()
@@ -156,7 +156,7 @@ def test_admission_refusal_on_cuda_names_the_numbers(tmp_path: Path) -> None:
 def test_shutdown_releases_the_cache_domain(tmp_path: Path) -> None:
     edges, _, _ = _lake(tmp_path, scale=10)
     service = _service(tmp_path)
-    service.execute(Graph(Scan(edges), "src", "dst", "pagerank"))
+    service.execute(GraphQuery(Scan(edges), "src", "dst", "pagerank"))
     results = service.shutdown()
     assert all(r.complete for r in results)
     assert service.shutdown() is results
@@ -196,8 +196,8 @@ def test_two_gpus_pinned_queries_agree_and_shutdown_returns_both_devices(tmp_pat
     scan = Scan(edges, columns=("src", "dst"))
     queries = [
         Scan(facts, columns=("order_id", "amount")),
-        Graph(scan, "src", "dst", "pagerank"),
-        Graph(scan, "src", "dst", "bfs", params={"source": source}),
+        GraphQuery(scan, "src", "dst", "pagerank"),
+        GraphQuery(scan, "src", "dst", "bfs", params={"source": source}),
     ]
     # single-GPU results on each device; this also creates each device's
     # library handles (cuSPARSE, ...) before the memory baseline is taken

@@ -18,8 +18,10 @@ from nexus_cache.graph import (
     GraphOptions,
     bfs,
     build_graph,
+    degree,
     pagerank,
     similarity,
+    triangles,
 )
 from nexus_cache.graph.arrays import to_numpy
 
@@ -27,6 +29,8 @@ __all__ = [
     "RULES",
     "check_bfs",
     "check_build",
+    "check_degree",
+    "check_triangles",
     "check_pagerank",
     "check_similarity",
     "random_edges",
@@ -268,3 +272,47 @@ def check_similarity(
             nx.jaccard_coefficient(ref, pairs), table[metric], strict=True
         ):
             assert math.isclose(got, want, rel_tol=1e-12), (u, v)
+
+
+def reference_multigraph(edges: dict[str, np.ndarray], options: GraphOptions) -> nx.Graph:
+    """The NetworkX multigraph of ``edges`` (``duplicates="keep"``: every copy stays)."""
+    g: nx.Graph = nx.MultiDiGraph() if options.directed else nx.MultiGraph()
+    g.add_nodes_from(int(v) for v in np.concatenate([edges["src"], edges["dst"]]))
+    for u, v in zip(edges["src"].tolist(), edges["dst"].tolist(), strict=True):
+        if not (options.drop_self_loops and u == v):
+            g.add_edge(u, v)
+    return g
+
+
+def check_degree(xp: Any, seed: int, options: GraphOptions, direction: str) -> None:
+    """``degree`` agrees with NetworkX's ``degree`` / ``in_degree`` / ``out_degree``."""
+    edges = random_edges(seed, weighted=False)
+    graph = _build(xp, edges, options, False)
+    if options.duplicates == "keep":
+        ref = reference_multigraph(edges, options)
+    else:
+        ref = reference_graph(edges, options)
+    result = degree(graph, direction=direction)
+    assert result["degree"].dtype == np.int64
+    table = result.to_arrow().to_pydict()
+    got = dict(zip(table["vertex"], table["degree"], strict=True))
+    if not options.directed or direction == "total":
+        expected = dict(ref.degree())
+    elif direction == "out":
+        expected = dict(ref.out_degree())
+    else:
+        expected = dict(ref.in_degree())
+    assert got == expected
+
+
+def check_triangles(
+    xp: Any, seed: int, options: GraphOptions, *, n: int = 40, m: int = 120, **kw: Any
+) -> None:
+    """``triangles`` agrees with ``networkx.triangles`` (self loops ignored)."""
+    edges = random_edges(seed, n=n, m=m, weighted=False)
+    graph = _build(xp, edges, options, False)
+    ref = reference_graph(edges, options)
+    table = triangles(graph, **kw).to_arrow().to_pydict()
+    got = dict(zip(table["vertex"], table["triangles"], strict=True))
+    ref.remove_edges_from(list(nx.selfloop_edges(ref)))
+    assert got == nx.triangles(ref)

@@ -131,6 +131,12 @@ def test_graph_and_device_report_through_the_server(
     assert row["grant_count"] == 0
     table = run_cli(env, "device", "report", "--server", server.url)
     assert table.stdout.splitlines()[1].split()[:2] == ["DEVICE", "BACKEND"]
+    tsv = run_cli(env, "device", "report", "--server", server.url, "--format", "tsv")
+    assert tsv.returncode == 0, tsv.stderr
+    header, line = tsv.stdout.splitlines()
+    assert dict(zip(header.split("\t"), line.split("\t"), strict=True))["graph_entries"] == str(
+        row["graph_entries"]
+    )
 
 
 # -- a plain pyarrow.flight client -------------------------------------------------------------
@@ -189,7 +195,7 @@ def test_bad_tickets_get_the_cli_message_and_the_server_keeps_serving(
         error = _flight_error(
             client, json.dumps({**graph, "dst": "dst", "algorithm": "sssp"}).encode()
         )
-        assert "Graph.algorithm='sssp' is not accepted" in str(error)
+        assert "GraphQuery.algorithm='sssp' is not accepted" in str(error)
         error = _flight_error(client, json.dumps(_scan(lake / "missing.parquet")).encode())
         assert json.loads(error.extra_info)["error"] == "FileNotFoundError"
         error = _flight_error(client, b" " * (64 << 10) + b"{}")

@@ -12,7 +12,7 @@ import pytest
 from nexus_cache.cli.main import main
 from nexus_cache.device import DeviceLedger, plan_graph_run, run_graph
 from nexus_cache.errors import GrantTooLargeError
-from nexus_cache.service import Graph, Scan
+from nexus_cache.service import GraphQuery, Scan
 from nexus_cache.service.admission import Admission
 from nexus_cache.service.evidence import AdmissionLog
 
@@ -21,7 +21,7 @@ from ._helpers import MIB, make_lake, make_service
 
 def _park_a_graph(service: object, edges: str) -> int:
     """Run a small graph query so that its graph stays parked; returns its bytes."""
-    result = service.execute(Graph(Scan(edges), "src", "dst", "pagerank"))  # type: ignore[attr-defined]
+    result = service.execute(GraphQuery(Scan(edges), "src", "dst", "pagerank"))  # type: ignore[attr-defined]
     assert result.diagnostics.graph_cache["status"] == "miss"
     graph = service.caches.graph_cache(0)  # type: ignore[attr-defined]
     parked = graph.resident_bytes()

@@ -16,7 +16,7 @@ import pytest
 
 from nexus_cache.cli.main import main
 from nexus_cache.errors import ConfigError, GraphInputError, SourceFormatError
-from nexus_cache.service import Count, Graph, Scan, ServiceConfig
+from nexus_cache.service import Count, GraphQuery, Scan, ServiceConfig
 
 from ._helpers import make_service, use_host_cli
 
@@ -47,9 +47,9 @@ def edges(tmp_path: Path) -> Path:
 def test_non_integer_vertex_columns_are_refused(tmp_path: Path, edges: Path, column: str) -> None:
     with make_service(tmp_path) as service:
         with pytest.raises(GraphInputError, match=f"column '{column}'.*integer"):
-            service.execute(Graph(Scan(str(edges)), column, "d", "bfs", params={"source": 0}))
+            service.execute(GraphQuery(Scan(str(edges)), column, "d", "bfs", params={"source": 0}))
         with pytest.raises(GraphInputError, match=f"column '{column}'.*integer"):
-            service.execute(Graph(Scan(str(edges)), "s", column, "pagerank"))
+            service.execute(GraphQuery(Scan(str(edges)), "s", column, "pagerank"))
 
 
 @pytest.mark.parametrize("column", ["name", "flag"])
@@ -58,7 +58,7 @@ def test_non_numeric_weight_is_refused(tmp_path: Path, edges: Path, column: str)
         make_service(tmp_path) as service,
         pytest.raises(GraphInputError, match=f"weight column '{column}'"),
     ):
-        service.execute(Graph(Scan(str(edges)), "s", "d", "pagerank", weight=column))
+        service.execute(GraphQuery(Scan(str(edges)), "s", "d", "pagerank", weight=column))
 
 
 def test_not_parquet_is_named(tmp_path: Path) -> None:
@@ -133,23 +133,23 @@ def test_json_columns_must_be_a_list() -> None:
 
 def test_graph_edges_must_read_its_columns() -> None:
     with pytest.raises(ConfigError, match=r"leaves out \['d'\]"):
-        Graph(Scan("x.parquet", columns=("s",)), "s", "d", "pagerank")
+        GraphQuery(Scan("x.parquet", columns=("s",)), "s", "d", "pagerank")
     with pytest.raises(ConfigError, match=r"leaves out \['w'\]"):
-        Graph(Scan("x.parquet", columns=("s", "d")), "s", "d", "pagerank", weight="w")
-    Graph(Scan("x.parquet", columns=("s", "d", "w")), "s", "d", "pagerank", weight="w")
+        GraphQuery(Scan("x.parquet", columns=("s", "d")), "s", "d", "pagerank", weight="w")
+    GraphQuery(Scan("x.parquet", columns=("s", "d", "w")), "s", "d", "pagerank", weight="w")
 
 
 def test_bfs_source_outside_int64_is_a_config_error() -> None:
     for source in (2**63, -(2**63) - 1, 10**30):
         with pytest.raises(ConfigError, match=r"params\['source'\]"):
-            Graph(Scan("x.parquet"), "s", "d", "bfs", params={"source": source})
-    Graph(Scan("x.parquet"), "s", "d", "bfs", params={"source": 2**63 - 1})
+            GraphQuery(Scan("x.parquet"), "s", "d", "bfs", params={"source": source})
+    GraphQuery(Scan("x.parquet"), "s", "d", "bfs", params={"source": 2**63 - 1})
 
 
 def test_execute_refuses_what_is_not_a_query(tmp_path: Path, edges: Path) -> None:
     with make_service(tmp_path) as service:
         for bad in (None, 5, [1, 2], Scan):
-            with pytest.raises(ConfigError, match="use a Scan, Count or Graph"):
+            with pytest.raises(ConfigError, match="use a Scan, Count or GraphQuery"):
                 service.execute(bad)  # type: ignore[arg-type]
         assert service.execute(Count(str(edges))).table.column("rows").to_pylist() == [4]
 
@@ -211,7 +211,7 @@ def test_a_directory_whose_objects_drifted_is_combined(tmp_path: Path) -> None:
         assert table.column("s").to_pylist() == [0, 1, 2]
         table = service.execute(Scan(added)).table
         assert table.column("w").to_pylist() == [None, None, 0.5]
-        ranks = service.execute(Graph(Scan(widened), "s", "d", "pagerank")).table
+        ranks = service.execute(GraphQuery(Scan(widened), "s", "d", "pagerank")).table
         assert ranks.num_rows == 3
 
 
@@ -225,7 +225,7 @@ def test_objects_whose_types_cannot_be_combined(tmp_path: Path) -> None:
         with pytest.raises(SourceFormatError, match="cannot be combined"):
             service.execute(Scan(source))
         with pytest.raises(GraphInputError, match="column 's' has Arrow type string"):
-            service.execute(Graph(Scan(source), "s", "d", "pagerank"))
+            service.execute(GraphQuery(Scan(source), "s", "d", "pagerank"))
 
 
 def test_shutdown_timeout_is_checked_first(tmp_path: Path, edges: Path) -> None:
@@ -329,8 +329,8 @@ def test_queries_without_a_cache_root_are_granted_enough_to_run_once(tmp_path: P
     with QueryService(config, backend=HostBackend(device_total_bytes=1 << 30)) as service:
         for query in (
             Scan(str(big)),
-            Graph(Scan(str(edges)), "s", "d", "pagerank"),
-            Graph(Scan(str(edges)), "s", "d", "bfs", params={"source": 0}),
+            GraphQuery(Scan(str(edges)), "s", "d", "pagerank"),
+            GraphQuery(Scan(str(edges)), "s", "d", "bfs", params={"source": 0}),
         ):
             result = service.execute(query)
             assert result.diagnostics.lakehouse["reason"] == "no_root"

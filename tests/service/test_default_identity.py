@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.backends import HostBackend
-from nexus_cache.service import Graph, QueryService, Scan, ServiceConfig
+from nexus_cache.service import GraphQuery, QueryService, Scan, ServiceConfig
 
 
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +56,7 @@ def test_default_config_hits_the_source_and_graph_caches(paths: tuple[Path, Path
     facts, edges = paths
     _write(facts, pa.table({"x": list(range(3000)), "y": [i % 5 for i in range(3000)]}))
     _write(edges, _edges(500))
-    scan, ranks = Scan(str(facts)), Graph(Scan(str(edges)), "src", "dst", "pagerank")
+    scan, ranks = Scan(str(facts)), GraphQuery(Scan(str(edges)), "src", "dst", "pagerank")
     with _service() as service:
         first = [service.execute(q) for q in (scan, ranks)]
         second = [service.execute(q) for q in (scan, ranks)]
@@ -78,7 +78,7 @@ def test_default_config_rewritten_file_is_a_miss_never_a_stale_hit(
     facts, edges = paths
     _write(facts, pa.table({"x": list(range(100))}))
     _write(edges, _edges(300))
-    ranks = Graph(Scan(str(edges)), "src", "dst", "pagerank")
+    ranks = GraphQuery(Scan(str(edges)), "src", "dst", "pagerank")
     with _service() as service:
         assert service.execute(Scan(str(facts))).table["x"].to_pylist() == list(range(100))
         before = service.execute(ranks)
@@ -99,7 +99,7 @@ def _host_pagerank(service: QueryService, edges: Path) -> pa.Table:
     """The same PageRank with the device caches bypassed (a fresh service, cap 0)."""
     config = ServiceConfig.from_env(backend="host", cache_cap_bytes=0)
     with QueryService(config, backend=HostBackend(device_total_bytes=1 << 30)) as fresh:
-        return fresh.execute(Graph(Scan(str(edges)), "src", "dst", "pagerank")).table
+        return fresh.execute(GraphQuery(Scan(str(edges)), "src", "dst", "pagerank")).table
 
 
 def test_an_unprovable_identity_says_why_and_what_to_change(
@@ -110,7 +110,7 @@ def test_an_unprovable_identity_says_why_and_what_to_change(
     _write(edges, _edges(200), age_s=0.0)  # modified just now: not yet provable
     with _service() as service:
         scan = service.execute(Scan(str(edges)))
-        ranks = service.execute(Graph(Scan(str(edges)), "src", "dst", "pagerank"))
+        ranks = service.execute(GraphQuery(Scan(str(edges)), "src", "dst", "pagerank"))
     reason = scan.diagnostics.source_cache["reason"]
     assert scan.diagnostics.source_cache["status"] == "bypass"
     assert "local_file_too_new" in reason

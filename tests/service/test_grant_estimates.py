@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nexus_cache.lakehouse import LakehouseCacheConfig
-from nexus_cache.service import Graph, QueryService, Scan, ServiceConfig
+from nexus_cache.service import GraphQuery, QueryService, Scan, ServiceConfig
 from nexus_cache.service.datagen import rmat_edges, write_parquet
 
 DEMO_SCALE = 12  # the demo's default
@@ -23,12 +23,12 @@ def demo_edges(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     return str(path), int(edges["src"][0].as_py())
 
 
-def _queries(edges: str, source: int) -> list[Graph]:
+def _queries(edges: str, source: int) -> list[GraphQuery]:
     scan = Scan(edges)
     return [
-        Graph(scan, "src", "dst", "pagerank"),
-        Graph(scan, "src", "dst", "bfs", params={"source": source}),
-        Graph(scan, "src", "dst", "jaccard", directed=False),
+        GraphQuery(scan, "src", "dst", "pagerank"),
+        GraphQuery(scan, "src", "dst", "bfs", params={"source": source}),
+        GraphQuery(scan, "src", "dst", "jaccard", directed=False),
     ]
 
 

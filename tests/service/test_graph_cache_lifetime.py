@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from nexus_cache.service import Graph, Scan
+from nexus_cache.service import GraphQuery, Scan
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
 
 from ._helpers import MIB, make_lake, make_service
@@ -25,10 +25,10 @@ def test_a_rewritten_edge_file_retires_its_old_graphs(tmp_path: Path) -> None:
             write_parquet(rmat_edges(8, seed=version), path, row_groups=4)
             past = time.time() - 600 + version  # a new identity each time, old enough
             os.utime(path, (past, past))
-            result = service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+            result = service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
             statuses.append(result.diagnostics.graph_cache["status"])
             assert graphs.stats().entries == 1  # only the current version stays parked
-        again = service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+        again = service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
         stats = graphs.graph_stats()
     assert statuses == ["miss"] * 8
     assert again.diagnostics.graph_cache["status"] == "hit"
@@ -52,6 +52,6 @@ def test_source_frames_filling_the_cap_do_not_keep_a_graph_out(tmp_path: Path) -
         assert source.stats().entries >= 2
         filled = service.caches.ledger(0).snapshot().cache_evictable_resident_bytes
         assert filled > 2 * MIB
-        result = service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+        result = service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
         assert result.diagnostics.graph_cache == {"status": "miss", "reason": None}
         assert source.stats().evictions >= 1

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.cli.main import main
-from nexus_cache.errors import GraphInputError
-from nexus_cache.service import Graph, Scan
+from nexus_cache.errors import ConfigError, GraphInputError
+from nexus_cache.service import GraphQuery, Scan
 
-from ._helpers import MIB, make_service, use_host_cli
+from ._helpers import MIB, make_lake, make_service, use_host_cli
 
 ALL = [
     ("pagerank", {}),
@@ -27,7 +27,16 @@ ALL = [
     ("sorensen", {}),
     ("overlap", {}),
     ("cosine", {}),
+    ("degree", {}),
+    ("triangles", {}),
 ]
+
+
+def _directed(algorithm: str) -> bool:
+    """Directed, unless the algorithm takes undirected graphs only."""
+    from nexus_cache.graph import ALGORITHMS as SPECS
+
+    return not SPECS[algorithm].undirected_only
 
 
 def _write(path: Path, table: pa.Table) -> str:
@@ -49,7 +58,9 @@ def test_an_empty_edge_table_gives_an_empty_result(
 ) -> None:
     empty = _write(tmp_path / "empty.parquet", pa.table({"s": _ids([]), "d": _ids([])}))
     with make_service(tmp_path, cache_cap_bytes=cap) as service:
-        query = Graph(Scan(empty), "s", "d", algorithm, params=params)
+        query = GraphQuery(
+            Scan(empty), "s", "d", algorithm, directed=_directed(algorithm), params=params
+        )
         if algorithm == "bfs":  # no vertex is in an empty graph: as for any missing source
             with pytest.raises(GraphInputError, match=r"\[7\] are not in the graph"):
                 service.execute(query)
@@ -76,16 +87,19 @@ def test_int64_and_uint64_id_columns_combine_as_in_a_scan(tmp_path: Path) -> Non
     )
     with make_service(tmp_path) as service:
         for algorithm, params in ALL:
-            query = Graph(
+            query = GraphQuery(
                 Scan(str(mixed)),
                 "s",
                 "d",
                 algorithm,
+                directed=_directed(algorithm),
                 params={**params, "source": 1} if algorithm == "bfs" else params,
             )
             got = service.execute(query).table
             want = service.execute(
-                Graph(Scan(one), "s", "d", algorithm, params=query.params)
+                GraphQuery(
+                    Scan(one), "s", "d", algorithm, directed=query.directed, params=query.params
+                )
             ).table
             assert got.equals(want), algorithm
             assert big in got.column(0).to_pylist()
@@ -106,9 +120,9 @@ def test_uint64_ids_beyond_int64_and_a_missing_column_name_the_object(tmp_path: 
         with pytest.raises(
             GraphInputError, match=r"column 's' of edge object '.*b\.parquet'.*2\*\*63"
         ):
-            service.execute(Graph(Scan(str(huge)), "s", "d", "pagerank"))
+            service.execute(GraphQuery(Scan(str(huge)), "s", "d", "pagerank"))
         with pytest.raises(GraphInputError, match=r"edge object '.*b\.parquet' has no column 'd'"):
-            service.execute(Graph(Scan(str(partial)), "s", "d", "pagerank"))
+            service.execute(GraphQuery(Scan(str(partial)), "s", "d", "pagerank"))
 
 
 def test_repeated_edges_count_the_same_with_or_without_a_weight_column(tmp_path: Path) -> None:
@@ -120,9 +134,9 @@ def test_repeated_edges_count_the_same_with_or_without_a_weight_column(tmp_path:
     )
     params = {"tol": 1e-12}
     with make_service(tmp_path) as service:
-        plain = service.execute(Graph(Scan(edges), "s", "d", "pagerank", params=params)).table
+        plain = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank", params=params)).table
         ones = service.execute(
-            Graph(Scan(edges), "s", "d", "pagerank", weight="one", params=params)
+            GraphQuery(Scan(edges), "s", "d", "pagerank", weight="one", params=params)
         ).table
     assert plain.equals(ones)
     expected = nx.pagerank(nx.MultiDiGraph(list(zip(src, dst, strict=True))), tol=1e-14)
@@ -137,12 +151,14 @@ def test_pagerank_reports_its_convergence(tmp_path: Path) -> None:
         tmp_path / "e.parquet", pa.table({"s": _ids([0, 1, 2, 2]), "d": _ids([1, 2, 0, 3])})
     )
     with make_service(tmp_path) as service:
-        done = service.execute(Graph(Scan(edges), "s", "d", "pagerank"))
-        stopped = service.execute(Graph(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2}))
-        rule = service.execute(
-            Graph(Scan(edges), "s", "d", "pagerank", params={"convergence": "networkx"})
+        done = service.execute(GraphQuery(Scan(edges), "s", "d", "pagerank"))
+        stopped = service.execute(
+            GraphQuery(Scan(edges), "s", "d", "pagerank", params={"max_iter": 2})
         )
-        bfs = service.execute(Graph(Scan(edges), "s", "d", "bfs", params={"source": 0}))
+        rule = service.execute(
+            GraphQuery(Scan(edges), "s", "d", "pagerank", params={"convergence": "networkx"})
+        )
+        bfs = service.execute(GraphQuery(Scan(edges), "s", "d", "bfs", params={"source": 0}))
     facts = done.diagnostics.algorithm
     assert facts["converged"] is True
     assert facts["error"] < facts["threshold"] == 1e-6
@@ -190,7 +206,7 @@ def test_graph_command_errors_name_flags(
     err = capsys.readouterr().err
     assert expected in err
     assert err.count("\n") == 1
-    assert "Graph." not in err
+    assert "GraphQuery." not in err
     assert "params" not in err
 
 
@@ -215,9 +231,99 @@ def test_graph_command_reports_pagerank_convergence(
 
 
 def test_the_convergence_rules_are_spelled_alike_everywhere() -> None:
-    from nexus_cache.cli import graph as cli_graph
-    from nexus_cache.graph import CONVERGENCE_RULES
+    from nexus_cache.cli.main import build_parser
+    from nexus_cache.graph import CONVERGENCE_RULES, ranking
     from nexus_cache.service import queries
 
-    assert cli_graph.CONVERGENCE == queries._CONVERGENCE == CONVERGENCE_RULES
+    graph_parser = build_parser()._subparsers._group_actions[0].choices["graph"]  # type: ignore[union-attr]
+    flag = next(a for a in graph_parser._actions if "--convergence" in a.option_strings)
+    assert tuple(flag.choices) == ranking.CONVERGENCE_RULES == CONVERGENCE_RULES
     assert queries.ALGORITHMS["pagerank"]["convergence"] == CONVERGENCE_RULES[0]
+
+
+def _degrees(graph: nx.Graph, direction: str) -> dict[int, int]:
+    if not graph.is_directed() or direction == "total":
+        return dict(graph.degree())
+    return dict(graph.out_degree() if direction == "out" else graph.in_degree())
+
+
+def test_degree_through_the_service_matches_networkx_and_reuses_the_parked_graph(
+    tmp_path: Path,
+) -> None:
+    lake = make_lake(tmp_path)
+    edges = pq.read_table(lake.edges)
+    pairs = list(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    with make_service(tmp_path) as service:
+        for directed in (True, False):
+            reference = (nx.DiGraph if directed else nx.Graph)(pairs)
+            # BFS builds the graph degree runs on (as stored, neighbour sets)
+            first = GraphQuery(
+                Scan(lake.edges),
+                "src",
+                "dst",
+                "bfs",
+                directed=directed,
+                params={"source": lake.bfs_source},
+            )
+            assert service.execute(first).diagnostics.graph_cache["status"] == "miss"
+            for direction in ("total", "out", "in"):
+                query = GraphQuery(
+                    Scan(lake.edges),
+                    "src",
+                    "dst",
+                    "degree",
+                    directed=directed,
+                    params={"direction": direction},
+                )
+                result = service.execute(query)
+                assert result.diagnostics.graph_cache["status"] == "hit"
+                table = result.table.to_pydict()
+                assert table.keys() == {"vertex", "degree"}
+                got = dict(zip(table["vertex"], table["degree"], strict=True))
+                assert got == _degrees(reference, direction), (directed, direction)
+
+
+def test_the_graph_command_runs_degree_with_its_own_flag(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_graph(env, "degree", "--direction", "in", "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["diagnostics"]["query"]["params"] == {"direction": "in"}
+    assert report["diagnostics"]["query"]["directed"] is True
+    rows = {r["vertex"]: r["degree"] for r in report["head"]}
+    assert rows == {0: 1, 1: 1, 2: 1, 3: 1}  # edges 0->1, 1->2, 2->0, 2->3
+    assert main(_graph(env, "degree", "--alpha", "0.5")) == 2
+    assert "--alpha does not apply to degree" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(_graph(env, "degree", "--direction", "both"))
+    assert exit_.value.code == 2
+    assert "--direction: invalid choice: 'both'" in capsys.readouterr().err
+
+
+def test_triangles_through_the_service_and_the_command_match_networkx(
+    tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = make_lake(tmp_path)
+    edges = pq.read_table(lake.edges)
+    reference = nx.Graph(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    reference.remove_edges_from(list(nx.selfloop_edges(reference)))
+    expected = nx.triangles(reference)
+    assert sum(expected.values()) > 0
+    query = GraphQuery(Scan(lake.edges), "src", "dst", "triangles", directed=False)
+    with make_service(tmp_path) as service:
+        # the similarities' graph (undirected, as stored, neighbour sets) serves it
+        jaccard = GraphQuery(Scan(lake.edges), "src", "dst", "jaccard", directed=False)
+        assert service.execute(jaccard).diagnostics.graph_cache["status"] == "miss"
+        result = service.execute(query)
+    assert result.diagnostics.graph_cache["status"] == "hit"
+    table = result.table.to_pydict()
+    assert dict(zip(table["vertex"], table["triangles"], strict=True)) == expected
+    with pytest.raises(ConfigError, match="directed=True is not accepted for triangles"):
+        GraphQuery(Scan(lake.edges), "src", "dst", "triangles")
+    # the command line: undirected by default, --directed refused naming the flag
+    assert main(_graph(env, "triangles", "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["diagnostics"]["query"]["directed"] is False
+    assert {r["vertex"]: r["triangles"] for r in report["head"]} == {0: 1, 1: 1, 2: 1, 3: 0}
+    assert main(_graph(env, "triangles", "--directed")) == 2
+    assert "--directed does not apply to triangles" in capsys.readouterr().err

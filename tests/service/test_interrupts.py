@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nexus_cache.service import Graph, Scan
+from nexus_cache.service import GraphQuery, Scan
 
 from ._helpers import make_lake, make_service
 
@@ -27,7 +27,7 @@ def test_an_interrupted_graph_query_leaks_nothing(
     try:
         monkeypatch.setattr(memory, "transient_bytes", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+            service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
         snap = service.caches.ledger(0).snapshot()
         assert (snap.grant_count, snap.cache_reserved_bytes, snap.cache_pinned_in_use_bytes) == (
             0,

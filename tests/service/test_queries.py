@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 
 import pytest
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.service import Count, Graph, Scan, query_from_dict, query_from_json
+from nexus_cache.service import Count, GraphQuery, Scan, query_from_dict, query_from_json
 
 
 def test_json_round_trip() -> None:
     queries = [
         Scan("s3://b/t/", columns=("a", "b"), batch_rows=10),
         Count("/data/facts.parquet"),
-        Graph(Scan("/e.parquet"), "s", "d", "pagerank", params={"alpha": 0.9}),
-        Graph(Scan("/e.parquet"), "s", "d", "bfs", params={"source": 3}),
-        Graph(
+        GraphQuery(Scan("/e.parquet"), "s", "d", "pagerank", params={"alpha": 0.9}),
+        GraphQuery(Scan("/e.parquet"), "s", "d", "bfs", params={"source": 3}),
+        GraphQuery(
             Scan("/e.parquet"),
             "s",
             "d",
@@ -24,7 +27,7 @@ def test_json_round_trip() -> None:
             weight="w",
             params={"convergence": "networkx"},
         ),
-        Graph(Scan("/e.parquet"), "s", "d", "cosine", directed=False),
+        GraphQuery(Scan("/e.parquet"), "s", "d", "cosine", directed=False),
     ]
     for query in queries:
         again = query_from_json(json.dumps(query.to_dict()))
@@ -33,7 +36,7 @@ def test_json_round_trip() -> None:
 
 
 def test_defaults_fill_in() -> None:
-    graph = Graph(Scan("/e"), "s", "d", "PageRank")
+    graph = GraphQuery(Scan("/e"), "s", "d", "PageRank")
     assert graph.algorithm == "pagerank"
     assert dict(graph.params) == {
         "alpha": 0.85,
@@ -52,20 +55,23 @@ def test_defaults_fill_in() -> None:
         (lambda: Scan("/x", columns="a"), "list of names"),
         (lambda: Scan("/x", columns=("a", "a")), "distinct"),
         (lambda: Scan("/x", batch_rows=0), "batch_rows"),
-        (lambda: Graph(Scan("/e"), "s", "d", "louvain"), "pagerank, bfs"),
-        (lambda: Graph(Scan("/e"), "s", "d", "bfs"), "required for bfs"),
-        (lambda: Graph(Scan("/e"), "s", "s", "pagerank"), "two columns"),
-        (lambda: Graph(Scan("/e"), "s", "d", "pagerank", params={"alpha": 1.5}), r"\(0, 1\)"),
-        (lambda: Graph(Scan("/e"), "s", "d", "jaccard", params={"alpha": 0.5}), "accepted: none"),
-        (lambda: Graph(Count("/e"), "s", "d", "pagerank"), "use a Scan"),  # type: ignore[arg-type]
+        (lambda: GraphQuery(Scan("/e"), "s", "d", "louvain"), "pagerank, bfs"),
+        (lambda: GraphQuery(Scan("/e"), "s", "d", "bfs"), "required for bfs"),
+        (lambda: GraphQuery(Scan("/e"), "s", "s", "pagerank"), "two columns"),
+        (lambda: GraphQuery(Scan("/e"), "s", "d", "pagerank", params={"alpha": 1.5}), r"\(0, 1\)"),
         (
-            lambda: Graph(Scan("/e"), "s", "d", "pagerank", params={"convergence": "l1"}),
+            lambda: GraphQuery(Scan("/e"), "s", "d", "jaccard", params={"alpha": 0.5}),
+            "accepted: none",
+        ),
+        (lambda: GraphQuery(Count("/e"), "s", "d", "pagerank"), "use a Scan"),  # type: ignore[arg-type]
+        (
+            lambda: GraphQuery(Scan("/e"), "s", "d", "pagerank", params={"convergence": "l1"}),
             "use one of: total, networkx",
         ),
-        (lambda: Graph(Scan("/e"), "s", "d", "jaccard", weight="w"), "ignores edge weights"),
+        (lambda: GraphQuery(Scan("/e"), "s", "d", "jaccard", weight="w"), "ignores edge weights"),
         (
-            lambda: Graph(Scan("/e"), "s", "d", "bfs", weight="w", params={"source": 1}),
-            r"Graph.weight='w' is not accepted for bfs",
+            lambda: GraphQuery(Scan("/e"), "s", "d", "bfs", weight="w", params={"source": 1}),
+            r"GraphQuery.weight='w' is not accepted for bfs",
         ),
     ],
 )
@@ -89,3 +95,31 @@ def test_deeply_nested_json_is_a_config_error() -> None:
     for text in ("[" * 100_000, nested):
         with pytest.raises(ConfigError, match="nested too deeply"):
             query_from_json(text)
+
+
+def test_the_old_query_name_still_works_and_warns_once() -> None:
+    # a fresh interpreter: the warning is once per process
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from nexus_cache.service import Graph\n"
+        "    import nexus_cache.service as service\n"
+        "    again = service.Graph\n"
+        "from nexus_cache.service import GraphQuery, Scan\n"
+        "assert Graph is GraphQuery and again is GraphQuery\n"
+        "old, new = Graph(Scan('/e'), 's', 'd', 'bfs', params={'source': 1}), GraphQuery\n"
+        "assert old == new(Scan('/e'), 's', 'd', 'bfs', params={'source': 1})\n"
+        "print([(w.category.__name__, str(w.message)) for w in seen])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    seen = ast.literal_eval(out.stdout.strip())
+    assert seen == [
+        (
+            "DeprecationWarning",
+            "nexus_cache.service.Graph is deprecated; use nexus_cache.service.GraphQuery "
+            "(the same class, renamed)",
+        )
+    ]
+    assert "Graph" not in __import__("nexus_cache.service").service.__all__

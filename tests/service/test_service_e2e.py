@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.errors import LifecycleError, StalePlanError
-from nexus_cache.service import Count, Graph, Scan, verify_evidence
+from nexus_cache.service import Count, GraphQuery, Scan, verify_evidence
 from nexus_cache.service.datagen import fact_table, write_parquet
 
 from ._helpers import make_lake, make_service
@@ -27,9 +27,9 @@ def _mix(lake):  # type: ignore[no-untyped-def]
     return [
         Scan(lake.facts, columns=("order_id", "amount"), batch_rows=500),
         Count(lake.facts),
-        Graph(edges, "src", "dst", "pagerank"),
-        Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
-        Graph(edges, "src", "dst", "jaccard", directed=False),
+        GraphQuery(edges, "src", "dst", "pagerank"),
+        GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
+        GraphQuery(edges, "src", "dst", "jaccard", directed=False),
     ]
 
 
@@ -104,7 +104,7 @@ def test_a_directory_source_and_a_zero_cache_cap(tmp_path: Path, lake) -> None: 
     assert cold.table.equals(warm.table)
     with make_service(tmp_path / "nocache", cache_cap_bytes=0) as service:
         result = service.execute(Scan(lake.facts))
-        ranks = service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+        ranks = service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
         assert service.caches.source_cache(0) is None
     assert result.diagnostics.source_cache == {"status": "bypass", "reason": "cache_cap_bytes=0"}
     assert ranks.diagnostics.graph_cache["status"] == "bypass"
@@ -115,10 +115,12 @@ def test_one_parked_graph_serves_other_parameters(tmp_path: Path, lake) -> None:
     edges = Scan(lake.edges, columns=("src", "dst"))
     with make_service(tmp_path) as service:
         first = service.execute(
-            Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source})
+            GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source})
         )
         other = service.execute(
-            Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source, "depth_limit": 1})
+            GraphQuery(
+                edges, "src", "dst", "bfs", params={"source": lake.bfs_source, "depth_limit": 1}
+            )
         )
         stats = service.caches.graph_cache(0).stats()
     assert first.diagnostics.graph_cache["status"] == "miss"
@@ -131,11 +133,11 @@ def test_one_parked_graph_serves_other_parameters(tmp_path: Path, lake) -> None:
 def test_graph_results_agree_with_networkx(tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
     edges = Scan(lake.edges)
     with make_service(tmp_path) as service:
-        pr = service.execute(Graph(edges, "src", "dst", "pagerank", params={"tol": 1e-9}))
+        pr = service.execute(GraphQuery(edges, "src", "dst", "pagerank", params={"tol": 1e-9}))
         bfs = service.execute(
-            Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source})
+            GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source})
         )
-        jac = service.execute(Graph(edges, "src", "dst", "jaccard", directed=False))
+        jac = service.execute(GraphQuery(edges, "src", "dst", "jaccard", directed=False))
     directed = _nx_graph(lake, True)
     # PageRank counts each copy of a repeated edge, as NetworkX's multigraph does
     expected = nx.pagerank(_nx_graph(lake, True, multi=True), alpha=0.85, tol=1e-12, max_iter=1000)
@@ -230,7 +232,7 @@ def test_an_exhausted_grant_is_retried_with_a_larger_grant(tmp_path: Path, lake)
 
 def test_shutdown_is_idempotent_and_refuses_new_queries(tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
     service = make_service(tmp_path)
-    service.execute(Graph(Scan(lake.edges), "src", "dst", "pagerank"))
+    service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
     graph, source = service.caches.graph_cache(0), service.caches.source_cache(0)
     assert graph.stats().entries == 1
     assert source.stats().entries == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from nexus_cache.service import Count, Graph, Scan
+from nexus_cache.service import Count, GraphQuery, Scan
 from nexus_cache.service.datagen import fact_table, rmat_edges
 
 from ._helpers import make_service
@@ -46,7 +46,7 @@ def test_scan_count_and_graph_of_an_s3_directory(tmp_path: Path, endpoint: str) 
         cold = service.execute(Scan("s3://lake/facts/", columns=("order_id", "region")))
         warm = service.execute(Scan("s3://lake/facts/", columns=("order_id", "region")))
         count = service.execute(Count("s3://lake/facts"))
-        ranks = service.execute(Graph(Scan("s3://lake/edges"), "src", "dst", "pagerank"))
+        ranks = service.execute(GraphQuery(Scan("s3://lake/edges"), "src", "dst", "pagerank"))
     assert cold.table.num_rows == 1500
     assert cold.table.equals(warm.table)
     assert cold.diagnostics.lakehouse["objects"] == 2

@@ -10,7 +10,7 @@ import pytest
 
 from nexus_cache.backends import HostBackend
 from nexus_cache.errors import ConfigError
-from nexus_cache.service import Graph, QueryService, Scan
+from nexus_cache.service import GraphQuery, QueryService, Scan
 
 from ._helpers import make_config, make_lake
 
@@ -43,8 +43,8 @@ def test_queries_pinned_to_each_device_run_concurrently_and_agree(tmp_path: Path
     edges = Scan(lake.edges, columns=("src", "dst"))
     queries = [
         Scan(lake.facts, columns=("order_id", "amount"), batch_rows=500),
-        Graph(edges, "src", "dst", "pagerank"),
-        Graph(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
+        GraphQuery(edges, "src", "dst", "pagerank"),
+        GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source}),
     ]
     with _service(tmp_path / "one") as single:
         expected = [single.execute(q, device=0).table for q in queries]

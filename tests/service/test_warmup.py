@@ -97,9 +97,12 @@ def test_every_algorithm_and_both_bfs_steps_run(
     report = service.warm_up_report()
     steps = report.devices[0].steps
     assert steps[:3] == ("decode", "scan result", "source copy")
+    from nexus_cache.graph import ALGORITHMS as SPECS
+
     for algorithm in ALGORITHMS:
-        for kind in ("directed", "undirected"):
-            assert f"{algorithm} ({kind})" in steps
+        assert f"{algorithm} (undirected)" in steps
+        directed = f"{algorithm} (directed)" in steps
+        assert directed is not SPECS[algorithm].undirected_only
     assert calls["push"] > 0
     assert calls["pull"] > 0
     assert report.backend == "host"

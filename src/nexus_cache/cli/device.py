@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from nexus_cache.backends.kinds import AUTO, BACKEND_NAMES, ENV_DEVICE_BACKEND, backend_help
 from nexus_cache.cli._output import (
     SIZE_HELP,
     CommandError,
@@ -68,9 +69,9 @@ def register(subparsers: Any) -> None:
     )
     report.add_argument(
         "--backend",
-        choices=("auto", "cuda", "host"),
+        choices=BACKEND_NAMES,
         default=None,
-        help="device backend (default: NEXUS_DEVICE_BACKEND, else auto)",
+        help=f"device backend (default: {ENV_DEVICE_BACKEND}, else {AUTO}); {backend_help()}",
     )
     report.add_argument(
         "--format",
@@ -174,20 +175,10 @@ def _report_remote(args: argparse.Namespace, url: str) -> int:
     if args.devices:
         rows = [row for row in rows if row["device_id"] in args.devices]
     if fmt == "tsv":
-        sys.stdout.write(format_tsv(_Row(row) for row in rows))  # type: ignore[misc]
+        sys.stdout.write(format_tsv(rows))
     else:
         emit(rows, _table(rows, args.all), as_json=fmt == "json")
     return 0
-
-
-class _Row:
-    """A report row received from a server, where format_tsv expects a report."""
-
-    def __init__(self, row: dict[str, Any]) -> None:
-        self._row = row
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._row
 
 
 def _demo(caches: Any) -> list[Any]:

@@ -1,40 +1,91 @@
 """``nexus-cache graph ALGORITHM URL --src COL --dst COL``: a graph algorithm on Parquet edges.
 
-Runs PageRank, BFS or a similarity (Jaccard, Sorensen, Overlap, Cosine) on
-the edge list URL holds, through the query service: the lakehouse cache, the
-decoded-source cache and the resident-graph cache. Without ``--out`` the
+Runs a registered graph algorithm (:data:`nexus_cache.graph.registry.ALGORITHMS`)
+on the edge list URL holds, through the query service: the lakehouse cache,
+the decoded-source cache and the resident-graph cache. Without ``--out`` the
 first rows are printed as a table.
+
+The algorithm's choices, each parameter's flag (``max_iter`` ->
+``--max-iter``), its type, choices and help all come from the registry, which
+imports neither NumPy nor Arrow: building the command line stays light.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from nexus_cache.cli._output import integer_option, number_option
 from nexus_cache.cli.scan import add_output_options, run_query
+from nexus_cache.graph.registry import ALGORITHMS, Param, option_flag
 
 __all__ = ["register"]
 
-# The keys of service.ALGORITHMS, spelled out: building the command line must
-# not import the service (NumPy, PyArrow); tests/cli checks that they agree.
-ALGORITHMS = ("pagerank", "bfs", "jaccard", "sorensen", "overlap", "cosine")
-# PageRank's convergence rules, spelled out for the same reason.
-CONVERGENCE = ("total", "networkx")
+
+def _listed(names: list[str], last: str = "or") -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def _parameters() -> dict[str, list[tuple[str, Param]]]:
+    """Each parameter name -> the algorithms that take it, with their spec."""
+    out: dict[str, list[tuple[str, Param]]] = {}
+    for spec in ALGORITHMS.values():
+        for param in spec.params:
+            out.setdefault(param.name, []).append((spec.name, param))
+    return out
+
+
+def _option_help(uses: list[tuple[str, Param]]) -> str:
+    """``pagerank: damping factor (default 0.85)``, one clause per algorithm."""
+    parts = []
+    for algorithm, param in uses:
+        if param.required:
+            note = "required"
+        elif param.default is None:
+            note = "default: none"
+        else:
+            note = f"default: {param.default}"
+        parts.append(f"{algorithm}: {param.help} ({note})")
+    return "; ".join(parts)
+
+
+def _option_type(param: Param) -> dict[str, Any]:
+    if param.kind == "choice":
+        return {"choices": list(param.choices)}
+    parse: Callable[[str], Any]
+    if param.kind == "number":
+        parse, metavar = number_option(param.flag), "X"
+    else:
+        parse, metavar = integer_option(param.flag), "V" if param.kind == "vertex" else "N"
+    return {"type": parse, "metavar": metavar}
 
 
 def register(subparsers: Any) -> None:
+    names = list(ALGORITHMS)
+    directed = [n for n, spec in ALGORITHMS.items() if spec.directed]
+    undirected = [n for n, spec in ALGORITHMS.items() if not spec.directed]
+    weighted = [n for n, spec in ALGORITHMS.items() if spec.weighted]
+    defaults = (
+        (f" {_listed(directed, 'and')} default to --directed" if directed else "")
+        + (", " if directed and undirected else "")
+        + (f"{_listed(undirected, 'and')} to --undirected" if undirected else "")
+    )
     parser = subparsers.add_parser(
         "graph",
-        help="run pagerank, bfs, jaccard, sorensen, overlap or cosine on Parquet edges",
+        help=f"run {_listed(names)} on Parquet edges",
         description=(
             "Run a graph algorithm on the edge list in URL (a Parquet object or directory; a "
             "local path, file:// or s3://). Vertex ids are the integer values of --src and "
-            "--dst. PageRank and BFS default to --directed, the similarities to --undirected."
+            f"--dst.{defaults}."
         ),
     )
     parser.add_argument(
-        "algorithm", choices=list(ALGORITHMS), metavar="ALGORITHM", help=" | ".join(ALGORITHMS)
+        "algorithm",
+        choices=names,
+        metavar="ALGORITHM",
+        help="; ".join(f"{n}: {spec.help}" for n, spec in ALGORITHMS.items()),
     )
     parser.add_argument("url", metavar="URL", help="Parquet edges (object or directory)")
     parser.add_argument("--src", required=True, metavar="COL", help="source vertex column")
@@ -43,7 +94,7 @@ def register(subparsers: Any) -> None:
         "--weight",
         default=None,
         metavar="COL",
-        help="edge weight column (pagerank only: BFS and the similarities ignore weights)",
+        help=f"edge weight column ({_listed(weighted)} only: the others ignore weights)",
     )
     orientation = parser.add_mutually_exclusive_group()
     orientation.add_argument(
@@ -52,59 +103,27 @@ def register(subparsers: Any) -> None:
     orientation.add_argument(
         "--undirected", dest="directed", action="store_false", help="edges are symmetrized"
     )
-    parser.add_argument(
-        "--source",
-        type=integer_option("--source"),
-        default=None,
-        metavar="V",
-        help="BFS start vertex (required for bfs)",
-    )
-    parser.add_argument(
-        "--depth-limit", type=integer_option("--depth-limit"), default=None, help="BFS depth limit"
-    )
-    parser.add_argument(
-        "--alpha", type=number_option("--alpha"), default=None, help="PageRank damping (0.85)"
-    )
-    parser.add_argument(
-        "--tol", type=number_option("--tol"), default=None, help="PageRank tolerance (1e-6)"
-    )
-    parser.add_argument(
-        "--max-iter",
-        type=integer_option("--max-iter"),
-        default=None,
-        help="PageRank iterations (100)",
-    )
-    parser.add_argument(
-        "--convergence",
-        choices=CONVERGENCE,
-        default=None,
-        help="how PageRank reads --tol: total (default) stops when the L1 change of the "
-        "whole rank vector is below it; networkx when it is below vertices x tol",
-    )
+    for uses in _parameters().values():
+        param = uses[0][1]
+        parser.add_argument(
+            param.flag,
+            dest=param.name,
+            default=None,
+            help=_option_help(uses),
+            **_option_type(param),
+        )
     add_output_options(parser)
     parser.set_defaults(func=_run)
 
 
-def _flag(name: str) -> str:
-    """The command-line flag of a query parameter (``max_iter`` -> ``--max-iter``)."""
-    return "--" + name.replace("_", "-")
-
-
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
-    from nexus_cache.service import WEIGHTED, Graph, Scan, graph_params
+    from nexus_cache.service import WEIGHTED, GraphQuery, Scan, graph_params
 
-    given = {
-        "source": args.source,
-        "depth_limit": args.depth_limit,
-        "alpha": args.alpha,
-        "tol": args.tol,
-        "max_iter": args.max_iter,
-        "convergence": args.convergence,
-    }
+    given = {name: getattr(args, name) for name in _parameters()}
     given = {name: value for name, value in given.items() if value is not None}
     # validated here so that every message names the flag, not the query field
-    params = graph_params(args.algorithm, given, _flag)
+    params = graph_params(args.algorithm, given, option_flag)
     if args.weight is not None and args.algorithm not in WEIGHTED:
         raise ConfigError(
             f"--weight does not apply to {args.algorithm}, which ignores edge weights; "
@@ -117,12 +136,16 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--src and --dst are both {args.src!r}; name two columns")
     if not args.url.strip():
         raise ConfigError("URL is empty; name a Parquet object or directory")
-    directed = args.directed
-    if directed is None:
-        directed = args.algorithm in ("pagerank", "bfs")
+    spec = ALGORITHMS[args.algorithm]
+    directed = spec.directed if args.directed is None else args.directed
+    if directed and spec.undirected_only:
+        raise ConfigError(
+            f"--directed does not apply to {args.algorithm}, which needs an undirected graph; "
+            "leave it out"
+        )
     # dict.fromkeys: a weight that is also an id column is read once
     columns = tuple(dict.fromkeys(c for c in (args.src, args.dst, args.weight) if c is not None))
-    query = Graph(
+    query = GraphQuery(
         Scan(args.url, columns=columns),
         args.src,
         args.dst,

@@ -41,7 +41,7 @@ def _query_dict(query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
     if hasattr(query, "to_dict") and getattr(query, "kind", None) in ("scan", "count", "graph"):
         return query.to_dict()
     raise ConfigError(
-        f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() form "
+        f"query={query!r} is not accepted; use a Scan, Count or GraphQuery, its to_dict() form "
         "or its JSON text"
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from nexus_cache.service.queries import Count, Graph, Query, Scan
+from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 
 __all__ = ["rendezvous_order", "routing_key"]
 
@@ -18,7 +18,7 @@ def routing_key(query: Query) -> str:
     scan and a graph on its edges, or BFS from two vertices) share the key,
     so they meet the same worker's source and graph caches.
     """
-    if isinstance(query, Graph):
+    if isinstance(query, GraphQuery):
         source = query.edges.source
     elif isinstance(query, (Scan, Count)):
         source = query.source

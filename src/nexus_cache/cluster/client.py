@@ -16,7 +16,7 @@ from nexus_cache.errors import ConfigError, LifecycleError
 from nexus_cache.service import (
     Count,
     Diagnostics,
-    Graph,
+    GraphQuery,
     Query,
     QueryResult,
     Scan,
@@ -186,10 +186,10 @@ def _as_query(query: Query | Mapping[str, Any] | str) -> Query:
         return query_from_json(query)
     if isinstance(query, Mapping):
         return query_from_dict(query)
-    if isinstance(query, (Scan, Count, Graph)):
+    if isinstance(query, (Scan, Count, GraphQuery)):
         return query
     raise ConfigError(
-        f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() form "
+        f"query={query!r} is not accepted; use a Scan, Count or GraphQuery, its to_dict() form "
         "or its JSON text"
     )
 

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from nexus_cache.backends import DeviceBackend, select_backend
+from nexus_cache.backends import BACKEND_NAMES, DeviceBackend, select_backend
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
-from nexus_cache.device.graph_cache import GraphCacheSubdomain
+from nexus_cache.device.graph import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger
 from nexus_cache.device.metrics import DeviceCacheCollector, gauge_snapshot, register_prometheus
 from nexus_cache.device.profile import DeviceProfile
 from nexus_cache.device.report import DeviceCacheReport
-from nexus_cache.device.source_cache import SourceCacheSubdomain
-from nexus_cache.device.source_events import SourceEventSnapshot
+from nexus_cache.device.source.cache import SourceCacheSubdomain
+from nexus_cache.device.source.events import SourceEventSnapshot
 from nexus_cache.device.subdomain import DrainResult
 from nexus_cache.errors import ConfigError, LifecycleError
 
@@ -62,9 +62,8 @@ class DeviceResidentCaches:
         if backend is None or isinstance(backend, str):
             backend = select_backend(backend)
         elif not isinstance(backend, DeviceBackend):
-            raise ConfigError(
-                f"backend={backend!r}; accepted: a DeviceBackend, 'auto', 'cuda', 'host' or None"
-            )
+            names = ", ".join(repr(name) for name in BACKEND_NAMES)
+            raise ConfigError(f"backend={backend!r}; accepted: a DeviceBackend, {names} or None")
         self._backend = backend
         profiles = tuple(profiles)
         if not profiles:

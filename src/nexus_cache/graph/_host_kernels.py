@@ -21,7 +21,7 @@ __all__ = ["bfs", "orient", "oriented_work", "pair_counts", "triangle_counts"]
 _jit = numba.njit(nogil=True, cache=True)
 
 
-@_jit  # type: ignore[misc]
+@_jit
 def _count(indices: Any, a0: int, a1: int, b0: int, b1: int) -> int:
     """Elements of the sorted slice ``[a0, a1)`` found in ``[b0, b1)`` (the longer).
 
@@ -59,7 +59,7 @@ def _count(indices: Any, a0: int, a1: int, b0: int, b1: int) -> int:
     return c
 
 
-@_jit  # type: ignore[misc]
+@_jit
 def pair_counts(
     indptr: Any,
     indices: Any,
@@ -113,7 +113,7 @@ def pair_counts(
         i = j
 
 
-@_jit  # type: ignore[misc]
+@_jit
 def orient(first: Any, second: Any, rank: Any, ptr: Any, fill: Any, head: Any, edge: Any) -> None:
     """Each edge ``(first[i], second[i])`` as one arc from its lower-ranked end,
     with vertices renumbered by ``rank`` (a permutation).
@@ -144,7 +144,7 @@ def orient(first: Any, second: Any, rank: Any, ptr: Any, fill: Any, head: Any, e
         fill[ra] = slot + 1
 
 
-@_jit  # type: ignore[misc]
+@_jit
 def oriented_work(ptr: Any, head: Any, work: Any) -> None:
     """``work[v]``: the wedge checks of rows ``0..v`` of an oriented CSR, summed."""
     total = 0
@@ -155,7 +155,7 @@ def oriented_work(ptr: Any, head: Any, work: Any) -> None:
         work[u] = total
 
 
-@_jit  # type: ignore[misc]
+@_jit
 def triangle_counts(
     ptr: Any, head: Any, edge: Any, marker: Any, counts: Any, start: int, stop: int
 ) -> None:
@@ -183,7 +183,7 @@ def triangle_counts(
             marker[head[e]] = -1
 
 
-@_jit  # type: ignore[misc]
+@_jit
 def bfs(
     indptr: Any,
     indices: Any,

@@ -16,12 +16,20 @@ import numpy as np
 
 from nexus_cache._sizes import parse_size
 from nexus_cache.graph._expand import chunk_elements
-from nexus_cache.graph.arrays import is_cupy
+from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.options import GraphOptions
+from nexus_cache.graph.registry import get_spec
 from nexus_cache.graph.similarities import DEFAULT_MAX_TEMP_BYTES
 
-__all__ = ["build_bytes", "result_bytes", "transient_bytes"]
+__all__ = [
+    "bfs_transient_bytes",
+    "build_bytes",
+    "pagerank_transient_bytes",
+    "result_bytes",
+    "similarity_transient_bytes",
+    "transient_bytes",
+]
 
 # Input copies (two int64 id columns) and the renumbered int32/int64 endpoints.
 _BUILD_PER_EDGE = 32
@@ -44,13 +52,6 @@ _SIMILARITY_PER_ELEMENT = 80
 _SIMILARITY_CHUNK_PER_ELEMENT = 64
 # A transient transpose: rows, packed key, sort scratch, new indices.
 _TRANSPOSE_PER_ARC = 36
-# Result tables: PageRank (id int64, rank float64); BFS (id int64, distance
-# int32, predecessor int64, and two validity bitmaps); a similarity (two ids
-# int64 and a float64 score) per scored pair.
-_RESULT_PER_VERTEX = {"pagerank": 16, "bfs": 24}
-_RESULT_PER_PAIR = 24
-# Arrow buffers are padded: a few KiB whatever the size.
-_RESULT_FIXED = 1 << 12
 # Arcs per block when sizing a similarity's walk (bounds the estimate's own memory).
 _WORK_BLOCK_ARCS = 1 << 20
 
@@ -66,10 +67,8 @@ def result_bytes(algorithm: str, n_edges: int, n_vertices: int) -> int:
     """Upper bound of the bytes of ``algorithm``'s result table (Arrow) on a graph of
     ``n_edges`` input edges and at most ``n_vertices`` vertices: one row per vertex
     (PageRank, BFS), or per scored pair (a similarity scores each input edge at most
-    once)."""
-    per_vertex = _RESULT_PER_VERTEX.get(algorithm)
-    rows = n_edges * _RESULT_PER_PAIR if per_vertex is None else n_vertices * per_vertex
-    return rows + _RESULT_FIXED
+    once), each row as wide as the registry's result columns say."""
+    return get_spec(algorithm).result_bytes(n_edges, n_vertices)
 
 
 def _similarity_work(graph: Graph) -> tuple[int, int]:
@@ -95,22 +94,41 @@ def _similarity_work(graph: Graph) -> tuple[int, int]:
 
 
 def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> int:
-    """Bytes ``algorithm`` allocates besides ``graph`` while it runs (and its result)."""
+    """Bytes ``algorithm`` allocates besides ``graph`` while it runs (and its result);
+    ``params`` are its function's keyword arguments. The registry names each
+    algorithm's estimate."""
+    return get_spec(algorithm).transient_bytes(graph, params)
+
+
+def _transpose_bytes(graph: Graph) -> int:
+    """A transient transpose of ``graph``."""
+    return graph.n_arcs * _TRANSPOSE_PER_ARC
+
+
+def bfs_transient_bytes(graph: Graph, params: Mapping[str, Any]) -> int:
+    """BFS: its per-vertex state, one top-down expansion, the rows of a bottom-up step."""
     n, arcs = graph.n_vertices, graph.n_arcs
-    transpose = arcs * _TRANSPOSE_PER_ARC
-    if algorithm == "bfs":
-        needs_transpose = graph.directed and params.get("direction", "auto") != "auto"
-        expanded = min(arcs, _BFS_EXPANSION_CAP) * _BFS_PER_EXPANDED
-        rows = arcs * 8  # the host's bottom-up step keeps the row of every arc
-        extra = transpose if needs_transpose else 0
-        return n * _BFS_PER_VERTEX + expanded + rows + extra + (1 << 20)
-    if algorithm == "pagerank":
-        size = np.dtype(params.get("dtype") or graph.options.weight_dtype).itemsize
-        extra = transpose if graph.directed and not graph.options.stores_in_edges else 0
-        # per arc: float64 weights, the gathered out-weights and the float64
-        # transition probabilities, then the matrix's copy in ``dtype``; per
-        # vertex: the float64 out-weights and masks, and the iteration vectors
-        return arcs * (24 + size) + n * (16 + 10 * size) + extra + (1 << 20)
+    needs_transpose = graph.directed and params.get("direction", "auto") != "auto"
+    expanded = min(arcs, _BFS_EXPANSION_CAP) * _BFS_PER_EXPANDED
+    rows = arcs * 8  # the host's bottom-up step keeps the row of every arc
+    extra = _transpose_bytes(graph) if needs_transpose else 0
+    return n * _BFS_PER_VERTEX + expanded + rows + extra + (1 << 20)
+
+
+def pagerank_transient_bytes(graph: Graph, params: Mapping[str, Any]) -> int:
+    """PageRank: the transition matrix and the iteration vectors."""
+    n, arcs = graph.n_vertices, graph.n_arcs
+    size = np.dtype(params.get("dtype") or graph.options.weight_dtype).itemsize
+    extra = _transpose_bytes(graph) if graph.directed and not graph.options.stores_in_edges else 0
+    # per arc: float64 weights, the gathered out-weights and the float64
+    # transition probabilities, then the matrix's copy in ``dtype``; per
+    # vertex: the float64 out-weights and masks, and the iteration vectors
+    return arcs * (24 + size) + n * (16 + 10 * size) + extra + (1 << 20)
+
+
+def similarity_transient_bytes(graph: Graph, params: Mapping[str, Any]) -> int:
+    """A similarity: its pairs and scores, and the host walk's chunk."""
+    arcs = graph.n_arcs
     pairs = params.get("pairs")
     count = arcs if pairs is None else len(pairs[0])
     rows = arcs * 8 if pairs is None else 0
@@ -118,7 +136,7 @@ def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> 
         params.get("max_temp_bytes", DEFAULT_MAX_TEMP_BYTES), name="max_temp_bytes"
     )
     chunk = 0
-    if not is_cupy(graph.xp) and arcs:  # the GPU kernel walks without temporaries
+    if not is_device_module(graph.xp) and arcs:  # the GPU kernel walks without temporaries
         # The walk goes in chunks of at most chunk_elements(budget) elements:
         # its temporaries are the smaller of one chunk and the whole walk.
         if pairs is None:

@@ -27,15 +27,12 @@ import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
 from nexus_cache.graph.csr import Graph
+from nexus_cache.graph.registry import CONVERGENCE_RULES
 from nexus_cache.graph.result import GraphResult
 
 __all__ = ["CONVERGENCE_RULES", "pagerank"]
 
 VertexValues = tuple[Any, Any]
-
-#: How ``tol`` is read: ``total`` stops when the L1 change of the whole rank
-#: vector is below ``tol``; ``networkx`` when it is below ``n_vertices * tol``.
-CONVERGENCE_RULES = ("total", "networkx")
 
 
 def _check(name: str, value: Any, lo: float, hi: float, *, closed_lo: bool = True) -> None:

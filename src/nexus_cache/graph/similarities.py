@@ -33,13 +33,15 @@ from nexus_cache.graph._host_engine import (
     host_kernels,
     pair_common_neighbours,
 )
-from nexus_cache.graph.arrays import is_cupy
+from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 
 __all__ = [
     "DEFAULT_MAX_TEMP_BYTES",
     "METRICS",
+    "common_neighbours",
+    "edge_pairs",
     "cosine",
     "jaccard",
     "overlap",
@@ -74,16 +76,35 @@ def _contains(indices: Any, lo: Any, hi: Any, values: Any) -> Any:
     return found
 
 
-def _intersections(
+def edge_pairs(graph: Graph) -> tuple[Any, Any, Any | None]:
+    """``(first, second, loops)``: every stored arc ``u -> v`` once as dense
+    indices (``u != v`` on a directed graph; ``u < v`` on an undirected one, so
+    each edge once), self loops left out, and on an undirected graph the
+    vertices with a self loop (None on a directed one)."""
+    first, second = graph.rows(), graph.indices
+    loops = None if graph.directed else first[first == second]
+    keep = first != second if graph.directed else first < second
+    return first[keep].astype(graph.indices.dtype), second[keep], loops
+
+
+def common_neighbours(
     graph: Graph, first: Any, second: Any, max_temp_bytes: int, loops: Any | None = None
 ) -> tuple[Any, Any, Any]:
-    """Common neighbours and degrees of each pair; ``loops`` (the vertices with
-    a self loop) is given when the pairs are every edge of an undirected graph."""
+    """``(counts, degrees of first, degrees of second)``: ``|N(u) & N(v)|`` of each
+    pair of dense indices (int64) and the two ends' row lengths.
+
+    A self loop makes a vertex its own neighbour, so it counts. ``loops``
+    (the vertices with a self loop) is given when the pairs are every edge of
+    an undirected graph (:func:`edge_pairs`): the host engine then counts
+    triangles instead of intersecting each pair. Temporary memory beyond
+    O(pairs) stays within ``max_temp_bytes`` (see the module notes). Reads
+    ``graph`` only; thread-safe.
+    """
     xp = graph.xp
     indptr = graph.indptr.astype(np.int64, copy=False)
     deg_a = indptr[first + 1] - indptr[first]
     deg_b = indptr[second + 1] - indptr[second]
-    if is_cupy(xp):
+    if is_device_module(xp):
         from nexus_cache.graph._kernels import intersect_counts
 
         return intersect_counts(graph.indptr, graph.indices, first, second), deg_a, deg_b
@@ -149,11 +170,7 @@ def similarity(
     xp = graph.xp
     loops = None
     if pairs is None:
-        first, second = graph.rows(), graph.indices
-        if not graph.directed:
-            loops = first[first == second]
-        keep = first != second if graph.directed else first < second
-        first, second = first[keep].astype(graph.indices.dtype), second[keep]
+        first, second, loops = edge_pairs(graph)
     else:
         try:
             ids_a, ids_b = pairs
@@ -171,7 +188,7 @@ def similarity(
         # zero-sized kernel launch or chunk walk
         score = xp.zeros(0, dtype=np.float64)
     else:
-        counts, deg_a, deg_b = _intersections(graph, first, second, budget, loops)
+        counts, deg_a, deg_b = common_neighbours(graph, first, second, budget, loops)
         score = _coefficient(xp, metric, counts, deg_a, deg_b)
     return GraphResult(
         {

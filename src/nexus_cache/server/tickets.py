@@ -15,7 +15,7 @@ from typing import Any
 
 from nexus_cache._sizes import format_size
 from nexus_cache.errors import ConfigError
-from nexus_cache.service.queries import Graph, Query, query_from_dict
+from nexus_cache.service.queries import GraphQuery, Query, query_from_dict
 
 __all__ = ["parse_ticket", "source_allowed"]
 
@@ -54,7 +54,7 @@ def parse_ticket(
             raise ConfigError(f"ticket device={device!r} is not accepted; use a device id >= 0")
         data = data["query"]
     query = query_from_dict(data)
-    source = (query.edges if isinstance(query, Graph) else query).source
+    source = (query.edges if isinstance(query, GraphQuery) else query).source
     if allowed_roots is not None and not source_allowed(source, allowed_roots):
         raise ConfigError(
             f"source {source!r} is outside this server's allowed_roots "

@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
-from nexus_cache.frames import is_cuda_domain as domain_is_cuda
 from nexus_cache.graph.memory import build_bytes, result_bytes
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import (
@@ -39,7 +38,7 @@ from nexus_cache.service._lake import (
     plan_source,
 )
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
-from nexus_cache.service.queries import Count, Graph, Query, Scan
+from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 
 __all__ = ["AttemptBudget", "AttemptOutcome", "AttemptPlan", "plan_attempt", "run_attempt"]
 
@@ -65,7 +64,7 @@ class AttemptPlan:
 
 
 def _scan_of(query: Query) -> Scan | Count:
-    return query.edges if isinstance(query, Graph) else query
+    return query.edges if isinstance(query, GraphQuery) else query
 
 
 def plan_attempt(
@@ -81,7 +80,7 @@ def plan_attempt(
     source = plan_source(cache, _scan_of(query).source, storage_options)
     if isinstance(query, Count):
         estimate = min_grant
-    elif isinstance(query, Graph):
+    elif isinstance(query, GraphQuery):
         estimate = _graph_estimate(query, source, expansion)
     else:
         estimate = math.ceil(source.total_bytes * expansion)
@@ -98,7 +97,7 @@ class _EdgeFacts:
     id_span: int | None
 
 
-def _graph_estimate(query: Graph, source: SourcePlan, expansion: float) -> int:
+def _graph_estimate(query: GraphQuery, source: SourcePlan, expansion: float) -> int:
     """The decoded edges, the uncached build and the result, from the footers' edge
     count; without footers, a multiple of the Parquet bytes.
 
@@ -266,7 +265,7 @@ def run_attempt(
         if isinstance(query, Scan):
             outcome.graph = NOT_APPLICABLE
             t0 = time.perf_counter()
-            table = load.table(detach=not domain_is_cuda(domain))
+            table = load.table(detach=domain.host_memory)
             timings["to_arrow_s"] = time.perf_counter() - t0
             budget.charge(table.nbytes, "the result table")
             outcome.table = table

@@ -1,6 +1,6 @@
 """The service's one door to the graph layer and the resident-graph cache.
 
-``GraphPort.run`` plans a :class:`~nexus_cache.service.Graph` query's run
+``GraphPort.run`` plans a :class:`~nexus_cache.service.GraphQuery` query's run
 (:func:`~nexus_cache.device.plan_graph_run`: a resident-graph key only when
 the edge rowset's identity is proven), runs it through the device's graph
 cache and returns the result's Arrow table with how the cache answered:
@@ -11,17 +11,17 @@ edge object without a proven identity; ``no_cache``: ``cache_cap_bytes=0``;
 whose run left the cache domain above its baseline reports the drift in the
 reason; that graph was destroyed rather than parked again.
 
-Construction contract per algorithm: PageRank pulls along in-edges, so its
-graph is stored ``transposed``; BFS and the similarities use ``as_stored``.
-Self loops stay, as in NetworkX. A repeated edge counts as often as it
-appears in PageRank, with or without a weight column (its weights add up; an
-unweighted copy weighs 1: NetworkX's multigraph); BFS and the similarities
-see neighbour sets, where a repeat is the same neighbour.
+Construction contract per algorithm, as its spec in
+:mod:`nexus_cache.graph.registry` says: PageRank pulls along in-edges, so its
+graph is stored ``transposed``; the others use ``as_stored``. Self loops
+stay, as in NetworkX. A repeated edge counts as often as it appears in
+PageRank, with or without a weight column (its weights add up; an unweighted
+copy weighs 1: NetworkX's multigraph); the others see neighbour sets, where
+a repeat is the same neighbour.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -40,8 +40,9 @@ from nexus_cache.frames import DeviceFrame
 from nexus_cache.graph import GraphOptions
 from nexus_cache.graph.edges import vertex_array
 from nexus_cache.graph.memory import build_bytes
+from nexus_cache.graph.registry import get_spec
 from nexus_cache.service._source_port import concat_objects
-from nexus_cache.service.queries import SIMILARITIES, Graph
+from nexus_cache.service.queries import GraphQuery
 
 __all__ = ["GraphOutcome", "GraphPort", "algorithm_params", "edge_input", "graph_options"]
 
@@ -63,40 +64,17 @@ class GraphOutcome:
 NOT_APPLICABLE = GraphOutcome("not_applicable")
 
 
-def graph_options(query: Graph) -> GraphOptions:
-    """The construction contract of ``query``'s graph (part of its cache key)."""
-    pagerank = query.algorithm == "pagerank"
-    return GraphOptions(
-        directed=query.directed,
-        orientation="transposed" if pagerank else "as_stored",
-        # PageRank: every copy of an edge counts (unweighted copies weigh 1);
-        # the others see neighbour sets, so repeats collapse and no counts are
-        # stored ('max' of no weights)
-        duplicates="sum" if pagerank else "max",
-        weight_dtype="float64",
-        vertex_dtype="int32",
+def graph_options(query: GraphQuery) -> GraphOptions:
+    """The construction contract of ``query``'s graph (part of its cache key): the
+    orientation and duplicate rule its algorithm's spec names."""
+    return get_spec(query.algorithm).options(
+        query.directed, weight_dtype="float64", vertex_dtype="int32"
     )
 
 
-def algorithm_params(query: Graph) -> dict[str, Any]:
+def algorithm_params(query: GraphQuery) -> dict[str, Any]:
     """The graph layer's keyword arguments for ``query``'s algorithm."""
-    params = dict(query.params)
-    if query.algorithm == "pagerank":
-        names = ("alpha", "tol", "max_iter", "convergence")
-        return {name: params[name] for name in names}
-    if query.algorithm == "bfs":
-        return {"sources": params["source"], "depth_limit": params["depth_limit"]}
-    assert query.algorithm in SIMILARITIES
-    return {}
-
-
-def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager[Any]:
-    """Make ``device_id`` current for CuPy work (nothing to do on the host backend)."""
-    if backend != "cuda":
-        return contextlib.nullcontext()
-    import cupy
-
-    return cupy.cuda.Device(device_id)
+    return get_spec(query.algorithm).arguments(query.params)
 
 
 def edge_input(
@@ -170,15 +148,11 @@ def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
 
 
 _STATUS = {GraphRunStatus.HIT: "hit", GraphRunStatus.MISS: "miss"}
-# The run facts each algorithm reports in the diagnostics (plain JSON values).
-_FACTS = {
-    "pagerank": ("iterations", "converged", "error", "threshold"),
-    "bfs": ("levels",),
-}
 
 
 def _facts(algorithm: str, info: dict[str, Any]) -> dict[str, Any]:
-    return {name: info[name] for name in _FACTS.get(algorithm, ()) if name in info}
+    """The run facts the algorithm's spec reports in the diagnostics (plain JSON values)."""
+    return {name: info[name] for name in get_spec(algorithm).facts if name in info}
 
 
 class GraphPort:
@@ -190,7 +164,7 @@ class GraphPort:
     def run(
         self,
         device_id: int,
-        query: Graph,
+        query: GraphQuery,
         frames: Sequence[DeviceFrame],
         source_identity: tuple[str, ...] | None,
         domain: AllocationDomain,
@@ -218,7 +192,7 @@ class GraphPort:
             source_location=query.edges.source,  # a rewrite there retires older graphs
         )
         names = [n for n in (query.src, query.dst, query.weight) if n is not None]
-        with on_device(backend.name, device_id), domain.scope():
+        with backend.device_scope(device_id), domain.scope():
             edges = edge_input(frames, names, backend.xp, objects)
             n_edges = sum(f.num_rows for f in frames)
             run = run_graph(

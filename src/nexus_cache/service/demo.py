@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nexus_cache.backends import backend_kind
 from nexus_cache.errors import ConfigError
+from nexus_cache.graph.registry import ALGORITHMS
 from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
 from nexus_cache.service.config import ServiceConfig
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
-from nexus_cache.service.queries import Count, Graph, Query, Scan
+from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 from nexus_cache.service.result import QueryResult, tables_match
 from nexus_cache.service.service import QueryService
 
@@ -54,12 +56,13 @@ QUICK_DEMO_S = 180.0
 # generation, warm-up, the cold pass and three warm runs of the mix), measured
 # on the 2-core CI machine on 2026-12-04. host with Numba (the host extra): 5 s
 # at scale 16, 21 s at 18; host with NumPy alone: 3 s at 12, 19 s at 14
-# (Jaccard is most of it and grows faster than the edge count). cuda: the
-# H200's scale-16 run (about 1.5 s of queries) with the edge count's factor.
+# (Jaccard is most of it and grows faster than the edge count). A device
+# backend (cuda): the H200's scale-16 run (about 1.5 s of queries) with the
+# edge count's factor.
 _COST = {
     "host-numba": (18, 21.0, 2.1),
     "host-numpy": (14, 19.0, 2.6),
-    "cuda": (16, 1.5, 2.0),
+    "device": (16, 1.5, 2.0),
 }
 
 
@@ -73,10 +76,11 @@ def _host_engine() -> str:
 
 
 def estimate_demo_seconds(scale: int, backend: str) -> float:
-    """A rough estimate of the demo's run time at ``scale`` on ``backend``
-    (``host``, with the host graph engine that will run, or ``cuda``); a guide
-    for a prompt, not a promise."""
-    key = f"host-{_host_engine()}" if backend != "cuda" else "cuda"
+    """A rough estimate of the demo's run time at ``scale`` on the backend named
+    ``backend`` (``host``, with the host graph engine that will run, or
+    ``cuda``); a guide for a prompt, not a promise. Raises
+    :class:`ConfigError` for a name that is not a registered backend."""
+    key = f"host-{_host_engine()}" if backend_kind(backend).host_memory else "device"
     at, seconds, factor = _COST[key]
     return float(seconds * factor ** (scale - at))
 
@@ -147,21 +151,30 @@ class DemoReport:
         }
 
 
-def demo_queries(edges: str, facts: str, bfs_source: int) -> list[tuple[str, Query]]:
-    """The query mix, in run order."""
+def demo_queries(edges: str, facts: str, start_vertex: int) -> list[tuple[str, Query]]:
+    """The query mix, in run order: a scan, a count, and each algorithm whose spec
+    is marked for the demo (directed as its spec says; a vertex it requires is
+    ``start_vertex``)."""
     edge_scan = Scan(edges, columns=("src", "dst"))
-    return [
+    mix: list[tuple[str, Query]] = [
         ("scan", Scan(facts, columns=("order_id", "amount", "region"))),
         ("count", Count(facts)),
-        ("pagerank", Graph(edge_scan, "src", "dst", "pagerank")),
-        ("bfs", Graph(edge_scan, "src", "dst", "bfs", params={"source": bfs_source})),
-        ("jaccard", Graph(edge_scan, "src", "dst", "jaccard", directed=False)),
     ]
+    for spec in ALGORITHMS.values():
+        if spec.demo:
+            params = {
+                p.name: start_vertex for p in spec.params if p.required and p.kind == "vertex"
+            }
+            query = GraphQuery(
+                edge_scan, "src", "dst", spec.name, directed=spec.directed, params=params
+            )
+            mix.append((spec.name, query))
+    return mix
 
 
 def _source(query: Query) -> str:
     """The source URL a query of the mix reads."""
-    return query.edges.source if isinstance(query, Graph) else query.source
+    return query.edges.source if isinstance(query, GraphQuery) else query.source
 
 
 def _warmed_by(mix: list[tuple[str, Query]]) -> list[tuple[str, ...]]:
@@ -263,9 +276,9 @@ def run_demo(
         say(f"generating {rows} fact rows")
         write_parquet(fact_table(rows), lake / "facts.parquet")
         tick("generate", 2, 2)
-        bfs_source = int(edge_table.column("src")[0].as_py())
+        start_vertex = int(edge_table.column("src")[0].as_py())
         config = demo_config(root, backend, cache_cap_bytes)
-        mix = demo_queries(str(lake / "edges.parquet"), str(lake / "facts.parquet"), bfs_source)
+        mix = demo_queries(str(lake / "edges.parquet"), str(lake / "facts.parquet"), start_vertex)
         with QueryService(config) as service:
             tick("warm-up", 0, 1)
             say("warm-up: every query path once, outside the caches")

@@ -3,7 +3,8 @@
 * :class:`Scan` reads the projected columns of a Parquet object or directory.
 * :class:`Count` counts its rows from the Parquet footers: a synthetic count
   source, which never enters the decoded-source cache.
-* :class:`Graph` runs a graph algorithm on the edges a :class:`Scan` reads.
+* :class:`GraphQuery` runs a graph algorithm on the edges a :class:`Scan` reads
+  (its algorithm and parameters: :data:`nexus_cache.graph.registry.ALGORITHMS`).
 
 ``query.to_dict()`` and :func:`query_from_dict` convert to and from plain JSON
 values (``{"type": "scan", ...}``); :func:`query_from_json` parses text. Every
@@ -15,17 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NoReturn
 
 from nexus_cache.errors import ConfigError
+from nexus_cache.graph.registry import ALGORITHMS as _SPECS
+from nexus_cache.graph.registry import get_spec
 
 __all__ = [
     "ALGORITHMS",
     "Count",
-    "Graph",
+    "GraphQuery",
     "Query",
     "Scan",
     "WEIGHTED",
@@ -35,21 +38,12 @@ __all__ = [
 ]
 
 #: algorithm -> accepted parameters and their defaults (None: required or optional)
-ALGORITHMS: Mapping[str, Mapping[str, Any]] = {
-    "pagerank": {"alpha": 0.85, "tol": 1e-6, "max_iter": 100, "convergence": "total"},
-    "bfs": {"source": None, "depth_limit": None},
-    "jaccard": {},
-    "sorensen": {},
-    "overlap": {},
-    "cosine": {},
-}
-SIMILARITIES = ("jaccard", "sorensen", "overlap", "cosine")
-#: The algorithms that read edge weights; BFS counts hops and the similarities
-#: compare neighbour sets, so a weight column is refused for them.
-WEIGHTED = ("pagerank",)
-# PageRank's convergence rules (nexus_cache.graph.ranking.CONVERGENCE_RULES,
-# spelled out: queries must not import the graph layer).
-_CONVERGENCE = ("total", "networkx")
+ALGORITHMS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {name: MappingProxyType(spec.defaults()) for name, spec in _SPECS.items()}
+)
+#: The algorithms that read edge weights; the others count hops or neighbours,
+#: so a weight column is refused for them.
+WEIGHTED = tuple(name for name, spec in _SPECS.items() if spec.weighted)
 
 
 def _text(name: str, value: Any) -> str:
@@ -119,49 +113,7 @@ class Count:
 
 def _field(name: str) -> str:
     """How a parameter is named in the messages of the Python and JSON query."""
-    return f"Graph.params[{name!r}]"
-
-
-def _param(algorithm: str, name: str, value: Any, label: str) -> Any:
-    bad = ConfigError(
-        f"{label}={value!r} is not accepted for {algorithm}; "
-        + {
-            "alpha": "use a number in (0, 1)",
-            "tol": "use a number > 0",
-            "max_iter": "use an int >= 1",
-            "convergence": "use one of: " + ", ".join(_CONVERGENCE),
-            "source": "use an integer vertex id",
-            "depth_limit": "use an int >= 0 or null",
-        }[name]
-    )
-    if name == "convergence":
-        if value not in _CONVERGENCE:
-            raise bad
-        return value
-    if isinstance(value, bool):
-        raise bad
-    if name == "alpha":
-        if not isinstance(value, (int, float)) or not 0 < value < 1:
-            raise bad
-        return float(value)
-    if name == "tol":
-        if not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-            raise bad
-        return float(value)
-    if name == "max_iter":
-        if not isinstance(value, int) or value < 1:
-            raise bad
-        return value
-    if name == "source":
-        # vertex ids are int64 in every graph
-        if not isinstance(value, int) or not -(2**63) <= value < 2**63:
-            raise bad
-        return value
-    if value is None:
-        return None
-    if not isinstance(value, int) or value < 0:  # depth_limit
-        raise bad
-    return value
+    return f"GraphQuery.params[{name!r}]"
 
 
 def graph_params(
@@ -173,28 +125,17 @@ def graph_params(
     :class:`ConfigError` names a parameter as ``label(name)`` says (the
     command line passes its flags) and says what is accepted.
     """
-    accepted = ALGORITHMS[algorithm]
-    params = dict(accepted)
-    for name, value in given.items():
-        if name not in accepted:
-            names = ", ".join(label(a) for a in accepted) or "none"
-            raise ConfigError(
-                f"{label(name)} does not apply to {algorithm}; leave it out (accepted: {names})"
-            )
-        params[name] = _param(algorithm, name, value, label(name))
-    if algorithm == "bfs" and params["source"] is None:
-        raise ConfigError(f"{label('source')} is required for bfs; give a vertex id")
-    return params
+    return get_spec(algorithm).validate(given, label)
 
 
 @dataclasses.dataclass(frozen=True)
-class Graph:
+class GraphQuery:
     """Run ``algorithm`` on the edge list ``edges`` reads.
 
     ``src``/``dst`` name the endpoint columns (integer vertex ids), ``weight``
     an optional weight column. ``directed=False`` symmetrizes the edges.
     ``params`` are the algorithm's (:data:`ALGORITHMS`); missing ones take
-    their defaults, BFS needs ``source``.
+    their defaults, BFS needs ``source``. Immutable and hashable.
     """
 
     edges: Scan
@@ -207,37 +148,43 @@ class Graph:
 
     def __post_init__(self) -> None:
         if not isinstance(self.edges, Scan):
-            raise ConfigError(f"Graph.edges={self.edges!r} is not accepted; use a Scan")
+            raise ConfigError(f"GraphQuery.edges={self.edges!r} is not accepted; use a Scan")
         for name in ("src", "dst"):
-            _text(f"Graph.{name}", getattr(self, name))
+            _text(f"GraphQuery.{name}", getattr(self, name))
         if self.weight is not None:
-            _text("Graph.weight", self.weight)
+            _text("GraphQuery.weight", self.weight)
         algorithm = str(self.algorithm).strip().lower()
-        if algorithm not in ALGORITHMS:
-            raise ConfigError(
-                f"Graph.algorithm={self.algorithm!r} is not accepted; use one of: "
-                f"{', '.join(ALGORITHMS)}"
-            )
+        if algorithm not in _SPECS:
+            get_spec(self.algorithm, "GraphQuery.algorithm")  # raises, naming the choices
         object.__setattr__(self, "algorithm", algorithm)
         if self.weight is not None and algorithm not in WEIGHTED:
             raise ConfigError(
-                f"Graph.weight={self.weight!r} is not accepted for {algorithm}, which ignores "
-                "edge weights; leave it out (weights apply to: " + ", ".join(WEIGHTED) + ")"
+                f"GraphQuery.weight={self.weight!r} is not accepted for {algorithm}, which "
+                "ignores edge weights; leave it out (weights apply to: "
+                + ", ".join(WEIGHTED)
+                + ")"
             )
         if self.src == self.dst:
-            raise ConfigError(f"Graph.src and Graph.dst are both {self.src!r}; use two columns")
+            raise ConfigError(
+                f"GraphQuery.src and GraphQuery.dst are both {self.src!r}; use two columns"
+            )
         if self.edges.columns is not None:
             needed = [c for c in (self.src, self.dst, self.weight) if c is not None]
             missing = [c for c in needed if c not in self.edges.columns]
             if missing:
                 raise ConfigError(
-                    f"Graph.edges.columns={list(self.edges.columns)} leaves out {missing}; "
+                    f"GraphQuery.edges.columns={list(self.edges.columns)} leaves out {missing}; "
                     "add them, or leave columns out to read every column"
                 )
         if not isinstance(self.directed, bool):
-            raise ConfigError(f"Graph.directed={self.directed!r} is not accepted; use a bool")
+            raise ConfigError(f"GraphQuery.directed={self.directed!r} is not accepted; use a bool")
+        if self.directed and _SPECS[algorithm].undirected_only:
+            raise ConfigError(
+                f"GraphQuery.directed=True is not accepted for {algorithm}, which needs an "
+                "undirected graph; pass directed=False"
+            )
         if not isinstance(self.params, Mapping):
-            raise ConfigError(f"Graph.params={self.params!r} is not accepted; use a mapping")
+            raise ConfigError(f"GraphQuery.params={self.params!r} is not accepted; use a mapping")
         params = graph_params(algorithm, self.params)
         object.__setattr__(self, "params", _FrozenParams(params))
 
@@ -256,19 +203,39 @@ class Graph:
         }
 
 
-class _FrozenParams(dict):  # type: ignore[type-arg]
-    """A read-only, hashable parameter mapping (keeps Graph hashable)."""
+class _FrozenParams(dict[str, Any]):
+    """A read-only, hashable parameter mapping (keeps GraphQuery hashable)."""
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("Graph.params is read-only")
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("GraphQuery.params is read-only")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    def __setitem__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
 
+    def __delitem__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def clear(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def pop(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def popitem(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def setdefault(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    # dict declares itself unhashable; these parameters never change
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
 
 
-Query = Scan | Count | Graph
+Query = Scan | Count | GraphQuery
 
 
 def query_from_dict(data: Mapping[str, Any]) -> Query:
@@ -277,7 +244,7 @@ def query_from_dict(data: Mapping[str, Any]) -> Query:
         raise ConfigError(f"query={data!r} is not accepted; use a JSON object with a 'type'")
     kind = data.get("type")
     fields = {k: v for k, v in data.items() if k != "type"}
-    builders: dict[str, Any] = {"scan": Scan, "count": Count, "graph": Graph}
+    builders: dict[str, Any] = {"scan": Scan, "count": Count, "graph": GraphQuery}
     if kind not in builders:
         raise ConfigError(f"query type={kind!r} is not accepted; use one of: scan, count, graph")
     allowed = {f.name for f in dataclasses.fields(builders[kind])}

@@ -62,7 +62,7 @@ from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
 from nexus_cache.service.queries import (
     Count,
-    Graph,
+    GraphQuery,
     Query,
     Scan,
     query_from_dict,
@@ -101,7 +101,7 @@ def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfi
 
 
 class QueryService:
-    """Runs :class:`Scan`, :class:`Count` and :class:`Graph` queries through the caches.
+    """Runs :class:`Scan`, :class:`Count` and :class:`GraphQuery` queries through the caches.
 
     ``config`` defaults to :meth:`ServiceConfig.from_env`. ``backend`` overrides
     ``config.backend`` with a ready :class:`DeviceBackend` (tests, embedders).
@@ -518,9 +518,9 @@ def _as_query(query: Query | Mapping[str, Any] | str) -> Query:
         return query_from_json(query)
     if isinstance(query, Mapping):
         return query_from_dict(query)
-    if not isinstance(query, (Scan, Count, Graph)):
+    if not isinstance(query, (Scan, Count, GraphQuery)):
         raise ConfigError(
-            f"query={query!r} is not accepted; use a Scan, Count or Graph, its to_dict() "
+            f"query={query!r} is not accepted; use a Scan, Count or GraphQuery, its to_dict() "
             "form or its JSON text"
         )
     return query

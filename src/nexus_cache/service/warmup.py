@@ -7,9 +7,10 @@ pair intersections, through the program cache). On a fresh machine that
 costs seconds per query. :func:`warm_up_devices` pays it up front: on each
 device it loads the package's kernels for every index type, then runs the
 query paths once on a tiny built-in table: the Parquet decode and the scan's
-Arrow result, the copy a source-cache hit makes, and every graph algorithm
-(BFS, PageRank, Jaccard, Sorensen, Overlap, Cosine) directed and undirected,
-weighted, with dense and with sparse vertex ids, int64 and int32 columns.
+Arrow result, the copy a source-cache hit makes, and every registered graph
+algorithm (:data:`nexus_cache.graph.registry.ALGORITHMS`) directed and
+undirected, weighted, with dense and with sparse vertex ids, int64 and int32
+columns (see :func:`_graph_runs`).
 
 Nothing of it is cached or charged: the table never passes through the
 lakehouse, the source or the graph cache, no ledger grant is taken, and the
@@ -35,8 +36,9 @@ from nexus_cache.backends import AllocationDomain, DeviceBackend
 from nexus_cache.device import plan_graph_run, run_graph
 from nexus_cache.frames import DeviceFrame, decode_parquet
 from nexus_cache.graph import KernelLoad, preload_kernels
-from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options, on_device
-from nexus_cache.service.queries import ALGORITHMS, Graph, Scan
+from nexus_cache.graph.registry import ALGORITHMS
+from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options
+from nexus_cache.service.queries import GraphQuery, Scan
 
 __all__ = ["DeviceWarmUp", "WarmUpReport", "warm_up_devices"]
 
@@ -115,34 +117,47 @@ def _parquet() -> bytes:
     return bytes(sink.getvalue())
 
 
-def _graph_runs() -> Iterator[tuple[str, Graph]]:
-    """``(step label, query)`` of every graph run the warm-up makes."""
+def _graph_runs() -> Iterator[tuple[str, GraphQuery]]:
+    """``(step label, query)`` of every graph run the warm-up makes: each registered
+    algorithm directed (unless its spec takes undirected graphs only) and
+    undirected, and the variants its spec makes relevant:
+    weighted when it reads weights, sparse ids when it takes a vertex (the lookup
+    of a sparse id), int32 columns when it scores pairs (the intersection's index
+    types)."""
     edges = Scan("warm-up")  # never read: the frame comes from the built-in table
     for directed in (True, False):
         kind = "directed" if directed else "undirected"
-        for algorithm in ALGORITHMS:
-            params = {"source": 0} if algorithm == "bfs" else {}
+        for spec in ALGORITHMS.values():
+            if directed and spec.undirected_only:
+                continue
+            params = spec.sample_params(0)
+            name = spec.name
             yield (
-                f"{algorithm} ({kind})",
-                Graph(edges, "src", "dst", algorithm, directed=directed, params=params),
+                f"{name} ({kind})",
+                GraphQuery(edges, "src", "dst", name, directed=directed, params=params),
             )
-        yield (
-            f"pagerank ({kind}, weighted)",
-            Graph(edges, "src", "dst", "pagerank", weight="weight", directed=directed),
-        )
-        yield (
-            f"bfs ({kind}, sparse ids)",
-            Graph(
-                edges, "sparse_src", "sparse_dst", "bfs", directed=directed, params={"source": 0}
-            ),
-        )
-        yield (
-            f"jaccard ({kind}, int32 columns)",
-            Graph(edges, "src32", "dst32", "jaccard", directed=directed),
-        )
+            if spec.weighted:
+                yield (
+                    f"{name} ({kind}, weighted)",
+                    GraphQuery(
+                        edges, "src", "dst", name, "weight", directed=directed, params=params
+                    ),
+                )
+            if any(p.kind == "vertex" for p in spec.params):
+                yield (
+                    f"{name} ({kind}, sparse ids)",
+                    GraphQuery(
+                        edges, "sparse_src", "sparse_dst", name, directed=directed, params=params
+                    ),
+                )
+            if spec.rows == "pair":
+                yield (
+                    f"{name} ({kind}, int32 columns)",
+                    GraphQuery(edges, "src32", "dst32", name, directed=directed, params=params),
+                )
 
 
-def _run_graph(query: Graph, frame: DeviceFrame, xp: Any) -> None:
+def _run_graph(query: GraphQuery, frame: DeviceFrame, xp: Any) -> None:
     names = [n for n in (query.src, query.dst, query.weight) if n is not None]
     edges = edge_input([frame], names, xp)
     plan = plan_graph_run(
@@ -172,8 +187,8 @@ def warm_up_device(
     started = time.perf_counter()
     steps: list[str] = []
     kernels: list[KernelLoad] = []
-    with on_device(backend.name, device_id), domain.scope():
-        if backend.name == "cuda":
+    with backend.device_scope(device_id), domain.scope():
+        if backend.kind.cuda_kernels:
             kernels.extend(preload_kernels())
             steps.append("graph kernels")
         frame = decode_parquet(pa.BufferReader(_parquet()), domain=domain)
@@ -188,8 +203,8 @@ def warm_up_device(
                 steps.append(label)
         finally:
             frame.release()
-        if backend.name == "cuda":
-            backend.synchronize(device_id)  # the kernels ran: their time is counted here
+        # the device work ran (asynchronously on CUDA): its time is counted here
+        backend.synchronize(device_id)
     return DeviceWarmUp(device_id, time.perf_counter() - started, tuple(steps), tuple(kernels))
 
 

@@ -11,7 +11,7 @@
   attempt, and check that the domain is back at its baseline. If it is, the
   pin is released (the graph is parked again); if not, the graph is not
   re-parked: it is destroyed safely and the drift reported.
-* **Uncached**: without a key (see :mod:`nexus_cache.device.graph_key`), a
+* **Uncached**: without a key (see :mod:`nexus_cache.device.graph.key`), a
   graph cache, ledger headroom or an available entry, the attempt builds and
   runs on its own memory; :class:`GraphRun` records the reason.
 
@@ -40,12 +40,12 @@ import importlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from nexus_cache.device.graph_key import GraphPlan, GraphUncachedReason, ResidentGraphKey
+from nexus_cache.device.graph.key import GraphPlan, GraphUncachedReason, ResidentGraphKey
 from nexus_cache.device.residency import PinHandle, ResidentEntry
 from nexus_cache.device.subdomain import CacheSubdomain
 from nexus_cache.errors import (
@@ -55,6 +55,7 @@ from nexus_cache.errors import (
     LifecycleError,
     UnsafeTeardownError,
 )
+from nexus_cache.graph.registry import get_spec
 
 if TYPE_CHECKING:
     from nexus_cache.device.domain import DeviceCacheAllocationFactory
@@ -67,22 +68,10 @@ __all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus
 DRIFT_TEARDOWN_TIMEOUT_S = 10.0
 
 
-#: algorithm -> (module of nexus_cache.graph, function). Resolved at call
-#: time: the graph package (NumPy, Arrow) loads only when a graph runs.
-_RUNNERS: dict[str, tuple[str, str]] = {
-    "bfs": ("traversal", "bfs"),
-    "pagerank": ("ranking", "pagerank"),
-    **{m: ("similarities", m) for m in ("jaccard", "sorensen", "overlap", "cosine")},
-}
-
-
 def _graph(module: str) -> ModuleType:
+    """A module of the graph package, imported at call time: the graph layer
+    (NumPy, Arrow) loads only when a graph runs."""
     return importlib.import_module(f"nexus_cache.graph.{module}")
-
-
-def _runner(algorithm: str) -> Callable[..., GraphResult]:
-    module, name = _RUNNERS[algorithm]
-    return getattr(_graph(module), name)
 
 
 class GraphRunStatus(enum.Enum):
@@ -326,7 +315,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                 baseline = domain.used_bytes()
                 started = time.perf_counter()
                 with domain.scope():
-                    result = _runner(plan.algorithm)(graph, **params)
+                    result = get_spec(plan.algorithm).run(graph, **params)
                 del graph
                 owned = _to_attempt(result)
                 del result
@@ -421,7 +410,7 @@ def _checked_params(plan: GraphPlan, params: Mapping[str, Any]) -> dict[str, Any
             f"include_edges={params['include_edges']!r} differs from the plan's "
             f"{plan.include_edges!r}; plan the run with the include_edges it uses"
         )
-    if plan.algorithm == "bfs" and plan.include_edges:
+    if plan.include_edges and get_spec(plan.algorithm).include_edges:
         params["include_edges"] = True
     return params
 
@@ -455,7 +444,7 @@ def _run_uncached(
         options=plan.options,
     )
     built = time.perf_counter()
-    result = _runner(plan.algorithm)(graph, **params)
+    result = get_spec(plan.algorithm).run(graph, **params)
     done = time.perf_counter()
     text = detail or (reason.value if reason is not None else "")
     return GraphRun(

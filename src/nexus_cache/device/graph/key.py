@@ -8,8 +8,9 @@ when all of this holds, and otherwise records why the run goes uncached:
   flag, or another non-empty hashable identity tuple the scan layer proved
   (``None`` means the edge rowset is not proven stable);
 * no edge-ID binding (results keyed by edge need the attempt's own rows);
-* a keyable algorithm: BFS without ``include_edges``, PageRank, and the
-  similarities (Jaccard, Sorensen, Overlap, Cosine).
+* a keyable algorithm (its spec in :mod:`nexus_cache.graph.registry` says
+  ``keyable``), run without ``include_edges`` (tree edges are keyed by the
+  attempt's edges).
 
 The key covers the source identity, the column bindings (source,
 destination, weight) and :class:`~nexus_cache.graph.GraphOptions` (graph
@@ -26,9 +27,11 @@ import hashlib
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from nexus_cache.device.source_key import SourceFrameKey
+from nexus_cache.device.source.key import SourceFrameKey
 from nexus_cache.errors import ConfigError
 from nexus_cache.graph.options import GraphOptions
+from nexus_cache.graph.registry import ALGORITHMS as _SPECS
+from nexus_cache.graph.registry import get_spec
 
 __all__ = [
     "ALGORITHMS",
@@ -38,9 +41,8 @@ __all__ = [
     "plan_graph_run",
 ]
 
-#: Every algorithm a graph run may name. All are keyable, BFS only without
-#: ``include_edges``.
-ALGORITHMS = ("bfs", "pagerank", "jaccard", "sorensen", "overlap", "cosine")
+#: Every algorithm a graph run may name (the registry's).
+ALGORITHMS = tuple(_SPECS)
 
 
 class GraphUncachedReason(enum.Enum):
@@ -54,6 +56,8 @@ class GraphUncachedReason(enum.Enum):
     EDGE_ID_BINDING = "edge_id_binding"
     #: BFS with include_edges (tree edges are keyed by the attempt's edges)
     INCLUDE_EDGES = "include_edges"
+    #: the algorithm's spec says its runs are not keyable
+    NOT_KEYABLE = "not_keyable"
     #: the device has no graph cache (cache_cap_bytes = 0) or it is closed
     NO_CACHE = "no_cache"
     #: the ledger refused the build or the transient headroom
@@ -145,8 +149,7 @@ def plan_graph_run(
     whose identity differs (the data was rewritten; they can never be hit
     again). Pure function: thread-safe.
     """
-    if algorithm not in ALGORITHMS:
-        raise ConfigError(f"graph algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
+    spec = get_spec(algorithm, "graph algorithm")
     options = options or GraphOptions()
     reason: GraphUncachedReason | None = None
     if source is None or (isinstance(source, tuple) and not source):
@@ -155,8 +158,10 @@ def plan_graph_run(
         reason = GraphUncachedReason.SOURCE_BYPASS
     elif edge_id_column is not None:
         reason = GraphUncachedReason.EDGE_ID_BINDING
-    elif algorithm == "bfs" and include_edges:
+    elif spec.include_edges and include_edges:
         reason = GraphUncachedReason.INCLUDE_EDGES
+    elif not spec.keyable:
+        reason = GraphUncachedReason.NOT_KEYABLE
     key = None
     if reason is None:
         key = ResidentGraphKey(
