@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "edge_pairs": "nexus_cache.graph.similarities",
     "get_spec": "nexus_cache.graph.registry",
     "jaccard": "nexus_cache.graph.similarities",
+    "kernel_function": "nexus_cache.graph._programs",
     "kernel_loads": "nexus_cache.graph._programs",
     "overlap": "nexus_cache.graph.similarities",
     "pagerank": "nexus_cache.graph.ranking",

@@ -24,7 +24,8 @@ column chunk, each addressed by 64-bit offsets. Every read is bounded by
 the sizes passed in; a malformed stream or an index past the dictionary
 sets ``error[0]`` (the caller raises SourceFormatError) instead of reading
 out of bounds. Kernels are compiled by NVRTC through the package's program
-cache (:func:`nexus_cache.graph._programs.kernel_function`), per element
+cache (:func:`nexus_cache.graph.kernel_function`, the loader of the graph
+kernels), per element
 size where one is needed; :func:`kernel_source` gives each source.
 """
 
@@ -347,7 +348,7 @@ def kernel_source(name: str, element_bytes: int | None = None) -> str:
 def kernel_function(name: str, element_bytes: int | None = None) -> Any:
     """Kernel ``name`` ready on the current CuPy device (compiled through the
     program cache on first use, per device), called like a ``cupy.RawKernel``."""
-    from nexus_cache.graph._programs import kernel_function as load
+    from nexus_cache.graph import kernel_function as load
 
     label = name if element_bytes is None else f"{name}({element_bytes} bytes)"
     return load(name, kernel_source(name, element_bytes), label)

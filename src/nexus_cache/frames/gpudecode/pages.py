@@ -30,6 +30,7 @@ __all__ = [
     "PageHeader",
     "PageType",
     "chunk_spec",
+    "encoding_name",
     "read_pages",
 ]
 
@@ -54,6 +55,7 @@ class Encoding(enum.IntEnum):
 
 
 def encoding_name(value: int) -> str:
+    """The Parquet name of encoding ``value`` (``"encoding 42"`` for an unknown one)."""
     try:
         return Encoding(value).name
     except ValueError:
