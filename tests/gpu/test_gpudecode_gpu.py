@@ -14,13 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from tests.frames.gpudecode._check import assert_same
-from tests.frames.gpudecode.test_reference import CODECS, tables
+from tests.frames.gpudecode._check import check_file
+from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames._host import HostPiece
-from nexus_cache.frames.gpudecode import chunk_spec, read_pages, unsupported_reason
+from nexus_cache.frames.gpudecode import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.device import decode_chunk_on_device
 
 pytestmark = pytest.mark.gpu
@@ -38,23 +37,16 @@ def domain() -> Any:
 
 
 def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
-    pf = pq.ParquetFile(io.BytesIO(raw))
-    for g in range(pf.metadata.num_row_groups):
-        expected = pf.read_row_group(g)
-        for j in range(pf.metadata.num_columns):
-            spec = chunk_spec(pf, g, j, "generated.parquet")
-            chunk = raw[spec.start : spec.start + spec.size]
-            pages = read_pages(chunk, spec)
-            assert unsupported_reason(spec, pages) is None
-            got = decode_chunk_on_device(chunk, spec, domain, pages)
-            host = HostPiece(
-                got.length,
-                got.data.get(),
-                None if got.offsets is None else got.offsets.get(),
-                None if got.validity is None else got.validity.get(),
-            )
-            column = expected.column(spec.column).combine_chunks()
-            assert_same(host, column, f"{spec.column} rg {g}")
+    def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
+        got = decode_chunk_on_device(chunk, spec, domain, pages)
+        return HostPiece(
+            got.length,
+            got.data.get(),
+            None if got.offsets is None else got.offsets.get(),
+            None if got.validity is None else got.validity.get(),
+        )
+
+    check_file(raw, decode=decode)
 
 
 @settings(
@@ -62,27 +54,11 @@ def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(
-    table=tables(),
-    codec=st.sampled_from(CODECS),
-    version=st.sampled_from(["1.0", "2.0"]),
-    dictionary=st.booleans(),
-    page_size=st.sampled_from([64, 1024, 1 << 20]),
-)
+@given(table=tables(), options=WRITE_OPTIONS)
 def test_device_decode_equals_pyarrow(
-    domain: Any, table: pa.Table, codec: str, version: str, dictionary: bool, page_size: int
+    domain: Any, table: pa.Table, options: dict[str, Any]
 ) -> None:
-    out = io.BytesIO()
-    pq.write_table(
-        table,
-        out,
-        compression=codec,
-        data_page_version=version,
-        use_dictionary=dictionary,
-        data_page_size=page_size,
-        row_group_size=50,
-    )
-    _on_device_equals_pyarrow(out.getvalue(), domain)
+    _on_device_equals_pyarrow(write(table, **options), domain)
 
 
 def test_large_chunk_on_device(domain: Any) -> None:
@@ -98,9 +74,7 @@ def test_large_chunk_on_device(domain: Any) -> None:
             "b": pa.array(rng.random(n) < 0.5, mask=mask),
         }
     )
-    out = io.BytesIO()
-    pq.write_table(table, out, compression="zstd", data_page_version="2.0")
-    _on_device_equals_pyarrow(out.getvalue(), domain)
+    _on_device_equals_pyarrow(write(table, compression="zstd", data_page_version="2.0"), domain)
 
 
 def corrupt_index_chunk() -> tuple[bytes, Any]:

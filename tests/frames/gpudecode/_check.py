@@ -4,13 +4,21 @@ compare it with PyArrow's decode, bit for bit."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.frames._host import HostPiece, host_piece
-from nexus_cache.frames.gpudecode import chunk_spec, decode_chunk, read_pages, unsupported_reason
+from nexus_cache.frames.gpudecode import (
+    ChunkSpec,
+    Page,
+    chunk_spec,
+    decode_chunk,
+    read_pages,
+    unsupported_reason,
+)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -39,8 +47,14 @@ def assert_same(got: HostPiece, expected: pa.Array, where: str) -> None:
     np.testing.assert_array_equal(_bits(got.data[valid]), _bits(want.data[valid]), err_msg=where)
 
 
-def check_file(raw: bytes, *, expect_supported: bool = True) -> dict[str, str]:
-    """Compare every supported chunk of ``raw``; returns {column: reason} of the others."""
+def check_file(
+    raw: bytes,
+    *,
+    expect_supported: bool = True,
+    decode: Callable[[bytes, ChunkSpec, list[Page]], HostPiece] = decode_chunk,
+) -> dict[str, str]:
+    """Compare ``decode`` of every supported chunk of ``raw`` with PyArrow's decode;
+    returns {column: reason} of the others."""
     pf = pq.ParquetFile(io.BytesIO(raw))
     reasons: dict[str, str] = {}
     for g in range(pf.metadata.num_row_groups):
@@ -55,5 +69,5 @@ def check_file(raw: bytes, *, expect_supported: bool = True) -> dict[str, str]:
                 reasons[spec.column] = reason
                 continue
             column = expected.column(spec.column).combine_chunks()
-            assert_same(decode_chunk(chunk, spec, pages), column, f"{spec.column} rg {g}")
+            assert_same(decode(chunk, spec, pages), column, f"{spec.column} rg {g}")
     return reasons

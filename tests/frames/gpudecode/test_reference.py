@@ -71,38 +71,30 @@ def tables(draw: Any) -> pa.Table:
     return pa.table({f"c{i}": draw(columns(n)) for i in range(count)})
 
 
-def _write(table: pa.Table, **options: Any) -> bytes:
+def write(table: pa.Table, **options: Any) -> bytes:
     out = io.BytesIO()
     pq.write_table(table, out, **options)
     return out.getvalue()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    table=tables(),
-    codec=st.sampled_from(CODECS),
-    version=st.sampled_from(["1.0", "2.0"]),
-    dictionary=st.booleans(),
-    page_size=st.sampled_from([64, 1024, 1 << 20]),
-    row_group_size=st.sampled_from([50, 1 << 20]),
+#: PyArrow writer options: every codec, page version, encoding and page size
+WRITE_OPTIONS = st.fixed_dictionaries(
+    {
+        "compression": st.sampled_from(CODECS),
+        "data_page_version": st.sampled_from(["1.0", "2.0"]),
+        "use_dictionary": st.booleans(),
+        "data_page_size": st.sampled_from([64, 1024, 1 << 20]),
+        "row_group_size": st.sampled_from([50, 1 << 20]),
+    }
 )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=tables(), options=WRITE_OPTIONS)
 def test_reference_equals_pyarrow_on_generated_tables(
-    table: pa.Table,
-    codec: str,
-    version: str,
-    dictionary: bool,
-    page_size: int,
-    row_group_size: int,
+    table: pa.Table, options: dict[str, Any]
 ) -> None:
-    raw = _write(
-        table,
-        compression=codec,
-        data_page_version=version,
-        use_dictionary=dictionary,
-        data_page_size=page_size,
-        row_group_size=row_group_size,
-    )
-    check_file(raw)
+    check_file(write(table, **options))
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -121,7 +113,7 @@ def test_every_codec_page_version_and_encoding(codec: str, version: str, diction
             "t": pa.array(rng.integers(0, 10**15, n), pa.timestamp("us")),
         }
     )
-    raw = _write(
+    raw = write(
         table,
         compression=codec,
         data_page_version=version,
@@ -135,7 +127,7 @@ def test_dictionary_fallback_to_plain_within_one_chunk() -> None:
     # A dictionary past its limit makes the writer switch to PLAIN pages
     # midway through the chunk: both kinds of page in one chunk.
     strings = [f"value-{i}" for i in range(20000)]
-    raw = _write(pa.table({"s": strings}), dictionary_pagesize_limit=4096, data_page_size=4096)
+    raw = write(pa.table({"s": strings}), dictionary_pagesize_limit=4096, data_page_size=4096)
     encodings = pq.ParquetFile(io.BytesIO(raw)).metadata.row_group(0).column(0).encodings
     assert "PLAIN" in encodings
     assert "RLE_DICTIONARY" in encodings

@@ -109,6 +109,22 @@ extern "C" __global__ void hybrid_runs(
 }
 """
 
+#: Shared by the kernels that find their page, stream or run: the last index
+#: in ``[0, n)`` of the ascending ``starts`` whose value is at most ``x``
+#: (``starts[0] <= x`` holds for every caller).
+_LAST_AT_MOST = r"""
+__device__ __forceinline__ long long last_at_most(
+    const long long* __restrict__ starts, long long n, long long x)
+{
+    long long lo = 0, hi = n;
+    while (hi - lo > 1) {
+        long long mid = (lo + hi) >> 1;
+        if (starts[mid] <= x) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+"""
+
 _HYBRID_EXPAND = r"""
 // One thread per output value: find its stream and run by binary search, then
 // take the RLE value or read bit_width bits (LSB first) of the packed run.
@@ -128,19 +144,10 @@ extern "C" __global__ void hybrid_expand(
 {
     long long stride = (long long)blockDim.x * gridDim.x;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += stride) {
-        int lo = 0, hi = n_streams;
-        while (hi - lo > 1) {
-            int mid = (lo + hi) >> 1;
-            if (out_base[mid] <= i) lo = mid; else hi = mid;
-        }
+        const int lo = (int)last_at_most(out_base, n_streams, i);
         const long long local = i - out_base[lo];
         const long long first = run_base[lo];
-        long long a = 0, b = run_count[lo];
-        while (b - a > 1) {
-            long long mid = (a + b) >> 1;
-            if (run_start[first + mid] <= local) a = mid; else b = mid;
-        }
-        const long long r = first + a;
+        const long long r = first + last_at_most(run_start + first, run_count[lo], local);
         const int bw = bit_width[lo];
         unsigned int value;
         if (!run_packed[r]) {
@@ -192,11 +199,7 @@ extern "C" __global__ void plain_fixed(
 {
     long long stride = (long long)blockDim.x * gridDim.x;
     for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < total; k += stride) {
-        int lo = 0, hi = n_pages;
-        while (hi - lo > 1) {
-            int mid = (lo + hi) >> 1;
-            if (dense_base[mid] <= k) lo = mid; else hi = mid;
-        }
+        const long long lo = last_at_most(dense_base, n_pages, k);
         const unsigned char* src = heap + page_values[lo] + (k - dense_base[lo]) * sizeof(ELEM_T);
         ELEM_T value = 0;
         for (int b = 0; b < (int)sizeof(ELEM_T); ++b)
@@ -318,9 +321,9 @@ extern "C" __global__ void copy_strings(
 
 _SOURCES = {
     "hybrid_runs": _HYBRID_RUNS,
-    "hybrid_expand": _HYBRID_EXPAND,
+    "hybrid_expand": _LAST_AT_MOST + _HYBRID_EXPAND,
     "levels_validity": _LEVELS_VALIDITY,
-    "plain_fixed": _PLAIN_FIXED,
+    "plain_fixed": _LAST_AT_MOST + _PLAIN_FIXED,
     "dict_gather": _DICT_GATHER,
     "dict_strings": _DICT_STRINGS,
     "plain_lengths": _PLAIN_LENGTHS,
