@@ -7,6 +7,8 @@ Run on the GPU machine (CuPy, one GPU); skipped elsewhere by tests/conftest.py.
 from __future__ import annotations
 
 import io
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from tests.frames.gpudecode._check import check_file
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
+from nexus_cache.frames import DecodeStats, decode_parquet
 from nexus_cache.frames._host import HostPiece
 from nexus_cache.frames.gpudecode import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.device import decode_chunk_on_device
@@ -97,3 +100,45 @@ def test_a_corrupt_index_stream_is_refused_on_device(domain: Any) -> None:
     chunk, spec = corrupt_index_chunk()
     with pytest.raises(SourceFormatError):
         decode_chunk_on_device(chunk, spec, domain)
+
+
+def _read_with_gpu_engine(raw: bytes, domain: Any, tmp: Path) -> tuple[pa.Table, DecodeStats]:
+    path = tmp / "t.parquet"
+    path.write_bytes(raw)
+    stats = DecodeStats()
+    frame = decode_parquet(path, domain=domain, engine="gpu", stats=stats)
+    try:
+        return frame.to_arrow(), stats
+    finally:
+        frame.release()
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(table=tables(), options=WRITE_OPTIONS)
+def test_gpu_engine_equals_pyarrow(domain: Any, table: pa.Table, options: dict[str, Any]) -> None:
+    raw = write(table, **options)
+    with tempfile.TemporaryDirectory() as tmp:
+        got, stats = _read_with_gpu_engine(raw, domain, Path(tmp))
+    expected = pq.read_table(io.BytesIO(raw))
+    assert got.equals(expected)
+    assert stats.paths == dict.fromkeys(table.column_names, "gpu") or table.num_rows == 0
+
+
+def test_gpu_engine_sends_unsupported_columns_to_the_host(domain: Any, tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "i": pa.array(np.arange(1000), pa.int64()),
+            "u": pa.array(np.arange(1000), pa.uint32()),
+            "s": pa.array([f"x{i % 7}" for i in range(1000)]),
+        }
+    )
+    raw = write(table, row_group_size=300)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    assert got.equals(table)
+    assert stats.paths["i"] == "gpu"
+    assert stats.paths["s"] == "gpu"
+    assert stats.paths["u"].startswith("host: type uint32")

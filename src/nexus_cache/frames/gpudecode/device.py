@@ -193,7 +193,11 @@ def decode_chunk_on_device(
     if reason is not None:
         raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
     with domain.scope():
-        return _decode(_Chunk(cp, spec, pages))
+        out = _decode(_Chunk(cp, spec, pages))
+        # Complete when it returns, like the host path: a caller may use the
+        # buffers from any stream.
+        cp.cuda.get_current_stream().synchronize()
+        return out
 
 
 def _decode(c: _Chunk) -> DeviceChunk:
