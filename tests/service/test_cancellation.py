@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.errors import AttemptCancelledError, ConfigError, QueryCancelledError
-from nexus_cache.service import Graph, QueryService, Scan
+from nexus_cache.service import Graph, QueryService, Scan, verify_evidence
 from nexus_cache.service.admission import POLL_INTERVAL_S
 from nexus_cache.service.datagen import ring_edges, write_parquet
 
@@ -57,6 +57,10 @@ def _decisions(service: QueryService) -> list[tuple[str, str]]:
 
 
 def _outcomes(evidence: Path) -> list[str]:
+    """The outcomes of the sealed attempts, which verify as a whole."""
+    report = verify_evidence(evidence)
+    assert report.ok, report.problems
+    assert not report.warnings
     return [json.loads(p.read_text())["outcome"] for p in sorted(evidence.glob("attempt-*.json"))]
 
 
