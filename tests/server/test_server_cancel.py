@@ -172,8 +172,9 @@ def test_shutdown_cancels_a_query_still_running_after_its_wait(tmp_path: Path, l
         assert "still running; stopping anyway" not in server.log()
         # nothing of the query stayed pinned: the caches drained whole
         assert "domain owner released" in server.log()
-        _out, _err = running.communicate(timeout=30)
+        _out, err = running.communicate(timeout=30)
         assert running.returncode != 0  # its query was cancelled, not answered
+        assert "was cancelled" in err
     finally:
         if running.poll() is None:
             running.kill()

@@ -229,9 +229,7 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                 if isinstance(exc, AdmissionError):
                     self._metrics.refused()
                 self._metrics.observe(query.kind, outcome, elapsed, None)
-            if cancelled:
-                raise flight.FlightCancelledError(message) from None
-            if isinstance(exc, _USER_ERRORS):
+            if isinstance(exc, _USER_ERRORS):  # QueryCancelledError included
                 raise _flight_error(exc) from None
             log.exception("query failed unexpectedly")
             raise _flight_error(exc) from None
