@@ -2,11 +2,15 @@
 # Run on the GPU machine: every GPU-marked test (RMM domains where rmm is
 # installed, then the device/frames/service tests again on CuPy-pool domains),
 # the demo on the GPU, then the benchmarks. Logs go to $OUT (or ./gpu-out).
-# Wheels for packages the machine lacks (rmm-cu13, librmm-cu13, rapids-logger,
-# kvikio-cu13, libkvikio-cu13, xxhash) travel in .whl/ (see docs/benchmarks.md).
+# Wheels for packages the machine lacks travel in .whl/ (see docs/benchmarks.md):
+# rmm-cu13, librmm-cu13, rapids-logger, kvikio-cu13, libkvikio-cu13 (the RMM
+# domains and KvikIO reads), nvidia-nvcomp-cu13 + nvidia-libnvcomp-cu13 (GPU
+# decompression), dask, distributed, tornado, zict, tblib, partd, locket (the
+# cluster's GPU worker test) and redis (the Redis program-cache tests).
 #
-#   GPU_BENCHMARKS="warmup cold_read graph source_cache"  which benchmarks/NAME.py to run
-#                                         (warmup at --scale 20, cold_read on a 2 GiB file)
+#   GPU_BENCHMARKS="warmup cold_read graph source_cache serve"  which benchmarks/NAME.py to run
+#                                         (warmup at --scale 20, cold_read on a 2 GiB file,
+#                                          serve on the cuda backend)
 #   BENCH_TIMEOUT=240                     seconds per benchmark
 #   PROGRAM_RUNS=3                        runs of the program-cache benchmark
 set -uo pipefail
@@ -35,11 +39,12 @@ export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
     tests/gpu/test_device_gpu.py tests/gpu/test_frames_gpu.py tests/gpu/test_service_gpu.py
 } 2>&1 | tee "$out/gpu-tests.txt"
 timeout 240 python3 -m nexus_cache.cli.main demo --backend cuda ${DEMO_ARGS:-} 2>&1 | tee "$out/demo.txt"
-for b in ${GPU_BENCHMARKS:-warmup cold_read graph source_cache}; do
+for b in ${GPU_BENCHMARKS:-warmup cold_read graph source_cache serve}; do
   [ -f "benchmarks/$b.py" ] || continue
   case $b in
     warmup) args="--scale 20" ;;
     cold_read) args="--backend cuda --size-mib 2048 --repeats 3" ;;
+    serve) args="--backend cuda --repeats 200 --qps-seconds 3 --scan-gib 1" ;;
     *) args="" ;;
   esac
   timeout "${BENCH_TIMEOUT:-240}" python3 "benchmarks/$b.py" $args ${BENCH_ARGS:-} 2>&1 | tee "$out/bench-$b.txt"
