@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _graph, when run as 
 from _graph.peers import compare_peers
 from nexus_cache._sizes import format_size
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, pagerank
-from nexus_cache.graph.arrays import is_cupy, sparse_module, to_numpy
+from nexus_cache.graph.arrays import is_device_module, sparse_module, to_numpy
 
 RMAT = (0.57, 0.19, 0.19)
 
@@ -65,7 +65,7 @@ class Bench:
         self.rows: list[tuple[str, str, str, str]] = []
 
     def sync(self) -> None:
-        if is_cupy(self.xp):
+        if is_device_module(self.xp):
             self.xp.cuda.Device().synchronize()
 
     def time(self, fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -81,7 +81,7 @@ class Bench:
         return first, statistics.median(warm), out
 
     def free(self) -> None:
-        if is_cupy(self.xp):
+        if is_device_module(self.xp):
             self.xp.get_default_memory_pool().free_all_blocks()
 
     def row(self, figure: str, ours: str, peer: str, ratio: str) -> None:
@@ -95,7 +95,7 @@ def rmat_edges(xp: Any, scale: int, edge_factor: int, seed: int) -> tuple[Any, A
     m = edge_factor << scale
     src = xp.zeros(m, dtype=np.int64)
     dst = xp.zeros(m, dtype=np.int64)
-    if is_cupy(xp):
+    if is_device_module(xp):
         rs = xp.random.RandomState(seed)
 
         def uniform() -> Any:
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> Bench:
     bench = Bench(xp, args.repeats)
     sparse = sparse_module(xp)
     print(f"# backend={args.backend} scale={args.scale} edge_factor={args.edge_factor}")
-    if is_cupy(xp):
+    if is_device_module(xp):
         props = xp.cuda.runtime.getDeviceProperties(0)
         print(f"# device: {props['name'].decode()}, CuPy {xp.__version__}")
     t, (src, dst) = bench.time(lambda: rmat_edges(xp, args.scale, args.edge_factor, args.seed))
@@ -319,7 +319,7 @@ def cache_rows(bench: Bench, edges: dict[str, Any], args: argparse.Namespace) ->
         ("pagerank", {"max_iter": 20, "tol": 1e-30}),
         *((metric, {"pairs": pairs}) for metric in ("jaccard", "sorensen", "overlap", "cosine")),
     ]
-    backend = select_backend("cuda" if is_cupy(xp) else "host")
+    backend = select_backend("cuda" if is_device_module(xp) else "host")
     total = backend.mem_info(0).total_bytes
     cap = min(parse_size(args.cache_cap, name="--cache-cap"), int(total * 0.8))
     options = GraphOptions(directed=False)

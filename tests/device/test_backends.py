@@ -177,7 +177,8 @@ def test_host_synchronize_runs_streams() -> None:
 def test_bad_allocator_setting_is_config_error_before_cuda_is_touched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from nexus_cache.backends.cuda import ENV_DEVICE_ALLOCATOR, CudaBackend
+    from nexus_cache.backends.cuda import CudaBackend
+    from nexus_cache.backends.kinds import ENV_DEVICE_ALLOCATOR
 
     with pytest.raises(ConfigError, match="allocator='jemalloc'"):
         CudaBackend(allocator="jemalloc")

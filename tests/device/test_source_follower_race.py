@@ -72,7 +72,7 @@ class AttemptValue:
 
 
 class GatedDomain(HostAllocationDomain):
-    """A host domain whose first look at ``xp`` (the first thing
+    """A host domain whose first look at ``host_memory`` (the first thing
     ``DeviceFrame.copy_into`` does) announces itself and waits for ``gate``."""
 
     def __init__(self, backend: Any, device_id: int) -> None:
@@ -82,12 +82,12 @@ class GatedDomain(HostAllocationDomain):
         self._armed = True
 
     @property
-    def xp(self) -> Any:
+    def host_memory(self) -> bool:
         if self._armed:
             self._armed = False
             self.copy_started.set()
             assert self.gate.wait(10), "the test never opened the gate"
-        return super().xp
+        return super().host_memory
 
 
 class Race:

@@ -76,6 +76,33 @@ def test_domain_kind_follows_the_setting(cp: Any) -> None:
     caches.shutdown()
 
 
+def test_the_cuda_backend_and_its_domains_answer_as_device_memory(cp: Any) -> None:
+    from nexus_cache.backends.cuda import CudaBackend
+    from nexus_cache.backends.kinds import CUDA
+    from nexus_cache.frames import open_transfer
+
+    backend = CudaBackend()
+    assert backend.kind is CUDA
+    assert backend.name == "cuda"
+    last = backend.device_count() - 1
+    with backend.device_scope(last):
+        assert cp.cuda.Device().id == last
+    domain = backend.create_domain(0)
+    assert domain.kind is CUDA
+    assert domain.host_memory is False
+    transfer = open_transfer(domain)  # device memory: the pinned staging path
+    try:
+        assert transfer.host_memory is False
+        dst = domain.empty(8, np.uint8)
+        transfer.to_device(np.arange(8, dtype=np.uint8), dst)
+        transfer.finish()
+        assert dst.get().tolist() == list(range(8))
+    finally:
+        transfer.close()
+    del dst
+    domain.close()
+
+
 def _free(cp: Any) -> int:
     with cp.cuda.Device(0):
         cp.cuda.runtime.deviceSynchronize()

@@ -11,6 +11,7 @@ import pytest
 
 import nexus_cache.service.demo as service_demo
 from nexus_cache.cli.main import main
+from nexus_cache.errors import ConfigError
 from nexus_cache.service.demo import QUICK_DEMO_S, estimate_demo_seconds
 
 SMALL = ["demo", "--scale", "5", "--backend", "host"]
@@ -86,6 +87,11 @@ def test_estimates_mark_the_large_scales(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("NEXUS_GRAPH_HOST_ENGINE", "auto")
     assert estimate_demo_seconds(18, "host") < QUICK_DEMO_S  # compiled loops
     assert estimate_demo_seconds(22, "host") > QUICK_DEMO_S
+
+
+def test_an_estimate_for_an_unknown_backend_is_refused() -> None:
+    with pytest.raises(ConfigError, match="'tpu' is not a device backend; accepted: cuda, host"):
+        estimate_demo_seconds(16, "tpu")
 
 
 @pytest.fixture

@@ -1,9 +1,12 @@
 """The interface every device backend implements (``cuda`` and ``host``).
 
-A backend gives the cache layer four things and nothing more: the array
-module ``xp``, device memory information, allocation domains, and stream
-synchronization. Cache logic is written once against this interface, so the
-host backend runs in CI exactly the code paths the GPU runs.
+A backend gives the cache layer what it needs and nothing more: its
+``kind`` (the registry entry of ``backends.kinds``: name, host or device
+memory, whether queries run CUDA kernels), the array module ``xp``, device
+memory information, a device scope, allocation domains (each answering
+``host_memory``), and stream synchronization. Cache logic is written once
+against this interface and asks it instead of comparing backend names, so
+the host backend runs in CI exactly the code paths the GPU runs.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import threading
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from nexus_cache.backends.kinds import BackendKind
 from nexus_cache.errors import ConfigError, LifecycleError
 
 __all__ = [
@@ -100,8 +104,8 @@ class AllocationDomain(abc.ABC):
     allocations of the thread that opened it.
     """
 
-    #: what the messages call the device ("CUDA", "host")
-    kind: str = "device"
+    #: the backend whose memory this domain allocates (its registry entry)
+    kind: ClassVar[BackendKind]
     #: True when allocations past :attr:`limit_bytes` fail in the allocator
     #: itself (RMM's limiting adaptor); otherwise the ledger alone holds the cap
     enforces_limit: bool = False
@@ -125,6 +129,13 @@ class AllocationDomain(abc.ABC):
     def limit_bytes(self) -> int | None:
         """The limit the domain was built with (the cache cap), or None."""
         return self._limit_bytes
+
+    @property
+    def host_memory(self) -> bool:
+        """True when the domain's arrays live in host memory: a host buffer gets
+        in by a plain copy (no pinned staging, no copy stream) and an array may
+        be read by the host in place. False for device memory."""
+        return self.kind.host_memory
 
     @property
     @abc.abstractmethod
@@ -198,8 +209,8 @@ class AllocationDomain(abc.ABC):
         used = self.physical_usage()[0]
         if used:
             raise LifecycleError(
-                f"cannot close the allocation domain of {self.kind} device {self._device_id}: "
-                f"{used} B are still live in it"
+                f"cannot close the allocation domain of {self.kind.label} device "
+                f"{self._device_id}: {used} B are still live in it"
             )
         self.release_unused()
         with self._counter_lock:
@@ -209,7 +220,7 @@ class AllocationDomain(abc.ABC):
         """Raise :class:`LifecycleError` once the domain is closed."""
         if self._closed:
             raise LifecycleError(
-                f"allocation domain of {self.kind} device {self._device_id} is closed"
+                f"allocation domain of {self.kind.label} device {self._device_id} is closed"
             )
 
     @property
@@ -243,8 +254,13 @@ class DeviceBackend(abc.ABC):
     Implementations are thread-safe.
     """
 
-    #: short name used in reports and NEXUS_DEVICE_BACKEND
-    name: str = ""
+    #: what this backend is (its registry entry in ``backends.kinds``)
+    kind: ClassVar[BackendKind]
+
+    @property
+    def name(self) -> str:
+        """Short name used in reports and ``NEXUS_DEVICE_BACKEND`` (``kind.name``)."""
+        return self.kind.name
 
     @property
     @abc.abstractmethod
@@ -267,6 +283,12 @@ class DeviceBackend(abc.ABC):
         """A new allocation domain on ``device_id`` with ``limit_bytes`` (the cache
         cap, None for none). Domains with ``enforces_limit`` refuse allocations past
         it (``MemoryError``); the others leave the cap to the ledger."""
+
+    @abc.abstractmethod
+    def device_scope(self, device_id: int) -> AbstractContextManager[Any]:
+        """Make ``device_id`` current for this thread's array work inside the
+        ``with`` (CUDA: ``cupy.cuda.Device``; host: nothing to do). Raises
+        :class:`ConfigError` for a device the backend does not have."""
 
     @abc.abstractmethod
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:

@@ -17,22 +17,24 @@ the domain's device, and sizes are rounded to 512 bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from nexus_cache.backends._choice import choose
 from nexus_cache.backends.base import DeviceBackend, MemoryInfo
 from nexus_cache.backends.cupy_domain import CupyArrayDomain
+from nexus_cache.backends.kinds import (
+    ALLOCATOR_NAMES,
+    CUDA,
+    CUPY_POOL,
+    ENV_DEVICE_ALLOCATOR,
+    ENV_DEVICE_BACKEND,
+    HOST,
+    RMM,
+)
 from nexus_cache.errors import BackendUnavailableError
 
-__all__ = [
-    "ALLOCATOR_NAMES",
-    "ENV_DEVICE_ALLOCATOR",
-    "CudaAllocationDomain",
-    "CudaBackend",
-]
-
-ENV_DEVICE_ALLOCATOR = "NEXUS_DEVICE_ALLOCATOR"
-ALLOCATOR_NAMES = ("auto", "rmm", "cupy")
+__all__ = ["CudaAllocationDomain", "CudaBackend"]
 
 
 def _allocator_setting(name: str | None) -> str:
@@ -47,37 +49,40 @@ def _allocator_setting(name: str | None) -> str:
 
 
 def _resolve_allocator(choice: str) -> str:
-    if choice == "cupy":
-        return "cupy"
+    """The allocator ``choice`` (a validated setting) builds on: ``auto`` takes RMM
+    when it imports."""
+    if choice == CUPY_POOL.name:
+        return CUPY_POOL.name
     from nexus_cache.backends.rmm import rmm_available
 
     if rmm_available():
-        return "rmm"
-    if choice == "rmm":
+        return RMM.name
+    if choice == RMM.name:
         raise BackendUnavailableError(
             "the rmm domain allocator was asked for but RMM does not import; install "
-            f"nexus-cache[rmm] (rmm-cu13) or set {ENV_DEVICE_ALLOCATOR}=cupy"
+            f"nexus-cache[rmm] (rmm-cu13) or set {ENV_DEVICE_ALLOCATOR}={CUPY_POOL.name}"
         )
-    return "cupy"
+    return CUPY_POOL.name
 
 
 def _import_cupy() -> Any:
+    unavailable = f"set {ENV_DEVICE_BACKEND}={HOST.name}"
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
         raise BackendUnavailableError(
-            f"the cuda device backend needs CuPy ({exc}); install nexus-cache[gpu] "
-            "or set NEXUS_DEVICE_BACKEND=host"
+            f"the {CUDA.name} device backend needs CuPy ({exc}); install nexus-cache[gpu] "
+            f"or {unavailable}"
         ) from exc
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
     except Exception as exc:
         raise BackendUnavailableError(
-            f"the cuda device backend found no usable GPU ({exc}); set NEXUS_DEVICE_BACKEND=host"
+            f"the {CUDA.name} device backend found no usable GPU ({exc}); {unavailable}"
         ) from exc
     if count < 1:
         raise BackendUnavailableError(
-            "the cuda device backend found no GPU; set NEXUS_DEVICE_BACKEND=host"
+            f"the {CUDA.name} device backend found no GPU; {unavailable}"
         )
     return cupy
 
@@ -88,7 +93,7 @@ class CudaBackend(DeviceBackend):
     Raises :class:`BackendUnavailableError` when CuPy or a GPU is missing.
     """
 
-    name = "cuda"
+    kind = CUDA
 
     def __init__(self, allocator: str | None = None) -> None:
         """``allocator``: ``auto``, ``rmm`` or ``cupy``; None reads ``NEXUS_DEVICE_ALLOCATOR``."""
@@ -123,11 +128,15 @@ class CudaBackend(DeviceBackend):
 
     def create_domain(self, device_id: int, *, limit_bytes: int | None = None) -> CupyArrayDomain:
         self.check_device(device_id)
-        if self._allocator == "rmm":
+        if self._allocator == RMM.name:
             from nexus_cache.backends.rmm import RmmAllocationDomain
 
             return RmmAllocationDomain(self._cp, device_id, limit_bytes=limit_bytes)
         return CudaAllocationDomain(self._cp, device_id, limit_bytes=limit_bytes)
+
+    def device_scope(self, device_id: int) -> AbstractContextManager[Any]:
+        self.check_device(device_id)
+        return self._cp.cuda.Device(device_id)
 
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
         self.check_device(device_id)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from nexus_cache.backends.base import AllocationDomain, AllocationScope
+from nexus_cache.backends.kinds import CUDA
 from nexus_cache.errors import LifecycleError
 
 __all__ = ["CupyArrayDomain"]
@@ -22,7 +23,7 @@ class CupyArrayDomain(AllocationDomain):
     """What every CuPy-backed domain shares: routing CuPy's allocations through
     :meth:`malloc` inside :meth:`scope`, under the domain's device. Thread-safe."""
 
-    kind = "CUDA"
+    kind = CUDA
 
     def __init__(self, cupy: Any, device_id: int, *, limit_bytes: int | None = None) -> None:
         super().__init__(device_id, limit_bytes=limit_bytes)

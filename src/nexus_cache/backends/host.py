@@ -14,7 +14,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from nexus_cache.backends.base import (
     MemoryInfo,
     round_allocation,
 )
+from nexus_cache.backends.kinds import HOST
 from nexus_cache.errors import CapacityError, ConfigError, LifecycleError
 
 __all__ = [
@@ -85,7 +86,7 @@ class HostBackend(DeviceBackend):
     out-of-memory.
     """
 
-    name = "host"
+    kind = HOST
 
     def __init__(
         self, device_total_bytes: int | None = None, device_count: int | None = None
@@ -133,6 +134,10 @@ class HostBackend(DeviceBackend):
         self.check_device(device_id)
         return HostAllocationDomain(self, device_id, limit_bytes=limit_bytes)
 
+    def device_scope(self, device_id: int) -> AbstractContextManager[None]:
+        self.check_device(device_id)
+        return nullcontext()  # NumPy work has no current device
+
     def synchronize(self, device_id: int, streams: Iterable[Any] = ()) -> None:
         self.check_device(device_id)
         for stream in streams:
@@ -168,7 +173,7 @@ class HostAllocationDomain(AllocationDomain):
     the last view dies.
     """
 
-    kind = "host"
+    kind = HOST
 
     def __init__(
         self, backend: HostBackend, device_id: int, *, limit_bytes: int | None = None

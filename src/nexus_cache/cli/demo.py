@@ -16,6 +16,7 @@ import contextlib
 import sys
 from typing import Any
 
+from nexus_cache.backends.kinds import AUTO, BACKEND_NAMES, backend_help
 from nexus_cache.cli._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -73,9 +74,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("auto", "cuda", "host"),
-        default="auto",
-        help="device backend (default auto: the GPU when CuPy finds one, else host)",
+        choices=BACKEND_NAMES,
+        default=AUTO,
+        help=f"device backend (default {AUTO}); {backend_help()}",
     )
     parser.add_argument(
         "--cache-cap-bytes",
@@ -141,15 +142,16 @@ def _confirmed(args: argparse.Namespace) -> bool:
     (CI, a pipe) a warning with the estimate goes to stderr and the demo runs:
     a script is never left waiting for an answer.
     """
+    from nexus_cache.backends import BACKENDS
     from nexus_cache.service.demo import QUICK_DEMO_S, estimate_demo_seconds
 
-    if estimate_demo_seconds(args.scale, "host") <= QUICK_DEMO_S:
+    if max(estimate_demo_seconds(args.scale, kind.name) for kind in BACKENDS) <= QUICK_DEMO_S:
         return True  # quick on the slowest backend: no need to find out which one runs
     backend = args.backend
-    if backend == "auto":
+    if backend == AUTO:
         from nexus_cache.backends import select_backend
 
-        backend = select_backend("auto").name
+        backend = select_backend(AUTO).name
     seconds = estimate_demo_seconds(args.scale, backend)
     if seconds <= QUICK_DEMO_S:
         return True

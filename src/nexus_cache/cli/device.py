@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from nexus_cache.backends.kinds import AUTO, BACKEND_NAMES, ENV_DEVICE_BACKEND, backend_help
 from nexus_cache.cli._output import (
     SIZE_HELP,
     CommandError,
@@ -68,9 +69,9 @@ def register(subparsers: Any) -> None:
     )
     report.add_argument(
         "--backend",
-        choices=("auto", "cuda", "host"),
+        choices=BACKEND_NAMES,
         default=None,
-        help="device backend (default: NEXUS_DEVICE_BACKEND, else auto)",
+        help=f"device backend (default: {ENV_DEVICE_BACKEND}, else {AUTO}); {backend_help()}",
     )
     report.add_argument(
         "--format",

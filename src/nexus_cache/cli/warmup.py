@@ -14,6 +14,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from nexus_cache.backends.kinds import (
+    AUTO,
+    BACKEND_NAMES,
+    ENV_DEVICE_BACKEND,
+    backend_help,
+    backend_kind,
+)
 from nexus_cache.cli._output import EXIT_OK, Table, add_json_option, emit, progress
 
 __all__ = ["register"]
@@ -41,10 +48,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("auto", "cuda", "host"),
+        choices=BACKEND_NAMES,
         default=None,
-        help="device backend (default: NEXUS_DEVICE_BACKEND, else auto: the GPU when CuPy "
-        "finds one, else host, where nothing needs compiling)",
+        help=f"device backend (default: {ENV_DEVICE_BACKEND}, else {AUTO}); {backend_help()}",
     )
     add_json_option(parser)
     parser.set_defaults(func=_run)
@@ -82,7 +88,7 @@ def _table(report: Any, cache_dir: str) -> Table:
         f"warm-up: {report.seconds:.2f} s on {devices} device{'s' if devices != 1 else ''} "
         f"({report.backend} backend), {steps} steps"
     )
-    if report.backend == "cuda":
+    if backend_kind(report.backend).cuda_kernels:
         counts = {o: sum(k.origin == o for k in kernels) for o in _ORIGIN_TEXT}
         footer += (
             f"; {len(kernels)} kernels newly loaded: {counts['program-cache']} from the program "
@@ -90,7 +96,7 @@ def _table(report: Any, cache_dir: str) -> Table:
             f"program cache: {cache_dir}"
         )
     else:
-        footer += "; the host backend compiles nothing"
+        footer += f"; the {report.backend} backend compiles nothing"
     table = Table(
         ["device", "kernel", "target", "from", "time"],
         title="GPU kernels made ready",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from nexus_cache.backends import DeviceBackend, select_backend
+from nexus_cache.backends import BACKEND_NAMES, DeviceBackend, select_backend
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
 from nexus_cache.device.graph_cache import GraphCacheSubdomain
 from nexus_cache.device.ledger import DeviceLedger
@@ -62,9 +62,8 @@ class DeviceResidentCaches:
         if backend is None or isinstance(backend, str):
             backend = select_backend(backend)
         elif not isinstance(backend, DeviceBackend):
-            raise ConfigError(
-                f"backend={backend!r}; accepted: a DeviceBackend, 'auto', 'cuda', 'host' or None"
-            )
+            names = ", ".join(repr(name) for name in BACKEND_NAMES)
+            raise ConfigError(f"backend={backend!r}; accepted: a DeviceBackend, {names} or None")
         self._backend = backend
         profiles = tuple(profiles)
         if not profiles:

@@ -21,7 +21,6 @@ from nexus_cache.frames.staging import (
     PinnedStaging,
     Transfer,
     TransferStats,
-    is_cuda_domain,
     open_transfer,
 )
 
@@ -38,7 +37,6 @@ __all__ = [
     "TransferStats",
     "column_kind",
     "decode_parquet",
-    "is_cuda_domain",
     "kvikio_available",
     "open_transfer",
     "read_cached_parquet",

@@ -17,7 +17,7 @@ from nexus_cache.frames._copy import copy_columns, copy_stream
 from nexus_cache.frames._host import arrow_array
 from nexus_cache.frames.column import DeviceColumn, column_kind
 from nexus_cache.frames.owner import FrameOwner
-from nexus_cache.frames.staging import is_cuda_domain, open_transfer
+from nexus_cache.frames.staging import open_transfer
 
 __all__ = ["DeviceFrame"]
 
@@ -206,7 +206,7 @@ class DeviceFrame:
         string bytes outside the rows are not copied.
         ``owner`` becomes the copy's owner (e.g. a pin kept until it is released).
         """
-        stream = copy_stream(domain) if is_cuda_domain(domain) else None
+        stream = None if domain.host_memory else copy_stream(domain)
         columns = copy_columns(self.columns, self._domain, domain, stream)
         if stream is not None:
             stream.synchronize()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.frames.staging import TransferStats, is_cuda_domain, open_transfer
+from nexus_cache.frames.staging import TransferStats, open_transfer
 
 __all__ = ["kvikio_available", "read_to_device"]
 
@@ -72,7 +72,7 @@ def read_to_device(
     if use_kvikio and not local:
         raise io.UnsupportedOperation("a KvikIO read needs a local file (a cache hit)")
     if use_kvikio is None:
-        use_kvikio = local and is_cuda_domain(domain) and kvikio_available()
+        use_kvikio = local and not domain.host_memory and kvikio_available()
     target = out[:size] if int(out.nbytes) > size else out
     if use_kvikio and size:
         _kvikio_read(handle, target, size)

@@ -43,7 +43,6 @@ __all__ = [
     "Transfer",
     "TransferStats",
     "check_staging",
-    "is_cuda_domain",
     "open_transfer",
 ]
 
@@ -52,11 +51,6 @@ __all__ = [
 DEFAULT_SLOT_BYTES = 32 << 20
 DEFAULT_SLOTS = 3
 _POOL_KEEP = 2  # idle stagings kept per device
-
-
-def is_cuda_domain(domain: AllocationDomain) -> bool:
-    """Whether ``domain`` allocates CuPy (device) arrays."""
-    return getattr(domain.xp, "__name__", "") == "cupy"
 
 
 @dataclass
@@ -296,13 +290,14 @@ def open_transfer(
     slot_bytes: int | str = DEFAULT_SLOT_BYTES,
     slots: int = DEFAULT_SLOTS,
 ) -> Transfer:
-    """A transfer into ``domain``: pinned staging on CUDA, a plain copy on the host.
+    """A transfer into ``domain``: through pinned staging when the domain's memory
+    is device memory (CUDA), a plain copy when it is host memory.
 
     Close it when done (it returns its pinned slots to the pool). Raises
     ConfigError for a slot size under 4096 bytes or fewer than 2 slots.
     """
     slot_bytes, slots = check_staging(slot_bytes, slots)
-    if is_cuda_domain(domain):
+    if not domain.host_memory:
         staging = PinnedStaging.acquire(domain.device_id, slot_bytes, slots)
         return _CudaTransfer(domain, staging, timing)
     return Transfer(domain)

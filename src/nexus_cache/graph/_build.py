@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import GraphInputError
-from nexus_cache.graph.arrays import is_cupy, scatter_add, scatter_max, scatter_min
+from nexus_cache.graph.arrays import is_device_module, scatter_add, scatter_max, scatter_min
 
 __all__ = ["Renumbering", "csr_from_arcs", "renumber", "rows_of"]
 
@@ -78,7 +78,7 @@ def _check_vertex_count(n: int, index_dtype: Any) -> None:
 def _segment_reduce(xp: Any, values: Any, is_start: Any, rule: str) -> Any:
     """Reduce runs of ``values`` that start where ``is_start`` is True."""
     starts = xp.flatnonzero(is_start)
-    if not is_cupy(xp):
+    if not is_device_module(xp):
         ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[rule]
         return ufunc.reduceat(values, starts)
     segment = xp.cumsum(is_start, dtype=np.int64) - 1

@@ -1,8 +1,13 @@
 """The array module behind an array, and the few helpers NumPy and CuPy need apart.
 
 Graph code is written once against ``xp`` (NumPy or CuPy) and its sparse
-module; this module is the only place that tells the two apart. CuPy is
-imported lazily, only when a CuPy array is actually seen.
+module; this module is the only place that tells the two apart, and it does
+so without naming either device library: NumPy is the host's module and any
+other module is a device one (:func:`is_device_module`); an array is on the
+device when its type exposes ``__cuda_array_interface__``, and its module is
+the package whose ``ndarray`` it is (:func:`array_module`). Nothing here
+imports CuPy; ``cupyx`` is imported only when a device module's sparse
+module is asked for.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import numpy as np
 
 __all__ = [
     "array_module",
-    "is_cupy",
+    "is_device_module",
     "scatter_add",
     "scatter_max",
     "scatter_min",
@@ -23,22 +28,37 @@ __all__ = [
 ]
 
 
-def is_cupy(xp: Any) -> bool:
-    """True when ``xp`` is CuPy (checked by name: CuPy is never imported here)."""
-    return getattr(xp, "__name__", "") == "cupy"
+def is_device_module(xp: Any) -> bool:
+    """True when ``xp`` allocates device memory (CuPy): any module but NumPy.
+
+    Graph code supports those two; NumPy's paths are the host's (SciPy, the
+    host engine's loops), every other module takes the CUDA paths.
+    """
+    return xp is not np
 
 
 def array_module(*arrays: Any) -> Any:
-    """CuPy if any of ``arrays`` is a CuPy array, else NumPy."""
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and any(isinstance(a, cupy.ndarray) for a in arrays):
-        return cupy
+    """The module of the first device array among ``arrays``, else NumPy.
+
+    Duck-typed: an array is a device array when its type exposes
+    ``__cuda_array_interface__``, and its module is the top-level package
+    whose ``ndarray`` it is (CuPy's). A device array of a package without an
+    ``ndarray`` (Numba's) counts as input to convert, so NumPy is returned.
+    """
+    for array in arrays:
+        kind = type(array)
+        if not hasattr(kind, "__cuda_array_interface__"):
+            continue
+        module = sys.modules.get(kind.__module__.partition(".")[0])
+        ndarray = getattr(module, "ndarray", None)
+        if isinstance(ndarray, type) and isinstance(array, ndarray):
+            return module
     return np
 
 
 def sparse_module(xp: Any) -> Any:
     """``cupyx.scipy.sparse`` for CuPy, ``scipy.sparse`` for NumPy."""
-    if is_cupy(xp):
+    if is_device_module(xp):
         import cupyx.scipy.sparse as sparse
 
         return sparse

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import GraphInputError
-from nexus_cache.graph.arrays import array_module, is_cupy
+from nexus_cache.graph.arrays import array_module, is_device_module
 
 __all__ = ["edge_columns", "vertex_array"]
 
@@ -121,6 +121,6 @@ def edge_columns(
             raise GraphInputError(
                 f"weight column {weight!r} holds NaN or infinite values; drop or fill them"
             )
-    if is_cupy(xp) and not src.flags.c_contiguous:
+    if is_device_module(xp) and not src.flags.c_contiguous:
         src, dst = xp.ascontiguousarray(src), xp.ascontiguousarray(dst)
     return src, dst, weights, xp

@@ -16,7 +16,7 @@ import numpy as np
 
 from nexus_cache._sizes import parse_size
 from nexus_cache.graph._expand import chunk_elements
-from nexus_cache.graph.arrays import is_cupy
+from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.options import GraphOptions
 from nexus_cache.graph.similarities import DEFAULT_MAX_TEMP_BYTES
@@ -118,7 +118,7 @@ def transient_bytes(graph: Graph, algorithm: str, params: Mapping[str, Any]) -> 
         params.get("max_temp_bytes", DEFAULT_MAX_TEMP_BYTES), name="max_temp_bytes"
     )
     chunk = 0
-    if not is_cupy(graph.xp) and arcs:  # the GPU kernel walks without temporaries
+    if not is_device_module(graph.xp) and arcs:  # the GPU kernel walks without temporaries
         # The walk goes in chunks of at most chunk_elements(budget) elements:
         # its temporaries are the smaller of one chunk and the whole walk.
         if pairs is None:

@@ -33,7 +33,7 @@ from nexus_cache.graph._host_engine import (
     host_kernels,
     pair_common_neighbours,
 )
-from nexus_cache.graph.arrays import is_cupy
+from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 
@@ -83,7 +83,7 @@ def _intersections(
     indptr = graph.indptr.astype(np.int64, copy=False)
     deg_a = indptr[first + 1] - indptr[first]
     deg_b = indptr[second + 1] - indptr[second]
-    if is_cupy(xp):
+    if is_device_module(xp):
         from nexus_cache.graph._kernels import intersect_counts
 
         return intersect_counts(graph.indptr, graph.indices, first, second), deg_a, deg_b

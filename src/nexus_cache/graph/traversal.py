@@ -22,7 +22,7 @@ from nexus_cache.errors import ConfigError, GraphInputError
 from nexus_cache.graph._expand import expand_chunks, offsets_of
 from nexus_cache.graph._host_engine import bfs as host_bfs
 from nexus_cache.graph._host_engine import host_kernels
-from nexus_cache.graph.arrays import is_cupy
+from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
 from nexus_cache.graph.stopping import checkpoint
@@ -102,7 +102,7 @@ def _bfs_dense(
         pull_g = None
     elif direction == "pull":
         push_g = None
-    kernels = None if is_cupy(xp) else host_kernels()
+    kernels = None if is_device_module(xp) else host_kernels()
     if kernels is not None:
         mode = 0 if push_g is not None and pull_g is not None else 1 if pull_g is None else 2
         rows_g = push_g if push_g is not None else pull_g
@@ -135,7 +135,7 @@ def _bfs_dense(
             _push_step(push_g, frontier, dist, pred, level)
         else:
             assert pull_g is not None
-            if not is_cupy(xp) and rows is None:
+            if not is_device_module(xp) and rows is None:
                 rows = pull_g.rows()
             _pull_step(pull_g, rows, dist, pred, level)
         frontier = xp.flatnonzero(dist == level)
@@ -163,7 +163,7 @@ def _push_step(g: Graph, frontier: Any, dist: Any, pred: Any, level: int) -> Non
 def _pull_step(g: Graph, rows: Any, dist: Any, pred: Any, level: int) -> None:
     xp = g.xp
     frontier = dist == level - 1
-    if is_cupy(xp):
+    if is_device_module(xp):
         from nexus_cache.graph._kernels import pull_step
 
         pull_step(g.indptr, g.indices, frontier, dist, pred, level)

@@ -19,7 +19,6 @@ import pyarrow as pa
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
-from nexus_cache.frames import is_cuda_domain as domain_is_cuda
 from nexus_cache.graph.stopping import stop_check
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import (
@@ -195,7 +194,7 @@ def run_attempt(
         if isinstance(query, Scan):
             outcome.graph = NOT_APPLICABLE
             t0 = time.perf_counter()
-            table = load.table(detach=not domain_is_cuda(domain))
+            table = load.table(detach=domain.host_memory)
             timings["to_arrow_s"] = time.perf_counter() - t0
             budget.charge(table.nbytes, "the result table")
             outcome.table = table

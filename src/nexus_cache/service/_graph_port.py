@@ -21,7 +21,6 @@ see neighbour sets, where a repeat is the same neighbour.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -88,15 +87,6 @@ def algorithm_params(query: Graph) -> dict[str, Any]:
         return {"sources": params["source"], "depth_limit": params["depth_limit"]}
     assert query.algorithm in SIMILARITIES
     return {}
-
-
-def on_device(backend: str, device_id: int) -> contextlib.AbstractContextManager[Any]:
-    """Make ``device_id`` current for CuPy work (nothing to do on the host backend)."""
-    if backend != "cuda":
-        return contextlib.nullcontext()
-    import cupy
-
-    return cupy.cuda.Device(device_id)
 
 
 def edge_input(
@@ -218,7 +208,7 @@ class GraphPort:
             source_location=query.edges.source,  # a rewrite there retires older graphs
         )
         names = [n for n in (query.src, query.dst, query.weight) if n is not None]
-        with on_device(backend.name, device_id), domain.scope():
+        with backend.device_scope(device_id), domain.scope():
             edges = edge_input(frames, names, backend.xp, objects)
             n_edges = sum(f.num_rows for f in frames)
             run = run_graph(

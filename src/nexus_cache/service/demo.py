@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nexus_cache.backends import backend_kind
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
 from nexus_cache.service.config import ServiceConfig
@@ -54,12 +55,13 @@ QUICK_DEMO_S = 180.0
 # generation, warm-up, the cold pass and three warm runs of the mix), measured
 # on the 2-core CI machine on 2026-12-04. host with Numba (the host extra): 5 s
 # at scale 16, 21 s at 18; host with NumPy alone: 3 s at 12, 19 s at 14
-# (Jaccard is most of it and grows faster than the edge count). cuda: the
-# H200's scale-16 run (about 1.5 s of queries) with the edge count's factor.
+# (Jaccard is most of it and grows faster than the edge count). A device
+# backend (cuda): the H200's scale-16 run (about 1.5 s of queries) with the
+# edge count's factor.
 _COST = {
     "host-numba": (18, 21.0, 2.1),
     "host-numpy": (14, 19.0, 2.6),
-    "cuda": (16, 1.5, 2.0),
+    "device": (16, 1.5, 2.0),
 }
 
 
@@ -73,10 +75,11 @@ def _host_engine() -> str:
 
 
 def estimate_demo_seconds(scale: int, backend: str) -> float:
-    """A rough estimate of the demo's run time at ``scale`` on ``backend``
-    (``host``, with the host graph engine that will run, or ``cuda``); a guide
-    for a prompt, not a promise."""
-    key = f"host-{_host_engine()}" if backend != "cuda" else "cuda"
+    """A rough estimate of the demo's run time at ``scale`` on the backend named
+    ``backend`` (``host``, with the host graph engine that will run, or
+    ``cuda``); a guide for a prompt, not a promise. Raises
+    :class:`ConfigError` for a name that is not a registered backend."""
+    key = f"host-{_host_engine()}" if backend_kind(backend).host_memory else "device"
     at, seconds, factor = _COST[key]
     return float(seconds * factor ** (scale - at))
 

@@ -35,7 +35,7 @@ from nexus_cache.backends import AllocationDomain, DeviceBackend
 from nexus_cache.device import plan_graph_run, run_graph
 from nexus_cache.frames import DeviceFrame, decode_parquet
 from nexus_cache.graph import KernelLoad, preload_kernels
-from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options, on_device
+from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options
 from nexus_cache.service.queries import ALGORITHMS, Graph, Scan
 
 __all__ = ["DeviceWarmUp", "WarmUpReport", "warm_up_devices"]
@@ -172,8 +172,8 @@ def warm_up_device(
     started = time.perf_counter()
     steps: list[str] = []
     kernels: list[KernelLoad] = []
-    with on_device(backend.name, device_id), domain.scope():
-        if backend.name == "cuda":
+    with backend.device_scope(device_id), domain.scope():
+        if backend.kind.cuda_kernels:
             kernels.extend(preload_kernels())
             steps.append("graph kernels")
         frame = decode_parquet(pa.BufferReader(_parquet()), domain=domain)
@@ -188,8 +188,8 @@ def warm_up_device(
                 steps.append(label)
         finally:
             frame.release()
-        if backend.name == "cuda":
-            backend.synchronize(device_id)  # the kernels ran: their time is counted here
+        # the device work ran (asynchronously on CUDA): its time is counted here
+        backend.synchronize(device_id)
     return DeviceWarmUp(device_id, time.perf_counter() - started, tuple(steps), tuple(kernels))
 
 
