@@ -6,9 +6,46 @@ name is imported from its home module on first access.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nexus_cache._lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from nexus_cache.backends import select_backend as select_backend
+    from nexus_cache.cluster import ClusterQueryClient as ClusterQueryClient
+    from nexus_cache.device import DeviceCacheAllocationFactory as DeviceCacheAllocationFactory
+    from nexus_cache.device import DeviceCacheReport as DeviceCacheReport
+    from nexus_cache.device import DeviceLedger as DeviceLedger
+    from nexus_cache.device import DeviceProfile as DeviceProfile
+    from nexus_cache.device import DeviceResidentCaches as DeviceResidentCaches
+    from nexus_cache.device import Grant as Grant
+    from nexus_cache.device import PinHandle as PinHandle
+    from nexus_cache.device import ResidencyState as ResidencyState
+    from nexus_cache.device import ResidentEntry as ResidentEntry
+    from nexus_cache.device import ResidentGraphKey as ResidentGraphKey
+    from nexus_cache.device import plan_graph_run as plan_graph_run
+    from nexus_cache.frames import DeviceFrame as DeviceFrame
+    from nexus_cache.graph import GraphOptions as GraphOptions
+    from nexus_cache.graph import build_graph as build_graph
+    from nexus_cache.lakehouse import LakehouseCache as LakehouseCache
+    from nexus_cache.lakehouse import LakehouseCacheConfig as LakehouseCacheConfig
+    from nexus_cache.lakehouse import LakehouseFile as LakehouseFile
+    from nexus_cache.lakehouse import NexusCacheFileSystem as NexusCacheFileSystem
+    from nexus_cache.lakehouse import ReadDiagnostics as ReadDiagnostics
+    from nexus_cache.program import CacheableProgram as CacheableProgram
+    from nexus_cache.program import CompileInputs as CompileInputs
+    from nexus_cache.program import FileStreamProgramCache as FileStreamProgramCache
+    from nexus_cache.program import InMemoryProgramCache as InMemoryProgramCache
+    from nexus_cache.program import ProgramCacheResource as ProgramCacheResource
+    from nexus_cache.program import RedisProgramCache as RedisProgramCache
+    from nexus_cache.program import SQLiteProgramCache as SQLiteProgramCache
+    from nexus_cache.program import TieredProgramCache as TieredProgramCache
+    from nexus_cache.program import cached_compile as cached_compile
+    from nexus_cache.program import make_program_cache_key as make_program_cache_key
+    from nexus_cache.service import QueryService as QueryService
+    from nexus_cache.service import ServiceConfig as ServiceConfig
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {

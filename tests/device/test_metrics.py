@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexus_cache.device import GAUGES, gauge_snapshot
+from nexus_cache.device import GAUGES, format_tsv, gauge_snapshot
 
 from ._helpers import KIB, fill, make_caches
 
@@ -36,6 +36,17 @@ def test_snapshot_equals_ledger_report_fields() -> None:
             assert snap[gauge][report.device_id] == row[field]
     pin.release()
     assert gauge_snapshot(caches.ledgers())["nexus.gpu.cache.pinned.in_use"] == {0: 0, 1: 0}
+
+
+def test_tsv_of_reports_and_of_their_dict_form_agree() -> None:
+    # a client holds the rows a server sent as dicts, and prints them the same way
+    caches = make_caches(devices=2, total=1 << 20)
+    fill(caches.source_cache(1), "b", 5 * KIB)
+    reports = caches.device_cache_reports()
+    text = format_tsv(reports)
+    assert format_tsv([r.to_dict() for r in reports]) == text
+    assert len(text.splitlines()) == 3
+    assert str(5 * KIB) in text.splitlines()[2].split("\t")
 
 
 def test_prometheus_export_on_private_registry() -> None:

@@ -15,7 +15,7 @@ from nexus_cache.device import (
     ResidencyState,
 )
 from nexus_cache.device.graph_cache import GraphCacheSubdomain
-from nexus_cache.device.source_cache import SourceCacheSubdomain
+from nexus_cache.device.source.cache import SourceCacheSubdomain
 from nexus_cache.errors import (
     AdmissionClosedError,
     CacheCapExceededError,

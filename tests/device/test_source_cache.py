@@ -19,7 +19,7 @@ from nexus_cache.device import (
     SourceClaim,
     SourceFrameKey,
 )
-from nexus_cache.device.source_events import SourceEventLog
+from nexus_cache.device.source.events import SourceEventLog
 from nexus_cache.errors import (
     AttemptCancelledError,
     ConfigError,

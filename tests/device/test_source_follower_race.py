@@ -22,7 +22,7 @@ import pytest
 
 from nexus_cache.backends.host import HostAllocationDomain
 from nexus_cache.device import ArrayBundle, CheckoutStatus, SourceCheckout, SourceFrameKey
-from nexus_cache.device._source_flight import DecodeFlight, FlightState
+from nexus_cache.device.source.claim import DecodeFlight, FlightState
 from nexus_cache.errors import LifecycleError, SourceWaitTimeoutError
 from nexus_cache.frames import DeviceFrame
 

@@ -10,7 +10,7 @@ from nexus_cache.device import TRANSITIONS, DeviceLedger, ResidencyState
 
 S = ResidencyState
 PACKAGE = Path(nexus_cache.__file__).parent
-LAYER = sorted((PACKAGE / "device").glob("*.py")) + sorted((PACKAGE / "backends").glob("*.py"))
+LAYER = sorted((PACKAGE / "device").rglob("*.py")) + sorted((PACKAGE / "backends").glob("*.py"))
 
 
 def _module(path: Path) -> str:

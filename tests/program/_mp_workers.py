@@ -77,10 +77,10 @@ def evict_with_pause(base: str, reached, go, out: str) -> None:  # type: ignore[
     """Store ``new`` into a full cache, pausing the eviction pass after its scan,
     right before its first removal (before it takes the counter's lock, which
     a deleter needs too), until the other process has acted."""
-    from nexus_cache.program import _fsscan
-    from nexus_cache.program._usage import UsageCounter
+    from nexus_cache.program.filestream import _scan
+    from nexus_cache.program.filestream._usage import UsageCounter
 
-    real = _fsscan.unlink_if_unchanged
+    real = _scan.unlink_if_unchanged
     real_hold = UsageCounter.hold
     state = {"holds": 0, "outcomes": []}
 
@@ -97,7 +97,7 @@ def evict_with_pause(base: str, reached, go, out: str) -> None:  # type: ignore[
         state["outcomes"].append(outcome.value)
         return outcome
 
-    _fsscan.unlink_if_unchanged = recording  # type: ignore[assignment]
+    _scan.unlink_if_unchanged = recording  # type: ignore[assignment]
     UsageCounter.hold = pausing_hold  # type: ignore[method-assign]
     with open_cache("filestream", base, max_size_bytes=1000) as c:
         c[b"new"] = b"n" * 400

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nexus_cache.program import FileStreamProgramCache, _stamps
+from nexus_cache.program import FileStreamProgramCache
 from nexus_cache.program._integrity import (
     FANOUT,
     SIDECAR_SUFFIX,
@@ -19,6 +19,7 @@ from nexus_cache.program._integrity import (
     entry_name,
     entry_relpath,
 )
+from nexus_cache.program.filestream import _stamps
 
 _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
@@ -112,7 +113,8 @@ def test_a_one_shot_process_writes_its_stamps_at_exit(tmp_path):
 
 _FORKED_READS = """
 import os, sys, time
-from nexus_cache.program import FileStreamProgramCache, _stamps
+from nexus_cache.program import FileStreamProgramCache
+from nexus_cache.program.filestream import _stamps
 _stamps.DELAY_S = 3600  # nothing written by the thread while we look
 c = FileStreamProgramCache(sys.argv[1])
 assert c[b"parent"] == b"p"

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from nexus_cache.program import _fsscan
+from nexus_cache.program.filestream import _scan
 
 from . import _mp_workers as w
 from ._backends import PERSISTENT, open_cache
@@ -166,7 +166,7 @@ def test_byte_counter_stays_exact_under_rewrites_and_deletes(tmp_path, cap):
     open_cache("filestream", base, max_size_bytes=cap).close()
     run_all([proc(w.rewrite_and_delete, base, cap, i, 150) for i in range(4)])
     with open_cache("filestream", base, max_size_bytes=cap) as c:
-        on_disk = _fsscan.scan(str(c.path / "entries")).total_bytes
+        on_disk = _scan.scan(str(c.path / "entries")).total_bytes
         assert c._usage.read() == on_disk
         assert c.stats().bytes == on_disk
 

@@ -131,6 +131,12 @@ def test_graph_and_device_report_through_the_server(
     assert row["grant_count"] == 0
     table = run_cli(env, "device", "report", "--server", server.url)
     assert table.stdout.splitlines()[1].split()[:2] == ["DEVICE", "BACKEND"]
+    tsv = run_cli(env, "device", "report", "--server", server.url, "--format", "tsv")
+    assert tsv.returncode == 0, tsv.stderr
+    header, line = tsv.stdout.splitlines()
+    assert dict(zip(header.split("\t"), line.split("\t"), strict=True))["graph_entries"] == str(
+        row["graph_entries"]
+    )
 
 
 # -- a plain pyarrow.flight client -------------------------------------------------------------

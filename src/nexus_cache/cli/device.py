@@ -175,20 +175,10 @@ def _report_remote(args: argparse.Namespace, url: str) -> int:
     if args.devices:
         rows = [row for row in rows if row["device_id"] in args.devices]
     if fmt == "tsv":
-        sys.stdout.write(format_tsv(_Row(row) for row in rows))  # type: ignore[misc]
+        sys.stdout.write(format_tsv(rows))
     else:
         emit(rows, _table(rows, args.all), as_json=fmt == "json")
     return 0
-
-
-class _Row:
-    """A report row received from a server, where format_tsv expects a report."""
-
-    def __init__(self, row: dict[str, Any]) -> None:
-        self._row = row
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._row
 
 
 def _demo(caches: Any) -> list[Any]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nexus_cache._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from nexus_cache.client.client import Client as Client
 
 _EXPORTS: dict[str, str] = {"Client": "nexus_cache.client.client"}
 

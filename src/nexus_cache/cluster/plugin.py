@@ -47,7 +47,7 @@ PLUGIN_NAME = "nexus-cache-query-service"
 SHUTDOWN_RECORD = "shutdown.json"
 
 
-class QueryServicePlugin(WorkerPlugin):  # type: ignore[misc]
+class QueryServicePlugin(WorkerPlugin):
     """Gives the worker one :class:`QueryService` and one program cache.
 
     ``config_json`` is a ``ServiceConfig`` as :func:`config_to_json` writes

@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from nexus_cache.device.source_key import SourceFrameKey
+from nexus_cache.device.source.key import SourceFrameKey
 from nexus_cache.errors import ConfigError
 from nexus_cache.graph.options import GraphOptions
 

@@ -9,7 +9,7 @@ the physical columns.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,10 +99,13 @@ def _cell(value: Any) -> str:
     return str(value).replace("\t", " ").replace("\n", " ")
 
 
-def format_tsv(reports: Iterable[DeviceCacheReport]) -> str:
-    """Header plus one line per device; empty cells where a part is absent."""
+def format_tsv(reports: Iterable[DeviceCacheReport | Mapping[str, Any]]) -> str:
+    """Header plus one line per device; empty cells where a part is absent.
+
+    A report may also be given as its ``to_dict()`` form (what a server sends).
+    """
     lines = ["\t".join(REPORT_COLUMNS)]
     for report in reports:
-        row = report.to_dict()
+        row = report if isinstance(report, Mapping) else report.to_dict()
         lines.append("\t".join(_cell(row[name]) for name in REPORT_COLUMNS))
     return "\n".join(lines) + "\n"

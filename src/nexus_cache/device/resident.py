@@ -16,8 +16,8 @@ from nexus_cache.device.ledger import DeviceLedger
 from nexus_cache.device.metrics import DeviceCacheCollector, gauge_snapshot, register_prometheus
 from nexus_cache.device.profile import DeviceProfile
 from nexus_cache.device.report import DeviceCacheReport
-from nexus_cache.device.source_cache import SourceCacheSubdomain
-from nexus_cache.device.source_events import SourceEventSnapshot
+from nexus_cache.device.source.cache import SourceCacheSubdomain
+from nexus_cache.device.source.events import SourceEventSnapshot
 from nexus_cache.device.subdomain import DrainResult
 from nexus_cache.errors import ConfigError, LifecycleError
 

@@ -113,6 +113,7 @@ def _cache_from_options(
     return None, cache_storage
 
 
+# The base is fsspec's metaclass, which it does not export: known only at run time.
 class _InstanceCache(type(ChainedFileSystem)):  # type: ignore[misc]
     """fsspec's instance cache (same arguments, same instance), except with a
     ``cache=`` object: fsspec's token is the arguments' text, which cannot tell
@@ -174,6 +175,7 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
                 return [strip(p) for p in path]
             return fs._strip_protocol(type(self)._strip_protocol(path))
 
+        # fsspec calls _strip_protocol on the instance too: shadow the classmethod there
         self._strip_protocol = strip  # type: ignore[method-assign]
 
     @classmethod
@@ -195,7 +197,7 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
             return self._cache
         return default_cache(self._cache_root)
 
-    def _parent(self, path: str) -> str:  # type: ignore[override]
+    def _parent(self, path: str) -> str:
         return str(self.fs._parent(self._strip_protocol(path)))
 
     # -- reads through the cache -----------------------------------------------

@@ -150,7 +150,7 @@ class LakehouseFile(io.RawIOBase):
     def buffer(self) -> memoryview:
         """Zero-copy view of a local entry (valid until the handle is closed and the
         view released). Remote reads raise ``io.UnsupportedOperation``."""
-        return self._guarded(self._buffer)  # type: ignore[no-any-return]
+        return self._guarded(self._buffer)
 
     def _buffer(self) -> memoryview:
         self._check_open()
@@ -221,7 +221,7 @@ class LakehouseFile(io.RawIOBase):
             raise ValueError("I/O operation on closed LakehouseFile")
 
     def read(self, size: int | None = -1) -> bytes:
-        return self._guarded(self._read, size)  # type: ignore[no-any-return]
+        return self._guarded(self._read, size)
 
     def _read(self, size: int | None) -> bytes:
         self._check_open()
@@ -276,7 +276,7 @@ class LakehouseFile(io.RawIOBase):
         ``pyarrow.PythonFile`` prefers this method when present, so Parquet reads
         of a hit through fsspec or a plain file object copy nothing.
         """
-        return self._guarded(self._read_buffer, nbytes)  # type: ignore[no-any-return]
+        return self._guarded(self._read_buffer, nbytes)
 
     def _read_buffer(self, nbytes: int | None) -> memoryview | bytes:
         self._check_open()

@@ -22,7 +22,7 @@ from nexus_cache.program._plan import CompileInputs
 __all__ = ["CacheableProgram"]
 
 
-class CacheableProgram(Program):  # type: ignore[misc]
+class CacheableProgram(Program):
     """``Program(code, code_type, options)`` plus ``self.compile_inputs``."""
 
     def __init__(self, code: Any, code_type: str, options: Any = None) -> None:

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nexus_cache.program._filestream import FileStreamProgramCache
 from nexus_cache.program._identify import CACHE_KINDS, identify_cache_path
 from nexus_cache.program._integrity import entry_relpath
 from nexus_cache.program._sidecar import SIDECAR_SUFFIX
 from nexus_cache.program._sqlite import SQLiteProgramCache
+from nexus_cache.program.filestream import FileStreamProgramCache
 
 __all__ = ["CACHE_KINDS", "ProgramEntry", "describe_entries", "identify_cache_path"]
 

@@ -64,7 +64,10 @@ def _with_sidecar(
 def _compile_and_store(
     cache: ProgramCacheResource, plan: Plan, names: tuple[Any, ...], logs: Any
 ) -> Any:
-    prog = plan.program if plan.program is not None else plan.inputs.new_program()  # type: ignore[union-attr]
+    prog = plan.program
+    if prog is None:
+        assert plan.inputs is not None  # a plan without a program carries its inputs
+        prog = plan.inputs.new_program()
     obj = prog.compile(plan.target_type, names, logs)
     binary = as_value_bytes(obj)
     if not binary:
@@ -132,10 +135,10 @@ def cached_compile(
     if data:  # the object; b"" (stored by an earlier version) is a miss
         if data.__class__ is not bytes:
             data = bytes(data)
-        if plan.needs_meta:
+        if plan.needs_meta or plan.name is None:  # a plan without its name needs the sidecar
             obj = _with_sidecar(cache, plan, data, names)
         else:
-            obj = _object_code(data, plan.target_type, plan.name, None)  # type: ignore[arg-type]
+            obj = _object_code(data, plan.target_type, plan.name, None)
         if obj is not None:
             if plan.target_type == "ptx":
                 warn_if_unloadable(plan.code_type, plan.target_type, stacklevel=2)

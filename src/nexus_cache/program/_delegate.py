@@ -52,7 +52,7 @@ def _capture_resource() -> Any:
     if _capture_cls is None:
         from cuda.core.utils import ProgramCacheResource as PeerResource
 
-        class _Capture(PeerResource):  # type: ignore[misc, valid-type]
+        class _Capture(PeerResource):
             def get(self, key: Any, default: Any = None) -> Any:
                 raise _KeyCaptured(bytes(key))
 

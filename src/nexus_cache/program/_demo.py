@@ -13,9 +13,12 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from nexus_cache.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from cuda.core import ObjectCode
 
 __all__ = ["DEMO_KERNEL", "DEMO_NAMES", "run_demo"]
 
@@ -29,11 +32,11 @@ __global__ void saxpy(T a, const T *x, T *y, int n) {
 DEMO_NAMES = ("saxpy<float>", "saxpy<double>")
 
 
-def _timed_compile(root: str, arch: str) -> tuple[object, float, bool]:
+def _timed_compile(root: str, arch: str) -> tuple[ObjectCode, float, bool]:
     from cuda.core import ProgramOptions
 
     from nexus_cache.program._compile import CompileInputs, cached_compile
-    from nexus_cache.program._filestream import FileStreamProgramCache
+    from nexus_cache.program.filestream import FileStreamProgramCache
 
     inputs = CompileInputs(DEMO_KERNEL, "c++", ProgramOptions(arch=arch, name="nexus_demo"))
     with FileStreamProgramCache(root) as cache:  # a new cache object every time
@@ -78,9 +81,9 @@ def run_demo(path: str | None = None, *, arch: str = "sm_90", out: TextIO | None
 
     print(f"  1st compile, new cache object:   {label(compiled1)}  {t1 * 1e3:9.3f} ms", file=out)
     print(f"  2nd compile, fresh cache object: {label(compiled2)}  {t2 * 1e3:9.3f} ms", file=out)
-    same = bytes(first.code) == bytes(second.code)  # type: ignore[attr-defined]
-    mapping = second.symbol_mapping  # type: ignore[attr-defined]
-    same_names = mapping == first.symbol_mapping  # type: ignore[attr-defined]
+    same = bytes(first.code) == bytes(second.code)
+    mapping = second.symbol_mapping
+    same_names = mapping == first.symbol_mapping
     print(f"  speed-up: {t1 / t2:,.0f}x   identical cubin: {'yes' if same else 'NO'}", file=out)
     for name in DEMO_NAMES:
         lowered = mapping.get(name, b"?")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 import weakref
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from nexus_cache.program.keys import _probes
 from nexus_cache.program.keys._derive import check_extra_digest, make_program_cache_key
@@ -51,6 +51,10 @@ class CompileInputs:
         return Program(self.code, self.code_type, self.options)
 
 
+#: what ``cached_compile`` accepts as ``extra_digest`` (checked by the key derivation)
+_ExtraDigest: TypeAlias = "bytes | bytearray | memoryview | None"
+
+
 class Plan(NamedTuple):
     key: bytes
     code_type: str
@@ -67,7 +71,11 @@ def _name_of(options: Any) -> str:
 
 
 def _inputs_plan(
-    inputs: CompileInputs, program: Any, target_type: str, names: tuple[Any, ...], extra: object
+    inputs: CompileInputs,
+    program: Any,
+    target_type: str,
+    names: tuple[Any, ...],
+    extra: _ExtraDigest,
 ) -> Plan:
     key = make_program_cache_key(
         code=inputs.code,
@@ -75,7 +83,7 @@ def _inputs_plan(
         options=inputs.options,
         target_type=target_type,
         name_expressions=names,
-        extra_digest=extra,  # type: ignore[arg-type]
+        extra_digest=extra,
     )
     ct = inputs.code_type.lower()
     return Plan(
@@ -108,7 +116,9 @@ def _options_of(program: Any) -> Any:
     return found[0] if len(found) == 1 else None
 
 
-def _program_plan(program: Any, target_type: str, names: tuple[Any, ...], extra: object) -> Plan:
+def _program_plan(
+    program: Any, target_type: str, names: tuple[Any, ...], extra: _ExtraDigest
+) -> Plan:
     from nexus_cache.program._delegate import delegated_key
 
     digest = check_extra_digest(extra)
@@ -124,14 +134,14 @@ def _program_plan(program: Any, target_type: str, names: tuple[Any, ...], extra:
         else:
             found = _program_memo.get(mk, state)
             if found is not None and found[0]() is program and found[1] is options:
-                return found[2]._replace(program=program)  # type: ignore[no-any-return]
+                return found[2]._replace(program=program)
     generation = _probes.generation()
     key, ct, tt = delegated_key(program, target_type, names, digest)
     if options is None:  # the name is known only to the sidecar
         plan = Plan(key, ct, tt, None, True, None, program)
     else:
         plan = Plan(key, ct, tt, _name_of(options), ct == "c++" and bool(names), None, program)
-    if mk is not None:
+    if mk is not None and state is not None:
         # A weak reference: the memo never keeps a Program (and its NVRTC
         # program) alive, and a new Program that reuses a dead one's id never
         # matches. The options object is held, so its id stays its own.
@@ -140,11 +150,13 @@ def _program_plan(program: Any, target_type: str, names: tuple[Any, ...], extra:
         except TypeError:
             return plan  # not weakly referenceable: derive every time
         kept = plan._replace(program=None)  # nor through the plan
-        _program_memo.put(mk, state, (ref, options, kept), generation)  # type: ignore[arg-type]
+        _program_memo.put(mk, state, (ref, options, kept), generation)
     return plan
 
 
-def plan_for(program: Any, target_type: str, names: tuple[Any, ...], extra_digest: object) -> Plan:
+def plan_for(
+    program: Any, target_type: str, names: tuple[Any, ...], extra_digest: _ExtraDigest
+) -> Plan:
     """The plan (one key) for compiling ``program`` to ``target_type``."""
     if type(program) is CompileInputs or isinstance(program, CompileInputs):
         return _inputs_plan(program, program, target_type, names, extra_digest)

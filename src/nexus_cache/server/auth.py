@@ -22,7 +22,7 @@ def bearer_header(token: str) -> tuple[bytes, bytes]:
     return (b"authorization", f"Bearer {token}".encode())
 
 
-class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
     """Refuses every call whose ``authorization`` header is not ``Bearer <token>``."""
 
     def __init__(self, token: str) -> None:

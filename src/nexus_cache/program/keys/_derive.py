@@ -166,11 +166,11 @@ def make_program_cache_key(
         else:
             found = _memo.get(mk, state)
             if found is not None:
-                return found  # type: ignore[no-any-return]
+                return found
     generation = _probes.generation()
     key = _derive(code, code_type, options, target_type, name_expressions, extra_digest)
-    if mk is not None:
-        _memo.put(mk, state, key, generation)  # type: ignore[arg-type]
+    if mk is not None and state is not None:
+        _memo.put(mk, state, key, generation)
     return key
 
 

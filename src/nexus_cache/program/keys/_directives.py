@@ -93,8 +93,14 @@ _FILE_DIRECTIVES = frozenset({b"include", b"include_next", b"import", b"embed"})
 _FILE_OPERATORS = frozenset({b"__has_include", b"__has_include_next", b"__has_embed"})
 
 
+def _gap_end(text: bytes, pos: int) -> int:
+    """Where the blanks and comments starting at ``pos`` end (``pos`` when there are none)."""
+    gap = _GAP.match(text, pos)
+    return gap.end() if gap is not None else pos  # the pattern matches the empty string
+
+
 def _operand_is_angle(text: bytes, pos: int) -> bool:
-    end = _GAP.match(text, pos).end()  # type: ignore[union-attr]
+    end = _gap_end(text, pos)
     return text[end : end + 1] == b"<"
 
 
@@ -109,7 +115,7 @@ def _scan(text: bytes, lexer: re.Pattern[bytes]) -> bytes | None:
             ):
                 return _line_of(text, m.start())
         elif m.lastgroup == "i" and m.group("i") in _FILE_OPERATORS:
-            paren = _GAP.match(text, m.end()).end()  # type: ignore[union-attr]
+            paren = _gap_end(text, m.end())
             if text[paren : paren + 1] == b"(" and not _operand_is_angle(text, paren + 1):
                 return _line_of(text, m.start())
     return None

@@ -20,6 +20,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from typing import SupportsInt
 
 from nexus_cache.program.keys._libident import file_identity, loaded_library_path
 
@@ -83,8 +84,8 @@ def _library(soname_prefix: str, pathfinder_name: str | None) -> tuple[str, str 
         return f"lib-unreadable:{type(exc).__name__}", path
 
 
-def _status_ok(status: object) -> bool:
-    return int(getattr(status, "value", status)) == 0  # type: ignore[call-overload]
+def _status_ok(status: SupportsInt) -> bool:
+    return int(getattr(status, "value", status)) == 0
 
 
 def _nvrtc() -> str:

@@ -25,12 +25,8 @@ from nexus_cache._storage import (
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheIntegrityError, CacheSecurityError, ConfigError
-from nexus_cache.program import _fsscan, _stamps
 from nexus_cache.program._caps import validate_cap
 from nexus_cache.program._counters import OpCounters
-from nexus_cache.program._evictq import CandidateQueue
-from nexus_cache.program._fsevict import FileStreamEviction
-from nexus_cache.program._fsverify import verify_entries
 from nexus_cache.program._identify import identify_cache_path
 from nexus_cache.program._integrity import (
     FANOUT,
@@ -47,7 +43,6 @@ from nexus_cache.program._integrity import (
     read_rest,
 )
 from nexus_cache.program._paths import default_filestream_root
-from nexus_cache.program._readmemo import SEEN_SLOTS, MemoEntry, VerifiedMemo
 from nexus_cache.program._report import EntryInfo, VerifyReport
 from nexus_cache.program._resource import (
     CacheStats,
@@ -56,7 +51,12 @@ from nexus_cache.program._resource import (
     as_key_bytes,
     value_to_store,
 )
-from nexus_cache.program._usage import UsageCounter
+from nexus_cache.program.filestream import _scan, _stamps
+from nexus_cache.program.filestream._evict import FileStreamEviction
+from nexus_cache.program.filestream._evictq import CandidateQueue
+from nexus_cache.program.filestream._readmemo import SEEN_SLOTS, MemoEntry, VerifiedMemo
+from nexus_cache.program.filestream._usage import UsageCounter
+from nexus_cache.program.filestream._verify import verify_entries
 
 __all__ = ["FileStreamProgramCache"]
 
@@ -258,18 +258,18 @@ class FileStreamProgramCache(ProgramCacheResource):
         memo = self._memo
         if memo is not None:
             # Keyed by the key itself: a repeat hit hashes nothing.
-            entry = memo.lookup(kb)  # type: ignore[arg-type]
+            entry = memo.lookup(kb)
             if entry is not None:
-                memo.touch(kb)  # type: ignore[arg-type]
-                data = self._memo_hit(memo, kb, entry)  # type: ignore[arg-type]
+                memo.touch(kb)
+                data = self._memo_hit(memo, kb, entry)
                 if data is not None:
                     self._hit()
                     return data
         # entry_location(), inline; the CRC-32 picks the fan-out and is the
         # key tag of the integrity check (see _integrity).
-        digest = kb if len(kb) == 32 else entry_digest(kb)  # type: ignore[arg-type]
-        tag = _crc32(digest)  # type: ignore[arg-type]
-        path = self._dirs[tag & 255] + digest.hex()  # type: ignore[union-attr]
+        digest = kb if len(kb) == 32 else entry_digest(kb)
+        tag = _crc32(digest)
+        path = self._dirs[tag & 255] + digest.hex()
         try:
             fd = _open(path, READ_FLAGS)
         except FileNotFoundError:
@@ -301,12 +301,12 @@ class FileStreamProgramCache(ProgramCacheResource):
                 # hash a read pays.
                 ok: bool | None = mtime % _NS == (_xxh3(data) ^ tag) % _NS
             else:
-                ok = entry_verdict(self._carrier, fd, path, st, data, digest)  # type: ignore[arg-type]
+                ok = entry_verdict(self._carrier, fd, path, st, data, digest)
                 if ok is None:
                     self._count_miss()
                     return default
             if not ok:
-                self._drop_corrupt(path, st, kb)  # type: ignore[arg-type]
+                self._drop_corrupt(path, st, kb)
                 return default
             keep = False
             seen = self._seen
@@ -336,8 +336,8 @@ class FileStreamProgramCache(ProgramCacheResource):
                     _pending_stamps[path] = st
                     if not _STAMPS.scheduled:
                         _STAMPS.schedule()
-            if keep:
-                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, st.st_ctime_ns, data))  # type: ignore[union-attr]
+            if keep and memo is not None:  # keep is only set where the memo is on
+                memo.put(kb, MemoEntry(path, st.st_ino, size, mtime, st.st_ctime_ns, data))
         finally:
             _close(fd)
         self._hit()
@@ -383,12 +383,12 @@ class FileStreamProgramCache(ProgramCacheResource):
             self._memo.discard(kb)
         self._counts.miss(corrupt=1)
         if self._unlink_counted(path, st) and self._sidecars:
-            _fsscan.remove_sidecar(path)
+            _scan.remove_sidecar(path)
 
     def _drop_outdated(self, path: str, st: os.stat_result) -> None:
         """Remove an entry an earlier version wrote (verify): never read, not corrupt."""
         if self._unlink_counted(path, st):
-            _fsscan.remove_sidecar(path)  # its .sum, if that version wrote one
+            _scan.remove_sidecar(path)  # its .sum, if that version wrote one
 
     def _unlink_counted(self, path: str, st: os.stat_result) -> bool:
         """Remove ``path`` if it is still the file ``st`` describes; subtract its bytes."""
@@ -402,20 +402,20 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __setitem__(self, key: bytes | str, value: ProgramCacheValue) -> None:
         kb = key if key.__class__ is bytes else as_key_bytes(key)
         data = value_to_store(value)
-        digest = entry_digest(kb)  # type: ignore[arg-type]
+        digest = entry_digest(kb)
         path = self._entry_path(digest)
         size = len(data)
         cap = self._max
         if cap is not None and size > cap:
-            self._store_oversize(path, kb, size, cap)  # type: ignore[arg-type]
+            self._store_oversize(path, kb, size, cap)
             return
         carrier = self._carrier
-        xattr = (XATTR_NAME, make_record(data, digest)) if carrier == "xattr" else None  # type: ignore[arg-type]
-        times = publish_times(data, digest, _time_ns()) if carrier == "mtime" else None  # type: ignore[arg-type]
+        xattr = (XATTR_NAME, make_record(data, digest)) if carrier == "xattr" else None
+        times = publish_times(data, digest, _time_ns()) if carrier == "mtime" else None
         # The bytes are written and fsynced before any lock is taken.
         tmp, ino = stage_temp(
             self._tmp,
-            data,  # type: ignore[arg-type]
+            data,
             xattr=xattr,
             times_ns=times,
             want_inode=self._sidecars,
@@ -435,10 +435,10 @@ class FileStreamProgramCache(ProgramCacheResource):
         except IsADirectoryError:
             raise _not_an_entry(path) from None
         if self._sidecars:
-            sidecar = make_sidecar(ino, data, digest)  # type: ignore[arg-type]
+            sidecar = make_sidecar(ino, data, digest)
             atomic_write(path + SIDECAR_SUFFIX, sidecar, tmp_dir=self._tmp)
         if self._memo is not None:
-            self._memo.discard(kb)  # type: ignore[arg-type]
+            self._memo.discard(kb)
         self._counts.stored()
         if cap is None:
             self._usage.forget(_FORGET_USAGE_NS)
@@ -480,7 +480,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 raise _not_an_entry(path) from None
             raise
         if self._sidecars:
-            _fsscan.remove_sidecar(path)
+            _scan.remove_sidecar(path)
         return True
 
     def prune(self, max_bytes: int) -> tuple[int, int]:
@@ -501,32 +501,32 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __len__(self) -> int:
         """Entries this cache would serve: regular files we own (as ``stats().entries``);
         symlinks, non-files and foreign-owned files are refused, so not counted."""
-        return len(_fsscan.scan(self._entries).entries)
+        return len(_scan.scan(self._entries).entries)
 
     def clear(self) -> None:
         """Remove every entry present at the start; entries rewritten meanwhile stay."""
         if self._memo is not None:
             self._memo.clear()
         with self._usage.hold() as held:
-            result = _fsscan.scan(self._entries)
+            result = _scan.scan(self._entries)
             freed = 0
             for entry in result.entries:
                 outcome = unlink_if_unchanged(entry.path, entry.key, aside_dir=self._tmp)
                 if outcome is UnlinkResult.REMOVED:
                     freed += entry.key.size
                 if outcome is not UnlinkResult.CHANGED and self._sidecars:
-                    _fsscan.remove_sidecar(entry.path)
+                    _scan.remove_sidecar(entry.path)
             held.add(-freed)
         sweep_stale_temps(self._tmp)
 
     def stats(self) -> CacheStats:
-        result = _fsscan.scan(self._entries)
+        result = _scan.scan(self._entries)
         return self._counts.snapshot(len(result.entries), result.total_bytes)
 
     # -- administration (CLI) -----------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every entry, least recently read first."""
-        result = _fsscan.scan(self._entries)
+        result = _scan.scan(self._entries)
         for e in sorted(result.entries, key=lambda e: e.atime_ns):
             yield EntryInfo(os.path.basename(e.path), e.key.size, e.atime_ns, e.key.mtime_ns)
 

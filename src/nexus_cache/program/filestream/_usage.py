@@ -50,12 +50,12 @@ class HeldCounter:
 
     def add(self, delta: int) -> int | None:
         """Add ``delta``; the new total, or ``None`` when the counter is not set up."""
-        now = self.read()
-        if now is None:
+        fd, now = self.fd, self.read()
+        if fd is None or now is None:
             return None
         total = max(0, now + delta)
         if delta:
-            os.pwrite(self.fd, _VALUE.pack(total), 0)  # type: ignore[arg-type]
+            os.pwrite(fd, _VALUE.pack(total), 0)
         return total
 
     def set(self, total: int) -> None:

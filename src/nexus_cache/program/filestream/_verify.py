@@ -1,6 +1,6 @@
 """``verify`` of a FileStream program cache: check every entry against its record.
 
-Kept apart from :mod:`nexus_cache.program._filestream` (the read and write
+Kept apart from :mod:`nexus_cache.program.filestream._cache` (the read and write
 paths). Reads each entry once through a no-follow open; what it cannot vouch
 for is reported, never served. Thread- and process-safe (removal of a corrupt
 entry is the cache's stat-guarded ``drop_corrupt``).
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from nexus_cache.program import _fsscan
 from nexus_cache.program._integrity import (
     entry_relpath,
     entry_verdict,
@@ -21,6 +20,7 @@ from nexus_cache.program._integrity import (
     read_rest,
 )
 from nexus_cache.program._report import VerifyReport
+from nexus_cache.program.filestream import _scan
 
 __all__ = ["verify_entries"]
 
@@ -44,7 +44,7 @@ def verify_entries(
     ``progress(1)`` is called once per entry checked.
     """
     report = VerifyReport()
-    result = _fsscan.scan(entries)
+    result = _scan.scan(entries)
     report.refused.extend(result.refused)
     for e in result.entries:
         if progress is not None:

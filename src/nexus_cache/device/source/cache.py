@@ -34,11 +34,10 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from nexus_cache.device._source_flight import DecodeFlight, FlightState
 from nexus_cache.device.checkout import CheckoutStatus, PinLease, SourceCheckout, SourceDiagnostics
-from nexus_cache.device.source_claim import ClaimOutcomes, SourceClaim
-from nexus_cache.device.source_events import SourceEventLog, SourceEventSnapshot
-from nexus_cache.device.source_key import SourceFrameKey
+from nexus_cache.device.source.claim import ClaimOutcomes, DecodeFlight, FlightState, SourceClaim
+from nexus_cache.device.source.events import SourceEventLog, SourceEventSnapshot
+from nexus_cache.device.source.key import SourceFrameKey
 from nexus_cache.device.subdomain import CacheSubdomain
 from nexus_cache.errors import (
     AdmissionClosedError,

@@ -1,6 +1,6 @@
 """Eviction of a FileStream program cache: administrative prune, a store's batch, rescans.
 
-Kept apart from :mod:`nexus_cache.program._filestream` (reads and writes) so
+Kept apart from :mod:`nexus_cache.program.filestream._cache` (reads and writes) so
 the store path stays readable; the cache owns one :class:`FileStreamEviction`
 and shares its counter, candidate list and op counters with it.
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from nexus_cache._storage import FileLock, sweep_stale_temps
-from nexus_cache.program import _fsscan, _stamps
 from nexus_cache.program._counters import OpCounters
-from nexus_cache.program._evictq import CandidateQueue
-from nexus_cache.program._usage import UsageCounter
+from nexus_cache.program.filestream import _scan, _stamps
+from nexus_cache.program.filestream._evictq import CandidateQueue
+from nexus_cache.program.filestream._usage import UsageCounter
 
 __all__ = ["FileStreamEviction"]
 
@@ -48,7 +48,7 @@ class FileStreamEviction:
 
     def scan_total(self) -> int:
         """Bytes of every entry on disk now (the counter's truth)."""
-        return _fsscan.scan(self._entries).total_bytes
+        return _scan.scan(self._entries).total_bytes
 
     def evict_to(self, target: int) -> tuple[int, int]:
         """One eviction pass down to ``target`` bytes; ``(entries, bytes)`` removed.
@@ -61,8 +61,8 @@ class FileStreamEviction:
         try:
             sweep_stale_temps(self._tmp)
             with self._usage.hold() as held:
-                result = _fsscan.scan(self._entries)
-                done = _fsscan.evict_oldest(
+                result = _scan.scan(self._entries)
+                done = _scan.evict_oldest(
                     result, target, aside_dir=self._tmp, sidecars=self._sidecars
                 )
                 counted = held.read() is not None
@@ -121,7 +121,7 @@ class FileStreamEviction:
         # Under the counter's lock no capped store or removal is half counted,
         # so the scan's total is the count (drift never outlives a scan).
         with self._usage.hold() as held:
-            result = _fsscan.scan(self._entries)
+            result = _scan.scan(self._entries)
             total = result.total_bytes
             counted = held.read() is not None
             held.set(total)

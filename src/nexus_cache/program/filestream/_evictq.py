@@ -23,8 +23,8 @@ import os
 from collections import deque
 
 from nexus_cache._storage import UnlinkResult
-from nexus_cache.program import _fsscan
-from nexus_cache.program._usage import UsageCounter
+from nexus_cache.program.filestream import _scan
+from nexus_cache.program.filestream._usage import UsageCounter
 
 __all__ = ["CandidateQueue"]
 
@@ -38,15 +38,15 @@ class CandidateQueue:
     """Oldest-first eviction candidates from the last scan; guarded by the evict lock."""
 
     def __init__(self) -> None:
-        self._queue: deque[_fsscan.ScanEntry] = deque()
+        self._queue: deque[_scan.ScanEntry] = deque()
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def refill(self, result: _fsscan.ScanResult, keep_bytes: int) -> None:
+    def refill(self, result: _scan.ScanResult, keep_bytes: int) -> None:
         """Replace the list with ``result``'s oldest entries: ``keep_bytes`` of them, or
         ``_MIN_KEEP`` entries if that is more."""
-        queue: deque[_fsscan.ScanEntry] = deque()
+        queue: deque[_scan.ScanEntry] = deque()
         held = 0
         for entry in sorted(result.entries, key=lambda e: e.atime_ns):
             if held >= keep_bytes and len(queue) >= _MIN_KEEP:
@@ -93,7 +93,7 @@ class CandidateQueue:
             # the count stays exact. Looked up through the module so tests can
             # interpose on the guard.
             with usage.hold() as held:
-                outcome = _fsscan.unlink_if_unchanged(entry.path, entry.key, aside_dir=aside_dir)
+                outcome = _scan.unlink_if_unchanged(entry.path, entry.key, aside_dir=aside_dir)
                 if outcome is UnlinkResult.CHANGED:
                     continue
                 # GONE: the deleter subtracted its bytes itself; re-read rather
@@ -104,6 +104,6 @@ class CandidateQueue:
                 evicted += 1
                 removed += entry.key.size
                 if sidecars:
-                    _fsscan.remove_sidecar(entry.path)
+                    _scan.remove_sidecar(entry.path)
             total = now if now is not None else total - entry.key.size
         return evicted, removed, total

@@ -14,8 +14,8 @@ import stat
 from typing import NamedTuple
 
 from nexus_cache._storage import StatKey, UnlinkResult, unlink_if_unchanged
-from nexus_cache.program import _stamps
 from nexus_cache.program._integrity import SIDECAR_SUFFIX
+from nexus_cache.program.filestream import _stamps
 
 __all__ = ["EvictResult", "ScanEntry", "ScanResult", "evict_oldest", "is_entry_name", "scan"]
 
