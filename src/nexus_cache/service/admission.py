@@ -58,6 +58,7 @@ from nexus_cache.errors import (
     AdmissionError,
     CapacityError,
     GrantTooLargeError,
+    LifecycleError,
     QueryCancelledError,
 )
 from nexus_cache.graph.memory import build_bytes, result_bytes
@@ -263,6 +264,7 @@ class Admission:
         # source identity keys -> the device that last ran a query on them: its
         # source and graph caches hold them, so the next query there is a hit
         self._homes: OrderedDict[tuple[str, ...], int] = OrderedDict()
+        self._homes_lock = threading.Lock()
 
     @property
     def log(self) -> AdmissionLog:
@@ -305,7 +307,7 @@ class Admission:
         """Note that ``device_id``'s caches now hold the source of ``source_keys``."""
         if source_keys is None:
             return
-        with self._released:
+        with self._homes_lock:
             self._homes[source_keys] = device_id
             self._homes.move_to_end(source_keys)
             while len(self._homes) > _MAX_HOMES:
@@ -313,14 +315,17 @@ class Admission:
 
     def _served(self) -> DeviceResidentCaches:
         if self._caches is None:
-            raise AssertionError("this Admission was made without the service's caches")
+            raise LifecycleError(
+                "this Admission was made without caches: pass ledger= to admit() and "
+                "release(), or make it with the service's DeviceResidentCaches"
+            )
         return self._caches
 
     def _choose(self, nbytes: int, keys: tuple[str, ...] | None) -> int:
         caches = self._served()
         ledgers = caches.ledgers()
         if keys is not None and len(ledgers) > 1:
-            with self._released:
+            with self._homes_lock:
                 home = self._homes.get(keys)
             if home is not None:
                 snap = caches.ledger(home).snapshot()
