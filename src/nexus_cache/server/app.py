@@ -98,6 +98,7 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self._running = 0
         # the cancel events of the queries waiting for a slot, executing or streaming
         self._cancels: set[threading.Event] = set()
+        self._watcher = _CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
         super().__init__(settings.url, tls_certificates=tls, middleware=middleware)
@@ -170,7 +171,7 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         query, device = self._query(ticket.ticket)
         cancel = self._enter()
         try:
-            with _watching(context, cancel):
+            with self._watcher.watching(context, cancel):
                 result = self._execute(query, device, start, cancel)
             diagnostics = result.diagnostics.to_dict()
             schema = attach_diagnostics(result.table, diagnostics)
@@ -341,25 +342,49 @@ def _rss_bytes() -> int | None:
         return None
 
 
-@contextlib.contextmanager
-def _watching(context: Any, cancel: threading.Event) -> Iterator[None]:
-    """Set ``cancel`` when the call's client cancels or goes away, looking every
-    :data:`WATCH_INTERVAL_S` while the block runs (one thread, joined on exit)."""
-    done = threading.Event()
+class _CallWatcher:
+    """Sets a call's cancel event when its client cancels or goes away: one thread
+    looks at every watched call every :data:`WATCH_INTERVAL_S`.
 
-    def watch() -> None:
-        while not done.wait(WATCH_INTERVAL_S):
-            if context.is_cancelled():
-                cancel.set()
-                return
+    One thread for all calls, started with the first and ended when none is
+    left, so a query pays two lock acquisitions for its watch rather than a
+    thread of its own. A call's context is only looked at under the lock, and
+    :meth:`watching` takes it off under the lock before the handler returns:
+    never after gRPC has freed the call. Thread-safe.
+    """
 
-    watcher = threading.Thread(target=watch, name="nexus-cancel-watch", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[object, tuple[Any, threading.Event]] = {}
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def watching(self, context: Any, cancel: threading.Event) -> Iterator[None]:
+        """Watch ``context`` for as long as the block runs."""
+        key = object()
+        with self._lock:
+            self._calls[key] = (context, cancel)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="nexus-cancel-watch", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._calls[key]
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(WATCH_INTERVAL_S)
+            with self._lock:
+                if not self._calls:
+                    self._thread = None  # the next call starts another
+                    return
+                for context, cancel in self._calls.values():
+                    if not cancel.is_set() and context.is_cancelled():
+                        cancel.set()
 
 
 class _ResultStream:
