@@ -31,8 +31,6 @@ ROOT = Path(nexus_cache.__file__).parent
 # Packages whose __init__ is not (yet) the lazy form with its TYPE_CHECKING mirror.
 NOT_LAZY_YET = {
     "nexus_cache.frames",
-    "nexus_cache.graph",
-    "nexus_cache.service",
 }
 
 # Eager imports a package __init__ makes for an effect at import time.

@@ -37,6 +37,7 @@ __all__ = [
     "NexusCacheError",
     "NoCacheError",
     "ProgramCacheKeyError",
+    "QueryCancelledError",
     "ServerAuthError",
     "ServerError",
     "ServerUnavailableError",
@@ -135,7 +136,16 @@ class GrantTooLargeError(AdmissionError):
 
 class GrantExhaustedError(CapacityError):
     """An attempt needed more device memory than its immutable grant; the query
-    service retries it as a new attempt with a larger grant."""
+    service retries it as a new attempt with a larger grant.
+
+    ``needed_bytes`` is what the attempt had materialized when it went past its
+    grant (the next attempt asks for at least twice that); 0 when unknown (an
+    error rebuilt from a server's message).
+    """
+
+    def __init__(self, message: str, *, needed_bytes: int = 0) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
 
 
 class ByteCountError(NexusCacheError, ValueError):
@@ -157,6 +167,13 @@ class GraphConvergenceError(NexusCacheError, RuntimeError):
 class AttemptCancelledError(NexusCacheError, RuntimeError):
     """The query attempt was cancelled. A decode leader that stops for it hands
     leadership to a waiting follower instead of failing the followers."""
+
+
+class QueryCancelledError(AttemptCancelledError):
+    """The caller cancelled the query (its cancel event was set, or its server
+    client went away). Whatever the query held (a place in the admission queue,
+    its grant, source and graph pins) was released; nothing half-made was kept
+    in a cache. Not retried."""
 
 
 class SourceDecodeError(NexusCacheError, RuntimeError):

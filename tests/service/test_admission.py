@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from nexus_cache.errors import AdmissionClosedError, AdmissionError, CapacityError
+from nexus_cache.errors import (
+    AdmissionClosedError,
+    AdmissionError,
+    CapacityError,
+    GrantExhaustedError,
+)
 from nexus_cache.service import ADMISSION_COLUMNS, Scan
 
 from ._helpers import MIB, make_lake, make_service
@@ -121,3 +126,20 @@ def test_concurrent_queries_share_the_device(tmp_path: Path) -> None:
     assert not errors
     assert len(decisions) == 8
     assert set(decisions) <= {"admitted", "admitted_after_wait"}
+
+
+def test_an_exhausted_grant_says_what_it_needed_and_the_retry_asks_twice_that(
+    tmp_path: Path,
+) -> None:
+    lake = make_lake(tmp_path)
+    with make_service(tmp_path, min_grant_bytes=1, grant_expansion=1e-9) as service:
+        result = service.execute(Scan(lake.facts))
+        first, second = result.diagnostics.attempts[:2]
+        assert first.outcome == "retried"
+        assert first.error is not None
+        assert first.error.startswith("GrantExhaustedError")
+        # the error carries the figure; the retry's grant is built from it
+        assert second.grant_bytes == 2 * first.used_bytes
+    error = GrantExhaustedError("over its grant", needed_bytes=5 * MIB)
+    assert error.needed_bytes == 5 * MIB
+    assert GrantExhaustedError("rebuilt from a server's message").needed_bytes == 0

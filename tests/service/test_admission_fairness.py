@@ -104,9 +104,11 @@ def test_a_large_waiter_is_admitted_while_small_grants_keep_arriving(tmp_path: P
         number = 0
         while not stop.is_set():
             number += 1
-            grant = admission.admit(ledger, "small", f"small-{index}-{number}", 40 * MIB)
+            grant = admission.admit(
+                admission.request(f"small-{index}", number, 40 * MIB), ledger=ledger
+            )
             time.sleep(0.002)  # a short query
-            admission.release(ledger, grant)
+            admission.release(grant, ledger=ledger)
             small_runs[index] += 1
 
     threads = [threading.Thread(target=small, args=(i,)) for i in range(3)]
@@ -115,10 +117,10 @@ def test_a_large_waiter_is_admitted_while_small_grants_keep_arriving(tmp_path: P
     try:
         time.sleep(0.2)  # the small ones are running
         started = time.monotonic()
-        large = admission.admit(ledger, "large", "large-1", 80 * MIB)
+        large = admission.admit(admission.request("large", 1, 80 * MIB), ledger=ledger)
         waited = time.monotonic() - started
         before = sum(small_runs)
-        admission.release(ledger, large)
+        admission.release(large, ledger=ledger)
         time.sleep(0.2)
     finally:
         stop.set()
@@ -132,12 +134,12 @@ def test_a_large_waiter_is_admitted_while_small_grants_keep_arriving(tmp_path: P
 def test_grants_are_admitted_in_arrival_order(tmp_path: Path) -> None:
     ledger = DeviceLedger(0, 100 * MIB, 0)
     admission = Admission(AdmissionLog(None), timeout_s=20.0)
-    blocker = admission.admit(ledger, "q", "blocker", 100 * MIB)
+    blocker = admission.admit(admission.request("blocker", 1, 100 * MIB), ledger=ledger)
 
     def wait_for(name: str, nbytes: int) -> None:
-        grant = admission.admit(ledger, "q", name, nbytes)
+        grant = admission.admit(admission.request(name, 1, nbytes), ledger=ledger)
         time.sleep(0.05)
-        admission.release(ledger, grant)
+        admission.release(grant, ledger=ledger)
 
     threads = []
     for name, nbytes in (("first-large", 90 * MIB), ("second-small", MIB), ("third", MIB)):
@@ -145,13 +147,13 @@ def test_grants_are_admitted_in_arrival_order(tmp_path: Path) -> None:
         thread.start()
         threads.append(thread)
         time.sleep(0.1)  # arrive one after the other
-    admission.release(ledger, blocker)
+    admission.release(blocker, ledger=ledger)
     for thread in threads:
         thread.join(10)
     # the log line is written before the next request in line may go
     admitted = [
-        line["attempt_id"]
+        line["query_id"]
         for line in admission.log.lines
-        if str(line["decision"]).startswith("admitted") and line["attempt_id"] != "blocker"
+        if str(line["decision"]).startswith("admitted") and line["query_id"] != "blocker"
     ]
     assert admitted == ["first-large", "second-small", "third"]  # no overtaking

@@ -33,8 +33,8 @@ def test_a_deleted_log_is_recreated_with_its_header(
 ) -> None:
     adm, ledger, path = admission
     path.unlink()
-    grant = adm.admit(ledger, "q", "q-1", MIB)
-    adm.release(ledger, grant)
+    grant = adm.admit(adm.request("q", 1, MIB), ledger=ledger)
+    adm.release(grant, ledger=ledger)
     lines = _lines(path)
     assert lines[0].split("\t") == list(ADMISSION_COLUMNS)
     assert len(lines) == 2
@@ -48,7 +48,7 @@ def test_a_deleted_evidence_directory_is_recreated(
     adm, ledger, path = admission
     path.unlink()
     path.parent.rmdir()
-    adm.release(ledger, adm.admit(ledger, "q", "q-1", MIB))
+    adm.release(ledger=ledger, grant=adm.admit(adm.request("q", 1, MIB), ledger=ledger))
     assert len(_lines(path)) == 2
 
 
@@ -61,7 +61,7 @@ def test_a_symlinked_log_is_refused_and_its_target_untouched(
     path.unlink()
     path.symlink_to(target)
     with pytest.raises(CacheSecurityError) as info:
-        adm.admit(ledger, "q", "q-1", MIB)
+        adm.admit(adm.request("q", 1, MIB), ledger=ledger)
     assert str(path) in str(info.value)
     assert "symlink" in str(info.value)
     assert target.read_text() == "precious\n"
@@ -78,11 +78,13 @@ def test_a_directory_in_place_of_the_log_releases_the_grant(
     path.mkdir()
     for number in range(20):  # each would have leaked a MiB-sized grant
         with pytest.raises(EvidenceWriteError) as info:
-            adm.admit(ledger, "q", f"q-{number}", 4 * MIB)
+            adm.admit(adm.request("q", number, 4 * MIB), ledger=ledger)
         assert str(path) in str(info.value)
     assert ledger.snapshot().grant_bytes == 0
     path.rmdir()
-    adm.release(ledger, adm.admit(ledger, "q", "q-ok", 60 * MIB))  # the device is whole
+    adm.release(
+        ledger=ledger, grant=adm.admit(adm.request("q", 99, 60 * MIB), ledger=ledger)
+    )  # the device is whole
 
 
 def test_a_fifo_in_place_of_the_log_fails_at_once(
@@ -92,7 +94,7 @@ def test_a_fifo_in_place_of_the_log_fails_at_once(
     path.unlink()
     os.mkfifo(path)
     with pytest.raises(EvidenceWriteError, match="admission log"):
-        adm.admit(ledger, "q", "q-1", MIB)  # never blocks waiting for a reader
+        adm.admit(adm.request("q", 1, MIB), ledger=ledger)  # never blocks waiting for a reader
     assert ledger.snapshot().grant_bytes == 0
 
 
@@ -114,7 +116,7 @@ def test_a_full_disk_is_one_clear_error_and_releases_the_grant(
     adm, ledger, path = admission
     _fail_writes_to(path, monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
     with pytest.raises(EvidenceWriteError) as info:
-        adm.admit(ledger, "q", "q-1", MIB)
+        adm.admit(adm.request("q", 1, MIB), ledger=ledger)
     message = str(info.value)
     assert "disk is full" in message
     assert str(path) in message
@@ -129,7 +131,7 @@ def test_an_interrupt_while_logging_releases_the_grant(
     adm, ledger, path = admission
     _fail_writes_to(path, monkeypatch, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
-        adm.admit(ledger, "q", "q-1", MIB)
+        adm.admit(adm.request("q", 1, MIB), ledger=ledger)
     assert ledger.snapshot().grant_count == 0
 
 

@@ -14,7 +14,37 @@ importing one submodule (``nexus_cache.graph.options``) stays cheap.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nexus_cache._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from nexus_cache.graph._kernels import preload_kernels as preload_kernels
+    from nexus_cache.graph._programs import KernelLoad as KernelLoad
+    from nexus_cache.graph._programs import kernel_loads as kernel_loads
+    from nexus_cache.graph.csr import Graph as Graph
+    from nexus_cache.graph.csr import build_graph as build_graph
+    from nexus_cache.graph.degrees import degree as degree
+    from nexus_cache.graph.options import DUPLICATE_RULES as DUPLICATE_RULES
+    from nexus_cache.graph.options import ORIENTATIONS as ORIENTATIONS
+    from nexus_cache.graph.options import GraphOptions as GraphOptions
+    from nexus_cache.graph.ranking import pagerank as pagerank
+    from nexus_cache.graph.registry import ALGORITHMS as ALGORITHMS
+    from nexus_cache.graph.registry import CONVERGENCE_RULES as CONVERGENCE_RULES
+    from nexus_cache.graph.registry import AlgorithmSpec as AlgorithmSpec
+    from nexus_cache.graph.registry import get_spec as get_spec
+    from nexus_cache.graph.result import GraphResult as GraphResult
+    from nexus_cache.graph.similarities import DEFAULT_MAX_TEMP_BYTES as DEFAULT_MAX_TEMP_BYTES
+    from nexus_cache.graph.similarities import METRICS as METRICS
+    from nexus_cache.graph.similarities import common_neighbours as common_neighbours
+    from nexus_cache.graph.similarities import cosine as cosine
+    from nexus_cache.graph.similarities import edge_pairs as edge_pairs
+    from nexus_cache.graph.similarities import jaccard as jaccard
+    from nexus_cache.graph.similarities import overlap as overlap
+    from nexus_cache.graph.similarities import similarity as similarity
+    from nexus_cache.graph.similarities import sorensen as sorensen
+    from nexus_cache.graph.traversal import bfs as bfs
+    from nexus_cache.graph.triangle_counts import triangles as triangles
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {

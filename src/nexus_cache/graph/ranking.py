@@ -29,6 +29,7 @@ from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputErr
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.registry import CONVERGENCE_RULES
 from nexus_cache.graph.result import GraphResult
+from nexus_cache.graph.stopping import checkpoint
 
 __all__ = ["CONVERGENCE_RULES", "pagerank"]
 
@@ -153,6 +154,7 @@ def pagerank(
     iterations = 0
     converged = False
     while iterations < max_iter:
+        checkpoint()  # a caller's stop request is honoured between iterations
         iterations += 1
         dangling_mass = x[dangling_index].sum() if dangling_index.size else 0.0
         new = matrix @ x

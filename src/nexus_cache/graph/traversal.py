@@ -25,6 +25,7 @@ from nexus_cache.graph._host_engine import host_kernels
 from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
+from nexus_cache.graph.stopping import checkpoint
 
 __all__ = ["bfs"]
 
@@ -122,6 +123,7 @@ def _bfs_dense(
     rows: Any = None
     level = 0
     while frontier.size and (depth_limit is None or level < depth_limit):
+        checkpoint()  # a caller's stop request is honoured between levels
         if push_g is not None and pull_g is not None:
             if pushing and frontier_arcs * _ALPHA > unexplored:
                 pushing = False

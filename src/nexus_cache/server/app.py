@@ -3,8 +3,13 @@
 * ``do_get``: the ticket holds a query (see :mod:`nexus_cache.server.wire`);
   the service executes it (the attempt holds its grant only while it runs),
   then the result streams as record batches whose schema metadata carries the
-  diagnostics. A client that cancels or disconnects stops the stream at the
-  next batch and the result is dropped.
+  diagnostics. A client that cancels or disconnects cancels its query: while
+  it executes, a watcher looks at the call every :data:`WATCH_INTERVAL_S` and
+  sets the query's cancel event (it leaves the admission queue or stops at
+  its next object or PageRank iteration, releasing its grant); while it
+  streams, the stream stops at the next batch and the result is dropped.
+  :meth:`QueryFlightServer.cancel_running` cancels every running query the
+  same way (a shutdown whose wait ran out).
 * ``get_flight_info``: plans the query (lists the source, reads no data).
 * actions: ``health``, ``reports``, ``source-events``, ``plan``, ``shutdown``.
 
@@ -17,6 +22,7 @@ same one-line message as the CLI; the server keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,20 +34,27 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from nexus_cache.errors import AdmissionError, ConfigError, NexusCacheError
+from nexus_cache.errors import (
+    AdmissionError,
+    ConfigError,
+    NexusCacheError,
+    QueryCancelledError,
+)
 from nexus_cache.server.auth import BearerTokenMiddlewareFactory
 from nexus_cache.server.metrics import ServerMetrics
 from nexus_cache.server.settings import ServerSettings
 from nexus_cache.server.tickets import parse_ticket
 from nexus_cache.server.wire import ACTIONS, attach_diagnostics, encode_error
 
-__all__ = ["QueryFlightServer"]
+__all__ = ["WATCH_INTERVAL_S", "QueryFlightServer"]
 
 log = logging.getLogger("nexus_cache.server")
 
 # Bytes per streamed batch: large enough that per-batch overhead vanishes,
 # small enough that a cancelled client is noticed within a few milliseconds.
 _BATCH_BYTES = 8 << 20
+#: how often a running query's call is looked at for a client that went away
+WATCH_INTERVAL_S = 0.05
 _USER_ERRORS = (NexusCacheError, FileNotFoundError, NotADirectoryError, PermissionError)
 
 
@@ -83,6 +96,9 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._running = 0
+        # the cancel events of the queries waiting for a slot, executing or streaming
+        self._cancels: set[threading.Event] = set()
+        self._watcher = _CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
         super().__init__(settings.url, tls_certificates=tls, middleware=middleware)
@@ -110,17 +126,31 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                 self._idle.wait(left)
             return True
 
-    def _enter(self) -> None:
+    def cancel_running(self) -> int:
+        """Cancel every running query (as if its client had gone away); returns how
+        many. Each releases its grant at its next look at its cancel event."""
+        with self._lock:
+            cancels = list(self._cancels)
+        for cancel in cancels:
+            cancel.set()
+        return len(cancels)
+
+    def _enter(self) -> threading.Event:
+        """Count a query in; returns its cancel event."""
+        cancel = threading.Event()
         with self._lock:
             if self._stopping:
                 raise flight.FlightUnavailableError(
                     "the nexus-cache server is shutting down; retry against a running server"
                 )
             self._running += 1
+            self._cancels.add(cancel)
+        return cancel
 
-    def _leave(self) -> None:
+    def _leave(self, cancel: threading.Event) -> None:
         with self._idle:
             self._running -= 1
+            self._cancels.discard(cancel)
             self._idle.notify_all()
 
     # -- queries -----------------------------------------------------------------------
@@ -139,49 +169,80 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
         start = time.perf_counter()
         query, device = self._query(ticket.ticket)
-        self._enter()
+        cancel = self._enter()
         try:
-            result = self._execute(query, device, start)
+            with self._watcher.watching(context, cancel):
+                result = self._execute(query, device, start, cancel)
             diagnostics = result.diagnostics.to_dict()
             schema = attach_diagnostics(result.table, diagnostics)
         except BaseException:
-            self._leave()
+            self._leave(cancel)
             raise
         if result.table.nbytes <= _BATCH_BYTES:
             # one batch: nothing to stop early, and Arrow's own stream writes it
             # without a call back into Python
-            self._finish(query, diagnostics, start, "ok")
+            self._finish(query, diagnostics, start, "ok", cancel)
             return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
         stream = _ResultStream(
-            result.table, context, lambda outcome: self._finish(query, diagnostics, start, outcome)
+            result.table,
+            context,
+            cancel,
+            lambda outcome: self._finish(query, diagnostics, start, outcome, cancel),
         )
         return flight.GeneratorStream(schema, stream)
 
-    def _execute(self, query: Any, device: int | None, start: float) -> Any:
-        if not self._slots.acquire(timeout=self._settings.queue_timeout_s):
-            raise flight.FlightUnavailableError(
-                f"{self._settings.max_running_queries} queries are running and none finished "
-                f"within queue_timeout_s={self._settings.queue_timeout_s:g}; retry later or raise "
-                "NEXUS_SERVER_MAX_RUNNING_QUERIES"
-            )
+    def _slot(self, cancel: threading.Event) -> None:
+        """Take a running-query slot; a query cancelled while it waits leaves at once."""
+        wait = self._settings.queue_timeout_s
+        deadline = time.monotonic() + wait
+        while not self._slots.acquire(timeout=min(WATCH_INTERVAL_S, wait)):
+            if cancel.is_set():
+                raise QueryCancelledError(
+                    "the query was cancelled while it waited for a running-query slot (its "
+                    "client went away, or the server is stopping)"
+                )
+            if time.monotonic() >= deadline:
+                raise flight.FlightUnavailableError(
+                    f"{self._settings.max_running_queries} queries are running and none "
+                    f"finished within queue_timeout_s={self._settings.queue_timeout_s:g}; retry "
+                    "later or raise NEXUS_SERVER_MAX_RUNNING_QUERIES"
+                )
+
+    def _execute(
+        self, query: Any, device: int | None, start: float, cancel: threading.Event
+    ) -> Any:
         try:
-            return self._service.execute(query, device=device)
+            self._slot(cancel)
+            try:
+                return self._service.execute(query, device=device, cancel=cancel)
+            finally:
+                self._slots.release()
+        except flight.FlightError:
+            raise
         except Exception as exc:
             elapsed = time.perf_counter() - start
             text = json.dumps(query.to_dict(), separators=(",", ":"))
-            log.info("query - %s error %.1f ms: %s", text, elapsed * 1e3, encode_error(exc)[0])
+            cancelled = isinstance(exc, QueryCancelledError)
+            outcome = "cancelled" if cancelled else "error"
+            message = encode_error(exc)[0]
+            log.info("query - %s %s %.1f ms: %s", text, outcome, elapsed * 1e3, message)
             if self._metrics is not None:
                 if isinstance(exc, AdmissionError):
                     self._metrics.refused()
-                self._metrics.observe(query.kind, "error", elapsed, None)
-            if isinstance(exc, _USER_ERRORS):
+                self._metrics.observe(query.kind, outcome, elapsed, None)
+            if isinstance(exc, _USER_ERRORS):  # QueryCancelledError included
                 raise _flight_error(exc) from None
             log.exception("query failed unexpectedly")
             raise _flight_error(exc) from None
-        finally:
-            self._slots.release()
 
-    def _finish(self, query: Any, diag: dict[str, Any], start: float, outcome: str) -> None:
+    def _finish(
+        self,
+        query: Any,
+        diag: dict[str, Any],
+        start: float,
+        outcome: str,
+        cancel: threading.Event,
+    ) -> None:
         elapsed = time.perf_counter() - start
         try:
             log.info(
@@ -199,7 +260,7 @@ class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             if self._metrics is not None:
                 self._metrics.observe(query.kind, outcome, elapsed, diag)
         finally:
-            self._leave()
+            self._leave(cancel)
 
     def get_flight_info(
         self, context: Any, descriptor: flight.FlightDescriptor
@@ -281,24 +342,77 @@ def _rss_bytes() -> int | None:
         return None
 
 
+class _CallWatcher:
+    """Sets a call's cancel event when its client cancels or goes away: one thread
+    looks at every watched call every :data:`WATCH_INTERVAL_S`.
+
+    One thread for all calls, started with the first and ended when none is
+    left, so a query pays two lock acquisitions for its watch rather than a
+    thread of its own. A call's context is only looked at under the lock, and
+    :meth:`watching` takes it off under the lock before the handler returns:
+    never after gRPC has freed the call. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[object, tuple[Any, threading.Event]] = {}
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def watching(self, context: Any, cancel: threading.Event) -> Iterator[None]:
+        """Watch ``context`` for as long as the block runs."""
+        key = object()
+        with self._lock:
+            self._calls[key] = (context, cancel)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="nexus-cancel-watch", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._calls[key]
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(WATCH_INTERVAL_S)
+            with self._lock:
+                if not self._calls:
+                    self._thread = None  # the next call starts another
+                    return
+                for context, cancel in self._calls.values():
+                    if not cancel.is_set() and context.is_cancelled():
+                        cancel.set()
+
+
 class _ResultStream:
-    """Yields a result's batches, stopping when the client cancelled or went away.
+    """Yields a result's batches, stopping when the client cancelled or went away
+    or the query was cancelled (``cancel``: a server stopping).
 
     ``done(outcome)`` runs exactly once: at the end of the stream, when it is
     stopped early, or when gRPC drops it unread (``__del__``).
     """
 
-    def __init__(self, table: pa.Table, context: Any, done: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        context: Any,
+        cancel: threading.Event,
+        done: Callable[[str], None],
+    ) -> None:
         per_row = max(1, table.nbytes // max(1, table.num_rows))
         self._batches = _coalesced(table, max(1, _BATCH_BYTES // per_row))
         self._context = context
+        self._cancel = cancel
         self._done: Callable[[str], None] | None = done
 
     def __iter__(self) -> _ResultStream:
         return self
 
     def __next__(self) -> pa.RecordBatch:
-        if self._context.is_cancelled():
+        if self._cancel.is_set() or self._context.is_cancelled():
             self._close("cancelled")
             raise StopIteration
         try:

@@ -8,6 +8,7 @@ listening URL and the warm-up time.
 
 Stop (SIGTERM, SIGINT or the ``shutdown`` action): refuse new queries, wait
 up to ``shutdown_timeout_s`` for running ones (execution and streaming),
+cancel those still running and give them up to 5 s to release their grants,
 stop gRPC, then ``service.shutdown()`` drains the caches in order (graph,
 source, allocation-domain owner) and closes the lakehouse cache, whose
 published entries are on disk already: a SIGKILL loses none of them.
@@ -34,6 +35,9 @@ __all__ = ["MMAP_THRESHOLD_BYTES", "return_freed_memory", "run_server"]
 
 log = logging.getLogger("nexus_cache.server")
 
+# how long cancelled queries may take to reach their next look at their cancel
+# event (the object being decoded, the PageRank iteration) and release their grant
+_CANCEL_GRACE_S = 5.0
 # how long a stuck gRPC shutdown (a client that stopped reading) may take
 # beyond shutdown_timeout_s before the process leaves without it
 _GRPC_STOP_GRACE_S = 5.0
@@ -145,10 +149,12 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
         server.begin_stop()
         if not server.wait_idle(settings.shutdown_timeout_s):
             log.info(
-                "%d queries still running after shutdown_timeout_s=%g; stopping anyway",
-                server.running,
+                "%d queries still running after shutdown_timeout_s=%g; cancelling them",
+                server.cancel_running(),
                 settings.shutdown_timeout_s,
             )
+            if not server.wait_idle(_CANCEL_GRACE_S):
+                log.info("%d queries still running; stopping anyway", server.running)
         stopped = _stop_grpc(server, _GRPC_STOP_GRACE_S)
     finally:
         if endpoint is not None:

@@ -10,25 +10,21 @@ what went wrong. Running charges what the attempt materializes to an
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-import stat
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
-from nexus_cache.graph.memory import build_bytes, result_bytes
+from nexus_cache.graph.stopping import stop_check
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import (
     NOT_APPLICABLE,
     GraphOutcome,
     GraphPort,
-    graph_options,
 )
 from nexus_cache.service._lake import (
     SourcePlan,
@@ -38,13 +34,17 @@ from nexus_cache.service._lake import (
     plan_source,
 )
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
+from nexus_cache.service.admission import Attempt, estimate_grant
 from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 
-__all__ = ["AttemptBudget", "AttemptOutcome", "AttemptPlan", "plan_attempt", "run_attempt"]
-
-# A graph attempt holds the edge table plus the CSR, its transpose or
-# symmetrized copy, and the algorithm's vectors: about twice a scan's bytes.
-_GRAPH_FACTOR = 2.0
+__all__ = [
+    "AttemptBudget",
+    "AttemptOutcome",
+    "AttemptPlan",
+    "AttemptPorts",
+    "plan_attempt",
+    "run_attempt",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,100 +74,22 @@ def plan_attempt(
     expansion: float,
     min_grant: int,
     floor: int = 0,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> AttemptPlan:
-    """Plan ``query`` now; the grant is the decoded-size estimate, at least ``floor``."""
+    """Plan ``query`` now; the grant is admission's estimate
+    (:func:`~nexus_cache.service.admission.estimate_grant`), at least ``floor``."""
     source = plan_source(cache, _scan_of(query).source, storage_options)
-    if isinstance(query, Count):
-        estimate = min_grant
-    elif isinstance(query, GraphQuery):
-        estimate = _graph_estimate(query, source, expansion)
-    else:
-        estimate = math.ceil(source.total_bytes * expansion)
-    return AttemptPlan(query, source, max(estimate, min_grant, floor))
+    nbytes = estimate_grant(query, source, expansion=expansion, min_grant=min_grant, floor=floor)
+    return AttemptPlan(query, source, nbytes)
 
 
 @dataclasses.dataclass(frozen=True)
-class _EdgeFacts:
-    """What the edge objects' Parquet footers say: rows, columns, the id range."""
+class AttemptPorts:
+    """What an attempt runs through: the lakehouse cache and the device caches' ports."""
 
-    rows: int
-    columns: int
-    #: max - min + 1 over both id columns (None: no statistics to bound it)
-    id_span: int | None
-
-
-def _graph_estimate(query: GraphQuery, source: SourcePlan, expansion: float) -> int:
-    """The decoded edges, the uncached build and the result, from the footers' edge
-    count; without footers, a multiple of the Parquet bytes.
-
-    The uncached path charges about 72 B per edge for the build alone, more
-    than any multiple of well-compressed ids: a grant sized from the bytes
-    ran the whole query, ran out, and ran it again.
-    """
-    options = graph_options(query)
-    weighted = query.weight is not None
-    facts = _edge_facts(source, query.src, query.dst)
-    if facts is None:
-        return math.ceil(source.total_bytes * expansion * _GRAPH_FACTOR) + build_bytes(
-            0, options, weighted
-        )
-    columns = len(query.edges.columns) if query.edges.columns is not None else facts.columns
-    # ids and weights decode to at most 8 B a value; other columns: the bytes' share
-    decoded = max(math.ceil(source.total_bytes * expansion), facts.rows * 8 * columns)
-    vertices = 2 * facts.rows if facts.id_span is None else min(2 * facts.rows, facts.id_span)
-    return (
-        decoded
-        + build_bytes(facts.rows, options, weighted)
-        + result_bytes(query.algorithm, facts.rows, vertices)
-    )
-
-
-def _edge_facts(source: SourcePlan, src: str, dst: str) -> _EdgeFacts | None:
-    """Rows, columns and id range of the source's objects from their footers; None
-    when one cannot be read (the attempt then reports what is wrong with it)."""
-    rows, columns = 0, 0
-    low: int | None = None
-    high: int | None = None
-    spanned = True
-    for plan in source.plans:
-        try:
-            meta = _footer(plan.fs, plan.path)
-        except (OSError, ValueError, pa.ArrowException):
-            return None
-        if meta is None:
-            return None
-        rows += meta.num_rows
-        columns = max(columns, meta.num_columns)
-        names = [meta.schema.column(j).path for j in range(meta.num_columns)]
-        if src not in names or dst not in names:
-            spanned = False
-            continue
-        for group in range(meta.num_row_groups):
-            for name in (src, dst):
-                stats = meta.row_group(group).column(names.index(name)).statistics
-                if stats is None or not stats.has_min_max:
-                    spanned = False
-                    continue
-                lo, hi = stats.min, stats.max
-                if not (isinstance(lo, int) and isinstance(hi, int)):
-                    spanned = False
-                    continue
-                low = lo if low is None else min(low, lo)
-                high = hi if high is None else max(high, hi)
-    span = high - low + 1 if spanned and low is not None and high is not None else None
-    return _EdgeFacts(rows, columns, span)
-
-
-def _footer(fs: Any, path: str) -> pq.FileMetaData | None:
-    """The Parquet footer of one object; None for anything but a regular local file
-    (a FIFO would block the read)."""
-    if fs is None:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        return pq.read_metadata(path)
-    with fs.open(path, "rb") as handle:
-        return pq.ParquetFile(handle).metadata
+    lakehouse: LakehouseCache
+    sources: SourcePort
+    graphs: GraphPort
 
 
 class AttemptBudget:
@@ -181,14 +103,13 @@ class AttemptBudget:
     def charge(self, nbytes: int, what: str) -> None:
         self.used += nbytes
         if self.used > self.grant.nbytes:
-            exc = GrantExhaustedError(
+            raise GrantExhaustedError(
                 f"attempt {self.grant.attempt_id} needed {self.used} B after {what}, over its "
                 f"grant of {self.grant.nbytes} B on device {self.grant.device_id}; "
                 "it is retried with a larger grant (raise NEXUS_SERVICE_GRANT_EXPANSION "
-                "to ask for more up front)"
+                "to ask for more up front)",
+                needed_bytes=self.used,
             )
-            exc.needed_bytes = self.used  # type: ignore[attr-defined]
-            raise exc
 
 
 @dataclasses.dataclass
@@ -212,21 +133,28 @@ class AttemptOutcome:
 
 def run_attempt(
     plan: AttemptPlan,
+    attempt: Attempt,
     grant: Grant,
     domain: AllocationDomain,
-    cache: LakehouseCache,
-    sources: SourcePort,
-    graphs: GraphPort,
+    ports: AttemptPorts,
     outcome: AttemptOutcome,
 ) -> pa.Table:
-    """Run ``plan`` under ``grant`` with device work in ``domain`` (the attempt's),
-    filling ``outcome`` as it goes (also on failure). Every frame and pin the
-    attempt took is released before this returns."""
+    """Run ``plan`` as ``attempt`` under ``grant`` with device work in ``domain``
+    (the attempt's), filling ``outcome`` as it goes (also on failure). Every
+    frame and pin the attempt took is released before this returns.
+
+    The attempt's cancel event is looked at before the run, before each
+    object is decoded, before the graph algorithm and between its iterations
+    (:mod:`nexus_cache.graph.stopping`); once set, the run stops there with
+    :class:`QueryCancelledError`.
+    """
     budget = AttemptBudget(grant)
     query = plan.query
     timings = outcome.timings
     load = SourceLoad()
+    cache, sources, graphs = ports.lakehouse, ports.sources, ports.graphs
     try:
+        attempt.check_cancelled("before it ran")
         if isinstance(query, Count):
             t0 = time.perf_counter()
             rows = count_rows(cache, plan.source, outcome.reads)
@@ -242,6 +170,7 @@ def run_attempt(
         decoded = [0]
 
         def decode(read_plan: ReadPlan) -> Any:
+            attempt.check_cancelled("while decoding its source")
             t = time.perf_counter()
             frame = decode_object(cache, read_plan, scan.columns, domain, outcome.reads)
             timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
@@ -270,15 +199,17 @@ def run_attempt(
             budget.charge(table.nbytes, "the result table")
             outcome.table = table
             return table
+        attempt.check_cancelled("before its graph algorithm")
         t0 = time.perf_counter()
-        result, outcome.graph, graph_bytes = graphs.run(
-            grant.device_id,
-            query,
-            load.frames,
-            plan.source.identity_keys,
-            domain,
-            objects=[p.source for p in plan.source.plans],
-        )
+        with stop_check(lambda: attempt.check_cancelled("during its graph algorithm")):
+            result, outcome.graph, graph_bytes = graphs.run(
+                grant.device_id,
+                query,
+                load.frames,
+                plan.source.identity_keys,
+                domain,
+                objects=[p.source for p in plan.source.plans],
+            )
         if outcome.graph.reason == "unstable_source" and plan.source.identity_problems:
             # say why the edge objects have no identity, and what to change
             outcome.graph = dataclasses.replace(

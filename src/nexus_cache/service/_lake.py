@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -85,8 +85,8 @@ class SourcePlan:
     @property
     def identity_keys(self) -> tuple[str, ...] | None:
         """The entry keys of every object, or None when one has no proven identity."""
-        keys = tuple(p.key for p in self.plans)
-        return None if any(k is None for k in keys) else keys  # type: ignore[return-value]
+        keys = tuple(p.key for p in self.plans if p.key is not None)
+        return keys if len(keys) == len(self.plans) else None
 
     @property
     def identity_problems(self) -> str | None:
@@ -112,9 +112,10 @@ class SourcePlan:
         }
 
 
-def _list_objects(source: str, storage_options: dict[str, Any] | None) -> tuple[Any, list[str]]:
+def _list_objects(source: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
+    options = None if storage_options is None else dict(storage_options)
     try:
-        fs, path = resolve_source(source, None, storage_options)
+        fs, path = resolve_source(source, None, options)
     except ImportError as exc:  # fsspec knows the protocol; its package is not installed
         raise BackendUnavailableError(
             f"source {source!r} needs a package that is not installed ({exc}); install it"
@@ -203,7 +204,7 @@ def _hidden(relative: str) -> bool:
 
 
 def plan_source(
-    cache: LakehouseCache, source: str, storage_options: dict[str, Any] | None = None
+    cache: LakehouseCache, source: str, storage_options: Mapping[str, Any] | None = None
 ) -> SourcePlan:
     """One lakehouse plan per Parquet object of ``source`` (a file or a directory);
     ``storage_options`` go to fsspec for a remote URL."""

@@ -3,7 +3,9 @@
 :func:`rmat_edges` draws a Kronecker (R-MAT) graph with the Graph500
 parameters: ``2**scale`` vertices, ``edge_factor * 2**scale`` edges,
 quadrant probabilities A=0.57, B=0.19, C=0.19 (D=0.05), vertex labels
-permuted at random. :func:`fact_table` draws a small sales-like table.
+permuted at random. :func:`ring_edges` is a directed ring with one chord, on
+which PageRank with ``alpha`` near 1 converges very slowly (long-running
+queries on demand). :func:`fact_table` draws a small sales-like table.
 :func:`write_parquet` writes either as Parquet with several row groups.
 Deterministic for a given seed.
 """
@@ -16,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["GRAPH500_ABC", "fact_table", "rmat_edges", "write_parquet"]
+__all__ = ["GRAPH500_ABC", "fact_table", "ring_edges", "rmat_edges", "write_parquet"]
 
 #: Graph500's R-MAT quadrant probabilities A, B, C (D = 1 - A - B - C)
 GRAPH500_ABC = (0.57, 0.19, 0.19)
@@ -44,6 +46,21 @@ def rmat_edges(scale: int, edge_factor: int = 16, seed: int = 1) -> pa.Table:
     labels = rng.permutation(1 << scale).astype(np.int64)
     order = rng.permutation(m)
     return pa.table({"src": labels[src[order]], "dst": labels[dst[order]]})
+
+
+def ring_edges(n_vertices: int) -> pa.Table:
+    """Columns ``src``, ``dst`` (int64): the ring ``v -> v+1 (mod n)`` and the chord
+    ``0 -> n//2``. Its walk is nearly periodic, so PageRank's change per
+    iteration stays near ``1 - alpha``: with ``alpha=0.99999`` and a small
+    ``tol`` it runs until ``max_iter`` (about 1 ms an iteration at 100k
+    vertices on the host backend)."""
+    if n_vertices < 3:
+        raise ValueError(f"n_vertices={n_vertices} must be >= 3")
+    src = np.arange(n_vertices, dtype=np.int64)
+    dst = (src + 1) % n_vertices
+    return pa.table(
+        {"src": np.append(src, 0), "dst": np.append(dst, n_vertices // 2).astype(np.int64)}
+    )
 
 
 def fact_table(rows: int, seed: int = 2) -> pa.Table:

@@ -6,17 +6,18 @@ the sealed attempt evidence. :meth:`QueryService.execute` runs a query as one
 or more attempts:
 
 1. plan afresh (lakehouse plans, cache keys, grant size);
-2. pick a device (the one given, else the one whose caches already hold the
-   query's source when it has room, else the one with the most free managed
-   bytes) and admit an immutable grant through its ledger (bounded wait, then
-   :class:`AdmissionError`);
+2. place it and admit an immutable grant (:mod:`~nexus_cache.service.admission`
+   holds the whole rule: the grant's size, the device, the FIFO wait bounded
+   by :class:`AdmissionError`, the refusal of a never-admittable grant, the
+   admission log), as a frozen :class:`~nexus_cache.service.admission.Attempt`;
 3. run under the grant, through the lakehouse, source and graph caches;
 4. release the grant and seal the attempt's evidence.
 
 A stale plan (:class:`StalePlanError`) or an exhausted grant
 (:class:`GrantExhaustedError`) ends the attempt; the next one plans again (with
-a larger grant after exhaustion), up to ``max_attempts`` in all. Anything
-else ends the query.
+a larger grant after exhaustion), up to ``max_attempts`` in all. A set cancel
+event ends the query with :class:`QueryCancelledError`. Anything else ends the
+query.
 
 Thread-safe: queries may run concurrently from many threads. Not
 process-safe beyond what each cache states (the ledger governs one process).
@@ -30,10 +31,11 @@ import math
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
+
+import pyarrow as pa
 
 from nexus_cache.backends import AllocationDomain, DeviceBackend, select_backend
 from nexus_cache.device import (
@@ -51,13 +53,20 @@ from nexus_cache.errors import (
     ConfigError,
     GrantExhaustedError,
     LifecycleError,
+    QueryCancelledError,
     StalePlanError,
 )
 from nexus_cache.lakehouse import LakehouseCache
-from nexus_cache.service._attempt import AttemptOutcome, AttemptPlan, plan_attempt, run_attempt
+from nexus_cache.service._attempt import (
+    AttemptOutcome,
+    AttemptPlan,
+    AttemptPorts,
+    plan_attempt,
+    run_attempt,
+)
 from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._source_port import SourcePort
-from nexus_cache.service.admission import Admission
+from nexus_cache.service.admission import Admission, Attempt, check_cancelled
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
 from nexus_cache.service.queries import (
@@ -74,8 +83,20 @@ from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 __all__ = ["QueryService"]
 
 _TRANSIENT = (StalePlanError, GrantExhaustedError)
-#: sources whose device is remembered (the oldest is forgotten first)
-_MAX_HOMES = 4096
+
+
+@dataclasses.dataclass
+class _QueryRun:
+    """One call of :meth:`QueryService.execute`: the query and its attempts' records."""
+
+    query: Query
+    query_id: str
+    #: the device every attempt is pinned to, or None (admission places each)
+    device: int | None
+    cancel: threading.Event | None
+    #: ``time.perf_counter()`` when the query began
+    start: float
+    records: list[AttemptRecord] = dataclasses.field(default_factory=list)
 
 
 def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
@@ -137,12 +158,12 @@ class QueryService:
                     f"evidence_dir={str(self.config.evidence_dir)!r} "
                     f"({ENV_EVIDENCE_DIR}) cannot be used: {' '.join(str(exc).split())}"
                 ) from exc
-            self._admission = Admission(log, self.config.admission_timeout_s)
+            self._admission = Admission(log, self.config.admission_timeout_s, self._caches)
         except BaseException:
             self._caches.shutdown()
             raise
-        self._sources = SourcePort(self._caches, SOURCE_WAIT_TIMEOUT_S)
-        self._graphs = GraphPort(self._caches)
+        sources = SourcePort(self._caches, SOURCE_WAIT_TIMEOUT_S)
+        self._ports = AttemptPorts(self._lakehouse, sources, GraphPort(self._caches))
         # One working domain per device for what attempts allocate (decoded
         # frames, copies of cached frames, graphs built uncached), so nothing
         # lands in a library's default pool. Freed blocks go back to the
@@ -152,9 +173,6 @@ class QueryService:
         self._running = dict.fromkeys(self._work, 0)
         self._on_planned = on_planned
         self._lock = threading.Lock()
-        # source identity keys -> the device that last ran a query on them: its
-        # source and graph caches hold them, so the next query there is a hit
-        self._homes: OrderedDict[tuple[str, ...], int] = OrderedDict()
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
 
@@ -199,21 +217,33 @@ class QueryService:
             query,
             expansion=cfg.grant_expansion,
             min_grant=cfg.min_grant_bytes,
-            storage_options=cfg.storage_options,  # type: ignore[arg-type]
+            storage_options=cfg.storage_options,
         )
         return {**plan.to_dict(), "parquet_bytes": plan.source.total_bytes}
 
     # -- queries ---------------------------------------------------------------------
 
     def execute(
-        self, query: Query | Mapping[str, Any] | str, *, device: int | None = None
+        self,
+        query: Query | Mapping[str, Any] | str,
+        *,
+        device: int | None = None,
+        cancel: threading.Event | None = None,
     ) -> QueryResult:
         """Run ``query`` (an object, its ``to_dict()`` form or JSON text).
 
         ``device`` pins every attempt to that served device id. Without it an
-        attempt goes to the device whose caches already hold the query's
-        source, when that device has room for the grant, else to the device
-        with the most free managed bytes.
+        attempt goes where :mod:`~nexus_cache.service.admission` places it: the
+        device whose caches already hold the query's source, when that device
+        has room for the grant, else the device with the most free managed bytes.
+
+        ``cancel``: once this event is set (from any thread), the query stops at
+        its next look at it: while its grant waits for admission (it leaves the
+        queue within 50 ms), before each object it decodes, between PageRank
+        iterations, and before a retry. It then raises
+        :class:`QueryCancelledError`, having released its grant, its place in
+        the queue and every pin; the admission log and the attempt's evidence
+        say ``cancelled``. A query that already finished returns its result.
 
         Raises :class:`AdmissionError` when a grant cannot be admitted in time,
         the last transient error after ``max_attempts`` attempts, and any
@@ -230,106 +260,88 @@ class QueryService:
                 f"device={device!r} is not a device this service serves; use one of: {served} "
                 "(NEXUS_SERVICE_DEVICES)"
             )
+        if cancel is not None and not isinstance(cancel, threading.Event):
+            raise ConfigError(f"cancel={cancel!r} is not accepted; use a threading.Event or None")
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
-        query_id = uuid.uuid4().hex[:16]
-        records: list[AttemptRecord] = []
+        run = _QueryRun(query, uuid.uuid4().hex[:16], device, cancel, time.perf_counter())
         floor = 0
-        start = time.perf_counter()
         for number in range(1, self.config.max_attempts + 1):
-            attempt_id = f"{query_id}-{number}"
+            check_cancelled(cancel, run.query_id, "before its next attempt")
             try:
-                last = number == self.config.max_attempts
-                return self._attempt(
-                    query, query_id, attempt_id, floor, records, start, last, device
-                )
+                return self._attempt(run, number, floor)
             except _TRANSIENT as exc:
                 if number == self.config.max_attempts:
                     raise
                 if isinstance(exc, GrantExhaustedError):
-                    floor = 2 * getattr(exc, "needed_bytes", records[-1].grant_bytes)
+                    floor = 2 * max(exc.needed_bytes, run.records[-1].grant_bytes)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _attempt(
-        self,
-        query: Query,
-        query_id: str,
-        attempt_id: str,
-        floor: int,
-        records: list[AttemptRecord],
-        start: float,
-        last: bool,
-        device: int | None,
-    ) -> QueryResult:
+    def _attempt(self, run: _QueryRun, number: int, floor: int) -> QueryResult:
         cfg = self.config
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         plan = plan_attempt(
             self._lakehouse,
-            query,
+            run.query,
             expansion=cfg.grant_expansion,
             min_grant=cfg.min_grant_bytes,
             floor=floor,
-            storage_options=cfg.storage_options,  # type: ignore[arg-type]
+            storage_options=cfg.storage_options,
         )
         timings["plan_s"] = time.perf_counter() - t0
         if self._on_planned is not None:
             self._on_planned(plan)
-        ledger = self._pick_ledger(plan, device)
-
-        def ceiling() -> int:
-            return self._caches.grant_ceiling(ledger.device_id)
-
-        attainable = ceiling()
-        if plan.grant_bytes > attainable >= max(floor, cfg.min_grant_bytes):
-            # The size is an estimate; past what the device can ever free (its
-            # managed capacity less the parked graphs) it would be refused
-            # outright, though the query may need far less. Ask for all that can
-            # be freed; an attempt that does need more ends with
-            # GrantExhaustedError and a real figure.
-            plan = dataclasses.replace(plan, grant_bytes=attainable)
+        attempt = self._admission.place(
+            run.query_id,
+            number,
+            plan.grant_bytes,
+            source_keys=plan.source.identity_keys,
+            device=run.device,
+            floor=floor,
+            min_grant=cfg.min_grant_bytes,
+            cancel=run.cancel,
+        )
+        plan = dataclasses.replace(plan, grant_bytes=attempt.grant_bytes)
         outcome = AttemptOutcome(timings=timings)
         t0 = time.perf_counter()
         try:
-            grant = self._admission.admit(
-                ledger, query_id, attempt_id, plan.grant_bytes, ceiling=ceiling
-            )
-        except AdmissionError as exc:
+            grant = self._admission.admit(attempt)
+        except (AdmissionError, QueryCancelledError) as exc:
             timings["admit_s"] = time.perf_counter() - t0
-            self._seal(
-                query_id, attempt_id, plan, outcome, ledger.device_id, "refused", exc, records
-            )
+            kind = "cancelled" if isinstance(exc, QueryCancelledError) else "refused"
+            self._seal(run, attempt, plan, outcome, kind, exc)
             raise
         # The evidence's ledger snapshot is taken while the grant is still held;
         # the grant is released whatever sealing does (an interrupt included).
         try:
             timings["admit_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            table = self._run(plan, grant, ledger.device_id, outcome)
+            table = self._run(plan, attempt, grant, outcome)
             timings["execute_s"] = time.perf_counter() - t0
         except BaseException as exc:
+            last = number == self.config.max_attempts
             kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
             try:
-                self._seal(
-                    query_id, attempt_id, plan, outcome, ledger.device_id, kind, exc, records
-                )
+                if isinstance(exc, QueryCancelledError):
+                    kind = "cancelled"
+                    self._admission.cancelled(attempt, exc)
+                self._seal(run, attempt, plan, outcome, kind, exc)
             finally:
-                self._admission.release(ledger, grant)
+                self._admission.release(grant)
             raise
-        timings["total_s"] = time.perf_counter() - start
+        timings["total_s"] = time.perf_counter() - run.start
         try:
-            digest = self._seal(
-                query_id, attempt_id, plan, outcome, ledger.device_id, "ok", None, records, table
-            )
+            digest = self._seal(run, attempt, plan, outcome, "ok", None, table)
         finally:
-            self._admission.release(ledger, grant)
-        self._remember_home(plan, ledger.device_id)
+            self._admission.release(grant)
+        self._admission.remember(plan.source.identity_keys, attempt.device_id)
         statuses = outcome.statuses(plan)
         diagnostics = Diagnostics(
-            query_id=query_id,
-            query=query.to_dict(),
-            device_id=ledger.device_id,
-            attempts=tuple(records),
+            query_id=run.query_id,
+            query=run.query.to_dict(),
+            device_id=attempt.device_id,
+            attempts=tuple(run.records),
             lakehouse=statuses["lakehouse"],
             source_cache=statuses["source_cache"],
             graph_cache=statuses["graph_cache"],
@@ -341,12 +353,10 @@ class QueryService:
         return QueryResult(table, diagnostics)
 
     def _run(
-        self, plan: AttemptPlan, grant: Grant, device_id: int, outcome: AttemptOutcome
-    ) -> Any:
-        with self._working(device_id) as domain:
-            return run_attempt(
-                plan, grant, domain, self._lakehouse, self._sources, self._graphs, outcome
-            )
+        self, plan: AttemptPlan, attempt: Attempt, grant: Grant, outcome: AttemptOutcome
+    ) -> pa.Table:
+        with self._working(attempt.device_id) as domain:
+            return run_attempt(plan, attempt, grant, domain, self._ports, outcome)
 
     @contextlib.contextmanager
     def _working(self, device_id: int) -> Iterator[AllocationDomain]:
@@ -383,27 +393,26 @@ class QueryService:
 
     def _seal(
         self,
-        query_id: str,
-        attempt_id: str,
+        run: _QueryRun,
+        attempt: Attempt,
         plan: AttemptPlan,
         outcome: AttemptOutcome,
-        device_id: int,
         kind: str,
         error: BaseException | None,
-        records: list[AttemptRecord],
-        table: Any = None,
+        table: pa.Table | None = None,
     ) -> str:
-        """Seal the attempt's evidence; returns the result fingerprint (or '')."""
+        """Seal the attempt's evidence and add its record to ``run``; returns the
+        result fingerprint (or '')."""
         fingerprint = table_fingerprint(table) if table is not None else ""
-        ledger = self._caches.ledger(device_id).snapshot()
+        ledger = self._caches.ledger(attempt.device_id).snapshot()
         message = None if error is None else f"{type(error).__name__}: {error}"
         doc = {
-            "attempt_id": attempt_id,
-            "query_id": query_id,
+            "attempt_id": attempt.attempt_id,
+            "query_id": attempt.query_id,
             "outcome": kind,
             "error": message,
             "plan": plan.to_dict(),
-            "device_id": device_id,
+            "device_id": attempt.device_id,
             "backend": self._caches.backend.name,
             "statuses": outcome.statuses(plan),
             "ledger": ledger.to_dict(),
@@ -418,10 +427,10 @@ class QueryService:
             },
         }
         sealed = self._evidence.seal(doc)
-        records.append(
+        run.records.append(
             AttemptRecord(
-                attempt_id=attempt_id,
-                device_id=device_id,
+                attempt_id=attempt.attempt_id,
+                device_id=attempt.device_id,
                 grant_bytes=plan.grant_bytes,
                 used_bytes=outcome.used_bytes,
                 outcome=kind,
@@ -430,34 +439,6 @@ class QueryService:
             )
         )
         return fingerprint
-
-    def _pick_ledger(self, plan: AttemptPlan, device: int | None) -> Any:
-        """The ledger of ``device``; else of the device whose caches hold the
-        query's source, if it admits and has room; else of the device with the
-        most free managed bytes (lowest id on ties)."""
-        if device is not None:
-            return self._caches.ledger(device)
-        ledgers = self._caches.ledgers()
-        keys = plan.source.identity_keys
-        if keys is not None and len(ledgers) > 1:
-            with self._lock:
-                home = self._homes.get(keys)
-            if home is not None:
-                ledger = self._caches.ledger(home)
-                snap = ledger.snapshot()
-                if snap.admission_open and snap.free_managed_bytes >= plan.grant_bytes:
-                    return ledger
-        return max(ledgers, key=lambda led: (led.snapshot().free_managed_bytes, -led.device_id))
-
-    def _remember_home(self, plan: AttemptPlan, device_id: int) -> None:
-        keys = plan.source.identity_keys
-        if keys is None:
-            return
-        with self._lock:
-            self._homes[keys] = device_id
-            self._homes.move_to_end(keys)
-            while len(self._homes) > _MAX_HOMES:
-                self._homes.popitem(last=False)
 
     # -- lifetime ----------------------------------------------------------------------
 
