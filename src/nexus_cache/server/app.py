@@ -7,7 +7,8 @@
   it executes, a watcher looks at the call every :data:`WATCH_INTERVAL_S` and
   sets the query's cancel event (it leaves the admission queue or stops at
   its next object or PageRank iteration, releasing its grant); while it
-  streams, the stream stops at the next batch and the result is dropped.
+  streams, the stream stops at the next batch and the result is dropped
+  (a stream the server cancels ends in an error, not a short table).
   :meth:`QueryFlightServer.cancel_running` cancels every running query the
   same way (a shutdown whose wait ran out).
 * ``get_flight_info``: plans the query (lists the source, reads no data).
@@ -389,7 +390,9 @@ class _CallWatcher:
 
 class _ResultStream:
     """Yields a result's batches, stopping when the client cancelled or went away
-    or the query was cancelled (``cancel``: a server stopping).
+    or the query was cancelled (``cancel``: a server stopping); the latter ends
+    the stream with a Flight error, so a client still reading never takes the
+    batches sent so far for the whole result.
 
     ``done(outcome)`` runs exactly once: at the end of the stream, when it is
     stopped early, or when gRPC drops it unread (``__del__``).
@@ -404,6 +407,8 @@ class _ResultStream:
     ) -> None:
         per_row = max(1, table.nbytes // max(1, table.num_rows))
         self._batches = _coalesced(table, max(1, _BATCH_BYTES // per_row))
+        self._rows = table.num_rows
+        self._sent = 0
         self._context = context
         self._cancel = cancel
         self._done: Callable[[str], None] | None = done
@@ -412,14 +417,27 @@ class _ResultStream:
         return self
 
     def __next__(self) -> pa.RecordBatch:
-        if self._cancel.is_set() or self._context.is_cancelled():
+        if self._context.is_cancelled():  # nobody left to tell
             self._close("cancelled")
             raise StopIteration
+        if self._cancel.is_set():
+            self._close("cancelled")
+            # The client is still reading: a plain end of stream would hand it
+            # the batches sent so far as if they were the whole result.
+            raise _flight_error(
+                QueryCancelledError(
+                    f"the server is stopping: the result was cut short after {self._sent} "
+                    f"of {self._rows} rows and is withdrawn; run the query again against "
+                    "a running server"
+                )
+            )
         try:
-            return next(self._batches)
+            batch = next(self._batches)
         except StopIteration:
             self._close("ok")
             raise
+        self._sent += batch.num_rows
+        return batch
 
     def _close(self, outcome: str) -> None:
         done, self._done = getattr(self, "_done", None), None
