@@ -4,18 +4,31 @@ running. Real server processes on loopback (host backend)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from nexus_cache.service import Scan
-from nexus_cache.service.datagen import ring_edges, write_parquet
+import networkx as nx
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
 
-from ._helpers import close_all, server_env, start_server
+from nexus_cache.client import Client
+from nexus_cache.service import GraphQuery, Scan, verify_evidence
+from nexus_cache.service.datagen import fact_table, ring_edges, rmat_edges, write_parquet
+
+from ._helpers import close_all, run_python, server_env, start_server, wait_until
+
+# A PageRank that runs for hours (alpha near 1 on a ring).
+_SLOW = {"alpha": 0.99999, "tol": 1e-300, "max_iter": 10**8}
 
 # Reads the first batch of its result, waits for a line on stdin, then reads the
 # rest: prints the rows it got, or the error that ended the stream.
@@ -89,3 +102,235 @@ def test_a_result_cut_short_by_shutdown_ends_in_an_error_not_a_short_table(
             reader.kill()
             reader.communicate(timeout=30)
         close_all([server])
+
+
+_CALLER = """
+import sys, time
+import pyarrow.flight as flight
+client = flight.connect(sys.argv[1])
+print("asking", flush=True)
+while True:
+    client.do_get(flight.Ticket(sys.argv[2].encode())).read_all()
+"""
+
+
+def _pagerank_of(table: pa.Table) -> dict[int, float]:
+    return dict(zip(table["vertex"].to_pylist(), table["pagerank"].to_pylist(), strict=True))
+
+
+def test_clients_gone_at_random_moments_leave_nothing_held_and_the_others_right(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "lake"
+    root.mkdir()
+    ring, rmat, facts_path = root / "ring.parquet", root / "rmat.parquet", root / "facts.parquet"
+    write_parquet(ring_edges(200_000), ring, row_groups=4)
+    write_parquet(rmat_edges(8), rmat, row_groups=4)
+    write_parquet(fact_table(4000), facts_path, row_groups=4)
+    for path in (ring, rmat, facts_path):
+        _old(path)
+    config = tmp_path / "service.toml"
+    # grants large enough that a few queries at once queue for admission
+    config.write_text('min_grant_bytes = "400MiB"\nadmission_timeout_s = 300\n')
+    evidence = tmp_path / "evidence"
+    env = server_env(
+        tmp_path, NEXUS_SERVICE_CONFIG=str(config), NEXUS_SERVICE_EVIDENCE_DIR=str(evidence)
+    )
+    server = start_server(env)
+    edges = pq.read_table(rmat)
+    pairs = list(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    source = pairs[0][0]
+    expected_rank = nx.pagerank(nx.MultiDiGraph(pairs), tol=1e-12)
+    expected_hops = nx.single_source_shortest_path_length(nx.DiGraph(pairs), source)
+    facts = pq.read_table(facts_path)
+    queries = [
+        Scan(str(facts_path)),
+        Scan(str(ring)),
+        GraphQuery(Scan(str(rmat)), "src", "dst", "pagerank"),
+        GraphQuery(Scan(str(rmat)), "src", "dst", "bfs", params={"source": source}),
+        GraphQuery(Scan(str(ring)), "src", "dst", "pagerank", params=_SLOW),
+    ]
+    problems: list[str] = []
+    answered = [0]
+    stop = threading.Event()
+
+    def check(query: Any, table: pa.Table) -> None:
+        if query is queries[0] and not table.equals(facts):
+            problems.append("facts scan differs from pyarrow")
+        elif query is queries[1] and table.num_rows != 200_001:
+            problems.append(f"ring scan has {table.num_rows} rows")
+        elif query is queries[2]:
+            got = _pagerank_of(table)
+            if (
+                got.keys() != expected_rank.keys()
+                or max(abs(got[v] - expected_rank[v]) for v in expected_rank) > 1e-6
+            ):
+                problems.append("pagerank differs from NetworkX")
+        elif query is queries[3]:
+            hops = {
+                v: d
+                for v, d in zip(
+                    table["vertex"].to_pylist(), table["distance"].to_pylist(), strict=True
+                )
+                if d is not None and d >= 0
+            }
+            if hops != expected_hops:
+                problems.append("bfs differs from NetworkX")
+
+    def survivor() -> None:
+        with Client(server.url) as client:
+            while not stop.is_set():
+                for query in queries[:4]:
+                    try:
+                        check(query, client.execute(query).table)
+                        answered[0] += 1
+                    except Exception as exc:  # every failure is reported
+                        problems.append(f"surviving {query.kind}: {exc!r}")
+
+    survivors = [threading.Thread(target=survivor) for _ in range(2)]
+    rng = random.Random(7)
+    callers: list[subprocess.Popen[str]] = []
+    try:
+        for thread in survivors:
+            thread.start()
+        flight_client = flight.connect(server.url)
+        for i in range(50):
+            query = queries[rng.randrange(len(queries))]
+            ticket = flight.Ticket(json.dumps(query.to_dict()).encode())
+            if i % 10 == 0:
+                # a client process killed at a random moment
+                caller = run_python(env, _CALLER, server.url, ticket.ticket.decode())
+                callers.append(caller)
+                assert caller.stdout is not None
+                assert caller.stdout.readline().strip() == "asking"
+                time.sleep(rng.uniform(0.0, 0.5))
+                caller.kill()
+                caller.communicate(timeout=30)
+                continue
+            # a call whose client gives up at a random moment
+            options = flight.FlightCallOptions(timeout=rng.uniform(0.005, 0.4))
+            with contextlib.suppress(flight.FlightError):
+                flight_client.do_get(ticket, options).read_all()
+        stop.set()
+        for thread in survivors:
+            thread.join(120)
+        assert problems == []
+        assert answered[0] >= 8
+        with Client(server.url) as client:
+            assert wait_until(lambda: client.health()["running_queries"] == 0, timeout=30)
+            (report,) = client.reports()
+            held = {
+                name: report[name]
+                for name in (
+                    "grant_count",
+                    "grant_bytes",
+                    "cache_pinned_in_use_bytes",
+                    "cache_reserved_bytes",
+                    "graph_in_flight",
+                    "source_in_flight",
+                )
+            }
+            assert held == dict.fromkeys(held, 0)
+            # and it goes on answering right
+            check(queries[2], client.execute(queries[2]).table)
+            assert problems == []
+        assert server.stop(signal.SIGTERM, timeout=60) == 0
+        assert "domain owner released" in server.log()
+        report_ = verify_evidence(evidence)
+        assert report_.ok, report_.problems
+        header, *rows = (evidence / "admission.tsv").read_text().splitlines()
+        width = len(header.split("\t"))
+        assert all(len(row.split("\t")) == width for row in rows)
+        decisions = {row.split("\t")[header.split("\t").index("decision")] for row in rows}
+        assert decisions <= {"admitted", "admitted_after_wait", "cancelled"}
+        assert "cancelled" in decisions
+    finally:
+        stop.set()
+        for caller in callers:
+            if caller.poll() is None:
+                caller.kill()
+                caller.communicate(timeout=30)
+        close_all([server])
+
+
+_ONE_CALL = """
+import sys
+import pyarrow.flight as flight
+client = flight.connect(sys.argv[1])
+print("asking", flush=True)
+try:
+    table = client.do_get(flight.Ticket(sys.argv[2].encode())).read_all()
+    print("rows", table.num_rows, flush=True)
+except flight.FlightError as exc:
+    print("error", " ".join(str(exc).split())[:300], flush=True)
+"""
+
+
+def test_sigterm_with_queries_waiting_for_a_slot_for_admission_and_running(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "lake"
+    root.mkdir()
+    ring, facts = root / "ring.parquet", root / "facts.parquet"
+    write_parquet(ring_edges(100_000), ring, row_groups=2)
+    write_parquet(fact_table(5000), facts, row_groups=2)
+    for path in (ring, facts):
+        _old(path)
+    config = tmp_path / "service.toml"
+    # one 1 GiB grant at a time on the 2 GiB simulated device
+    config.write_text('min_grant_bytes = "1GiB"\nadmission_timeout_s = 300\n')
+    evidence = tmp_path / "evidence"
+    env = server_env(
+        tmp_path,
+        NEXUS_SERVICE_CONFIG=str(config),
+        NEXUS_SERVICE_EVIDENCE_DIR=str(evidence),
+        NEXUS_SERVER_SHUTDOWN_TIMEOUT_S="1",
+        NEXUS_SERVER_MAX_RUNNING_QUERIES="2",
+        NEXUS_SERVER_QUEUE_TIMEOUT_S="300",
+    )
+    server = start_server(env)
+    slow = GraphQuery(Scan(str(ring)), "src", "dst", "pagerank", params=_SLOW)
+    tickets = [json.dumps(slow.to_dict())] + [json.dumps(Scan(str(facts)).to_dict())] * 2
+    clients: list[subprocess.Popen[str]] = []
+    try:
+        with Client(server.url) as client:
+            for ticket in tickets:
+                caller = run_python(env, _ONE_CALL, server.url, ticket)
+                clients.append(caller)
+                assert caller.stdout is not None
+                assert caller.stdout.readline().strip() == "asking"
+                count = len(clients)
+                assert wait_until(lambda n=count: client.health()["running_queries"] == n, 60)
+                if count == 1:  # the PageRank holds its grant before the scans come
+                    assert wait_until(lambda: _decisions(evidence) == ["admitted"], 60)
+            time.sleep(0.3)
+            # running, waiting for admission, waiting for a running-query slot
+            assert _decisions(evidence) == ["admitted"]
+        stopping = time.monotonic()
+        assert server.stop(signal.SIGTERM, timeout=60) == 0
+        assert time.monotonic() - stopping < 15
+        server.wait_for(r"3 queries still running .* cancelling them")
+        assert "stopping anyway" not in server.log()
+        assert "domain owner released" in server.log()
+        outs = [c.communicate(timeout=30)[0].split(maxsplit=1) for c in clients]
+        # each got an error, none a result
+        assert [o[0] for o in outs] == ["error"] * 3, outs
+        assert all("cancel" in o[1] for o in outs), outs
+        assert sorted(_decisions(evidence)) == ["admitted", "cancelled", "cancelled"]
+        report = verify_evidence(evidence)
+        assert report.ok, report.problems
+    finally:
+        for caller in clients:
+            if caller.poll() is None:
+                caller.kill()
+                caller.communicate(timeout=30)
+        close_all([server])
+
+
+def _decisions(evidence: Path) -> list[str]:
+    path = evidence / "admission.tsv"
+    if not path.exists():
+        return []
+    header, *rows = path.read_text().splitlines()
+    column = header.split("\t").index("decision")
+    return [row.split("\t")[column] for row in rows]
