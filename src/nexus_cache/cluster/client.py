@@ -9,10 +9,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from nexus_cache.cluster._cancel import cancel_name
 from nexus_cache.cluster._routing import rendezvous_order, routing_key
 from nexus_cache.cluster._wire import config_to_json
 from nexus_cache.cluster.plugin import PLUGIN_NAME, QueryServicePlugin, cluster_report, run_query
-from nexus_cache.errors import ConfigError, LifecycleError
+from nexus_cache.errors import ConfigError, LifecycleError, QueryCancelledError
 from nexus_cache.service import (
     Count,
     Diagnostics,
@@ -117,19 +118,37 @@ class ClusterQueryClient:
             raise LifecycleError("the Dask cluster has no workers; start some and retry")
         return order[0]
 
-    def execute(self, query: Query | Mapping[str, Any] | str) -> QueryResult:
+    def execute(
+        self,
+        query: Query | Mapping[str, Any] | str,
+        *,
+        cancel: threading.Event | None = None,
+    ) -> QueryResult:
         """Run ``query`` (an object, its ``to_dict()`` form or JSON text) on its worker.
 
         Returns what :meth:`QueryService.execute` returns, with
         :class:`ClusterDiagnostics` naming the worker. Raises
         :class:`LifecycleError` when no worker is left, or more than
         ``max_worker_losses`` workers left while running it.
+
+        ``cancel``: once this event is set (from any thread), or the calling
+        thread is interrupted (Ctrl-C), the worker's query is cancelled as
+        :meth:`QueryService.execute` cancels it (it reaches the worker within
+        about half a second); this call then raises :class:`QueryCancelledError`
+        once the worker has released the query's grant.
         """
+        if cancel is not None and not isinstance(cancel, threading.Event):
+            raise ConfigError(f"cancel={cancel!r} is not accepted; use a threading.Event or None")
         q = _as_query(query)
         key, payload = routing_key(q), q.to_dict()
         lost: list[str] = []
         errors = _lost_worker_errors()
         while True:
+            if cancel is not None and cancel.is_set():
+                raise QueryCancelledError(
+                    "the query was cancelled before it was sent to a worker (its cancel event "
+                    "was set); no worker runs it"
+                )
             live = [w for w in self.workers() if w not in lost]
             order = rendezvous_order(key, live)
             if not order:
@@ -138,16 +157,18 @@ class ClusterQueryClient:
                     + (f" (lost while running it: {', '.join(lost)})" if lost else "")
                 )
             target = order[0]
+            task = f"nexus-query-{uuid.uuid4().hex}"
             future = self._client.submit(
                 run_query,
                 payload,
-                key=f"nexus-query-{uuid.uuid4().hex}",
+                None if cancel is None else cancel_name(task),
+                key=task,
                 workers=[target],
                 allow_other_workers=False,
                 pure=False,
             )
             try:
-                address, result = self._wait(future, target)
+                address, result = self._wait(future, target, cancel)
             except errors:
                 address, result = None, None
             if result is not None and address is not None:
@@ -160,20 +181,44 @@ class ClusterQueryClient:
                     "the cluster is losing workers: check their logs"
                 )
 
-    def _wait(self, future: Any, target: str) -> tuple[str | None, QueryResult | None]:
+    def _wait(
+        self, future: Any, target: str, cancel: threading.Event | None
+    ) -> tuple[str | None, QueryResult | None]:
         """The task's ``(address, result)``; ``(None, None)`` once ``target`` has left
-        (the scheduler cannot place a task restricted to a worker that is gone)."""
+        (the scheduler cannot place a task restricted to a worker that is gone).
+        Sets the task's cluster-wide cancel event once ``cancel`` is set or this
+        thread is interrupted."""
         # A plain event rather than Dask's timed waits: a timed Future.result
         # can fail inside Dask when the timeout meets the result.
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        while not done.wait(_POLL_S):
-            if target not in self.workers():
-                break
-        if future.done():  # also a result that raced the departure
-            address, result = future.result()
-            return address, result
-        return None, None
+        shared: Any = None
+        try:
+            while not done.wait(_POLL_S):
+                if cancel is not None and cancel.is_set() and shared is None:
+                    shared = self._cancel_task(future.key)
+                if target not in self.workers():
+                    break
+        except BaseException:  # Ctrl-C: the worker must not run on for nobody
+            if cancel is not None and shared is None:
+                self._cancel_task(future.key)
+            raise
+        try:
+            if future.done():  # also a result that raced the departure
+                address, result = future.result()
+                return address, result
+            return None, None
+        finally:
+            if shared is not None:
+                shared.clear()  # the scheduler forgets the event
+
+    def _cancel_task(self, task: str) -> Any:
+        """Set the cluster-wide cancel event of ``task``; returns it."""
+        from distributed import Event
+
+        shared = Event(cancel_name(task), client=self._client)
+        shared.set()
+        return shared
 
     def report(self) -> list[dict[str, Any]]:
         """Per worker, in address order: its device cache reports, lakehouse and

@@ -18,6 +18,7 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from nexus_cache._storage import atomic_write, ensure_private_dir
+from nexus_cache.cluster._cancel import worker_cancel
 from nexus_cache.cluster._wire import config_from_json, worker_config
 from nexus_cache.errors import LifecycleError
 from nexus_cache.program import (
@@ -154,13 +155,20 @@ def worker_program_cache() -> ProgramCacheResource:
     return cache
 
 
-def run_query(payload: dict[str, Any]) -> tuple[str, QueryResult]:
-    """Run one query (its ``to_dict()`` form) on this worker: ``(address, result)``."""
+def run_query(payload: dict[str, Any], cancel: str | None = None) -> tuple[str, QueryResult]:
+    """Run one query (its ``to_dict()`` form) on this worker: ``(address, result)``.
+
+    ``cancel`` names the cluster-wide ``distributed.Event`` that cancels it
+    (see :mod:`nexus_cache.cluster._cancel`); None: it cannot be cancelled.
+    """
     plugin = _plugin()
     service, address = plugin.service, plugin.address
     if service is None or address is None:  # pragma: no cover - _plugin checked it
         raise LifecycleError("the worker's query service was shut down")
-    return address, service.execute(payload)
+    if cancel is None:
+        return address, service.execute(payload)
+    with worker_cancel(cancel) as event:
+        return address, service.execute(payload, cancel=event)
 
 
 def _program_figures(cache: ProgramCacheResource | None) -> list[dict[str, Any]]:

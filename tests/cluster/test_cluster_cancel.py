@@ -1,0 +1,76 @@
+"""A cancel event given to ``ClusterQueryClient.execute`` stops the query on its
+worker, which releases its grant: a real Dask ``LocalCluster`` (host backend)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from nexus_cache.cluster import ClusterQueryClient, worker_report  # noqa: E402
+from nexus_cache.errors import ConfigError, QueryCancelledError  # noqa: E402
+from nexus_cache.service import GraphQuery, Scan  # noqa: E402
+from nexus_cache.service.datagen import fact_table, ring_edges, write_parquet  # noqa: E402
+from service._helpers import make_config  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+# A PageRank that runs for hours (alpha near 1 on a ring).
+_SLOW = {"alpha": 0.99999, "tol": 1e-300, "max_iter": 10**8}
+
+
+def _grants(client: object) -> list[int]:
+    reports = client.run(worker_report)  # type: ignore[attr-defined]
+    return [d["grant_count"] for r in reports.values() for d in r["devices"]]
+
+
+def test_a_cancel_event_stops_the_query_on_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ring, facts = tmp_path / "ring.parquet", tmp_path / "facts.parquet"
+    write_parquet(ring_edges(100_000), ring, row_groups=2)
+    write_parquet(fact_table(2000), facts, row_groups=2)
+    past = time.time() - 60
+    for path in (ring, facts):
+        os.utime(path, (past, past))
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", "1GiB")
+    monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=40,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        nexus = ClusterQueryClient(client, make_config(tmp_path))
+        with pytest.raises(ConfigError, match="cancel="):
+            nexus.execute(Scan(str(facts)), cancel=True)  # type: ignore[arg-type]
+        already = threading.Event()
+        already.set()
+        with pytest.raises(QueryCancelledError, match="before it was sent to a worker"):
+            nexus.execute(Scan(str(facts)), cancel=already)
+        # a cancel event never set changes nothing
+        assert nexus.execute(Scan(str(facts)), cancel=threading.Event()).table.num_rows == 2000
+        cancel = threading.Event()
+        timer = threading.Timer(2.0, cancel.set)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(QueryCancelledError, match="during its graph algorithm"):
+            nexus.execute(
+                GraphQuery(Scan(str(ring)), "src", "dst", "pagerank", params=_SLOW),
+                cancel=cancel,
+            )
+        timer.join()
+        assert time.monotonic() - started < 10
+        assert _grants(client) == [0]  # the worker released the grant
+        # the worker goes on serving
+        assert nexus.execute(Scan(str(facts))).table.num_rows == 2000
