@@ -92,10 +92,9 @@ def test_a_cancel_set_as_the_grant_is_admitted_stops_before_the_run(
     cancel = threading.Event()
     real_admitted = admission_module.Admission._admitted
 
-    def admitted_then_cancel(self: Any, request: Any, grant: Any) -> Any:
-        granted = real_admitted(self, request, grant)
+    def admitted_then_cancel(self: Any, request: Any) -> None:
+        real_admitted(self, request)
         cancel.set()
-        return granted
 
     monkeypatch.setattr(admission_module.Admission, "_admitted", admitted_then_cancel)
     with make_service(tmp_path) as service:
@@ -292,3 +291,90 @@ def test_a_query_cancelled_while_its_graph_builds_leaves_the_graph_whole_for_the
         fresh_root.mkdir()
     with make_service(fresh_root) as fresh:
         assert fresh.execute(query).table.equals(first.table)  # as an uncancelled build
+
+
+def test_a_cancelled_query_leaves_no_stop_check_for_the_next_in_its_thread(
+    tmp_path: Path,
+) -> None:
+    lake = make_lake(tmp_path)
+    ring = tmp_path / "ring.parquet"
+    write_parquet(ring_edges(100_000), ring, row_groups=2)
+    past = time.time() - 60
+    os.utime(ring, (past, past))
+    # runs for hours: alpha near 1 on a ring
+    slow = {"alpha": 0.99999, "tol": 1e-300, "max_iter": 10**8}
+    pagerank = GraphQuery(Scan(str(ring)), "src", "dst", "pagerank", params=slow)
+    edges = pq.read_table(lake.edges)
+    pairs = list(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    expected = nx.pagerank(nx.MultiDiGraph(pairs), tol=1e-12)
+    outcome: dict[str, Any] = {}
+
+    def one_thread() -> None:
+        # every query of this thread, one after the other, as a server worker runs them
+        with make_service(tmp_path) as service:
+            cancel = threading.Event()
+            threading.Timer(0.3, cancel.set).start()
+            try:
+                service.execute(pagerank, cancel=cancel)
+            except QueryCancelledError as exc:
+                outcome["cancelled"] = str(exc)
+            outcome["left"] = stopping._CHECK.get()
+            # a stop check of an outer caller is restored, not dropped, after a query
+            with stopping.stop_check(lambda: None):
+                before = stopping._CHECK.get()
+                service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
+                outcome["restored"] = stopping._CHECK.get() is before
+            result = service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
+            outcome["ranks"] = dict(
+                zip(
+                    result.table["vertex"].to_pylist(),
+                    result.table["pagerank"].to_pylist(),
+                    strict=True,
+                )
+            )
+
+    thread = threading.Thread(target=one_thread)
+    thread.start()
+    thread.join(120)
+    assert "during its graph algorithm" in outcome["cancelled"]
+    assert outcome["left"] is None
+    assert outcome["restored"] is True
+    got = outcome["ranks"]
+    assert max(abs(got[v] - expected[v]) for v in expected) < 1e-6
+
+
+@pytest.mark.parametrize("where", ["as_it_is_logged", "after_it_is_logged"])
+def test_ctrl_c_landing_just_after_the_ledger_grants_leaves_no_grant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A KeyboardInterrupt is raised at the first check for signals after the
+    signal arrives: here, as the admission begins to log the grant, or as the
+    queue's bookkeeping runs once it is logged (a long-lived service in a
+    notebook lives on after the interrupt)."""
+    import nexus_cache.service.admission as admission_module
+
+    lake = make_lake(tmp_path)
+    real_admitted = admission_module.Admission._admitted
+    real_notify = admission_module.threading.Condition.notify_all
+    armed = [False]  # not an Event: that notifies through the patched Condition
+
+    def interrupted_admitted(self: Any, request: Any) -> None:
+        if where == "as_it_is_logged":
+            raise KeyboardInterrupt
+        armed[0] = True
+        real_admitted(self, request)
+
+    def notify_all(self: Any) -> None:
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+        real_notify(self)
+
+    monkeypatch.setattr(admission_module.Admission, "_admitted", interrupted_admitted)
+    monkeypatch.setattr(admission_module.threading.Condition, "notify_all", notify_all)
+    with make_service(tmp_path) as service:
+        with pytest.raises(KeyboardInterrupt):
+            service.execute(Scan(lake.facts))
+        assert _held(service) == (0, 0, 0, 0, 0)
+        monkeypatch.setattr(admission_module.Admission, "_admitted", real_admitted)
+        assert service.execute(Scan(lake.facts)).table.num_rows == 4000

@@ -31,7 +31,8 @@ The whole rule of letting an attempt onto a device lives here:
 * **The log**: each decision (``admitted``, ``admitted_after_wait``,
   ``refused``, ``closed``, ``cancelled``) appends one line to the admission
   TSV; a grant whose decision cannot be logged (disk full, the log replaced by
-  a symlink) is released before the log's error is raised.
+  a symlink), or that an interrupt (Ctrl-C) meets before it reaches the
+  caller, is released before the error is raised.
 
 Thread-safe.
 """
@@ -359,39 +360,50 @@ class Admission:
 
         request = _Request(ledger, attempt, time.monotonic())
         ticket = object()
+        granted: Grant | None = None
         with self._released:
             self._queues.setdefault(ledger, deque()).append(ticket)
         try:
-            while True:
-                self._leave_if_cancelled(request)
+            try:
+                while True:
+                    self._leave_if_cancelled(request)
+                    with self._released:
+                        generation = self._generation
+                        first = self._queues[ledger][0] is ticket
+                    if first:
+                        try:
+                            granted = ledger.admit_grant(attempt.attempt_id, attempt.grant_bytes)
+                        except AdmissionClosedError as exc:
+                            self._record(request, "closed", str(exc))
+                            raise
+                        except CapacityError as exc:
+                            self._refuse_if_due(request, ceiling, exc)
+                        else:
+                            self._admitted(request)
+                            return granted
+                    else:  # older requests wait here: this one queues behind them
+                        self._refuse_if_due(request, ceiling, None)
+                    with self._released:
+                        if self._generation == generation:
+                            left = attempt.deadline - time.monotonic()
+                            self._released.wait(max(0.0, min(POLL_INTERVAL_S, left)))
+            finally:
                 with self._released:
-                    generation = self._generation
-                    first = self._queues[ledger][0] is ticket
-                if first:
-                    try:
-                        grant = ledger.admit_grant(attempt.attempt_id, attempt.grant_bytes)
-                    except AdmissionClosedError as exc:
-                        self._record(request, "closed", str(exc))
-                        raise
-                    except CapacityError as exc:
-                        self._refuse_if_due(request, ceiling, exc)
-                    else:
-                        return self._admitted(request, grant)
-                else:  # older requests wait here: this one queues behind them
-                    self._refuse_if_due(request, ceiling, None)
-                with self._released:
-                    if self._generation == generation:
-                        left = attempt.deadline - time.monotonic()
-                        self._released.wait(max(0.0, min(POLL_INTERVAL_S, left)))
-        finally:
-            with self._released:
-                queue = self._queues[ledger]
-                queue.remove(ticket)
-                if not queue:
-                    del self._queues[ledger]
-                # the next request in line may go now
-                self._generation += 1
-                self._released.notify_all()
+                    queue = self._queues[ledger]
+                    queue.remove(ticket)
+                    if not queue:
+                        del self._queues[ledger]
+                    # the next request in line may go now
+                    self._generation += 1
+                    self._released.notify_all()
+        except BaseException:
+            # The caller never sees a grant admitted here when anything fails
+            # after it (its decision cannot be logged, or a Ctrl-C lands while
+            # it is logged or the queue is tidied), so nothing else would
+            # release it.
+            if granted is not None:
+                self.release(granted, ledger=ledger)
+            raise
 
     def _leave_if_cancelled(self, request: _Request) -> None:
         try:
@@ -427,17 +439,12 @@ class Admission:
         self._record(request, "refused", str(error or refusal))
         raise refusal from error
 
-    def _admitted(self, request: _Request, grant: Grant) -> Grant:
+    def _admitted(self, request: _Request) -> None:
+        """Log the admission (an admission that cannot be logged is not made:
+        :meth:`admit` releases its grant)."""
         waited = time.monotonic() - request.start
         decision = "admitted" if waited < POLL_INTERVAL_S else "admitted_after_wait"
-        try:
-            self._record(request, decision, None)
-        except BaseException:
-            # an admission that cannot be logged is not made: the caller
-            # never sees this grant, so nothing else would release it
-            self.release(grant, ledger=request.ledger)
-            raise
-        return grant
+        self._record(request, decision, None)
 
     def release(self, grant: Grant, *, ledger: DeviceLedger | None = None) -> None:
         """Return the grant's bytes (to ``ledger``, default: its device's among the
