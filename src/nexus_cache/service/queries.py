@@ -280,3 +280,12 @@ def query_from_json(text: str) -> Query:
             "'edges' holds one scan"
         ) from None
     return query_from_dict(data)
+
+
+def __getattr__(name: str) -> Any:
+    # the query class's old name, deprecated with the package's (one warning per process)
+    if name == "Graph":
+        import nexus_cache.service as service
+
+        return service.Graph
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
