@@ -14,8 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.cli.main import main
+from nexus_cache.errors import ConfigError
 from nexus_cache.graph import GraphOptions, bfs, build_graph
 from nexus_cache.graph._host_engine import ENV_HOST_ENGINE
+from nexus_cache.service import query_from_json
 
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 ENGINES = [
@@ -71,3 +73,20 @@ def test_the_graph_command_takes_a_huge_depth_limit(
         7: None,
         8: None,
     }
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400)], ids=["huge", "minus-huge"])
+@pytest.mark.parametrize(("algorithm", "name"), [("pagerank", "alpha"), ("pagerank", "tol")])
+def test_a_number_beyond_float_range_in_a_json_query_is_a_config_error(
+    algorithm: str, name: str, value: int
+) -> None:
+    query = {
+        "type": "graph",
+        "edges": {"source": "edges.parquet"},
+        "src": "s",
+        "dst": "d",
+        "algorithm": algorithm,
+        "params": {name: value},
+    }
+    with pytest.raises(ConfigError, match=rf"GraphQuery.params\['{name}'\]=.* is not accepted"):
+        query_from_json(json.dumps(query))

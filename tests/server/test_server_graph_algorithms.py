@@ -99,6 +99,8 @@ def test_degree_and_triangles_through_the_server_match_networkx(
         ("triangles", {"directed": False, "params": {"direction": "in"}}, "does not apply"),
         ("pagerank", {"params": {"alpha": float("nan")}}, "GraphQuery.params['alpha']=nan"),
         ("pagerank", {"params": {"max_iter": "10"}}, "GraphQuery.params['max_iter']='10'"),
+        # JSON carries integers beyond any float
+        ("pagerank", {"params": {"tol": 10**400}}, "GraphQuery.params['tol']=1000"),
         ("bfs", {"params": {"source": 1.5}}, "GraphQuery.params['source']=1.5"),
         ("degree", {"weight": "s"}, "GraphQuery.weight='s' is not accepted for degree"),
     ],
