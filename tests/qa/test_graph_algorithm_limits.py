@@ -90,3 +90,20 @@ def test_a_number_beyond_float_range_in_a_json_query_is_a_config_error(
     }
     with pytest.raises(ConfigError, match=rf"GraphQuery.params\['{name}'\]=.* is not accepted"):
         query_from_json(json.dumps(query))
+
+
+@pytest.mark.parametrize("kind", [[], {}, ["graph"], 1.5, None])
+@pytest.mark.parametrize("where", ["query", "edges"])
+def test_a_query_type_of_any_json_value_is_a_config_error(where: str, kind: object) -> None:
+    query: dict[str, object] = {
+        "type": "graph",
+        "edges": {"type": "scan", "source": "edges.parquet"},
+        "src": "s",
+        "dst": "d",
+        "algorithm": "degree",
+    }
+    target = query if where == "query" else query["edges"]
+    assert isinstance(target, dict)
+    target["type"] = kind
+    with pytest.raises(ConfigError, match=r"type=.* is not accepted; use one of: scan"):
+        query_from_json(json.dumps(query))

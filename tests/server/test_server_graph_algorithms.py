@@ -103,6 +103,7 @@ def test_degree_and_triangles_through_the_server_match_networkx(
         ("pagerank", {"params": {"tol": 10**400}}, "GraphQuery.params['tol']=1000"),
         ("bfs", {"params": {"source": 1.5}}, "GraphQuery.params['source']=1.5"),
         ("degree", {"weight": "s"}, "GraphQuery.weight='s' is not accepted for degree"),
+        ("degree", {"type": []}, "query type=[] is not accepted"),
     ],
 )
 def test_bad_graph_parameters_are_flight_errors_naming_the_field(

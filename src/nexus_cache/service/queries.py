@@ -245,7 +245,7 @@ def query_from_dict(data: Mapping[str, Any]) -> Query:
     kind = data.get("type")
     fields = {k: v for k, v in data.items() if k != "type"}
     builders: dict[str, Any] = {"scan": Scan, "count": Count, "graph": GraphQuery}
-    if kind not in builders:
+    if not isinstance(kind, str) or kind not in builders:  # a list or object is unhashable
         raise ConfigError(f"query type={kind!r} is not accepted; use one of: scan, count, graph")
     allowed = {f.name for f in dataclasses.fields(builders[kind])}
     unknown = sorted(set(fields) - allowed)
