@@ -15,7 +15,7 @@ import pytest
 
 from nexus_cache.cli.main import main
 from nexus_cache.errors import ConfigError
-from nexus_cache.graph import GraphOptions, bfs, build_graph
+from nexus_cache.graph import GraphOptions, bfs, build_graph, pagerank
 from nexus_cache.graph._host_engine import ENV_HOST_ENGINE
 from nexus_cache.service import query_from_json
 
@@ -107,3 +107,11 @@ def test_a_query_type_of_any_json_value_is_a_config_error(where: str, kind: obje
     target["type"] = kind
     with pytest.raises(ConfigError, match=r"type=.* is not accepted; use one of: scan"):
         query_from_json(json.dumps(query))
+
+
+@pytest.mark.parametrize("name", ["alpha", "tol"])
+def test_pagerank_refuses_an_int_beyond_float_range_as_a_config_error(name: str) -> None:
+    edges = np.array(PATH, dtype=np.int64)
+    graph = build_graph({"src": edges[:, 0], "dst": edges[:, 1]})
+    with pytest.raises(ConfigError, match=f"pagerank {name}="):
+        pagerank(graph, **{name: 10**400})
