@@ -29,9 +29,7 @@ import nexus_cache
 ROOT = Path(nexus_cache.__file__).parent
 
 # Packages whose __init__ is not (yet) the lazy form with its TYPE_CHECKING mirror.
-NOT_LAZY_YET = {
-    "nexus_cache.frames",
-}
+NOT_LAZY_YET: set[str] = set()
 
 # Eager imports a package __init__ makes for an effect at import time.
 EAGER = {

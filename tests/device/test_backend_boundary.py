@@ -26,6 +26,8 @@ ALLOWED_LITERALS = {
     ("cli/warmup.py", "cupy"),
     # the host attribute of an fsspec filesystem (a URL's host)
     ("lakehouse/_identity.py", "host"),
+    # NEXUS_DECODE_ENGINE=host: the host decoder threads, not the backend
+    ("frames/_page_engine.py", "host"),
 }
 
 

@@ -200,6 +200,55 @@ def test_waiter_past_its_deadline_times_out_and_leaves_nothing(caches: Any, atte
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
 
 
+class _Stopped(Exception):
+    pass
+
+
+def test_a_waiter_whose_stop_check_raises_leaves_at_once_and_the_leader_goes_on(
+    caches: Any, attempt: Any
+) -> None:
+    source = caches.source_cache(0)
+    claim = source.checkout_or_claim(key("s"), domain=attempt)
+    stop_now = threading.Event()
+    calls = [0]
+
+    def stop() -> None:
+        calls[0] += 1
+        if stop_now.is_set():
+            raise _Stopped("cancelled")
+
+    box: dict[str, Any] = {}
+
+    def follow() -> None:
+        try:
+            source.checkout_or_claim(key("s"), domain=attempt, timeout=60.0, stop=stop)
+        except BaseException as exc:
+            box["error"] = exc
+        box["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=follow)
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while calls[0] < 2:  # it is waiting, and looks at its check while it waits
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    stopped_at = time.monotonic()
+    stop_now.set()
+    waiter.join(10)
+    assert isinstance(box["error"], _Stopped)
+    assert box["at"] - stopped_at < 1.0  # not the 60 s timeout
+    assert source.stats().wait_timeouts == 0
+    # the leader goes on alone and publishes; a later caller hits
+    checkout = claim.publish(Decoder(attempt)())
+    assert np.array_equal(np.asarray(checkout.value["a"]), expected())
+    checkout.release()
+    again = source.checkout_or_claim(key("s"), domain=attempt, stop=stop)
+    assert isinstance(again, SourceCheckout)
+    assert again.status is CheckoutStatus.HIT
+    again.release()
+    assert source.in_flight_keys() == 0
+
+
 def test_entry_that_does_not_fit_is_not_retained_and_the_result_is_right(
     caches: Any, attempt: Any
 ) -> None:

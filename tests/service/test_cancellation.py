@@ -179,3 +179,43 @@ def test_an_already_cancelled_query_never_runs(tmp_path: Path) -> None:
         assert service.admission_log.lines == []
         with pytest.raises(ConfigError, match="cancel="):
             service.execute(Scan(lake.facts), cancel=True)  # type: ignore[arg-type]
+
+
+def test_a_query_waiting_for_another_querys_decode_leaves_when_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nexus_cache.service._attempt as attempt_module
+
+    lake = make_lake(tmp_path)
+    real_decode = attempt_module.decode_object
+    leading, release = threading.Event(), threading.Event()
+
+    def slow_first_decode(*args: Any, **kwargs: Any) -> Any:
+        if not leading.is_set():  # the leader's decode: held until the test lets it go
+            leading.set()
+            assert release.wait(30)
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(attempt_module, "decode_object", slow_first_decode)
+    with make_service(tmp_path) as service:
+        leader = _in_thread(service, Scan(lake.facts), threading.Event())
+        assert leading.wait(20)
+        cancel = threading.Event()
+        follower = _in_thread(service, Scan(lake.facts), cancel)
+        _wait_for(lambda: service.caches.source_cache(0).stats().waits >= 1)
+        cancelled_at = time.monotonic()
+        cancel.set()
+        follower["thread"].join(10)
+        # it left the wait at once: not at the source cache's wait timeout
+        assert follower["finished"] - cancelled_at < 1.0
+        error = follower["error"]
+        assert isinstance(error, QueryCancelledError)
+        assert "while waiting for another query's decode" in str(error)
+        assert service.caches.ledger(0).snapshot().grant_count == 1  # the leader's alone
+        release.set()
+        leader["thread"].join(30)
+        assert leader["result"].table.num_rows == 4000
+        assert leader["result"].diagnostics.source_cache["status"] == "miss-led"
+        snap = service.caches.ledger(0).snapshot()
+        assert (snap.grant_count, snap.cache_pinned_in_use_bytes) == (0, 0)
+        assert sorted(d for _q, d in _decisions(service)) == ["admitted", "admitted", "cancelled"]

@@ -37,6 +37,7 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError, SourceFormatError
 from nexus_cache.frames._builder import ColumnBuilder
 from nexus_cache.frames._host import HostPiece
+from nexus_cache.frames._page_engine import decode_page_columns, plan_page_columns
 from nexus_cache.frames._pool import RowGroupPool, buffer_opener, decode_settings
 from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
@@ -55,7 +56,9 @@ class DecodeStats:
     the host-to-device stage (on CUDA the copy engine's busy time, measured
     with CUDA events); ``wall_seconds``: the whole call; ``lakehouse``: the
     lakehouse read's ``ReadDiagnostics``; ``source``: the source cache's
-    ``SourceDiagnostics`` (:func:`~nexus_cache.frames.read_cached_parquet`).
+    ``SourceDiagnostics`` (:func:`~nexus_cache.frames.read_cached_parquet`);
+    ``paths``: each column's decoder, ``"gpu"`` (the page-decode kernels) or
+    ``"host: "`` and why (see ``NEXUS_DECODE_ENGINE``).
     """
 
     row_groups: int = 0
@@ -68,6 +71,7 @@ class DecodeStats:
     transfer: TransferStats = field(default_factory=TransferStats)
     lakehouse: Any = None
     source: Any = None
+    paths: dict[str, str] = field(default_factory=dict)
 
 
 def _check_request(
@@ -130,13 +134,16 @@ def _shared_bytes(source: Any, window: int) -> pa.Buffer | None:
     return None
 
 
+def _source_name(source: Any) -> str:
+    return str(getattr(source, "path", None) or getattr(source, "name", None) or source)
+
+
 def _open(reader: Any, read_dictionary: Sequence[str] | None, source: Any) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(reader, read_dictionary=read_dictionary)
     except pa.ArrowInvalid as exc:
-        name = getattr(source, "path", None) or getattr(source, "name", None) or source
         raise SourceFormatError(
-            f"{str(name)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
+            f"{_source_name(source)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
             "point the read at Parquet data"
         ) from exc
 
@@ -152,6 +159,7 @@ def decode_parquet(
     slot_bytes: int | str = DEFAULT_SLOT_BYTES,
     threads: int | None = None,
     window_bytes: int | str | None = None,
+    engine: str | None = None,
 ) -> DeviceFrame:
     """Decode ``columns`` (default all, in the order given) of ``row_groups``
     (default all) of the Parquet ``source`` into a frame allocated in ``domain``.
@@ -164,7 +172,9 @@ def decode_parquet(
     read from several row groups carry their row groups' dictionaries one
     after another). Raises ConfigError for unknown columns or row groups,
     SourceFormatError when ``source`` is not Parquet, and
-    FrameTypeError for types a frame cannot hold; on any error every device
+    FrameTypeError for types a frame cannot hold; ``engine`` (else
+    ``NEXUS_DECODE_ENGINE``, else ``host``): ``host``, ``gpu`` or ``auto``,
+    which columns the GPU page decoder takes (``stats.paths`` says); on any error every device
     allocation made so far is dropped. Thread-safe: concurrent decodes (into
     one domain or several) each use their own staging and decoder threads.
     """
@@ -188,6 +198,9 @@ def decode_parquet(
     for f in schema:
         column_kind(f.type, f.name)  # refuse before allocating anything
     total = sum(pf.metadata.row_group(g).num_rows for g in groups)
+    plan = plan_page_columns(engine, domain, pf, shared, groups, schema, _source_name(source))
+    stats.paths.update(plan.paths)
+    host_fields = [f for f in schema if f.name not in plan.gpu]
     transfer = open_transfer(domain, timing=timing, slot_bytes=slot_bytes)
     lock = threading.Lock()
 
@@ -199,15 +212,17 @@ def decode_parquet(
         opener,
         pf,
         groups,
-        schema.names,
+        [f.name for f in host_fields],
         threads=count,
         window_bytes=window,
         on_decoded=on_decoded,
     )
     stats.decode_threads = max(stats.decode_threads, pool.threads)
     builders: list[ColumnBuilder] = []
+    on_device: dict[str, Any] = {}
     try:
-        builders.extend(ColumnBuilder(f, total, transfer) for f in schema)
+        builders.extend(ColumnBuilder(f, total, transfer) for f in host_fields)
+        on_device.update(decode_page_columns(plan, schema, domain))
         decoded = iter(pool)
         while True:
             waited = time.perf_counter()
@@ -221,13 +236,15 @@ def decode_parquet(
             stats.row_groups += 1
             stats.rows += rows
             stats.host_bytes += sum(_piece_bytes(p) for p in pieces)
-        result = [b.finish() for b in builders]
+        built = iter([b.finish() for b in builders])
+        result = [on_device[f.name] if f.name in on_device else next(built) for f in schema]
         transfer.finish()
     except BaseException:
         # The traceback keeps this frame (and the builders) alive: let go of
         # the device memory now, not when the exception is dropped.
         for builder in builders:
             builder.discard()
+        on_device.clear()
         raise
     finally:
         pool.close()  # no decoder reads the file after the caller closes it
@@ -256,6 +273,7 @@ def read_parquet(
     slot_bytes: int | str = DEFAULT_SLOT_BYTES,
     threads: int | None = None,
     window_bytes: int | str | None = None,
+    engine: str | None = None,
 ) -> DeviceFrame:
     """Open ``source`` through the lakehouse ``cache`` (default: the process's
     ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
@@ -279,4 +297,5 @@ def read_parquet(
             slot_bytes=slot_bytes,
             threads=threads,
             window_bytes=window_bytes,
+            engine=engine,
         )

@@ -21,6 +21,7 @@ from nexus_cache._lazy import lazy_exports
 if TYPE_CHECKING:
     from nexus_cache.graph._kernels import preload_kernels as preload_kernels
     from nexus_cache.graph._programs import KernelLoad as KernelLoad
+    from nexus_cache.graph._programs import kernel_function as kernel_function
     from nexus_cache.graph._programs import kernel_loads as kernel_loads
     from nexus_cache.graph.csr import Graph as Graph
     from nexus_cache.graph.csr import build_graph as build_graph
@@ -67,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "edge_pairs": "nexus_cache.graph.similarities",
     "get_spec": "nexus_cache.graph.registry",
     "jaccard": "nexus_cache.graph.similarities",
+    "kernel_function": "nexus_cache.graph._programs",
     "kernel_loads": "nexus_cache.graph._programs",
     "overlap": "nexus_cache.graph.similarities",
     "pagerank": "nexus_cache.graph.ranking",

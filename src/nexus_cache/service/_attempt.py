@@ -185,7 +185,16 @@ def run_attempt(
         t0 = time.perf_counter()
         try:
             sources.load(
-                grant.device_id, plan.source, scan.columns, scan.batch_rows, domain, decode, load
+                grant.device_id,
+                plan.source,
+                scan.columns,
+                scan.batch_rows,
+                domain,
+                decode,
+                load,
+                stop=None
+                if attempt.cancel is None
+                else lambda: attempt.check_cancelled("while waiting for another query's decode"),
             )
         finally:
             outcome.source = load.outcome

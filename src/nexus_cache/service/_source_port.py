@@ -132,8 +132,12 @@ class SourcePort:
         domain: AllocationDomain,
         decode: Decode,
         load: SourceLoad,
+        stop: Callable[[], None] | None = None,
     ) -> None:
-        """Fill ``load`` with one frame per object of ``plan`` (release it in any case)."""
+        """Fill ``load`` with one frame per object of ``plan`` (release it in any case).
+
+        ``stop`` is looked at while this query waits for another query's
+        decode of the same frame (see ``checkout_or_claim``)."""
         subdomain = self._caches.source_cache(device_id)
         statuses: list[str] = []
         reasons: list[str] = []
@@ -152,7 +156,7 @@ class SourcePort:
                     batch_rows=batch_rows,
                     decode_options=(_DECODER, ("all_columns", columns is None)),
                 )
-                checkout = self._one(subdomain, key, domain, read_plan, decode)
+                checkout = self._one(subdomain, key, domain, read_plan, decode, stop)
                 load.checkouts.append(checkout)
                 load.frames.append(checkout.value)
                 status = _STATUS[checkout.status]
@@ -172,8 +176,9 @@ class SourcePort:
         domain: AllocationDomain,
         read_plan: ReadPlan,
         decode: Decode,
+        stop: Callable[[], None] | None,
     ) -> SourceCheckout:
-        result = subdomain.checkout_or_claim(key, domain=domain, timeout=self._timeout)
+        result = subdomain.checkout_or_claim(key, domain=domain, timeout=self._timeout, stop=stop)
         if isinstance(result, SourceCheckout):
             return result
         with result:  # an exception not resolved below fails the claim for every waiter

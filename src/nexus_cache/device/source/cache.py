@@ -63,6 +63,9 @@ __all__ = [
 
 #: Default time a follower waits for a decode leader before giving up.
 SOURCE_WAIT_TIMEOUT_S = 120.0
+# How often a follower given a ``stop`` check looks at it while it waits: a
+# cancelled query leaves the wait within this, not at the wait's timeout.
+_STOP_POLL_S = 0.05
 
 # Retention gives up quietly on these: the query has its frame either way.
 _RETENTION_SKIPS = (MemoryError, AdmissionClosedError, LifecycleError, UnsafeTeardownError)
@@ -72,6 +75,19 @@ def _fingerprint(key: Hashable) -> str:
     if isinstance(key, SourceFrameKey):
         return key.fingerprint
     return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+
+
+def _await(
+    flight: DecodeFlight, deadline: float, stop: Callable[[], None] | None
+) -> FlightState | None:
+    """:meth:`DecodeFlight.await_outcome`, looking at ``stop`` between slices of the wait."""
+    if stop is None:
+        return flight.await_outcome(deadline)
+    while True:
+        outcome = flight.await_outcome(min(deadline, time.monotonic() + _STOP_POLL_S))
+        if outcome is not None or time.monotonic() >= deadline:
+            return outcome
+        stop()
 
 
 def _check_timeout(timeout: float) -> float:
@@ -104,6 +120,7 @@ class SourceCacheSubdomain(CacheSubdomain):
         *,
         domain: AllocationDomain,
         timeout: float = SOURCE_WAIT_TIMEOUT_S,
+        stop: Callable[[], None] | None = None,
     ) -> SourceCheckout | SourceClaim:
         """A :class:`SourceCheckout` (hit, or a follower's copy) or a :class:`SourceClaim`
         (this caller decodes: leader, bypass, or closed cache).
@@ -116,6 +133,12 @@ class SourceCacheSubdomain(CacheSubdomain):
         follower's value is always its own independent copy; when the
         leader's unretained value was released before it could be copied,
         this caller gets a claim and decodes instead.
+
+        ``stop``, when given, is called about every 50 ms while this caller
+        waits for a leader; whatever it raises (a cancelled query's error)
+        ends the wait at once and leaves nothing behind: the flight and its
+        leader go on for the other waiters. It is called under the cache's
+        lock, so it must only look at a flag and raise.
         """
         if not isinstance(key, SourceFrameKey):
             raise ConfigError(
@@ -126,14 +149,19 @@ class SourceCacheSubdomain(CacheSubdomain):
         started = time.monotonic()
         deadline = started + _check_timeout(timeout)
         while True:
-            result = self._checkout_once(key, domain, started, deadline)
+            result = self._checkout_once(key, domain, started, deadline, stop)
             if result is not None:
                 return result
             # The leader's value was released before this follower copied it
             # (its attempt ended early): ask again, as a fresh leader if need be.
 
     def _checkout_once(
-        self, key: SourceFrameKey, domain: AllocationDomain, started: float, deadline: float
+        self,
+        key: SourceFrameKey,
+        domain: AllocationDomain,
+        started: float,
+        deadline: float,
+        stop: Callable[[], None] | None,
     ) -> SourceCheckout | SourceClaim | None:
         """One pass of :meth:`checkout_or_claim`; None when the leader's value was gone."""
         flight: DecodeFlight | None = None  # set when this caller copies the leader's value
@@ -151,7 +179,7 @@ class SourceCacheSubdomain(CacheSubdomain):
                     self._flights[key] = waited_on
                     return SourceClaim(self._outcomes, waited_on, key)
                 self._counts["waits"] += 1
-                outcome = waited_on.await_outcome(deadline)
+                outcome = _await(waited_on, deadline, stop)
                 waited = time.monotonic() - started
                 if outcome is None:
                     self._counts["wait_timeouts"] += 1

@@ -1,0 +1,190 @@
+"""The GPU engine of :func:`~nexus_cache.frames.decode_parquet`: which columns
+the page decoder takes, and their device columns.
+
+``NEXUS_DECODE_ENGINE`` (or the ``engine`` argument) chooses: ``host`` (the
+default until the GPU engine is verified on a GPU) decodes every column on
+the host threads; ``gpu`` decodes every supported column chunk with the
+page-decode kernels (:mod:`nexus_cache.frames.gpudecode`) and refuses a
+domain that is not a CUDA one; ``auto`` does the same where it can (the
+domain's memory is device memory and CuPy imports) and decodes on the host
+otherwise. A column goes to the GPU only when every chunk of it that the
+read covers is supported (footer and page headers agree, see
+``gpudecode.support``); otherwise the host decodes it, and
+``DecodeStats.paths`` says why. The pages are decompressed on the host for
+now. Device columns are allocated in the decode's domain. Thread-safe: a
+call keeps its state in its own objects.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nexus_cache.errors import BackendUnavailableError, ConfigError
+from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
+from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunk_on_device
+from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
+from nexus_cache.frames.gpudecode.support import unsupported_reason
+
+__all__ = [
+    "ENGINES",
+    "ENV_DECODE_ENGINE",
+    "PagePlan",
+    "decode_page_columns",
+    "engine_setting",
+    "join_chunks",
+    "plan_page_columns",
+]
+
+ENV_DECODE_ENGINE = "NEXUS_DECODE_ENGINE"
+ENGINES = ("auto", "host", "gpu")
+_DEFAULT_ENGINE = "host"  # until the GPU engine is verified on a GPU
+
+ChunkDecoder = Callable[[Any, ChunkSpec, Any, list[Page]], DeviceChunk]
+
+
+def engine_setting(engine: str | None) -> tuple[str, str]:
+    """``(engine, shown)``: the validated engine (the argument, else
+    ``NEXUS_DECODE_ENGINE``, else ``host``) and the setting that chose it."""
+    if engine is None:
+        raw = os.environ.get(ENV_DECODE_ENGINE, "")
+        if raw.strip() == "":
+            return _DEFAULT_ENGINE, "the default"
+        value, shown = raw.strip().lower(), f"{ENV_DECODE_ENGINE}={raw!r}"
+    else:
+        value, shown = str(engine).strip().lower(), f"engine={engine!r}"
+    if value not in ENGINES:
+        raise ConfigError(f"{shown} is not accepted; use one of {', '.join(ENGINES)}")
+    return value, shown
+
+
+def _device_reason(domain: Any) -> str | None:
+    """Why the kernels cannot run for ``domain``, or None."""
+    if domain.host_memory:
+        return "the domain's memory is host memory"
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return "CuPy does not import"
+    return None
+
+
+@dataclass
+class PagePlan:
+    """The columns the page decoder takes (name -> its chunks, one per row group,
+    as (bytes, spec, pages)) and every column's path for ``DecodeStats.paths``:
+    ``"gpu"``, or ``"host: "`` and the reason."""
+
+    gpu: dict[str, list[tuple[Any, ChunkSpec, list[Page]]]] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
+
+
+def _column_reason(
+    pf: pq.ParquetFile, buffer: Any, groups: Sequence[int], f: pa.Field, source: str
+) -> tuple[str | None, list[tuple[Any, ChunkSpec, list[Page]]]]:
+    leaves = [j for j in range(len(pf.schema)) if pf.schema.column(j).path.split(".")[0] == f.name]
+    if len(leaves) != 1 or pf.schema.column(leaves[0]).path != f.name:
+        return "nested column", []
+    chunks = []
+    for g in groups:
+        spec = chunk_spec(pf, g, leaves[0], source)
+        if spec.arrow_type != f.type:
+            return f"read as {f.type}", []
+        data = memoryview(buffer)[spec.start : spec.start + spec.size]
+        pages = read_pages(data, spec)
+        reason = unsupported_reason(spec, pages)
+        if reason is not None:
+            return f"{reason} in row group {g}", []
+        chunks.append((data, spec, pages))
+    return None, chunks
+
+
+def plan_page_columns(
+    engine: str | None,
+    domain: Any,
+    pf: pq.ParquetFile,
+    buffer: Any,
+    groups: Sequence[int],
+    schema: pa.Schema,
+    source: str,
+) -> PagePlan:
+    """Which columns of ``schema`` the page decoder takes, from the footer and
+    the page headers of ``buffer`` (the whole file's bytes; None for a streamed
+    source). Raises ConfigError for an unknown engine and BackendUnavailableError
+    for ``gpu`` where the kernels cannot run."""
+    value, shown = engine_setting(engine)
+    plan = PagePlan()
+    reason = f"engine host, {shown}" if value == "host" else _device_reason(domain)
+    if reason is not None and value == "gpu":
+        raise BackendUnavailableError(
+            f"{shown} needs a CUDA allocation domain and CuPy, but {reason}; "
+            f"set {ENV_DECODE_ENGINE} to auto or host"
+        )
+    if reason is None and buffer is None:
+        reason = "the source is streamed, not mapped"
+    for f in schema:
+        why, chunks = (reason, []) if reason else _column_reason(pf, buffer, groups, f, source)
+        if why is None and groups:
+            plan.gpu[f.name] = chunks
+            plan.paths[f.name] = "gpu"
+        else:
+            plan.paths[f.name] = f"host: {why or 'no row groups'}"
+    return plan
+
+
+def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> DeviceColumn:
+    """One column of ``f`` from its chunks in row order, allocated in ``domain``
+    (one chunk is used as it is; string offsets are rebased past the chunks
+    before)."""
+    if len(chunks) == 1:
+        c = chunks[0]
+        return DeviceColumn(f, c.length, c.data, c.offsets, c.validity)
+    rows = sum(c.length for c in chunks)
+    kind = column_kind(f.type, f.name)
+    with domain.scope():
+        validity = None
+        if any(c.validity is not None for c in chunks):
+            validity = domain.empty(rows, np.dtype(np.bool_))
+        offsets = None
+        if kind is ColumnKind.BINARY:
+            offsets = domain.empty(rows + 1, storage_dtype(f.type))
+            offsets[:1] = 0
+            data = domain.empty(sum(int(c.data.size) for c in chunks), np.dtype(np.uint8))
+        else:
+            data = domain.empty(rows, storage_dtype(f.type))
+        row = base = 0
+        for c in chunks:
+            n = c.length
+            if validity is not None:
+                validity[row : row + n] = True if c.validity is None else c.validity
+            if offsets is not None:
+                size = int(c.data.size)
+                offsets[row + 1 : row + n + 1] = c.offsets[1:] + offsets.dtype.type(base)
+                data[base : base + size] = c.data
+                base += size
+            else:
+                data[row : row + n] = c.data
+            row += n
+    return DeviceColumn(f, rows, data, offsets, validity)
+
+
+def decode_page_columns(
+    plan: PagePlan,
+    schema: pa.Schema,
+    domain: Any,
+    decode: ChunkDecoder = decode_chunk_on_device,
+) -> dict[str, DeviceColumn]:
+    """The device column of every column the plan gives the page decoder."""
+    out: dict[str, DeviceColumn] = {}
+    for f in schema:
+        chunks = plan.gpu.get(f.name)
+        if chunks is not None:
+            pieces = [decode(data, spec, domain, pages) for data, spec, pages in chunks]
+            out[f.name] = join_chunks(domain, f, pieces)
+    return out

@@ -1,0 +1,274 @@
+"""Column chunks of a Parquet file as lists of pages, read on the host.
+
+:func:`chunk_spec` takes what the footer says about one column chunk (where
+it starts, how long it is, its codec, physical type and levels) and
+:func:`read_pages` walks the chunk's bytes into pages: each page's Thrift
+header decoded (:mod:`._thrift`) and its payload as a slice of the chunk.
+Nothing is decompressed or decoded here. Malformed bytes raise
+:class:`~nexus_cache.errors.SourceFormatError` naming the file, the column
+and the byte offset in the file; the walk reads each byte at most once and
+always advances, so hostile input cannot make it loop. Stateless and
+thread-safe.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nexus_cache.errors import SourceFormatError
+from nexus_cache.frames.gpudecode._thrift import ThriftError, read_struct
+
+__all__ = [
+    "ChunkSpec",
+    "Encoding",
+    "Page",
+    "PageHeader",
+    "PageType",
+    "chunk_spec",
+    "encoding_name",
+    "read_pages",
+]
+
+
+class PageType(enum.IntEnum):
+    DATA_PAGE = 0
+    INDEX_PAGE = 1
+    DICTIONARY_PAGE = 2
+    DATA_PAGE_V2 = 3
+
+
+class Encoding(enum.IntEnum):
+    PLAIN = 0
+    PLAIN_DICTIONARY = 2
+    RLE = 3
+    BIT_PACKED = 4
+    DELTA_BINARY_PACKED = 5
+    DELTA_LENGTH_BYTE_ARRAY = 6
+    DELTA_BYTE_ARRAY = 7
+    RLE_DICTIONARY = 8
+    BYTE_STREAM_SPLIT = 9
+
+
+def encoding_name(value: int) -> str:
+    """The Parquet name of encoding ``value`` (``"encoding 42"`` for an unknown one)."""
+    try:
+        return Encoding(value).name
+    except ValueError:
+        return f"encoding {value}"
+
+
+# Field ids of parquet.thrift's PageHeader and the nested headers we read.
+_DATA_V1 = {1: None, 2: None, 3: None, 4: None}
+_DICT = {1: None, 2: None}
+_DATA_V2 = {1: None, 2: None, 3: None, 4: None, 5: None, 6: None, 7: None}
+_HEADER = {1: None, 2: None, 3: None, 5: _DATA_V1, 7: _DICT, 8: _DATA_V2}
+
+
+@dataclass(frozen=True)
+class PageHeader:
+    """One decoded page header. For a dictionary page ``num_values`` is the
+    dictionary's size; for v1 data pages ``num_nulls``/``num_rows`` are None
+    and ``def_bytes``/``rep_bytes`` are 0 (the levels carry their own length)."""
+
+    type: int
+    uncompressed_size: int
+    compressed_size: int
+    num_values: int
+    encoding: int
+    def_encoding: int | None = None
+    rep_encoding: int | None = None
+    num_nulls: int | None = None
+    num_rows: int | None = None
+    def_bytes: int = 0
+    rep_bytes: int = 0
+    is_compressed: bool = True
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page: its header, where the header starts in the file, and its payload."""
+
+    header: PageHeader
+    offset: int
+    payload: memoryview
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """What the footer says about one column chunk, and the Arrow type it reads as.
+
+    ``start``/``size``: the chunk's byte range in the file (dictionary page
+    first, when it has one). ``codec`` and ``physical_type`` are the names
+    PyArrow gives (``"SNAPPY"``, ``"INT64"``). ``logical`` is the Parquet
+    logical type as PyArrow's JSON. ``source`` names the file in messages.
+    """
+
+    source: str
+    column: str
+    row_group: int
+    start: int
+    size: int
+    num_values: int
+    uncompressed_size: int
+    codec: str
+    physical_type: str
+    logical: dict[str, Any]
+    max_def: int
+    max_rep: int
+    arrow_type: pa.DataType
+
+    def where(self, offset: int) -> str:
+        return (
+            f"{self.source!r}, column {self.column!r} of row group {self.row_group}, byte {offset}"
+        )
+
+
+def chunk_spec(pf: pq.ParquetFile, row_group: int, column: int, source: str) -> ChunkSpec:
+    """The :class:`ChunkSpec` of leaf column ``column`` of ``row_group`` of ``pf``."""
+    import json
+
+    meta = pf.metadata.row_group(row_group).column(column)
+    leaf = pf.schema.column(column)
+    start = int(meta.data_page_offset)
+    dict_offset = meta.dictionary_page_offset
+    if meta.has_dictionary_page and dict_offset is not None and 0 < dict_offset < start:
+        start = int(dict_offset)
+    name = str(meta.path_in_schema)
+    top = name.split(".")[0]
+    arrow_schema = pf.schema_arrow
+    arrow_type = arrow_schema.field(top).type if top in arrow_schema.names else pa.null()
+    return ChunkSpec(
+        source=source,
+        column=name,
+        row_group=row_group,
+        start=start,
+        # A chunk of no values needs no pages (writers leave odd offsets there).
+        size=int(meta.total_compressed_size) if meta.num_values else 0,
+        num_values=int(meta.num_values),
+        uncompressed_size=int(meta.total_uncompressed_size),
+        codec=str(meta.compression),
+        physical_type=str(meta.physical_type),
+        logical=json.loads(leaf.logical_type.to_json()),
+        max_def=int(leaf.max_definition_level),
+        max_rep=int(leaf.max_repetition_level),
+        arrow_type=arrow_type,
+    )
+
+
+def _int(fields: dict[int, Any], key: int, what: str, offset: int) -> int:
+    """Required field ``key``: a non-negative 32-bit integer."""
+    if key not in fields:
+        raise ThriftError(f"page header lacks its {what}", offset)
+    value = fields[key]
+    if type(value) is not int or not 0 <= value < 1 << 31:
+        raise ThriftError(f"page header has {what} {value!r}", offset)
+    return value
+
+
+def _header(fields: dict[int, Any], offset: int) -> PageHeader:
+    kind = _int(fields, 1, "type", offset)
+    common = (
+        kind,
+        _int(fields, 2, "uncompressed_page_size", offset),
+        _int(fields, 3, "compressed_page_size", offset),
+    )
+    if kind == PageType.DATA_PAGE:
+        sub = _sub(fields, 5, "data_page_header", offset)
+        return PageHeader(
+            *common,
+            num_values=_int(sub, 1, "num_values", offset),
+            encoding=_int(sub, 2, "encoding", offset),
+            def_encoding=_int(sub, 3, "definition_level_encoding", offset),
+            rep_encoding=_int(sub, 4, "repetition_level_encoding", offset),
+        )
+    if kind == PageType.DICTIONARY_PAGE:
+        sub = _sub(fields, 7, "dictionary_page_header", offset)
+        return PageHeader(
+            *common,
+            num_values=_int(sub, 1, "num_values", offset),
+            encoding=_int(sub, 2, "encoding", offset),
+        )
+    if kind == PageType.DATA_PAGE_V2:
+        sub = _sub(fields, 8, "data_page_header_v2", offset)
+        compressed = sub.get(7, True)
+        if type(compressed) is not bool:
+            raise ThriftError(f"page header has is_compressed {compressed!r}", offset)
+        header = PageHeader(
+            *common,
+            num_values=_int(sub, 1, "num_values", offset),
+            num_nulls=_int(sub, 2, "num_nulls", offset),
+            num_rows=_int(sub, 3, "num_rows", offset),
+            encoding=_int(sub, 4, "encoding", offset),
+            def_bytes=_int(sub, 5, "definition_levels_byte_length", offset),
+            rep_bytes=_int(sub, 6, "repetition_levels_byte_length", offset),
+            is_compressed=compressed,
+        )
+        levels = header.def_bytes + header.rep_bytes
+        if levels > header.compressed_size or levels > header.uncompressed_size:
+            raise ThriftError(f"page levels ({levels} bytes) exceed the page", offset)
+        return header
+    # Index pages (and page types this reader does not know) carry no values.
+    return PageHeader(*common, num_values=0, encoding=Encoding.PLAIN)
+
+
+def _sub(fields: dict[int, Any], key: int, what: str, offset: int) -> dict[int, Any]:
+    value = fields.get(key)
+    if not isinstance(value, dict):
+        raise ThriftError(f"page header lacks its {what}", offset)
+    return value
+
+
+def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
+    """Every page of the column chunk whose bytes are ``chunk`` (exactly
+    ``spec.size`` bytes from ``spec.start`` of the file), in order.
+
+    Raises SourceFormatError naming the file, column and file offset when a
+    header is malformed, a payload runs past the chunk, or the data pages
+    hold other than the footer's ``num_values``, or the pages' uncompressed
+    sizes exceed the footer's: so decoding a chunk allocates no more than
+    its footer states."""
+    data = memoryview(chunk).cast("B")
+    if len(data) != spec.size:
+        raise SourceFormatError(
+            f"{spec.where(spec.start)}: the column chunk is {len(data)} bytes, "
+            f"the footer says {spec.size}; the file is truncated or corrupt"
+        )
+    pages: list[Page] = []
+    pos = values = inflated = 0
+    while pos < len(data):
+        try:
+            fields, body = read_struct(data, pos, len(data), _HEADER)
+            header = _header(fields, body)
+        except ThriftError as exc:
+            raise SourceFormatError(
+                f"{spec.where(spec.start + pos)}: unreadable page header ({exc} of the "
+                "column chunk); the file is truncated or corrupt"
+            ) from exc
+        end = body + header.compressed_size
+        if end > len(data):
+            raise SourceFormatError(
+                f"{spec.where(spec.start + pos)}: a page of {header.compressed_size} bytes "
+                "runs past the column chunk; the file is truncated or corrupt"
+            )
+        # The footer's sizes bound what decompression may allocate.
+        inflated += header.uncompressed_size
+        if inflated > spec.uncompressed_size:
+            raise SourceFormatError(
+                f"{spec.where(spec.start + pos)}: the pages inflate past the "
+                f"{spec.uncompressed_size} bytes the footer states; the file is corrupt"
+            )
+        pages.append(Page(header, spec.start + pos, data[body:end]))
+        if header.type in (PageType.DATA_PAGE, PageType.DATA_PAGE_V2):
+            values += header.num_values
+        pos = end  # a header is at least one byte, so every step advances
+    if values != spec.num_values:
+        raise SourceFormatError(
+            f"{spec.where(spec.start)}: the pages hold {values} values, the footer says "
+            f"{spec.num_values}; the file is corrupt"
+        )
+    return pages

@@ -1,0 +1,122 @@
+"""Which column chunks the page decoder handles, decided before decoding.
+
+:func:`footer_reason` looks at the footer alone (codec, physical and
+logical type, levels, the Arrow type the chunk reads as);
+:func:`pages_reason` then at the page headers (page types and encodings).
+Each returns None when the chunk is supported, else a short reason
+(``"codec BROTLI"``), so the caller sends that chunk to the host decoder
+and can report why. Supported: flat columns (no repetition, definition
+level at most 1), codecs UNCOMPRESSED / SNAPPY / GZIP / ZSTD / LZ4_RAW,
+data pages v1 and v2, PLAIN and dictionary encodings (RLE as well for
+booleans), and these Arrow types from these physical types:
+
+==================================  ==============
+Arrow type                          physical type
+==================================  ==============
+int32, date32                       INT32
+int64, timestamp (unit as stored)   INT64
+float32 / float64                   FLOAT / DOUBLE
+bool                                BOOLEAN
+string, large_string, binary,       BYTE_ARRAY
+large_binary
+==================================  ==============
+
+Stateless and thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from nexus_cache.frames.gpudecode.pages import (
+    ChunkSpec,
+    Encoding,
+    Page,
+    PageType,
+    encoding_name,
+)
+
+__all__ = ["CODECS", "footer_reason", "pages_reason", "unsupported_reason"]
+
+#: codec names (as PyArrow reports them) -> ``pyarrow.decompress`` codec.
+#: PyArrow reports Parquet's LZ4_RAW as "LZ4" (the Hadoop-framed LZ4 is not).
+CODECS = {
+    "UNCOMPRESSED": None,
+    "SNAPPY": "snappy",
+    "GZIP": "gzip",
+    "ZSTD": "zstd",
+    "LZ4": "lz4_raw",
+    "LZ4_RAW": "lz4_raw",
+}
+
+_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+
+
+def _type_reason(spec: ChunkSpec) -> str | None:
+    t, physical, logical = spec.arrow_type, spec.physical_type, spec.logical.get("Type")
+    if physical == "INT32" and (pat.is_int32(t) or (pat.is_date32(t) and logical == "Date")):
+        return None
+    if physical == "INT64" and pat.is_int64(t) and logical in ("None", "Int"):
+        return None
+    if physical == "INT64" and pat.is_timestamp(t) and logical == "Timestamp":
+        stored = _UNITS.get(str(spec.logical.get("timeUnit")))
+        if stored == t.unit:
+            return None
+        return f"timestamp stored in {spec.logical.get('timeUnit')} read as {t}"
+    if (physical, t) in (("FLOAT", pa.float32()), ("DOUBLE", pa.float64())):
+        return None
+    if physical == "BOOLEAN" and pat.is_boolean(t):
+        return None
+    if physical == "BYTE_ARRAY" and (
+        pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t)
+    ):
+        return None
+    return f"type {t} from physical type {physical}"
+
+
+def footer_reason(spec: ChunkSpec) -> str | None:
+    """Why the footer alone rules the chunk out, or None."""
+    if "." in spec.column or spec.max_rep > 0 or spec.max_def > 1:
+        return "nested column"
+    if spec.codec not in CODECS:
+        return f"codec {spec.codec}"
+    return _type_reason(spec)
+
+
+def pages_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
+    """Why the page headers rule the chunk out, or None."""
+    values_encodings = {Encoding.PLAIN, Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY}
+    if spec.physical_type == "BOOLEAN":
+        values_encodings.add(Encoding.RLE)
+    dictionary = False
+    for page in pages:
+        h = page.header
+        if h.type == PageType.DICTIONARY_PAGE:
+            if dictionary:
+                return "a second dictionary page"
+            if h.encoding not in (Encoding.PLAIN, Encoding.PLAIN_DICTIONARY):
+                return f"dictionary page {encoding_name(h.encoding)}"
+            dictionary = True
+            continue
+        if h.type not in (PageType.DATA_PAGE, PageType.DATA_PAGE_V2):
+            return f"page type {h.type}"
+        if h.encoding not in values_encodings:
+            return f"encoding {encoding_name(h.encoding)}"
+        if h.encoding in (Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY) and not dictionary:
+            return "dictionary-encoded page without a dictionary page"
+        if h.type == PageType.DATA_PAGE and spec.max_def and h.def_encoding != Encoding.RLE:
+            return f"definition levels {encoding_name(h.def_encoding or 0)}"
+        if h.type == PageType.DATA_PAGE_V2 and h.rep_bytes:
+            return "repetition levels"
+    return None
+
+
+def unsupported_reason(spec: ChunkSpec, pages: Sequence[Page] | None = None) -> str | None:
+    """:func:`footer_reason`, then (when ``pages`` are given) :func:`pages_reason`."""
+    reason = footer_reason(spec)
+    if reason is None and pages is not None:
+        reason = pages_reason(spec, pages)
+    return reason

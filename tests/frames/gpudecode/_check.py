@@ -1,0 +1,73 @@
+"""Decode every column chunk of a Parquet file with the reference decoder and
+compare it with PyArrow's decode, bit for bit."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nexus_cache.frames._host import HostPiece, host_piece
+from nexus_cache.frames.gpudecode import (
+    ChunkSpec,
+    Page,
+    chunk_spec,
+    decode_chunk,
+    read_pages,
+    unsupported_reason,
+)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The raw bytes of each element (so NaN payloads and -0.0 compare exactly)."""
+    return np.ascontiguousarray(a).view(np.uint8).reshape(len(a), a.dtype.itemsize)
+
+
+def assert_same(got: HostPiece, expected: pa.Array, where: str) -> None:
+    want = host_piece(expected)
+    assert got.length == want.length, where
+    if want.validity is None:
+        assert got.validity is None, where
+        valid = np.ones(want.length, np.bool_)
+    else:
+        assert got.validity is not None, where
+        np.testing.assert_array_equal(got.validity, want.validity, err_msg=where)
+        valid = want.validity
+    if want.offsets is not None:
+        assert got.offsets is not None, where
+        assert got.offsets.dtype == want.offsets.dtype, where
+        np.testing.assert_array_equal(got.offsets, want.offsets, err_msg=where)
+        assert got.data.tobytes() == want.data.tobytes(), where
+        return
+    assert got.offsets is None, where
+    assert got.data.dtype == want.data.dtype, where
+    np.testing.assert_array_equal(_bits(got.data[valid]), _bits(want.data[valid]), err_msg=where)
+
+
+def check_file(
+    raw: bytes,
+    *,
+    expect_supported: bool = True,
+    decode: Callable[[bytes, ChunkSpec, list[Page]], HostPiece] = decode_chunk,
+) -> dict[str, str]:
+    """Compare ``decode`` of every supported chunk of ``raw`` with PyArrow's decode;
+    returns {column: reason} of the others."""
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    reasons: dict[str, str] = {}
+    for g in range(pf.metadata.num_row_groups):
+        expected = pf.read_row_group(g)
+        for j in range(pf.metadata.num_columns):
+            spec = chunk_spec(pf, g, j, "generated.parquet")
+            chunk = raw[spec.start : spec.start + spec.size]
+            pages = read_pages(chunk, spec)
+            reason = unsupported_reason(spec, pages)
+            if reason is not None:
+                assert not expect_supported, f"{spec.column}: {reason}"
+                reasons[spec.column] = reason
+                continue
+            column = expected.column(spec.column).combine_chunks()
+            assert_same(decode(chunk, spec, pages), column, f"{spec.column} rg {g}")
+    return reasons

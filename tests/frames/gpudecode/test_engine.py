@@ -1,0 +1,141 @@
+"""NEXUS_DECODE_ENGINE, the per-column paths, and the page engine's assembly of
+columns from decoded chunks (run on the host with the NumPy reference)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tests.frames.gpudecode.test_reference import write
+
+from nexus_cache.backends import HostBackend
+from nexus_cache.errors import BackendUnavailableError, ConfigError
+from nexus_cache.frames import DecodeStats, DeviceFrame, decode_parquet
+from nexus_cache.frames._page_engine import (
+    PagePlan,
+    _column_reason,
+    decode_page_columns,
+    engine_setting,
+)
+from nexus_cache.frames.gpudecode import ChunkSpec, Page, decode_chunk
+from nexus_cache.frames.gpudecode.device import DeviceChunk
+
+
+def _domain() -> Any:
+    return HostBackend(device_total_bytes=1 << 30).create_domain(0)
+
+
+def _table(n: int = 500) -> pa.Table:
+    rng = np.random.default_rng(5)
+    mask = rng.random(n) < 0.2
+    return pa.table(
+        {
+            "i": pa.array(rng.integers(-50, 50, n), pa.int64(), mask=mask),
+            "s": pa.array([f"v{i % 17}" * (i % 4) for i in range(n)], mask=mask),
+            "b": pa.array(rng.random(n) < 0.5),
+            "t": pa.array(rng.integers(0, 10**12, n), pa.timestamp("us")),
+        }
+    )
+
+
+def test_engine_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+    assert engine_setting(None)[0] == "host"
+    monkeypatch.setenv("NEXUS_DECODE_ENGINE", " Auto ")
+    assert engine_setting(None)[0] == "auto"
+    assert engine_setting("gpu")[0] == "gpu"
+    monkeypatch.setenv("NEXUS_DECODE_ENGINE", "cuda")
+    with pytest.raises(ConfigError, match="NEXUS_DECODE_ENGINE='cuda' is not accepted"):
+        engine_setting(None)
+    with pytest.raises(ConfigError, match="engine='fast' is not accepted; use one of auto"):
+        engine_setting("fast")
+
+
+def _decode(tmp_path: Path, **kwargs: Any) -> tuple[DeviceFrame, DecodeStats]:
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=100)
+    stats = DecodeStats()
+    return decode_parquet(path, domain=_domain(), stats=stats, **kwargs), stats
+
+
+def test_host_engine_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+    frame, stats = _decode(tmp_path)
+    assert stats.paths == {c: "host: engine host, the default" for c in "isbt"}
+    assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
+
+
+def test_auto_on_a_host_domain_decodes_on_the_host(tmp_path: Path) -> None:
+    frame, stats = _decode(tmp_path, engine="auto")
+    assert set(stats.paths.values()) == {"host: the domain's memory is host memory"}
+    assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
+
+
+def test_gpu_on_a_host_domain_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEXUS_DECODE_ENGINE", "gpu")
+    with pytest.raises(BackendUnavailableError, match="NEXUS_DECODE_ENGINE='gpu' needs a CUDA"):
+        _decode(tmp_path)
+
+
+def _file(table: pa.Table, **options: Any) -> tuple[bytes, pq.ParquetFile]:
+    raw = write(table, **options)
+    return raw, pq.ParquetFile(io.BytesIO(raw))
+
+
+@pytest.mark.parametrize(
+    ("table", "options", "reason"),
+    [
+        (_table(), {"compression": "brotli"}, "codec BROTLI in row group 0"),
+        (pa.table({"i": [[1], [2]]}), {}, "nested column"),
+        (pa.table({"i": pa.array([1], pa.uint32())}), {}, "type uint32 from physical type"),
+    ],
+)
+def test_unsupported_columns_name_their_reason(
+    table: pa.Table, options: dict[str, Any], reason: str
+) -> None:
+    raw, pf = _file(table, **options)
+    why, chunks = _column_reason(pf, raw, [0], pf.schema_arrow.field(0), "t.parquet")
+    assert why is not None
+    assert why.startswith(reason)
+    assert chunks == []
+
+
+def test_a_column_read_as_dictionary_stays_on_the_host() -> None:
+    raw, _ = _file(_table())
+    pf = pq.ParquetFile(io.BytesIO(raw), read_dictionary=["s"])
+    schema = pf.read_row_groups([], columns=["s"]).schema
+    why, _ = _column_reason(pf, raw, [0], schema.field("s"), "t.parquet")
+    assert why is not None
+    assert why.startswith("type dictionary<values=string")
+
+
+def _reference_on(domain: Any) -> Any:
+    """A chunk decoder over the NumPy reference, its buffers copied into ``domain``."""
+
+    def decode(data: Any, spec: ChunkSpec, _: Any, pages: list[Page]) -> DeviceChunk:
+        piece = decode_chunk(data, spec, pages)
+        copy = [None if a is None else domain.copy_in(a) for a in (piece.offsets, piece.validity)]
+        return DeviceChunk(piece.length, domain.copy_in(piece.data), *copy)
+
+    return decode
+
+
+@pytest.mark.parametrize("row_group_size", [100, 1000])
+def test_page_columns_are_joined_across_row_groups(row_group_size: int) -> None:
+    table = _table()
+    raw, pf = _file(table, row_group_size=row_group_size, data_page_size=256)
+    groups = list(range(pf.metadata.num_row_groups))
+    plan = PagePlan()
+    for f in table.schema:
+        why, chunks = _column_reason(pf, raw, groups, f, "t.parquet")
+        assert why is None
+        plan.gpu[f.name] = chunks
+    domain = _domain()
+    columns = decode_page_columns(plan, table.schema, domain, decode=_reference_on(domain))
+    frame = DeviceFrame([columns[n] for n in table.column_names], num_rows=500, domain=domain)
+    assert frame.to_arrow().equals(pq.read_table(io.BytesIO(raw)))

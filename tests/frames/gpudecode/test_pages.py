@@ -1,0 +1,253 @@
+"""Page headers and column chunk walks: exact on good bytes, SourceFormatError on bad ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus_cache.errors import FrameTypeError, SourceFormatError
+from nexus_cache.frames.gpudecode import (
+    ChunkSpec,
+    PageType,
+    chunk_spec,
+    decode_chunk,
+    read_pages,
+)
+from nexus_cache.frames.gpudecode._thrift import MAX_DEPTH, ThriftError, read_struct
+
+# A compact-protocol writer for the tests' own headers.
+I32, BINARY, LIST, MAP, STRUCT, TRUE, FALSE = 5, 8, 9, 11, 12, 1, 2
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n < 0x80:
+            return bytes(out + bytes([n]))
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+
+
+def _zz(n: int) -> bytes:
+    return _varint((n << 1) ^ (n >> 63))
+
+
+def _struct(*fields: tuple[int, int, bytes]) -> bytes:
+    out, last = bytearray(), 0
+    for fid, kind, payload in fields:
+        if 0 < fid - last <= 15:
+            out.append(((fid - last) << 4) | kind)
+        else:  # the long form: type byte, then the id
+            out += bytes([kind]) + _zz(fid)
+        out += payload
+        last = fid
+    return bytes(out + b"\x00")
+
+
+def _i32(fid: int, v: int) -> tuple[int, int, bytes]:
+    return (fid, I32, _zz(v))
+
+
+def _v2_header(values: int, nulls: int, size: int, def_bytes: int, compressed: bool) -> bytes:
+    stats = _struct((1, BINARY, _varint(3) + b"max"), (2, BINARY, _varint(3) + b"min"))
+    v2 = _struct(
+        _i32(1, values),
+        _i32(2, nulls),
+        _i32(3, values),
+        _i32(4, 0),
+        _i32(5, def_bytes),
+        _i32(6, 0),
+        (7, TRUE if compressed else FALSE, b""),
+        (8, STRUCT, stats),
+    )
+    return _struct(
+        _i32(1, PageType.DATA_PAGE_V2),
+        _i32(2, size),
+        _i32(3, size),
+        _i32(4, 12345),  # crc
+        (32, LIST, bytes([0x25]) + _zz(1) + _zz(2)),  # an unknown list, long-form id
+        (33, MAP, _varint(1) + bytes([0x55]) + _zz(1) + _zz(2)),  # an unknown map
+        (34, STRUCT, v2),  # long-form id 34: not field 8, so it is skipped
+        (8, STRUCT, v2),  # ids may go down again (the long form)
+    )
+
+
+def _spec(size: int, values: int, inflated: int = 1 << 20) -> ChunkSpec:
+    return ChunkSpec(
+        source="hand.parquet",
+        column="x",
+        row_group=0,
+        start=1000,
+        size=size,
+        num_values=values,
+        uncompressed_size=inflated,
+        codec="UNCOMPRESSED",
+        physical_type="INT32",
+        logical={"Type": "None"},
+        max_def=1,
+        max_rep=0,
+        arrow_type=pa.int32(),
+    )
+
+
+def test_hand_written_v2_header_is_read_and_unknown_fields_skipped() -> None:
+    # levels 1,0,1,1: one bit-packed group (header 0x03), bits LSB first 0b1101
+    payload = b"\x03\x0d" + np.array([10, 20, 30], dtype="<i4").tobytes()
+    chunk = _v2_header(4, 1, len(payload), 2, compressed=False) + payload
+    (page,) = read_pages(chunk, _spec(len(chunk), 4))
+    h = page.header
+    assert (h.type, h.num_values, h.num_nulls, h.num_rows, h.def_bytes) == (3, 4, 1, 4, 2)
+    assert (h.compressed_size, h.is_compressed, page.offset) == (len(payload), False, 1000)
+    assert bytes(page.payload) == payload
+    piece = decode_chunk(chunk, _spec(len(chunk), 4))
+    assert piece.data.tolist() == [10, 0, 20, 30]
+    assert piece.validity is not None
+    assert piece.validity.tolist() == [True, False, True, True]
+
+
+def test_real_pages_carry_their_headers() -> None:
+    out = io.BytesIO()
+    table = pa.table({"x": pa.array([1, None, 3] * 1000, pa.int64())})
+    pq.write_table(table, out, data_page_version="2.0", data_page_size=1000)
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "f.parquet")
+    pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
+    assert pages[0].header.type == PageType.DICTIONARY_PAGE
+    assert pages[0].header.num_values == 2
+    data = pages[1:]
+    assert all(p.header.type == PageType.DATA_PAGE_V2 for p in data)
+    assert sum(p.header.num_values for p in data) == 3000
+    assert sum(p.header.num_nulls or 0 for p in data) == 1000
+    assert [p.offset for p in pages] == sorted(p.offset for p in pages)
+
+
+@pytest.mark.parametrize("field", [1, 2, 3])
+def test_a_required_field_of_the_wrong_type_is_refused(field: int) -> None:
+    fields = [_i32(1, PageType.DATA_PAGE_V2), _i32(2, 10), _i32(3, 10)]
+    fields[field - 1] = (field, BINARY, _varint(2) + b"ab")
+    chunk = _struct(*fields) + bytes(10)
+    with pytest.raises(SourceFormatError, match="unreadable page header"):
+        read_pages(chunk, _spec(len(chunk), 0))
+
+
+def test_thrift_limits() -> None:
+    deep = bytes([0x1C]) * (MAX_DEPTH + 2)  # field 1, a struct, nested over and over
+    with pytest.raises(ThriftError, match="nesting deeper"):
+        read_struct(memoryview(deep), 0, len(deep), {})
+    long_varint = bytes([0x15]) + b"\xff" * 11
+    with pytest.raises(ThriftError, match="longer than 10 bytes"):
+        read_struct(memoryview(long_varint), 0, len(long_varint), {1: None})
+    huge_list = bytes([0x19, 0xF5]) + _varint(1 << 40)
+    with pytest.raises(ThriftError, match="runs past the data"):
+        read_struct(memoryview(huge_list), 0, len(huge_list), {})
+
+
+def _good_chunk(version: str = "1.0") -> tuple[bytes, ChunkSpec]:
+    out = io.BytesIO()
+    rng = np.random.default_rng(3)
+    mask = rng.random(300) < 0.2
+    table = pa.table({"s": pa.array([f"s{i % 9}" for i in range(300)], mask=mask)})
+    pq.write_table(table, out, data_page_version=version, data_page_size=256, compression="snappy")
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "good.parquet")
+    return raw[spec.start : spec.start + spec.size], spec
+
+
+def test_truncated_chunk_names_file_column_and_offset() -> None:
+    chunk, spec = _good_chunk()
+    short = dataclasses.replace(spec, size=len(chunk) - 3)
+    with pytest.raises(
+        SourceFormatError, match=r"'good.parquet', column 's' of row group 0, byte"
+    ):
+        read_pages(chunk[:-3], short)
+
+
+def test_values_other_than_the_footers_are_refused() -> None:
+    chunk, spec = _good_chunk()
+    with pytest.raises(SourceFormatError, match="the footer says 301"):
+        read_pages(chunk, dataclasses.replace(spec, num_values=301))
+
+
+def test_pages_inflating_past_the_footer_are_refused() -> None:
+    chunk, spec = _good_chunk()
+    with pytest.raises(SourceFormatError, match="inflate past"):
+        read_pages(chunk, dataclasses.replace(spec, uncompressed_size=10))
+
+
+def _fuzz_chunks() -> list[tuple[bytes, ChunkSpec]]:
+    n = np.arange(300)
+    columns = [
+        pa.array([f"s{i % 9}" for i in n], mask=n % 5 == 0),
+        pa.array(n % 7, pa.int64(), mask=n % 4 == 0),
+        pa.array(n % 3 == 0, mask=n % 4 == 0),
+    ]
+    chunks = []
+    for version in ("1.0", "2.0"):
+        for dictionary in (True, False):
+            for column in columns:
+                out = io.BytesIO()
+                pq.write_table(
+                    pa.table({"s": column}),
+                    out,
+                    data_page_version=version,
+                    data_page_size=256,
+                    compression="snappy",
+                    use_dictionary=dictionary,
+                )
+                raw = out.getvalue()
+                spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "fuzz.parquet")
+                chunks.append((raw[spec.start : spec.start + spec.size], spec))
+    return chunks
+
+
+_CHUNKS = _fuzz_chunks()
+# Where each chunk's page headers start: most edits land in a header.
+_HEADERS = [[p.offset - spec.start for p in read_pages(c, spec)] for c, spec in _CHUNKS]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, len(_CHUNKS) - 1),
+    edits=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(-1, 30), st.integers(0, 255)),
+        min_size=1,
+        max_size=4,
+    ),
+    cut=st.integers(0, 40),
+)
+def test_corrupted_chunks_raise_source_format_error_only(
+    which: int, edits: list[tuple[int, int, int]], cut: int
+) -> None:
+    chunk, spec = _CHUNKS[which]
+    data = bytearray(chunk)
+    headers = _HEADERS[which]
+    for where, into_header, value in edits:
+        # into_header -1: anywhere in the chunk; else that byte of a page header
+        at = where if into_header < 0 else headers[where % len(headers)] + into_header
+        data[at % len(data)] = value
+    if cut:
+        data = data[:-cut]
+    spec = dataclasses.replace(spec, size=len(data))
+    started = time.monotonic()
+    try:
+        decode_chunk(bytes(data), spec)
+    except (SourceFormatError, FrameTypeError):
+        pass
+    assert time.monotonic() - started < 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(min_size=1, max_size=200), values=st.integers(0, 1000))
+def test_random_bytes_raise_source_format_error_only(data: bytes, values: int) -> None:
+    try:
+        read_pages(data, _spec(len(data), values, inflated=4096))
+    except SourceFormatError:
+        pass

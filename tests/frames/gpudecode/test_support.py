@@ -1,0 +1,110 @@
+"""Unsupported column chunks are named, with a reason, before any decoding."""
+
+from __future__ import annotations
+
+import decimal
+import io
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nexus_cache.errors import FrameTypeError
+from nexus_cache.frames.gpudecode import (
+    chunk_spec,
+    decode_chunk,
+    footer_reason,
+    read_pages,
+    unsupported_reason,
+)
+
+
+def _reason(table: pa.Table, **options: Any) -> tuple[str | None, str | None]:
+    out = io.BytesIO()
+    pq.write_table(table, out, **options)
+    raw = out.getvalue()
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    spec = chunk_spec(pf, 0, 0, "t.parquet")
+    pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
+    return footer_reason(spec), unsupported_reason(spec, pages)
+
+
+INTS = pa.table({"x": pa.array(range(100), pa.int64())})
+
+
+@pytest.mark.parametrize(
+    ("table", "options", "footer", "reason"),
+    [
+        (INTS, {"compression": "brotli"}, "codec BROTLI", "codec BROTLI"),
+        (
+            INTS,
+            {"use_dictionary": False, "column_encoding": "DELTA_BINARY_PACKED"},
+            None,
+            "encoding DELTA_BINARY_PACKED",
+        ),
+        (
+            pa.table({"x": pa.array([1.5, 2.5], pa.float64())}),
+            {"use_dictionary": False, "column_encoding": "BYTE_STREAM_SPLIT"},
+            None,
+            "encoding BYTE_STREAM_SPLIT",
+        ),
+        (
+            pa.table({"x": ["a", "bb"]}),
+            {"use_dictionary": False, "column_encoding": "DELTA_LENGTH_BYTE_ARRAY"},
+            None,
+            "encoding DELTA_LENGTH_BYTE_ARRAY",
+        ),
+        (
+            pa.table({"x": pa.array([decimal.Decimal("1.5")], pa.decimal128(10, 2))}),
+            {},
+            "type decimal128(10, 2) from physical type",
+            None,
+        ),
+        (
+            pa.table({"x": pa.array([b"ab"], pa.binary(2))}),
+            {},
+            "type fixed_size_binary[2] from physical type FIXED_LEN_BYTE_ARRAY",
+            None,
+        ),
+        (
+            pa.table({"x": pa.array([1], pa.timestamp("ns"))}),
+            {"use_deprecated_int96_timestamps": True},
+            "type timestamp[ns] from physical type INT96",
+            None,
+        ),
+        (
+            pa.table({"x": pa.array([1000], pa.time32("ms"))}),
+            {},
+            "type time32[ms] from physical type INT32",
+            None,
+        ),
+        (pa.table({"x": pa.array([1], pa.uint32())}), {}, "type uint32 from physical type", None),
+        (pa.table({"x": [[1, 2]]}), {}, "nested column", None),
+        (pa.table({"x": [{"a": 1}]}), {}, "nested column", None),
+    ],
+)
+def test_unsupported_chunks_are_named(
+    table: pa.Table, options: dict[str, Any], footer: str, reason: str | None
+) -> None:
+    got_footer, got = _reason(table, **options)
+    if footer is None:
+        assert got_footer is None
+    else:
+        assert got_footer is not None
+        assert got_footer.startswith(footer)
+    assert got is not None
+    assert got.startswith(reason or footer)
+
+
+def test_supported_chunk_has_no_reason() -> None:
+    assert _reason(INTS, compression="zstd") == (None, None)
+
+
+def test_decoding_an_unsupported_chunk_is_refused_with_its_reason() -> None:
+    out = io.BytesIO()
+    pq.write_table(INTS, out, compression="brotli")
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "t.parquet")
+    with pytest.raises(FrameTypeError, match="codec BROTLI is decoded on the host only"):
+        decode_chunk(raw[spec.start : spec.start + spec.size], spec)

@@ -1,0 +1,144 @@
+"""The page-decode kernels on a real GPU: a column chunk decoded on the device
+equals PyArrow's decode (and the NumPy reference), bit for bit.
+
+Run on the GPU machine (CuPy, one GPU); skipped elsewhere by tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from tests.frames.gpudecode._check import check_file
+from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
+
+from nexus_cache.errors import SourceFormatError
+from nexus_cache.frames import DecodeStats, decode_parquet
+from nexus_cache.frames._host import HostPiece
+from nexus_cache.frames.gpudecode import ChunkSpec, Page, chunk_spec, read_pages
+from nexus_cache.frames.gpudecode.device import decode_chunk_on_device
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def domain() -> Any:
+    pytest.importorskip("cupy")
+    from nexus_cache.backends import select_backend
+
+    backend = select_backend()
+    made = backend.create_domain(0)
+    yield made
+    made.close()
+
+
+def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
+    def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
+        got = decode_chunk_on_device(chunk, spec, domain, pages)
+        return HostPiece(
+            got.length,
+            got.data.get(),
+            None if got.offsets is None else got.offsets.get(),
+            None if got.validity is None else got.validity.get(),
+        )
+
+    check_file(raw, decode=decode)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(table=tables(), options=WRITE_OPTIONS)
+def test_device_decode_equals_pyarrow(
+    domain: Any, table: pa.Table, options: dict[str, Any]
+) -> None:
+    _on_device_equals_pyarrow(write(table, **options), domain)
+
+
+def test_large_chunk_on_device(domain: Any) -> None:
+    rng = np.random.default_rng(11)
+    n = 300_000
+    mask = rng.random(n) < 0.1
+    table = pa.table(
+        {
+            "i": pa.array(rng.integers(0, 1 << 40, n), pa.int64(), mask=mask),
+            "d": pa.array(rng.integers(0, 100, n), pa.int64()),
+            "f": pa.array(rng.random(n)),
+            "s": pa.array([f"k{i % 1000}" for i in range(n)], mask=mask),
+            "b": pa.array(rng.random(n) < 0.5, mask=mask),
+        }
+    )
+    _on_device_equals_pyarrow(write(table, compression="zstd", data_page_version="2.0"), domain)
+
+
+def corrupt_index_chunk() -> tuple[bytes, Any]:
+    """A chunk whose one data page's dictionary indices claim 8 bits each, for
+    a 2-entry dictionary: indices past the dictionary (or runs past the page)."""
+    out = io.BytesIO()
+    table = pa.table({"x": pa.array([1, 2, 1, 2] * 10, pa.int64())})
+    pq.write_table(table, out, compression="none", data_page_version="1.0")
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "bad.parquet")
+    chunk = bytearray(raw[spec.start : spec.start + spec.size])
+    _, data_page = read_pages(bytes(chunk), spec)
+    payload_at = len(chunk) - len(data_page.payload)  # the data page is the last
+    levels = int.from_bytes(chunk[payload_at : payload_at + 4], "little")
+    chunk[payload_at + 4 + levels] = 8  # the bit width byte of the index stream
+    return bytes(chunk), spec
+
+
+def test_a_corrupt_index_stream_is_refused_on_device(domain: Any) -> None:
+    chunk, spec = corrupt_index_chunk()
+    with pytest.raises(SourceFormatError):
+        decode_chunk_on_device(chunk, spec, domain)
+
+
+def _read_with_gpu_engine(raw: bytes, domain: Any, tmp: Path) -> tuple[pa.Table, DecodeStats]:
+    path = tmp / "t.parquet"
+    path.write_bytes(raw)
+    stats = DecodeStats()
+    frame = decode_parquet(path, domain=domain, engine="gpu", stats=stats)
+    try:
+        return frame.to_arrow(), stats
+    finally:
+        frame.release()
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(table=tables(), options=WRITE_OPTIONS)
+def test_gpu_engine_equals_pyarrow(domain: Any, table: pa.Table, options: dict[str, Any]) -> None:
+    raw = write(table, **options)
+    with tempfile.TemporaryDirectory() as tmp:
+        got, stats = _read_with_gpu_engine(raw, domain, Path(tmp))
+    expected = pq.read_table(io.BytesIO(raw))
+    assert got.equals(expected)
+    assert stats.paths == dict.fromkeys(table.column_names, "gpu") or table.num_rows == 0
+
+
+def test_gpu_engine_sends_unsupported_columns_to_the_host(domain: Any, tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "i": pa.array(np.arange(1000), pa.int64()),
+            "u": pa.array(np.arange(1000), pa.uint32()),
+            "s": pa.array([f"x{i % 7}" for i in range(1000)]),
+        }
+    )
+    raw = write(table, row_group_size=300)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    assert got.equals(table)
+    assert stats.paths["i"] == "gpu"
+    assert stats.paths["s"] == "gpu"
+    assert stats.paths["u"].startswith("host: type uint32")
