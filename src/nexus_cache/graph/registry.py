@@ -383,7 +383,7 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
             ),
             AlgorithmSpec(
                 name="degree",
-                help="number of neighbours of every vertex (out, in or total)",
+                help="edges at every vertex (out, in or total; a self loop counts twice in total)",
                 runner="nexus_cache.graph.degrees:degree",
                 transient="nexus_cache.graph.degrees:transient_bytes",
                 params=(
