@@ -130,3 +130,22 @@ def close_all(servers: Sequence[Server]) -> None:
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait(30)
+
+
+def admission_decisions(evidence: Path) -> list[str]:
+    """The ``decision`` column of the admission log under ``evidence`` (none yet: [])."""
+    path = evidence / "admission.tsv"
+    if not path.exists():
+        return []
+    header, *rows = path.read_text().splitlines()
+    column = header.split("\t").index("decision")
+    return [row.split("\t")[column] for row in rows]
+
+
+def end_processes(processes: Sequence[subprocess.Popen[str] | None]) -> None:
+    """Kill those still running and collect every one."""
+    for process in processes:
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)

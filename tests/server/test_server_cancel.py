@@ -16,7 +16,15 @@ import pytest
 from nexus_cache.client import Client
 from nexus_cache.service.datagen import fact_table, ring_edges, write_parquet
 
-from ._helpers import Server, close_all, run_python, server_env, start_server, wait_until
+from ._helpers import (
+    Server,
+    admission_decisions,
+    close_all,
+    run_python,
+    server_env,
+    start_server,
+    wait_until,
+)
 
 # A PageRank that runs for hours (alpha near 1 on a ring: see ring_edges).
 _SLOW = {"alpha": 0.99999, "tol": 1e-300, "max_iter": 10**8}
@@ -77,15 +85,6 @@ def _facts(lake: Path) -> str:
     return json.dumps({"type": "scan", "source": str(lake / "facts.parquet")})
 
 
-def _decisions(evidence: Path) -> list[str]:
-    path = evidence / "admission.tsv"
-    if not path.exists():
-        return []
-    header, *rows = path.read_text().splitlines()
-    column = header.split("\t").index("decision")
-    return [row.split("\t")[column] for row in rows]
-
-
 def _grants(client: Client) -> int:
     (report,) = client.reports()
     return int(report["grant_count"])
@@ -101,17 +100,18 @@ def test_killed_clients_cancel_their_queries_waiting_and_running(
     try:
         assert running.stdout is not None
         assert running.stdout.readline().strip() == "asking"
-        assert wait_until(lambda: _decisions(evidence) == ["admitted"], timeout=60)
+        assert wait_until(lambda: admission_decisions(evidence) == ["admitted"], timeout=60)
         waiting = run_python(env, _CLIENT, server.url, _facts(lake))
         with Client(server.url) as client:
             assert wait_until(lambda: client.health()["running_queries"] == 2)
             time.sleep(0.5)  # the scan is queued behind the PageRank's grant
-            assert _decisions(evidence) == ["admitted"]
+            assert admission_decisions(evidence) == ["admitted"]
             assert _grants(client) == 1
 
             waiting.kill()  # a client gone while its query waits for admission
             waiting.wait(30)
-            assert wait_until(lambda: _decisions(evidence) == ["admitted", "cancelled"], 5)
+            both = ["admitted", "cancelled"]
+            assert wait_until(lambda: admission_decisions(evidence) == both, 5)
             assert _grants(client) == 1  # the PageRank runs on
 
             killed = time.monotonic()
@@ -119,7 +119,7 @@ def test_killed_clients_cancel_their_queries_waiting_and_running(
             running.wait(30)
             assert wait_until(lambda: _grants(client) == 0, timeout=5)
             assert time.monotonic() - killed < 5
-            assert _decisions(evidence) == ["admitted", "cancelled", "cancelled"]
+            assert admission_decisions(evidence) == ["admitted", "cancelled", "cancelled"]
             assert wait_until(lambda: client.health()["running_queries"] == 0, timeout=5)
             (report,) = client.reports()
             assert report["grant_bytes"] == 0
@@ -152,7 +152,7 @@ def test_a_client_out_of_time_cancels_its_query(
         assert wait_until(lambda: _grants(ours) == 0, timeout=5)
         assert time.monotonic() - started < 6
         assert wait_until(lambda: ours.health()["running_queries"] == 0, timeout=5)
-    assert _decisions(tmp_path / "evidence") == ["admitted", "cancelled"]
+    assert admission_decisions(tmp_path / "evidence") == ["admitted", "cancelled"]
     client.close()
 
 
@@ -163,12 +163,12 @@ def test_shutdown_cancels_a_query_still_running_after_its_wait(tmp_path: Path, l
         assert running.stdout is not None
         assert running.stdout.readline().strip() == "asking"
         evidence = tmp_path / "evidence"
-        assert wait_until(lambda: _decisions(evidence) == ["admitted"], timeout=60)
+        assert wait_until(lambda: admission_decisions(evidence) == ["admitted"], timeout=60)
         stopping = time.monotonic()
         assert server.stop(signal.SIGTERM, timeout=60) == 0
         assert time.monotonic() - stopping < 10
         server.wait_for(r"1 queries still running .* cancelling them")
-        assert _decisions(evidence) == ["admitted", "cancelled"]
+        assert admission_decisions(evidence) == ["admitted", "cancelled"]
         assert "still running; stopping anyway" not in server.log()
         # nothing of the query stayed pinned: the caches drained whole
         assert "domain owner released" in server.log()

@@ -25,7 +25,15 @@ from nexus_cache.client import Client
 from nexus_cache.service import GraphQuery, Scan, verify_evidence
 from nexus_cache.service.datagen import fact_table, ring_edges, rmat_edges, write_parquet
 
-from ._helpers import close_all, run_python, server_env, start_server, wait_until
+from ._helpers import (
+    admission_decisions,
+    close_all,
+    end_processes,
+    run_python,
+    server_env,
+    start_server,
+    wait_until,
+)
 
 # A PageRank that runs for hours (alpha near 1 on a ring).
 _SLOW = {"alpha": 0.99999, "tol": 1e-300, "max_iter": 10**8}
@@ -98,9 +106,7 @@ def test_a_result_cut_short_by_shutdown_ends_in_an_error_not_a_short_table(
         if kind == "error":
             assert "cut short" in detail
     finally:
-        if reader.poll() is None:
-            reader.kill()
-            reader.communicate(timeout=30)
+        end_processes([reader])
         close_all([server])
 
 
@@ -246,10 +252,7 @@ def test_clients_gone_at_random_moments_leave_nothing_held_and_the_others_right(
         assert "cancelled" in decisions
     finally:
         stop.set()
-        for caller in callers:
-            if caller.poll() is None:
-                caller.kill()
-                caller.communicate(timeout=30)
+        end_processes(callers)
         close_all([server])
 
 
@@ -302,10 +305,10 @@ def test_sigterm_with_queries_waiting_for_a_slot_for_admission_and_running(
                 count = len(clients)
                 assert wait_until(lambda n=count: client.health()["running_queries"] == n, 60)
                 if count == 1:  # the PageRank holds its grant before the scans come
-                    assert wait_until(lambda: _decisions(evidence) == ["admitted"], 60)
+                    assert wait_until(lambda: admission_decisions(evidence) == ["admitted"], 60)
             time.sleep(0.3)
             # running, waiting for admission, waiting for a running-query slot
-            assert _decisions(evidence) == ["admitted"]
+            assert admission_decisions(evidence) == ["admitted"]
         stopping = time.monotonic()
         assert server.stop(signal.SIGTERM, timeout=60) == 0
         assert time.monotonic() - stopping < 15
@@ -316,21 +319,9 @@ def test_sigterm_with_queries_waiting_for_a_slot_for_admission_and_running(
         # each got an error, none a result
         assert [o[0] for o in outs] == ["error"] * 3, outs
         assert all("cancel" in o[1] for o in outs), outs
-        assert sorted(_decisions(evidence)) == ["admitted", "cancelled", "cancelled"]
+        assert sorted(admission_decisions(evidence)) == ["admitted", "cancelled", "cancelled"]
         report = verify_evidence(evidence)
         assert report.ok, report.problems
     finally:
-        for caller in clients:
-            if caller.poll() is None:
-                caller.kill()
-                caller.communicate(timeout=30)
+        end_processes(clients)
         close_all([server])
-
-
-def _decisions(evidence: Path) -> list[str]:
-    path = evidence / "admission.tsv"
-    if not path.exists():
-        return []
-    header, *rows = path.read_text().splitlines()
-    column = header.split("\t").index("decision")
-    return [row.split("\t")[column] for row in rows]
