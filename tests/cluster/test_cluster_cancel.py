@@ -4,6 +4,7 @@ worker, which releases its grant: a real Dask ``LocalCluster`` (host backend).""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -74,3 +75,38 @@ def test_a_cancel_event_stops_the_query_on_its_worker(
         assert _grants(client) == [0]  # the worker released the grant
         # the worker goes on serving
         assert nexus.execute(Scan(str(facts))).table.num_rows == 2000
+
+
+def test_ctrl_c_in_the_caller_cancels_the_query_on_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ring = tmp_path / "ring.parquet"
+    write_parquet(ring_edges(100_000), ring, row_groups=2)
+    past = time.time() - 60
+    os.utime(ring, (past, past))
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", "1GiB")
+    monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
+    assert threading.current_thread() is threading.main_thread()  # where SIGINT lands
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=40,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        nexus = ClusterQueryClient(client, make_config(tmp_path))
+        slow = GraphQuery(Scan(str(ring)), "src", "dst", "pagerank", params=_SLOW)
+        # the caller holds an event, so the query is cancellable; Ctrl-C comes instead
+        timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            nexus.execute(slow, cancel=threading.Event())
+        timer.join()
+        deadline = time.monotonic() + 10
+        while _grants(client) != [0]:  # the worker stops at its next iteration
+            assert time.monotonic() < deadline, "the worker's query runs on"
+            time.sleep(0.1)
