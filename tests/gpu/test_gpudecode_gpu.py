@@ -142,3 +142,30 @@ def test_gpu_engine_sends_unsupported_columns_to_the_host(domain: Any, tmp_path:
     assert stats.paths["i"] == "gpu"
     assert stats.paths["s"] == "gpu"
     assert stats.paths["u"].startswith("host: type uint32")
+
+
+def test_warm_up_loads_the_decode_kernels_under_auto(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up loads every page-decode kernel (each typed one for every
+    element size) when the engine is auto on CUDA, listed with the others."""
+    pytest.importorskip("cupy")
+    from nexus_cache.backends import select_backend
+    from nexus_cache.frames.gpudecode.kernels import ELEMENT_TYPES, KERNEL_NAMES, TYPED_KERNELS
+    from nexus_cache.service.warmup import warm_up_device
+
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.setenv("NEXUS_DECODE_ENGINE", "auto")
+    backend = select_backend()
+    made = backend.create_domain(0)
+    try:
+        report = warm_up_device(backend, 0, made)
+    finally:
+        made.close()
+    assert "decode kernels" in report.steps
+    from nexus_cache._kernels import kernel_loads
+
+    labels = {k.kernel for k in kernel_loads()}
+    for name in KERNEL_NAMES:
+        for size in ELEMENT_TYPES if name in TYPED_KERNELS else (None,):
+            assert (name if size is None else f"{name}({size} bytes)") in labels

@@ -40,6 +40,7 @@ __all__ = [
     "engine_setting",
     "join_chunks",
     "plan_page_columns",
+    "preload_decode_kernels",
 ]
 
 ENV_DECODE_ENGINE = "NEXUS_DECODE_ENGINE"
@@ -73,6 +74,28 @@ def _device_reason(domain: Any) -> str | None:
     except ImportError:
         return "CuPy does not import"
     return None
+
+
+def preload_decode_kernels(domain: Any, engine: str | None = None) -> list[Any] | None:
+    """Load every page-decode kernel on the current device when the engine
+    (``engine``, else ``NEXUS_DECODE_ENGINE``) would run them for ``domain``:
+    the ``KernelLoad`` of each kernel this call loaded. None when the engine
+    decodes on the host there (``host``, or ``auto`` without a CUDA domain);
+    ``gpu`` without one raises BackendUnavailableError, as a decode would."""
+    value, shown = engine_setting(engine)
+    if value == "host":
+        return None
+    reason = _device_reason(domain)
+    if reason is not None:
+        if value == "gpu":
+            raise BackendUnavailableError(
+                f"{shown} needs a CUDA allocation domain and CuPy, but {reason}; "
+                f"set {ENV_DECODE_ENGINE} to auto or host"
+            )
+        return None
+    from nexus_cache.frames.gpudecode.kernels import preload_kernels
+
+    return preload_kernels()
 
 
 @dataclass
