@@ -10,13 +10,16 @@ domain's memory is device memory and CuPy imports) and decodes on the host
 otherwise. A column goes to the GPU only when every chunk of it that the
 read covers is supported (footer and page headers agree, see
 ``gpudecode.support``); otherwise the host decodes it, and
-``DecodeStats.paths`` says why. The pages are decompressed on the host for
-now. Device columns are allocated in the decode's domain. Thread-safe: a
-call keeps its state in its own objects.
+``DecodeStats.paths`` says why. The pages of a GPU column are decompressed
+on the device by nvCOMP (the ``gpudecode`` extra); where nvCOMP does not
+import or lacks the codec, on the host, and the column's path says
+``"gpu (host decompression)"``. Device columns are allocated in the
+decode's domain. Thread-safe: a call keeps its state in its own objects.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ import pyarrow.parquet as pq
 from nexus_cache.errors import BackendUnavailableError, ConfigError
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunk_on_device
+from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
@@ -102,7 +106,8 @@ def preload_decode_kernels(domain: Any, engine: str | None = None) -> list[Any] 
 class PagePlan:
     """The columns the page decoder takes (name -> its chunks, one per row group,
     as (bytes, spec, pages)) and every column's path for ``DecodeStats.paths``:
-    ``"gpu"``, or ``"host: "`` and the reason."""
+    ``"gpu"``, ``"gpu (host decompression)"`` (nvCOMP missing, or lacking the
+    codec), or ``"host: "`` and the reason."""
 
     gpu: dict[str, list[tuple[Any, ChunkSpec, list[Page]]]] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
@@ -126,6 +131,15 @@ def _column_reason(
             return f"{reason} in row group {g}", []
         chunks.append((data, spec, pages))
     return None, chunks
+
+
+def _gpu_path(chunks: Sequence[tuple[Any, ChunkSpec, list[Page]]]) -> str:
+    """``gpu``, or ``gpu (host decompression)`` when a chunk's pages cannot be
+    decompressed on the device."""
+    for _, spec, _ in chunks:
+        if spec.codec != "UNCOMPRESSED" and device_algorithm(spec.codec) is None:
+            return "gpu (host decompression)"
+    return "gpu"
 
 
 def plan_page_columns(
@@ -155,7 +169,7 @@ def plan_page_columns(
         why, chunks = (reason, []) if reason else _column_reason(pf, buffer, groups, f, source)
         if why is None and groups:
             plan.gpu[f.name] = chunks
-            plan.paths[f.name] = "gpu"
+            plan.paths[f.name] = _gpu_path(chunks)
         else:
             plan.paths[f.name] = f"host: {why or 'no row groups'}"
     return plan
@@ -201,9 +215,14 @@ def decode_page_columns(
     plan: PagePlan,
     schema: pa.Schema,
     domain: Any,
-    decode: ChunkDecoder = decode_chunk_on_device,
+    decode: ChunkDecoder | None = None,
+    transfer: Any = None,
 ) -> dict[str, DeviceColumn]:
-    """The device column of every column the plan gives the page decoder."""
+    """The device column of every column the plan gives the page decoder:
+    each chunk decoded by ``decode`` (default: :func:`decode_chunk_on_device`,
+    its bytes copied through ``transfer``'s pinned staging when given)."""
+    if decode is None:
+        decode = functools.partial(decode_chunk_on_device, transfer=transfer)
     out: dict[str, DeviceColumn] = {}
     for f in schema:
         chunks = plan.gpu.get(f.name)

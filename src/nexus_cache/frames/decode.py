@@ -222,7 +222,7 @@ def decode_parquet(
     on_device: dict[str, Any] = {}
     try:
         builders.extend(ColumnBuilder(f, total, transfer) for f in host_fields)
-        on_device.update(decode_page_columns(plan, schema, domain))
+        on_device.update(decode_page_columns(plan, schema, domain, transfer=transfer))
         decoded = iter(pool)
         while True:
             waited = time.perf_counter()

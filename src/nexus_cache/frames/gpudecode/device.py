@@ -1,20 +1,31 @@
 """One column chunk decoded on a CUDA device by the page-decode kernels.
 
 :func:`decode_chunk_on_device` runs the steps of :mod:`.reference` with the
-kernels of :mod:`.kernels`: the host reads the page headers and, for now,
-decompresses the pages (PyArrow's codecs; nvCOMP on the device is the next
-step), uploads the levels and the values *heap* of the chunk, and the
-device expands the levels, computes positions by a prefix sum, decodes
-every page's values and scatters them to rows. Every device allocation,
-temporaries included, is made inside ``domain.scope()``, so the domain
-charges it. A malformed stream found by a kernel raises SourceFormatError
-naming the chunk. Needs CuPy and a CUDA domain; verified on a GPU by
-``tests/gpu/test_gpudecode_gpu.py`` (bit for bit against PyArrow).
-Thread-safe: each call uses its own buffers on the current stream.
+kernels of :mod:`.kernels`. The host reads the page headers and packs the
+chunk into its *heap* layout (:mod:`.layout`): one host-to-device copy
+(through the caller's pinned staging when given), then one batched nvCOMP
+call decompresses every compressed page section on the device
+(:mod:`.nvcomp`; where nvCOMP is missing or lacks the codec, the host
+decompressed them while packing). The device expands the levels, computes
+positions by a prefix sum, decodes the pages' values and scatters them to
+rows. Pages are decoded in *groups*, the longest runs of consecutive pages
+of one kind (dictionary-encoded or PLAIN), each group with one launch per
+kernel over a page table (a writer that falls back from the dictionary
+gives two groups); a chunk reads a handful of small values back (the v1
+level lengths, the index bit widths, the non-null counts per page, the
+string bytes, the error flag), not one per page.
+
+Every device allocation, temporaries included, is made inside
+``domain.scope()``, so the domain charges it. A malformed stream found by a
+kernel raises SourceFormatError naming the chunk. Needs CuPy and a CUDA
+domain; verified on a GPU by ``tests/gpu/test_gpudecode_gpu.py`` (bit for
+bit against PyArrow). Thread-safe: each call uses its own buffers on the
+current stream (or the staging's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +34,9 @@ import numpy as np
 from nexus_cache.errors import FrameTypeError, SourceFormatError
 from nexus_cache.frames.column import storage_dtype
 from nexus_cache.frames.gpudecode.kernels import kernel_function
+from nexus_cache.frames.gpudecode.layout import layout_chunk, page_sections_at
+from nexus_cache.frames.gpudecode.nvcomp import decompress_batch, device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Encoding, Page, PageType, read_pages
-from nexus_cache.frames.gpudecode.reference import chunk_sections
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
 __all__ = ["DeviceChunk", "decode_chunk_on_device"]
@@ -53,36 +65,56 @@ def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, .
     kernel_function(name, element_bytes)((blocks,), (_THREADS,), args)
 
 
-class _Chunk:
-    """The host-side plan of one chunk and its device buffers (inside the scope)."""
+def _i64(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.int64).reshape(-1)
 
-    def __init__(self, cp: Any, spec: ChunkSpec, pages: list[Page]) -> None:
+
+@dataclass(frozen=True)
+class _DataPage:
+    page: Page
+    rows: int
+    levels: tuple[int, int]  # [start, end) in the heap
+    values: tuple[int, int]
+
+
+class _Chunk:
+    """The host-side plan of one chunk and its device heap (inside the scope)."""
+
+    def __init__(self, cp: Any, spec: ChunkSpec, pages: list[Page], transfer: Any) -> None:
         self.cp, self.spec = cp, spec
-        sections = chunk_sections(pages, spec)
-        heap, levels = bytearray(), bytearray()
-        # each data page: (page, rows, levels start, levels end, values start, values end)
-        self.data_pages: list[tuple[Page, int, int, int, int, int]] = []
-        self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
-        for page, (lv, values) in zip(pages, sections, strict=True):
-            if page.header.type == PageType.DICTIONARY_PAGE:
-                self.dictionary = (page, len(heap), len(heap) + len(values))
-            else:
-                self.data_pages.append(
-                    (
-                        page,
-                        page.header.num_values,
-                        len(levels),
-                        len(levels) + len(lv),
-                        len(heap),
-                        len(heap) + len(values),
-                    )
-                )
-                levels += lv
-            heap += values
-        self.host_heap = bytes(heap)
-        self.heap = cp.asarray(np.frombuffer(self.host_heap or b"\0", np.uint8))
-        self.levels = cp.asarray(np.frombuffer(bytes(levels) or b"\0", np.uint8))
+        algorithm = device_algorithm(spec.codec)
+        layout = layout_chunk(spec, pages, device_codec=algorithm is not None)
+        self.size = layout.size
+        self.heap = cp.zeros(layout.size, np.uint8)
+        host = np.frombuffer(layout.host, np.uint8)
+        if host.size and transfer is not None:
+            transfer.to_device(host, self.heap[: host.size])
+        elif host.size:
+            self.heap[: host.size] = cp.asarray(host)
+        if algorithm is not None:
+            decompress_batch(self.heap, algorithm, layout.jobs, spec.where(spec.start))
         self.error = cp.zeros(1, np.int32)
+        self.data_pages: list[_DataPage] = []
+        self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
+        for placed, (levels, values) in zip(
+            layout.pages, page_sections_at(layout, spec, self.peek), strict=True
+        ):
+            h = placed.page.header
+            if h.type == PageType.DICTIONARY_PAGE:
+                self.dictionary = (placed.page, *values)
+            else:
+                self.data_pages.append(_DataPage(placed.page, h.num_values, levels, values))
+
+    def peek(self, offsets: Sequence[int]) -> np.ndarray:
+        """The little-endian uint32 at each heap offset (zero past the heap): one gather."""
+        at = _i64(offsets)
+        if at.size == 0:
+            return np.zeros(0, np.uint32)
+        index = at[:, None] + np.arange(4, dtype=np.int64)
+        inside = index < self.size
+        got = self.heap[self.cp.asarray(np.where(inside, index, 0))].get()
+        got = np.where(inside, got, 0).astype(np.uint32)
+        return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
 
     def check(self, what: str) -> None:
         if int(self.error.get()[0]):
@@ -90,16 +122,17 @@ class _Chunk:
                 f"{self.spec.where(self.spec.start)}: {what} is malformed; the file is corrupt"
             )
 
-    def expand(self, data: Any, size: int, streams: list[tuple[int, int, int, int]]) -> Any:
+    def expand(self, streams: Sequence[tuple[int, int, int, int]], out: Any = None) -> Any:
         """``hybrid_runs`` + ``hybrid_expand`` of ``streams`` (start, end, bit width,
-        count) of ``data``: every value, uint32, streams one after another."""
+        count) of the heap: every value, uint32, streams one after another."""
         cp = self.cp
-        counts = np.array([s[3] for s in streams], np.int64)
+        counts = _i64([s[3] for s in streams])
         total = int(counts.sum())
-        out = cp.zeros(max(total, 1), np.uint32)[:total]
+        if out is None:
+            out = cp.zeros(max(total, 1), np.uint32)[:total]
         if total == 0:
             return out
-        capacity = np.array([s[1] - s[0] + 1 for s in streams], np.int64)
+        capacity = _i64([s[1] - s[0] + 1 for s in streams])
         run_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
         n_runs = int(capacity.sum())
         run_start = cp.zeros(n_runs, np.int64)
@@ -113,9 +146,9 @@ class _Chunk:
             None,
             len(streams),
             (
-                data,
-                cp.asarray(np.array([s[0] for s in streams], np.int64)),
-                cp.asarray(np.array([s[1] for s in streams], np.int64)),
+                self.heap,
+                cp.asarray(_i64([s[0] for s in streams])),
+                cp.asarray(_i64([s[1] for s in streams])),
                 widths,
                 cp.asarray(counts),
                 base,
@@ -127,17 +160,26 @@ class _Chunk:
                 np.int32(len(streams)),
             ),
         )
-        self.check("a level or index stream")
+        # A stream hybrid_runs refused keeps the runs found so far (or none):
+        # hybrid_expand still reads only inside the heap, and the error flag
+        # is checked before the chunk is returned.
         out_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self._expand(
+            out, total, out_base, base, run_count, run_start, run_packed, run_value, widths
+        )
+        return out
+
+    def _expand(self, out: Any, total: int, out_base: np.ndarray, *runs: Any) -> None:
+        base, run_count, run_start, run_packed, run_value, widths = runs
         _launch(
             "hybrid_expand",
             None,
             total,
             (
-                data,
-                np.int64(size),
-                cp.asarray(out_base),
-                np.int32(len(streams)),
+                self.heap,
+                np.int64(self.size),
+                self.cp.asarray(out_base),
+                np.int32(len(out_base)),
                 base,
                 run_count,
                 run_start,
@@ -148,66 +190,83 @@ class _Chunk:
                 np.int64(total),
             ),
         )
-        return out
 
-    def one_run(self, start: int, count: int) -> Any:
-        """PLAIN booleans: ``hybrid_expand`` over one bit-packed run at ``start``."""
-        cp = self.cp
-        out = cp.zeros(max(count, 1), np.uint32)[:count]
-        zero = cp.zeros(1, np.int64)
-        _launch(
-            "hybrid_expand",
-            None,
-            count,
-            (
-                self.heap,
-                np.int64(len(self.host_heap)),
-                zero,
-                np.int32(1),
-                zero,
-                cp.ones(1, np.int32),
-                zero,
-                cp.ones(1, np.uint8),
-                cp.asarray(np.array([start], np.int64)),
-                cp.ones(1, np.int32),
+    def packed_runs(self, starts: Sequence[int], counts: Sequence[int]) -> Any:
+        """PLAIN booleans: ``hybrid_expand`` over one bit-packed run per page
+        (``packed_run``), all pages in one launch."""
+        cp, n = self.cp, len(starts)
+        count = _i64(counts)
+        total = int(count.sum())
+        out = cp.zeros(max(total, 1), np.uint32)[:total]
+        if total:
+            out_base = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+            self._expand(
                 out,
-                np.int64(count),
-            ),
-        )
+                total,
+                out_base,
+                cp.arange(n, dtype=np.int64),  # run base: one run per stream
+                cp.ones(n, np.int32),
+                cp.zeros(n, np.int64),
+                cp.ones(n, np.uint8),
+                cp.asarray(_i64(starts)),
+                cp.ones(n, np.int32),
+            )
         return out
 
 
 def decode_chunk_on_device(
-    chunk: Any, spec: ChunkSpec, domain: Any, pages: list[Page] | None = None
+    chunk: Any,
+    spec: ChunkSpec,
+    domain: Any,
+    pages: list[Page] | None = None,
+    transfer: Any = None,
 ) -> DeviceChunk:
     """Decode the column chunk ``chunk`` (its bytes) into buffers of ``domain``.
 
     The result equals :func:`.reference.decode_chunk` of the same chunk, on
-    the device. Raises FrameTypeError for a chunk the decoder does not
-    support (check :func:`.unsupported_reason` first) and SourceFormatError
-    for malformed data; the buffers made so far are not kept past the error."""
+    the device. ``transfer`` (a :class:`~nexus_cache.frames.Transfer` into
+    ``domain``): the heap is copied through its pinned staging and the
+    decode runs on its stream; without one, a plain copy on the current
+    stream. Raises FrameTypeError for a chunk the decoder does not support
+    (check :func:`.unsupported_reason` first) and SourceFormatError for
+    malformed data; the buffers made so far are not kept past the error."""
     import cupy as cp
 
     pages = read_pages(chunk, spec) if pages is None else pages
     reason = unsupported_reason(spec, pages)
     if reason is not None:
         raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
-    with domain.scope():
-        out = _decode(_Chunk(cp, spec, pages))
+    with domain.scope() if transfer is None else transfer.device():
+        c = _Chunk(cp, spec, pages, transfer)
+        out = _decode(c)
+        c.check("a level, index or value stream")
         # Complete when it returns, like the host path: a caller may use the
         # buffers from any stream.
         cp.cuda.get_current_stream().synchronize()
         return out
 
 
+def _groups(pages: Sequence[_DataPage], counts: np.ndarray) -> list[tuple[bool, list[int]]]:
+    """The longest runs of consecutive pages with values that share an encoding
+    kind: ``(dictionary-encoded, page indices)`` each."""
+    out: list[tuple[bool, list[int]]] = []
+    for i, p in enumerate(pages):
+        if not counts[i]:
+            continue
+        kind = p.page.header.encoding in _DICTIONARY
+        if out and out[-1][0] == kind:
+            out[-1][1].append(i)
+        else:
+            out.append((kind, [i]))
+    return out
+
+
 def _decode(c: _Chunk) -> DeviceChunk:
     cp, spec = c.cp, c.spec
-    rows = sum(p[1] for p in c.data_pages)
-    bounds = np.cumsum([0] + [p[1] for p in c.data_pages]).astype(np.int64)
+    rows = sum(p.rows for p in c.data_pages)
+    bounds = np.cumsum([0] + [p.rows for p in c.data_pages]).astype(np.int64)
     if spec.max_def:
-        levels = c.expand(
-            c.levels, len(c.levels), [(lv0, lv1, 1, n) for _, n, lv0, lv1, _, _ in c.data_pages]
-        )
+        levels = c.expand([(*p.levels, 1, p.rows) for p in c.data_pages])
         valid = cp.zeros(max(rows, 1), np.uint8)[:rows]
         _launch(
             "levels_validity",
@@ -215,7 +274,6 @@ def _decode(c: _Chunk) -> DeviceChunk:
             rows,
             (levels, np.uint32(spec.max_def), valid, c.error, np.int64(rows)),
         )
-        c.check("a definition level")
         del levels
     else:
         valid = cp.ones(max(rows, 1), np.uint8)[:rows]
@@ -224,20 +282,31 @@ def _decode(c: _Chunk) -> DeviceChunk:
     # (a page of no rows ends where the one before it ends)
     ends = np.zeros(len(c.data_pages), np.int64)
     if rows:
+        c.check("a definition level")
         last = cp.asarray(np.maximum(bounds[1:] - 1, 0))
         ends = np.where(bounds[1:] > 0, (position[last] + 1).get(), 0).astype(np.int64)
     dense_base = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     counts = ends - dense_base
-    for (page, n, *_), count in zip(c.data_pages, counts, strict=True):
-        nulls = page.header.num_nulls
-        if nulls is not None and n - int(count) != nulls:
+    for p, count in zip(c.data_pages, counts, strict=True):
+        nulls = p.page.header.num_nulls
+        if nulls is not None and p.rows - int(count) != nulls:
             raise SourceFormatError(
-                f"{spec.where(page.offset)}: the levels hold {n - int(count)} nulls, "
+                f"{spec.where(p.page.offset)}: the levels hold {p.rows - int(count)} nulls, "
                 f"the header says {nulls}; the file is corrupt"
             )
     nonnull = int(ends[-1]) if len(ends) else 0
+    groups = _groups(c.data_pages, counts)
+    # the first 4 bytes of every page's values: an index stream's bit width,
+    # an RLE boolean stream's length (one read for the chunk)
+    heads = dict(
+        zip(
+            range(len(c.data_pages)),
+            c.peek([p.values[0] for p in c.data_pages]),
+            strict=True,
+        )
+    )
     if spec.physical_type == "BYTE_ARRAY":
-        return _strings(c, valid, position, dense_base, counts, nonnull, rows)
+        return _strings(c, groups, heads, valid, position, dense_base, counts, nonnull, rows)
     dtype = storage_dtype(spec.arrow_type)
     dense = cp.zeros(max(nonnull, 1), dtype)[:nonnull]
     dictionary = None
@@ -246,29 +315,30 @@ def _decode(c: _Chunk) -> DeviceChunk:
         size = page.header.num_values
         dictionary = cp.zeros(max(size, 1), dtype)[:size]
         if spec.physical_type == "BOOLEAN":
-            dictionary[...] = _booleans(c, page, v0, v1, size).astype(np.bool_)
+            if (size + 7) // 8 > v1 - v0:
+                raise _bad(c, page, f"{size} PLAIN booleans run past the page")
+            dictionary[...] = c.packed_runs([v0], [size]).astype(np.bool_)
         else:
-            _plain_fixed(c, v0, v1, size, dictionary, page)
-    for i, (page, _, _, _, v0, v1) in enumerate(c.data_pages):
-        count, base = int(counts[i]), int(dense_base[i])
-        part = dense[base : base + count]
-        if count == 0:
-            continue
-        if page.header.encoding in _DICTIONARY:
+            _plain_fixed(c, [(page, v0, v1, size)], dictionary)
+    for is_dict, members in groups:
+        g0 = int(dense_base[members[0]])
+        g1 = int(dense_base[members[-1]] + counts[members[-1]])
+        part = dense[g0:g1]
+        table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
+        if is_dict:
             if dictionary is None:  # the support check refuses this
-                raise _bad(c, page, "a dictionary-encoded page without a dictionary")
-            indices = _indices(c, page, v0, v1, count)
+                raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
+            indices = _indices(c, table, [heads[i] for i in members])
             _launch(
                 "dict_gather",
                 dtype.itemsize,
-                count,
-                (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(count)),
+                g1 - g0,
+                (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(g1 - g0)),
             )
-            c.check("a dictionary index")
         elif spec.physical_type == "BOOLEAN":
-            part[...] = _booleans(c, page, v0, v1, count).astype(np.bool_)
+            part[...] = _booleans(c, table, [heads[i] for i in members]).astype(np.bool_)
         else:
-            _plain_fixed(c, v0, v1, count, part, page)
+            _plain_fixed(c, table, part)
     out = cp.zeros(max(rows, 1), dtype)[:rows]
     _launch("scatter_values", dtype.itemsize, rows, (valid, position, dense, out, np.int64(rows)))
     return DeviceChunk(rows, out, None, _validity(cp, valid))
@@ -282,59 +352,96 @@ def _bad(c: _Chunk, page: Page, what: str) -> SourceFormatError:
     return SourceFormatError(f"{c.spec.where(page.offset)}: {what}; the file is corrupt")
 
 
-def _plain_fixed(c: _Chunk, v0: int, v1: int, count: int, out: Any, page: Page) -> None:
+#: one page of a group: (page, values start, values end, non-null values)
+_Row = tuple[Page, int, int, int]
+
+
+def _plain_fixed(c: _Chunk, table: Sequence[_Row], out: Any) -> None:
+    """``plain_fixed`` over every page of ``table`` (their values one after
+    another in ``out``), one launch."""
     width = _PLAIN_BYTES[c.spec.physical_type]
-    if count * width > v1 - v0:
-        raise _bad(
-            c, page, f"{count} PLAIN values need {count * width} bytes, the page has {v1 - v0}"
-        )
-    one = c.cp.asarray(np.array([v0], np.int64))
-    zero = c.cp.zeros(1, np.int64)
-    _launch("plain_fixed", width, count, (c.heap, one, zero, np.int32(1), out, np.int64(count)))
+    for page, v0, v1, count in table:
+        if count * width > v1 - v0:
+            raise _bad(
+                c, page, f"{count} PLAIN values need {count * width} bytes, the page has {v1 - v0}"
+            )
+    counts = _i64([t[3] for t in table])
+    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    total = int(counts.sum())
+    _launch(
+        "plain_fixed",
+        width,
+        total,
+        (
+            c.heap,
+            c.cp.asarray(_i64([t[1] for t in table])),
+            c.cp.asarray(base),
+            np.int32(len(table)),
+            out,
+            np.int64(total),
+        ),
+    )
 
 
-def _booleans(c: _Chunk, page: Page, v0: int, v1: int, count: int) -> Any:
-    if page.header.encoding == Encoding.RLE:
-        raw = c.host_heap[v0:v1]
-        if len(raw) < 4 or 4 + int.from_bytes(raw[:4], "little") > len(raw):
-            raise _bad(c, page, "an RLE boolean stream runs past the page")
-        length = int.from_bytes(raw[:4], "little")
-        return c.expand(c.heap, len(c.host_heap), [(v0 + 4, v0 + 4 + length, 1, count)])
-    if (count + 7) // 8 > v1 - v0:
-        raise _bad(c, page, f"{count} PLAIN booleans run past the page")
-    return c.one_run(v0, count)
+def _booleans(c: _Chunk, table: Sequence[_Row], heads: Sequence[int]) -> Any:
+    """Every page of ``table`` is PLAIN, or every one RLE (a group holds one encoding
+    kind; booleans have two non-dictionary encodings, so split them here)."""
+    rle = [t[0].header.encoding == Encoding.RLE for t in table]
+    if all(rle):
+        streams = []
+        for (page, v0, v1, count), head in zip(table, heads, strict=True):
+            if v1 - v0 < 4 or 4 + int(head) > v1 - v0:
+                raise _bad(c, page, "an RLE boolean stream runs past the page")
+            streams.append((v0 + 4, v0 + 4 + int(head), 1, count))
+        return c.expand(streams)
+    if not any(rle):
+        for page, v0, v1, count in table:
+            if (count + 7) // 8 > v1 - v0:
+                raise _bad(c, page, f"{count} PLAIN booleans run past the page")
+        return c.packed_runs([t[1] for t in table], [t[3] for t in table])
+    # PLAIN and RLE pages mixed in one run (no writer does this): one at a time
+    return c.cp.concatenate(
+        [_booleans(c, [row], [head]) for row, head in zip(table, heads, strict=True)]
+    )
 
 
-def _indices(c: _Chunk, page: Page, v0: int, v1: int, count: int) -> Any:
-    if v1 <= v0:
-        raise _bad(c, page, "a dictionary-encoded page lacks its bit width")
-    width = c.host_heap[v0]
-    return c.expand(c.heap, len(c.host_heap), [(v0 + 1, v1, width, count)])
+def _indices(c: _Chunk, table: Sequence[_Row], heads: Sequence[int]) -> Any:
+    """The dictionary indices of every page of ``table``, one after another."""
+    streams = []
+    for (page, v0, v1, count), head in zip(table, heads, strict=True):
+        if v1 <= v0:
+            raise _bad(c, page, "a dictionary-encoded page lacks its bit width")
+        streams.append((v0 + 1, v1, int(head) & 0xFF, count))
+    return c.expand(streams)
 
 
-def _string_table(c: _Chunk, v0: int, v1: int, count: int, starts: Any, lengths: Any) -> None:
+def _string_table(c: _Chunk, table: Sequence[_Row], starts: Any, lengths: Any) -> None:
+    """``plain_lengths`` over every page of ``table``, one launch (one thread a page)."""
     cp = c.cp
+    counts = _i64([t[3] for t in table])
+    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     _launch(
         "plain_lengths",
         None,
-        1,
+        len(table),
         (
             c.heap,
-            cp.asarray(np.array([v0], np.int64)),
-            cp.asarray(np.array([v1], np.int64)),
-            cp.zeros(1, np.int64),
-            cp.asarray(np.array([count], np.int64)),
+            cp.asarray(_i64([t[1] for t in table])),
+            cp.asarray(_i64([t[2] for t in table])),
+            cp.asarray(base),
+            cp.asarray(counts),
             starts,
             lengths,
             c.error,
-            np.int32(1),
+            np.int32(len(table)),
         ),
     )
-    c.check("a PLAIN string page")
 
 
 def _strings(
     c: _Chunk,
+    groups: list[tuple[bool, list[int]]],
+    heads: dict[int, Any],
     valid: Any,
     position: Any,
     dense_base: np.ndarray,
@@ -351,35 +458,32 @@ def _strings(
         size = page.header.num_values
         dict_starts = cp.zeros(max(size, 1), np.int64)[:size]
         dict_lengths = cp.zeros(max(size, 1), np.int64)[:size]
-        _string_table(c, v0, v1, size, dict_starts, dict_lengths)
-    for i, (page, _, _, _, v0, v1) in enumerate(c.data_pages):
-        count, base = int(counts[i]), int(dense_base[i])
-        if count == 0:
-            continue
-        part_starts = starts[base : base + count]
-        part_lengths = lengths[base : base + count]
-        if page.header.encoding in _DICTIONARY:
+        _string_table(c, [(page, v0, v1, size)], dict_starts, dict_lengths)
+    for is_dict, members in groups:
+        g0 = int(dense_base[members[0]])
+        g1 = int(dense_base[members[-1]] + counts[members[-1]])
+        table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
+        if is_dict:
             if dict_starts is None or dict_lengths is None:  # the support check refuses this
-                raise _bad(c, page, "a dictionary-encoded page without a dictionary")
-            indices = _indices(c, page, v0, v1, count)
+                raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
+            indices = _indices(c, table, [heads[i] for i in members])
             _launch(
                 "dict_strings",
                 None,
-                count,
+                g1 - g0,
                 (
                     indices,
                     dict_starts,
                     dict_lengths,
                     np.int64(len(dict_starts)),
-                    part_starts,
-                    part_lengths,
+                    starts[g0:g1],
+                    lengths[g0:g1],
                     c.error,
-                    np.int64(count),
+                    np.int64(g1 - g0),
                 ),
             )
-            c.check("a dictionary index")
         else:
-            _string_table(c, v0, v1, count, part_starts, part_lengths)
+            _string_table(c, table, starts[g0:g1], lengths[g0:g1])
     row_lengths = cp.zeros(max(rows, 1), np.int64)[:rows]
     row_starts = cp.zeros(max(rows, 1), np.int64)[:rows]
     _launch("scatter_values", 8, rows, (valid, position, lengths, row_lengths, np.int64(rows)))
@@ -387,6 +491,7 @@ def _strings(
     offsets = cp.zeros(rows + 1, np.int64)
     if rows:
         offsets[1:] = cp.cumsum(row_lengths)
+    c.check("a string or index stream")  # before the lengths size an allocation
     total = int(offsets[-1])
     dtype = storage_dtype(spec.arrow_type)
     if dtype == np.int32 and total > (1 << 31) - 1:

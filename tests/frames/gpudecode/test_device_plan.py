@@ -1,0 +1,169 @@
+"""The device decoder's host side (heap layout, page tables, page groups, the
+values read back) driven on the host: CuPy and the kernels replaced by the
+line-for-line ports of ``_emulator``, nvCOMP by PyArrow's codecs on the same
+heap slices. Equal to PyArrow's decode, bit for bit, with device and with
+host decompression. (The real kernels and nvCOMP: tests/gpu.)"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from tests.frames.gpudecode import _emulator
+from tests.frames.gpudecode._check import check_file
+from tests.frames.gpudecode.test_reference import CODECS, WRITE_OPTIONS, tables, write
+
+from nexus_cache.errors import SourceFormatError
+from nexus_cache.frames._host import HostPiece
+from nexus_cache.frames.gpudecode import ChunkSpec, Page
+from nexus_cache.frames.gpudecode.layout import layout_chunk, page_sections_at
+from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
+from nexus_cache.frames.gpudecode.reference import page_sections
+from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
+
+device = importlib.import_module("nexus_cache.frames.gpudecode.device")
+
+
+def _decompress_like_nvcomp(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
+    for source, size, out, want in jobs:
+        assert source % ALIGNMENT == 0  # nvCOMP's alignment
+        assert out % ALIGNMENT == 0
+        got = pa.decompress(bytes(heap[source : source + size]), want, codec=algorithm)
+        heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
+
+
+def _emulated(device_codec: bool) -> Any:
+    def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
+        c = device._Chunk(_emulator.fake_cupy, spec, pages, None)
+        got = device._decode(c)
+        c.check("a stream")
+        return HostPiece(
+            got.length,
+            got.data.get(),
+            None if got.offsets is None else got.offsets.get(),
+            None if got.validity is None else got.validity.get(),
+        )
+
+    return decode
+
+
+@pytest.fixture(params=[True, False], ids=["device-decompression", "host-decompression"])
+def device_codec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    monkeypatch.setattr(device, "kernel_function", _emulator.kernel_function)
+    monkeypatch.setattr(device, "decompress_batch", _decompress_like_nvcomp)
+    algorithm = (lambda codec: PYARROW_CODECS[codec]) if request.param else (lambda codec: None)
+    monkeypatch.setattr(device, "device_algorithm", algorithm)
+    return bool(request.param)
+
+
+def _mixed_table(n: int = 3000) -> pa.Table:
+    rng = np.random.default_rng(5)
+    mask = rng.random(n) < 0.2
+    return pa.table(
+        {
+            "i": pa.array(rng.integers(0, 50, n), pa.int64(), mask=mask),
+            # many distinct values: the writer falls back from the dictionary mid-chunk
+            "wide": pa.array(rng.integers(0, 1 << 40, n), pa.int64()),
+            "f": pa.array(rng.random(n), pa.float32(), mask=mask),
+            "b": pa.array(rng.random(n) < 0.3, mask=mask),
+            "s": pa.array([f"k{i % 37}" for i in range(n)], mask=mask),
+            "u": pa.array([f"u{i}" * (i % 3) for i in range(n)]),
+            "d": pa.array(np.arange(n, dtype=np.int32), pa.int32()).cast(pa.date32()),
+        }
+    )
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_emulated_device_decode_equals_pyarrow(
+    device_codec: bool, codec: str, version: str
+) -> None:
+    raw = write(
+        _mixed_table(),
+        compression=codec,
+        data_page_version=version,
+        data_page_size=2048,
+        dictionary_pagesize_limit=4096,
+    )
+    check_file(raw, decode=_emulated(device_codec))
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(table=tables(), options=WRITE_OPTIONS)
+def test_emulated_device_decode_of_generated_tables(
+    device_codec: bool, table: pa.Table, options: dict[str, Any]
+) -> None:
+    check_file(write(table, **options), decode=_emulated(device_codec))
+
+
+def _heap_of(layout: Any, spec: ChunkSpec) -> bytes:
+    heap = bytearray(layout.size)
+    heap[: len(layout.host)] = layout.host
+    for source, size, out, want in layout.jobs:
+        data = bytes(heap[source : source + size])
+        got = pa.decompress(data, want, codec=PYARROW_CODECS[spec.codec], asbytes=True)
+        heap[out : out + want] = got
+    return bytes(heap)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+@pytest.mark.parametrize("device_decompression", [True, False])
+def test_the_heap_holds_each_page_as_the_reference_cuts_it(
+    codec: str, version: str, device_decompression: bool
+) -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+
+    table = _mixed_table(500)
+    raw = write(table, compression=codec, data_page_version=version, data_page_size=512)
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    jobs = 0
+    for j in range(pf.metadata.num_columns):
+        spec = chunk_spec(pf, 0, j, "t.parquet")
+        pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
+        layout = layout_chunk(spec, pages, device_codec=device_decompression)
+        jobs += len(layout.jobs)
+        heap = _heap_of(layout, spec)
+
+        def peek(offsets: Any, heap: bytes = heap) -> np.ndarray:
+            padded = heap + bytes(4)
+            return np.array([int.from_bytes(padded[o : o + 4], "little") for o in offsets])
+
+        for page, ((l0, l1), (v0, v1)) in zip(
+            pages, page_sections_at(layout, spec, peek), strict=True
+        ):
+            assert (heap[l0:l1], heap[v0:v1]) == page_sections(page, spec)
+    # (a v2 page that does not shrink is stored uncompressed: no job)
+    assert bool(jobs) == (device_decompression and codec != "none")
+
+
+def test_a_page_that_inflates_wrong_is_refused_while_packing() -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+
+    raw = bytearray(write(_mixed_table(200), compression="snappy", data_page_version="1.0"))
+    pf = pq.ParquetFile(io.BytesIO(bytes(raw)))
+    spec = chunk_spec(pf, 0, 1, "t.parquet")
+    pages = read_pages(bytes(raw[spec.start : spec.start + spec.size]), spec)
+    last = pages[-1]
+    at = last.offset - spec.start + (spec.size - (last.offset - spec.start) - len(last.payload))
+    chunk = bytearray(raw[spec.start : spec.start + spec.size])
+    chunk[at : at + 4] = b"\xff\xff\xff\x0f"  # the Snappy preamble: a wrong length
+    pages = read_pages(bytes(chunk), spec)
+    with pytest.raises(SourceFormatError, match="snappy"):
+        layout_chunk(spec, pages, device_codec=False)
