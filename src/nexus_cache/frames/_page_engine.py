@@ -217,12 +217,14 @@ def decode_page_columns(
     domain: Any,
     decode: ChunkDecoder | None = None,
     transfer: Any = None,
+    stages: dict[str, float] | None = None,
 ) -> dict[str, DeviceColumn]:
     """The device column of every column the plan gives the page decoder:
     each chunk decoded by ``decode`` (default: :func:`decode_chunk_on_device`,
-    its bytes copied through ``transfer``'s pinned staging when given)."""
+    its bytes copied through ``transfer``'s pinned staging when given, its
+    stage times added to ``stages`` when given)."""
     if decode is None:
-        decode = functools.partial(decode_chunk_on_device, transfer=transfer)
+        decode = functools.partial(decode_chunk_on_device, transfer=transfer, stages=stages)
     out: dict[str, DeviceColumn] = {}
     for f in schema:
         chunks = plan.gpu.get(f.name)

@@ -35,6 +35,8 @@ fake_cupy = SimpleNamespace(
     arange=lambda n, dtype=None: _wrap(np.arange(n, dtype=dtype)),
     cumsum=lambda a, dtype=None: _wrap(np.cumsum(a, dtype=dtype)),
     concatenate=lambda arrays: _wrap(np.concatenate(arrays)),
+    # the host has no stream to wait for
+    cuda=SimpleNamespace(get_current_stream=lambda: SimpleNamespace(synchronize=lambda: None)),
 )
 
 

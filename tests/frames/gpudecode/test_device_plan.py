@@ -167,3 +167,21 @@ def test_a_page_that_inflates_wrong_is_refused_while_packing() -> None:
     pages = read_pages(bytes(chunk), spec)
     with pytest.raises(SourceFormatError, match="snappy"):
         layout_chunk(spec, pages, device_codec=False)
+
+
+def test_the_stage_times_cover_every_stage(device_codec: bool) -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+
+    raw = write(_mixed_table(300), compression="zstd")
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "t.parquet")
+    pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
+    stages: dict[str, float] = {}
+    c = device._Chunk(_emulator.fake_cupy, spec, pages, None, stages)
+    device._decode(c)
+    c.stage("decode")
+    assert set(stages) == {"pack", "transfer", "decompress", "decode"}
+    assert all(seconds >= 0 for seconds in stages.values())

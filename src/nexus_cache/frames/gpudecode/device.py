@@ -25,6 +25,7 @@ current stream (or the staging's).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,10 +81,19 @@ class _DataPage:
 class _Chunk:
     """The host-side plan of one chunk and its device heap (inside the scope)."""
 
-    def __init__(self, cp: Any, spec: ChunkSpec, pages: list[Page], transfer: Any) -> None:
-        self.cp, self.spec = cp, spec
+    def __init__(
+        self,
+        cp: Any,
+        spec: ChunkSpec,
+        pages: list[Page],
+        transfer: Any = None,
+        stages: dict[str, float] | None = None,
+    ) -> None:
+        self.cp, self.spec, self.stages = cp, spec, stages
+        self.started = time.perf_counter()
         algorithm = device_algorithm(spec.codec)
         layout = layout_chunk(spec, pages, device_codec=algorithm is not None)
+        self.stage("pack")
         self.size = layout.size
         self.heap = cp.zeros(layout.size, np.uint8)
         host = np.frombuffer(layout.host, np.uint8)
@@ -91,8 +101,10 @@ class _Chunk:
             transfer.to_device(host, self.heap[: host.size])
         elif host.size:
             self.heap[: host.size] = cp.asarray(host)
+        self.stage("transfer")
         if algorithm is not None:
             decompress_batch(self.heap, algorithm, layout.jobs, spec.where(spec.start))
+        self.stage("decompress")
         self.error = cp.zeros(1, np.int32)
         self.data_pages: list[_DataPage] = []
         self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
@@ -104,6 +116,16 @@ class _Chunk:
                 self.dictionary = (placed.page, *values)
             else:
                 self.data_pages.append(_DataPage(placed.page, h.num_values, levels, values))
+
+    def stage(self, name: str) -> None:
+        """Add the time since the last stage to ``stages[name]`` (its device work
+        waited for first), when stage times are wanted."""
+        if self.stages is None:
+            return
+        self.cp.cuda.get_current_stream().synchronize()
+        now = time.perf_counter()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self.started
+        self.started = now
 
     def peek(self, offsets: Sequence[int]) -> np.ndarray:
         """The little-endian uint32 at each heap offset (zero past the heap): one gather."""
@@ -220,6 +242,7 @@ def decode_chunk_on_device(
     domain: Any,
     pages: list[Page] | None = None,
     transfer: Any = None,
+    stages: dict[str, float] | None = None,
 ) -> DeviceChunk:
     """Decode the column chunk ``chunk`` (its bytes) into buffers of ``domain``.
 
@@ -227,7 +250,9 @@ def decode_chunk_on_device(
     the device. ``transfer`` (a :class:`~nexus_cache.frames.Transfer` into
     ``domain``): the heap is copied through its pinned staging and the
     decode runs on its stream; without one, a plain copy on the current
-    stream. Raises FrameTypeError for a chunk the decoder does not support
+    stream. ``stages``: seconds by stage (``pack``, ``transfer``,
+    ``decompress``, ``decode``) are added to it, each stage waited for before
+    the next. Raises FrameTypeError for a chunk the decoder does not support
     (check :func:`.unsupported_reason` first) and SourceFormatError for
     malformed data; the buffers made so far are not kept past the error."""
     import cupy as cp
@@ -237,12 +262,13 @@ def decode_chunk_on_device(
     if reason is not None:
         raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
     with domain.scope() if transfer is None else transfer.device():
-        c = _Chunk(cp, spec, pages, transfer)
+        c = _Chunk(cp, spec, pages, transfer, stages)
         out = _decode(c)
         c.check("a level, index or value stream")
         # Complete when it returns, like the host path: a caller may use the
         # buffers from any stream.
         cp.cuda.get_current_stream().synchronize()
+        c.stage("decode")
         return out
 
 
