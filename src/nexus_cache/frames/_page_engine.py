@@ -19,7 +19,6 @@ decode's domain. Thread-safe: a call keeps its state in its own objects.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ import pyarrow.parquet as pq
 
 from nexus_cache.errors import BackendUnavailableError, ConfigError
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
-from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunk_on_device
+from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
@@ -219,16 +218,28 @@ def decode_page_columns(
     transfer: Any = None,
     stages: dict[str, float] | None = None,
 ) -> dict[str, DeviceColumn]:
-    """The device column of every column the plan gives the page decoder:
-    each chunk decoded by ``decode`` (default: :func:`decode_chunk_on_device`,
-    its bytes copied through ``transfer``'s pinned staging when given, its
-    stage times added to ``stages`` when given)."""
+    """The device column of every column the plan gives the page decoder.
+
+    By default each row group's chunks are decoded together
+    (:func:`decode_chunks_on_device`: one heap, one copy through
+    ``transfer``'s pinned staging when given, one nvCOMP call per codec; its
+    stage times added to ``stages`` when given); ``decode`` decodes one chunk
+    at a time instead."""
+    names = [f.name for f in schema if f.name in plan.gpu]
+    pieces: dict[str, list[DeviceChunk]] = {name: [] for name in names}
     if decode is None:
-        decode = functools.partial(decode_chunk_on_device, transfer=transfer, stages=stages)
+        for k in range(len(plan.gpu[names[0]]) if names else 0):
+            row_group = [plan.gpu[name][k] for name in names]
+            got = decode_chunks_on_device(row_group, domain, transfer, stages)
+            for name, piece in zip(names, got, strict=True):
+                pieces[name].append(piece)
+    else:
+        for name in names:
+            pieces[name] = [
+                decode(data, spec, domain, pages) for data, spec, pages in plan.gpu[name]
+            ]
     out: dict[str, DeviceColumn] = {}
     for f in schema:
-        chunks = plan.gpu.get(f.name)
-        if chunks is not None:
-            pieces = [decode(data, spec, domain, pages) for data, spec, pages in chunks]
-            out[f.name] = join_chunks(domain, f, pieces)
+        if f.name in pieces:
+            out[f.name] = join_chunks(domain, f, pieces.pop(f.name))
     return out

@@ -14,13 +14,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from tests.frames.gpudecode import _emulator
-from tests.frames.gpudecode._check import check_file
+from tests.frames.gpudecode._check import assert_same, check_file
 from tests.frames.gpudecode.test_reference import CODECS, WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames._host import HostPiece
 from nexus_cache.frames.gpudecode import ChunkSpec, Page
-from nexus_cache.frames.gpudecode.layout import layout_chunk, page_sections_at
+from nexus_cache.frames.gpudecode.layout import layout_chunk, level_offsets, page_sections_at
 from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
 from nexus_cache.frames.gpudecode.reference import page_sections
 from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
@@ -36,17 +36,28 @@ def _decompress_like_nvcomp(heap: Any, algorithm: str, jobs: Any, where: str) ->
         heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
 
 
+def _host_piece(got: Any) -> HostPiece:
+    return HostPiece(
+        got.length,
+        got.data.get(),
+        None if got.offsets is None else got.offsets.get(),
+        None if got.validity is None else got.validity.get(),
+    )
+
+
+def _decode_together(items: list[tuple[ChunkSpec, list[Page]]]) -> list[HostPiece]:
+    """What ``decode_chunks_on_device`` does, on the emulated device."""
+    heap = device._Heap(_emulator.fake_cupy, items)
+    out = []
+    for c in heap.chunks:
+        out.append(_host_piece(device._decode(c)))
+        c.check("a stream")
+    return out
+
+
 def _emulated(device_codec: bool) -> Any:
     def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
-        c = device._Chunk(_emulator.fake_cupy, spec, pages, None)
-        got = device._decode(c)
-        c.check("a stream")
-        return HostPiece(
-            got.length,
-            got.data.get(),
-            None if got.offsets is None else got.offsets.get(),
-            None if got.validity is None else got.validity.get(),
-        )
+        return _decode_together([(spec, pages)])[0]
 
     return decode
 
@@ -107,7 +118,7 @@ def test_emulated_device_decode_of_generated_tables(
 def _heap_of(layout: Any, spec: ChunkSpec) -> bytes:
     heap = bytearray(layout.size)
     heap[: len(layout.host)] = layout.host
-    for source, size, out, want in layout.jobs:
+    for source, size, out, want in [j for jobs in layout.jobs.values() for j in jobs]:
         data = bytes(heap[source : source + size])
         got = pa.decompress(data, want, codec=PYARROW_CODECS[spec.codec], asbytes=True)
         heap[out : out + want] = got
@@ -133,16 +144,14 @@ def test_the_heap_holds_each_page_as_the_reference_cuts_it(
     for j in range(pf.metadata.num_columns):
         spec = chunk_spec(pf, 0, j, "t.parquet")
         pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
-        layout = layout_chunk(spec, pages, device_codec=device_decompression)
-        jobs += len(layout.jobs)
+        algorithm = PYARROW_CODECS[spec.codec] if device_decompression else None
+        layout = layout_chunk(spec, pages, algorithm)
+        jobs += sum(len(j) for j in layout.jobs.values())
         heap = _heap_of(layout, spec)
-
-        def peek(offsets: Any, heap: bytes = heap) -> np.ndarray:
-            padded = heap + bytes(4)
-            return np.array([int.from_bytes(padded[o : o + 4], "little") for o in offsets])
-
+        (placed,) = layout.chunks
+        lengths = [int.from_bytes(heap[o : o + 4], "little") for o in level_offsets(placed, spec)]
         for page, ((l0, l1), (v0, v1)) in zip(
-            pages, page_sections_at(layout, spec, peek), strict=True
+            pages, page_sections_at(placed, spec, lengths), strict=True
         ):
             assert (heap[l0:l1], heap[v0:v1]) == page_sections(page, spec)
     # (a v2 page that does not shrink is stored uncompressed: no job)
@@ -166,7 +175,7 @@ def test_a_page_that_inflates_wrong_is_refused_while_packing() -> None:
     chunk[at : at + 4] = b"\xff\xff\xff\x0f"  # the Snappy preamble: a wrong length
     pages = read_pages(bytes(chunk), spec)
     with pytest.raises(SourceFormatError, match="snappy"):
-        layout_chunk(spec, pages, device_codec=False)
+        layout_chunk(spec, pages, None)
 
 
 def test_the_stage_times_cover_every_stage(device_codec: bool) -> None:
@@ -180,8 +189,33 @@ def test_the_stage_times_cover_every_stage(device_codec: bool) -> None:
     spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "t.parquet")
     pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
     stages: dict[str, float] = {}
-    c = device._Chunk(_emulator.fake_cupy, spec, pages, None, stages)
-    device._decode(c)
-    c.stage("decode")
+    heap = device._Heap(_emulator.fake_cupy, [(spec, pages)], None, stages)
+    device._decode(heap.chunks[0])
+    heap.stage("decode")
     assert set(stages) == {"pack", "transfer", "decompress", "decode"}
     assert all(seconds >= 0 for seconds in stages.values())
+
+
+@pytest.mark.parametrize("codecs", [("zstd",), ("snappy", "none", "lz4")])
+def test_a_row_group_is_decoded_from_one_heap(device_codec: bool, codecs: tuple[str, ...]) -> None:
+    """All chunks of a row group in one heap (one copy, one nvCOMP call per
+    codec), columns of different codecs included."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+
+    table = _mixed_table(2000)
+    compression = {name: codecs[i % len(codecs)] for i, name in enumerate(table.column_names)}
+    raw = write(table, compression=compression, data_page_size=1024, row_group_size=700)
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    for g in range(pf.metadata.num_row_groups):
+        items = []
+        for j in range(pf.metadata.num_columns):
+            spec = chunk_spec(pf, g, j, "t.parquet")
+            items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+        got = _decode_together(items)
+        expected = pf.read_row_group(g)
+        for (spec, _), piece in zip(items, got, strict=True):
+            assert_same(piece, expected.column(spec.column).combine_chunks(), spec.column)

@@ -35,12 +35,17 @@ import numpy as np
 from nexus_cache.errors import FrameTypeError, SourceFormatError
 from nexus_cache.frames.column import storage_dtype
 from nexus_cache.frames.gpudecode.kernels import kernel_function
-from nexus_cache.frames.gpudecode.layout import layout_chunk, page_sections_at
+from nexus_cache.frames.gpudecode.layout import (
+    HeapLayout,
+    PlacedPage,
+    level_offsets,
+    page_sections_at,
+)
 from nexus_cache.frames.gpudecode.nvcomp import decompress_batch, device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Encoding, Page, PageType, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
-__all__ = ["DeviceChunk", "decode_chunk_on_device"]
+__all__ = ["DeviceChunk", "decode_chunk_on_device", "decode_chunks_on_device"]
 
 _THREADS = 256
 _MAX_BLOCKS = 65535 * 8
@@ -78,44 +83,49 @@ class _DataPage:
     values: tuple[int, int]
 
 
-class _Chunk:
-    """The host-side plan of one chunk and its device heap (inside the scope)."""
+class _Heap:
+    """The heap of one or more chunks (a row group's) on the device, filled:
+    packed on the host, copied over, decompressed; each chunk's pages found."""
 
     def __init__(
         self,
         cp: Any,
-        spec: ChunkSpec,
-        pages: list[Page],
+        items: Sequence[tuple[ChunkSpec, list[Page]]],
         transfer: Any = None,
         stages: dict[str, float] | None = None,
     ) -> None:
-        self.cp, self.spec, self.stages = cp, spec, stages
+        self.cp, self.stages = cp, stages
         self.started = time.perf_counter()
-        algorithm = device_algorithm(spec.codec)
-        layout = layout_chunk(spec, pages, device_codec=algorithm is not None)
+        layout = HeapLayout()
+        for spec, pages in items:
+            layout.add(spec, pages, device_algorithm(spec.codec))
+        layout.finish()
         self.stage("pack")
         self.size = layout.size
-        self.heap = cp.zeros(layout.size, np.uint8)
+        self.data = cp.zeros(layout.size, np.uint8)
         host = np.frombuffer(layout.host, np.uint8)
         if host.size and transfer is not None:
-            transfer.to_device(host, self.heap[: host.size])
+            transfer.to_device(host, self.data[: host.size])
         elif host.size:
-            self.heap[: host.size] = cp.asarray(host)
+            self.data[: host.size] = cp.asarray(host)
         self.stage("transfer")
-        if algorithm is not None:
-            decompress_batch(self.heap, algorithm, layout.jobs, spec.where(spec.start))
+        groups = sorted({spec.row_group for spec, _ in items})
+        where = f"{items[0][0].source!r}, row group {', '.join(map(str, groups))}"
+        for algorithm, jobs in layout.jobs.items():  # one batched call per codec
+            decompress_batch(self.data, algorithm, jobs, where)
         self.stage("decompress")
-        self.error = cp.zeros(1, np.int32)
-        self.data_pages: list[_DataPage] = []
-        self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
-        for placed, (levels, values) in zip(
-            layout.pages, page_sections_at(layout, spec, self.peek), strict=True
-        ):
-            h = placed.page.header
-            if h.type == PageType.DICTIONARY_PAGE:
-                self.dictionary = (placed.page, *values)
-            else:
-                self.data_pages.append(_DataPage(placed.page, h.num_values, levels, values))
+        # every chunk's v1 level lengths in one read
+        wanted = [
+            level_offsets(placed, spec)
+            for (spec, _), placed in zip(items, layout.chunks, strict=True)
+        ]
+        lengths = self.peek([o for offsets in wanted for o in offsets])
+        self.chunks: list[_Chunk] = []
+        at = 0
+        for (spec, _), placed, offsets in zip(items, layout.chunks, wanted, strict=True):
+            sections = page_sections_at(placed, spec, lengths[at : at + len(offsets)].tolist())
+            at += len(offsets)
+            self.chunks.append(_Chunk(self, spec, placed, sections))
 
     def stage(self, name: str) -> None:
         """Add the time since the last stage to ``stages[name]`` (its device work
@@ -134,9 +144,32 @@ class _Chunk:
             return np.zeros(0, np.uint32)
         index = at[:, None] + np.arange(4, dtype=np.int64)
         inside = index < self.size
-        got = self.heap[self.cp.asarray(np.where(inside, index, 0))].get()
+        got = self.data[self.cp.asarray(np.where(inside, index, 0))].get()
         got = np.where(inside, got, 0).astype(np.uint32)
         return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
+
+
+class _Chunk:
+    """One chunk's plan over the heap: its data pages' sections and dictionary."""
+
+    def __init__(
+        self,
+        heap: _Heap,
+        spec: ChunkSpec,
+        placed: Sequence[PlacedPage],
+        sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+    ) -> None:
+        self.cp, self.spec, self.peek = heap.cp, spec, heap.peek
+        self.heap, self.size = heap.data, heap.size
+        self.error = heap.cp.zeros(1, np.int32)
+        self.data_pages: list[_DataPage] = []
+        self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
+        for p, (levels, values) in zip(placed, sections, strict=True):
+            h = p.page.header
+            if h.type == PageType.DICTIONARY_PAGE:
+                self.dictionary = (p.page, *values)
+            else:
+                self.data_pages.append(_DataPage(p.page, h.num_values, levels, values))
 
     def check(self, what: str) -> None:
         if int(self.error.get()[0]):
@@ -244,31 +277,52 @@ def decode_chunk_on_device(
     transfer: Any = None,
     stages: dict[str, float] | None = None,
 ) -> DeviceChunk:
-    """Decode the column chunk ``chunk`` (its bytes) into buffers of ``domain``.
+    """Decode the column chunk ``chunk`` (its bytes) into buffers of ``domain``:
+    :func:`decode_chunks_on_device` of this one chunk."""
+    return decode_chunks_on_device([(chunk, spec, pages)], domain, transfer, stages)[0]
 
-    The result equals :func:`.reference.decode_chunk` of the same chunk, on
-    the device. ``transfer`` (a :class:`~nexus_cache.frames.Transfer` into
+
+def decode_chunks_on_device(
+    items: Sequence[tuple[Any, ChunkSpec, list[Page] | None]],
+    domain: Any,
+    transfer: Any = None,
+    stages: dict[str, float] | None = None,
+) -> list[DeviceChunk]:
+    """Decode the column chunks of ``items`` (bytes, spec, pages or None), one
+    heap for all of them (a row group's: one copy to the device, one nvCOMP
+    call per codec), into buffers of ``domain``.
+
+    Each result equals :func:`.reference.decode_chunk` of its chunk, on the
+    device. ``transfer`` (a :class:`~nexus_cache.frames.Transfer` into
     ``domain``): the heap is copied through its pinned staging and the
     decode runs on its stream; without one, a plain copy on the current
     stream. ``stages``: seconds by stage (``pack``, ``transfer``,
     ``decompress``, ``decode``) are added to it, each stage waited for before
     the next. Raises FrameTypeError for a chunk the decoder does not support
     (check :func:`.unsupported_reason` first) and SourceFormatError for
-    malformed data; the buffers made so far are not kept past the error."""
+    malformed data; the buffers made so far are not kept past the error.
+    The heap is freed when the call returns."""
     import cupy as cp
 
-    pages = read_pages(chunk, spec) if pages is None else pages
-    reason = unsupported_reason(spec, pages)
-    if reason is not None:
-        raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
+    resolved = []
+    for chunk, spec, pages in items:
+        pages = read_pages(chunk, spec) if pages is None else pages
+        reason = unsupported_reason(spec, pages)
+        if reason is not None:
+            raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
+        resolved.append((spec, pages))
+    if not resolved:
+        return []
     with domain.scope() if transfer is None else transfer.device():
-        c = _Chunk(cp, spec, pages, transfer, stages)
-        out = _decode(c)
-        c.check("a level, index or value stream")
+        heap = _Heap(cp, resolved, transfer, stages)
+        out = []
+        for c in heap.chunks:
+            out.append(_decode(c))
+            c.check("a level, index or value stream")
         # Complete when it returns, like the host path: a caller may use the
         # buffers from any stream.
         cp.cuda.get_current_stream().synchronize()
-        c.stage("decode")
+        heap.stage("decode")
         return out
 
 
@@ -308,9 +362,14 @@ def _decode(c: _Chunk) -> DeviceChunk:
     # (a page of no rows ends where the one before it ends)
     ends = np.zeros(len(c.data_pages), np.int64)
     if rows:
-        c.check("a definition level")
         last = cp.asarray(np.maximum(bounds[1:] - 1, 0))
-        ends = np.where(bounds[1:] > 0, (position[last] + 1).get(), 0).astype(np.int64)
+        # one read: the positions at the page ends, and the error flag
+        got = cp.concatenate([position[last] + 1, c.error.astype(np.int64)]).get()
+        if got[-1]:
+            raise SourceFormatError(
+                f"{spec.where(spec.start)}: a definition level is malformed; the file is corrupt"
+            )
+        ends = np.where(bounds[1:] > 0, got[:-1], 0).astype(np.int64)
     dense_base = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     counts = ends - dense_base
     for p, count in zip(c.data_pages, counts, strict=True):
@@ -322,15 +381,14 @@ def _decode(c: _Chunk) -> DeviceChunk:
             )
     nonnull = int(ends[-1]) if len(ends) else 0
     groups = _groups(c.data_pages, counts)
-    # the first 4 bytes of every page's values: an index stream's bit width,
-    # an RLE boolean stream's length (one read for the chunk)
-    heads = dict(
-        zip(
-            range(len(c.data_pages)),
-            c.peek([p.values[0] for p in c.data_pages]),
-            strict=True,
-        )
-    )
+    # the first 4 bytes of the values of every page that starts with a header
+    # (an index stream's bit width, an RLE boolean stream's length): one read
+    headed = [
+        i
+        for i, p in enumerate(c.data_pages)
+        if p.page.header.encoding in (*_DICTIONARY, Encoding.RLE)
+    ]
+    heads = dict(zip(headed, c.peek([c.data_pages[i].values[0] for i in headed]), strict=True))
     if spec.physical_type == "BYTE_ARRAY":
         return _strings(c, groups, heads, valid, position, dense_base, counts, nonnull, rows)
     dtype = storage_dtype(spec.arrow_type)
@@ -354,7 +412,7 @@ def _decode(c: _Chunk) -> DeviceChunk:
         if is_dict:
             if dictionary is None:  # the support check refuses this
                 raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
-            indices = _indices(c, table, [heads[i] for i in members])
+            indices = _indices(c, table, [heads.get(i, 0) for i in members])
             _launch(
                 "dict_gather",
                 dtype.itemsize,
@@ -362,7 +420,7 @@ def _decode(c: _Chunk) -> DeviceChunk:
                 (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(g1 - g0)),
             )
         elif spec.physical_type == "BOOLEAN":
-            part[...] = _booleans(c, table, [heads[i] for i in members]).astype(np.bool_)
+            part[...] = _booleans(c, table, [heads.get(i, 0) for i in members]).astype(np.bool_)
         else:
             _plain_fixed(c, table, part)
     out = cp.zeros(max(rows, 1), dtype)[:rows]
@@ -492,7 +550,7 @@ def _strings(
         if is_dict:
             if dict_starts is None or dict_lengths is None:  # the support check refuses this
                 raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
-            indices = _indices(c, table, [heads[i] for i in members])
+            indices = _indices(c, table, [heads.get(i, 0) for i in members])
             _launch(
                 "dict_strings",
                 None,

@@ -15,21 +15,21 @@ starts at a multiple of :data:`.nvcomp.ALIGNMENT`:
 * with host decompression (nvCOMP missing or lacking the codec) the page
   sections are decompressed here, by PyArrow, into the input region.
 
-:func:`layout_chunk` computes the layout; :func:`page_sections_at` then
-finds each page's ``(definition levels, values)`` in the heap, reading the
-few bytes it needs (a v1 page's 4-byte level length) through a *peek*
-callback, so the same code serves the device (one gather per chunk) and
-the host tests (the heap filled with PyArrow's decompression, checked
-against the NumPy reference's :func:`.reference.page_sections`). Pure host
-code, thread-safe.
+A :class:`HeapLayout` holds one chunk or several (the device decoder lays
+out a whole row group's chunks in one heap: one copy, one nvCOMP call per
+codec). :func:`page_sections_at` then finds each page's ``(definition
+levels, values)`` in the heap from the few bytes it needs (a v1 page's
+4-byte level length, at :func:`level_offsets`), read back by the caller:
+the device decoder reads every chunk's in one gather, the host tests from
+a heap filled with PyArrow's decompression, checked against the NumPy
+reference's :func:`.reference.page_sections`. Pure host code; a layout is
+built by one thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
@@ -37,11 +37,7 @@ from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
 from nexus_cache.frames.gpudecode.reference import decompress_section
 from nexus_cache.frames.gpudecode.support import CODECS
 
-__all__ = ["ChunkLayout", "PlacedPage", "layout_chunk", "page_sections_at"]
-
-#: ``peek(offsets)``: the little-endian uint32 at each heap offset (bytes past
-#: the heap read as zero)
-Peek = Callable[[Sequence[int]], np.ndarray]
+__all__ = ["HeapLayout", "PlacedPage", "layout_chunk", "level_offsets", "page_sections_at"]
 
 
 def _align(n: int) -> int:
@@ -62,14 +58,19 @@ class PlacedPage:
 
 
 @dataclass
-class ChunkLayout:
-    """The heap of one chunk: ``size`` bytes, of which the first ``len(host)``
-    come from the host; ``jobs`` for nvCOMP; every page's place."""
+class HeapLayout:
+    """The heap of one or more chunks (a row group's, decoded together):
+    ``size`` bytes, of which the first ``len(host)`` come from the host;
+    ``jobs``: nvCOMP algorithm -> its ``(in offset, in size, out offset, out
+    size)`` sections; ``chunks``: each chunk's pages in their places, in the
+    order added. Call :meth:`finish` after the last :meth:`add`."""
 
     host: bytearray = field(default_factory=bytearray)
     size: int = 0
-    jobs: list[tuple[int, int, int, int]] = field(default_factory=list)
-    pages: list[PlacedPage] = field(default_factory=list)
+    jobs: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    chunks: list[list[PlacedPage]] = field(default_factory=list)
+    # (chunk, page, algorithm, in offset, in size, out size) awaiting an output slot
+    _pending: list[tuple[int, int, str, int, int, int]] = field(default_factory=list)
 
     def _put(self, data: bytes | memoryview) -> int:
         at = _align(len(self.host))
@@ -77,72 +78,91 @@ class ChunkLayout:
         self.host += data
         return at
 
+    def add(self, spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None) -> None:
+        """Lay out one chunk's ``pages``: its compressed sections left to nvCOMP's
+        ``algorithm``, or (None) decompressed here by PyArrow. SourceFormatError
+        for a page that fails host decompression or contradicts its header."""
+        codec = CODECS[spec.codec]
+        placed: list[PlacedPage] = []
+        for page in pages:
+            h = page.header
+            levels = levels_size = 0
+            section = page.payload
+            size = h.uncompressed_size
+            compressed = codec is not None
+            if h.type == PageType.DATA_PAGE_V2:
+                levels_size = h.def_bytes
+                levels = self._put(page.payload[h.rep_bytes : h.rep_bytes + h.def_bytes])
+                section = page.payload[h.rep_bytes + h.def_bytes :]
+                size = h.uncompressed_size - h.rep_bytes - h.def_bytes
+                compressed = compressed and h.is_compressed
+            if compressed and algorithm is not None and size > 0:
+                at = self._put(section)
+                self._pending.append(
+                    (len(self.chunks), len(placed), algorithm, at, len(section), size)
+                )
+                placed.append(PlacedPage(page, 0, 0, levels, levels_size))
+                continue
+            try:
+                body = decompress_section(section, size, codec if compressed else None)
+            except ValueError as exc:
+                raise SourceFormatError(
+                    f"{spec.where(page.offset)}: {exc}; the file is corrupt"
+                ) from exc
+            at = self._put(body)
+            placed.append(PlacedPage(page, at, at + len(body), levels, levels_size))
+        self.chunks.append(placed)
 
-def layout_chunk(spec: ChunkSpec, pages: Sequence[Page], device_codec: bool) -> ChunkLayout:
-    """The heap layout of a chunk's ``pages``; ``device_codec``: nvCOMP
-    decompresses (else PyArrow does, here). SourceFormatError for a page that
-    fails host decompression or is inconsistent with its header."""
-    codec = CODECS[spec.codec]
-    out = ChunkLayout()
-    # (index in pages, in offset, in size, out size) of each nvCOMP section
-    outputs: list[tuple[int, int, int, int]] = []
-    for page in pages:
-        h = page.header
-        levels = levels_size = 0
-        section = page.payload
-        size = h.uncompressed_size
-        compressed = codec is not None
-        if h.type == PageType.DATA_PAGE_V2:
-            levels_size = h.def_bytes
-            levels = out._put(page.payload[h.rep_bytes : h.rep_bytes + h.def_bytes])
-            section = page.payload[h.rep_bytes + h.def_bytes :]
-            size = h.uncompressed_size - h.rep_bytes - h.def_bytes
-            compressed = compressed and h.is_compressed
-        if compressed and device_codec and size > 0:
-            outputs.append((len(out.pages), out._put(section), len(section), size))
-            out.pages.append(PlacedPage(page, 0, 0, levels, levels_size))
-            continue
-        try:
-            body = decompress_section(section, size, codec if compressed else None)
-        except ValueError as exc:
-            raise SourceFormatError(
-                f"{spec.where(page.offset)}: {exc}; the file is corrupt"
-            ) from exc
-        at = out._put(body)
-        out.pages.append(PlacedPage(page, at, at + len(body), levels, levels_size))
-    cursor = _align(len(out.host))
-    for index, source, in_size, size in outputs:
-        placed = out.pages[index]
-        out.jobs.append((source, in_size, cursor, size))
-        out.pages[index] = PlacedPage(
-            placed.page, cursor, cursor + size, placed.levels, placed.levels_size
-        )
-        cursor = _align(cursor + size)
-    out.size = max(cursor, 1)
+    def finish(self) -> None:
+        """Place the decompressed sections after the host's bytes; fix ``size``."""
+        cursor = _align(len(self.host))
+        for chunk, index, algorithm, source, in_size, size in self._pending:
+            p = self.chunks[chunk][index]
+            self.jobs.setdefault(algorithm, []).append((source, in_size, cursor, size))
+            self.chunks[chunk][index] = PlacedPage(
+                p.page, cursor, cursor + size, p.levels, p.levels_size
+            )
+            cursor = _align(cursor + size)
+        self._pending.clear()
+        self.size = max(cursor, 1)
+
+
+def layout_chunk(spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None) -> HeapLayout:
+    """The heap layout of one chunk (see :meth:`HeapLayout.add`)."""
+    out = HeapLayout()
+    out.add(spec, pages, algorithm)
+    out.finish()
     return out
 
 
+def level_offsets(pages: Sequence[PlacedPage], spec: ChunkSpec) -> list[int]:
+    """Where the 4-byte level length of each v1 data page of a chunk is (in
+    page order): what :func:`page_sections_at` peeks."""
+    if not spec.max_def:
+        return []
+    return [p.body for p in pages if p.page.header.type == PageType.DATA_PAGE]
+
+
 def page_sections_at(
-    layout: ChunkLayout, spec: ChunkSpec, peek: Peek
+    pages: Sequence[PlacedPage], spec: ChunkSpec, lengths: Sequence[int]
 ) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """``((levels start, end), (values start, end))`` in the heap of every page,
-    as :func:`.reference.page_sections` cuts them (empty levels where that
-    gives none). One ``peek`` of the v1 data pages' level lengths."""
+    """``((levels start, end), (values start, end))`` in the heap of every page
+    of a chunk, as :func:`.reference.page_sections` cuts them (empty levels
+    where that gives none); ``lengths``: the values read (peeked) at
+    :func:`level_offsets`."""
     v1 = [
-        i
-        for i, p in enumerate(layout.pages)
-        if p.page.header.type == PageType.DATA_PAGE and spec.max_def
+        i for i, p in enumerate(pages) if p.page.header.type == PageType.DATA_PAGE and spec.max_def
     ]
-    lengths = dict(zip(v1, peek([layout.pages[i].body for i in v1]) if v1 else [], strict=True))
+    by_page = dict(zip(v1, lengths, strict=True))
     out = []
-    for i, p in enumerate(layout.pages):
+    for i, p in enumerate(pages):
         h = p.page.header
         if h.type == PageType.DATA_PAGE_V2:
             out.append(((p.levels, p.levels + p.levels_size), (p.body, p.body_end)))
-        elif i in lengths:
+        elif i in by_page:
             if p.body_end - p.body < 4:
                 raise _corrupt(spec, p, "a data page ends before its definition levels")
-            length = int(lengths[i])
+            length = int(by_page[i])
             if p.body + 4 + length > p.body_end:
                 raise _corrupt(spec, p, f"definition levels of {length} bytes run past the page")
             start = p.body + 4
