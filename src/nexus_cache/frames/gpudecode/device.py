@@ -1,26 +1,29 @@
-"""One column chunk decoded on a CUDA device by the page-decode kernels.
+"""Column chunks decoded on a CUDA device by the page-decode kernels.
 
-:func:`decode_chunk_on_device` runs the steps of :mod:`.reference` with the
-kernels of :mod:`.kernels`. The host reads the page headers and packs the
-chunk into its *heap* layout (:mod:`.layout`): one host-to-device copy
+:func:`decode_chunks_on_device` runs the steps of :mod:`.reference` with
+the kernels of :mod:`.kernels`, for several chunks at once (the page
+engine passes a row group's). The host reads the page headers and packs
+the chunks into one *heap* (:mod:`.layout`): one host-to-device copy
 (through the caller's pinned staging when given), then one batched nvCOMP
-call decompresses every compressed page section on the device
+call per codec decompresses every compressed page section on the device
 (:mod:`.nvcomp`; where nvCOMP is missing or lacks the codec, the host
-decompressed them while packing). The device expands the levels, computes
-positions by a prefix sum, decodes the pages' values and scatters them to
-rows. Pages are decoded in *groups*, the longest runs of consecutive pages
-of one kind (dictionary-encoded or PLAIN), each group with one launch per
-kernel over a page table (a writer that falls back from the dictionary
-gives two groups); a chunk reads a handful of small values back (the v1
-level lengths, the index bit widths, the non-null counts per page, the
-string bytes, the error flag), not one per page.
+decompressed them while packing), and one read brings back every v1
+page's level length. Then, chunk by chunk, the device expands the levels,
+computes positions by a prefix sum, decodes the pages' values and scatters
+them to rows. Pages are decoded in *groups*, the longest runs of
+consecutive pages of one kind (dictionary-encoded or PLAIN), each group
+with one launch per kernel over a page table (a writer that falls back
+from the dictionary gives two groups); a chunk reads a few small values
+back (its index bit widths, the non-null counts per page with the error
+flag, its string bytes), not one per page.
 
 Every device allocation, temporaries included, is made inside
 ``domain.scope()``, so the domain charges it. A malformed stream found by a
 kernel raises SourceFormatError naming the chunk. Needs CuPy and a CUDA
 domain; verified on a GPU by ``tests/gpu/test_gpudecode_gpu.py`` (bit for
-bit against PyArrow). Thread-safe: each call uses its own buffers on the
-current stream (or the staging's).
+bit against PyArrow), and its host side on CI against host ports of the
+kernels (``tests/frames/gpudecode/test_device_plan.py``). Thread-safe: each
+call uses its own buffers on the current stream (or the staging's).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Page decompression on the device with nvCOMP (the ``gpudecode`` extra).
 
 nvCOMP (``nvidia-nvcomp-cu13``, module ``nvidia.nvcomp``) decompresses
-every compressed page section of a column chunk in one batched call: the
-inputs and outputs are slices of one device buffer (the chunk's *heap*,
+every compressed page section of a row group (of one codec) in one batched
+call: the inputs and outputs are slices of one device buffer (the *heap*,
 allocated by the caller in its domain, so the outputs are charged like any
 other bytes), each at an offset aligned as nvCOMP requires. Parquet's
 codecs are raw streams to nvCOMP (``BitstreamKind.RAW``): Snappy, Zstd,
