@@ -232,3 +232,16 @@ def test_a_corrupt_compressed_page_is_refused_on_device(domain: Any) -> None:
     chunk[at + 8 : at + 40] = bytes(range(200, 232))  # garbage inside the Snappy stream
     with pytest.raises(SourceFormatError):
         decode_chunk_on_device(bytes(chunk), spec, domain)
+
+
+def test_a_row_group_of_mixed_codecs_and_its_stage_times(domain: Any, tmp_path: Path) -> None:
+    """Each row group's chunks share one heap: one nvCOMP call per codec."""
+    pytest.importorskip("nvidia.nvcomp")
+    table = _codec_table(120_000)
+    codecs = ["snappy", "zstd", "lz4", "none", "gzip", "snappy"]
+    compression = dict(zip(table.column_names, codecs, strict=True))
+    raw = write(table, compression=compression, row_group_size=40_000)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    assert set(stats.gpu_stages) == {"pack", "transfer", "decompress", "decode"}
+    assert stats.gpu_stages["decode"] > 0
