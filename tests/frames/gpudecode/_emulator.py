@@ -84,13 +84,7 @@ def hybrid_runs(
                 if pos + (take * bw + 7) // 8 > e:
                     ok = False
                     break
-                if take:
-                    if runs >= capacity:
-                        ok = False
-                        break
-                    r_start[base + runs], r_packed[base + runs] = done, 1
-                    r_value[base + runs] = pos
-                    runs += 1
+                run = (done, 1, pos)
                 pos += (length * bw + 7) // 8
             else:
                 length = header >> 1
@@ -102,17 +96,14 @@ def hybrid_runs(
                 if value >> bw:
                     ok = False
                     break
-                if take:
-                    if runs >= capacity:
-                        ok = False
-                        break
-                    r_start[base + runs], r_packed[base + runs], r_value[base + runs] = (
-                        done,
-                        0,
-                        value,
-                    )
-                    runs += 1
+                run = (done, 0, value)
                 pos += value_bytes
+            if take:
+                if runs >= capacity:
+                    ok = False
+                    break
+                r_start[base + runs], r_packed[base + runs], r_value[base + runs] = run
+                runs += 1
             done += take
         if not ok:
             error[0] = 1
