@@ -67,10 +67,16 @@ def register(subparsers: Any) -> None:
     directed = [n for n, spec in ALGORITHMS.items() if spec.directed]
     undirected = [n for n, spec in ALGORITHMS.items() if not spec.directed]
     weighted = [n for n, spec in ALGORITHMS.items() if spec.weighted]
+    only = [n for n, spec in ALGORITHMS.items() if spec.undirected_only]
     defaults = (
         (f" {_listed(directed, 'and')} default to --directed" if directed else "")
-        + (", " if directed and undirected else "")
+        + ("; " if directed and undirected else "")
         + (f"{_listed(undirected, 'and')} to --undirected" if undirected else "")
+        + (
+            f" ({_listed(only, 'and')} {'refuses' if len(only) == 1 else 'refuse'} --directed)"
+            if only
+            else ""
+        )
     )
     parser = subparsers.add_parser(
         "graph",

@@ -211,7 +211,9 @@ def bfs(
         graph.indptr,
         graph.indices,
         np.ascontiguousarray(sources),
-        -1 if depth_limit is None else depth_limit,
+        # the kernel takes an int64; no BFS has n levels, so a limit that
+        # high (a Python int may exceed int64) is no limit
+        -1 if depth_limit is None or depth_limit >= n else depth_limit,
         mode,
         alpha,
         beta,

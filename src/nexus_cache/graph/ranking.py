@@ -27,7 +27,7 @@ import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
 from nexus_cache.graph.csr import Graph
-from nexus_cache.graph.registry import CONVERGENCE_RULES
+from nexus_cache.graph.registry import CONVERGENCE_RULES, _finite
 from nexus_cache.graph.result import GraphResult
 from nexus_cache.graph.stopping import checkpoint
 
@@ -38,7 +38,7 @@ VertexValues = tuple[Any, Any]
 
 def _check(name: str, value: Any, lo: float, hi: float, *, closed_lo: bool = True) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = ok and np.isfinite(value) and (value >= lo if closed_lo else value > lo) and value <= hi
+    ok = ok and _finite(value) and (value >= lo if closed_lo else value > lo) and value <= hi
     if not ok:
         bound = "[" if closed_lo else "("
         raise ConfigError(f"pagerank {name}={value!r}: use a number in {bound}{lo}, {hi}]")

@@ -125,7 +125,7 @@ class Param:
         if isinstance(value, bool):
             raise bad
         if self.kind == "number":
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not isinstance(value, (int, float)) or not _finite(value):
                 raise bad
         elif not isinstance(value, int):
             raise bad
@@ -144,6 +144,15 @@ class Param:
 def option_flag(name: str) -> str:
     """The command-line flag of parameter ``name`` (``max_iter`` -> ``--max-iter``)."""
     return "--" + name.replace("_", "-")
+
+
+def _finite(number: float) -> bool:
+    """Whether ``number`` is a finite float; an int beyond float's range (JSON
+    carries any) is not."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def _plain(number: float) -> str:
@@ -374,7 +383,7 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
             ),
             AlgorithmSpec(
                 name="degree",
-                help="number of neighbours of every vertex (out, in or total)",
+                help="edges at every vertex (out, in or total; a self loop counts twice in total)",
                 runner="nexus_cache.graph.degrees:degree",
                 transient="nexus_cache.graph.degrees:transient_bytes",
                 params=(

@@ -63,7 +63,7 @@ def _flight_error(exc: BaseException) -> flight.FlightError:
     return flight.FlightServerError(message, extra_info=info)
 
 
-class QueryFlightServer(flight.FlightServerBase):  # type: ignore[misc]
+class QueryFlightServer(flight.FlightServerBase):
     """Serves ``service`` at ``settings.url`` until :meth:`stop`; starts listening at once.
 
     ``on_shutdown_request`` is called (from a gRPC thread) by the ``shutdown``

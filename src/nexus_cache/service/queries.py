@@ -245,7 +245,7 @@ def query_from_dict(data: Mapping[str, Any]) -> Query:
     kind = data.get("type")
     fields = {k: v for k, v in data.items() if k != "type"}
     builders: dict[str, Any] = {"scan": Scan, "count": Count, "graph": GraphQuery}
-    if kind not in builders:
+    if not isinstance(kind, str) or kind not in builders:  # a list or object is unhashable
         raise ConfigError(f"query type={kind!r} is not accepted; use one of: scan, count, graph")
     allowed = {f.name for f in dataclasses.fields(builders[kind])}
     unknown = sorted(set(fields) - allowed)
@@ -280,3 +280,12 @@ def query_from_json(text: str) -> Query:
             "'edges' holds one scan"
         ) from None
     return query_from_dict(data)
+
+
+def __getattr__(name: str) -> Any:
+    # the query class's old name, deprecated with the package's (one warning per process)
+    if name == "Graph":
+        import nexus_cache.service as service
+
+        return service.Graph
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,14 @@
+"""Deprecated path of :mod:`nexus_cache.device.source.cache`, where these names moved.
+
+Import them from there or from :mod:`nexus_cache.device`; importing this
+module warns (``DeprecationWarning``) once per process.
+"""
+
+from __future__ import annotations
+
+from nexus_cache.device._moved import warn_moved
+from nexus_cache.device.source.cache import SOURCE_WAIT_TIMEOUT_S, SourceCacheSubdomain
+
+__all__ = ["SOURCE_WAIT_TIMEOUT_S", "SourceCacheSubdomain"]
+
+warn_moved(__name__, "nexus_cache.device.source.cache")

@@ -1,0 +1,14 @@
+"""Deprecated path of :mod:`nexus_cache.device.source.key`, where these names moved.
+
+Import them from there or from :mod:`nexus_cache.device`; importing this
+module warns (``DeprecationWarning``) once per process.
+"""
+
+from __future__ import annotations
+
+from nexus_cache.device._moved import warn_moved
+from nexus_cache.device.source.key import SourceBypass, SourceFrameKey
+
+__all__ = ["SourceBypass", "SourceFrameKey"]
+
+warn_moved(__name__, "nexus_cache.device.source.key")
