@@ -25,7 +25,8 @@ from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
 from nexus_cache.frames.gpudecode.reference import page_sections
 from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
 
-device = importlib.import_module("nexus_cache.frames.gpudecode.device")
+_heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
+_steps = importlib.import_module("nexus_cache.frames.gpudecode._steps")
 
 
 def _decompress_like_nvcomp(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
@@ -47,12 +48,8 @@ def _host_piece(got: Any) -> HostPiece:
 
 def _decode_together(items: list[tuple[ChunkSpec, list[Page]]]) -> list[HostPiece]:
     """What ``decode_chunks_on_device`` does, on the emulated device."""
-    heap = device._Heap(_emulator.fake_cupy, items)
-    out = []
-    for c in heap.chunks:
-        out.append(_host_piece(device._decode(c)))
-        c.check("a stream")
-    return out
+    heap = _heap._Heap(_emulator.fake_cupy, items)
+    return [_host_piece(got) for got in _steps.decode_all(heap.chunks)]
 
 
 def _emulated(device_codec: bool) -> Any:
@@ -64,10 +61,10 @@ def _emulated(device_codec: bool) -> Any:
 
 @pytest.fixture(params=[True, False], ids=["device-decompression", "host-decompression"])
 def device_codec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(device, "kernel_function", _emulator.kernel_function)
-    monkeypatch.setattr(device, "decompress_batch", _decompress_like_nvcomp)
+    monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
+    monkeypatch.setattr(_heap, "decompress_batch", _decompress_like_nvcomp)
     algorithm = (lambda codec: PYARROW_CODECS[codec]) if request.param else (lambda codec: None)
-    monkeypatch.setattr(device, "device_algorithm", algorithm)
+    monkeypatch.setattr(_heap, "device_algorithm", algorithm)
     return bool(request.param)
 
 
@@ -189,8 +186,8 @@ def test_the_stage_times_cover_every_stage(device_codec: bool) -> None:
     spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "t.parquet")
     pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
     stages: dict[str, float] = {}
-    heap = device._Heap(_emulator.fake_cupy, [(spec, pages)], None, stages)
-    device._decode(heap.chunks[0])
+    heap = _heap._Heap(_emulator.fake_cupy, [(spec, pages)], None, stages)
+    _steps.decode_all(heap.chunks)
     heap.stage("decode")
     assert set(stages) == {"pack", "transfer", "decompress", "decode"}
     assert all(seconds >= 0 for seconds in stages.values())
@@ -219,3 +216,38 @@ def test_a_row_group_is_decoded_from_one_heap(device_codec: bool, codecs: tuple[
         expected = pf.read_row_group(g)
         for (spec, _), piece in zip(items, got, strict=True):
             assert_same(piece, expected.column(spec.column).combine_chunks(), spec.column)
+
+
+def test_a_row_group_reads_back_four_times_however_many_chunks(device_codec: bool) -> None:
+    """The level lengths, then one read per decode phase, for all the chunks
+    of the row group together: not one per chunk or page."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+
+    table = pa.table(
+        {
+            f"{name}{k}": column
+            for k in range(4)
+            for name, column in zip(
+                _mixed_table(1500).column_names, _mixed_table(1500).columns, strict=True
+            )
+        }
+    )
+    raw = write(table, compression="snappy", data_page_size=512, data_page_version="1.0")
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    items = []
+    for j in range(pf.metadata.num_columns):
+        spec = chunk_spec(pf, 0, j, "t.parquet")
+        items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+    assert len(items) == 28
+    assert sum(len(pages) for _, pages in items) > 70
+    before = _emulator.READS[0]
+    heap = _heap._Heap(_emulator.fake_cupy, items)
+    results = _steps.decode_all(heap.chunks)
+    assert _emulator.READS[0] - before == 4
+    expected = pf.read_row_group(0)
+    for (spec, _), got in zip(items, results, strict=True):
+        assert_same(_host_piece(got), expected.column(spec.column).combine_chunks(), spec.column)
