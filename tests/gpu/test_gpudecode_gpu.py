@@ -189,12 +189,17 @@ def _codec_table(n: int = 200_000) -> pa.Table:
 @pytest.mark.parametrize("codec", ["snappy", "zstd", "lz4", "gzip", "none"])
 @pytest.mark.parametrize("version", ["1.0", "2.0"])
 def test_pages_are_decompressed_on_the_device_by_nvcomp(
-    domain: Any, tmp_path: Path, codec: str, version: str
+    domain: Any, tmp_path: Path, codec: str, version: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    import logging
+
     pytest.importorskip("nvidia.nvcomp")
     table = _codec_table()
     raw = write(table, compression=codec, data_page_version=version, row_group_size=70_000)
-    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"):
+        got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    # nvCOMP read every page (no batch fell back to the host)
+    assert "on the host instead" not in caplog.text
     assert got.equals(pq.read_table(io.BytesIO(raw)))
     assert stats.paths == dict.fromkeys(table.column_names, "gpu")
 

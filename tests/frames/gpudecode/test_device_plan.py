@@ -251,3 +251,45 @@ def test_a_row_group_reads_back_four_times_however_many_chunks(device_codec: boo
     expected = pf.read_row_group(0)
     for (spec, _), got in zip(items, results, strict=True):
         assert_same(_host_piece(got), expected.column(spec.column).combine_chunks(), spec.column)
+
+
+def test_pages_nvcomp_refuses_are_decompressed_on_the_host(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch nvCOMP refuses is decompressed on the host instead (a warning),
+    so a file nvCOMP cannot read still reads, and a corrupt page is named by
+    the host's codec."""
+    import io
+    import logging
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+    from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused
+
+    def refuse(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
+        raise NvcompRefused(f"{where}: {algorithm} pages failed to decompress on the device")
+
+    monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
+    monkeypatch.setattr(_heap, "decompress_batch", refuse)
+    monkeypatch.setattr(_heap, "device_algorithm", lambda codec: PYARROW_CODECS[codec])
+    raw = write(_mixed_table(800), compression="zstd")
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    items = []
+    for j in range(pf.metadata.num_columns):
+        spec = chunk_spec(pf, 0, j, "t.parquet")
+        items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+    with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"):
+        got = _decode_together(items)
+    assert "decompressing these pages on the host instead" in caplog.text
+    expected = pf.read_row_group(0)
+    for (spec, _), piece in zip(items, got, strict=True):
+        assert_same(piece, expected.column(spec.column).combine_chunks(), spec.column)
+    # a corrupt page: the host's codec names it
+    spec, pages = items[1]
+    chunk = bytearray(raw[spec.start : spec.start + spec.size])
+    last = pages[-1]
+    at = len(chunk) - len(last.payload)
+    chunk[at : at + 8] = bytes(8)  # the Zstd frame's magic number gone
+    with pytest.raises(SourceFormatError, match="zstd decompression failed"):
+        _decode_together([(spec, read_pages(bytes(chunk), spec))])

@@ -12,6 +12,7 @@ domain). Used by one thread at a time.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +28,12 @@ from nexus_cache.frames.gpudecode.layout import (
     level_offsets,
     page_sections_at,
 )
-from nexus_cache.frames.gpudecode.nvcomp import decompress_batch, device_algorithm
+from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused, decompress_batch, device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
 
 __all__ = ["DeviceChunk"]
+
+_log = logging.getLogger("nexus_cache.frames")
 
 _THREADS = 256
 _MAX_BLOCKS = 65535 * 8
@@ -78,25 +81,19 @@ class _Heap:
         stages: dict[str, float] | None = None,
     ) -> None:
         self.cp, self.stages = cp, stages
+        self.data: Any = None
+        self.size = 0
         self.started = time.perf_counter()
-        layout = HeapLayout()
-        for spec, pages in items:
-            layout.add(spec, pages, device_algorithm(spec.codec))
-        layout.finish()
-        self.stage("pack")
-        self.size = layout.size
-        self.data = cp.zeros(layout.size, np.uint8)
-        host = np.frombuffer(layout.host, np.uint8)
-        if host.size and transfer is not None:
-            transfer.to_device(host, self.data[: host.size])
-        elif host.size:
-            self.data[: host.size] = cp.asarray(host)
-        self.stage("transfer")
         groups = sorted({spec.row_group for spec, _ in items})
         where = f"{items[0][0].source!r}, row group {', '.join(map(str, groups))}"
-        for algorithm, jobs in layout.jobs.items():  # one batched call per codec
-            decompress_batch(self.data, algorithm, jobs, where)
-        self.stage("decompress")
+        try:
+            layout = self._fill(items, transfer, where, on_device=True)
+        except NvcompRefused as exc:
+            # nvCOMP refused a batch: decompress on the host instead, which
+            # either reads the pages or names the corrupt one
+            _log.warning("%s; decompressing these pages on the host instead", exc)
+            self.data = None  # the first heap goes before the second is made
+            layout = self._fill(items, transfer, where, on_device=False)
         # every chunk's v1 level lengths in one read
         wanted = [
             level_offsets(placed, spec)
@@ -109,6 +106,33 @@ class _Heap:
             sections = page_sections_at(placed, spec, lengths[at : at + len(offsets)].tolist())
             at += len(offsets)
             self.chunks.append(_Chunk(self, spec, placed, sections))
+
+    def _fill(
+        self,
+        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        transfer: Any,
+        where: str,
+        on_device: bool,
+    ) -> HeapLayout:
+        """Pack, copy and (``on_device``: by nvCOMP) decompress: the layout."""
+        cp = self.cp
+        layout = HeapLayout()
+        for spec, pages in items:
+            layout.add(spec, pages, device_algorithm(spec.codec) if on_device else None)
+        layout.finish()
+        self.stage("pack")
+        self.size = layout.size
+        self.data = cp.zeros(layout.size, np.uint8)
+        host = np.frombuffer(layout.host, np.uint8)
+        if host.size and transfer is not None:
+            transfer.to_device(host, self.data[: host.size])
+        elif host.size:
+            self.data[: host.size] = cp.asarray(host)
+        self.stage("transfer")
+        for algorithm, jobs in layout.jobs.items():  # one batched call per codec
+            decompress_batch(self.data, algorithm, jobs, where)
+        self.stage("decompress")
+        return layout
 
     def stage(self, name: str) -> None:
         """Add the time since the last stage to ``stages[name]`` (its device work

@@ -8,7 +8,9 @@ other bytes), each at an offset aligned as nvCOMP requires. Parquet's
 codecs are raw streams to nvCOMP (``BitstreamKind.RAW``): Snappy, Zstd,
 LZ4_RAW, and Gzip. Where nvCOMP does not import, or lacks the codec, the
 caller decompresses on the host instead (:func:`device_algorithm` returns
-None) and ``DecodeStats.paths`` says so. nvCOMP's own scratch memory is
+None) and ``DecodeStats.paths`` says so. Where nvCOMP refuses a batch, the
+caller decompresses those pages on the host too (a WARNING, logger
+``nexus_cache.frames``), which reads them or names the corrupt page. nvCOMP's own scratch memory is
 nvCOMP's (not charged to the domain); it is freed when the call returns.
 
 Thread-safe: a :class:`nvidia.nvcomp.Codec` must not be shared between
@@ -23,7 +25,20 @@ from typing import Any
 
 from nexus_cache.errors import SourceFormatError
 
-__all__ = ["ALGORITHMS", "ALIGNMENT", "decompress_batch", "device_algorithm", "nvcomp_module"]
+__all__ = [
+    "ALGORITHMS",
+    "ALIGNMENT",
+    "NvcompRefused",
+    "decompress_batch",
+    "device_algorithm",
+    "nvcomp_module",
+]
+
+
+class NvcompRefused(SourceFormatError):
+    """nvCOMP refused a batch of pages, or inflated one to another size than its
+    header says: the pages are corrupt, or nvCOMP cannot read them."""
+
 
 #: Parquet codec (as PyArrow names it) -> nvCOMP algorithm for its raw stream
 ALGORITHMS = {
@@ -69,8 +84,9 @@ def decompress_batch(
     within the device byte array ``heap``, in one batched nvCOMP call on the
     current CuPy stream.
 
-    Raises SourceFormatError naming ``where`` when nvCOMP refuses a stream or
-    a page decompresses to other than its header's size. Returns when the
+    Raises :class:`NvcompRefused` (a SourceFormatError) naming ``where`` when
+    nvCOMP refuses a stream or a page decompresses to other than its
+    header's size. Returns when the
     outputs are complete on the current stream (nvCOMP reads the sizes back)."""
     if not jobs:
         return
@@ -94,13 +110,13 @@ def decompress_batch(
         done = codec.decode(sources, out=outputs)
         sizes = [int(s) for s in done.buffer_sizes]
     except (RuntimeError, ValueError) as exc:
-        raise SourceFormatError(
+        raise NvcompRefused(
             f"{where}: {algorithm} pages failed to decompress on the device "
             f"({' '.join(str(exc).split())}); the file is corrupt"
         ) from exc
     for (_, _, _, want), got in zip(jobs, sizes, strict=True):
         if got != want:
-            raise SourceFormatError(
+            raise NvcompRefused(
                 f"{where}: a {algorithm} page decompressed to {got} bytes, its header "
                 f"says {want}; the file is corrupt"
             )
