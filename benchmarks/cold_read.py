@@ -7,6 +7,12 @@ with the page cache warm. Timed in the same process, interleaved, medians:
 * **ours**: ``nexus_cache.frames.read_parquet(path, domain=..., cache=lake)``,
   a lakehouse hit decoded by the row-group pool into the attempt's domain
   (with the per-stage breakdown of ``DecodeStats``);
+* **ours, GPU decode** (CUDA only; on the host backend the row is skipped
+  with a note): the same read with ``engine="gpu"``: pages laid out on the
+  host, copied through pinned staging, decompressed by nvCOMP (on the host
+  where nvCOMP is missing) and decoded by our kernels, with the per-stage
+  breakdown (``DecodeStats.gpu_stages``: pack, transfer, decompress, decode)
+  and each column's path;
 * **user's path**: ``pq.read_table(path, use_threads=True)`` and then every
   column buffer copied to the device (``cupy.asarray``; on the host backend a
   NumPy copy);
@@ -19,6 +25,7 @@ machine ours <= 1.1x pyarrow's decode alone; on the H200 >= 3 GB/s end to end.
 
     python benchmarks/cold_read.py                       # GPU: 2 GiB file
     python benchmarks/cold_read.py --backend host --size-mib 256
+    python benchmarks/cold_read.py --codec zstd --skip-mixed   # dictionary-heavy only
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from source_cache import MIB, make_parquet
 
 
-def make_dictionary_heavy(path: Path, size_bytes: int, group_rows: int) -> int:
+def make_dictionary_heavy(
+    path: Path, size_bytes: int, group_rows: int, codec: str = "snappy"
+) -> int:
     """Low-cardinality strings and small ints: pages that are mostly dictionary indices."""
     import numpy as np
     import pyarrow as pa
@@ -49,7 +58,7 @@ def make_dictionary_heavy(path: Path, size_bytes: int, group_rows: int) -> int:
     cities = np.array([f"city-{i:03d}" for i in range(200)])
     tmp = path.with_suffix(".tmp")
     written = 0
-    with pq.ParquetWriter(tmp, _dict_schema(pa), compression="snappy") as writer:
+    with pq.ParquetWriter(tmp, _dict_schema(pa), compression=codec) as writer:
         while written == 0 or tmp.stat().st_size < size_bytes:
             n = group_rows
             writer.write_table(
@@ -79,6 +88,10 @@ def _dict_schema(pa: Any) -> Any:
             ("price", pa.float64()),
         ]
     )
+
+
+GPU_ROW = "ours, GPU decode (engine=gpu, nvCOMP)"
+STAGES = ("pack", "transfer", "decompress", "decode")
 
 
 def _user_path(path: Path, xp: Any) -> Callable[[], object]:
@@ -140,6 +153,14 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
         stats.append(s)
         return s
 
+    gpu_stats: list[DecodeStats] = []
+
+    def ours_gpu() -> object:
+        s = DecodeStats()
+        read_parquet(str(path), domain=domain, cache=lake, stats=s, engine="gpu").release()
+        gpu_stats.append(s)
+        return s
+
     paths: dict[str, Callable[[], object]] = {
         "ours (row-group pool, lakehouse hit)": ours,
         "user's path (read_table + asarray per buffer)": _user_path(path, domain.xp),
@@ -147,6 +168,9 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
             path, use_threads=True
         ),
     }
+    on_cuda = domain.xp.__name__ == "cupy"
+    if on_cuda:
+        paths[GPU_ROW] = ours_gpu
     times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(repeats):  # interleaved, so drift hits every path alike
         for name, fn in paths.items():
@@ -176,7 +200,25 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
     print(f"RATIO {label}: ours / pyarrow decode alone = {ratio:.2f} (CI target <= 1.10)")
     print(f"RATIO {label}: ours / user's path = {user:.2f}")
     print(f"RESULT {label}: ours {nbytes / medians[names[0]] / 1e9:.2f} GB/s decoded end to end")
-    return {"ratio": ratio, "user": user, "gbs": nbytes / medians[names[0]] / 1e9}
+    result = {"ratio": ratio, "user": user, "gbs": nbytes / medians[names[0]] / 1e9}
+    if not on_cuda:
+        print(f"  {GPU_ROW}: skipped (the host backend has no GPU)")
+        return result
+    stages = {k: statistics.median(s.gpu_stages.get(k, 0.0) for s in gpu_stats) for k in STAGES}
+    print(
+        "  gpu stages (median run, summed over column chunks): "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in stages.items())
+    )
+    kinds = sorted(set(gpu_stats[-1].paths.values()))
+    print(f"  gpu paths: {', '.join(kinds)}")
+    gbs = nbytes / medians[GPU_ROW] / 1e9
+    print(
+        f"RATIO {label}: ours GPU decode / ours host pool = "
+        f"{medians[GPU_ROW] / medians[names[0]]:.2f}"
+    )
+    print(f"RESULT {label}: ours GPU decode {gbs:.2f} GB/s decoded end to end")
+    result["gpu_gbs"] = gbs
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--skip-dictionary", action="store_true")
+    p.add_argument("--skip-mixed", action="store_true", help="only the dictionary-heavy file")
+    p.add_argument(
+        "--codec",
+        default="snappy",
+        choices=["snappy", "zstd", "lz4", "gzip", "none"],
+        help="the files' compression (files are remade when it changes)",
+    )
     args = p.parse_args(argv)
     if args.workdir is None:
         with tempfile.TemporaryDirectory(prefix="nexus-cold-bench-") as tmp:
@@ -211,14 +260,20 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         f"pyarrow {pa.__version__}, {os.cpu_count()} CPUs, {threads} decoder threads, "
         f"window {window >> 20} MiB"
     )
-    files = [("numbers and strings", workdir / "mixed.parquet", make_parquet)]
+    files: list[tuple[str, Path, Callable[..., int]]] = []
+    if not args.skip_mixed:
+        files.append(
+            ("numbers and strings", workdir / f"mixed-{args.codec}.parquet", make_parquet)
+        )
     if not args.skip_dictionary:
-        files.append(("dictionary-heavy", workdir / "dict.parquet", make_dictionary_heavy))
+        files.append(
+            ("dictionary-heavy", workdir / f"dict-{args.codec}.parquet", make_dictionary_heavy)
+        )
     for label, path, make in files:
         # Dictionary pages decode to about ten times their size on disk: a
         # tenth of the size gives about as many decoded bytes as the other file.
         size = args.size_mib * MIB // (10 if label == "dictionary-heavy" else 1)
-        make(path, max(size, MIB), args.group_rows)
+        make(path, max(size, MIB), args.group_rows, codec=args.codec)
     total = sum(path.stat().st_size for _, path, _ in files)
     config = LakehouseCacheConfig(
         root=workdir / "lake", policy="fill_before_read", max_bytes=2 * total + 64 * MIB

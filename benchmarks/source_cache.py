@@ -46,7 +46,9 @@ _WORDS = 1000
 
 
 # -- data ---------------------------------------------------------------------------------
-def make_parquet(path: Path, size_bytes: int, group_rows: int = _GROUP_ROWS) -> int:
+def make_parquet(
+    path: Path, size_bytes: int, group_rows: int = _GROUP_ROWS, codec: str = "snappy"
+) -> int:
     """Write (once) a Parquet file of at least ``size_bytes``; returns its rows.
 
     Columns: id int64, a int64, x float64, k int32, flag bool, s string (8..40
@@ -65,7 +67,7 @@ def make_parquet(path: Path, size_bytes: int, group_rows: int = _GROUP_ROWS) -> 
     words = pa.array([f"word-{i:04d}" for i in range(_WORDS)])
     tmp = path.with_suffix(".tmp")
     written = 0
-    with pq.ParquetWriter(tmp, _schema(pa), compression="snappy", use_dictionary=["cat"]) as w:
+    with pq.ParquetWriter(tmp, _schema(pa), compression=codec, use_dictionary=["cat"]) as w:
         while written == 0 or tmp.stat().st_size < size_bytes:
             # row groups until the file is big enough (sizes on disk are estimated)
             left = max(0, size_bytes - tmp.stat().st_size)

@@ -10,15 +10,19 @@ from pathlib import Path
 import pytest
 
 _BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+_QUICK = ["--backend", "host", "--size-mib", "1", "--group-rows", "20000", "--repeats", "1"]
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
+    monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    bench = importlib.import_module("cold_read")
+    assert bench.main([*_QUICK, *args]) == 0
 
 
 def test_quick_host_run_prints_every_path_and_ratio(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.syspath_prepend(str(_BENCHMARKS))
-    bench = importlib.import_module("cold_read")
-    args = ["--backend", "host", "--size-mib", "1", "--group-rows", "20000", "--repeats", "1"]
-    assert bench.main([*args, "--workdir", str(tmp_path)]) == 0
+    _run(monkeypatch, "--workdir", str(tmp_path))
     out = capsys.readouterr().out
     for label in ("numbers and strings", "dictionary-heavy"):
         for path in ("ours (row-group pool", "user's path", "pyarrow decode alone"):
@@ -28,3 +32,15 @@ def test_quick_host_run_prints_every_path_and_ratio(
         )
         assert re.search(rf"^RESULT {label}: ours \d+\.\d\d GB/s", out, re.MULTILINE)
     assert "decoder threads, host decode" in out
+    # the GPU engine's row needs CUDA: skipped with a note on the host backend
+    assert out.count("ours, GPU decode (engine=gpu, nvCOMP): skipped (the host backend") == 2
+
+
+def test_the_dictionary_heavy_file_alone_with_another_codec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(monkeypatch, "--skip-mixed", "--codec", "zstd", "--workdir", str(tmp_path))
+    out = capsys.readouterr().out
+    assert "RESULT dictionary-heavy" in out
+    assert "numbers and strings" not in out
+    assert (tmp_path / "dict-zstd.parquet").exists()

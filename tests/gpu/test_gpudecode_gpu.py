@@ -142,3 +142,111 @@ def test_gpu_engine_sends_unsupported_columns_to_the_host(domain: Any, tmp_path:
     assert stats.paths["i"] == "gpu"
     assert stats.paths["s"] == "gpu"
     assert stats.paths["u"].startswith("host: type uint32")
+
+
+def test_warm_up_loads_the_decode_kernels_under_auto(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up loads every page-decode kernel (each typed one for every
+    element size) when the engine is auto on CUDA, listed with the others."""
+    pytest.importorskip("cupy")
+    from nexus_cache.backends import select_backend
+    from nexus_cache.frames.gpudecode.kernels import ELEMENT_TYPES, KERNEL_NAMES, TYPED_KERNELS
+    from nexus_cache.service.warmup import warm_up_device
+
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.setenv("NEXUS_DECODE_ENGINE", "auto")
+    backend = select_backend()
+    made = backend.create_domain(0)
+    try:
+        report = warm_up_device(backend, 0, made)
+    finally:
+        made.close()
+    assert "decode kernels" in report.steps
+    from nexus_cache._kernels import kernel_loads
+
+    labels = {k.kernel for k in kernel_loads()}
+    for name in KERNEL_NAMES:
+        for size in ELEMENT_TYPES if name in TYPED_KERNELS else (None,):
+            assert (name if size is None else f"{name}({size} bytes)") in labels
+
+
+def _codec_table(n: int = 200_000) -> pa.Table:
+    rng = np.random.default_rng(3)
+    mask = rng.random(n) < 0.15
+    return pa.table(
+        {
+            "i": pa.array(rng.integers(0, 1 << 40, n), pa.int64(), mask=mask),
+            "d": pa.array(rng.integers(0, 50, n), pa.int32()),
+            "f": pa.array(rng.random(n)),
+            "b": pa.array(rng.random(n) < 0.5, mask=mask),
+            "s": pa.array([f"k{i % 997}" for i in range(n)], mask=mask),
+            "u": pa.array([f"u{i}" for i in range(n)]),
+        }
+    )
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd", "lz4", "gzip", "none"])
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_pages_are_decompressed_on_the_device_by_nvcomp(
+    domain: Any, tmp_path: Path, codec: str, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    pytest.importorskip("nvidia.nvcomp")
+    table = _codec_table()
+    raw = write(table, compression=codec, data_page_version=version, row_group_size=70_000)
+    with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"):
+        got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    # nvCOMP read every page (no batch fell back to the host)
+    assert "on the host instead" not in caplog.text
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    assert stats.paths == dict.fromkeys(table.column_names, "gpu")
+
+
+def test_without_nvcomp_the_host_decompresses(
+    domain: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from nexus_cache.frames.gpudecode import nvcomp
+
+    monkeypatch.setitem(sys.modules, "nvidia.nvcomp", None)  # as if not installed
+    nvcomp.nvcomp_module.cache_clear()
+    try:
+        table = _codec_table(50_000)
+        raw = write(table, compression="zstd", data_page_version="2.0")
+        got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    finally:
+        monkeypatch.undo()
+        nvcomp.nvcomp_module.cache_clear()
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    assert stats.paths == dict.fromkeys(table.column_names, "gpu (host decompression)")
+
+
+def test_a_corrupt_compressed_page_is_refused_on_device(domain: Any) -> None:
+    pytest.importorskip("nvidia.nvcomp")
+    out = io.BytesIO()
+    table = pa.table({"x": pa.array(np.arange(5000) % 91, pa.int64())})
+    pq.write_table(table, out, compression="snappy", use_dictionary=False)
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "bad.parquet")
+    chunk = bytearray(raw[spec.start : spec.start + spec.size])
+    (page,) = read_pages(bytes(chunk), spec)
+    at = len(chunk) - len(page.payload)
+    chunk[at + 8 : at + 40] = bytes(range(200, 232))  # garbage inside the Snappy stream
+    with pytest.raises(SourceFormatError):
+        decode_chunk_on_device(bytes(chunk), spec, domain)
+
+
+def test_a_row_group_of_mixed_codecs_and_its_stage_times(domain: Any, tmp_path: Path) -> None:
+    """Each row group's chunks share one heap: one nvCOMP call per codec."""
+    pytest.importorskip("nvidia.nvcomp")
+    table = _codec_table(120_000)
+    codecs = ["snappy", "zstd", "lz4", "none", "gzip", "snappy"]
+    compression = dict(zip(table.column_names, codecs, strict=True))
+    raw = write(table, compression=compression, row_group_size=40_000)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    assert set(stats.gpu_stages) == {"pack", "transfer", "decompress", "decode"}
+    assert stats.gpu_stages["decode"] > 0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from nexus_cache.frames._page_engine import preload_decode_kernels as preload_decode_kernels
     from nexus_cache.frames.column import ColumnKind as ColumnKind
     from nexus_cache.frames.column import DeviceColumn as DeviceColumn
     from nexus_cache.frames.column import column_kind as column_kind
@@ -55,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "Transfer": "nexus_cache.frames.staging",
     "TransferStats": "nexus_cache.frames.staging",
     "open_transfer": "nexus_cache.frames.staging",
+    "preload_decode_kernels": "nexus_cache.frames._page_engine",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,9 +10,11 @@ domain's memory is device memory and CuPy imports) and decodes on the host
 otherwise. A column goes to the GPU only when every chunk of it that the
 read covers is supported (footer and page headers agree, see
 ``gpudecode.support``); otherwise the host decodes it, and
-``DecodeStats.paths`` says why. The pages are decompressed on the host for
-now. Device columns are allocated in the decode's domain. Thread-safe: a
-call keeps its state in its own objects.
+``DecodeStats.paths`` says why. The pages of a GPU column are decompressed
+on the device by nvCOMP (the ``gpudecode`` extra); where nvCOMP does not
+import or lacks the codec, on the host, and the column's path says
+``"gpu (host decompression)"``. Device columns are allocated in the
+decode's domain. Thread-safe: a call keeps its state in its own objects.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import pyarrow.parquet as pq
 
 from nexus_cache.errors import BackendUnavailableError, ConfigError
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
-from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunk_on_device
+from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device
+from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
@@ -40,6 +43,7 @@ __all__ = [
     "engine_setting",
     "join_chunks",
     "plan_page_columns",
+    "preload_decode_kernels",
 ]
 
 ENV_DECODE_ENGINE = "NEXUS_DECODE_ENGINE"
@@ -75,11 +79,34 @@ def _device_reason(domain: Any) -> str | None:
     return None
 
 
+def preload_decode_kernels(domain: Any, engine: str | None = None) -> list[Any] | None:
+    """Load every page-decode kernel on the current device when the engine
+    (``engine``, else ``NEXUS_DECODE_ENGINE``) would run them for ``domain``:
+    the ``KernelLoad`` of each kernel this call loaded. None when the engine
+    decodes on the host there (``host``, or ``auto`` without a CUDA domain);
+    ``gpu`` without one raises BackendUnavailableError, as a decode would."""
+    value, shown = engine_setting(engine)
+    if value == "host":
+        return None
+    reason = _device_reason(domain)
+    if reason is not None:
+        if value == "gpu":
+            raise BackendUnavailableError(
+                f"{shown} needs a CUDA allocation domain and CuPy, but {reason}; "
+                f"set {ENV_DECODE_ENGINE} to auto or host"
+            )
+        return None
+    from nexus_cache.frames.gpudecode.kernels import preload_kernels
+
+    return preload_kernels()
+
+
 @dataclass
 class PagePlan:
     """The columns the page decoder takes (name -> its chunks, one per row group,
     as (bytes, spec, pages)) and every column's path for ``DecodeStats.paths``:
-    ``"gpu"``, or ``"host: "`` and the reason."""
+    ``"gpu"``, ``"gpu (host decompression)"`` (nvCOMP missing, or lacking the
+    codec), or ``"host: "`` and the reason."""
 
     gpu: dict[str, list[tuple[Any, ChunkSpec, list[Page]]]] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
@@ -103,6 +130,15 @@ def _column_reason(
             return f"{reason} in row group {g}", []
         chunks.append((data, spec, pages))
     return None, chunks
+
+
+def _gpu_path(chunks: Sequence[tuple[Any, ChunkSpec, list[Page]]]) -> str:
+    """``gpu``, or ``gpu (host decompression)`` when a chunk's pages cannot be
+    decompressed on the device."""
+    for _, spec, _ in chunks:
+        if spec.codec != "UNCOMPRESSED" and device_algorithm(spec.codec) is None:
+            return "gpu (host decompression)"
+    return "gpu"
 
 
 def plan_page_columns(
@@ -132,7 +168,7 @@ def plan_page_columns(
         why, chunks = (reason, []) if reason else _column_reason(pf, buffer, groups, f, source)
         if why is None and groups:
             plan.gpu[f.name] = chunks
-            plan.paths[f.name] = "gpu"
+            plan.paths[f.name] = _gpu_path(chunks)
         else:
             plan.paths[f.name] = f"host: {why or 'no row groups'}"
     return plan
@@ -178,13 +214,32 @@ def decode_page_columns(
     plan: PagePlan,
     schema: pa.Schema,
     domain: Any,
-    decode: ChunkDecoder = decode_chunk_on_device,
+    decode: ChunkDecoder | None = None,
+    transfer: Any = None,
+    stages: dict[str, float] | None = None,
 ) -> dict[str, DeviceColumn]:
-    """The device column of every column the plan gives the page decoder."""
+    """The device column of every column the plan gives the page decoder.
+
+    By default each row group's chunks are decoded together
+    (:func:`decode_chunks_on_device`: one heap, one copy through
+    ``transfer``'s pinned staging when given, one nvCOMP call per codec; its
+    stage times added to ``stages`` when given); ``decode`` decodes one chunk
+    at a time instead."""
+    names = [f.name for f in schema if f.name in plan.gpu]
+    pieces: dict[str, list[DeviceChunk]] = {name: [] for name in names}
+    if decode is None:
+        for k in range(len(plan.gpu[names[0]]) if names else 0):
+            row_group = [plan.gpu[name][k] for name in names]
+            got = decode_chunks_on_device(row_group, domain, transfer, stages)
+            for name, piece in zip(names, got, strict=True):
+                pieces[name].append(piece)
+    else:
+        for name in names:
+            pieces[name] = [
+                decode(data, spec, domain, pages) for data, spec, pages in plan.gpu[name]
+            ]
     out: dict[str, DeviceColumn] = {}
     for f in schema:
-        chunks = plan.gpu.get(f.name)
-        if chunks is not None:
-            pieces = [decode(data, spec, domain, pages) for data, spec, pages in chunks]
-            out[f.name] = join_chunks(domain, f, pieces)
+        if f.name in pieces:
+            out[f.name] = join_chunks(domain, f, pieces.pop(f.name))
     return out

@@ -57,8 +57,13 @@ class DecodeStats:
     with CUDA events); ``wall_seconds``: the whole call; ``lakehouse``: the
     lakehouse read's ``ReadDiagnostics``; ``source``: the source cache's
     ``SourceDiagnostics`` (:func:`~nexus_cache.frames.read_cached_parquet`);
-    ``paths``: each column's decoder, ``"gpu"`` (the page-decode kernels) or
-    ``"host: "`` and why (see ``NEXUS_DECODE_ENGINE``).
+    ``paths``: each column's decoder, ``"gpu"`` (the page-decode kernels, pages
+    decompressed on the device by nvCOMP), ``"gpu (host decompression)"``, or
+    ``"host: "`` and why (see ``NEXUS_DECODE_ENGINE``); ``gpu_stages``: seconds
+    of the GPU page decoder by stage, summed over its column chunks (``pack``:
+    the host lays the pages out, decompressing them where nvCOMP cannot;
+    ``transfer``: the copy to the device; ``decompress``: nvCOMP;
+    ``decode``: the kernels), each stage waited for before the next.
     """
 
     row_groups: int = 0
@@ -72,6 +77,7 @@ class DecodeStats:
     lakehouse: Any = None
     source: Any = None
     paths: dict[str, str] = field(default_factory=dict)
+    gpu_stages: dict[str, float] = field(default_factory=dict)
 
 
 def _check_request(
@@ -222,7 +228,15 @@ def decode_parquet(
     on_device: dict[str, Any] = {}
     try:
         builders.extend(ColumnBuilder(f, total, transfer) for f in host_fields)
-        on_device.update(decode_page_columns(plan, schema, domain))
+        on_device.update(
+            decode_page_columns(
+                plan,
+                schema,
+                domain,
+                transfer=transfer,
+                stages=stats.gpu_stages if timing else None,
+            )
+        )
         decoded = iter(pool)
         while True:
             waited = time.perf_counter()

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from nexus_cache._kernels import KernelLoad as KernelLoad
+    from nexus_cache._kernels import kernel_loads as kernel_loads
     from nexus_cache.graph._kernels import preload_kernels as preload_kernels
-    from nexus_cache.graph._programs import KernelLoad as KernelLoad
-    from nexus_cache.graph._programs import kernel_function as kernel_function
-    from nexus_cache.graph._programs import kernel_loads as kernel_loads
     from nexus_cache.graph.csr import Graph as Graph
     from nexus_cache.graph.csr import build_graph as build_graph
     from nexus_cache.graph.degrees import degree as degree
@@ -59,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "Graph": "nexus_cache.graph.csr",
     "GraphOptions": "nexus_cache.graph.options",
     "GraphResult": "nexus_cache.graph.result",
-    "KernelLoad": "nexus_cache.graph._programs",
+    "KernelLoad": "nexus_cache._kernels",
     "bfs": "nexus_cache.graph.traversal",
     "build_graph": "nexus_cache.graph.csr",
     "common_neighbours": "nexus_cache.graph.similarities",
@@ -68,8 +67,7 @@ _EXPORTS: dict[str, str] = {
     "edge_pairs": "nexus_cache.graph.similarities",
     "get_spec": "nexus_cache.graph.registry",
     "jaccard": "nexus_cache.graph.similarities",
-    "kernel_function": "nexus_cache.graph._programs",
-    "kernel_loads": "nexus_cache.graph._programs",
+    "kernel_loads": "nexus_cache._kernels",
     "overlap": "nexus_cache.graph.similarities",
     "pagerank": "nexus_cache.graph.ranking",
     "preload_kernels": "nexus_cache.graph._kernels",

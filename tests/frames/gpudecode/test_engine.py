@@ -139,3 +139,32 @@ def test_page_columns_are_joined_across_row_groups(row_group_size: int) -> None:
     columns = decode_page_columns(plan, table.schema, domain, decode=_reference_on(domain))
     frame = DeviceFrame([columns[n] for n in table.column_names], num_rows=500, domain=domain)
     assert frame.to_arrow().equals(pq.read_table(io.BytesIO(raw)))
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd", "none"])
+def test_the_path_says_where_pages_are_decompressed(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvCOMP importable: the pages are decompressed on the device ("gpu");
+    without it, on the host ("gpu (host decompression)"), except that a
+    chunk without a codec needs no decompression."""
+    import sys
+
+    from nexus_cache.frames._page_engine import _gpu_path
+    from nexus_cache.frames.gpudecode import nvcomp
+
+    pytest.importorskip("nvidia.nvcomp")
+    raw, pf = _file(_table(), compression=codec)
+    field = pf.schema_arrow.field(0)
+    why, chunks = _column_reason(pf, raw, [0], field, "t.parquet")
+    assert why is None
+    nvcomp.nvcomp_module.cache_clear()
+    assert _gpu_path(chunks) == "gpu"
+    monkeypatch.setitem(sys.modules, "nvidia.nvcomp", None)  # as if not installed
+    nvcomp.nvcomp_module.cache_clear()
+    try:
+        expected = "gpu" if codec == "none" else "gpu (host decompression)"
+        assert _gpu_path(chunks) == expected
+    finally:
+        monkeypatch.undo()
+        nvcomp.nvcomp_module.cache_clear()

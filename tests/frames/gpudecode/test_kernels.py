@@ -33,7 +33,7 @@ def test_kernels_compile_through_the_program_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("cuda.core")
-    from nexus_cache.graph._programs import compile_cubin
+    from nexus_cache._kernels import compile_cubin
 
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     source = kernel_source("hybrid_expand")
@@ -49,3 +49,47 @@ def test_element_sizes_are_checked() -> None:
         kernel_source("scatter_values", 2)
     with pytest.raises(KeyError):
         kernel_source("hybrid_runs", 4)
+
+
+def test_frames_loads_its_kernels_without_the_graph_package() -> None:
+    """The page decoder loads its kernels through the package-wide loader:
+    no module of ``frames`` imports ``nexus_cache.graph``."""
+    import ast
+
+    import nexus_cache.frames
+
+    root = Path(nexus_cache.frames.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            offenders += [
+                f"{path.name}: {n}" for n in names if n.split(".")[:2] == ["nexus_cache", "graph"]
+            ]
+    assert offenders == []
+
+
+def test_decode_kernels_are_not_preloaded_where_the_host_decodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nexus_cache.backends import select_backend
+    from nexus_cache.errors import BackendUnavailableError
+    from nexus_cache.frames import preload_decode_kernels
+
+    monkeypatch.setenv("NEXUS_DEVICE_BACKEND", "host")
+    domain = select_backend().create_domain(0)
+    try:
+        monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+        assert preload_decode_kernels(domain) is None  # the default engine is host
+        assert preload_decode_kernels(domain, "auto") is None  # host memory
+        with pytest.raises(BackendUnavailableError, match="NEXUS_DECODE_ENGINE"):
+            preload_decode_kernels(domain, "gpu")
+        monkeypatch.setenv("NEXUS_DECODE_ENGINE", "gpu")
+        with pytest.raises(BackendUnavailableError):
+            preload_decode_kernels(domain)
+    finally:
+        domain.close()

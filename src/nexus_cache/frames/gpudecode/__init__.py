@@ -7,7 +7,9 @@
 * ``reference``: the NumPy decoder of one column chunk into frame buffers,
   step for step what the CUDA kernels do;
 * ``kernels``: the CUDA kernels, compiled through the program cache;
-* ``device``: one column chunk decoded on a CUDA device with them.
+* ``layout``: where each page lives in the device heap of a row group;
+* ``nvcomp``: page decompression on the device (the ``gpudecode`` extra);
+* ``device``: column chunks (a row group's) decoded on a CUDA device with them.
 
 The package is lazy: each public name loads its module on first access.
 """
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
     from nexus_cache.frames.gpudecode.device import DeviceChunk as DeviceChunk
     from nexus_cache.frames.gpudecode.device import (
         decode_chunk_on_device as decode_chunk_on_device,
+    )
+    from nexus_cache.frames.gpudecode.device import (
+        decode_chunks_on_device as decode_chunks_on_device,
     )
     from nexus_cache.frames.gpudecode.pages import ChunkSpec as ChunkSpec
     from nexus_cache.frames.gpudecode.pages import Encoding as Encoding
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "DeviceChunk": "nexus_cache.frames.gpudecode.device",
     "decode_chunk_on_device": "nexus_cache.frames.gpudecode.device",
+    "decode_chunks_on_device": "nexus_cache.frames.gpudecode.device",
     "ChunkSpec": "nexus_cache.frames.gpudecode.pages",
     "Encoding": "nexus_cache.frames.gpudecode.pages",
     "Page": "nexus_cache.frames.gpudecode.pages",

@@ -24,16 +24,23 @@ column chunk, each addressed by 64-bit offsets. Every read is bounded by
 the sizes passed in; a malformed stream or an index past the dictionary
 sets ``error[0]`` (the caller raises SourceFormatError) instead of reading
 out of bounds. Kernels are compiled by NVRTC through the package's program
-cache (:func:`nexus_cache.graph.kernel_function`, the loader of the graph
-kernels), per element
-size where one is needed; :func:`kernel_source` gives each source.
+cache (``nexus_cache._kernels``, the package's one kernel loader), per
+element size where one is needed; :func:`kernel_source` gives each source,
+:func:`preload_kernels` loads them all (the service's warm-up).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ELEMENT_TYPES", "KERNEL_NAMES", "TYPED_KERNELS", "kernel_function", "kernel_source"]
+__all__ = [
+    "ELEMENT_TYPES",
+    "KERNEL_NAMES",
+    "TYPED_KERNELS",
+    "kernel_function",
+    "kernel_source",
+    "preload_kernels",
+]
 
 _HYBRID_RUNS = r"""
 // One thread per stream: walk the run headers into the stream's run table
@@ -351,7 +358,20 @@ def kernel_source(name: str, element_bytes: int | None = None) -> str:
 def kernel_function(name: str, element_bytes: int | None = None) -> Any:
     """Kernel ``name`` ready on the current CuPy device (compiled through the
     program cache on first use, per device), called like a ``cupy.RawKernel``."""
-    from nexus_cache.graph import kernel_function as load
+    from nexus_cache._kernels import kernel_function as load
 
     label = name if element_bytes is None else f"{name}({element_bytes} bytes)"
     return load(name, kernel_source(name, element_bytes), label)
+
+
+def preload_kernels() -> list[Any]:
+    """Make every page-decode kernel ready on the current device, each typed one
+    for every element size. Returns the ``KernelLoad`` of each kernel this call
+    loaded (none for kernels the process already holds)."""
+    from nexus_cache._kernels import kernel_loads
+
+    before = len(kernel_loads())
+    for name in KERNEL_NAMES:
+        for size in ELEMENT_TYPES if name in TYPED_KERNELS else (None,):
+            kernel_function(name, size)
+    return list(kernel_loads()[before:])

@@ -54,7 +54,7 @@ from nexus_cache.frames.gpudecode.pages import (
 )
 from nexus_cache.frames.gpudecode.support import CODECS, unsupported_reason
 
-__all__ = ["chunk_sections", "decode_chunk", "page_sections"]
+__all__ = ["chunk_sections", "decode_chunk", "decompress_section", "page_sections"]
 
 _PLAIN_DTYPES: dict[str, np.dtype[Any]] = {
     "INT32": np.dtype("<i4"),
@@ -70,7 +70,9 @@ class _Bad(ValueError):
     """Malformed page data; turned into SourceFormatError with the page's place."""
 
 
-def _decompress(data: memoryview, size: int, codec: str | None) -> bytes:
+def decompress_section(data: memoryview, size: int, codec: str | None) -> bytes:
+    """``data`` decompressed by ``codec`` (a ``pyarrow.decompress`` name; None:
+    stored as is) to exactly ``size`` bytes; ValueError when it is not."""
     if codec is None:
         if len(data) != size:
             raise _Bad(f"an uncompressed page holds {len(data)} bytes, its header says {size}")
@@ -92,8 +94,8 @@ def page_sections(page: Page, spec: ChunkSpec) -> tuple[bytes, bytes]:
         levels = bytes(page.payload[h.rep_bytes : h.rep_bytes + h.def_bytes])
         rest = page.payload[h.rep_bytes + h.def_bytes :]
         size = h.uncompressed_size - h.rep_bytes - h.def_bytes
-        return levels, _decompress(rest, size, codec if h.is_compressed else None)
-    whole = _decompress(page.payload, h.uncompressed_size, codec)
+        return levels, decompress_section(rest, size, codec if h.is_compressed else None)
+    whole = decompress_section(page.payload, h.uncompressed_size, codec)
     if h.type != PageType.DATA_PAGE or not spec.max_def:
         return b"", whole
     if len(whole) < 4:

@@ -1,4 +1,7 @@
-"""Our CUDA kernels, compiled through the program cache the package ships.
+"""The package's CUDA kernels, compiled through the program cache it ships.
+
+The one loader of every kernel of ours: the graph kernels (``graph``) and
+the Parquet page-decode kernels (``frames.gpudecode``) both load here.
 
 A kernel is compiled by NVRTC (``cuda.core`` ``Program``) for the
 architecture of the device it runs on (``sm_XX``, from the device's compute
@@ -15,7 +18,7 @@ Fallback: where ``cuda.core`` is missing, the program cache cannot be
 opened, NVRTC fails, or the driver refuses the cubin, CuPy compiles the
 kernel itself (``cupy.RawKernel``, cached in CuPy's own kernel cache). A
 cache must never make a kernel fail: the reason is logged once per kernel
-(INFO, logger ``nexus_cache.graph``) and recorded in :func:`kernel_loads`.
+(INFO, logger ``nexus_cache.kernels``) and recorded in :func:`kernel_loads`.
 
 Thread-safe: loads are serialized by one lock; a loaded kernel is kept for
 the life of the process, one per device, kernel name and source. Process-
@@ -43,7 +46,7 @@ __all__ = [
     "kernel_loads",
 ]
 
-_log = logging.getLogger("nexus_cache.graph")
+_log = logging.getLogger("nexus_cache.kernels")
 
 #: where a loaded kernel came from: read from the program cache, compiled by
 #: NVRTC now (and stored there), or compiled by CuPy (the fallback)

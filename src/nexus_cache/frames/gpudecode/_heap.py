@@ -1,0 +1,284 @@
+"""The device heap of a row group's column chunks, and each chunk's plan over it.
+
+:class:`_Heap` fills one device buffer for several chunks: packed on the
+host (:mod:`.layout`), copied to the device (through the caller's pinned
+staging when given), decompressed by nvCOMP (one batched call per codec,
+:mod:`.nvcomp`), and every v1 page's level length read back in one copy.
+:class:`_Chunk` is one chunk's pages over it (their levels and values
+sections) with the helpers the decode steps (:mod:`._steps`) launch the
+kernels through. Every allocation is made in the caller's scope (its
+domain). Used by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nexus_cache.errors import SourceFormatError
+from nexus_cache.frames.gpudecode.kernels import kernel_function
+from nexus_cache.frames.gpudecode.layout import (
+    HeapLayout,
+    PlacedPage,
+    level_offsets,
+    page_sections_at,
+)
+from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused, decompress_batch, device_algorithm
+from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
+
+__all__ = ["DeviceChunk"]
+
+_log = logging.getLogger("nexus_cache.frames")
+
+_THREADS = 256
+_MAX_BLOCKS = 65535 * 8
+
+
+@dataclass(frozen=True)
+class DeviceChunk:
+    """Device buffers of one decoded column chunk, laid out as a frame column's
+    (``validity`` None when the chunk has no nulls)."""
+
+    length: int
+    data: Any
+    offsets: Any = None
+    validity: Any = None
+
+
+def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, ...]) -> None:
+    if items <= 0:
+        return
+    blocks = min((items + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
+    kernel_function(name, element_bytes)((blocks,), (_THREADS,), args)
+
+
+def _i64(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.int64).reshape(-1)
+
+
+@dataclass(frozen=True)
+class _DataPage:
+    page: Page
+    rows: int
+    levels: tuple[int, int]  # [start, end) in the heap
+    values: tuple[int, int]
+
+
+class _Heap:
+    """The heap of one or more chunks (a row group's) on the device, filled:
+    packed on the host, copied over, decompressed; each chunk's pages found."""
+
+    def __init__(
+        self,
+        cp: Any,
+        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        transfer: Any = None,
+        stages: dict[str, float] | None = None,
+    ) -> None:
+        self.cp, self.stages = cp, stages
+        self.data: Any = None
+        self.size = 0
+        self.started = time.perf_counter()
+        groups = sorted({spec.row_group for spec, _ in items})
+        where = f"{items[0][0].source!r}, row group {', '.join(map(str, groups))}"
+        try:
+            layout = self._fill(items, transfer, where, on_device=True)
+        except NvcompRefused as exc:
+            # nvCOMP refused a batch: decompress on the host instead, which
+            # either reads the pages or names the corrupt one
+            _log.warning("%s; decompressing these pages on the host instead", exc)
+            self.data = None  # the first heap goes before the second is made
+            layout = self._fill(items, transfer, where, on_device=False)
+        # every chunk's v1 level lengths in one read
+        wanted = [
+            level_offsets(placed, spec)
+            for (spec, _), placed in zip(items, layout.chunks, strict=True)
+        ]
+        lengths = self.peek([o for offsets in wanted for o in offsets])
+        self.chunks: list[_Chunk] = []
+        at = 0
+        for (spec, _), placed, offsets in zip(items, layout.chunks, wanted, strict=True):
+            sections = page_sections_at(placed, spec, lengths[at : at + len(offsets)].tolist())
+            at += len(offsets)
+            self.chunks.append(_Chunk(self, spec, placed, sections))
+
+    def _fill(
+        self,
+        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        transfer: Any,
+        where: str,
+        on_device: bool,
+    ) -> HeapLayout:
+        """Pack, copy and (``on_device``: by nvCOMP) decompress: the layout."""
+        cp = self.cp
+        layout = HeapLayout()
+        for spec, pages in items:
+            layout.add(spec, pages, device_algorithm(spec.codec) if on_device else None)
+        layout.finish()
+        self.stage("pack")
+        self.size = layout.size
+        self.data = cp.zeros(layout.size, np.uint8)
+        host = np.frombuffer(layout.host, np.uint8)
+        if host.size and transfer is not None:
+            transfer.to_device(host, self.data[: host.size])
+        elif host.size:
+            self.data[: host.size] = cp.asarray(host)
+        self.stage("transfer")
+        for algorithm, jobs in layout.jobs.items():  # one batched call per codec
+            decompress_batch(self.data, algorithm, jobs, where)
+        self.stage("decompress")
+        return layout
+
+    def stage(self, name: str) -> None:
+        """Add the time since the last stage to ``stages[name]`` (its device work
+        waited for first), when stage times are wanted."""
+        if self.stages is None:
+            return
+        self.cp.cuda.get_current_stream().synchronize()
+        now = time.perf_counter()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self.started
+        self.started = now
+
+    def gather(self, offsets: Sequence[int]) -> Any:
+        """The little-endian uint32 at each heap offset (zero past the heap), as a
+        device array (read it back with others in one copy)."""
+        cp = self.cp
+        at = _i64(offsets)
+        if at.size == 0:
+            return cp.zeros(0, np.uint32)
+        index = at[:, None] + np.arange(4, dtype=np.int64)
+        inside = cp.asarray((index < self.size).astype(np.uint32))
+        got = self.data[cp.asarray(np.where(index < self.size, index, 0))].astype(np.uint32)
+        got = got * inside
+        return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
+
+    def peek(self, offsets: Sequence[int]) -> np.ndarray:
+        """:meth:`gather`, read back (one copy)."""
+        if len(offsets) == 0:
+            return np.zeros(0, np.uint32)
+        return np.asarray(self.gather(offsets).get(), np.uint32)
+
+
+class _Chunk:
+    """One chunk's plan over the heap: its data pages' sections and dictionary."""
+
+    def __init__(
+        self,
+        heap: _Heap,
+        spec: ChunkSpec,
+        placed: Sequence[PlacedPage],
+        sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+    ) -> None:
+        self.cp, self.spec, self.gather = heap.cp, spec, heap.gather
+        self.heap, self.size = heap.data, heap.size
+        self.error = heap.cp.zeros(1, np.int32)
+        self.data_pages: list[_DataPage] = []
+        self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
+        for p, (levels, values) in zip(placed, sections, strict=True):
+            h = p.page.header
+            if h.type == PageType.DICTIONARY_PAGE:
+                self.dictionary = (p.page, *values)
+            else:
+                self.data_pages.append(_DataPage(p.page, h.num_values, levels, values))
+
+    def malformed(self, what: str) -> SourceFormatError:
+        """The error for a stream of this chunk a kernel found malformed."""
+        return SourceFormatError(
+            f"{self.spec.where(self.spec.start)}: {what} is malformed; the file is corrupt"
+        )
+
+    def expand(self, streams: Sequence[tuple[int, int, int, int]], out: Any = None) -> Any:
+        """``hybrid_runs`` + ``hybrid_expand`` of ``streams`` (start, end, bit width,
+        count) of the heap: every value, uint32, streams one after another."""
+        cp = self.cp
+        counts = _i64([s[3] for s in streams])
+        total = int(counts.sum())
+        if out is None:
+            out = cp.zeros(max(total, 1), np.uint32)[:total]
+        if total == 0:
+            return out
+        capacity = _i64([s[1] - s[0] + 1 for s in streams])
+        run_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
+        n_runs = int(capacity.sum())
+        run_start = cp.zeros(n_runs, np.int64)
+        run_packed = cp.zeros(n_runs, np.uint8)
+        run_value = cp.zeros(n_runs, np.int64)
+        run_count = cp.zeros(len(streams), np.int32)
+        widths = cp.asarray(np.array([s[2] for s in streams], np.int32))
+        base = cp.asarray(run_base)
+        _launch(
+            "hybrid_runs",
+            None,
+            len(streams),
+            (
+                self.heap,
+                cp.asarray(_i64([s[0] for s in streams])),
+                cp.asarray(_i64([s[1] for s in streams])),
+                widths,
+                cp.asarray(counts),
+                base,
+                run_start,
+                run_packed,
+                run_value,
+                run_count,
+                self.error,
+                np.int32(len(streams)),
+            ),
+        )
+        # A stream hybrid_runs refused keeps the runs found so far (or none):
+        # hybrid_expand still reads only inside the heap, and the error flag
+        # is checked before the chunk is returned.
+        out_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self._expand(
+            out, total, out_base, base, run_count, run_start, run_packed, run_value, widths
+        )
+        return out
+
+    def _expand(self, out: Any, total: int, out_base: np.ndarray, *runs: Any) -> None:
+        base, run_count, run_start, run_packed, run_value, widths = runs
+        _launch(
+            "hybrid_expand",
+            None,
+            total,
+            (
+                self.heap,
+                np.int64(self.size),
+                self.cp.asarray(out_base),
+                np.int32(len(out_base)),
+                base,
+                run_count,
+                run_start,
+                run_packed,
+                run_value,
+                widths,
+                out,
+                np.int64(total),
+            ),
+        )
+
+    def packed_runs(self, starts: Sequence[int], counts: Sequence[int]) -> Any:
+        """PLAIN booleans: ``hybrid_expand`` over one bit-packed run per page
+        (``packed_run``), all pages in one launch."""
+        cp, n = self.cp, len(starts)
+        count = _i64(counts)
+        total = int(count.sum())
+        out = cp.zeros(max(total, 1), np.uint32)[:total]
+        if total:
+            out_base = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+            self._expand(
+                out,
+                total,
+                out_base,
+                cp.arange(n, dtype=np.int64),  # run base: one run per stream
+                cp.ones(n, np.int32),
+                cp.zeros(n, np.int64),
+                cp.ones(n, np.uint8),
+                cp.asarray(_i64(starts)),
+                cp.ones(n, np.int32),
+            )
+        return out

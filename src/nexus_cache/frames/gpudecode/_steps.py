@@ -1,0 +1,381 @@
+"""The decode steps of a row group's chunks on the device, with as few reads
+back as the data allows.
+
+:func:`decode_all` decodes every chunk of a :class:`._heap._Heap` in three
+phases, each ending in one read back for all the chunks together:
+
+1. levels: each chunk's definition levels expanded to validity flags and
+   positions (``cumsum(valid) - 1``); then one read of every chunk's
+   positions at its page ends (so the non-null values of each page), its
+   error flag, and the first bytes of the values of its pages that start
+   with a header (an index stream's bit width, an RLE boolean stream's
+   length);
+2. values: each chunk's pages decoded in groups (the longest runs of
+   pages of one encoding kind, one launch per kernel over a page table)
+   and scattered to rows; a string chunk up to its offsets; then one read
+   of every string chunk's byte count and error flag;
+3. strings: each string chunk's bytes copied; then one read of every
+   chunk's error flag.
+
+The steps are the NumPy reference's (:mod:`.reference`), kernel for step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nexus_cache.errors import FrameTypeError, SourceFormatError
+from nexus_cache.frames.column import storage_dtype
+from nexus_cache.frames.gpudecode._heap import DeviceChunk, _Chunk, _DataPage, _i64, _launch
+from nexus_cache.frames.gpudecode.pages import Encoding, Page
+
+__all__ = ["decode_all"]
+
+_DICTIONARY = (Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY)
+_PLAIN_BYTES = {"INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8}
+_INT32_MAX = (1 << 31) - 1
+
+
+@dataclass
+class _Levels:
+    """One chunk after phase 1: validity and positions on the device; which
+    pages' first bytes it reads back (``headed``)."""
+
+    valid: Any
+    position: Any
+    rows: int
+    bounds: np.ndarray
+    headed: list[int]
+
+
+def _levels(c: _Chunk) -> tuple[_Levels, list[Any]]:
+    """Phase 1 of a chunk: launches only; returns the device values to read back
+    (page ends, the error flag, the heads), in that order."""
+    cp, spec = c.cp, c.spec
+    rows = sum(p.rows for p in c.data_pages)
+    bounds = np.cumsum([0] + [p.rows for p in c.data_pages]).astype(np.int64)
+    if spec.max_def:
+        levels = c.expand([(*p.levels, 1, p.rows) for p in c.data_pages])
+        valid = cp.zeros(max(rows, 1), np.uint8)[:rows]
+        _launch(
+            "levels_validity",
+            None,
+            rows,
+            (levels, np.uint32(spec.max_def), valid, c.error, np.int64(rows)),
+        )
+        del levels
+    else:
+        valid = cp.ones(max(rows, 1), np.uint8)[:rows]
+    position = cp.cumsum(valid, dtype=np.int64) - 1
+    # the positions at the page ends (a page of no rows ends where the one
+    # before it ends; fixed on the host)
+    last = cp.asarray(np.maximum(bounds[1:] - 1, 0))
+    ends = position[last] + 1 if rows else cp.zeros(len(c.data_pages), np.int64)
+    headed = [
+        i
+        for i, p in enumerate(c.data_pages)
+        if p.page.header.encoding in (*_DICTIONARY, Encoding.RLE)
+    ]
+    heads = c.gather([c.data_pages[i].values[0] for i in headed])
+    reads = [ends, c.error.astype(np.int64), heads.astype(np.int64)]
+    return _Levels(valid, position, rows, bounds, headed), reads
+
+
+def _read_back(cp: Any, parts: list[Any]) -> list[np.ndarray]:
+    """Every device array of ``parts`` (int64), read back in one copy."""
+    sizes = [int(p.size) for p in parts]
+    flat = cp.concatenate(parts).get() if sum(sizes) else np.zeros(0, np.int64)
+    out, at = [], 0
+    for n in sizes:
+        out.append(np.asarray(flat[at : at + n], np.int64))
+        at += n
+    return out
+
+
+def decode_all(chunks: Sequence[_Chunk]) -> list[DeviceChunk]:
+    """Every chunk decoded (see the module notes). SourceFormatError names the
+    first chunk found malformed."""
+    if not chunks:
+        return []
+    cp = chunks[0].cp
+    staged, parts = [], []
+    for c in chunks:
+        levels, reads = _levels(c)
+        staged.append(levels)
+        parts.extend(reads)
+    got = _read_back(cp, parts)
+    results: list[Any] = []
+    for k, (c, lv) in enumerate(zip(chunks, staged, strict=True)):
+        ends, error, heads = got[3 * k : 3 * k + 3]
+        if error[0]:
+            raise c.malformed("a definition level")
+        ends = np.where(lv.bounds[1:] > 0, ends, 0).astype(np.int64)
+        by_page = dict(zip(lv.headed, (int(h) for h in heads), strict=True))
+        results.append(_values(c, lv, ends, by_page))
+    strings = [k for k, r in enumerate(results) if isinstance(r, _Strings)]
+    reads = []
+    for k in strings:
+        reads += [results[k].offsets[-1:], chunks[k].error.astype(np.int64)]
+    got = _read_back(cp, reads)
+    for j, k in enumerate(strings):
+        total, error = int(got[2 * j][0]), got[2 * j + 1][0]
+        if error:  # before the lengths size an allocation
+            raise chunks[k].malformed("a string or index stream")
+        results[k] = _string_bytes(chunks[k], results[k], total)
+    errors = _read_back(cp, [cp.concatenate([c.error.astype(np.int64) for c in chunks])])[0]
+    for c, error in zip(chunks, errors, strict=True):
+        if error:
+            raise c.malformed("a level, index or value stream")
+    return results
+
+
+def _groups(pages: Sequence[_DataPage], counts: np.ndarray) -> list[tuple[bool, list[int]]]:
+    """The longest runs of consecutive pages with values that share an encoding
+    kind: ``(dictionary-encoded, page indices)`` each."""
+    out: list[tuple[bool, list[int]]] = []
+    for i, p in enumerate(pages):
+        if not counts[i]:
+            continue
+        kind = p.page.header.encoding in _DICTIONARY
+        if out and out[-1][0] == kind:
+            out[-1][1].append(i)
+        else:
+            out.append((kind, [i]))
+    return out
+
+
+@dataclass
+class _Strings:
+    """A string chunk after phase 2: its rows' starts in the heap and offsets."""
+
+    rows: int
+    row_starts: Any
+    offsets: Any
+    validity: Any
+
+
+def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> Any:
+    """Phase 2 of a chunk (``ends``: its positions at the page ends; ``heads``:
+    its pages' first values bytes): a DeviceChunk, or a :class:`_Strings`."""
+    cp, spec, rows = c.cp, c.spec, lv.rows
+    dense_base = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    counts = ends - dense_base
+    for p, count in zip(c.data_pages, counts, strict=True):
+        nulls = p.page.header.num_nulls
+        if nulls is not None and p.rows - int(count) != nulls:
+            raise SourceFormatError(
+                f"{spec.where(p.page.offset)}: the levels hold {p.rows - int(count)} nulls, "
+                f"the header says {nulls}; the file is corrupt"
+            )
+    nonnull = int(ends[-1]) if len(ends) else 0
+    # no validity when every row holds a value (known from the counts)
+    validity = None if nonnull == rows else lv.valid.astype(np.bool_)
+    groups = _groups(c.data_pages, counts)
+    if spec.physical_type == "BYTE_ARRAY":
+        return _string_rows(c, lv, heads, groups, (dense_base, counts), nonnull, validity)
+    dtype = storage_dtype(spec.arrow_type)
+    dense = cp.zeros(max(nonnull, 1), dtype)[:nonnull]
+    dictionary = None
+    if c.dictionary is not None:
+        page, v0, v1 = c.dictionary
+        size = page.header.num_values
+        dictionary = cp.zeros(max(size, 1), dtype)[:size]
+        if spec.physical_type == "BOOLEAN":
+            if (size + 7) // 8 > v1 - v0:
+                raise _bad(c, page, f"{size} PLAIN booleans run past the page")
+            dictionary[...] = c.packed_runs([v0], [size]).astype(np.bool_)
+        else:
+            _plain_fixed(c, [(page, v0, v1, size)], dictionary)
+    for is_dict, members in groups:
+        g0 = int(dense_base[members[0]])
+        g1 = int(dense_base[members[-1]] + counts[members[-1]])
+        part = dense[g0:g1]
+        table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
+        if is_dict:
+            if dictionary is None:  # the support check refuses this
+                raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
+            indices = _indices(c, table, [heads.get(i, 0) for i in members])
+            _launch(
+                "dict_gather",
+                dtype.itemsize,
+                g1 - g0,
+                (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(g1 - g0)),
+            )
+        elif spec.physical_type == "BOOLEAN":
+            part[...] = _booleans(c, table, [heads.get(i, 0) for i in members]).astype(np.bool_)
+        else:
+            _plain_fixed(c, table, part)
+    out = cp.zeros(max(rows, 1), dtype)[:rows]
+    _launch(
+        "scatter_values",
+        dtype.itemsize,
+        rows,
+        (lv.valid, lv.position, dense, out, np.int64(rows)),
+    )
+    return DeviceChunk(rows, out, None, validity)
+
+
+def _bad(c: _Chunk, page: Page, what: str) -> SourceFormatError:
+    return SourceFormatError(f"{c.spec.where(page.offset)}: {what}; the file is corrupt")
+
+
+#: one page of a group: (page, values start, values end, non-null values)
+_Row = tuple[Page, int, int, int]
+
+
+def _plain_fixed(c: _Chunk, table: Sequence[_Row], out: Any) -> None:
+    """``plain_fixed`` over every page of ``table`` (their values one after
+    another in ``out``), one launch."""
+    width = _PLAIN_BYTES[c.spec.physical_type]
+    for page, v0, v1, count in table:
+        if count * width > v1 - v0:
+            raise _bad(
+                c, page, f"{count} PLAIN values need {count * width} bytes, the page has {v1 - v0}"
+            )
+    counts = _i64([t[3] for t in table])
+    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    total = int(counts.sum())
+    _launch(
+        "plain_fixed",
+        width,
+        total,
+        (
+            c.heap,
+            c.cp.asarray(_i64([t[1] for t in table])),
+            c.cp.asarray(base),
+            np.int32(len(table)),
+            out,
+            np.int64(total),
+        ),
+    )
+
+
+def _booleans(c: _Chunk, table: Sequence[_Row], heads: Sequence[int]) -> Any:
+    """Every page of ``table`` is PLAIN, or every one RLE (a group holds one encoding
+    kind; booleans have two non-dictionary encodings, so split them here)."""
+    rle = [t[0].header.encoding == Encoding.RLE for t in table]
+    if all(rle):
+        streams = []
+        for (page, v0, v1, count), head in zip(table, heads, strict=True):
+            if v1 - v0 < 4 or 4 + int(head) > v1 - v0:
+                raise _bad(c, page, "an RLE boolean stream runs past the page")
+            streams.append((v0 + 4, v0 + 4 + int(head), 1, count))
+        return c.expand(streams)
+    if not any(rle):
+        for page, v0, v1, count in table:
+            if (count + 7) // 8 > v1 - v0:
+                raise _bad(c, page, f"{count} PLAIN booleans run past the page")
+        return c.packed_runs([t[1] for t in table], [t[3] for t in table])
+    # PLAIN and RLE pages mixed in one run (no writer does this): one at a time
+    return c.cp.concatenate(
+        [_booleans(c, [row], [head]) for row, head in zip(table, heads, strict=True)]
+    )
+
+
+def _indices(c: _Chunk, table: Sequence[_Row], heads: Sequence[int]) -> Any:
+    """The dictionary indices of every page of ``table``, one after another."""
+    streams = []
+    for (page, v0, v1, count), head in zip(table, heads, strict=True):
+        if v1 <= v0:
+            raise _bad(c, page, "a dictionary-encoded page lacks its bit width")
+        streams.append((v0 + 1, v1, int(head) & 0xFF, count))
+    return c.expand(streams)
+
+
+def _string_table(c: _Chunk, table: Sequence[_Row], starts: Any, lengths: Any) -> None:
+    """``plain_lengths`` over every page of ``table``, one launch (one thread a page)."""
+    cp = c.cp
+    counts = _i64([t[3] for t in table])
+    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    _launch(
+        "plain_lengths",
+        None,
+        len(table),
+        (
+            c.heap,
+            cp.asarray(_i64([t[1] for t in table])),
+            cp.asarray(_i64([t[2] for t in table])),
+            cp.asarray(base),
+            cp.asarray(counts),
+            starts,
+            lengths,
+            c.error,
+            np.int32(len(table)),
+        ),
+    )
+
+
+def _string_rows(
+    c: _Chunk,
+    lv: _Levels,
+    heads: dict[int, int],
+    groups: list[tuple[bool, list[int]]],
+    pages: tuple[np.ndarray, np.ndarray],
+    nonnull: int,
+    validity: Any,
+) -> _Strings:
+    """Phase 2 of a string chunk: its rows' starts and offsets (``pages``: each
+    page's first dense value and count)."""
+    cp, rows = c.cp, lv.rows
+    dense_base, counts = pages
+    starts = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
+    lengths = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
+    dict_starts = dict_lengths = None
+    if c.dictionary is not None:
+        page, v0, v1 = c.dictionary
+        size = page.header.num_values
+        dict_starts = cp.zeros(max(size, 1), np.int64)[:size]
+        dict_lengths = cp.zeros(max(size, 1), np.int64)[:size]
+        _string_table(c, [(page, v0, v1, size)], dict_starts, dict_lengths)
+    for is_dict, members in groups:
+        g0 = int(dense_base[members[0]])
+        g1 = int(dense_base[members[-1]] + counts[members[-1]])
+        table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
+        if is_dict:
+            if dict_starts is None or dict_lengths is None:  # the support check refuses this
+                raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
+            indices = _indices(c, table, [heads.get(i, 0) for i in members])
+            _launch(
+                "dict_strings",
+                None,
+                g1 - g0,
+                (
+                    indices,
+                    dict_starts,
+                    dict_lengths,
+                    np.int64(len(dict_starts)),
+                    starts[g0:g1],
+                    lengths[g0:g1],
+                    c.error,
+                    np.int64(g1 - g0),
+                ),
+            )
+        else:
+            _string_table(c, table, starts[g0:g1], lengths[g0:g1])
+    row_lengths = cp.zeros(max(rows, 1), np.int64)[:rows]
+    row_starts = cp.zeros(max(rows, 1), np.int64)[:rows]
+    valid, position = lv.valid, lv.position
+    _launch("scatter_values", 8, rows, (valid, position, lengths, row_lengths, np.int64(rows)))
+    _launch("scatter_values", 8, rows, (valid, position, starts, row_starts, np.int64(rows)))
+    offsets = cp.zeros(rows + 1, np.int64)
+    if rows:
+        offsets[1:] = cp.cumsum(row_lengths)
+    return _Strings(rows, row_starts, offsets, validity)
+
+
+def _string_bytes(c: _Chunk, s: _Strings, total: int) -> DeviceChunk:
+    """Phase 3 of a string chunk: its ``total`` bytes copied from the heap."""
+    dtype = storage_dtype(c.spec.arrow_type)
+    if dtype == np.int32 and total > _INT32_MAX:
+        raise FrameTypeError(
+            f"{c.spec.where(c.spec.start)}: more than 2 GiB of string bytes in one chunk; "
+            "read the column as large_string / large_binary"
+        )
+    data = c.cp.zeros(max(total, 1), np.uint8)[:total]
+    rows = np.int64(s.rows)
+    _launch("copy_strings", None, s.rows, (c.heap, s.row_starts, s.offsets, data, rows))
+    return DeviceChunk(s.rows, data, s.offsets.astype(dtype), s.validity)

@@ -1,0 +1,122 @@
+"""Page decompression on the device with nvCOMP (the ``gpudecode`` extra).
+
+nvCOMP (``nvidia-nvcomp-cu13``, module ``nvidia.nvcomp``) decompresses
+every compressed page section of a row group (of one codec) in one batched
+call: the inputs and outputs are slices of one device buffer (the *heap*,
+allocated by the caller in its domain, so the outputs are charged like any
+other bytes), each at an offset aligned as nvCOMP requires. Parquet's
+codecs are raw streams to nvCOMP (``BitstreamKind.RAW``): Snappy, Zstd,
+LZ4_RAW, and Gzip. Where nvCOMP does not import, or lacks the codec, the
+caller decompresses on the host instead (:func:`device_algorithm` returns
+None) and ``DecodeStats.paths`` says so. Where nvCOMP refuses a batch, the
+caller decompresses those pages on the host too (a WARNING, logger
+``nexus_cache.frames``), which reads them or names the corrupt page. nvCOMP's own scratch memory is
+nvCOMP's (not charged to the domain); it is freed when the call returns.
+
+Thread-safe: a :class:`nvidia.nvcomp.Codec` must not be shared between
+threads, so each call makes its own, on the caller's current stream.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from nexus_cache.errors import SourceFormatError
+
+__all__ = [
+    "ALGORITHMS",
+    "ALIGNMENT",
+    "NvcompRefused",
+    "decompress_batch",
+    "device_algorithm",
+    "nvcomp_module",
+]
+
+
+class NvcompRefused(SourceFormatError):
+    """nvCOMP refused a batch of pages, or inflated one to another size than its
+    header says: the pages are corrupt, or nvCOMP cannot read them."""
+
+
+#: Parquet codec (as PyArrow names it) -> nvCOMP algorithm for its raw stream
+ALGORITHMS = {
+    "SNAPPY": "Snappy",
+    "ZSTD": "Zstd",
+    "LZ4": "LZ4",  # PyArrow's name for LZ4_RAW
+    "LZ4_RAW": "LZ4",
+    "GZIP": "Gzip",
+}
+
+#: Every input and output of a batch starts at a multiple of this many bytes
+#: of the heap (the most any of the algorithms above requires is 8; the heap
+#: itself starts at an allocation's 256-byte alignment).
+ALIGNMENT = 16
+
+
+@functools.cache
+def nvcomp_module() -> Any:
+    """``nvidia.nvcomp``, or None where it does not import."""
+    import importlib
+
+    try:
+        return importlib.import_module("nvidia.nvcomp")
+    except Exception:  # ImportError, or a library that fails to load
+        return None
+
+
+def device_algorithm(codec: str) -> str | None:
+    """The nvCOMP algorithm that decompresses Parquet codec ``codec`` on the
+    device, or None (nvCOMP missing, or the codec not one of :data:`ALGORITHMS`)."""
+    if nvcomp_module() is None:
+        return None
+    return ALGORITHMS.get(codec)
+
+
+def decompress_batch(
+    heap: Any,
+    algorithm: str,
+    jobs: Sequence[tuple[int, int, int, int]],
+    where: str,
+) -> None:
+    """Decompress every ``(in offset, in size, out offset, out size)`` of ``jobs``
+    within the device byte array ``heap``, in one batched nvCOMP call on the
+    current CuPy stream.
+
+    Raises :class:`NvcompRefused` (a SourceFormatError) naming ``where`` when
+    nvCOMP refuses a stream or a page decompresses to other than its
+    header's size. Returns when the
+    outputs are complete on the current stream (nvCOMP reads the sizes back)."""
+    if not jobs:
+        return
+    import cupy
+
+    nvcomp = nvcomp_module()
+    stream = cupy.cuda.get_current_stream().ptr
+    try:
+        codec = nvcomp.Codec(
+            algorithm=algorithm,
+            bitstream_kind=nvcomp.BitstreamKind.RAW,
+            device_id=cupy.cuda.runtime.getDevice(),
+            cuda_stream=stream,
+        )
+        sources = nvcomp.as_arrays(
+            heap, [j[0] for j in jobs], [j[1] for j in jobs], cuda_stream=stream
+        )
+        outputs = nvcomp.as_arrays(
+            heap, [j[2] for j in jobs], [j[3] for j in jobs], cuda_stream=stream
+        )
+        done = codec.decode(sources, out=outputs)
+        sizes = [int(s) for s in done.buffer_sizes]
+    except (RuntimeError, ValueError) as exc:
+        raise NvcompRefused(
+            f"{where}: {algorithm} pages failed to decompress on the device "
+            f"({' '.join(str(exc).split())}); the file is corrupt"
+        ) from exc
+    for (_, _, _, want), got in zip(jobs, sizes, strict=True):
+        if got != want:
+            raise NvcompRefused(
+                f"{where}: a {algorithm} page decompressed to {got} bytes, its header "
+                f"says {want}; the file is corrupt"
+            )

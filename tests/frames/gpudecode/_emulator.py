@@ -1,0 +1,223 @@
+"""A host stand-in for the device, to run the device decoder's orchestration
+(``gpudecode.device``: heap layout, page tables, groups, launches, reads
+back) on a machine without a GPU.
+
+``fake_cupy`` is NumPy whose arrays have CuPy's ``.get()``; ``KERNELS`` are
+line-for-line Python ports of the CUDA kernels of ``gpudecode.kernels``
+(one loop iteration per GPU thread), taking the same arguments. The real
+kernels run on a GPU in ``tests/gpu/test_gpudecode_gpu.py``; this checks
+that the host side drives them with the right tables.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+#: reads back from the "device" so far (each ``get``: one copy, one wait)
+READS = [0]
+
+
+class Array(np.ndarray):
+    """A NumPy array with CuPy's ``get`` (counted in :data:`READS`)."""
+
+    def get(self) -> np.ndarray:
+        READS[0] += 1
+        return np.asarray(self).copy()
+
+
+def _wrap(a: Any) -> Array:
+    return np.asarray(a).view(Array)
+
+
+fake_cupy = SimpleNamespace(
+    zeros=lambda n, dtype=float: _wrap(np.zeros(n, dtype)),
+    ones=lambda n, dtype=float: _wrap(np.ones(n, dtype)),
+    asarray=lambda a: _wrap(np.array(a)),
+    arange=lambda n, dtype=None: _wrap(np.arange(n, dtype=dtype)),
+    cumsum=lambda a, dtype=None: _wrap(np.cumsum(a, dtype=dtype)),
+    concatenate=lambda arrays: _wrap(np.concatenate(arrays)),
+    # the host has no stream to wait for
+    cuda=SimpleNamespace(get_current_stream=lambda: SimpleNamespace(synchronize=lambda: None)),
+)
+
+
+def _last_at_most(starts: np.ndarray, n: int, x: int) -> int:
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if starts[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def hybrid_runs(
+    data, start, end, bit_width, count, run_base, r_start, r_packed, r_value, r_count, error, n
+):
+    for s in range(int(n)):
+        bw, e, want = int(bit_width[s]), int(end[s]), int(count[s])
+        base, capacity = int(run_base[s]), int(end[s] - start[s] + 1)
+        pos, done, runs = int(start[s]), 0, 0
+        r_count[s] = 0
+        if bw < 0 or bw > 32:
+            error[0] = 1
+            continue
+        value_bytes = (bw + 7) // 8
+        ok = True
+        while done < want and ok:
+            header = shift = 0
+            while True:
+                if pos >= e or shift >= 35:
+                    ok = False
+                    break
+                b = int(data[pos])
+                pos += 1
+                header |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    break
+                shift += 7
+            if not ok:
+                break
+            if header & 1:
+                length = (header >> 1) * 8
+                take = min(length, want - done)
+                if pos + (take * bw + 7) // 8 > e:
+                    ok = False
+                    break
+                run = (done, 1, pos)
+                pos += (length * bw + 7) // 8
+            else:
+                length = header >> 1
+                take = min(length, want - done)
+                if pos + value_bytes > e:
+                    ok = False
+                    break
+                value = sum(int(data[pos + k]) << (8 * k) for k in range(value_bytes))
+                if value >> bw:
+                    ok = False
+                    break
+                run = (done, 0, value)
+                pos += value_bytes
+            if take:
+                if runs >= capacity:
+                    ok = False
+                    break
+                r_start[base + runs], r_packed[base + runs], r_value[base + runs] = run
+                runs += 1
+            done += take
+        if not ok:
+            error[0] = 1
+            continue
+        r_count[s] = runs
+
+
+def hybrid_expand(
+    data, size, out_base, n, run_base, r_count, r_start, r_packed, r_value, widths, out, total
+):
+    for i in range(int(total)):
+        lo = _last_at_most(out_base, int(n), i)
+        local = i - int(out_base[lo])
+        first = int(run_base[lo])
+        r = first + _last_at_most(r_start[first:], int(r_count[lo]), local)
+        bw = int(widths[lo])
+        if not r_packed[r]:
+            value = int(r_value[r])
+        elif bw == 0:
+            value = 0
+        else:
+            bit = int(r_value[r]) * 8 + (local - int(r_start[r])) * bw
+            byte = bit >> 3
+            window = sum(int(data[byte + k]) << (8 * k) for k in range(8) if byte + k < int(size))
+            value = (window >> (bit & 7)) & ((1 << bw) - 1)
+        out[i] = value & 0xFFFFFFFF
+
+
+def levels_validity(levels, max_def, valid, error, n):
+    for i in range(int(n)):
+        if levels[i] > max_def:
+            error[0] = 1
+        valid[i] = levels[i] == max_def
+
+
+def plain_fixed(heap, page_values, dense_base, n_pages, dense, total):
+    width = dense.dtype.itemsize
+    raw = np.asarray(heap)
+    flat = np.asarray(dense).view(np.uint8)
+    for k in range(int(total)):
+        lo = _last_at_most(dense_base, int(n_pages), k)
+        src = int(page_values[lo]) + (k - int(dense_base[lo])) * width
+        flat[k * width : (k + 1) * width] = raw[src : src + width]
+
+
+def dict_gather(indices, dictionary, size, dense, error, total):
+    for k in range(int(total)):
+        if indices[k] >= size:
+            error[0] = 1
+            dense[k] = 0
+            continue
+        dense[k] = dictionary[indices[k]]
+
+
+def dict_strings(indices, d_start, d_length, size, starts, lengths, error, total):
+    for k in range(int(total)):
+        if indices[k] >= size:
+            error[0] = 1
+            starts[k] = lengths[k] = 0
+            continue
+        starts[k], lengths[k] = d_start[indices[k]], d_length[indices[k]]
+
+
+def plain_lengths(heap, p_start, p_end, dense_base, p_count, starts, lengths, error, n):
+    for p in range(int(n)):
+        pos, end, base = int(p_start[p]), int(p_end[p]), int(dense_base[p])
+        for k in range(int(p_count[p])):
+            if pos + 4 > end:
+                error[0] = 1
+                break
+            length = int.from_bytes(bytes(heap[pos : pos + 4]), "little")
+            if pos + 4 + length > end:
+                error[0] = 1
+                break
+            starts[base + k], lengths[base + k] = pos + 4, length
+            pos += 4 + length
+
+
+def scatter_values(valid, position, dense, out, n):
+    for r in range(int(n)):
+        out[r] = dense[position[r]] if valid[r] else 0
+
+
+def copy_strings(heap, row_start, offsets, out, n):
+    for r in range(int(n)):
+        a, b = int(offsets[r]), int(offsets[r + 1])
+        out[a:b] = heap[int(row_start[r]) : int(row_start[r]) + b - a]
+
+
+KERNELS = {
+    f.__name__: f
+    for f in (
+        hybrid_runs,
+        hybrid_expand,
+        levels_validity,
+        plain_fixed,
+        dict_gather,
+        dict_strings,
+        plain_lengths,
+        scatter_values,
+        copy_strings,
+    )
+}
+
+
+def kernel_function(name: str, element_bytes: int | None = None) -> Any:
+    """The emulated kernel ``name``, called like a ``cupy.RawKernel``."""
+    kernel = KERNELS[name]
+
+    def launch(grid: Any, block: Any, args: tuple[Any, ...]) -> None:
+        kernel(*args)
+
+    return launch
