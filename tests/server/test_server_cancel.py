@@ -180,3 +180,35 @@ def test_shutdown_cancels_a_query_still_running_after_its_wait(tmp_path: Path, l
             running.kill()
             running.communicate(timeout=30)
         close_all([server])
+
+
+def test_a_second_sigterm_cancels_running_queries_at_once_and_still_drains(
+    tmp_path: Path, lake: Path
+) -> None:
+    server, env = _serve(tmp_path, NEXUS_SERVER_SHUTDOWN_TIMEOUT_S="120")
+    running = run_python(env, _CLIENT, server.url, _slow_pagerank(lake))
+    try:
+        assert running.stdout is not None
+        assert running.stdout.readline().strip() == "asking"
+        evidence = tmp_path / "evidence"
+        assert wait_until(lambda: admission_decisions(evidence) == ["admitted"], timeout=60)
+        stopping = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        server.wait_for(r"stopping: refusing new queries")
+        time.sleep(0.5)
+        assert server.process.poll() is None  # the first signal waits for the query
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(60) == 0
+        # not the 120 s shutdown_timeout_s: the second signal cut the wait short
+        assert time.monotonic() - stopping < 30
+        server.wait_for(r"1 queries still running at a second signal; cancelling them")
+        assert admission_decisions(evidence) == ["admitted", "cancelled"]
+        assert "domain owner released" in server.log()  # the caches still drained
+        _out, err = running.communicate(timeout=30)
+        assert running.returncode != 0
+        assert "was cancelled" in err
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate(timeout=30)
+        close_all([server])

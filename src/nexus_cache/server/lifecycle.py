@@ -125,10 +125,16 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
             ) from None
         if metrics is not None and settings.metrics_port is not None:
             endpoint = MetricsEndpoint(metrics, settings.host, settings.metrics_port)
-        previous = {
-            sig: signal.signal(sig, lambda *_: stop.set())
-            for sig in (signal.SIGTERM, signal.SIGINT)
-        }
+        hurry = threading.Event()
+
+        def on_signal(*_: Any) -> None:
+            # the first signal stops gracefully; a second one while stopping
+            # cancels the running queries at once (the caches still drain)
+            if stop.is_set():
+                hurry.set()
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info(
             "listening on %s (backend %s, devices %s, %s)",
             settings.url_with_port(server.port),
@@ -142,20 +148,23 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
         try:
             while not stop.wait(0.5):
                 pass
+            log.info("stopping: refusing new queries (a second signal cancels running ones)")
+            server.begin_stop()
+            if not _wait_idle(server, settings.shutdown_timeout_s, hurry):
+                log.info(
+                    "%d queries still running %s; cancelling them",
+                    server.cancel_running(),
+                    "at a second signal"
+                    if hurry.is_set()
+                    else f"after shutdown_timeout_s={settings.shutdown_timeout_s:g}",
+                )
+                if not server.wait_idle(_CANCEL_GRACE_S):
+                    log.info("%d queries still running; stopping anyway", server.running)
+            stopped = _stop_grpc(server, _GRPC_STOP_GRACE_S)
         finally:
+            # from here on a signal acts as it would without the server
             for sig, old in previous.items():
                 signal.signal(sig, old)
-        log.info("stopping: refusing new queries")
-        server.begin_stop()
-        if not server.wait_idle(settings.shutdown_timeout_s):
-            log.info(
-                "%d queries still running after shutdown_timeout_s=%g; cancelling them",
-                server.cancel_running(),
-                settings.shutdown_timeout_s,
-            )
-            if not server.wait_idle(_CANCEL_GRACE_S):
-                log.info("%d queries still running; stopping anyway", server.running)
-        stopped = _stop_grpc(server, _GRPC_STOP_GRACE_S)
     finally:
         if endpoint is not None:
             endpoint.close()
@@ -175,6 +184,17 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
             handler.flush()
         os._exit(0)
     return 0
+
+
+def _wait_idle(server: Any, timeout: float, hurry: threading.Event) -> bool:
+    """``server.wait_idle(timeout)``, given up early (False) once ``hurry`` is set."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if server.wait_idle(max(0.0, min(0.1, left))):
+            return True
+        if hurry.is_set() or left <= 0:
+            return False
 
 
 def _admit_wait_s() -> float:
