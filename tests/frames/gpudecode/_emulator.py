@@ -7,14 +7,27 @@ line-for-line Python ports of the CUDA kernels of ``gpudecode.kernels``
 (one loop iteration per GPU thread), taking the same arguments. The real
 kernels run on a GPU in ``tests/gpu/test_gpudecode_gpu.py``; this checks
 that the host side drives them with the right tables.
+
+Each launch is checked as strictly as the GPU would need it, so the class of
+bugs a Python port would hide fails here instead (:class:`LaunchError`):
+every argument against the kernel's C signature (parsed from its source: a
+pointer takes a contiguous device array of exactly that element type, a
+scalar exactly that NumPy scalar type), the grid (at least one block, in
+range, and covering every item in a kernel without a grid-stride loop),
+and every index the ports take of a pointer argument (within the array; a
+``const`` pointer is read-only), where NumPy would wrap a negative index or
+clip a slice silently.
 """
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
+from nexus_cache.frames.gpudecode.kernels import kernel_source
 
 #: reads back from the "device" so far (each ``get``: one copy, one wait)
 READS = [0]
@@ -145,12 +158,11 @@ def levels_validity(levels, max_def, valid, error, n):
 
 def plain_fixed(heap, page_values, dense_base, n_pages, dense, total):
     width = dense.dtype.itemsize
-    raw = np.asarray(heap)
-    flat = np.asarray(dense).view(np.uint8)
     for k in range(int(total)):
         lo = _last_at_most(dense_base, int(n_pages), k)
         src = int(page_values[lo]) + (k - int(dense_base[lo])) * width
-        flat[k * width : (k + 1) * width] = raw[src : src + width]
+        value = bytes(heap[src : src + width])
+        dense[k] = np.frombuffer(value, dense.dtype)[0]
 
 
 def dict_gather(indices, dictionary, size, dense, error, total):
@@ -213,11 +225,106 @@ KERNELS = {
 }
 
 
+class LaunchError(AssertionError):
+    """A launch the GPU would reject, misread, or fault on."""
+
+
+class _Bounded(np.ndarray):
+    """A kernel's view of a pointer argument: an integer index or a slice
+    outside the array raises :class:`LaunchError` (a GPU would read or write
+    out of bounds), where NumPy would wrap or clip."""
+
+    def _check(self, key: Any) -> None:
+        n = self.shape[0]
+        if isinstance(key, slice):
+            start = 0 if key.start is None else int(key.start)
+            stop = n if key.stop is None else int(key.stop)
+            if key.step not in (None, 1) or not 0 <= start <= n or not 0 <= stop <= n:
+                raise LaunchError(f"slice [{key.start}:{key.stop}] of a {n}-item argument")
+        elif isinstance(key, (int, np.integer)):
+            if not 0 <= int(key) < n:
+                raise LaunchError(f"index {int(key)} of a {n}-item argument")
+        else:
+            raise LaunchError(f"a kernel port indexes with {type(key).__name__}")
+
+    def __getitem__(self, key: Any) -> Any:
+        self._check(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._check(key)
+        super().__setitem__(key, value)
+
+
+#: C pointee / scalar type of a kernel parameter -> NumPy dtype
+_C_TYPES = {
+    "unsigned char": np.dtype(np.uint8),
+    "int": np.dtype(np.int32),
+    "unsigned int": np.dtype(np.uint32),
+    "long long": np.dtype(np.int64),
+}
+_MAX_GRID_X = (1 << 31) - 1
+
+
+def signature(name: str, element_bytes: int | None = None) -> list[tuple[str, bool, bool]]:
+    """The parameters of kernel ``name`` as ``(C type, pointer, const)``."""
+    source = kernel_source(name, element_bytes)
+    found = re.search(r'extern "C" __global__ void ' + name + r"\((.*?)\)", source, re.S)
+    assert found is not None, name
+    params = []
+    for raw in found.group(1).split(","):
+        words = raw.replace("__restrict__", "").replace("*", " * ").split()[:-1]
+        const = "const" in words
+        pointer = "*" in words
+        ctype = " ".join(w for w in words if w not in ("const", "*"))
+        params.append((ctype, pointer, const))
+    return params
+
+
+def _check_arg(
+    name: str, i: int, arg: Any, param: tuple[str, bool, bool], elem: int | None
+) -> Any:
+    ctype, pointer, const = param
+    where = f"{name} argument {i} ({'const ' if const else ''}{ctype}{'*' if pointer else ''})"
+    if not pointer:
+        if type(arg) is not _C_TYPES[ctype].type:
+            raise LaunchError(f"{where}: got {type(arg).__name__}, not {_C_TYPES[ctype]}")
+        return arg
+    if not isinstance(arg, Array) or arg.ndim != 1 or not arg.flags.c_contiguous:
+        raise LaunchError(f"{where}: not a contiguous 1-d device array: {type(arg).__name__}")
+    if ctype == "ELEM_T":
+        if elem is None or arg.dtype.itemsize != elem:
+            raise LaunchError(f"{where}: {arg.dtype} for {elem}-byte elements")
+    elif arg.dtype != _C_TYPES[ctype]:
+        raise LaunchError(f"{where}: got {arg.dtype}")
+    view = np.asarray(arg).view(_Bounded)
+    if const:
+        view.flags.writeable = False
+    return view
+
+
 def kernel_function(name: str, element_bytes: int | None = None) -> Any:
-    """The emulated kernel ``name``, called like a ``cupy.RawKernel``."""
+    """The emulated kernel ``name``, called like a ``cupy.RawKernel``, each
+    launch checked (see the module notes)."""
     kernel = KERNELS[name]
+    params = signature(name, element_bytes)
+    grid_stride = "gridDim.x" in kernel_source(name, element_bytes)
 
     def launch(grid: Any, block: Any, args: tuple[Any, ...]) -> None:
-        kernel(*args)
+        if len(grid) != 1 or len(block) != 1 or len(args) != len(params):
+            raise LaunchError(f"{name}: grid {grid}, block {block}, {len(args)} arguments")
+        blocks, threads = grid[0], block[0]
+        if not (type(blocks) is int and type(threads) is int):
+            raise LaunchError(f"{name}: grid {grid} and block {block} take Python ints")
+        if not (1 <= blocks <= _MAX_GRID_X and 1 <= threads <= 1024):
+            raise LaunchError(f"{name}: grid {blocks} x block {threads} is not launchable")
+        checked = [
+            _check_arg(name, i, a, p, element_bytes)
+            for i, (a, p) in enumerate(zip(args, params, strict=True))
+        ]
+        items = int(args[-1])  # every kernel's last parameter: its item count
+        if not grid_stride and blocks * threads < items:
+            raise LaunchError(f"{name}: {blocks} x {threads} threads for {items} items")
+        kernel(*checked)
 
     return launch

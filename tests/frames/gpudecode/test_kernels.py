@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import re
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,32 @@ _CASES = [
 
 @pytest.mark.parametrize(("name", "size"), _CASES)
 def test_kernel_compiles_to_cubin_for_sm90(name: str, size: int | None) -> None:
+    """With line info, as the loader compiles them; ptxas reports no spill and
+    no local memory (a kernel that needs either is slow on every GPU)."""
     core = pytest.importorskip("cuda.core")
-    options = core.ProgramOptions(arch="sm_90")
+    options = core.ProgramOptions(
+        arch="sm_90",
+        lineinfo=True,
+        ptxas_options=["--warn-on-spills", "--warn-on-local-memory-usage"],
+    )
     program = core.Program(kernel_source(name, size), "c++", options=options)
-    module = program.compile("cubin", name_expressions=(name,))
+    log = io.StringIO()
+    module = program.compile("cubin", name_expressions=(name,), logs=log)
     assert module.code[:4] == b"\x7fELF"  # a cubin image
+    assert "warning" not in log.getvalue().lower(), log.getvalue()
+
+
+#: a C cast to a pointer type: reading a wider type through it from a byte
+#: offset is a misaligned access on the GPU (the heap's pages start at any byte)
+_POINTER_CAST = re.compile(r"\(\s*(?:const\s+)?[A-Za-z_][A-Za-z_ ]*\*\s*\)|reinterpret_cast")
+
+
+@pytest.mark.parametrize(("name", "size"), _CASES)
+def test_kernels_read_the_heap_bytewise(name: str, size: int | None) -> None:
+    source = kernel_source(name, size)
+    assert _POINTER_CAST.findall(source) == []
+    # the check itself finds the cast it is for
+    assert _POINTER_CAST.search("v = *(const long long*)(heap + pos);")
 
 
 def test_kernels_compile_through_the_program_cache(

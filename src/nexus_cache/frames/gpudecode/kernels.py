@@ -45,7 +45,9 @@ __all__ = [
 _HYBRID_RUNS = r"""
 // One thread per stream: walk the run headers into the stream's run table
 // (capacity: the stream's bytes + 1, as every run takes at least one byte).
-extern "C" __global__ void hybrid_runs(
+// Grid-stride over the streams: the launch caps its grid, and a stream past
+// the grid must still be walked.
+__device__ void stream_runs(
     const unsigned char* __restrict__ data,
     const long long* __restrict__ stream_start,
     const long long* __restrict__ stream_end,
@@ -57,10 +59,8 @@ extern "C" __global__ void hybrid_runs(
     long long* __restrict__ run_value,
     int* __restrict__ run_count,
     int* __restrict__ error,
-    const int n_streams)
+    const int s)
 {
-    int s = blockIdx.x * blockDim.x + threadIdx.x;
-    if (s >= n_streams) return;
     const int bw = bit_width[s];
     const long long end = stream_end[s], want = count[s];
     const long long base = run_base[s], capacity = end - stream_start[s] + 1;
@@ -113,6 +113,27 @@ extern "C" __global__ void hybrid_runs(
         done += take;
     }
     run_count[s] = runs;
+}
+
+extern "C" __global__ void hybrid_runs(
+    const unsigned char* __restrict__ data,
+    const long long* __restrict__ stream_start,
+    const long long* __restrict__ stream_end,
+    const int* __restrict__ bit_width,
+    const long long* __restrict__ count,
+    const long long* __restrict__ run_base,
+    long long* __restrict__ run_start,
+    unsigned char* __restrict__ run_packed,
+    long long* __restrict__ run_value,
+    int* __restrict__ run_count,
+    int* __restrict__ error,
+    const int n_streams)
+{
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (long long s = first; s < n_streams; s += stride)
+        stream_runs(data, stream_start, stream_end, bit_width, count, run_base, run_start,
+                    run_packed, run_value, run_count, error, (int)s);
 }
 """
 
@@ -263,7 +284,8 @@ extern "C" __global__ void dict_strings(
 """
 
 _PLAIN_LENGTHS = r"""
-// One thread per page: walk the 4-byte length prefixes of its PLAIN strings.
+// One thread per page: walk the 4-byte length prefixes of its PLAIN strings
+// (grid-stride over the pages, as the launch caps its grid).
 extern "C" __global__ void plain_lengths(
     const unsigned char* __restrict__ heap,
     const long long* __restrict__ page_start,
@@ -275,18 +297,20 @@ extern "C" __global__ void plain_lengths(
     int* __restrict__ error,
     const int n_pages)
 {
-    int p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= n_pages) return;
-    long long pos = page_start[p];
-    const long long end = page_end[p], base = dense_base[p], count = page_count[p];
-    for (long long k = 0; k < count; ++k) {
-        if (pos + 4 > end) { atomicExch(error, 1); return; }
-        long long length = (long long)heap[pos] | ((long long)heap[pos + 1] << 8)
-            | ((long long)heap[pos + 2] << 16) | ((long long)heap[pos + 3] << 24);
-        if (pos + 4 + length > end) { atomicExch(error, 1); return; }
-        dense_start[base + k] = pos + 4;
-        dense_length[base + k] = length;
-        pos += 4 + length;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (long long p = first; p < n_pages; p += stride) {
+        long long pos = page_start[p];
+        const long long end = page_end[p], base = dense_base[p], count = page_count[p];
+        for (long long k = 0; k < count; ++k) {
+            if (pos + 4 > end) { atomicExch(error, 1); break; }
+            long long length = (long long)heap[pos] | ((long long)heap[pos + 1] << 8)
+                | ((long long)heap[pos + 2] << 16) | ((long long)heap[pos + 3] << 24);
+            if (pos + 4 + length > end) { atomicExch(error, 1); break; }
+            dense_start[base + k] = pos + 4;
+            dense_length[base + k] = length;
+            pos += 4 + length;
+        }
     }
 }
 """
