@@ -3,9 +3,9 @@
 The one loader of every kernel of ours: the graph kernels (``graph``) and
 the Parquet page-decode kernels (``frames.gpudecode``) both load here.
 
-A kernel is compiled by NVRTC (``cuda.core`` ``Program``) for the
-architecture of the device it runs on (``sm_XX``, from the device's compute
-capability) through :func:`nexus_cache.program.cached_compile` into the
+A kernel is compiled by NVRTC (``cuda.core`` ``Program``, with line info)
+for the architecture of the device it runs on (``sm_XX``, from the device's
+compute capability) through :func:`nexus_cache.program.cached_compile` into the
 default file-stream program cache (``NEXUS_PROGRAM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nexus-cache/program-cache``). A later process, or the
 same machine after a reboot, reads the cubin from that cache instead of
@@ -139,7 +139,10 @@ def compile_cubin(source: str, name: str, arch: str) -> tuple[bytes, bool]:
 
     from nexus_cache.program import cached_compile
 
-    inputs = _counted_inputs()(source, "c++", ProgramOptions(arch=arch, name=f"nexus_{name}"))
+    # line info: compute-sanitizer and profilers name the source line; the code
+    # itself is the same as without it
+    options = ProgramOptions(arch=arch, name=f"nexus_{name}", lineinfo=True)
+    inputs = _counted_inputs()(source, "c++", options)
     before = _built[0]
     # The name expression makes cached_compile keep a metadata sidecar, so
     # `program-cache ls` shows the kernel's name.

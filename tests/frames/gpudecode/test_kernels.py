@@ -65,6 +65,8 @@ def test_kernels_compile_through_the_program_cache(
     assert compiled
     assert not compiled_again  # the second comes from the cache
     assert again[:4] == b"\x7fELF"
+    # with line info, so compute-sanitizer names the kernel's source line
+    assert b".debug_line" in again
 
 
 def test_element_sizes_are_checked() -> None:
