@@ -250,3 +250,88 @@ def test_a_row_group_of_mixed_codecs_and_its_stage_times(domain: Any, tmp_path: 
     assert got.equals(pq.read_table(io.BytesIO(raw)))
     assert set(stats.gpu_stages) == {"pack", "transfer", "decompress", "decode"}
     assert stats.gpu_stages["decode"] > 0
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd", "lz4_raw", "gzip"])
+def test_nvcomp_reports_the_size_each_page_decompressed_to(codec: str) -> None:
+    """A page that inflates to fewer bytes than its header says is refused:
+    ``decompress_batch`` checks the sizes nvCOMP reports, which must be the
+    sizes decompressed, not the output slots' capacities."""
+    pytest.importorskip("nvidia.nvcomp")
+    import cupy as cp
+
+    from nexus_cache.frames.gpudecode.nvcomp import (
+        ALGORITHMS,
+        ALIGNMENT,
+        NvcompRefused,
+        decompress_batch,
+    )
+
+    plain = np.arange(20_000, dtype=np.int64).tobytes()
+    packed = pa.compress(plain, codec=codec, asbytes=True)
+    out_at = (len(packed) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    algorithm = ALGORITHMS["LZ4_RAW" if codec == "lz4_raw" else codec.upper()]
+
+    def heap_and_jobs(want: int) -> tuple[Any, list[tuple[int, int, int, int]]]:
+        heap = cp.zeros(out_at + want + ALIGNMENT, np.uint8)
+        heap[: len(packed)] = cp.asarray(np.frombuffer(packed, np.uint8))
+        assert heap.data.ptr % ALIGNMENT == 0
+        return heap, [(0, len(packed), out_at, want)]
+
+    heap, jobs = heap_and_jobs(len(plain))
+    decompress_batch(heap, algorithm, jobs, "t.parquet")
+    assert heap[out_at : out_at + len(plain)].get().tobytes() == plain
+    heap, jobs = heap_and_jobs(len(plain) + 64)  # the header claims 64 bytes more
+    with pytest.raises(NvcompRefused, match="decompressed to"):
+        decompress_batch(heap, algorithm, jobs, "t.parquet")
+
+
+def _many_pages_file() -> bytes:
+    """Every chunk of more than 300 pages (PLAIN strings, dictionary indices,
+    levels), snappy-compressed."""
+    n = 4000
+    rng = np.random.default_rng(7)
+    mask = rng.random(n) < 0.2
+    table = pa.table(
+        {
+            "s": pa.array([f"v{i}" for i in range(n)], mask=mask),
+            "i": pa.array(rng.integers(0, 9, n), pa.int64(), mask=mask),
+            "b": pa.array(rng.random(n) < 0.5, mask=mask),
+        }
+    )
+    return write(
+        table, use_dictionary=["i"], data_page_size=16, write_batch_size=8, compression="snappy"
+    )
+
+
+def test_a_capped_grid_decodes_every_page_on_device(
+    domain: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One block of 256 threads for every launch: the kernels with one thread
+    per page or stream loop over the others."""
+    import importlib
+
+    heap_module = importlib.import_module("nexus_cache.frames.gpudecode._heap")
+    monkeypatch.setattr(heap_module, "_MAX_BLOCKS", 1)
+    _on_device_equals_pyarrow(_many_pages_file(), domain)
+
+
+def test_decode_on_a_non_blocking_stream(domain: Any) -> None:
+    """Kernels, CuPy work and nvCOMP all run on the caller's current stream (a
+    non-blocking one: no implicit order with the null stream)."""
+    import cupy as cp
+
+    raw = write(_codec_table(60_000), compression="snappy", data_page_version="1.0")
+    with cp.cuda.Device(0), cp.cuda.Stream(non_blocking=True):
+        _on_device_equals_pyarrow(raw, domain)
+
+
+def test_the_decode_kernels_load_through_the_program_cache(domain: Any) -> None:
+    """Not CuPy's fallback compile, which would hide a broken cubin load."""
+    from nexus_cache._kernels import kernel_loads
+    from nexus_cache.frames.gpudecode.kernels import KERNEL_NAMES
+
+    _on_device_equals_pyarrow(write(_codec_table(5_000), compression="zstd"), domain)
+    loads = [k for k in kernel_loads() if k.kernel.split("(")[0] in KERNEL_NAMES]
+    assert loads
+    assert {k.origin for k in loads} <= {"compiled", "program-cache"}, loads
