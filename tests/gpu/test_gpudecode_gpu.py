@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
-from tests.frames.gpudecode._check import check_file
+from tests.frames.gpudecode._check import check_file, device_piece
+from tests.frames.gpudecode.test_launches import many_pages_file
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
@@ -42,12 +43,7 @@ def domain() -> Any:
 def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
     def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
         got = decode_chunk_on_device(chunk, spec, domain, pages)
-        return HostPiece(
-            got.length,
-            got.data.get(),
-            None if got.offsets is None else got.offsets.get(),
-            None if got.validity is None else got.validity.get(),
-        )
+        return device_piece(got)
 
     check_file(raw, decode=decode)
 
@@ -286,24 +282,6 @@ def test_nvcomp_reports_the_size_each_page_decompressed_to(codec: str) -> None:
         decompress_batch(heap, algorithm, jobs, "t.parquet")
 
 
-def _many_pages_file() -> bytes:
-    """Every chunk of more than 300 pages (PLAIN strings, dictionary indices,
-    levels), snappy-compressed."""
-    n = 4000
-    rng = np.random.default_rng(7)
-    mask = rng.random(n) < 0.2
-    table = pa.table(
-        {
-            "s": pa.array([f"v{i}" for i in range(n)], mask=mask),
-            "i": pa.array(rng.integers(0, 9, n), pa.int64(), mask=mask),
-            "b": pa.array(rng.random(n) < 0.5, mask=mask),
-        }
-    )
-    return write(
-        table, use_dictionary=["i"], data_page_size=16, write_batch_size=8, compression="snappy"
-    )
-
-
 def test_a_capped_grid_decodes_every_page_on_device(
     domain: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -313,7 +291,7 @@ def test_a_capped_grid_decodes_every_page_on_device(
 
     heap_module = importlib.import_module("nexus_cache.frames.gpudecode._heap")
     monkeypatch.setattr(heap_module, "_MAX_BLOCKS", 1)
-    _on_device_equals_pyarrow(_many_pages_file(), domain)
+    _on_device_equals_pyarrow(many_pages_file("snappy"), domain)
 
 
 def test_decode_on_a_non_blocking_stream(domain: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,16 @@ from nexus_cache.frames.gpudecode import (
 def _bits(a: np.ndarray) -> np.ndarray:
     """The raw bytes of each element (so NaN payloads and -0.0 compare exactly)."""
     return np.ascontiguousarray(a).view(np.uint8).reshape(len(a), a.dtype.itemsize)
+
+
+def device_piece(got: Any) -> HostPiece:
+    """A decoded :class:`DeviceChunk` (CuPy, or the emulator's arrays) read back."""
+    return HostPiece(
+        got.length,
+        got.data.get(),
+        None if got.offsets is None else got.offsets.get(),
+        None if got.validity is None else got.validity.get(),
+    )
 
 
 def assert_same(got: HostPiece, expected: pa.Array, where: str) -> None:

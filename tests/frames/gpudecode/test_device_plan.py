@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from tests.frames.gpudecode import _emulator
-from tests.frames.gpudecode._check import assert_same, check_file
+from tests.frames.gpudecode._check import assert_same, check_file, device_piece
 from tests.frames.gpudecode.test_reference import CODECS, WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
@@ -37,19 +37,10 @@ def _decompress_like_nvcomp(heap: Any, algorithm: str, jobs: Any, where: str) ->
         heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
 
 
-def _host_piece(got: Any) -> HostPiece:
-    return HostPiece(
-        got.length,
-        got.data.get(),
-        None if got.offsets is None else got.offsets.get(),
-        None if got.validity is None else got.validity.get(),
-    )
-
-
 def _decode_together(items: list[tuple[ChunkSpec, list[Page]]]) -> list[HostPiece]:
     """What ``decode_chunks_on_device`` does, on the emulated device."""
     heap = _heap._Heap(_emulator.fake_cupy, items)
-    return [_host_piece(got) for got in _steps.decode_all(heap.chunks)]
+    return [device_piece(got) for got in _steps.decode_all(heap.chunks)]
 
 
 def _emulated(device_codec: bool) -> Any:
@@ -250,7 +241,7 @@ def test_a_row_group_reads_back_four_times_however_many_chunks(device_codec: boo
     assert _emulator.READS[0] - before == 4
     expected = pf.read_row_group(0)
     for (spec, _), got in zip(items, results, strict=True):
-        assert_same(_host_piece(got), expected.column(spec.column).combine_chunks(), spec.column)
+        assert_same(device_piece(got), expected.column(spec.column).combine_chunks(), spec.column)
 
 
 def test_pages_nvcomp_refuses_are_decompressed_on_the_host(

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tests.frames.gpudecode import _emulator
-from tests.frames.gpudecode._check import assert_same
+from tests.frames.gpudecode._check import assert_same, device_piece
 from tests.frames.gpudecode._emulator import LaunchError, fake_cupy, signature
 from tests.frames.gpudecode.test_reference import write
 
@@ -98,13 +98,8 @@ def test_every_kernel_signature_is_read() -> None:
         assert all(ctype in (*_emulator._C_TYPES, "ELEM_T") for ctype, _, _ in params)
 
 
-def test_a_capped_grid_still_covers_every_page_and_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launch caps its grid (``_MAX_BLOCKS``): a kernel with one thread per
-    page or stream must loop over the rest, not skip them. With one block of
-    256 threads, a chunk of more than 256 pages decodes whole."""
-    monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
-    monkeypatch.setattr(_heap, "device_algorithm", lambda codec: None)
-    monkeypatch.setattr(_heap, "_MAX_BLOCKS", 1)
+def many_pages_file(compression: str) -> bytes:
+    """Each string and dictionary-encoded chunk of more than 300 pages, with nulls."""
     n = 3000
     rng = np.random.default_rng(7)
     mask = rng.random(n) < 0.2
@@ -112,32 +107,31 @@ def test_a_capped_grid_still_covers_every_page_and_stream(monkeypatch: pytest.Mo
         {
             "s": pa.array([f"v{i}" for i in range(n)], mask=mask),
             "i": pa.array(rng.integers(0, 9, n), pa.int64(), mask=mask),
+            "b": pa.array(rng.random(n) < 0.5, mask=mask),
         }
     )
-    raw = write(
-        table, use_dictionary=["i"], data_page_size=16, write_batch_size=8, compression="none"
-    )
+    options = {"data_page_size": 16, "write_batch_size": 8, "compression": compression}
+    return write(table, use_dictionary=["i"], **options)
+
+
+def test_a_capped_grid_still_covers_every_page_and_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch caps its grid (``_MAX_BLOCKS``): a kernel with one thread per
+    page or stream must loop over the rest, not skip them. With one block of
+    256 threads, a chunk of more than 256 pages decodes whole."""
+    monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
+    monkeypatch.setattr(_heap, "device_algorithm", lambda codec: None)
+    monkeypatch.setattr(_heap, "_MAX_BLOCKS", 1)
+    raw = many_pages_file("none")
     pf = pq.ParquetFile(io.BytesIO(raw))
     items = []
     for j in range(pf.metadata.num_columns):
         spec = chunk_spec(pf, 0, j, "t.parquet")
         items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
-    assert all(len(pages) > 300 for _, pages in items)
+    assert [len(pages) > 300 for _, pages in items] == [True, True, False]
     heap = _heap._Heap(fake_cupy, items)
     got = _steps.decode_all(heap.chunks)
     expected = pf.read_row_group(0)
     for (spec, _), piece in zip(items, got, strict=True):
         assert_same(
-            _emulator_piece(piece), expected.column(spec.column).combine_chunks(), spec.column
+            device_piece(piece), expected.column(spec.column).combine_chunks(), spec.column
         )
-
-
-def _emulator_piece(got: Any) -> Any:
-    from nexus_cache.frames._host import HostPiece
-
-    return HostPiece(
-        got.length,
-        got.data.get(),
-        None if got.offsets is None else got.offsets.get(),
-        None if got.validity is None else got.validity.get(),
-    )

@@ -46,75 +46,8 @@ _HYBRID_RUNS = r"""
 // One thread per stream: walk the run headers into the stream's run table
 // (capacity: the stream's bytes + 1, as every run takes at least one byte).
 // Grid-stride over the streams: the launch caps its grid, and a stream past
-// the grid must still be walked.
-__device__ void stream_runs(
-    const unsigned char* __restrict__ data,
-    const long long* __restrict__ stream_start,
-    const long long* __restrict__ stream_end,
-    const int* __restrict__ bit_width,
-    const long long* __restrict__ count,
-    const long long* __restrict__ run_base,
-    long long* __restrict__ run_start,
-    unsigned char* __restrict__ run_packed,
-    long long* __restrict__ run_value,
-    int* __restrict__ run_count,
-    int* __restrict__ error,
-    const int s)
-{
-    const int bw = bit_width[s];
-    const long long end = stream_end[s], want = count[s];
-    const long long base = run_base[s], capacity = end - stream_start[s] + 1;
-    long long pos = stream_start[s], done = 0;
-    int runs = 0;
-    run_count[s] = 0;
-    if (bw < 0 || bw > 32) { atomicExch(error, 1); return; }
-    const int value_bytes = (bw + 7) / 8;
-    while (done < want) {
-        unsigned long long header = 0;
-        int shift = 0;
-        for (;;) {
-            if (pos >= end || shift >= 35) { atomicExch(error, 1); return; }
-            unsigned char b = data[pos++];
-            header |= (unsigned long long)(b & 0x7F) << shift;
-            if (!(b & 0x80)) break;
-            shift += 7;
-        }
-        long long length, take;
-        if (header & 1) {
-            length = (long long)(header >> 1) * 8;
-            take = length < want - done ? length : want - done;
-            long long need = (take * bw + 7) / 8;
-            if (pos + need > end) { atomicExch(error, 1); return; }
-            if (take) {
-                if (runs >= capacity) { atomicExch(error, 1); return; }
-                run_start[base + runs] = done;
-                run_packed[base + runs] = 1;
-                run_value[base + runs] = pos;
-                ++runs;
-            }
-            pos += (length * bw + 7) / 8;
-        } else {
-            length = (long long)(header >> 1);
-            take = length < want - done ? length : want - done;
-            if (pos + value_bytes > end) { atomicExch(error, 1); return; }
-            unsigned long long value = 0;
-            for (int k = 0; k < value_bytes; ++k)
-                value |= (unsigned long long)data[pos + k] << (8 * k);
-            if (value >> bw) { atomicExch(error, 1); return; }
-            if (take) {
-                if (runs >= capacity) { atomicExch(error, 1); return; }
-                run_start[base + runs] = done;
-                run_packed[base + runs] = 0;
-                run_value[base + runs] = (long long)value;
-                ++runs;
-            }
-            pos += value_bytes;
-        }
-        done += take;
-    }
-    run_count[s] = runs;
-}
-
+// the grid must still be walked. A malformed stream sets the error flag and
+// goes to the next (its run count stays 0).
 extern "C" __global__ void hybrid_runs(
     const unsigned char* __restrict__ data,
     const long long* __restrict__ stream_start,
@@ -131,9 +64,65 @@ extern "C" __global__ void hybrid_runs(
 {
     const long long stride = (long long)blockDim.x * gridDim.x;
     const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    for (long long s = first; s < n_streams; s += stride)
-        stream_runs(data, stream_start, stream_end, bit_width, count, run_base, run_start,
-                    run_packed, run_value, run_count, error, (int)s);
+    for (long long s = first; s < n_streams; s += stride) {
+        {
+            const int bw = bit_width[s];
+            const long long end = stream_end[s], want = count[s];
+            const long long base = run_base[s], capacity = end - stream_start[s] + 1;
+            long long pos = stream_start[s], done = 0;
+            int runs = 0;
+            run_count[s] = 0;
+            if (bw < 0 || bw > 32) goto malformed;
+            const int value_bytes = (bw + 7) / 8;
+            while (done < want) {
+                unsigned long long header = 0;
+                int shift = 0;
+                for (;;) {
+                    if (pos >= end || shift >= 35) goto malformed;
+                    unsigned char b = data[pos++];
+                    header |= (unsigned long long)(b & 0x7F) << shift;
+                    if (!(b & 0x80)) break;
+                    shift += 7;
+                }
+                long long length, take;
+                if (header & 1) {
+                    length = (long long)(header >> 1) * 8;
+                    take = length < want - done ? length : want - done;
+                    long long need = (take * bw + 7) / 8;
+                    if (pos + need > end) goto malformed;
+                    if (take) {
+                        if (runs >= capacity) goto malformed;
+                        run_start[base + runs] = done;
+                        run_packed[base + runs] = 1;
+                        run_value[base + runs] = pos;
+                        ++runs;
+                    }
+                    pos += (length * bw + 7) / 8;
+                } else {
+                    length = (long long)(header >> 1);
+                    take = length < want - done ? length : want - done;
+                    if (pos + value_bytes > end) goto malformed;
+                    unsigned long long value = 0;
+                    for (int k = 0; k < value_bytes; ++k)
+                        value |= (unsigned long long)data[pos + k] << (8 * k);
+                    if (value >> bw) goto malformed;
+                    if (take) {
+                        if (runs >= capacity) goto malformed;
+                        run_start[base + runs] = done;
+                        run_packed[base + runs] = 0;
+                        run_value[base + runs] = (long long)value;
+                        ++runs;
+                    }
+                    pos += value_bytes;
+                }
+                done += take;
+            }
+            run_count[s] = runs;
+            continue;
+        }
+    malformed:
+        atomicExch(error, 1);
+    }
 }
 """
 
