@@ -139,8 +139,8 @@ def compile_cubin(source: str, name: str, arch: str) -> tuple[bytes, bool]:
 
     from nexus_cache.program import cached_compile
 
-    # line info: compute-sanitizer and profilers name the source line; the code
-    # itself is the same as without it
+    # line info: compute-sanitizer and profilers name the source line (unlike
+    # -G it leaves optimization as it is)
     options = ProgramOptions(arch=arch, name=f"nexus_{name}", lineinfo=True)
     inputs = _counted_inputs()(source, "c++", options)
     before = _built[0]
