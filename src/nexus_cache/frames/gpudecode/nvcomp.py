@@ -112,7 +112,8 @@ def decompress_batch(
     except (RuntimeError, ValueError) as exc:
         raise NvcompRefused(
             f"{where}: {algorithm} pages failed to decompress on the device "
-            f"({' '.join(str(exc).split())}); the file is corrupt"
+            f"({' '.join(str(exc).split())}): the pages are corrupt, or the device ran "
+            "out of memory for nvCOMP's scratch space"
         ) from exc
     for (_, _, _, want), got in zip(jobs, sizes, strict=True):
         if got != want:
