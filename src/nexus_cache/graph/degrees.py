@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import ConfigError
+from nexus_cache.graph.arrays import occurrences
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.registry import ALGORITHMS
 from nexus_cache.graph.result import GraphResult
@@ -30,13 +31,6 @@ __all__ = ["DIRECTIONS", "degree", "transient_bytes"]
 
 #: ``total``: arcs in and out (directed) or edges (undirected); ``out``, ``in``.
 DIRECTIONS = ALGORITHMS["degree"].param("direction").choices
-
-
-def _counts(xp: Any, values: Any, n: int) -> Any:
-    """How often each of ``0..n-1`` occurs in ``values`` (int64)."""
-    if int(values.size) == 0:  # no bincount of nothing: CuPy wants a maximum
-        return xp.zeros(n, dtype=np.int64)
-    return xp.bincount(values, minlength=n).astype(np.int64, copy=False)
 
 
 def degree(graph: Graph, *, direction: str = "total") -> GraphResult:
@@ -55,10 +49,10 @@ def degree(graph: Graph, *, direction: str = "total") -> GraphResult:
     if not graph.directed:
         # a self loop is one stored arc but two ends of an edge
         every_row = graph.rows()
-        counts = rows + _counts(xp, every_row[every_row == graph.indices], n)
+        counts = rows + occurrences(xp, every_row[every_row == graph.indices], n)
     else:
         # rows hold out-neighbours unless the graph is stored transposed
-        columns = _counts(xp, graph.indices, n)
+        columns = occurrences(xp, graph.indices, n)
         outs, ins = (columns, rows) if graph.options.stores_in_edges else (rows, columns)
         counts = {"out": outs, "in": ins}.get(direction)
         if counts is None:

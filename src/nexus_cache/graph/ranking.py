@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
+from nexus_cache.graph.arrays import occurrences
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.registry import CONVERGENCE_RULES, _finite
 from nexus_cache.graph.result import GraphResult
@@ -130,7 +131,7 @@ def pagerank(
     # Out-weights in float64 (bincount's type): float32 weights near their
     # limit would overflow the sum, and every arc of that vertex would carry 0.
     if pull.weights is None:
-        out_weight = xp.bincount(sources, minlength=n).astype(np.float64)
+        out_weight = occurrences(xp, sources, n).astype(np.float64)
         transition = 1.0 / xp.where(out_weight == 0, 1.0, out_weight)[sources]
     else:
         weights = pull.weights.astype(np.float64, copy=False)
