@@ -88,8 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     non-zero status chosen by :func:`nexus_cache.cli._output.exit_code_for`;
     ``--debug`` prints the traceback as well.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # Building the parser imports every area's command module: a Ctrl-C
+        # there is as much an interrupt as one inside the command.
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
