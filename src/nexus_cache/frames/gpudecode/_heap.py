@@ -145,23 +145,37 @@ class _Heap:
         self.started = now
 
     def gather(self, offsets: Sequence[int]) -> Any:
-        """The little-endian uint32 at each heap offset (zero past the heap), as a
-        device array (read it back with others in one copy)."""
-        cp = self.cp
-        at = _i64(offsets)
-        if at.size == 0:
-            return cp.zeros(0, np.uint32)
-        index = at[:, None] + np.arange(4, dtype=np.int64)
-        inside = cp.asarray((index < self.size).astype(np.uint32))
-        got = self.data[cp.asarray(np.where(index < self.size, index, 0))].astype(np.uint32)
-        got = got * inside
-        return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
+        """:func:`_gather` of this heap."""
+        return _gather(self.cp, self.data, self.size, offsets)
 
     def peek(self, offsets: Sequence[int]) -> np.ndarray:
         """:meth:`gather`, read back (one copy)."""
         if len(offsets) == 0:
             return np.zeros(0, np.uint32)
         return np.asarray(self.gather(offsets).get(), np.uint32)
+
+    def release(self) -> None:
+        """Drop the heap's buffer and its chunks' plans (their error flags too), so
+        the device bytes go back at once, even while a traceback keeps this
+        object alive."""
+        for chunk in getattr(self, "chunks", ()):
+            chunk.heap = chunk.error = None
+        self.chunks = []
+        self.data = None
+
+
+def _gather(cp: Any, data: Any, size: int, offsets: Sequence[int]) -> Any:
+    """The little-endian uint32 at each offset of the heap ``data`` (``size``
+    bytes; zero past it), as a device array (read it back with others in one
+    copy)."""
+    at = _i64(offsets)
+    if at.size == 0:
+        return cp.zeros(0, np.uint32)
+    index = at[:, None] + np.arange(4, dtype=np.int64)
+    inside = cp.asarray((index < size).astype(np.uint32))
+    got = data[cp.asarray(np.where(index < size, index, 0))].astype(np.uint32)
+    got = got * inside
+    return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
 
 
 class _Chunk:
@@ -174,7 +188,11 @@ class _Chunk:
         placed: Sequence[PlacedPage],
         sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
     ) -> None:
-        self.cp, self.spec, self.gather = heap.cp, spec, heap.gather
+        # The heap's buffer and size, not the heap: a chunk that pointed back at
+        # the heap that lists it would make a cycle, and the device bytes
+        # would wait for the garbage collector instead of going back when the
+        # decode returns.
+        self.cp, self.spec = heap.cp, spec
         self.heap, self.size = heap.data, heap.size
         self.error = heap.cp.zeros(1, np.int32)
         self.data_pages: list[_DataPage] = []
@@ -185,6 +203,10 @@ class _Chunk:
                 self.dictionary = (p.page, *values)
             else:
                 self.data_pages.append(_DataPage(p.page, h.num_values, levels, values))
+
+    def gather(self, offsets: Sequence[int]) -> Any:
+        """:func:`_gather` of the heap."""
+        return _gather(self.cp, self.heap, self.size, offsets)
 
     def malformed(self, what: str) -> SourceFormatError:
         """The error for a stream of this chunk a kernel found malformed."""

@@ -28,6 +28,7 @@ call uses its own buffers on the current stream (or the staging's).
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,10 +86,21 @@ def decode_chunks_on_device(
     if not resolved:
         return []
     with domain.scope() if transfer is None else transfer.device():
-        heap = _Heap(cp, resolved, transfer, stages)
-        out = decode_all(heap.chunks)
-        # Complete when it returns, like the host path: a caller may use the
-        # buffers from any stream.
-        cp.cuda.get_current_stream().synchronize()
-        heap.stage("decode")
-        return out
+        heap = None
+        try:
+            heap = _Heap(cp, resolved, transfer, stages)
+            out = decode_all(heap.chunks)
+            # Complete when it returns, like the host path: a caller may use the
+            # buffers from any stream.
+            cp.cuda.get_current_stream().synchronize()
+            heap.stage("decode")
+            return out
+        except BaseException as exc:
+            # The traceback keeps the frames of the decode steps, and with them
+            # every device temporary they held, for as long as the caller keeps
+            # the exception: clear them so the domain gets its bytes back now.
+            traceback.clear_frames(exc.__traceback__)
+            raise
+        finally:
+            if heap is not None:
+                heap.release()
