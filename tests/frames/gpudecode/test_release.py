@@ -9,7 +9,6 @@ import contextlib
 import gc
 import importlib
 import io
-import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -18,12 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tests.frames.gpudecode import _emulator
 from tests.frames.gpudecode.test_reference import write
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode import chunk_spec, read_pages
-from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
 
 _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
@@ -36,7 +33,7 @@ class _Domain:
 
 
 @pytest.fixture
-def heaps(monkeypatch: pytest.MonkeyPatch) -> list[weakref.ref[Any]]:
+def heaps(emulated_device: Any, monkeypatch: pytest.MonkeyPatch) -> list[weakref.ref[Any]]:
     """The device decoder on the emulated device; returns weak references to
     every heap buffer it makes."""
     made: list[weakref.ref[Any]] = []
@@ -47,16 +44,7 @@ def heaps(monkeypatch: pytest.MonkeyPatch) -> list[weakref.ref[Any]]:
             made.append(weakref.ref(self.data))
             return layout
 
-    def decompress(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
-        for source, size, out, want in jobs:
-            got = pa.decompress(bytes(heap[source : source + size]), want, codec=algorithm)
-            heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
-
-    monkeypatch.setitem(sys.modules, "cupy", _emulator.fake_cupy)
     monkeypatch.setattr(_device, "_Heap", _Watched)
-    monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
-    monkeypatch.setattr(_heap, "decompress_batch", decompress)
-    monkeypatch.setattr(_heap, "device_algorithm", lambda codec: PYARROW_CODECS[codec])
     return made
 
 

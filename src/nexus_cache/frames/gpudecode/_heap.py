@@ -79,8 +79,9 @@ class _Heap:
         items: Sequence[tuple[ChunkSpec, list[Page]]],
         transfer: Any = None,
         stages: dict[str, float] | None = None,
+        codecs: dict[Any, Any] | None = None,
     ) -> None:
-        self.cp, self.stages = cp, stages
+        self.cp, self.stages, self.codecs = cp, stages, codecs
         self.data: Any = None
         self.size = 0
         self.started = time.perf_counter()
@@ -123,14 +124,17 @@ class _Heap:
         self.stage("pack")
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
-        host = np.frombuffer(layout.host, np.uint8)
-        if host.size and transfer is not None:
-            transfer.to_device(host, self.data[: host.size])
-        elif host.size:
-            self.data[: host.size] = cp.asarray(host)
+        if transfer is not None:
+            # each piece from the file's bytes into its place, through the
+            # pinned staging (one host copy a page)
+            for at, piece in layout.pieces:
+                host = np.frombuffer(piece, np.uint8)
+                transfer.to_device(host, self.data[at : at + host.size])
+        elif layout.host_size:
+            self.data[: layout.host_size] = cp.asarray(layout.host_image())
         self.stage("transfer")
         for algorithm, jobs in layout.jobs.items():  # one batched call per codec
-            decompress_batch(self.data, algorithm, jobs, where)
+            decompress_batch(self.data, algorithm, jobs, where, self.codecs)
         self.stage("decompress")
         return layout
 

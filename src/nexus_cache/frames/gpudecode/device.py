@@ -59,6 +59,7 @@ def decode_chunks_on_device(
     domain: Any,
     transfer: Any = None,
     stages: dict[str, float] | None = None,
+    codecs: dict[Any, Any] | None = None,
 ) -> list[DeviceChunk]:
     """Decode the column chunks of ``items`` (bytes, spec, pages or None), one
     heap for all of them (a row group's: one copy to the device, one nvCOMP
@@ -70,7 +71,9 @@ def decode_chunks_on_device(
     decode runs on its stream; without one, a plain copy on the current
     stream. ``stages``: seconds by stage (``pack``, ``transfer``,
     ``decompress``, ``decode``) are added to it, each stage waited for before
-    the next. Raises FrameTypeError for a chunk the decoder does not support
+    the next. ``codecs``: a cache of nvCOMP codecs the caller keeps for
+    one thread's decode of one file (see :func:`.nvcomp.decompress_batch`).
+    Raises FrameTypeError for a chunk the decoder does not support
     (check :func:`.unsupported_reason` first) and SourceFormatError for
     malformed data; the buffers made so far are not kept past the error.
     The heap is freed when the call returns."""
@@ -88,7 +91,7 @@ def decode_chunks_on_device(
     with domain.scope() if transfer is None else transfer.device():
         heap = None
         try:
-            heap = _Heap(cp, resolved, transfer, stages)
+            heap = _Heap(cp, resolved, transfer, stages, codecs)
             out = decode_all(heap.chunks)
             # Complete when it returns, like the host path: a caller may use the
             # buffers from any stream.
