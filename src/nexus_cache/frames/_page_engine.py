@@ -214,20 +214,21 @@ def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> Devi
 #: hold this many bytes (compressed and decompressed, what the heap takes):
 #: each heap costs a few reads back, one nvCOMP call per codec and one
 #: round of launches per chunk, whatever its size, so small row groups are
-#: best batched; a row group larger than this is decoded alone.
+#: best batched; a row group larger than this is decoded alone. A domain
+#: with a limit gets at most an eighth of it.
 HEAP_BATCH_BYTES = 256 << 20
 
 
 def _batches(
-    row_groups: Sequence[list[tuple[Any, ChunkSpec, list[Page]]]],
+    row_groups: Sequence[list[tuple[Any, ChunkSpec, list[Page]]]], budget: int
 ) -> list[list[list[tuple[Any, ChunkSpec, list[Page]]]]]:
-    """Consecutive row groups (each its chunks) in batches of at most
-    :data:`HEAP_BATCH_BYTES` of heap, one row group at least."""
+    """Consecutive row groups (each its chunks) in batches of at most ``budget``
+    bytes of heap, one row group at least."""
     out: list[list[list[tuple[Any, ChunkSpec, list[Page]]]]] = []
     held = 0
     for row_group in row_groups:
         size = sum(spec.size + spec.uncompressed_size for _, spec, _ in row_group)
-        if out and held + size <= HEAP_BATCH_BYTES:
+        if out and held + size <= budget:
             out[-1].append(row_group)
             held += size
         else:
@@ -257,7 +258,12 @@ def decode_page_columns(
     if decode is None:
         codecs: dict[Any, Any] = {}  # one nvCOMP codec per algorithm for the whole file
         groups = len(plan.gpu[names[0]]) if names else 0
-        for batch in _batches([[plan.gpu[name][k] for name in names] for k in range(groups)]):
+        # a small domain (a cache cap, a grant) takes no more than an eighth
+        # of itself in one heap
+        limit = getattr(domain, "limit_bytes", None)
+        budget = HEAP_BATCH_BYTES if not limit else min(HEAP_BATCH_BYTES, limit // 8)
+        row_groups = [[plan.gpu[name][k] for name in names] for k in range(groups)]
+        for batch in _batches(row_groups, budget):
             got = decode_chunks_on_device(
                 [c for row_group in batch for c in row_group], domain, transfer, stages, codecs
             )

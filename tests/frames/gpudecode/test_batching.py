@@ -30,6 +30,9 @@ _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
 class _Domain:
     """What the device decoder and the column assembly ask of a domain."""
 
+    def __init__(self, limit_bytes: int | None = None) -> None:
+        self.limit_bytes = limit_bytes
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         yield
@@ -78,7 +81,7 @@ def _plan(raw: bytes) -> tuple[Any, pa.Schema]:
     return plan, pf.schema_arrow
 
 
-def _decode(raw: bytes, transfer: Any, calls: list[int]) -> pa.Table:
+def _decode(raw: bytes, transfer: Any, calls: list[int], domain: Any = None) -> pa.Table:
     real = _engine.decode_chunks_on_device
 
     def counted(items: Any, *args: Any) -> Any:
@@ -88,7 +91,7 @@ def _decode(raw: bytes, transfer: Any, calls: list[int]) -> pa.Table:
     plan, schema = _plan(raw)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_engine, "decode_chunks_on_device", counted)
-        columns = _engine.decode_page_columns(plan, schema, _Domain(), transfer=transfer)
+        columns = _engine.decode_page_columns(plan, schema, domain or _Domain(), transfer=transfer)
     arrays = []
     for f in schema:
         c = columns[f.name]
@@ -135,14 +138,27 @@ def test_row_groups_are_batched_into_heaps_by_bytes(
     assert sum(calls) == 8 * 3  # every chunk once
 
 
-def test_batches_hold_whole_row_groups_up_to_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("emulated_device")
+def test_a_domain_with_a_limit_takes_an_eighth_of_it_per_heap() -> None:
+    raw = write(_table(), row_group_size=500, compression="snappy")
+    plan, _ = _plan(raw)
+    per_group = sum(
+        spec.size + spec.uncompressed_size
+        for _, spec, _ in (chunks[0] for chunks in plan.gpu.values())
+    )
+    calls: list[int] = []
+    got = _decode(raw, None, calls, _Domain(limit_bytes=8 * (2 * per_group + 1)))
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    assert len(calls) >= 4  # about two row groups a heap, not all eight in one
+
+
+def test_batches_hold_whole_row_groups_up_to_the_bytes() -> None:
     def group(size: int) -> list[Any]:
         spec = SimpleNamespace(size=size, uncompressed_size=size)
         return [(None, spec, []), (None, spec, [])]  # two chunks of 2 * size each
 
-    monkeypatch.setattr(_engine, "HEAP_BATCH_BYTES", 100)
     sizes = [10, 10, 5, 30, 20, 200, 1, 1]
-    got = _engine._batches([group(s) for s in sizes])
+    got = _engine._batches([group(s) for s in sizes], 100)
     # heap bytes per row group: 40, 40, 20 | 120 | 80 | 800 | 4, 4
     assert [len(b) for b in got] == [3, 1, 1, 1, 2]
 
