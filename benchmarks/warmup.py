@@ -62,13 +62,30 @@ def _child(args: argparse.Namespace) -> int:
         out["service_start_s"] = time.perf_counter() - started
         if args.child_warm:
             out["warmup_s"] = service.warm_up()
+        compiled = _kernels_on_disk()
         for name in _QUERIES:
             t0 = time.perf_counter()
             service.execute(mix[name])
             out[f"{name}_s"] = time.perf_counter() - t0
+            # kernels this query compiled (files the kernel caches gained)
+            now = _kernels_on_disk()
+            out[f"{name}_compiled"] = now - compiled
+            compiled = now
         out["backend"] = service.backend.name
     print(json.dumps(out))
     return 0
+
+
+def _kernels_on_disk() -> int:
+    """Files in CuPy's kernel cache and the program cache (the child's own dirs)."""
+    roots = [os.environ.get("CUPY_CACHE_DIR"), os.environ.get("NEXUS_PROGRAM_CACHE_DIR")]
+    return sum(
+        1
+        for root in roots
+        if root and Path(root).is_dir()
+        for p in Path(root).rglob("*")
+        if p.is_file()
+    )
 
 
 def _run_child(
@@ -145,6 +162,9 @@ def _measure(args: argparse.Namespace, root: Path) -> int:
         if not args.json:
             shown = ", ".join(
                 f"{k[:-2]} {v:.3f} s" for k, v in figures.items() if k.endswith("_s")
+            )
+            shown += "; kernel files compiled by " + ", ".join(
+                f"{q} {figures.get(f'{q}_compiled', 0)}" for q in _QUERIES
             )
             print(f"run {number} ({label}, {figures['backend']}): {shown}", flush=True)
     ratios = {}
