@@ -40,7 +40,7 @@ def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, .
     _emulator.kernel_function(name, element_bytes)((1,), (4,), args)
 
 
-def _refused(codec: str, stream: bytes, out_size: int) -> bool:
+def check_refuses(codec: str, stream: bytes, out_size: int) -> bool:
     """The check kernel on ``stream`` alone in a heap of exactly its size, so a
     read past its end is a read out of bounds (LaunchError)."""
     cp = _emulator.fake_cupy
@@ -75,7 +75,7 @@ def _pyarrow_reads(codec: str, stream: bytes, out_size: int) -> bool:
     return reads(out_size) and (out_size == 0 or not reads(out_size - 1))
 
 
-def _samples() -> list[bytes]:
+def stream_samples() -> list[bytes]:
     rng = np.random.default_rng(11)
     out = []
     for n in (0, 1, 2, 3, 4, 5, 11, 12, 13, 17, 64, 100, 1000, 4097, 70_000, 300_000):
@@ -88,7 +88,7 @@ def _samples() -> list[bytes]:
 @pytest.mark.parametrize("codec", _CODECS)
 def test_every_stream_pyarrow_writes_passes(codec: str) -> None:
     """All in one heap, each section at an odd offset, one launch."""
-    samples = _samples()
+    samples = stream_samples()
     heap = bytearray(b"\x07" * 3)
     jobs = []
     for data in samples:
@@ -100,7 +100,7 @@ def test_every_stream_pyarrow_writes_passes(codec: str) -> None:
         _emulator.fake_cupy, device, {_ALGORITHM[codec]: jobs}, "t.parquet", _launch
     )
     for data in samples[:12]:  # and each alone, in a heap of exactly its size
-        assert not _refused(codec, pa.Codec(codec).compress(data, asbytes=True), len(data))
+        assert not check_refuses(codec, pa.Codec(codec).compress(data, asbytes=True), len(data))
 
 
 @pytest.mark.parametrize("compression", ["snappy", "lz4"])
@@ -145,11 +145,11 @@ _TEXT = b"".join(b"row %d of the page, value %d; " % (i, i % 13) for i in range(
 @pytest.mark.parametrize("codec", _CODECS)
 def test_garbage_inside_a_stream_is_refused(codec: str) -> None:
     stream = bytearray(_stream(codec, _TEXT))
-    assert not _refused(codec, bytes(stream), len(_TEXT))
+    assert not check_refuses(codec, bytes(stream), len(_TEXT))
     for at in (8, len(stream) // 3, len(stream) // 2):
         bad = bytearray(stream)
         bad[at : at + 32] = bytes(range(200, 232))
-        assert _refused(codec, bytes(bad), len(_TEXT)), at
+        assert check_refuses(codec, bytes(bad), len(_TEXT)), at
         assert not _pyarrow_reads(codec, bytes(bad), len(_TEXT))
 
 
@@ -158,25 +158,25 @@ def test_every_truncation_is_refused(codec: str) -> None:
     data = _TEXT[:600]
     stream = _stream(codec, data)
     for cut in range(len(stream)):
-        assert _refused(codec, stream[:cut], len(data)), cut
+        assert check_refuses(codec, stream[:cut], len(data)), cut
 
 
 @pytest.mark.parametrize("codec", _CODECS)
 @pytest.mark.parametrize("change", [-1, 1, 1000])
 def test_another_size_than_the_header_says_is_refused(codec: str, change: int) -> None:
     stream = _stream(codec, _TEXT)
-    assert _refused(codec, stream, len(_TEXT) + change)
+    assert check_refuses(codec, stream, len(_TEXT) + change)
 
 
 def test_a_wrong_snappy_preamble_is_refused() -> None:
     stream = bytearray(_stream("snappy", b"abcdefgh" * 4))
     assert stream[0] == 32
     stream[0] = 31  # the preamble says one byte less than the tags produce
-    assert _refused("snappy", bytes(stream), 31)
-    assert _refused("snappy", bytes(stream), 32)
+    assert check_refuses("snappy", bytes(stream), 31)
+    assert check_refuses("snappy", bytes(stream), 32)
     # a varint longer than 5 bytes
-    assert _refused("snappy", b"\x80\x80\x80\x80\x80\x00", 0)
-    assert not _refused("snappy", b"\x80\x80\x80\x80\x00", 0)  # over-long, but 5 bytes
+    assert check_refuses("snappy", b"\x80\x80\x80\x80\x80\x00", 0)
+    assert not check_refuses("snappy", b"\x80\x80\x80\x80\x00", 0)  # over-long, but 5 bytes
 
 
 # Snappy: preamble 8, the literal "abcd" (tag (4 - 1) << 2), then a copy of 4
@@ -190,34 +190,34 @@ _LZ4_COPY = b"\x44abcd", b"\x50efghi"
 @pytest.mark.parametrize(("offset", "refused"), [(4, False), (1, False), (5, True), (0, True)])
 def test_a_copy_from_before_the_output_is_refused(offset: int, refused: bool) -> None:
     snappy = _SNAPPY_COPY + bytes([offset])
-    assert _refused("snappy", snappy, 8) is refused
+    assert check_refuses("snappy", snappy, 8) is refused
     assert _pyarrow_reads("snappy", snappy, 8) is not refused
     lz4 = _LZ4_COPY[0] + offset.to_bytes(2, "little") + _LZ4_COPY[1]
-    assert _refused("lz4_raw", lz4, 17) is refused
+    assert check_refuses("lz4_raw", lz4, 17) is refused
     if not refused:
         assert _pyarrow_reads("lz4_raw", lz4, 17)
         assert pa.Codec("lz4_raw").decompress(lz4, 17, asbytes=True)[:4] == b"abcd"
 
 
 def test_a_copy_past_the_output_is_refused() -> None:
-    assert _refused("snappy", b"\x06\x0cabcd\x01\x04", 6)  # 8 bytes of a 6-byte output
+    assert check_refuses("snappy", b"\x06\x0cabcd\x01\x04", 6)  # 8 bytes of a 6-byte output
     # LZ4's last five bytes are literals: a match ending in them is refused
     lz4 = b"\x45abcd\x04\x00\x40efgh"  # a 9-byte match, then only 4 literals
-    assert _refused("lz4_raw", lz4, 17)
+    assert check_refuses("lz4_raw", lz4, 17)
     assert not _pyarrow_reads("lz4_raw", lz4, 17)
-    assert not _refused("lz4_raw", lz4[:-5] + b"\x50efghi", 18)  # with 5: valid
+    assert not check_refuses("lz4_raw", lz4[:-5] + b"\x50efghi", 18)  # with 5: valid
 
 
 def test_a_literal_past_the_input_or_the_output_is_refused() -> None:
-    assert _refused("snappy", b"\x0a\x24abcde", 10)  # 10 literals, 5 given
-    assert _refused("snappy", b"\x03\x10abcde", 3)  # 5 literals, 3 wanted
-    assert _refused("snappy", b"\x0a\xf0\x09", 10)  # a literal's length byte missing
-    assert _refused("lz4_raw", b"\xa0abcde", 10)
-    assert _refused("lz4_raw", b"\x50abcde", 3)
-    assert _refused("lz4_raw", b"\xf0", 20)  # the length's extension byte missing
-    assert not _refused("lz4_raw", b"\x50abcde", 5)
-    assert not _refused("lz4_raw", b"\x00", 0)
-    assert _refused("lz4_raw", b"", 0)
+    assert check_refuses("snappy", b"\x0a\x24abcde", 10)  # 10 literals, 5 given
+    assert check_refuses("snappy", b"\x03\x10abcde", 3)  # 5 literals, 3 wanted
+    assert check_refuses("snappy", b"\x0a\xf0\x09", 10)  # a literal's length byte missing
+    assert check_refuses("lz4_raw", b"\xa0abcde", 10)
+    assert check_refuses("lz4_raw", b"\x50abcde", 3)
+    assert check_refuses("lz4_raw", b"\xf0", 20)  # the length's extension byte missing
+    assert not check_refuses("lz4_raw", b"\x50abcde", 5)
+    assert not check_refuses("lz4_raw", b"\x00", 0)
+    assert check_refuses("lz4_raw", b"", 0)
 
 
 _PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -236,7 +236,7 @@ def test_a_random_stream_is_refused_or_pyarrow_reads_it(
     is one PyArrow decompresses to exactly its out size."""
     if codec == "snappy" and stream:  # a right preamble, so the tags are walked
         stream = bytes([out_size]) + stream if out_size < 128 else stream
-    if not _refused(codec, stream, out_size):
+    if not check_refuses(codec, stream, out_size):
         assert _pyarrow_reads(codec, stream, out_size)
 
 
@@ -262,7 +262,7 @@ def test_an_edited_stream_is_refused_or_pyarrow_reads_it(
             stream[at % len(stream)] = value
     stream = stream[: len(stream) - cut] if cut < len(stream) else stream
     out_size = max(0, length + grow)
-    if not _refused(codec, bytes(stream), out_size):
+    if not check_refuses(codec, bytes(stream), out_size):
         assert _pyarrow_reads(codec, bytes(stream), out_size)
 
 
@@ -287,49 +287,59 @@ def test_the_refusal_names_the_source_and_counts_the_pages() -> None:
     refuse_corrupt_streams(_emulator.fake_cupy, device, jobs, "t", _launch)
 
 
-def _corrupt_snappy_file() -> tuple[bytes, Any, Any]:
+def _file(compression: str) -> tuple[bytes, pa.Table]:
     out = io.BytesIO()
     table = pa.table({"x": pa.array(np.arange(5000) % 91, pa.int64())})
-    pq.write_table(table, out, compression="snappy", use_dictionary=False)
-    raw = out.getvalue()
+    pq.write_table(table, out, compression=compression, use_dictionary=False)
+    return out.getvalue(), table
+
+
+def corrupt_chunk(compression: str) -> tuple[bytes, Any, Any]:
+    """The one column chunk (bytes, spec, page) of a file of one compressed
+    page, 32 bytes of garbage inside the page's stream."""
+    raw, _ = _file(compression)
     spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "bad.parquet")
     chunk = bytearray(raw[spec.start : spec.start + spec.size])
     (page,) = read_pages(bytes(chunk), spec)
     at = len(chunk) - len(page.payload)
-    chunk[at + 8 : at + 40] = bytes(range(200, 232))  # garbage inside the Snappy stream
+    chunk[at + 8 : at + 40] = bytes(range(200, 232))
     return bytes(chunk), spec, page
 
 
+@pytest.mark.parametrize(
+    ("compression", "algorithm", "codec"),
+    [("snappy", "Snappy", "snappy"), ("lz4", "LZ4", "lz4_raw")],
+)
 def test_a_corrupt_page_never_reaches_nvcomp(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    compression: str,
+    algorithm: str,
+    codec: str,
 ) -> None:
-    """The device decode of a file with a corrupt Snappy page: the check
-    refuses the batch before nvCOMP is called, and the host's decompression
-    names the page. A valid file through the same path reaches nvCOMP."""
+    """The device decode of a file with a corrupt page: the check refuses the
+    batch before nvCOMP is called, and the host's decompression names the
+    page. The file uncorrupted, through the same path, reaches nvCOMP."""
     calls: list[str] = []
 
-    def nvcomp_decode(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
-        calls.append(algorithm)
+    def nvcomp_decode(heap: Any, name: str, jobs: Any, where: str) -> None:
+        calls.append(name)
         for source, size, target, want in jobs:
-            got = pa.Codec("snappy").decompress(bytes(heap[source : source + size]), want)
+            got = pa.Codec(codec).decompress(bytes(heap[source : source + size]), want)
             heap[target : target + want] = np.frombuffer(got, np.uint8)
 
     monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
     monkeypatch.setattr(_heap, "decompress_batch", nvcomp_decode)
     monkeypatch.setattr(_heap, "device_algorithm", ALGORITHMS.get)
-    chunk, spec, page = _corrupt_snappy_file()
-    refused = pytest.raises(SourceFormatError, match=f"byte {page.offset}: snappy decompression")
+    chunk, spec, page = corrupt_chunk(compression)
+    refused = pytest.raises(SourceFormatError, match=f"byte {page.offset}: {codec} decompression")
     with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"), refused:
         _heap._Heap(_emulator.fake_cupy, [(spec, read_pages(chunk, spec))])
     assert calls == []
-    assert "1 of 1 Snappy pages failed the stream check" in caplog.text
-    # the same file uncorrupted
-    out = io.BytesIO()
-    table = pa.table({"x": pa.array(np.arange(5000) % 91, pa.int64())})
-    pq.write_table(table, out, compression="snappy", use_dictionary=False)
-    raw = out.getvalue()
+    assert f"1 of 1 {algorithm} pages failed the stream check" in caplog.text
+    raw, table = _file(compression)
     good = raw[spec.start : spec.start + spec.size]
     heap = _heap._Heap(_emulator.fake_cupy, [(spec, read_pages(good, spec))])
-    assert calls == ["Snappy"]
+    assert calls == [algorithm]
     (got,) = _steps.decode_all(heap.chunks)
     assert_same(device_piece(got), table.column("x").combine_chunks(), "x")
