@@ -272,6 +272,17 @@ def snappy_check(heap, in_start, in_size, out_size, refused, n):
         refused[j] = 0 if valid else 1
 
 
+def _lz4_extend(heap, base, end, pos, length):
+    while True:
+        if pos >= end:
+            return False, pos, length
+        b = int(heap[base + pos])
+        pos += 1
+        length += b
+        if b != 255:
+            return True, pos, length
+
+
 def _lz4_valid(heap, base, end, want):
     pos = produced = 0
     if want == 0:
@@ -283,14 +294,9 @@ def _lz4_valid(heap, base, end, want):
         pos += 1
         literals = token >> 4
         if literals == 15:
-            while True:
-                if pos >= end:
-                    return False
-                b = int(heap[base + pos])
-                pos += 1
-                literals += b
-                if b != 255:
-                    break
+            ok, pos, literals = _lz4_extend(heap, base, end, pos, literals)
+            if not ok:
+                return False
         if literals > end - pos or literals > want - produced:
             return False
         pos += literals
@@ -305,14 +311,9 @@ def _lz4_valid(heap, base, end, want):
             return False
         match = token & 15
         if match == 15:
-            while True:
-                if pos >= end:
-                    return False
-                b = int(heap[base + pos])
-                pos += 1
-                match += b
-                if b != 255:
-                    break
+            ok, pos, match = _lz4_extend(heap, base, end, pos, match)
+            if not ok:
+                return False
         match += 4
         if match > want - 5 - produced:
             return False

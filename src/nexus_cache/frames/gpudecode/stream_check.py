@@ -42,7 +42,7 @@ from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused
 
 __all__ = ["CHECK_KERNELS", "LZ4_CHECK", "SNAPPY_CHECK", "refuse_corrupt_streams"]
 
-SNAPPY_CHECK = r"""
+_SNAPPY_VALID = r"""
 // Whether the raw Snappy stream in[0, end) decompresses to exactly `want`
 // bytes with every literal and copy in bounds (tags walked, nothing copied).
 __device__ bool snappy_valid(const unsigned char* in, const long long end, const long long want)
@@ -96,25 +96,22 @@ __device__ bool snappy_valid(const unsigned char* in, const long long end, const
     }
     return produced == want;
 }
-
-// One thread per section (grid-stride over them): refused[j] = 1 where the
-// section is not a valid Snappy stream of its out size, else 0.
-extern "C" __global__ void snappy_check(
-    const unsigned char* __restrict__ heap,
-    const long long* __restrict__ in_start,
-    const long long* __restrict__ in_size,
-    const long long* __restrict__ out_size,
-    int* __restrict__ refused,
-    const int n_jobs)
-{
-    const long long stride = (long long)blockDim.x * gridDim.x;
-    const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    for (long long j = first; j < n_jobs; j += stride)
-        refused[j] = snappy_valid(heap + in_start[j], in_size[j], out_size[j]) ? 0 : 1;
-}
 """
 
-LZ4_CHECK = r"""
+_LZ4_VALID = r"""
+// Add the 255-extension bytes of an LZ4 length at in[*pos] to *length;
+// false where the input ends first.
+__device__ __forceinline__ bool lz4_extend(
+    const unsigned char* in, const long long end, long long* pos, long long* length)
+{
+    for (;;) {
+        if (*pos >= end) return false;
+        const unsigned char b = in[(*pos)++];
+        *length += b;
+        if (b != 255) return true;
+    }
+}
+
 // Whether the LZ4 block in[0, end) decompresses to exactly `want` bytes with
 // every literal and match in bounds, under LZ4's end-of-block rules (tags
 // walked, nothing copied).
@@ -126,14 +123,7 @@ __device__ bool lz4_valid(const unsigned char* in, const long long end, const lo
         if (pos >= end) return false;
         const unsigned char token = in[pos++];
         long long literals = token >> 4;
-        if (literals == 15) {
-            for (;;) {
-                if (pos >= end) return false;
-                const unsigned char b = in[pos++];
-                literals += b;
-                if (b != 255) break;
-            }
-        }
+        if (literals == 15 && !lz4_extend(in, end, &pos, &literals)) return false;
         if (literals > end - pos || literals > want - produced) return false;
         pos += literals;
         produced += literals;
@@ -145,23 +135,19 @@ __device__ bool lz4_valid(const unsigned char* in, const long long end, const lo
         pos += 2;
         if (offset == 0 || offset > produced) return false;
         long long match = token & 15;
-        if (match == 15) {
-            for (;;) {
-                if (pos >= end) return false;
-                const unsigned char b = in[pos++];
-                match += b;
-                if (b != 255) break;
-            }
-        }
+        if (match == 15 && !lz4_extend(in, end, &pos, &match)) return false;
         match += 4;
         if (match > want - 5 - produced) return false;  // the last 5 bytes are literals
         produced += match;
     }
 }
+"""
 
-// One thread per section (grid-stride over them): refused[j] = 1 where the
-// section is not a valid LZ4 block of its out size, else 0.
-extern "C" __global__ void lz4_check(
+#: The kernel over a ``CODEC_valid`` function: one thread per section
+#: (grid-stride over them), ``refused[j]`` 1 where section ``j`` is not a valid
+#: stream of its out size, else 0.
+_CHECK = r"""
+extern "C" __global__ void CODEC_check(
     const unsigned char* __restrict__ heap,
     const long long* __restrict__ in_start,
     const long long* __restrict__ in_size,
@@ -172,9 +158,13 @@ extern "C" __global__ void lz4_check(
     const long long stride = (long long)blockDim.x * gridDim.x;
     const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     for (long long j = first; j < n_jobs; j += stride)
-        refused[j] = lz4_valid(heap + in_start[j], in_size[j], out_size[j]) ? 0 : 1;
+        refused[j] = CODEC_valid(heap + in_start[j], in_size[j], out_size[j]) ? 0 : 1;
 }
 """
+
+#: the compilable source of each check kernel
+SNAPPY_CHECK = _SNAPPY_VALID + _CHECK.replace("CODEC", "snappy")
+LZ4_CHECK = _LZ4_VALID + _CHECK.replace("CODEC", "lz4")
 
 #: nvCOMP algorithm -> the kernel that checks its sections (the others go unchecked)
 CHECK_KERNELS = {"Snappy": "snappy_check", "LZ4": "lz4_check"}
