@@ -210,6 +210,33 @@ def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> Devi
     return DeviceColumn(f, rows, data, offsets, validity)
 
 
+#: Row groups are decoded together, one heap for several, until their chunks
+#: hold this many bytes (compressed and decompressed, what the heap takes):
+#: each heap costs a few reads back, one nvCOMP call per codec and one
+#: round of launches per chunk, whatever its size, so small row groups are
+#: best batched; a row group larger than this is decoded alone. A domain
+#: with a limit gets at most an eighth of it.
+HEAP_BATCH_BYTES = 256 << 20
+
+
+def _batches(
+    row_groups: Sequence[list[tuple[Any, ChunkSpec, list[Page]]]], budget: int
+) -> list[list[list[tuple[Any, ChunkSpec, list[Page]]]]]:
+    """Consecutive row groups (each its chunks) in batches of at most ``budget``
+    bytes of heap, one row group at least."""
+    out: list[list[list[tuple[Any, ChunkSpec, list[Page]]]]] = []
+    held = 0
+    for row_group in row_groups:
+        size = sum(spec.size + spec.uncompressed_size for _, spec, _ in row_group)
+        if out and held + size <= budget:
+            out[-1].append(row_group)
+            held += size
+        else:
+            out.append([row_group])
+            held = size
+    return out
+
+
 def decode_page_columns(
     plan: PagePlan,
     schema: pa.Schema,
@@ -220,19 +247,31 @@ def decode_page_columns(
 ) -> dict[str, DeviceColumn]:
     """The device column of every column the plan gives the page decoder.
 
-    By default each row group's chunks are decoded together
-    (:func:`decode_chunks_on_device`: one heap, one copy through
-    ``transfer``'s pinned staging when given, one nvCOMP call per codec; its
-    stage times added to ``stages`` when given); ``decode`` decodes one chunk
-    at a time instead."""
+    By default consecutive row groups' chunks are decoded together, up to
+    :data:`HEAP_BATCH_BYTES` at a time (:func:`decode_chunks_on_device`: one
+    heap, its pieces copied through ``transfer``'s pinned staging when given,
+    one nvCOMP call per codec with one codec per algorithm for the whole
+    call; its stage times added to ``stages`` when given); ``decode`` decodes
+    one chunk at a time instead."""
     names = [f.name for f in schema if f.name in plan.gpu]
     pieces: dict[str, list[DeviceChunk]] = {name: [] for name in names}
     if decode is None:
-        for k in range(len(plan.gpu[names[0]]) if names else 0):
-            row_group = [plan.gpu[name][k] for name in names]
-            got = decode_chunks_on_device(row_group, domain, transfer, stages)
-            for name, piece in zip(names, got, strict=True):
-                pieces[name].append(piece)
+        codecs: dict[Any, Any] = {}  # one nvCOMP codec per algorithm for the whole file
+        groups = len(plan.gpu[names[0]]) if names else 0
+        # a small domain (a cache cap, a grant) takes no more than an eighth
+        # of itself in one heap
+        limit = getattr(domain, "limit_bytes", None)
+        budget = HEAP_BATCH_BYTES if not limit else min(HEAP_BATCH_BYTES, limit // 8)
+        row_groups = [[plan.gpu[name][k] for name in names] for k in range(groups)]
+        for batch in _batches(row_groups, budget):
+            got = decode_chunks_on_device(
+                [c for row_group in batch for c in row_group], domain, transfer, stages, codecs
+            )
+            for k in range(len(batch)):
+                for name, piece in zip(
+                    names, got[k * len(names) : (k + 1) * len(names)], strict=True
+                ):
+                    pieces[name].append(piece)
     else:
         for name in names:
             pieces[name] = [

@@ -32,6 +32,10 @@ from nexus_cache.frames.gpudecode.kernels import kernel_source
 #: reads back from the "device" so far (each ``get``: one copy, one wait)
 READS = [0]
 
+#: nvCOMP's algorithm -> PyArrow's codec of the same raw stream (nvCOMP's
+#: stand-in on the host)
+PYARROW_CODEC = {"Snappy": "snappy", "Zstd": "zstd", "LZ4": "lz4_raw", "Gzip": "gzip"}
+
 
 class Array(np.ndarray):
     """A NumPy array with CuPy's ``get`` (counted in :data:`READS`)."""

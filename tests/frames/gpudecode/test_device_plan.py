@@ -30,15 +30,13 @@ _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 _steps = importlib.import_module("nexus_cache.frames.gpudecode._steps")
 
 
-#: nvCOMP's algorithm -> PyArrow's codec of the same raw stream
-_PYARROW_CODEC = {"Snappy": "snappy", "Zstd": "zstd", "LZ4": "lz4_raw", "Gzip": "gzip"}
-
-
-def _decompress_like_nvcomp(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
+def _decompress_like_nvcomp(
+    heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None
+) -> None:
     for source, size, out, want in jobs:
         assert source % ALIGNMENT == 0  # nvCOMP's alignment
         assert out % ALIGNMENT == 0
-        codec = _PYARROW_CODEC[algorithm]
+        codec = _emulator.PYARROW_CODEC[algorithm]
         got = pa.decompress(bytes(heap[source : source + size]), want, codec=codec)
         heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
 
@@ -113,7 +111,7 @@ def test_emulated_device_decode_of_generated_tables(
 
 def _heap_of(layout: Any, spec: ChunkSpec) -> bytes:
     heap = bytearray(layout.size)
-    heap[: len(layout.host)] = layout.host
+    heap[: layout.host_size] = layout.host_image().tobytes()
     for source, size, out, want in [j for jobs in layout.jobs.values() for j in jobs]:
         data = bytes(heap[source : source + size])
         got = pa.decompress(data, want, codec=PYARROW_CODECS[spec.codec], asbytes=True)
@@ -267,7 +265,7 @@ def test_pages_nvcomp_refuses_are_decompressed_on_the_host(
     from nexus_cache.frames.gpudecode import chunk_spec, read_pages
     from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused
 
-    def refuse(heap: Any, algorithm: str, jobs: Any, where: str) -> None:
+    def refuse(heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None) -> None:
         raise NvcompRefused(f"{where}: {algorithm} pages failed to decompress on the device")
 
     monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)

@@ -128,7 +128,7 @@ def test_every_parquet_page_pyarrow_writes_passes(compression: str, version: str
         pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
         layout = layout_chunk(spec, pages, ALGORITHMS[spec.codec])
         heap = np.zeros(layout.size, np.uint8)
-        heap[: len(layout.host)] = np.frombuffer(bytes(layout.host), np.uint8)
+        heap[: layout.host_size] = layout.host_image()
         device = _emulator.fake_cupy.asarray(heap)
         refuse_corrupt_streams(_emulator.fake_cupy, device, layout.jobs, "t.parquet", _launch)
         checked += sum(len(jobs) for jobs in layout.jobs.values())
@@ -322,7 +322,7 @@ def test_a_corrupt_page_never_reaches_nvcomp(
     page. The file uncorrupted, through the same path, reaches nvCOMP."""
     calls: list[str] = []
 
-    def nvcomp_decode(heap: Any, name: str, jobs: Any, where: str) -> None:
+    def nvcomp_decode(heap: Any, name: str, jobs: Any, where: str, codecs: Any = None) -> None:
         calls.append(name)
         for source, size, target, want in jobs:
             got = pa.Codec(codec).decompress(bytes(heap[source : source + size]), want)

@@ -81,8 +81,9 @@ class _Heap:
         items: Sequence[tuple[ChunkSpec, list[Page]]],
         transfer: Any = None,
         stages: dict[str, float] | None = None,
+        codecs: dict[Any, Any] | None = None,
     ) -> None:
-        self.cp, self.stages = cp, stages
+        self.cp, self.stages, self.codecs = cp, stages, codecs
         self.data: Any = None
         self.size = 0
         self.started = time.perf_counter()
@@ -125,17 +126,20 @@ class _Heap:
         self.stage("pack")
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
-        host = np.frombuffer(layout.host, np.uint8)
-        if host.size and transfer is not None:
-            transfer.to_device(host, self.data[: host.size])
-        elif host.size:
-            self.data[: host.size] = cp.asarray(host)
+        if transfer is not None:
+            # each piece from the file's bytes into its place, through the
+            # pinned staging (one host copy a page)
+            for at, piece in layout.pieces:
+                host = np.frombuffer(piece, np.uint8)
+                transfer.to_device(host, self.data[at : at + host.size])
+        elif layout.host_size:
+            self.data[: layout.host_size] = cp.asarray(layout.host_image())
         self.stage("transfer")
         # nvCOMP reads out of bounds on a corrupt Snappy or LZ4 stream (which
         # poisons the CUDA context): check them all first, on the device
         refuse_corrupt_streams(cp, self.data, layout.jobs, where, _launch)
         for algorithm, jobs in layout.jobs.items():  # one batched call per codec
-            decompress_batch(self.data, algorithm, jobs, where)
+            decompress_batch(self.data, algorithm, jobs, where, self.codecs)
         self.stage("decompress")
         return layout
 
@@ -150,23 +154,37 @@ class _Heap:
         self.started = now
 
     def gather(self, offsets: Sequence[int]) -> Any:
-        """The little-endian uint32 at each heap offset (zero past the heap), as a
-        device array (read it back with others in one copy)."""
-        cp = self.cp
-        at = _i64(offsets)
-        if at.size == 0:
-            return cp.zeros(0, np.uint32)
-        index = at[:, None] + np.arange(4, dtype=np.int64)
-        inside = cp.asarray((index < self.size).astype(np.uint32))
-        got = self.data[cp.asarray(np.where(index < self.size, index, 0))].astype(np.uint32)
-        got = got * inside
-        return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
+        """:func:`_gather` of this heap."""
+        return _gather(self.cp, self.data, self.size, offsets)
 
     def peek(self, offsets: Sequence[int]) -> np.ndarray:
         """:meth:`gather`, read back (one copy)."""
         if len(offsets) == 0:
             return np.zeros(0, np.uint32)
         return np.asarray(self.gather(offsets).get(), np.uint32)
+
+    def release(self) -> None:
+        """Drop the heap's buffer and its chunks' plans (their error flags too), so
+        the device bytes go back at once, even while a traceback keeps this
+        object alive."""
+        for chunk in getattr(self, "chunks", ()):
+            chunk.heap = chunk.error = None
+        self.chunks = []
+        self.data = None
+
+
+def _gather(cp: Any, data: Any, size: int, offsets: Sequence[int]) -> Any:
+    """The little-endian uint32 at each offset of the heap ``data`` (``size``
+    bytes; zero past it), as a device array (read it back with others in one
+    copy)."""
+    at = _i64(offsets)
+    if at.size == 0:
+        return cp.zeros(0, np.uint32)
+    index = at[:, None] + np.arange(4, dtype=np.int64)
+    inside = cp.asarray((index < size).astype(np.uint32))
+    got = data[cp.asarray(np.where(index < size, index, 0))].astype(np.uint32)
+    got = got * inside
+    return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
 
 
 class _Chunk:
@@ -179,7 +197,11 @@ class _Chunk:
         placed: Sequence[PlacedPage],
         sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
     ) -> None:
-        self.cp, self.spec, self.gather = heap.cp, spec, heap.gather
+        # The heap's buffer and size, not the heap: a chunk that pointed back at
+        # the heap that lists it would make a cycle, and the device bytes
+        # would wait for the garbage collector instead of going back when the
+        # decode returns.
+        self.cp, self.spec = heap.cp, spec
         self.heap, self.size = heap.data, heap.size
         self.error = heap.cp.zeros(1, np.int32)
         self.data_pages: list[_DataPage] = []
@@ -190,6 +212,10 @@ class _Chunk:
                 self.dictionary = (p.page, *values)
             else:
                 self.data_pages.append(_DataPage(p.page, h.num_values, levels, values))
+
+    def gather(self, offsets: Sequence[int]) -> Any:
+        """:func:`_gather` of the heap."""
+        return _gather(self.cp, self.heap, self.size, offsets)
 
     def malformed(self, what: str) -> SourceFormatError:
         """The error for a stream of this chunk a kernel found malformed."""

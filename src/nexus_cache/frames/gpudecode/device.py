@@ -30,6 +30,7 @@ call uses its own buffers on the current stream (or the staging's).
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +61,7 @@ def decode_chunks_on_device(
     domain: Any,
     transfer: Any = None,
     stages: dict[str, float] | None = None,
+    codecs: dict[Any, Any] | None = None,
 ) -> list[DeviceChunk]:
     """Decode the column chunks of ``items`` (bytes, spec, pages or None), one
     heap for all of them (a row group's: one copy to the device, one nvCOMP
@@ -71,7 +73,9 @@ def decode_chunks_on_device(
     decode runs on its stream; without one, a plain copy on the current
     stream. ``stages``: seconds by stage (``pack``, ``transfer``,
     ``decompress``, ``decode``) are added to it, each stage waited for before
-    the next. Raises FrameTypeError for a chunk the decoder does not support
+    the next. ``codecs``: a cache of nvCOMP codecs the caller keeps for
+    one thread's decode of one file (see :func:`.nvcomp.decompress_batch`).
+    Raises FrameTypeError for a chunk the decoder does not support
     (check :func:`.unsupported_reason` first) and SourceFormatError for
     malformed data; the buffers made so far are not kept past the error.
     The heap is freed when the call returns."""
@@ -87,10 +91,21 @@ def decode_chunks_on_device(
     if not resolved:
         return []
     with domain.scope() if transfer is None else transfer.device():
-        heap = _Heap(cp, resolved, transfer, stages)
-        out = decode_all(heap.chunks)
-        # Complete when it returns, like the host path: a caller may use the
-        # buffers from any stream.
-        cp.cuda.get_current_stream().synchronize()
-        heap.stage("decode")
-        return out
+        heap = None
+        try:
+            heap = _Heap(cp, resolved, transfer, stages, codecs)
+            out = decode_all(heap.chunks)
+            # Complete when it returns, like the host path: a caller may use the
+            # buffers from any stream.
+            cp.cuda.get_current_stream().synchronize()
+            heap.stage("decode")
+            return out
+        except BaseException as exc:
+            # The traceback keeps the frames of the decode steps, and with them
+            # every device temporary they held, for as long as the caller keeps
+            # the exception: clear them so the domain gets its bytes back now.
+            traceback.clear_frames(exc.__traceback__)
+            raise
+        finally:
+            if heap is not None:
+                heap.release()

@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
@@ -59,13 +61,20 @@ class PlacedPage:
 
 @dataclass
 class HeapLayout:
-    """The heap of one or more chunks (a row group's, decoded together):
-    ``size`` bytes, of which the first ``len(host)`` come from the host;
-    ``jobs``: nvCOMP algorithm -> its ``(in offset, in size, out offset, out
-    size)`` sections; ``chunks``: each chunk's pages in their places, in the
-    order added. Call :meth:`finish` after the last :meth:`add`."""
+    """The heap of one or more chunks (row groups' chunks, decoded together):
+    ``size`` bytes, of which the first ``host_size`` come from the host, as
+    ``pieces`` (heap offset, bytes: views of the file's pages, or what the
+    host decompressed), zeros between them; ``jobs``: nvCOMP algorithm -> its
+    ``(in offset, in size, out offset, out size)`` sections; ``chunks``: each
+    chunk's pages in their places, in the order added. Call :meth:`finish`
+    after the last :meth:`add`.
 
-    host: bytearray = field(default_factory=bytearray)
+    The pieces are not joined on the host: the caller copies each straight
+    from the file's bytes into its place (through pinned staging), so a page
+    is copied once on the host, not three times (joined, grown, staged)."""
+
+    pieces: list[tuple[int, bytes | memoryview]] = field(default_factory=list)
+    host_size: int = 0
     size: int = 0
     jobs: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     chunks: list[list[PlacedPage]] = field(default_factory=list)
@@ -73,10 +82,21 @@ class HeapLayout:
     _pending: list[tuple[int, int, str, int, int, int]] = field(default_factory=list)
 
     def _put(self, data: bytes | memoryview) -> int:
-        at = _align(len(self.host))
-        self.host += bytes(at - len(self.host))
-        self.host += data
+        at = _align(self.host_size)
+        size = memoryview(data).nbytes
+        if size:
+            self.pieces.append((at, data))
+        self.host_size = at + size
         return at
+
+    def host_image(self) -> np.ndarray:
+        """The first ``host_size`` bytes of the heap, joined on the host (for a
+        caller without pinned staging, and for tests)."""
+        out = np.zeros(self.host_size, np.uint8)
+        for at, data in self.pieces:
+            piece = np.frombuffer(data, np.uint8)
+            out[at : at + piece.size] = piece
+        return out
 
     def add(self, spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None) -> None:
         """Lay out one chunk's ``pages``: its compressed sections left to nvCOMP's
@@ -115,7 +135,7 @@ class HeapLayout:
 
     def finish(self) -> None:
         """Place the decompressed sections after the host's bytes; fix ``size``."""
-        cursor = _align(len(self.host))
+        cursor = _align(self.host_size)
         for chunk, index, algorithm, source, in_size, size in self._pending:
             p = self.chunks[chunk][index]
             self.jobs.setdefault(algorithm, []).append((source, in_size, cursor, size))

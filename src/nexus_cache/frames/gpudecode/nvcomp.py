@@ -17,11 +17,15 @@ out of bounds, which leaves the process's CUDA context unusable. The
 caller checks every Snappy and LZ4 section on the device first
 (:mod:`.stream_check`), and such a page never reaches this module. Zstd
 and Gzip sections are not checked: a corrupt Zstd or Gzip page is handed
-to nvCOMP; for untrusted files use the host engine. nvCOMP's own scratch memory is
-nvCOMP's (not charged to the domain); it is freed when the call returns.
+to nvCOMP; for untrusted files use the host engine.
+
+nvCOMP's own scratch memory is nvCOMP's (not charged to the domain); it is
+freed when the call returns.
 
 Thread-safe: a :class:`nvidia.nvcomp.Codec` must not be shared between
-threads, so each call makes its own, on the caller's current stream.
+threads, so a call makes its own on the caller's current stream, or takes
+it from the caller's cache, which one thread keeps for one file's decode
+(the stream it was made for lives as long).
 """
 
 from __future__ import annotations
@@ -86,10 +90,15 @@ def decompress_batch(
     algorithm: str,
     jobs: Sequence[tuple[int, int, int, int]],
     where: str,
+    codecs: dict[tuple[str, int, int], Any] | None = None,
 ) -> None:
     """Decompress every ``(in offset, in size, out offset, out size)`` of ``jobs``
     within the device byte array ``heap``, in one batched nvCOMP call on the
     current CuPy stream.
+
+    ``codecs``: the caller's cache of nvCOMP codecs (by algorithm, device and
+    stream), kept for one thread's decode of one file, so its row groups
+    share a codec instead of each making one; None makes one for this call.
 
     Raises :class:`NvcompRefused` (a SourceFormatError) naming ``where`` when
     nvCOMP refuses a stream or a page decompresses to other than its
@@ -101,13 +110,19 @@ def decompress_batch(
 
     nvcomp = nvcomp_module()
     stream = cupy.cuda.get_current_stream().ptr
+    device = cupy.cuda.runtime.getDevice()
     try:
-        codec = nvcomp.Codec(
-            algorithm=algorithm,
-            bitstream_kind=nvcomp.BitstreamKind.RAW,
-            device_id=cupy.cuda.runtime.getDevice(),
-            cuda_stream=stream,
-        )
+        key = (algorithm, device, stream)
+        codec = None if codecs is None else codecs.get(key)
+        if codec is None:
+            codec = nvcomp.Codec(
+                algorithm=algorithm,
+                bitstream_kind=nvcomp.BitstreamKind.RAW,
+                device_id=device,
+                cuda_stream=stream,
+            )
+            if codecs is not None:
+                codecs[key] = codec
         sources = nvcomp.as_arrays(
             heap, [j[0] for j in jobs], [j[1] for j in jobs], cuda_stream=stream
         )
