@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.frames.gpudecode._check import check_file, device_piece
 from tests.frames.gpudecode.test_launches import many_pages_file
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
+from tests.frames.gpudecode.test_stream_check import check_refuses, corrupt_chunk, stream_samples
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames import DecodeStats, decode_parquet
@@ -231,8 +232,71 @@ def test_a_corrupt_compressed_page_is_refused_on_device(domain: Any) -> None:
     (page,) = read_pages(bytes(chunk), spec)
     at = len(chunk) - len(page.payload)
     chunk[at + 8 : at + 40] = bytes(range(200, 232))  # garbage inside the Snappy stream
-    with pytest.raises(SourceFormatError):
+    with pytest.raises(SourceFormatError, match=f"byte {page.offset}: snappy decompression"):
         decode_chunk_on_device(bytes(chunk), spec, domain)
+
+
+@pytest.mark.parametrize(("compression", "codec"), [("snappy", "snappy"), ("lz4", "lz4_raw")])
+def test_after_a_corrupt_page_the_device_still_decodes(
+    domain: Any, compression: str, codec: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream check keeps a corrupt page from nvCOMP, whose read out of
+    bounds would poison the CUDA context: after the refusal, the same process
+    decodes a valid file on the same device, bit for bit."""
+    import logging
+
+    pytest.importorskip("nvidia.nvcomp")
+    import cupy as cp
+
+    chunk, spec, page = corrupt_chunk(compression)
+    refused = pytest.raises(SourceFormatError, match=f"byte {page.offset}: {codec} decompression")
+    with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"), refused:
+        decode_chunk_on_device(chunk, spec, domain)
+    assert "failed the stream check" in caplog.text  # refused before nvCOMP
+    cp.cuda.runtime.deviceSynchronize()  # raises where a kernel faulted
+    raw = write(_codec_table(60_000), compression=compression, data_page_version="1.0")
+    _on_device_equals_pyarrow(raw, domain)
+
+
+@pytest.mark.parametrize("codec", ["snappy", "lz4_raw"])
+def test_the_check_kernels_agree_with_their_host_ports(codec: str) -> None:
+    """Valid streams, cut short, with garbage inside, or of another size: the
+    CUDA kernel refuses exactly what its emulator port refuses (a grid smaller
+    than the streams, so each thread loops)."""
+    import cupy as cp
+
+    from nexus_cache.frames.gpudecode.kernels import kernel_function
+    from nexus_cache.frames.gpudecode.stream_check import CHECK_KERNELS
+
+    streams: list[tuple[bytes, int]] = []
+    for data in stream_samples():
+        packed = pa.Codec(codec).compress(data, asbytes=True)
+        streams += [(packed, len(data)), (packed[:-1], len(data)), (packed, len(data) + 1)]
+        if len(packed) > 40:
+            bad = bytearray(packed)
+            bad[8:40] = bytes(range(200, 232))
+            streams.append((bytes(bad), len(data)))
+    heap = b"".join(s for s, _ in streams)
+    starts = np.cumsum([0] + [len(s) for s, _ in streams[:-1]]).astype(np.int64)
+    sizes = np.array([len(s) for s, _ in streams], np.int64)
+    outs = np.array([n for _, n in streams], np.int64)
+    refused = cp.zeros(len(streams), np.int32)
+    name = CHECK_KERNELS["Snappy" if codec == "snappy" else "LZ4"]
+    kernel_function(name)(
+        (2,),
+        (32,),
+        (
+            cp.asarray(np.frombuffer(heap, np.uint8)),
+            cp.asarray(starts),
+            cp.asarray(sizes),
+            cp.asarray(outs),
+            refused,
+            np.int32(len(streams)),
+        ),
+    )
+    expected = [int(check_refuses(codec, s, n)) for s, n in streams]
+    assert refused.get().tolist() == expected
+    assert 0 < sum(expected) < len(expected)
 
 
 def test_a_row_group_of_mixed_codecs_and_its_stage_times(domain: Any, tmp_path: Path) -> None:

@@ -32,6 +32,10 @@ from nexus_cache.frames.gpudecode.kernels import kernel_source
 #: reads back from the "device" so far (each ``get``: one copy, one wait)
 READS = [0]
 
+#: nvCOMP's algorithm -> PyArrow's codec of the same raw stream (nvCOMP's
+#: stand-in on the host)
+PYARROW_CODEC = {"Snappy": "snappy", "Zstd": "zstd", "LZ4": "lz4_raw", "Gzip": "gzip"}
+
 
 class Array(np.ndarray):
     """A NumPy array with CuPy's ``get`` (counted in :data:`READS`)."""
@@ -209,6 +213,123 @@ def copy_strings(heap, row_start, offsets, out, n):
         out[a:b] = heap[int(row_start[r]) : int(row_start[r]) + b - a]
 
 
+def _snappy_valid(heap, base, end, want):
+    pos = produced = length = 0
+    shift = 0
+    while True:  # the preamble: a varint of at most 5 bytes
+        if pos >= end or shift > 28:
+            return False
+        b = int(heap[base + pos])
+        pos += 1
+        length |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    if length != want:
+        return False
+    while pos < end:
+        tag = int(heap[base + pos])
+        pos += 1
+        kind = tag & 3
+        if kind == 0:
+            length = (tag >> 2) + 1
+            if length > 60:
+                extra = length - 60
+                if end - pos < extra:
+                    return False
+                length = 0
+                for k in range(extra):
+                    length |= int(heap[base + pos + k]) << (8 * k)
+                length += 1
+                pos += extra
+            if length > end - pos or length > want - produced:
+                return False
+            pos += length
+        else:
+            if kind == 1:
+                if end - pos < 1:
+                    return False
+                length = 4 + ((tag >> 2) & 7)
+                offset = ((tag >> 5) << 8) | int(heap[base + pos])
+                pos += 1
+            elif kind == 2:
+                if end - pos < 2:
+                    return False
+                length = (tag >> 2) + 1
+                offset = int(heap[base + pos]) | int(heap[base + pos + 1]) << 8
+                pos += 2
+            else:
+                if end - pos < 4:
+                    return False
+                length = (tag >> 2) + 1
+                offset = sum(int(heap[base + pos + k]) << (8 * k) for k in range(4))
+                pos += 4
+            if offset == 0 or offset > produced or length > want - produced:
+                return False
+        produced += length
+    return produced == want
+
+
+def snappy_check(heap, in_start, in_size, out_size, refused, n):
+    for j in range(int(n)):
+        valid = _snappy_valid(heap, int(in_start[j]), int(in_size[j]), int(out_size[j]))
+        refused[j] = 0 if valid else 1
+
+
+def _lz4_extend(heap, base, end, pos, length):
+    while True:
+        if pos >= end:
+            return False, pos, length
+        b = int(heap[base + pos])
+        pos += 1
+        length += b
+        if b != 255:
+            return True, pos, length
+
+
+def _lz4_valid(heap, base, end, want):
+    pos = produced = 0
+    if want == 0:
+        return end == 1 and int(heap[base]) == 0
+    while True:
+        if pos >= end:
+            return False
+        token = int(heap[base + pos])
+        pos += 1
+        literals = token >> 4
+        if literals == 15:
+            ok, pos, literals = _lz4_extend(heap, base, end, pos, literals)
+            if not ok:
+                return False
+        if literals > end - pos or literals > want - produced:
+            return False
+        pos += literals
+        produced += literals
+        if pos == end:
+            return produced == want
+        if produced > want - 12 or pos > end - 8:
+            return False
+        offset = int(heap[base + pos]) | int(heap[base + pos + 1]) << 8
+        pos += 2
+        if offset == 0 or offset > produced:
+            return False
+        match = token & 15
+        if match == 15:
+            ok, pos, match = _lz4_extend(heap, base, end, pos, match)
+            if not ok:
+                return False
+        match += 4
+        if match > want - 5 - produced:
+            return False
+        produced += match
+
+
+def lz4_check(heap, in_start, in_size, out_size, refused, n):
+    for j in range(int(n)):
+        valid = _lz4_valid(heap, int(in_start[j]), int(in_size[j]), int(out_size[j]))
+        refused[j] = 0 if valid else 1
+
+
 KERNELS = {
     f.__name__: f
     for f in (
@@ -221,6 +342,8 @@ KERNELS = {
         plain_lengths,
         scatter_values,
         copy_strings,
+        snappy_check,
+        lz4_check,
     )
 }
 

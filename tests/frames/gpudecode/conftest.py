@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from tests.frames.gpudecode import _emulator
 
-from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
+from nexus_cache.frames.gpudecode.nvcomp import ALGORITHMS
 
 _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 
@@ -23,16 +23,18 @@ def decompress_like_nvcomp(
 ) -> None:
     """nvCOMP's batched decompression of ``jobs`` within ``heap``, by PyArrow."""
     for source, size, out, want in jobs:
-        got = pa.decompress(bytes(heap[source : source + size]), want, codec=algorithm)
+        codec = _emulator.PYARROW_CODEC[algorithm]
+        got = pa.decompress(bytes(heap[source : source + size]), want, codec=codec)
         heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
 
 
 @pytest.fixture
 def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``cupy`` is the emulator's, the kernels its ports, nvCOMP PyArrow's codecs
-    (with every codec on the device); returns the fake ``cupy``."""
+    """``cupy`` is the emulator's, the kernels its ports (the stream checks
+    before nvCOMP included), nvCOMP PyArrow's codecs (with every codec on the
+    device); returns the fake ``cupy``."""
     monkeypatch.setitem(sys.modules, "cupy", _emulator.fake_cupy)
     monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
     monkeypatch.setattr(_heap, "decompress_batch", decompress_like_nvcomp)
-    monkeypatch.setattr(_heap, "device_algorithm", lambda codec: PYARROW_CODECS[codec])
+    monkeypatch.setattr(_heap, "device_algorithm", ALGORITHMS.get)
     return _emulator.fake_cupy

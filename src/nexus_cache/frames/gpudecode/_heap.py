@@ -2,7 +2,8 @@
 
 :class:`_Heap` fills one device buffer for several chunks: packed on the
 host (:mod:`.layout`), copied to the device (through the caller's pinned
-staging when given), decompressed by nvCOMP (one batched call per codec,
+staging when given), its Snappy and LZ4 sections checked on the device
+(:mod:`.stream_check`), decompressed by nvCOMP (one batched call per codec,
 :mod:`.nvcomp`), and every v1 page's level length read back in one copy.
 :class:`_Chunk` is one chunk's pages over it (their levels and values
 sections) with the helpers the decode steps (:mod:`._steps`) launch the
@@ -30,6 +31,7 @@ from nexus_cache.frames.gpudecode.layout import (
 )
 from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused, decompress_batch, device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
+from nexus_cache.frames.gpudecode.stream_check import refuse_corrupt_streams
 
 __all__ = ["DeviceChunk"]
 
@@ -133,6 +135,9 @@ class _Heap:
         elif layout.host_size:
             self.data[: layout.host_size] = cp.asarray(layout.host_image())
         self.stage("transfer")
+        # nvCOMP reads out of bounds on a corrupt Snappy or LZ4 stream (which
+        # poisons the CUDA context): check them all first, on the device
+        refuse_corrupt_streams(cp, self.data, layout.jobs, where, _launch)
         for algorithm, jobs in layout.jobs.items():  # one batched call per codec
             decompress_batch(self.data, algorithm, jobs, where, self.codecs)
         self.stage("decompress")

@@ -12,10 +12,12 @@ page's level length (:mod:`._heap`). Then the device expands the levels,
 computes positions by a prefix sum, decodes the pages' values and scatters
 them to rows (:mod:`._steps`), every chunk phase by phase, with one read
 back per phase for all the chunks together: four small reads a row group
-in all, however many chunks and pages. Pages are decoded in *groups*, the
-longest runs of consecutive pages of one kind (dictionary-encoded or
-PLAIN), each group with one launch per kernel over a page table (a writer
-that falls back from the dictionary gives two groups).
+in all, however many chunks and pages (five where nvCOMP decompresses
+Snappy or LZ4 pages: the flags of their stream check, :mod:`.stream_check`).
+Pages are decoded in *groups*, the longest runs of consecutive pages of one
+kind (dictionary-encoded or PLAIN), each group with one launch per kernel
+over a page table (a writer that falls back from the dictionary gives two
+groups).
 
 Every device allocation, temporaries included, is made inside
 ``domain.scope()``, so the domain charges it. A malformed stream found by a

@@ -15,9 +15,13 @@ kernel                 reference                           parallel over
 ``plain_lengths``      ``reference._plain_strings``        pages (one thread)
 ``scatter_values``     ``reference._scatter``              rows
 ``copy_strings``       ``reference._strings``              rows
+``snappy_check``       (PyArrow's Snappy, bounds only)     sections (one thread)
+``lz4_check``          (PyArrow's LZ4_RAW, bounds only)    sections (one thread)
 =====================  ==================================  =======================
 
-PLAIN booleans are ``hybrid_expand`` over a one-run table (``packed_run``).
+The two checks (:mod:`.stream_check`) walk each compressed section's tags
+before nvCOMP decompresses it, and refuse one that would read or write out
+of bounds. PLAIN booleans are ``hybrid_expand`` over a one-run table (``packed_run``).
 The prefix sums (``cumsum(valid) - 1`` and the string offsets) are CuPy's
 ``cumsum``. Streams, pages and the decompressed *heap* are concatenated per
 column chunk, each addressed by 64-bit offsets. Every read is bounded by
@@ -32,6 +36,8 @@ element size where one is needed; :func:`kernel_source` gives each source,
 from __future__ import annotations
 
 from typing import Any
+
+from nexus_cache.frames.gpudecode.stream_check import LZ4_CHECK, SNAPPY_CHECK
 
 __all__ = [
     "ELEMENT_TYPES",
@@ -349,6 +355,8 @@ _SOURCES = {
     "plain_lengths": _PLAIN_LENGTHS,
     "scatter_values": _SCATTER_VALUES,
     "copy_strings": _COPY_STRINGS,
+    "snappy_check": SNAPPY_CHECK,
+    "lz4_check": LZ4_CHECK,
 }
 KERNEL_NAMES = tuple(_SOURCES)
 #: element size in bytes -> the C type a typed kernel moves values as

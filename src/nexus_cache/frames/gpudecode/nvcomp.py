@@ -10,8 +10,17 @@ LZ4_RAW, and Gzip. Where nvCOMP does not import, or lacks the codec, the
 caller decompresses on the host instead (:func:`device_algorithm` returns
 None) and ``DecodeStats.paths`` says so. Where nvCOMP refuses a batch, the
 caller decompresses those pages on the host too (a WARNING, logger
-``nexus_cache.frames``), which reads them or names the corrupt page. nvCOMP's own scratch memory is
-nvCOMP's (not charged to the domain); it is freed when the call returns.
+``nexus_cache.frames``), which reads them or names the corrupt page.
+
+nvCOMP does not bound-check its input: a corrupt stream can make it read
+out of bounds, which leaves the process's CUDA context unusable. The
+caller checks every Snappy and LZ4 section on the device first
+(:mod:`.stream_check`), and such a page never reaches this module. Zstd
+and Gzip sections are not checked: a corrupt Zstd or Gzip page is handed
+to nvCOMP; for untrusted files use the host engine.
+
+nvCOMP's own scratch memory is nvCOMP's (not charged to the domain); it is
+freed when the call returns.
 
 Thread-safe: a :class:`nvidia.nvcomp.Codec` must not be shared between
 threads, so a call makes its own on the caller's current stream, or takes
