@@ -303,8 +303,8 @@ def test_a_row_group_of_mixed_codecs_and_its_stage_times(
     domain: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The row groups' chunks share heaps, one nvCOMP call per codec each, and
-    every valid page is decompressed on the device (none passes the stream
-    check wrongly refused to the host)."""
+    every valid page is decompressed on the device (the stream check refuses
+    none of them, so none goes to the host)."""
     import logging
 
     pytest.importorskip("nvidia.nvcomp")
