@@ -476,3 +476,33 @@ def test_an_empty_edge_table_runs_cached_like_uncached(caches: Any) -> None:
 def test_a_graph_of_vertices_without_arcs_is_parked(caches: Any) -> None:
     loops = pa.table({"src": pa.array([5, 9]), "dst": pa.array([5, 9])})
     check_vertices_without_arcs(caches, loops, SOURCE)
+
+
+def test_on_ready_says_how_the_cache_answered_before_the_algorithm_runs(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Miss, hit and uncached: ``on_ready`` is called once, before the
+    algorithm (which here fails, as a cancel would stop it)."""
+    cache = caches.graph_cache(0)
+    edges = _edges(2)
+    seen: list[tuple[GraphRunStatus, Any, str]] = []
+
+    def ready(status: GraphRunStatus, reason: Any, detail: str) -> None:
+        seen.append((status, reason, detail))
+
+    def stopped(*args: Any, **kwargs: Any) -> Any:
+        assert len(seen) == 1, "the algorithm ran before on_ready"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ranking, "pagerank", stopped)  # the registry looks it up per run
+    expected = [
+        (GraphRunStatus.MISS, None, "parked"),
+        (GraphRunStatus.HIT, None, "parked"),
+        (GraphRunStatus.UNCACHED, GraphUncachedReason.NO_CACHE, "no graph cache"),
+    ]
+    for graph_cache, want in zip([cache, cache, None], expected, strict=True):
+        seen.clear()
+        with pytest.raises(KeyboardInterrupt):
+            run_graph(graph_cache, _plan(), edges, on_ready=ready, alpha=0.9)
+        assert seen == [want]
+    assert caches.ledger(0).snapshot().cache_pinned_in_use_bytes == 0

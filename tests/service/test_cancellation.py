@@ -127,6 +127,23 @@ def test_a_running_pagerank_stops_between_iterations_and_releases_its_grant(
         )
         assert [d for _q, d in _decisions(service)] == ["admitted", "cancelled"]
         assert _outcomes(tmp_path / "evidence") == ["cancelled"]
+        # the evidence says how the graph cache answered before the algorithm
+        # was stopped: it built and parked the graph
+        (sealed,) = sorted((tmp_path / "evidence").glob("attempt-*.json"))
+        graph_cache = json.loads(sealed.read_text())["statuses"]["graph_cache"]
+        assert graph_cache == {"status": "miss", "reason": None}
+        again = _in_thread(service, query, cancel := threading.Event())
+        try:
+            _wait_for(lambda: len(_decisions(service)) == 3)  # admitted again
+            time.sleep(0.3)
+        finally:
+            cancel.set()  # whatever failed, the slow PageRank stops
+            again["thread"].join(30)
+        assert isinstance(again["error"], QueryCancelledError)
+        latest = max(
+            (tmp_path / "evidence").glob("attempt-*.json"), key=lambda p: p.stat().st_mtime
+        )
+        assert json.loads(latest.read_text())["statuses"]["graph_cache"]["status"] == "hit"
         # the caches keep serving; the next PageRank is right
         result = service.execute(GraphQuery(Scan(lake.edges), "src", "dst", "pagerank"))
         got = dict(

@@ -209,21 +209,29 @@ def run_attempt(
             outcome.table = table
             return table
         attempt.check_cancelled("before its graph algorithm")
+
+        def record(graph: GraphOutcome) -> None:
+            if graph.reason == "unstable_source" and plan.source.identity_problems:
+                # say why the edge objects have no identity, and what to change
+                graph = dataclasses.replace(
+                    graph, reason=f"unstable_source: {plan.source.identity_problems}"
+                )
+            outcome.graph = graph
+
         t0 = time.perf_counter()
         with stop_check(lambda: attempt.check_cancelled("during its graph algorithm")):
-            result, outcome.graph, graph_bytes = graphs.run(
+            # recorded once the graph is in hand too, so an attempt cancelled
+            # inside its algorithm still says how the graph cache answered
+            result, answered, graph_bytes = graphs.run(
                 grant.device_id,
                 query,
                 load.frames,
                 plan.source.identity_keys,
                 domain,
                 objects=[p.source for p in plan.source.plans],
+                on_ready=record,
             )
-        if outcome.graph.reason == "unstable_source" and plan.source.identity_problems:
-            # say why the edge objects have no identity, and what to change
-            outcome.graph = dataclasses.replace(
-                outcome.graph, reason=f"unstable_source: {plan.source.identity_problems}"
-            )
+        record(answered)
         timings["graph_s"] = time.perf_counter() - t0
         budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
         outcome.table = result

@@ -23,7 +23,7 @@ a repeat is the same neighbour.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +32,7 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import (
     DeviceResidentCaches,
     GraphRunStatus,
+    GraphUncachedReason,
     plan_graph_run,
     run_graph,
 )
@@ -150,6 +151,27 @@ def _check_types(names: Sequence[str], types: Sequence[pa.DataType]) -> None:
 _STATUS = {GraphRunStatus.HIT: "hit", GraphRunStatus.MISS: "miss"}
 
 
+def _ready(
+    report: Callable[[GraphOutcome], None],
+) -> Callable[[GraphRunStatus, GraphUncachedReason | None, str], None]:
+    """The graph cache's ``on_ready``, reported as the :class:`GraphOutcome` the
+    run would end with (without the algorithm's facts)."""
+
+    def ready(status: GraphRunStatus, reason: GraphUncachedReason | None, detail: str) -> None:
+        if status is GraphRunStatus.UNCACHED:
+            report(GraphOutcome("bypass", _bypass_detail(reason, detail), {}))
+        else:
+            report(GraphOutcome(_STATUS[status], None, {}))
+
+    return ready
+
+
+def _bypass_detail(reason: GraphUncachedReason | None, detail: str) -> str:
+    """What a bypassed run's outcome says: its reason, and the detail when it adds one."""
+    shown = reason.value if reason is not None else "uncached"
+    return f"{shown}: {detail}" if detail and detail != shown else shown
+
+
 def _facts(algorithm: str, info: dict[str, Any]) -> dict[str, Any]:
     """The run facts the algorithm's spec reports in the diagnostics (plain JSON values)."""
     return {name: info[name] for name in get_spec(algorithm).facts if name in info}
@@ -169,8 +191,14 @@ class GraphPort:
         source_identity: tuple[str, ...] | None,
         domain: AllocationDomain,
         objects: Sequence[str] = (),
+        on_ready: Callable[[GraphOutcome], None] | None = None,
     ) -> tuple[pa.Table, GraphOutcome, int]:
         """``(result table, outcome, bytes the attempt held for the graph)``.
+
+        ``on_ready`` gets the outcome as far as the cache goes (its status,
+        no algorithm facts yet) once the graph is in hand, before the
+        algorithm runs: an attempt stopped inside its algorithm still records
+        how the graph cache answered.
 
         ``source_identity`` is the proven identity of the edge rowset (the
         lakehouse entry keys of its objects), or None when one object has
@@ -196,7 +224,11 @@ class GraphPort:
             edges = edge_input(frames, names, backend.xp, objects)
             n_edges = sum(f.num_rows for f in frames)
             run = run_graph(
-                self._caches.graph_cache(device_id), plan, edges, **algorithm_params(query)
+                self._caches.graph_cache(device_id),
+                plan,
+                edges,
+                on_ready=None if on_ready is None else _ready(on_ready),
+                **algorithm_params(query),
             )
             del edges
             table = run.result.to_arrow()
@@ -204,8 +236,10 @@ class GraphPort:
         held = 0
         if run.status is GraphRunStatus.UNCACHED:  # the attempt built the graph itself
             held = build_bytes(n_edges, options, query.weight is not None)
-            reason = run.reason.value if run.reason is not None else "uncached"
-            detail = f"{reason}: {run.detail}" if run.detail and run.detail != reason else reason
-            return table, GraphOutcome("bypass", detail, facts), held
+            return (
+                table,
+                GraphOutcome("bypass", _bypass_detail(run.reason, run.detail), facts),
+                held,
+            )
         drift = run.detail if run.drift_bytes else None
         return table, GraphOutcome(_STATUS[run.status], drift, facts), held

@@ -40,7 +40,7 @@ import importlib
 import sys
 import threading
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -62,7 +62,14 @@ if TYPE_CHECKING:
     from nexus_cache.device.ledger import DeviceLedger
     from nexus_cache.graph import Graph, GraphResult
 
-__all__ = ["GraphCacheStats", "GraphCacheSubdomain", "GraphRun", "GraphRunStatus", "run_graph"]
+__all__ = [
+    "GraphCacheStats",
+    "GraphCacheSubdomain",
+    "GraphRun",
+    "GraphRunStatus",
+    "OnReady",
+    "run_graph",
+]
 
 #: Seconds a drifted graph's teardown waits for other pins to be released.
 DRIFT_TEARDOWN_TIMEOUT_S = 10.0
@@ -81,6 +88,12 @@ class GraphRunStatus(enum.Enum):
     MISS = "miss"
     #: built and ran on the attempt's own memory (see ``GraphRun.reason``)
     UNCACHED = "uncached"
+
+
+#: ``on_ready(status, reason, detail)``: the run's graph is in hand and its
+#: algorithm starts next (``reason`` and ``detail``: why the run goes
+#: uncached, as :class:`GraphRun` will say; None and ``"parked"`` otherwise)
+OnReady = Callable[[GraphRunStatus, GraphUncachedReason | None, str], None]
 
 
 @dataclass(frozen=True)
@@ -148,19 +161,26 @@ class GraphCacheSubdomain(CacheSubdomain):
 
     # -- the front door ------------------------------------------------------------------
 
-    def run(self, plan: GraphPlan, edges: Any, **params: Any) -> GraphRun:
+    def run(
+        self, plan: GraphPlan, edges: Any, *, on_ready: OnReady | None = None, **params: Any
+    ) -> GraphRun:
         """Run ``plan.algorithm`` on the graph of ``edges`` (the attempt's edge frame).
 
         ``params`` go to the algorithm (``sources=`` for BFS, ``alpha=`` for
         PageRank, ``pairs=`` for similarities...). Errors of the algorithm or
         of the edges (``GraphInputError``) reach the caller; capacity
-        refusals never do (the run goes uncached).
+        refusals never do (the run goes uncached). ``on_ready`` (see
+        :data:`OnReady`) is called once the graph is in hand, just before the
+        algorithm starts, so a caller whose algorithm is then stopped (a
+        cancel) still knows how the cache answered.
         """
         params = _checked_params(plan, params)
         if plan.key is None:
-            return self._uncached(plan, edges, params, plan.uncached_reason, "")
+            return self._uncached(plan, edges, params, plan.uncached_reason, "", on_ready)
         if self._closed:
-            return self._uncached(plan, edges, params, GraphUncachedReason.NO_CACHE, "closed")
+            return self._uncached(
+                plan, edges, params, GraphUncachedReason.NO_CACHE, "closed", on_ready
+            )
         if plan.key.location is not None:
             self.retire_superseded(plan.key)
         handle = self.checkout(plan.key)
@@ -172,9 +192,9 @@ class GraphCacheSubdomain(CacheSubdomain):
             build_s = time.perf_counter() - started
             if not isinstance(outcome, PinHandle):
                 reason, detail = outcome
-                return self._uncached(plan, edges, params, reason, detail)
+                return self._uncached(plan, edges, params, reason, detail, on_ready)
             handle = outcome
-        return self._run_parked(handle, plan, edges, params, status, build_s)
+        return self._run_parked(handle, plan, edges, params, status, build_s, on_ready)
 
     def retire_superseded(self, key: ResidentGraphKey) -> int:
         """Destroy the parked graphs of ``key.location`` built from another source
@@ -284,6 +304,7 @@ class GraphCacheSubdomain(CacheSubdomain):
         params: dict[str, Any],
         status: GraphRunStatus,
         build_s: float,
+        on_ready: OnReady | None = None,
     ) -> GraphRun:
         entry = handle.entry
         fingerprint = plan.key.fingerprint if plan.key is not None else None
@@ -302,7 +323,12 @@ class GraphCacheSubdomain(CacheSubdomain):
             del graph
             handle.release()
             return self._uncached(
-                plan, edges, params, GraphUncachedReason.NO_HEADROOM, f"no run headroom: {exc}"
+                plan,
+                edges,
+                params,
+                GraphUncachedReason.NO_HEADROOM,
+                f"no run headroom: {exc}",
+                on_ready,
             )
         except BaseException:
             # an estimate that fails, or Ctrl-C: the pin must not outlive the run,
@@ -311,6 +337,8 @@ class GraphCacheSubdomain(CacheSubdomain):
             handle.release()
             raise
         try:
+            if on_ready is not None:
+                on_ready(status, None, "parked")
             with self._domain_lock:
                 baseline = domain.used_bytes()
                 started = time.perf_counter()
@@ -394,13 +422,14 @@ class GraphCacheSubdomain(CacheSubdomain):
         params: dict[str, Any],
         reason: GraphUncachedReason | None,
         detail: str,
+        on_ready: OnReady | None = None,
     ) -> GraphRun:
         if reason is not None:
             with self._lock:
                 self._uncached_counts[reason.value] = (
                     self._uncached_counts.get(reason.value, 0) + 1
                 )
-        return _run_uncached(plan, edges, params, reason, detail)
+        return _run_uncached(plan, edges, params, reason, detail, on_ready)
 
 
 def _checked_params(plan: GraphPlan, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -434,6 +463,7 @@ def _run_uncached(
     params: dict[str, Any],
     reason: GraphUncachedReason | None,
     detail: str,
+    on_ready: OnReady | None = None,
 ) -> GraphRun:
     started = time.perf_counter()
     graph = _graph("csr").build_graph(
@@ -444,19 +474,29 @@ def _run_uncached(
         options=plan.options,
     )
     built = time.perf_counter()
+    text = detail or (reason.value if reason is not None else "")
+    if on_ready is not None:
+        on_ready(GraphRunStatus.UNCACHED, reason, text)
     result = get_spec(plan.algorithm).run(graph, **params)
     done = time.perf_counter()
-    text = detail or (reason.value if reason is not None else "")
     return GraphRun(
         result, GraphRunStatus.UNCACHED, None, reason, text, built - started, done - built
     )
 
 
 def run_graph(
-    cache: GraphCacheSubdomain | None, plan: GraphPlan, edges: Any, **params: Any
+    cache: GraphCacheSubdomain | None,
+    plan: GraphPlan,
+    edges: Any,
+    *,
+    on_ready: OnReady | None = None,
+    **params: Any,
 ) -> GraphRun:
-    """Run ``plan`` through ``cache``, or uncached when the device has none (cap 0)."""
+    """Run ``plan`` through ``cache``, or uncached when the device has none (cap 0);
+    ``on_ready`` as in :meth:`GraphCacheSubdomain.run`."""
     if cache is None:
         params = _checked_params(plan, params)
-        return _run_uncached(plan, edges, params, GraphUncachedReason.NO_CACHE, "no graph cache")
-    return cache.run(plan, edges, **params)
+        return _run_uncached(
+            plan, edges, params, GraphUncachedReason.NO_CACHE, "no graph cache", on_ready
+        )
+    return cache.run(plan, edges, on_ready=on_ready, **params)
