@@ -67,7 +67,6 @@ __all__ = [
     "GraphCacheSubdomain",
     "GraphRun",
     "GraphRunStatus",
-    "OnReady",
     "run_graph",
 ]
 
@@ -93,7 +92,7 @@ class GraphRunStatus(enum.Enum):
 #: ``on_ready(status, reason, detail)``: the run's graph is in hand and its
 #: algorithm starts next (``reason`` and ``detail``: why the run goes
 #: uncached, as :class:`GraphRun` will say; None and ``"parked"`` otherwise)
-OnReady = Callable[[GraphRunStatus, GraphUncachedReason | None, str], None]
+_OnReady = Callable[[GraphRunStatus, GraphUncachedReason | None, str], None]
 
 
 @dataclass(frozen=True)
@@ -162,17 +161,19 @@ class GraphCacheSubdomain(CacheSubdomain):
     # -- the front door ------------------------------------------------------------------
 
     def run(
-        self, plan: GraphPlan, edges: Any, *, on_ready: OnReady | None = None, **params: Any
+        self, plan: GraphPlan, edges: Any, *, on_ready: _OnReady | None = None, **params: Any
     ) -> GraphRun:
         """Run ``plan.algorithm`` on the graph of ``edges`` (the attempt's edge frame).
 
         ``params`` go to the algorithm (``sources=`` for BFS, ``alpha=`` for
         PageRank, ``pairs=`` for similarities...). Errors of the algorithm or
         of the edges (``GraphInputError``) reach the caller; capacity
-        refusals never do (the run goes uncached). ``on_ready`` (see
-        :data:`OnReady`) is called once the graph is in hand, just before the
-        algorithm starts, so a caller whose algorithm is then stopped (a
-        cancel) still knows how the cache answered.
+        refusals never do (the run goes uncached). ``on_ready(status, reason,
+        detail)`` is called once the graph is in hand, just before the
+        algorithm starts (``reason`` and ``detail``: why the run goes
+        uncached, as the returned :class:`GraphRun` will say; None and
+        ``"parked"`` otherwise), so a caller whose algorithm is then stopped
+        (a cancel) still knows how the cache answered.
         """
         params = _checked_params(plan, params)
         if plan.key is None:
@@ -304,7 +305,7 @@ class GraphCacheSubdomain(CacheSubdomain):
         params: dict[str, Any],
         status: GraphRunStatus,
         build_s: float,
-        on_ready: OnReady | None = None,
+        on_ready: _OnReady | None = None,
     ) -> GraphRun:
         entry = handle.entry
         fingerprint = plan.key.fingerprint if plan.key is not None else None
@@ -422,7 +423,7 @@ class GraphCacheSubdomain(CacheSubdomain):
         params: dict[str, Any],
         reason: GraphUncachedReason | None,
         detail: str,
-        on_ready: OnReady | None = None,
+        on_ready: _OnReady | None = None,
     ) -> GraphRun:
         if reason is not None:
             with self._lock:
@@ -463,7 +464,7 @@ def _run_uncached(
     params: dict[str, Any],
     reason: GraphUncachedReason | None,
     detail: str,
-    on_ready: OnReady | None = None,
+    on_ready: _OnReady | None = None,
 ) -> GraphRun:
     started = time.perf_counter()
     graph = _graph("csr").build_graph(
@@ -489,7 +490,7 @@ def run_graph(
     plan: GraphPlan,
     edges: Any,
     *,
-    on_ready: OnReady | None = None,
+    on_ready: _OnReady | None = None,
     **params: Any,
 ) -> GraphRun:
     """Run ``plan`` through ``cache``, or uncached when the device has none (cap 0);
