@@ -3,11 +3,14 @@ worker, which releases its grant: a real Dask ``LocalCluster`` (host backend).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,15 +33,12 @@ def _grants(client: object) -> list[int]:
     return [d["grant_count"] for r in reports.values() for d in r["devices"]]
 
 
-def test_a_cancel_event_stops_the_query_on_its_worker(
+@contextlib.contextmanager
+def _one_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ring, facts = tmp_path / "ring.parquet", tmp_path / "facts.parquet"
-    write_parquet(ring_edges(100_000), ring, row_groups=2)
-    write_parquet(fact_table(2000), facts, row_groups=2)
-    past = time.time() - 60
-    for path in (ring, facts):
-        os.utime(path, (past, past))
+) -> Iterator[tuple[Any, ClusterQueryClient]]:
+    """A one-worker process cluster on the host backend, its Dask client and
+    a ClusterQueryClient over it."""
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", "1GiB")
     monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
@@ -52,7 +52,19 @@ def test_a_cancel_event_stops_the_query_on_its_worker(
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
-        nexus = ClusterQueryClient(client, make_config(tmp_path))
+        yield client, ClusterQueryClient(client, make_config(tmp_path))
+
+
+def test_a_cancel_event_stops_the_query_on_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ring, facts = tmp_path / "ring.parquet", tmp_path / "facts.parquet"
+    write_parquet(ring_edges(100_000), ring, row_groups=2)
+    write_parquet(fact_table(2000), facts, row_groups=2)
+    past = time.time() - 60
+    for path in (ring, facts):
+        os.utime(path, (past, past))
+    with _one_worker(tmp_path, monkeypatch) as (client, nexus):
         with pytest.raises(ConfigError, match="cancel="):
             nexus.execute(Scan(str(facts)), cancel=True)  # type: ignore[arg-type]
         already = threading.Event()
@@ -84,21 +96,8 @@ def test_ctrl_c_in_the_caller_cancels_the_query_on_its_worker(
     write_parquet(ring_edges(100_000), ring, row_groups=2)
     past = time.time() - 60
     os.utime(ring, (past, past))
-    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
-    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", "1GiB")
-    monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
     assert threading.current_thread() is threading.main_thread()  # where SIGINT lands
-    with (
-        distributed.LocalCluster(
-            n_workers=1,
-            threads_per_worker=2,
-            processes=True,
-            dashboard_address=":0",
-            silence_logs=40,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        nexus = ClusterQueryClient(client, make_config(tmp_path))
+    with _one_worker(tmp_path, monkeypatch) as (client, nexus):
         slow = GraphQuery(Scan(str(ring)), "src", "dst", "pagerank", params=_SLOW)
         # the caller holds an event, so the query is cancellable; Ctrl-C comes instead
         timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))

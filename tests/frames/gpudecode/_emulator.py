@@ -21,13 +21,17 @@ clip a slice silently.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from nexus_cache.frames.gpudecode.kernels import kernel_source
+from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
 
 #: reads back from the "device" so far (each ``get``: one copy, one wait)
 READS = [0]
@@ -35,6 +39,19 @@ READS = [0]
 #: nvCOMP's algorithm -> PyArrow's codec of the same raw stream (nvCOMP's
 #: stand-in on the host)
 PYARROW_CODEC = {"Snappy": "snappy", "Zstd": "zstd", "LZ4": "lz4_raw", "Gzip": "gzip"}
+
+
+def decompress_like_nvcomp(
+    heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None
+) -> None:
+    """nvCOMP's batched decompression of ``jobs`` within ``heap``, by PyArrow
+    (each input and output at nvCOMP's alignment, as the heap layout places it)."""
+    for source, size, out, want in jobs:
+        assert source % ALIGNMENT == 0
+        assert out % ALIGNMENT == 0
+        codec = PYARROW_CODEC[algorithm]
+        got = pa.decompress(bytes(heap[source : source + size]), want, codec=codec)
+        heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
 
 
 class Array(np.ndarray):
@@ -59,6 +76,21 @@ fake_cupy = SimpleNamespace(
     # the host has no stream to wait for
     cuda=SimpleNamespace(get_current_stream=lambda: SimpleNamespace(synchronize=lambda: None)),
 )
+
+
+class Domain:
+    """What the device decoder and the column assembly ask of an allocation
+    domain, on the emulated device (``limit_bytes``: the domain's limit)."""
+
+    def __init__(self, limit_bytes: int | None = None) -> None:
+        self.limit_bytes = limit_bytes
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        yield
+
+    def empty(self, n: int, dtype: Any) -> Any:
+        return fake_cupy.zeros(n, dtype)
 
 
 def _last_at_most(starts: np.ndarray, n: int, x: int) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tests.frames.gpudecode import _emulator
 from tests.frames.gpudecode.test_reference import write
 
 from nexus_cache.frames import DeviceFrame
@@ -25,20 +26,6 @@ from nexus_cache.frames.gpudecode.pages import PageType
 
 _engine = importlib.import_module("nexus_cache.frames._page_engine")
 _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
-
-
-class _Domain:
-    """What the device decoder and the column assembly ask of a domain."""
-
-    def __init__(self, limit_bytes: int | None = None) -> None:
-        self.limit_bytes = limit_bytes
-
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[None]:
-        yield
-
-    def empty(self, n: int, dtype: Any) -> Any:
-        return sys.modules["cupy"].zeros(n, dtype)
 
 
 class _Transfer:
@@ -91,7 +78,9 @@ def _decode(raw: bytes, transfer: Any, calls: list[int], domain: Any = None) -> 
     plan, schema = _plan(raw)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_engine, "decode_chunks_on_device", counted)
-        columns = _engine.decode_page_columns(plan, schema, domain or _Domain(), transfer=transfer)
+        columns = _engine.decode_page_columns(
+            plan, schema, domain or _emulator.Domain(), transfer=transfer
+        )
     arrays = []
     for f in schema:
         c = columns[f.name]
@@ -147,7 +136,7 @@ def test_a_domain_with_a_limit_takes_an_eighth_of_it_per_heap() -> None:
         for _, spec, _ in (chunks[0] for chunks in plan.gpu.values())
     )
     calls: list[int] = []
-    got = _decode(raw, None, calls, _Domain(limit_bytes=8 * (2 * per_group + 1)))
+    got = _decode(raw, None, calls, _emulator.Domain(limit_bytes=8 * (2 * per_group + 1)))
     assert got.equals(pq.read_table(io.BytesIO(raw)))
     assert len(calls) >= 4  # about two row groups a heap, not all eight in one
 

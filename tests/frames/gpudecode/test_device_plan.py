@@ -22,23 +22,12 @@ from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames._host import HostPiece
 from nexus_cache.frames.gpudecode import ChunkSpec, Page
 from nexus_cache.frames.gpudecode.layout import layout_chunk, level_offsets, page_sections_at
-from nexus_cache.frames.gpudecode.nvcomp import ALGORITHMS, ALIGNMENT
+from nexus_cache.frames.gpudecode.nvcomp import ALGORITHMS
 from nexus_cache.frames.gpudecode.reference import page_sections
 from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
 
 _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 _steps = importlib.import_module("nexus_cache.frames.gpudecode._steps")
-
-
-def _decompress_like_nvcomp(
-    heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None
-) -> None:
-    for source, size, out, want in jobs:
-        assert source % ALIGNMENT == 0  # nvCOMP's alignment
-        assert out % ALIGNMENT == 0
-        codec = _emulator.PYARROW_CODEC[algorithm]
-        got = pa.decompress(bytes(heap[source : source + size]), want, codec=codec)
-        heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
 
 
 def _decode_together(items: list[tuple[ChunkSpec, list[Page]]]) -> list[HostPiece]:
@@ -57,7 +46,7 @@ def _emulated(device_codec: bool) -> Any:
 @pytest.fixture(params=[True, False], ids=["device-decompression", "host-decompression"])
 def device_codec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
-    monkeypatch.setattr(_heap, "decompress_batch", _decompress_like_nvcomp)
+    monkeypatch.setattr(_heap, "decompress_batch", _emulator.decompress_like_nvcomp)
     # nvCOMP's algorithm names: the Snappy and LZ4 pages are checked (the
     # emulator's stream-check ports) before they are decompressed
     algorithm = ALGORITHMS.get if request.param else (lambda codec: None)

@@ -5,7 +5,6 @@ collection ran). Driven on the emulated device (``_emulator``)."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
 import io
@@ -17,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tests.frames.gpudecode import _emulator
 from tests.frames.gpudecode.test_reference import write
 
 from nexus_cache.errors import SourceFormatError
@@ -24,12 +24,6 @@ from nexus_cache.frames.gpudecode import chunk_spec, read_pages
 
 _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
-
-
-class _Domain:
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[None]:
-        yield
 
 
 @pytest.fixture
@@ -79,7 +73,9 @@ def _table() -> pa.Table:
 
 @pytest.mark.usefixtures("no_collector")
 def test_the_heap_goes_back_when_the_decode_returns(heaps: list[weakref.ref[Any]]) -> None:
-    out = _device.decode_chunks_on_device(_items(write(_table(), compression="snappy")), _Domain())
+    out = _device.decode_chunks_on_device(
+        _items(write(_table(), compression="snappy")), _emulator.Domain()
+    )
     assert len(out) == 2
     assert heaps
     assert all(ref() is None for ref in heaps)
@@ -97,7 +93,7 @@ def test_the_heap_goes_back_while_the_caller_holds_the_error(
     levels = int.from_bytes(data[at : at + 4], "little")
     data[at + 4 + levels] = 8  # index bit width 8 for a 2-entry dictionary
     with pytest.raises(SourceFormatError) as caught:
-        _device.decode_chunks_on_device([(bytes(data), spec, None)], _Domain())
+        _device.decode_chunks_on_device([(bytes(data), spec, None)], _emulator.Domain())
     assert caught.value.__traceback__ is not None  # the caller still holds it
     assert heaps
     assert all(ref() is None for ref in heaps)
