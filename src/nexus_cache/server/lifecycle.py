@@ -94,7 +94,8 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
     _configure_logging()
     settings.check_exposure()
     return_freed_memory()
-    config = ServiceConfig.load(config_path)
+    # the service checks every object a source expands to against the roots
+    config = ServiceConfig.load(config_path, allowed_roots=settings.allowed_roots)
     stop = threading.Event()
     service = QueryService(config)
     server: Any = None

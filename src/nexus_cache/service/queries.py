@@ -51,6 +51,9 @@ def _text(name: str, value: Any) -> str:
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}={value!r} is not accepted; use a non-empty string")
+    if "\x00" in value:
+        # no path, URL or column name holds one; the OS refuses it deep inside
+        raise ConfigError(f"{name}={value!r} holds a NUL byte (\\x00); remove it")
     return value
 
 

@@ -218,6 +218,7 @@ class QueryService:
             expansion=cfg.grant_expansion,
             min_grant=cfg.min_grant_bytes,
             storage_options=cfg.storage_options,
+            allowed_roots=cfg.allowed_roots,
         )
         return {**plan.to_dict(), "parquet_bytes": plan.source.total_bytes}
 
@@ -288,6 +289,7 @@ class QueryService:
             min_grant=cfg.min_grant_bytes,
             floor=floor,
             storage_options=cfg.storage_options,
+            allowed_roots=cfg.allowed_roots,
         )
         timings["plan_s"] = time.perf_counter() - t0
         if self._on_planned is not None:
