@@ -45,6 +45,7 @@ from nexus_cache.frames.gpudecode._hybrid import (
     hybrid_runs,
     packed_run,
 )
+from nexus_cache.frames.gpudecode._inflated import inflated_size
 from nexus_cache.frames.gpudecode.pages import (
     ChunkSpec,
     Encoding,
@@ -81,8 +82,11 @@ def decompress_section(data: memoryview, size: int, codec: str | None) -> bytes:
         out = pa.decompress(data, decompressed_size=size, codec=codec, asbytes=True)
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise _Bad(f"{codec} decompression failed ({' '.join(str(exc).split())})") from exc
-    if len(out) != size:
-        raise _Bad(f"{codec} data decompressed to {len(out)} bytes, the header says {size}")
+    # pa.decompress returns ``size`` bytes however many the codec wrote: the
+    # stream's own size is what must match the header
+    got = inflated_size(memoryview(data).cast("B"), size, codec)
+    if got != size:
+        raise _Bad(f"{codec} data decompressed to {got} bytes, the header says {size}")
     return bytes(out)
 
 
