@@ -15,8 +15,11 @@ Two steps, one-to-one with the CUDA kernels ``hybrid_runs`` and
 
 PLAIN booleans are one bit-packed run of width 1, so they use step 2 alone.
 Bounded: a stream yields at most ``count`` values and at most one run per
-byte it holds; a stream that ends before ``count`` values raises
-:class:`HybridError`. Pure NumPy, thread-safe.
+byte it holds. Refused as PyArrow refuses them (:class:`HybridError`): a
+stream that ends before ``count`` values, a run header past 32 bits, a run
+of no values, and a bit-packed run whose declared values run past the end
+of the stream (only its last group of 8 may be cut short). Pure NumPy,
+thread-safe.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from the stream itself, for a stream ``pyarrow.decompress`` has read into
   tags produce exactly it);
 * LZ4_RAW: the literals and matches of the block's sequences, walked;
 * Zstd: the frames' content sizes from their headers (a frame without one
-  is counted by decompressing the stream again, as a stream);
+  is counted by decompressing the stream again, as a stream; -1 where that
+  fails);
 * Gzip: the members' output, inflated by zlib (PyArrow inflates every
   member until the input ends; with ``n`` 0 it reads nothing).
 
@@ -108,7 +109,10 @@ def _zstd(data: memoryview) -> int:
             size, pos = _zstd_frame(data, pos)
             total += size
     except (_Unknown, IndexError):
-        return len(pa.CompressedInputStream(pa.py_buffer(data), "zstd").read())
+        try:
+            return len(pa.CompressedInputStream(pa.py_buffer(data), "zstd").read())
+        except (pa.ArrowException, OSError, ValueError):
+            return -1  # not countable as a stream (a window past the stream decoder's)
     return total
 
 
