@@ -49,31 +49,32 @@ def _snappy(data: memoryview) -> int:
 
 
 def _lz4_raw(data: memoryview) -> int:
-    pos, end, produced = 0, len(data), 0
+    """The sum of the block's literals and matches: its sequences walked (on
+    ``bytes``, whose indexing is the fastest Python has)."""
+    raw = bytes(data)
+    pos, end, produced = 0, len(raw), 0
     while pos < end:
-        token = data[pos]
+        token = raw[pos]
         pos += 1
         literals = token >> 4
         if literals == 15:
-            while pos < end:
-                b = data[pos]
+            b = 255
+            while b == 255 and pos < end:
+                b = raw[pos]
                 pos += 1
                 literals += b
-                if b != 255:
-                    break
         pos += literals
         produced += literals
         if pos >= end:  # the last sequence: literals only
             break
-        pos += 2  # the match offset
         match = token & 15
+        pos += 2  # the match offset
         if match == 15:
-            while pos < end:
-                b = data[pos]
+            b = 255
+            while b == 255 and pos < end:
+                b = raw[pos]
                 pos += 1
                 match += b
-                if b != 255:
-                    break
         produced += match + 4
     return produced
 
