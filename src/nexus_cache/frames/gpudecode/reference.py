@@ -89,7 +89,8 @@ def decompress_section(data: memoryview, size: int, codec: str | None) -> bytes:
     # stream's own size is what must match the header
     got = inflated_size(memoryview(data).cast("B"), size, codec)
     if got != size:
-        raise _Bad(f"{codec} data decompressed to {got} bytes, the header says {size}")
+        got_text = f"{got} bytes" if got >= 0 else "fewer bytes"
+        raise _Bad(f"{codec} data decompressed to {got_text}, the header says {size}")
     return bytes(out)
 
 
