@@ -138,3 +138,27 @@ def test_open_local_of_a_removed_root_recreates_it(
         assert again == first
         assert Path(again).read_bytes() == b"again"
         assert isinstance(cache, LakehouseCache)
+
+
+def test_distinct_paths_share_one_instance(memory: Any, tmp_path: Path) -> None:
+    # URL chaining hands each path to the filesystem (fsspec's "fo"); were it
+    # part of the instance token, every distinct path read would leave an
+    # instance in fsspec's cache, without bound in a long-running server.
+    NexusCacheFileSystem.clear_instance_cache()
+    root = str(tmp_path / "c")
+    for i in range(100):
+        memory.pipe(f"/h19/many/{i}.bin", b"%d" % i)
+    local = [write_old_file(tmp_path / "lake" / f"{i}.bin", b"%d" % i) for i in range(100)]
+    for i in range(100):
+        with fsspec.open(f"nexus::memory://h19/many/{i}.bin", nexus={"cache_storage": root}) as f:
+            assert f.read() == b"%d" % i
+        with fsspec.open(f"nexus::file://{local[i]}", nexus={"cache_storage": root}) as f:
+            assert f.read() == b"%d" % i
+    # one instance per configuration: memory:// and file:// under one root
+    assert len(NexusCacheFileSystem._cache) == 2
+    fs, path = fsspec.core.url_to_fs(
+        "nexus::memory://h19/many/7.bin", nexus={"cache_storage": root}
+    )
+    assert path == "/h19/many/7.bin"
+    assert fs.cat_file(path) == b"7"
+    assert len(NexusCacheFileSystem._cache) == 2
