@@ -162,3 +162,35 @@ def test_distinct_paths_share_one_instance(memory: Any, tmp_path: Path) -> None:
     assert path == "/h19/many/7.bin"
     assert fs.cat_file(path) == b"7"
     assert len(NexusCacheFileSystem._cache) == 2
+
+
+def test_open_local_never_names_a_local_file_of_the_same_name(tmp_path: Path) -> None:
+    # A memory:// object and a local file at the same path, with other bytes:
+    # the object's path is not a local file of its bytes, whatever the policy.
+    from nexus_cache.errors import NoLocalFileError
+
+    same = tmp_path / "same.bin"
+    write_old_file(same, b"the local file's bytes")
+    memory = fsspec.filesystem("memory")
+    memory.pipe(str(same), b"the memory object's bytes")
+    url = f"nexus::memory://{same}"
+    try:
+        for root, policy in (
+            (None, "disabled"),
+            ("rt", "read_through"),
+            ("fb", "fill_before_read"),
+        ):
+            with make_cache(root and tmp_path / root, policy=policy) as cache:
+                with pytest.raises(NoLocalFileError, match=r"memory://.*no local path") as caught:
+                    fsspec.open_local(url, nexus={"cache": cache})
+                assert isinstance(caught.value, ValueError)  # as fsspec's own refusals
+                # reading works; code that peeks at the name finds none
+                with fsspec.open(url, nexus={"cache": cache}) as f:
+                    assert getattr(f, "name", None) is None
+                    assert f.read() == b"the memory object's bytes"
+        # the local file through file:// is its own bytes
+        with make_cache(None) as cache:
+            local = fsspec.open_local(f"nexus::file://{same}", nexus={"cache": cache})
+        assert Path(local).read_bytes() == b"the local file's bytes"
+    finally:
+        memory.rm(str(same))

@@ -226,8 +226,7 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
             )
         path = self._strip_protocol(path)
         handle = self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
-        if handle.local_path is not None:
-            handle.name = handle.local_path  # what fsspec.open_local returns
+        handle.name_local_file(self.fs.unstrip_protocol(path))  # what fsspec.open_local returns
         return handle
 
     def cat_file(
