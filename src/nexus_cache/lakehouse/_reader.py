@@ -6,7 +6,9 @@ the descriptor's bytes stay readable for the whole read even if retention or a
 ``pread`` straight into the result (one copy, measured faster than slicing a
 mapping); the zero-copy paths (``buffer``/``read_buffer``, which pyarrow uses)
 memory-map the entry through the same descriptor, mapped on first use. A remote read wraps the
-store's file object, opened pinned to the planned identity. Either way the handle
+store's file object, opened pinned to the planned identity; a local source read
+directly (no root, or a miss) hands out that file's descriptor (``fileno``), so
+a decoder can memory-map it as it maps an entry. Either way the handle
 carries :class:`~.events.ReadDiagnostics`.
 
 A hit planned from a remembered identity carries a ``confirm`` callable (the
@@ -147,6 +149,10 @@ class LakehouseFile(io.RawIOBase):
 
     def _fileno(self) -> int:
         if self._fd is None:
+            if self.local_path is not None and self._remote is not None:
+                # a local source read directly: its descriptor, opened and
+                # proven at planning (a decoder memory-maps it)
+                return int(self._remote.fileno())
             raise io.UnsupportedOperation("a remote read has no file descriptor")
         self._confirmed()  # the descriptor reads the entry's bytes: gate it too
         return self._fd
