@@ -348,7 +348,14 @@ def test_stats_report_reads_and_bytes(tmp_path: Path) -> None:
     assert stats["root"] == str(tmp_path / "c")
     assert stats["entries"] == 1
     assert stats["bytes"] == len(DATA)
-    assert stats["reads"] == {"hit": 1, "miss": 1, "bypass": 0, "stale": 0, "total": 2}
+    assert stats["reads"] == {
+        "hit": 1,
+        "miss": 1,
+        "miss-followed": 0,
+        "bypass": 0,
+        "stale": 0,
+        "total": 2,
+    }
     assert stats["read_modes"] == {"local": 2, "remote": 0}
     assert stats["fill_modes"] == {"none": 1, "background": 0, "blocking": 1}
     assert stats["events"]["fill_completed"] == 1

@@ -12,9 +12,10 @@ Two stages run at once:
   slots and one stream, see :mod:`nexus_cache.frames.staging`).
 
 So while row group *i* is copied to the device, the row groups after it are
-decoded. A path or a local lakehouse read gives every decoder thread its own
-reader over one memory-mapped view of the file; any other file object (a
-remote stream) is read by one decoder thread.
+decoded. A path, or a lakehouse read of local bytes (an entry, or a local
+source read directly, with or without a cache root), gives every decoder
+thread its own reader over one memory-mapped view of the file; any other
+file object (a remote stream) is read by one decoder thread.
 :func:`read_parquet` opens the source through the lakehouse cache (a hit
 reads the local entry; a miss follows the cache's policy) and decodes it.
 """
@@ -104,7 +105,8 @@ def _check_request(
 def _shared_bytes(source: Any, window: int) -> pa.Buffer | None:
     """One thread-safe view of the whole file, when there is one to have: a
     memory map of a local path, of a local lakehouse entry or of a regular
-    file's descriptor, or, for a stream of at most ``window`` bytes (a remote
+    file's descriptor (a local source the lakehouse reads directly, with or
+    without a root, hands out its own), or, for a stream of at most ``window`` bytes (a remote
     read), its bytes read once. None otherwise: one reader then decodes."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)

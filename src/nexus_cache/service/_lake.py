@@ -294,7 +294,13 @@ def _execute(
 
 
 def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: SourcePlan) -> dict:
-    """One status for a source: the reads' statuses when it was read, else the plans'."""
+    """One status for a source: the reads' statuses when it was read, else the plans'.
+
+    A query that read nothing (the decoded-source cache served it) made no
+    copy: a planned miss is reported as ``miss-followed`` (another query's
+    read, which it waited for or came after, made the copy), so that the
+    ``miss`` count is the copies made.
+    """
     if diagnostics:
         reasons = sorted({d.reason for d in diagnostics if d.reason})
         statuses = [d.cache_status.value for d in diagnostics]
@@ -303,7 +309,7 @@ def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: Sourc
         read = True
     else:
         reasons = sorted({p.reason for p in plan.plans if p.reason})
-        statuses = [p.status.value for p in plan.plans]
+        statuses = [_not_read(p.status).value for p in plan.plans]
         modes = ["not_read"] * len(plan.plans)
         fills = ["none"] * len(plan.plans)
         read = False
@@ -315,6 +321,10 @@ def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: Sourc
         "objects": len(plan.plans),
         "read": read,
     }
+
+
+def _not_read(planned: CacheStatus) -> CacheStatus:
+    return CacheStatus.MISS_FOLLOWED if planned is CacheStatus.MISS else planned
 
 
 def _one(values: Sequence[str]) -> str:
