@@ -270,7 +270,9 @@ def test_blocking_fill_waits_a_bounded_time_then_reads_remote(tmp_path: Path) ->
             assert f.read() == DATA
             assert f.diagnostics.read_mode is ReadMode.REMOTE
             assert f.diagnostics.reason == "fill_timeout:no_budget"
-        assert 0.25 < time.monotonic() - start < 5
+        # bounded by its 0.3 s setting (generously: the host may be loaded); the
+        # fill itself never gets its budget
+        assert 0.25 < time.monotonic() - start < 30
         (event,) = cache.events.events(EventKind.FILL_TIMEOUT)
         assert event.reason == "no_budget"
         # another filler holding the entry lock: same bounded wait, then remote
