@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +46,10 @@ def _names(doc: Path) -> list[str]:
 def test_every_documented_name_imports(doc: Path) -> None:
     missing = []
     for name in _names(doc):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # old names still import
-            try:
-                _resolve(name)
-            except (ImportError, AttributeError) as exc:
-                missing.append(f"{name}: {exc}")
+        try:
+            _resolve(name)
+        except (ImportError, AttributeError) as exc:
+            missing.append(f"{name}: {exc}")
     assert missing == []
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -95,31 +92,3 @@ def test_deeply_nested_json_is_a_config_error() -> None:
     for text in ("[" * 100_000, nested):
         with pytest.raises(ConfigError, match="nested too deeply"):
             query_from_json(text)
-
-
-def test_the_old_query_name_still_works_and_warns_once() -> None:
-    # a fresh interpreter: the warning is once per process
-    code = (
-        "import warnings\n"
-        "warnings.simplefilter('always')\n"
-        "with warnings.catch_warnings(record=True) as seen:\n"
-        "    warnings.simplefilter('always')\n"
-        "    from nexus_cache.service import Graph\n"
-        "    import nexus_cache.service as service\n"
-        "    again = service.Graph\n"
-        "from nexus_cache.service import GraphQuery, Scan\n"
-        "assert Graph is GraphQuery and again is GraphQuery\n"
-        "old, new = Graph(Scan('/e'), 's', 'd', 'bfs', params={'source': 1}), GraphQuery\n"
-        "assert old == new(Scan('/e'), 's', 'd', 'bfs', params={'source': 1})\n"
-        "print([(w.category.__name__, str(w.message)) for w in seen])\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    seen = ast.literal_eval(out.stdout.strip())
-    assert seen == [
-        (
-            "DeprecationWarning",
-            "nexus_cache.service.Graph is deprecated; use nexus_cache.service.GraphQuery "
-            "(the same class, renamed)",
-        )
-    ]
-    assert "Graph" not in __import__("nexus_cache.service").service.__all__

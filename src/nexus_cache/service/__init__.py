@@ -8,9 +8,7 @@ returning Arrow tables with diagnostics and sealed attempt evidence.
 
 from __future__ import annotations
 
-import threading
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nexus_cache._lazy import lazy_exports
 
@@ -75,27 +73,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-_lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
-# Deprecated names -> their new names. Never cached in the namespace, so each
-# access passes here; each name warns once per process.
-_DEPRECATED = {"Graph": "GraphQuery"}
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def __getattr__(name: str) -> Any:
-    new = _DEPRECATED.get(name)
-    if new is None:
-        return _lazy_getattr(name)
-    with _warned_lock:
-        first = name not in _warned
-        _warned.add(name)
-    if first:
-        warnings.warn(
-            f"nexus_cache.service.{name} is deprecated; use nexus_cache.service.{new} "
-            "(the same class, renamed)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return _lazy_getattr(new)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -294,11 +294,3 @@ def query_from_json(text: str) -> Query:
         ) from None
     return query_from_dict(data)
 
-
-def __getattr__(name: str) -> Any:
-    # the query class's old name, deprecated with the package's (one warning per process)
-    if name == "Graph":
-        import nexus_cache.service as service
-
-        return service.Graph
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
