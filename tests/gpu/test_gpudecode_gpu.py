@@ -332,8 +332,8 @@ def test_nvcomp_reports_the_size_each_page_decompressed_to(codec: str) -> None:
     import cupy as cp
 
     from nexus_cache.frames.gpudecode.nvcomp import (
-        ALGORITHMS,
         ALIGNMENT,
+        CODEC_ALGORITHMS,
         NvcompRefused,
         decompress_batch,
     )
@@ -341,7 +341,7 @@ def test_nvcomp_reports_the_size_each_page_decompressed_to(codec: str) -> None:
     plain = np.arange(20_000, dtype=np.int64).tobytes()
     packed = pa.compress(plain, codec=codec, asbytes=True)
     out_at = (len(packed) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-    algorithm = ALGORITHMS["LZ4_RAW" if codec == "lz4_raw" else codec.upper()]
+    algorithm = CODEC_ALGORITHMS["LZ4_RAW" if codec == "lz4_raw" else codec.upper()]
 
     def heap_and_jobs(want: int) -> tuple[Any, list[tuple[int, int, int, int]]]:
         heap = cp.zeros(out_at + want + ALIGNMENT, np.uint8)

@@ -232,13 +232,12 @@ def test_graph_command_reports_pagerank_convergence(
 
 def test_the_convergence_rules_are_spelled_alike_everywhere() -> None:
     from nexus_cache.cli.main import build_parser
-    from nexus_cache.graph import CONVERGENCE_RULES, ranking
-    from nexus_cache.service import queries
+    from nexus_cache.graph import CONVERGENCE_RULES, get_spec, ranking
 
     graph_parser = build_parser()._subparsers._group_actions[0].choices["graph"]  # type: ignore[union-attr]
     flag = next(a for a in graph_parser._actions if "--convergence" in a.option_strings)
     assert tuple(flag.choices) == ranking.CONVERGENCE_RULES == CONVERGENCE_RULES
-    assert queries.ALGORITHMS["pagerank"]["convergence"] == CONVERGENCE_RULES[0]
+    assert get_spec("pagerank").defaults()["convergence"] == CONVERGENCE_RULES[0]
 
 
 def _degrees(graph: nx.Graph, direction: str) -> dict[int, int]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nexus_cache.errors import LifecycleError
-from nexus_cache.service import ALGORITHMS, QueryService
+from nexus_cache.graph import ALGORITHMS
+from nexus_cache.service import QueryService
 
 from ._helpers import make_service
 

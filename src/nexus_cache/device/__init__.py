@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from nexus_cache.device.graph.cache import GraphRun as GraphRun
     from nexus_cache.device.graph.cache import GraphRunStatus as GraphRunStatus
     from nexus_cache.device.graph.cache import run_graph as run_graph
-    from nexus_cache.device.graph.key import ALGORITHMS as ALGORITHMS
     from nexus_cache.device.graph.key import GraphPlan as GraphPlan
     from nexus_cache.device.graph.key import GraphUncachedReason as GraphUncachedReason
     from nexus_cache.device.graph.key import ResidentGraphKey as ResidentGraphKey
@@ -81,7 +80,6 @@ _EXPORTS: dict[str, str] = {
     "GraphRun": "nexus_cache.device.graph.cache",
     "GraphRunStatus": "nexus_cache.device.graph.cache",
     "run_graph": "nexus_cache.device.graph.cache",
-    "ALGORITHMS": "nexus_cache.device.graph.key",
     "GraphPlan": "nexus_cache.device.graph.key",
     "GraphUncachedReason": "nexus_cache.device.graph.key",
     "ResidentGraphKey": "nexus_cache.device.graph.key",

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from nexus_cache.service.evidence import EvidenceReport as EvidenceReport
     from nexus_cache.service.evidence import table_fingerprint as table_fingerprint
     from nexus_cache.service.evidence import verify_evidence as verify_evidence
-    from nexus_cache.service.queries import ALGORITHMS as ALGORITHMS
     from nexus_cache.service.queries import WEIGHTED as WEIGHTED
     from nexus_cache.service.queries import Count as Count
     from nexus_cache.service.queries import GraphQuery as GraphQuery
@@ -53,7 +52,6 @@ _EXPORTS: dict[str, str] = {
     "EvidenceReport": "nexus_cache.service.evidence",
     "table_fingerprint": "nexus_cache.service.evidence",
     "verify_evidence": "nexus_cache.service.evidence",
-    "ALGORITHMS": "nexus_cache.service.queries",
     "Count": "nexus_cache.service.queries",
     "GraphQuery": "nexus_cache.service.queries",
     "Query": "nexus_cache.service.queries",

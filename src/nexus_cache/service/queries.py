@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any, NoReturn
 
 from nexus_cache.errors import ConfigError
@@ -26,7 +25,6 @@ from nexus_cache.graph.registry import ALGORITHMS as _SPECS
 from nexus_cache.graph.registry import get_spec
 
 __all__ = [
-    "ALGORITHMS",
     "Count",
     "GraphQuery",
     "Query",
@@ -37,10 +35,6 @@ __all__ = [
     "query_from_json",
 ]
 
-#: algorithm -> accepted parameters and their defaults (None: required or optional)
-ALGORITHMS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {name: MappingProxyType(spec.defaults()) for name, spec in _SPECS.items()}
-)
 #: The algorithms that read edge weights; the others count hops or neighbours,
 #: so a weight column is refused for them.
 WEIGHTED = tuple(name for name, spec in _SPECS.items() if spec.weighted)
@@ -122,8 +116,8 @@ def _field(name: str) -> str:
 def graph_params(
     algorithm: str, given: Mapping[str, Any], label: Callable[[str], str] = _field
 ) -> dict[str, Any]:
-    """Every parameter of ``algorithm``: the defaults of :data:`ALGORITHMS`
-    updated with ``given``, each validated.
+    """Every parameter of ``algorithm``: the defaults of its spec in
+    :data:`nexus_cache.graph.registry.ALGORITHMS` updated with ``given``, each validated.
 
     :class:`ConfigError` names a parameter as ``label(name)`` says (the
     command line passes its flags) and says what is accepted.
@@ -142,7 +136,8 @@ class GraphQuery:
     directed for PageRank, BFS and degree, undirected for the similarities
     and triangles), resolved here, so ``directed`` always reads as a bool and
     the query's JSON and cache key are the same however it was given.
-    ``params`` are the algorithm's (:data:`ALGORITHMS`); missing ones take
+    ``params`` are the algorithm's (its spec in
+    :data:`nexus_cache.graph.registry.ALGORITHMS`); missing ones take
     their defaults, BFS needs ``source``. Immutable and hashable.
     """
 
@@ -293,4 +288,3 @@ def query_from_json(text: str) -> Query:
             "'edges' holds one scan"
         ) from None
     return query_from_dict(data)
-

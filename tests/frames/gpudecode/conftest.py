@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.frames.gpudecode import _emulator
 
-from nexus_cache.frames.gpudecode.nvcomp import ALGORITHMS
+from nexus_cache.frames.gpudecode.nvcomp import CODEC_ALGORITHMS
 
 _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 
@@ -24,5 +24,5 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setitem(sys.modules, "cupy", _emulator.fake_cupy)
     monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
     monkeypatch.setattr(_heap, "decompress_batch", _emulator.decompress_like_nvcomp)
-    monkeypatch.setattr(_heap, "device_algorithm", ALGORITHMS.get)
+    monkeypatch.setattr(_heap, "device_algorithm", CODEC_ALGORITHMS.get)
     return _emulator.fake_cupy

@@ -22,7 +22,7 @@ from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames._host import HostPiece
 from nexus_cache.frames.gpudecode import ChunkSpec, Page
 from nexus_cache.frames.gpudecode.layout import layout_chunk, level_offsets, page_sections_at
-from nexus_cache.frames.gpudecode.nvcomp import ALGORITHMS
+from nexus_cache.frames.gpudecode.nvcomp import CODEC_ALGORITHMS
 from nexus_cache.frames.gpudecode.reference import page_sections
 from nexus_cache.frames.gpudecode.support import CODECS as PYARROW_CODECS
 
@@ -49,7 +49,7 @@ def device_codec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(_heap, "decompress_batch", _emulator.decompress_like_nvcomp)
     # nvCOMP's algorithm names: the Snappy and LZ4 pages are checked (the
     # emulator's stream-check ports) before they are decompressed
-    algorithm = ALGORITHMS.get if request.param else (lambda codec: None)
+    algorithm = CODEC_ALGORITHMS.get if request.param else (lambda codec: None)
     monkeypatch.setattr(_heap, "device_algorithm", algorithm)
     return bool(request.param)
 

@@ -23,7 +23,7 @@ from tests.frames.gpudecode._check import assert_same, device_piece
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode import chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.layout import layout_chunk
-from nexus_cache.frames.gpudecode.nvcomp import ALGORITHMS, NvcompRefused
+from nexus_cache.frames.gpudecode.nvcomp import CODEC_ALGORITHMS, NvcompRefused
 from nexus_cache.frames.gpudecode.stream_check import CHECK_KERNELS, refuse_corrupt_streams
 
 _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
@@ -126,7 +126,7 @@ def test_every_parquet_page_pyarrow_writes_passes(compression: str, version: str
     for j in range(pf.metadata.num_columns):
         spec = chunk_spec(pf, 0, j, "t.parquet")
         pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
-        layout = layout_chunk(spec, pages, ALGORITHMS[spec.codec])
+        layout = layout_chunk(spec, pages, CODEC_ALGORITHMS[spec.codec])
         heap = np.zeros(layout.size, np.uint8)
         heap[: layout.host_size] = layout.host_image()
         device = _emulator.fake_cupy.asarray(heap)
@@ -330,7 +330,7 @@ def test_a_corrupt_page_never_reaches_nvcomp(
 
     monkeypatch.setattr(_heap, "kernel_function", _emulator.kernel_function)
     monkeypatch.setattr(_heap, "decompress_batch", nvcomp_decode)
-    monkeypatch.setattr(_heap, "device_algorithm", ALGORITHMS.get)
+    monkeypatch.setattr(_heap, "device_algorithm", CODEC_ALGORITHMS.get)
     chunk, spec, page = corrupt_chunk(compression)
     refused = pytest.raises(SourceFormatError, match=f"byte {page.offset}: {codec} decompression")
     with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"), refused:

@@ -30,19 +30,14 @@ from dataclasses import dataclass, field
 from nexus_cache.device.source.key import SourceFrameKey
 from nexus_cache.errors import ConfigError
 from nexus_cache.graph.options import GraphOptions
-from nexus_cache.graph.registry import ALGORITHMS as _SPECS
 from nexus_cache.graph.registry import get_spec
 
 __all__ = [
-    "ALGORITHMS",
     "GraphPlan",
     "GraphUncachedReason",
     "ResidentGraphKey",
     "plan_graph_run",
 ]
-
-#: Every algorithm a graph run may name (the registry's).
-ALGORITHMS = tuple(_SPECS)
 
 
 class GraphUncachedReason(enum.Enum):

@@ -37,7 +37,7 @@ from typing import Any
 from nexus_cache.errors import SourceFormatError
 
 __all__ = [
-    "ALGORITHMS",
+    "CODEC_ALGORITHMS",
     "ALIGNMENT",
     "NvcompRefused",
     "decompress_batch",
@@ -53,7 +53,7 @@ class NvcompRefused(SourceFormatError):
 
 
 #: Parquet codec (as PyArrow names it) -> nvCOMP algorithm for its raw stream
-ALGORITHMS = {
+CODEC_ALGORITHMS = {
     "SNAPPY": "Snappy",
     "ZSTD": "Zstd",
     "LZ4": "LZ4",  # PyArrow's name for LZ4_RAW
@@ -80,10 +80,10 @@ def nvcomp_module() -> Any:
 
 def device_algorithm(codec: str) -> str | None:
     """The nvCOMP algorithm that decompresses Parquet codec ``codec`` on the
-    device, or None (nvCOMP missing, or the codec not one of :data:`ALGORITHMS`)."""
+    device, or None (nvCOMP missing, or the codec not one of :data:`CODEC_ALGORITHMS`)."""
     if nvcomp_module() is None:
         return None
-    return ALGORITHMS.get(codec)
+    return CODEC_ALGORITHMS.get(codec)
 
 
 def decompress_batch(
