@@ -4,10 +4,10 @@ One Parquet file (a numbers-and-strings file, and a dictionary-heavy one) is
 filled into the lakehouse cache first, so every path below reads local bytes
 with the page cache warm. Timed in the same process, interleaved, medians:
 
-* **ours**: ``nexus_cache.frames.read_parquet(path, domain=..., cache=lake)``,
+* **ours**: ``nexus_cache.frames.read_parquet(path, domain=..., lake=lake)``,
   a lakehouse hit decoded by the row-group pool into the attempt's domain
   (with the per-stage breakdown of ``DecodeStats``);
-* **ours, no lakehouse root**: ``read_parquet(path, domain=..., cache=<a cache
+* **ours, no lakehouse root**: ``read_parquet(path, domain=..., lake=<a cache
   without a root>)``: the local file read directly (memory-mapped and decoded
   by the same pool), what ``read_parquet(local_path)`` does where no cache
   root is configured;
@@ -153,19 +153,19 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
 
     def ours_no_root() -> object:
         s = DecodeStats()
-        read_parquet(str(path), domain=domain, cache=no_root, stats=s).release()
+        read_parquet(str(path), domain=domain, lake=no_root, stats=s).release()
         bare.append(s)
         return s
 
     lake.prefetch(str(path))
-    frame = read_parquet(str(path), domain=domain, cache=lake)
+    frame = read_parquet(str(path), domain=domain, lake=lake)
     nbytes = frame.nbytes
     frame.release()
     stats: list[DecodeStats] = []
 
     def ours() -> object:
         s = DecodeStats()
-        read_parquet(str(path), domain=domain, cache=lake, stats=s).release()
+        read_parquet(str(path), domain=domain, lake=lake, stats=s).release()
         stats.append(s)
         return s
 
@@ -173,7 +173,7 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
 
     def ours_gpu() -> object:
         s = DecodeStats()
-        read_parquet(str(path), domain=domain, cache=lake, stats=s, engine="gpu").release()
+        read_parquet(str(path), domain=domain, lake=lake, stats=s, engine="gpu").release()
         gpu_stats.append(s)
         return s
 

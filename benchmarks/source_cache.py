@@ -254,7 +254,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                 frame = None
             stats = DecodeStats()
             started = time.perf_counter()
-            frame = read_parquet(str(source), domain=attempt, cache=lake, stats=stats)
+            frame = read_parquet(str(source), domain=attempt, lake=lake, stats=stats)
             cold_times.append(time.perf_counter() - started)
             cold_stats.append(stats)
         assert frame is not None

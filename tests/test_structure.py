@@ -10,7 +10,7 @@
   module or name of a package it is not part of, and only names that the
   module it imports from lists in ``__all__`` (or that module's public
   submodules). The package-wide internals at the top (``nexus_cache._lazy``,
-  ``_sizes``, ``_numbers``, ``_storage``, ``_kernels``) are part of ``nexus_cache``, so
+  ``_sizes``, ``_numbers``, ``_storage``, ``_kernel_loader``) are part of ``nexus_cache``, so
   every package may use their ``__all__``.
 
 The allowlists name what does not follow the convention yet; they only shrink.

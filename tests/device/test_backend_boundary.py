@@ -22,7 +22,7 @@ DEVICE_LIBRARIES = {"cupy", "cp", "cupyx", "rmm"}
 #: (module, literal): the same words naming something else
 ALLOWED_LITERALS = {
     # a kernel's origin "compiled by CuPy's own kernel cache", not the allocator
-    ("_kernels.py", "cupy"),
+    ("_kernel_loader.py", "cupy"),
     ("cli/warmup.py", "cupy"),
     # the host attribute of an fsspec filesystem (a URL's host)
     ("lakehouse/_identity.py", "host"),

@@ -75,13 +75,13 @@ def test_decode_through_a_lakehouse_root_equals_read_table(
         frame = read_parquet(
             str(source),
             domain=domain,
-            cache=cache,
+            lake=cache,
             columns=columns,
             row_groups=row_groups,
             stats=stats,
         )
         again = DecodeStats()
-        read_parquet(str(source), domain=domain, cache=cache, columns=columns, stats=again)
+        read_parquet(str(source), domain=domain, lake=cache, columns=columns, stats=again)
     if row_groups is None:
         expected = pq.read_table(source, columns=columns)
     else:

@@ -101,13 +101,13 @@ def test_every_source_kind_decodes_alike(tmp_path: Path) -> None:
     )
     with LakehouseCache(config) as cache:
         local = DecodeStats()  # a local entry: its mapping is shared by the threads
-        frame = read_parquet(str(path), domain=_domain(), cache=cache, threads=3, stats=local)
+        frame = read_parquet(str(path), domain=_domain(), lake=cache, threads=3, stats=local)
         assert local.lakehouse.read_mode is ReadMode.LOCAL
         assert local.decode_threads == 3
         assert_same_table(frame.to_arrow(), expected)
     with LakehouseCache(LakehouseCacheConfig()) as cache:  # no root: a remote read
         remote = DecodeStats()
-        frame = read_parquet(str(path), domain=_domain(), cache=cache, threads=3, stats=remote)
+        frame = read_parquet(str(path), domain=_domain(), lake=cache, threads=3, stats=remote)
         assert remote.lakehouse.read_mode is ReadMode.REMOTE
         assert remote.decode_threads == 3  # the local file is mapped
         assert_same_table(frame.to_arrow(), expected)
@@ -119,7 +119,7 @@ def test_every_source_kind_decodes_alike(tmp_path: Path) -> None:
                 "/decode-kinds/t.parquet",
                 fs=memory,
                 domain=_domain(),
-                cache=cache,
+                lake=cache,
                 threads=3,
                 window_bytes=1024,
                 stats=tight,
@@ -150,7 +150,7 @@ def test_a_local_file_is_memory_mapped_with_or_without_a_root(
     with LakehouseCache(config) as cache:
         stats = DecodeStats()
         frame = read_parquet(
-            str(path), domain=_domain(), cache=cache, threads=3, window_bytes=1024, stats=stats
+            str(path), domain=_domain(), lake=cache, threads=3, window_bytes=1024, stats=stats
         )
         assert stats.decode_threads == 3
         assert_same_table(frame.to_arrow(), pq.read_table(path))

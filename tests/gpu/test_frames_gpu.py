@@ -152,7 +152,7 @@ def test_decode_through_the_lakehouse_with_small_staging_slots(
             frame = read_parquet(
                 str(source),
                 domain=domain,
-                cache=cache,
+                lake=cache,
                 columns=["cat", "name", "x", "flag", "ts"],
                 stats=stats,
                 slot_bytes=slot_bytes,

@@ -161,7 +161,7 @@ def test_warm_up_loads_the_decode_kernels_under_auto(
     finally:
         made.close()
     assert "decode kernels" in report.steps
-    from nexus_cache._kernels import kernel_loads
+    from nexus_cache._kernel_loader import kernel_loads
 
     labels = {k.kernel for k in kernel_loads()}
     for name in KERNEL_NAMES:
@@ -381,7 +381,7 @@ def test_decode_on_a_non_blocking_stream(domain: Any) -> None:
 
 def test_the_decode_kernels_load_through_the_program_cache(domain: Any) -> None:
     """Not CuPy's fallback compile, which would hide a broken cubin load."""
-    from nexus_cache._kernels import kernel_loads
+    from nexus_cache._kernel_loader import kernel_loads
     from nexus_cache.frames.gpudecode.kernels import KERNEL_NAMES
 
     _on_device_equals_pyarrow(write(_codec_table(5_000), compression="zstd"), domain)

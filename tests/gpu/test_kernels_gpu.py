@@ -24,7 +24,7 @@ from nexus_cache.service.datagen import rmat_edges
 
 pytestmark = pytest.mark.gpu
 
-programs = importlib.import_module("nexus_cache._kernels")
+programs = importlib.import_module("nexus_cache._kernel_loader")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nexus_cache._kernels import compile_cubin
+from nexus_cache._kernel_loader import compile_cubin
 from nexus_cache.graph._kernels import INDEX_DTYPES, KERNEL_NAMES, intersect_source, pull_source
 from nexus_cache.program import FileStreamProgramCache, describe_entries
 
@@ -80,7 +80,7 @@ _CHILD = """
 import json, sys
 import numpy as np
 from nexus_cache.graph._kernels import pull_source
-from nexus_cache._kernels import compile_cubin
+from nexus_cache._kernel_loader import compile_cubin
 cubin, compiled = compile_cubin(pull_source(np.int32, np.int32), "bfs_pull", "sm_90")
 print(json.dumps({"compiled": compiled, "size": len(cubin)}))
 """

@@ -21,11 +21,9 @@ if TYPE_CHECKING:
     from nexus_cache.frames.column import storage_dtype as storage_dtype
     from nexus_cache.frames.decode import DecodeStats as DecodeStats
     from nexus_cache.frames.decode import decode_parquet as decode_parquet
-    from nexus_cache.frames.decode import read_parquet as read_parquet
     from nexus_cache.frames.frame import DeviceFrame as DeviceFrame
     from nexus_cache.frames.owner import FrameOwner as FrameOwner
-    from nexus_cache.frames.read import kvikio_available as kvikio_available
-    from nexus_cache.frames.read import read_to_device as read_to_device
+    from nexus_cache.frames.read import read_parquet as read_parquet
     from nexus_cache.frames.source import read_cached_parquet as read_cached_parquet
     from nexus_cache.frames.source import source_frame_key as source_frame_key
     from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES as DEFAULT_SLOT_BYTES
@@ -34,6 +32,8 @@ if TYPE_CHECKING:
     from nexus_cache.frames.staging import Transfer as Transfer
     from nexus_cache.frames.staging import TransferStats as TransferStats
     from nexus_cache.frames.staging import open_transfer as open_transfer
+    from nexus_cache.frames.to_device import kvikio_available as kvikio_available
+    from nexus_cache.frames.to_device import read_to_device as read_to_device
 
 # public name -> module that defines it (the imports above, for type checkers)
 _EXPORTS: dict[str, str] = {
@@ -43,11 +43,9 @@ _EXPORTS: dict[str, str] = {
     "storage_dtype": "nexus_cache.frames.column",
     "DecodeStats": "nexus_cache.frames.decode",
     "decode_parquet": "nexus_cache.frames.decode",
-    "read_parquet": "nexus_cache.frames.decode",
     "DeviceFrame": "nexus_cache.frames.frame",
     "FrameOwner": "nexus_cache.frames.owner",
-    "kvikio_available": "nexus_cache.frames.read",
-    "read_to_device": "nexus_cache.frames.read",
+    "read_parquet": "nexus_cache.frames.read",
     "read_cached_parquet": "nexus_cache.frames.source",
     "source_frame_key": "nexus_cache.frames.source",
     "DEFAULT_SLOTS": "nexus_cache.frames.staging",
@@ -56,6 +54,8 @@ _EXPORTS: dict[str, str] = {
     "Transfer": "nexus_cache.frames.staging",
     "TransferStats": "nexus_cache.frames.staging",
     "open_transfer": "nexus_cache.frames.staging",
+    "kvikio_available": "nexus_cache.frames.to_device",
+    "read_to_device": "nexus_cache.frames.to_device",
     "preload_decode_kernels": "nexus_cache.frames._page_engine",
 }
 

@@ -16,8 +16,8 @@ decoded. A path, or a lakehouse read of local bytes (an entry, or a local
 source read directly, with or without a cache root), gives every decoder
 thread its own reader over one memory-mapped view of the file; any other
 file object (a remote stream) is read by one decoder thread.
-:func:`read_parquet` opens the source through the lakehouse cache (a hit
-reads the local entry; a miss follows the cache's policy) and decodes it.
+:func:`~nexus_cache.frames.read.read_parquet` opens a source through the
+lakehouse cache and decodes it with :func:`decode_parquet`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,7 +44,10 @@ from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_transfer
 
-__all__ = ["DecodeStats", "decode_parquet", "read_parquet"]
+if TYPE_CHECKING:
+    from nexus_cache.lakehouse import ReadDiagnostics
+
+__all__ = ["DecodeStats", "decode_parquet"]
 
 
 @dataclass
@@ -75,7 +78,7 @@ class DecodeStats:
     wait_seconds: float = 0.0
     wall_seconds: float = 0.0
     transfer: TransferStats = field(default_factory=TransferStats)
-    lakehouse: Any = None
+    lakehouse: ReadDiagnostics | None = None
     source: Any = None
     paths: dict[str, str] = field(default_factory=dict)
     gpu_stages: dict[str, float] = field(default_factory=dict)
@@ -273,45 +276,3 @@ def decode_parquet(
 def _piece_bytes(piece: HostPiece) -> int:
     extra = 0 if piece.dictionary is None else int(piece.dictionary.nbytes)
     return piece.nbytes + extra
-
-
-def read_parquet(
-    source: str | os.PathLike[str],
-    *,
-    domain: AllocationDomain,
-    cache: Any = None,
-    fs: Any = None,
-    storage_options: dict[str, Any] | None = None,
-    columns: Sequence[str] | None = None,
-    row_groups: Sequence[int] | None = None,
-    read_dictionary: Sequence[str] | None = None,
-    stats: DecodeStats | None = None,
-    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
-    threads: int | None = None,
-    window_bytes: int | str | None = None,
-    engine: str | None = None,
-) -> DeviceFrame:
-    """Open ``source`` through the lakehouse ``cache`` (default: the process's
-    ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
-
-    The lakehouse read's diagnostics land in ``stats.lakehouse``.
-    """
-    if cache is None:
-        from nexus_cache.lakehouse import default_cache
-
-        cache = default_cache()
-    stats = stats if stats is not None else DecodeStats()
-    with cache.open(source, fs=fs, storage_options=storage_options) as handle:
-        stats.lakehouse = handle.diagnostics
-        return decode_parquet(
-            handle,
-            domain=domain,
-            columns=columns,
-            row_groups=row_groups,
-            read_dictionary=read_dictionary,
-            stats=stats,
-            slot_bytes=slot_bytes,
-            threads=threads,
-            window_bytes=window_bytes,
-            engine=engine,
-        )

@@ -1,107 +1,65 @@
-"""Read a whole file (e.g. a lakehouse cache hit) into device memory of a domain.
+"""Parquet through the lakehouse cache, decoded into a :class:`DeviceFrame`.
 
-The lakehouse hands out a local file handle and knows nothing of devices;
-this is the device side. The bytes land in an array the domain allocated,
-so the ledger can charge them like any other cache or attempt bytes. On CUDA
-the read goes through KvikIO (GPUDirect Storage where the system has it)
-when ``kvikio`` imports and the handle is local, else through the pinned
-staging slots (:mod:`nexus_cache.frames.staging`), reading the file straight
-into pinned memory. On the host backend it is a ``readinto``.
+:func:`read_parquet` opens the source through the lakehouse cache (a hit
+reads the local entry; a miss follows the cache's policy) and decodes it
+with :func:`~nexus_cache.frames.decode.decode_parquet`. Through the decoded
+source cache as well: :func:`~nexus_cache.frames.source.read_cached_parquet`.
 """
 
 from __future__ import annotations
 
-import io
 import os
-from typing import Any
-
-import numpy as np
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.frames.staging import TransferStats, open_transfer
+from nexus_cache.frames.decode import DecodeStats, decode_parquet
+from nexus_cache.frames.frame import DeviceFrame
+from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES
 
-__all__ = ["kvikio_available", "read_to_device"]
+if TYPE_CHECKING:
+    from nexus_cache.lakehouse import LakehouseCache
 
-
-def kvikio_available() -> bool:
-    """Whether KvikIO and CuPy import and a CUDA device is visible."""
-    try:
-        import cupy
-        import kvikio  # noqa: F401
-    except Exception:
-        return False
-    try:
-        return bool(cupy.cuda.runtime.getDeviceCount() > 0)
-    except Exception:
-        return False
+__all__ = ["read_parquet"]
 
 
-def _size_of(handle: Any) -> int:
-    size = getattr(handle, "size", None)
-    if isinstance(size, int):
-        return size
-    return os.fstat(handle.fileno()).st_size
-
-
-def read_to_device(
-    handle: Any,
+def read_parquet(
+    source: str | os.PathLike[str],
     *,
     domain: AllocationDomain,
-    out: Any = None,
-    use_kvikio: bool | None = None,
-    stats: TransferStats | None = None,
-) -> Any:
-    """All bytes of ``handle`` in a ``uint8`` array allocated by ``domain``.
+    lake: LakehouseCache | None = None,
+    fs: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    columns: Sequence[str] | None = None,
+    row_groups: Sequence[int] | None = None,
+    read_dictionary: Sequence[str] | None = None,
+    stats: DecodeStats | None = None,
+    slot_bytes: int | str = DEFAULT_SLOT_BYTES,
+    threads: int | None = None,
+    window_bytes: int | str | None = None,
+    engine: str | None = None,
+) -> DeviceFrame:
+    """Open ``source`` through the lakehouse cache ``lake`` (default: the process's
+    ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
 
-    ``handle``: a readable binary file with ``readinto`` and ``seek`` (a
-    :class:`~nexus_cache.lakehouse.LakehouseFile`, or any local file); read
-    from its start. ``out``: an array of ``domain`` of at least that many
-    bytes to fill (the result is then ``out``). ``use_kvikio``: None picks
-    KvikIO when available and the handle is local; True insists (raising
-    :class:`io.UnsupportedOperation` for a remote handle). Not thread-safe
-    per handle.
+    The lakehouse read's diagnostics land in ``stats.lakehouse``.
     """
-    size = _size_of(handle)
-    if out is None:
-        out = domain.empty(size, np.uint8)
-    else:
-        domain.allocation_bytes(out)  # LifecycleError when not the domain's
-        if int(out.nbytes) < size:
-            raise ValueError(f"out has {out.nbytes} bytes, the file {size}; pass a larger array")
-    local = bool(getattr(handle, "is_local", True))
-    if use_kvikio and not local:
-        raise io.UnsupportedOperation("a KvikIO read needs a local file (a cache hit)")
-    if use_kvikio is None:
-        use_kvikio = local and not domain.host_memory and kvikio_available()
-    target = out[:size] if int(out.nbytes) > size else out
-    if use_kvikio and size:
-        _kvikio_read(handle, target, size)
-        return out
-    handle.seek(0)
-    transfer = open_transfer(domain, timing=stats is not None)
-    try:
-        transfer.read_into(handle, size, target)
-        transfer.finish()
-    finally:
-        transfer.close()
-    if stats is not None:
-        stats.add(transfer.stats)
-    return out
+    if lake is None:
+        from nexus_cache.lakehouse import default_cache
 
-
-def _kvikio_read(handle: Any, target: Any, size: int) -> None:
-    from nexus_cache.errors import BackendUnavailableError
-
-    try:
-        import kvikio
-    except ImportError as exc:
-        raise BackendUnavailableError(
-            f"use_kvikio=True needs kvikio ({exc}); install nexus-cache[kvikio] or pass "
-            "use_kvikio=None"
-        ) from exc
-    # Through the handle's own descriptor: the pinned, re-checked entry even if
-    # it was unlinked meanwhile.
-    with kvikio.CuFile(f"/proc/self/fd/{handle.fileno()}", "r") as f:
-        done = f.read(target)
-    if done != size:
-        raise OSError(f"kvikio read {done} of {size} bytes of {getattr(handle, 'name', handle)}")
+        lake = default_cache()
+    stats = stats if stats is not None else DecodeStats()
+    with lake.open(source, fs=fs, storage_options=storage_options) as handle:
+        stats.lakehouse = handle.diagnostics
+        return decode_parquet(
+            handle,
+            domain=domain,
+            columns=columns,
+            row_groups=row_groups,
+            read_dictionary=read_dictionary,
+            stats=stats,
+            slot_bytes=slot_bytes,
+            threads=threads,
+            window_bytes=window_bytes,
+            engine=engine,
+        )

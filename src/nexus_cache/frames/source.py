@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import SOURCE_WAIT_TIMEOUT_S, SourceCacheSubdomain, SourceFrameKey
@@ -21,6 +21,9 @@ from nexus_cache.errors import StalePlanError
 from nexus_cache.frames.decode import DecodeStats, decode_parquet
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.owner import FrameOwner
+
+if TYPE_CHECKING:
+    from nexus_cache.lakehouse import LakehouseCache
 
 __all__ = ["read_cached_parquet", "source_frame_key"]
 
@@ -59,7 +62,7 @@ def read_cached_parquet(
     *,
     domain: AllocationDomain,
     source_cache: SourceCacheSubdomain | None,
-    lake: Any = None,
+    lake: LakehouseCache | None = None,
     fs: Any = None,
     storage_options: dict[str, Any] | None = None,
     columns: Sequence[str] | None = None,

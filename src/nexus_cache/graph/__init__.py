@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from nexus_cache._kernels import KernelLoad as KernelLoad
-    from nexus_cache._kernels import kernel_loads as kernel_loads
+    from nexus_cache._kernel_loader import KernelLoad as KernelLoad
+    from nexus_cache._kernel_loader import kernel_loads as kernel_loads
     from nexus_cache.graph._kernels import preload_kernels as preload_kernels
     from nexus_cache.graph.csr import Graph as Graph
     from nexus_cache.graph.csr import build_graph as build_graph
@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "Graph": "nexus_cache.graph.csr",
     "GraphOptions": "nexus_cache.graph.options",
     "GraphResult": "nexus_cache.graph.result",
-    "KernelLoad": "nexus_cache._kernels",
+    "KernelLoad": "nexus_cache._kernel_loader",
     "bfs": "nexus_cache.graph.traversal",
     "build_graph": "nexus_cache.graph.csr",
     "common_neighbours": "nexus_cache.graph.similarities",
@@ -67,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     "edge_pairs": "nexus_cache.graph.similarities",
     "get_spec": "nexus_cache.graph.registry",
     "jaccard": "nexus_cache.graph.similarities",
-    "kernel_loads": "nexus_cache._kernels",
+    "kernel_loads": "nexus_cache._kernel_loader",
     "overlap": "nexus_cache.graph.similarities",
     "pagerank": "nexus_cache.graph.ranking",
     "preload_kernels": "nexus_cache.graph._kernels",

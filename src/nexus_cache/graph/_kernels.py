@@ -6,7 +6,7 @@ cannot do; the pair-intersection count walks the shorter neighbour list of
 each pair with one warp and binary-searches the other list, with no
 per-element temporaries (array code materializes ~64 bytes per element).
 Each kernel is compiled per index-type combination and device
-architecture through the package's program cache (``nexus_cache._kernels``: NVRTC by
+architecture through the package's program cache (``nexus_cache._kernel_loader``: NVRTC by
 way of ``cuda.core``, CuPy's own compiler as the fallback) on first use, or
 all at once by :func:`preload_kernels` (the service's warm-up). CuPy is imported
 only lazily.
@@ -145,7 +145,7 @@ def _source_and_label(name: str, offset: np.dtype, vertex: np.dtype) -> tuple[st
 
 def _kernel(name: str, offset_dtype: Any, vertex_dtype: Any) -> Any:
     """The kernel ``name`` for these dtypes on the current device (loaded once per device)."""
-    from nexus_cache._kernels import kernel_function
+    from nexus_cache._kernel_loader import kernel_function
 
     source, label = _source_and_label(name, np.dtype(offset_dtype), np.dtype(vertex_dtype))
     return kernel_function(name, source, label)
@@ -154,10 +154,10 @@ def _kernel(name: str, offset_dtype: Any, vertex_dtype: Any) -> Any:
 def preload_kernels() -> list[Any]:
     """Make every kernel ready on the current device, for every dtype combination.
 
-    Returns the :class:`~nexus_cache._kernels.KernelLoad` of each
+    Returns the :class:`~nexus_cache._kernel_loader.KernelLoad` of each
     kernel loaded by this call (none for kernels this process already holds).
     """
-    from nexus_cache._kernels import kernel_loads
+    from nexus_cache._kernel_loader import kernel_loads
 
     before = len(kernel_loads())
     for name in KERNEL_NAMES:

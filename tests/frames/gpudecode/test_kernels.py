@@ -56,7 +56,7 @@ def test_kernels_compile_through_the_program_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("cuda.core")
-    from nexus_cache._kernels import compile_cubin
+    from nexus_cache._kernel_loader import compile_cubin
 
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     source = kernel_source("hybrid_expand")

@@ -28,7 +28,7 @@ column chunk, each addressed by 64-bit offsets. Every read is bounded by
 the sizes passed in; a malformed stream or an index past the dictionary
 sets ``error[0]`` (the caller raises SourceFormatError) instead of reading
 out of bounds. Kernels are compiled by NVRTC through the package's program
-cache (``nexus_cache._kernels``, the package's one kernel loader), per
+cache (``nexus_cache._kernel_loader``, the package's one kernel loader), per
 element size where one is needed; :func:`kernel_source` gives each source,
 :func:`preload_kernels` loads them all (the service's warm-up).
 """
@@ -391,7 +391,7 @@ def kernel_source(name: str, element_bytes: int | None = None) -> str:
 def kernel_function(name: str, element_bytes: int | None = None) -> Any:
     """Kernel ``name`` ready on the current CuPy device (compiled through the
     program cache on first use, per device), called like a ``cupy.RawKernel``."""
-    from nexus_cache._kernels import kernel_function as load
+    from nexus_cache._kernel_loader import kernel_function as load
 
     label = name if element_bytes is None else f"{name}({element_bytes} bytes)"
     return load(name, kernel_source(name, element_bytes), label)
@@ -401,7 +401,7 @@ def preload_kernels() -> list[Any]:
     """Make every page-decode kernel ready on the current device, each typed one
     for every element size. Returns the ``KernelLoad`` of each kernel this call
     loaded (none for kernels the process already holds)."""
-    from nexus_cache._kernels import kernel_loads
+    from nexus_cache._kernel_loader import kernel_loads
 
     before = len(kernel_loads())
     for name in KERNEL_NAMES:
