@@ -292,3 +292,59 @@ def test_the_circle_checks_catch_a_cycle_and_an_upward_import(tmp_path: Path) ->
         ["nexus_cache.b", "nexus_cache.a", "nexus_cache.b"],
     ]
     assert upward_imports(modules) == ["nexus_cache.b.n:2: imports nexus_cache.b, its own package"]
+
+
+# --- imports the tools see ----------------------------------------------------
+
+#: modules that import a module named by data: the lazy exports' map, the
+#: CLI's areas, the registry's ``module:function`` of each algorithm, and the
+#: lakehouse's old ``fs`` module path
+NAMED_BY_DATA = {
+    "nexus_cache._lazy",
+    "nexus_cache.cli.main",
+    "nexus_cache.graph.registry",
+    "nexus_cache.lakehouse",
+}
+
+
+def dynamic_imports(modules: Mapping[str, Path]) -> list[str]:
+    """``importlib.import_module`` calls that may load a module of ours (any
+    argument but a literal naming another distribution's module)."""
+    out = []
+    for name, path in modules.items():
+        for node in ast.walk(_tree(path)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute | ast.Name)
+                and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+                == "import_module"
+            ):
+                arg = node.args[0] if node.args else None
+                value = arg.value if isinstance(arg, ast.Constant) else None
+                if isinstance(value, str) and not value.startswith("nexus_cache"):
+                    continue
+                if name not in NAMED_BY_DATA:
+                    out.append(f"{name}:{node.lineno}: import_module({ast.unparse(arg or node)})")
+    return out
+
+
+def test_modules_of_ours_load_through_import_statements() -> None:
+    # a plain import inside a function is as lazy, and type checkers follow it
+    assert dynamic_imports(_modules(ROOT)) == []
+
+
+def test_the_import_check_catches_importlib(tmp_path: Path) -> None:
+    pkg = tmp_path / "nexus_cache"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "def f(module):\n"
+        "    importlib.import_module(f'nexus_cache.graph.{module}')\n"
+        "    import_module('nexus_cache.graph.csr')\n"
+        "    importlib.import_module('nvidia.nvcomp')\n"
+    )
+    assert dynamic_imports(_modules(pkg)) == [
+        "nexus_cache.m:4: import_module(f'nexus_cache.graph.{module}')",
+        "nexus_cache.m:5: import_module('nexus_cache.graph.csr')",
+    ]

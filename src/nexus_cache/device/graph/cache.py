@@ -36,13 +36,11 @@ by the next miss: wasteful, never unsafe). Thread-safe.
 from __future__ import annotations
 
 import enum
-import importlib
 import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from nexus_cache.device.graph.key import GraphPlan, GraphUncachedReason, ResidentGraphKey
@@ -72,12 +70,6 @@ __all__ = [
 
 #: Seconds a drifted graph's teardown waits for other pins to be released.
 DRIFT_TEARDOWN_TIMEOUT_S = 10.0
-
-
-def _graph(module: str) -> ModuleType:
-    """A module of the graph package, imported at call time: the graph layer
-    (NumPy, Arrow) loads only when a graph runs."""
-    return importlib.import_module(f"nexus_cache.graph.{module}")
 
 
 class GraphRunStatus(enum.Enum):
@@ -231,10 +223,15 @@ class GraphCacheSubdomain(CacheSubdomain):
     def _build_and_park(
         self, plan: GraphPlan, edges: Any
     ) -> PinHandle | tuple[GraphUncachedReason, str]:
-        src, dst, weights, _ = _graph("edges").edge_columns(
+        # the graph layer (NumPy, Arrow) loads when a graph is first built or run
+        from nexus_cache.graph.csr import build_graph
+        from nexus_cache.graph.edges import edge_columns
+        from nexus_cache.graph.memory import build_bytes
+
+        src, dst, weights, _ = edge_columns(
             edges, plan.source_column, plan.destination_column, plan.weight_column, None
         )
-        estimate = _graph("memory").build_bytes(int(src.size), plan.options, weights is not None)
+        estimate = build_bytes(int(src.size), plan.options, weights is not None)
         domain = self._factory.domain
         try:
             entry = self.reserve(plan.key, estimate)
@@ -260,7 +257,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                     if weights is not None and plan.weight_column is not None:
                         columns[plan.weight_column] = domain.copy_in(weights)
                     del src, dst, weights
-                    built = _graph("csr").build_graph(
+                    built = build_graph(
                         columns,
                         source=plan.source_column,
                         destination=plan.destination_column,
@@ -307,6 +304,8 @@ class GraphCacheSubdomain(CacheSubdomain):
         build_s: float,
         on_ready: _OnReady | None = None,
     ) -> GraphRun:
+        from nexus_cache.graph.memory import transient_bytes
+
         entry = handle.entry
         fingerprint = plan.key.fingerprint if plan.key is not None else None
         graph: Graph | None = handle.value
@@ -316,7 +315,7 @@ class GraphCacheSubdomain(CacheSubdomain):
         torn_down: str | None = None
         try:
             headroom = self._ledger.reserve(
-                _graph("memory").transient_bytes(graph, plan.algorithm, params),
+                transient_bytes(graph, plan.algorithm, params),
                 key=("headroom", fingerprint),
                 evict=self.evict_on_reserve,
             )
@@ -466,8 +465,10 @@ def _run_uncached(
     detail: str,
     on_ready: _OnReady | None = None,
 ) -> GraphRun:
+    from nexus_cache.graph.csr import build_graph
+
     started = time.perf_counter()
-    graph = _graph("csr").build_graph(
+    graph = build_graph(
         edges,
         source=plan.source_column,
         destination=plan.destination_column,
