@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import ast
 import importlib
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import nexus_cache
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(nexus_cache.__file__).parent
 
@@ -348,3 +354,24 @@ def test_the_import_check_catches_importlib(tmp_path: Path) -> None:
         "nexus_cache.m:4: import_module(f'nexus_cache.graph.{module}')",
         "nexus_cache.m:5: import_module('nexus_cache.graph.csr')",
     ]
+
+
+# --- the version ----------------------------------------------------------------
+
+
+def test_the_version_is_written_once_in_its_module() -> None:
+    pyproject = tomllib.loads((ROOT.parents[1] / "pyproject.toml").read_text("utf-8"))
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
+    attr = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "nexus_cache._version.__version__"
+    assigned = [
+        name
+        for name, path in _modules(ROOT).items()
+        for _, target in _top_level_names(_tree(path))
+        if target == "__version__"
+    ]
+    assert assigned == ["nexus_cache._version"]
+    from nexus_cache._version import __version__
+
+    assert nexus_cache.__version__ == __version__

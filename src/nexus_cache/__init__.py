@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 
 from nexus_cache._lazy import lazy_exports
 
-__version__ = "0.1.0"
-
 if TYPE_CHECKING:
+    from nexus_cache._version import __version__ as __version__
     from nexus_cache.backends import select_backend as select_backend
     from nexus_cache.cluster import ClusterQueryClient as ClusterQueryClient
     from nexus_cache.device import DeviceCacheAllocationFactory as DeviceCacheAllocationFactory
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "__version__": "nexus_cache._version",
     # program cache
     "ProgramCacheResource": "nexus_cache.program",
     "InMemoryProgramCache": "nexus_cache.program",
@@ -91,7 +91,7 @@ _EXPORTS: dict[str, str] = {
     "plan_graph_run": "nexus_cache.device",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = sorted(_EXPORTS)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
