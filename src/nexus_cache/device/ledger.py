@@ -133,11 +133,6 @@ class DeviceLedger:
         with self._lock:
             self._evictors.append(evictor)
 
-    def remove_evictor(self, evictor: Evictor) -> None:
-        with self._lock:
-            if evictor in self._evictors:
-                self._evictors.remove(evictor)
-
     def reclaim(self, nbytes: int) -> int:
         """Ask the evictors to free at least ``nbytes`` of evictable cache; returns freed."""
         check_byte_count("nbytes", nbytes)

@@ -54,10 +54,6 @@ class DeviceProfile:
                     f"managed_capacity_bytes={managed} on device {self.device_id}; lower the cap"
                 )
 
-    @property
-    def caches_enabled(self) -> bool:
-        return self.cache_cap_bytes > 0
-
     def resolve_managed_capacity(self, device_total_bytes: int) -> int:
         """The managed capacity on a device of ``device_total_bytes``; checks it fits."""
         managed = self.managed_capacity_bytes

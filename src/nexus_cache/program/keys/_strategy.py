@@ -140,6 +140,3 @@ class KeyStrategy(abc.ABC):
     def extra_payload(self, fields: Mapping[str, Any]) -> list[tuple[str, bytes]]:
         """Further ``(label, bytes)`` inputs this backend reads. Default: none."""
         return []
-
-    def uses_name_expressions(self) -> bool:
-        return self.encode_name_expressions(()) is not None
