@@ -375,3 +375,27 @@ def test_the_version_is_written_once_in_its_module() -> None:
     from nexus_cache._version import __version__
 
     assert nexus_cache.__version__ == __version__
+
+
+# --- an attempt -------------------------------------------------------------------
+
+
+def test_an_attempt_runs_each_query_kind_in_a_function_of_its_own() -> None:
+    from typing import get_args
+
+    from nexus_cache.service.queries import Query
+
+    tree = _tree(ROOT / "service" / "_attempt.py")
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    runners = {f"_run_{kind.kind}" for kind in get_args(Query)}
+    assert runners == {"_run_count", "_run_scan", "_run_graph"}
+    assert runners <= set(functions)
+    front = functions["run_attempt"]
+    called = {
+        n.func.id
+        for n in ast.walk(front)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    assert runners <= called
+    assert front.end_lineno is not None
+    assert front.end_lineno - front.lineno < 40, "run_attempt dispatches; the kinds run apart"

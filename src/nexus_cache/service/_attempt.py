@@ -150,94 +150,130 @@ def run_attempt(
     (:mod:`nexus_cache.graph.stopping`); once set, the run stops there with
     :class:`QueryCancelledError`.
     """
-    budget = AttemptBudget(grant)
+    run = _Run(plan, attempt, grant, domain, ports, outcome, AttemptBudget(grant), SourceLoad())
     query = plan.query
-    timings = outcome.timings
-    load = SourceLoad()
-    cache, sources, graphs = ports.lakehouse, ports.sources, ports.graphs
     try:
         attempt.check_cancelled("before it ran")
         if isinstance(query, Count):
-            t0 = time.perf_counter()
-            rows = count_rows(cache, plan.source, outcome.reads)
-            timings["read_s"] = time.perf_counter() - t0
-            outcome.source, outcome.graph = BYPASS_COUNT, NOT_APPLICABLE
-            table = pa.table({"rows": pa.array([rows], pa.int64())})
-            budget.charge(table.nbytes, "the count")
-            outcome.table = table
-            return table
-        scan = _scan_of(query)
-        assert isinstance(scan, Scan)
-
-        decoded = [0]
-
-        def decode(read_plan: ReadPlan) -> Any:
-            attempt.check_cancelled("while decoding its source")
-            t = time.perf_counter()
-            frame = decode_object(cache, read_plan, scan.columns, domain, outcome.reads)
-            timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
-            decoded[0] += int(frame.nbytes)
-            try:
-                budget.charge(int(frame.nbytes), "decoding the scan")
-            except BaseException:
-                frame.release()  # the traceback must not keep device memory alive
-                raise
-            return frame
-
-        t0 = time.perf_counter()
-        try:
-            sources.load(
-                grant.device_id,
-                plan.source,
-                scan.columns,
-                scan.batch_rows,
-                domain,
-                decode,
-                load,
-                stop=None
-                if attempt.cancel is None
-                else lambda: attempt.check_cancelled("while waiting for another query's decode"),
-            )
-        finally:
-            outcome.source = load.outcome
-        timings["source_s"] = time.perf_counter() - t0
-        budget.charge(load.nbytes - decoded[0], "copying cached frames")
-        if isinstance(query, Scan):
-            outcome.graph = NOT_APPLICABLE
-            t0 = time.perf_counter()
-            table = load.table(detach=domain.host_memory)
-            timings["to_arrow_s"] = time.perf_counter() - t0
-            budget.charge(table.nbytes, "the result table")
-            outcome.table = table
-            return table
-        attempt.check_cancelled("before its graph algorithm")
-
-        def record(graph: GraphOutcome) -> None:
-            if graph.reason == "unstable_source" and plan.source.identity_problems:
-                # say why the edge objects have no identity, and what to change
-                graph = dataclasses.replace(
-                    graph, reason=f"unstable_source: {plan.source.identity_problems}"
-                )
-            outcome.graph = graph
-
-        t0 = time.perf_counter()
-        with stop_check(lambda: attempt.check_cancelled("during its graph algorithm")):
-            # recorded once the graph is in hand too, so an attempt cancelled
-            # inside its algorithm still says how the graph cache answered
-            result, answered, graph_bytes = graphs.run(
-                grant.device_id,
-                query,
-                load.frames,
-                plan.source.identity_keys,
-                domain,
-                objects=[p.source for p in plan.source.plans],
-                on_ready=record,
-            )
-        record(answered)
-        timings["graph_s"] = time.perf_counter() - t0
-        budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
-        outcome.table = result
-        return result
+            table = _run_count(run)
+        elif isinstance(query, Scan):
+            table = _run_scan(run, query)
+        else:
+            table = _run_graph(run, query)
+        outcome.table = table
+        return table
     finally:
-        load.release()
-        outcome.used_bytes = budget.used
+        run.load.release()
+        outcome.used_bytes = run.budget.used
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """The frame every kind of query runs in: one attempt's plan, grant, domain,
+    ports, outcome, byte budget and source load (released by :func:`run_attempt`)."""
+
+    plan: AttemptPlan
+    attempt: Attempt
+    grant: Grant
+    domain: AllocationDomain
+    ports: AttemptPorts
+    outcome: AttemptOutcome
+    budget: AttemptBudget
+    load: SourceLoad
+
+
+def _run_count(run: _Run) -> pa.Table:
+    """The rows of the source, from the Parquet footers (no decode, no device cache)."""
+    t0 = time.perf_counter()
+    rows = count_rows(run.ports.lakehouse, run.plan.source, run.outcome.reads)
+    run.outcome.timings["read_s"] = time.perf_counter() - t0
+    run.outcome.source, run.outcome.graph = BYPASS_COUNT, NOT_APPLICABLE
+    table = pa.table({"rows": pa.array([rows], pa.int64())})
+    run.budget.charge(table.nbytes, "the count")
+    return table
+
+
+def _run_scan(run: _Run, query: Scan) -> pa.Table:
+    """The scanned columns as one Arrow table in host memory."""
+    _load_source(run, query)
+    run.outcome.graph = NOT_APPLICABLE
+    t0 = time.perf_counter()
+    table = run.load.table(detach=run.domain.host_memory)
+    run.outcome.timings["to_arrow_s"] = time.perf_counter() - t0
+    run.budget.charge(table.nbytes, "the result table")
+    return table
+
+
+def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
+    """The algorithm's result on the graph of the edges ``query.edges`` reads."""
+    _load_source(run, query.edges)
+    attempt, plan, outcome = run.attempt, run.plan, run.outcome
+    attempt.check_cancelled("before its graph algorithm")
+
+    def record(graph: GraphOutcome) -> None:
+        if graph.reason == "unstable_source" and plan.source.identity_problems:
+            # say why the edge objects have no identity, and what to change
+            graph = dataclasses.replace(
+                graph, reason=f"unstable_source: {plan.source.identity_problems}"
+            )
+        outcome.graph = graph
+
+    t0 = time.perf_counter()
+    with stop_check(lambda: attempt.check_cancelled("during its graph algorithm")):
+        # recorded once the graph is in hand too, so an attempt cancelled
+        # inside its algorithm still says how the graph cache answered
+        result, answered, graph_bytes = run.ports.graphs.run(
+            run.grant.device_id,
+            query,
+            run.load.frames,
+            plan.source.identity_keys,
+            run.domain,
+            objects=[p.source for p in plan.source.plans],
+            on_ready=record,
+        )
+    record(answered)
+    outcome.timings["graph_s"] = time.perf_counter() - t0
+    run.budget.charge(graph_bytes + result.nbytes, "the graph build and algorithm")
+    return result
+
+
+def _load_source(run: _Run, scan: Scan) -> None:
+    """Fill ``run.load`` with the frames of ``scan``: copies of cached frames,
+    or each object decoded (charged to the budget as it lands)."""
+    attempt, timings, budget = run.attempt, run.outcome.timings, run.budget
+    decoded = 0
+
+    def decode(read_plan: ReadPlan) -> Any:
+        nonlocal decoded
+        attempt.check_cancelled("while decoding its source")
+        t = time.perf_counter()
+        frame = decode_object(
+            run.ports.lakehouse, read_plan, scan.columns, run.domain, run.outcome.reads
+        )
+        timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
+        decoded += int(frame.nbytes)
+        try:
+            budget.charge(int(frame.nbytes), "decoding the scan")
+        except BaseException:
+            frame.release()  # the traceback must not keep device memory alive
+            raise
+        return frame
+
+    t0 = time.perf_counter()
+    try:
+        run.ports.sources.load(
+            run.grant.device_id,
+            run.plan.source,
+            scan.columns,
+            scan.batch_rows,
+            run.domain,
+            decode,
+            run.load,
+            stop=None
+            if attempt.cancel is None
+            else lambda: attempt.check_cancelled("while waiting for another query's decode"),
+        )
+    finally:
+        run.outcome.source = run.load.outcome
+    timings["source_s"] = time.perf_counter() - t0
+    budget.charge(run.load.nbytes - decoded, "copying cached frames")
