@@ -41,7 +41,7 @@ from nexus_cache.errors import (
     NexusCacheError,
     QueryCancelledError,
 )
-from nexus_cache.server.auth import BearerTokenMiddlewareFactory
+from nexus_cache.server.auth import BasicHandshake, BearerTokenMiddlewareFactory
 from nexus_cache.server.metrics import ServerMetrics
 from nexus_cache.server.settings import ServerSettings
 from nexus_cache.server.tickets import parse_ticket
@@ -81,8 +81,12 @@ class QueryFlightServer(flight.FlightServerBase):
         on_shutdown_request: Callable[[], None] | None = None,
     ) -> None:
         middleware = {}
+        handshake = None
         if settings.token is not None:
-            middleware["auth"] = BearerTokenMiddlewareFactory(settings.token)
+            handshake = BasicHandshake()
+            middleware["auth"] = BearerTokenMiddlewareFactory(
+                settings.token, None if metrics is None else metrics.auth_refused
+            )
         tls = []
         if settings.tls_cert is not None and settings.tls_key is not None:
             tls = [
@@ -102,7 +106,9 @@ class QueryFlightServer(flight.FlightServerBase):
         self._watcher = _CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
-        super().__init__(settings.url, tls_certificates=tls, middleware=middleware)
+        super().__init__(
+            settings.url, auth_handler=handshake, tls_certificates=tls, middleware=middleware
+        )
 
     # -- state -------------------------------------------------------------------------
 
