@@ -9,6 +9,8 @@ Exported (prometheus-client, the ``metrics`` extra; imported only here):
   source-cache and graph-cache status (``mixed(...)`` counts as ``mixed``);
 * ``nexus_admission_waits_total`` (a query whose grant waited) and
   ``nexus_admission_refusals_total`` (a query refused a grant);
+* ``nexus_server_auth_refused_total{reason}``: calls refused for their token
+  (``missing``, ``malformed``, ``wrong``);
 * ``nexus_queries_total{type,outcome}`` (``ok``, ``error``, ``cancelled``),
   ``nexus_query_duration_seconds{type}`` (a histogram: execution plus
   streaming) and ``nexus_queries_running`` (waiting for a slot, executing or
@@ -26,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from nexus_cache.errors import BackendUnavailableError
+from nexus_cache.server.auth import REFUSAL_REASONS
 
 __all__ = ["MetricsEndpoint", "ServerMetrics"]
 
@@ -64,6 +67,14 @@ class ServerMetrics:
             "Queries refused a grant (AdmissionError).",
             registry=self.registry,
         )
+        self._auth_refused = Counter(
+            "nexus_server_auth_refused",
+            "Calls refused for their token, by reason (missing, malformed, wrong).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in REFUSAL_REASONS:
+            self._auth_refused.labels(reason)  # every reason is exported from the start
         self._queries = Counter(
             "nexus_queries",
             "Queries served, by type and outcome.",
@@ -102,6 +113,10 @@ class ServerMetrics:
 
     def refused(self) -> None:
         self._refusals.inc()
+
+    def auth_refused(self, reason: str) -> None:
+        """Count one call refused for its token (``reason``: one of REFUSAL_REASONS)."""
+        self._auth_refused.labels(reason).inc()
 
     def text(self) -> bytes:
         from prometheus_client import generate_latest
