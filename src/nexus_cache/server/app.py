@@ -43,6 +43,7 @@ from nexus_cache.errors import (
 )
 from nexus_cache.server.auth import BearerTokenMiddlewareFactory
 from nexus_cache.server.metrics import ServerMetrics
+from nexus_cache.server.querylog import QueryBoard
 from nexus_cache.server.settings import ServerSettings
 from nexus_cache.server.tickets import parse_ticket
 from nexus_cache.server.wire import ACTIONS, attach_diagnostics, encode_error
@@ -78,6 +79,7 @@ class QueryFlightServer(flight.FlightServerBase):
         *,
         warm_up_s: float,
         metrics: ServerMetrics | None = None,
+        board: QueryBoard | None = None,
         on_shutdown_request: Callable[[], None] | None = None,
     ) -> None:
         middleware = {}
@@ -91,6 +93,8 @@ class QueryFlightServer(flight.FlightServerBase):
         self._service = service
         self._settings = settings
         self._metrics = metrics
+        # the status page's recent and running queries (None: no status page)
+        self._board = board
         self._warm_up_s = warm_up_s
         self._on_shutdown_request = on_shutdown_request
         self._slots = threading.BoundedSemaphore(settings.max_running_queries)
@@ -153,6 +157,8 @@ class QueryFlightServer(flight.FlightServerBase):
             self._running -= 1
             self._cancels.discard(cancel)
             self._idle.notify_all()
+        if self._board is not None:
+            self._board.left(cancel)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -171,6 +177,8 @@ class QueryFlightServer(flight.FlightServerBase):
         start = time.perf_counter()
         query, device = self._query(ticket.ticket)
         cancel = self._enter()
+        if self._board is not None:
+            self._board.started(cancel, query.kind, query.to_dict())
         try:
             with self._watcher.watching(context, cancel):
                 result = self._execute(query, device, start, cancel)
@@ -231,6 +239,8 @@ class QueryFlightServer(flight.FlightServerBase):
                 if isinstance(exc, AdmissionError):
                     self._metrics.refused()
                 self._metrics.observe(query.kind, outcome, elapsed, None)
+            if self._board is not None:
+                self._board.finished(cancel, outcome, elapsed, None, message)
             if isinstance(exc, _USER_ERRORS):  # QueryCancelledError included
                 raise _flight_error(exc) from None
             log.exception("query failed unexpectedly")
@@ -260,6 +270,8 @@ class QueryFlightServer(flight.FlightServerBase):
             )
             if self._metrics is not None:
                 self._metrics.observe(query.kind, outcome, elapsed, diag)
+            if self._board is not None:
+                self._board.finished(cancel, outcome, elapsed, diag)
         finally:
             self._leave(cancel)
 

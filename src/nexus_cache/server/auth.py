@@ -14,12 +14,20 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-__all__ = ["BearerTokenMiddlewareFactory", "bearer_header"]
+__all__ = ["BearerTokenMiddlewareFactory", "bearer_header", "bearer_matches"]
 
 
 def bearer_header(token: str) -> tuple[bytes, bytes]:
     """The call header a client sends with ``token``."""
     return (b"authorization", f"Bearer {token}".encode())
+
+
+def bearer_matches(value: str | bytes | None, token: str) -> bool:
+    """Whether an ``authorization`` header value is ``Bearer <token>`` (constant time)."""
+    if value is None:
+        return False
+    given = value.encode("utf-8", "replace") if isinstance(value, str) else value
+    return hmac.compare_digest(given, f"Bearer {token}".encode())
 
 
 class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
