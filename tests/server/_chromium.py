@@ -127,8 +127,8 @@ class Browser:
                 return value
             time.sleep(0.1)
 
-    def screenshot(self) -> bytes:
-        """A PNG of the whole page."""
+    def screenshot(self, scale: float = 1.0) -> bytes:
+        """A PNG of the whole page, at ``scale`` device pixels per CSS pixel."""
         height = int(self.evaluate("document.documentElement.scrollHeight"))
         width = int(self.evaluate("document.documentElement.scrollWidth"))
         self.send(
@@ -136,7 +136,7 @@ class Browser:
             self._session,
             width=width,
             height=height,
-            deviceScaleFactor=1,
+            deviceScaleFactor=scale,
             mobile=False,
         )
         data = self.send("Page.captureScreenshot", self._session, format="png")["data"]

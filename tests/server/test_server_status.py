@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from nexus_cache.client import Client
-from nexus_cache.server.querylog import QueryBoard
 from nexus_cache.service.datagen import fact_table, ring_edges, rmat_edges, write_parquet
 
 from ._chromium import CHROMIUM, Browser
@@ -199,7 +198,8 @@ def test_api_status_agrees_with_reports_and_metrics(
     assert (str(lake / "columns.parquet"), (HOSTILE_COLUMN,)) in sources
     assert len(status["sources"]) == reports[0]["source_entries"]
     (graph,) = status["graphs"]
-    assert graph["key"] == f"{lake / 'edges.parquet'}: src -> dst"
+    short = graph["fingerprint"][:8]
+    assert graph["key"] == f"{lake / 'edges.parquet'}: src -> dst, directed ({short})"
     assert graph["hits"] == 1
     assert graph["vertices"] > 0
     assert graph["edges"] == pq.read_metadata(lake / "edges.parquet").num_rows
@@ -248,6 +248,8 @@ def test_api_status_agrees_with_reports_and_metrics(
 
 def test_the_board_keeps_the_last_200_queries() -> None:
     import threading
+
+    from nexus_cache.server.querylog import QueryBoard
 
     board = QueryBoard()
     for number in range(205):

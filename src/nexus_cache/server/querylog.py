@@ -26,8 +26,27 @@ RECENT_QUERIES = 200
 _SUMMARY_CHARS = 300
 
 
-def _summary(query: Mapping[str, Any]) -> str:
+def _json(query: Mapping[str, Any]) -> str:
     text = json.dumps(query, separators=(",", ":"), default=str)
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def _summary(query: Mapping[str, Any]) -> str:
+    """One short line: ``scan SOURCE [columns]``, ``count SOURCE``,
+    ``ALGORITHM on SOURCE (src -> dst)``; other queries as their JSON."""
+    kind = query.get("type")
+    if kind == "graph" and isinstance(query.get("edges"), Mapping):
+        edges = query["edges"]
+        text = (
+            f"{query.get('algorithm')} on {edges.get('source')} "
+            f"({query.get('src')} -> {query.get('dst')})"
+        )
+    elif kind in ("scan", "count") and "source" in query:
+        columns = query.get("columns")
+        listed = f" [{', '.join(map(str, columns))}]" if isinstance(columns, list) else ""
+        text = f"{kind} {query['source']}{listed}"
+    else:
+        return _json(query)
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
 
 
@@ -36,6 +55,7 @@ class _Running:
     run_id: str
     kind: str
     summary: str
+    text: str  # the query's JSON (cut at _SUMMARY_CHARS)
     started_at: float  # wall clock, for the page
     started: float  # perf_counter, for the elapsed time
     cancel: threading.Event
@@ -54,7 +74,13 @@ class QueryBoard:
         """Note a query that came in, identified by its ``cancel`` event; returns its
         running id (what :meth:`cancel` takes)."""
         run = _Running(
-            str(next(self._ids)), kind, _summary(query), time.time(), time.perf_counter(), cancel
+            str(next(self._ids)),
+            kind,
+            _summary(query),
+            _json(query),
+            time.time(),
+            time.perf_counter(),
+            cancel,
         )
         with self._lock:
             self._running[cancel] = run
@@ -81,6 +107,7 @@ class QueryBoard:
                     "query_id": diag.get("query_id"),
                     "type": run.kind,
                     "query": run.summary,
+                    "query_json": run.text,
                     "lakehouse": (diag.get("lakehouse") or {}).get("status"),
                     "source": (diag.get("source_cache") or {}).get("status"),
                     "graph": (diag.get("graph_cache") or {}).get("status"),
@@ -125,6 +152,7 @@ class QueryBoard:
                 "run_id": run.run_id,
                 "type": run.kind,
                 "query": run.summary,
+                "query_json": run.text,
                 "started_at": run.started_at,
                 "ms": round((now - run.started) * 1e3, 3),
                 "cancelling": run.cancel.is_set(),

@@ -108,7 +108,8 @@ def _graph_row(device: int, view: Any) -> dict[str, Any]:
     where = key.location if key.location is not None else key.fingerprint
     return {
         "device": device,
-        "key": f"{where}: {key.source_column} -> {key.destination_column}{weight}",
+        "key": f"{where}: {key.source_column} -> {key.destination_column}{weight}, "
+        f"{'directed' if key.options.directed else 'undirected'} ({key.fingerprint[:8]})",
         "fingerprint": key.fingerprint,
         "vertices": view.detail.get("vertices"),
         "edges": view.detail.get("edges"),

@@ -109,10 +109,10 @@
     const known = points.filter((p) => p.rate !== null && p.rate !== undefined);
     if (known.length) {
       const t0 = points[0].t, span = Math.max(1, points[points.length - 1].t - t0);
+      let xy = known.map((p) => [(w - 4) * (p.t - t0) / span + 2, h - 2 - (h - 4) * p.rate]);
+      if (xy.length === 1) xy = [[2, xy[0][1]], [w - 2, xy[0][1]]];  // one interval: a level
       const line = document.createElementNS(SVG, "polyline");
-      line.setAttribute("points", known.map((p) =>
-        ((w - 4) * (p.t - t0) / span + 2).toFixed(1) + "," +
-        (h - 2 - (h - 4) * p.rate).toFixed(1)).join(" "));
+      line.setAttribute("points", xy.map(([x, y]) => x.toFixed(1) + "," + y.toFixed(1)).join(" "));
       svg.appendChild(line);
     }
     return svg;
@@ -199,7 +199,9 @@
         else if (value === null || value === undefined) value = "–";
         const cls = (kind === "num" || kind === "bytes" ? "num" : kind === "wrap" ? "wrap" : "") +
           (key === "outcome" ? " outcome-" + row.outcome : "");
-        tr.appendChild(el("td", cls.trim(), value));
+        const td = el("td", cls.trim(), value);
+        if (key === "query" && row.query_json) td.title = row.query_json;
+        tr.appendChild(td);
       }
       if (extra) { const td = el("td"); extra(row, td); tr.appendChild(td); }
       body.appendChild(tr);
