@@ -53,6 +53,7 @@ from nexus_cache.errors import (
 )
 from nexus_cache.server.auth import BasicHandshake, BearerTokenMiddlewareFactory
 from nexus_cache.server.metrics import ServerMetrics
+from nexus_cache.server.querylog import QueryBoard
 from nexus_cache.server.schemas import result_schema
 from nexus_cache.server.settings import ServerSettings
 from nexus_cache.server.tickets import parse_ticket
@@ -125,6 +126,7 @@ class QueryFlightServer(flight.FlightServerBase):
         *,
         warm_up_s: float,
         metrics: ServerMetrics | None = None,
+        board: QueryBoard | None = None,
         on_shutdown_request: Callable[[], None] | None = None,
     ) -> None:
         middleware = {}
@@ -142,6 +144,8 @@ class QueryFlightServer(flight.FlightServerBase):
         self._service = service
         self._settings = settings
         self._metrics = metrics
+        # the status page's recent and running queries (None: no status page)
+        self._board = board
         self._warm_up_s = warm_up_s
         self._on_shutdown_request = on_shutdown_request
         self._slots = threading.BoundedSemaphore(settings.max_running_queries)
@@ -204,6 +208,8 @@ class QueryFlightServer(flight.FlightServerBase):
         with self._idle:
             self._queries.discard(running)
             self._idle.notify_all()
+        if self._board is not None:
+            self._board.left(running.cancel)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -223,6 +229,8 @@ class QueryFlightServer(flight.FlightServerBase):
         with _answering("do_get"):
             query, device = self._query(ticket.ticket)
         running = self._enter(ticket.ticket)
+        if self._board is not None:
+            self._board.started(running.cancel, query.kind, query.to_dict(), running.query_id)
         try:
             with self._watcher.watching(context, running.cancel):
                 result = self._execute(query, device, start, running)
@@ -300,6 +308,8 @@ class QueryFlightServer(flight.FlightServerBase):
                 if isinstance(exc, AdmissionError):
                     self._metrics.refused()
                 self._metrics.observe(query.kind, outcome, elapsed, None)
+            if self._board is not None:
+                self._board.finished(running.cancel, outcome, elapsed, None, message)
             if isinstance(exc, _USER_ERRORS):  # QueryCancelledError included
                 raise _flight_error(exc) from None
             log.exception("query %s failed unexpectedly", running.query_id)
@@ -329,6 +339,8 @@ class QueryFlightServer(flight.FlightServerBase):
             )
             if self._metrics is not None:
                 self._metrics.observe(query.kind, outcome, elapsed, diag)
+            if self._board is not None:
+                self._board.finished(running.cancel, outcome, elapsed, diag)
         finally:
             self._leave(running)
 

@@ -36,6 +36,7 @@ __all__ = [
     "BasicHandshake",
     "BearerTokenMiddlewareFactory",
     "bearer_header",
+    "bearer_matches",
 ]
 
 log = logging.getLogger("nexus_cache.server")
@@ -113,19 +114,8 @@ class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
             self._refuse(info, "missing")
         if len(values) != 1:
             self._refuse(info, "malformed")
-        given = values[0]
-        if isinstance(given, bytes):
-            given = given.decode("utf-8", "replace")
-        scheme, _, credentials = given.strip().partition(" ")
-        credentials = credentials.strip()
-        scheme = scheme.lower()
-        if scheme == "bearer" and credentials:
-            secret = credentials
-        elif scheme == "basic" and credentials:
-            secret = _basic_password(credentials)
-            if secret is None:
-                self._refuse(info, "malformed")
-        else:
+        scheme, secret = _credentials(values[0])
+        if secret is None:
             self._refuse(info, "malformed")
         if not hmac.compare_digest(secret.encode("utf-8", "replace"), self._expected):
             self._refuse(info, "wrong")
@@ -138,6 +128,33 @@ class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
             self._on_refused(reason)
         message, extra = encode_error(ServerAuthError(_MESSAGES[reason]))
         raise flight.FlightUnauthenticatedError(message, extra_info=extra)
+
+
+def bearer_matches(value: str | bytes | None, token: str) -> bool:
+    """Whether an ``authorization`` header value carries ``token`` (``Bearer``
+    or ``Basic``, the scheme in any case), compared in constant time."""
+    if value is None:
+        return False
+    _scheme, secret = _credentials(value)
+    return secret is not None and hmac.compare_digest(
+        secret.encode("utf-8", "replace"), token.encode()
+    )
+
+
+def _credentials(value: str | bytes) -> tuple[str, str | None]:
+    """``(scheme, secret)`` of an ``authorization`` header value: the scheme
+    lower-cased (RFC 7235), the secret None where the value is neither
+    ``Bearer <token>`` nor ``Basic <base64 of user:token>``."""
+    given = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    scheme, _, credentials = given.strip().partition(" ")
+    scheme, credentials = scheme.lower(), credentials.strip()
+    if not credentials:
+        return scheme, None
+    if scheme == "bearer":
+        return scheme, credentials
+    if scheme == "basic":
+        return scheme, _basic_password(credentials)
+    return scheme, None
 
 
 def _basic_password(credentials: str) -> str | None:

@@ -118,6 +118,27 @@ class ServerMetrics:
         """Count one call refused for its token (``reason``: one of REFUSAL_REASONS)."""
         self._auth_refused.labels(reason).inc()
 
+    def counts(self) -> dict[str, Any]:
+        """The counters as plain numbers (what ``/metrics`` says): ``requests``
+        (cache -> status -> queries), ``queries`` (outcome -> queries), ``waits``,
+        ``refusals``."""
+        requests: dict[str, dict[str, float]] = {cache: {} for _, cache in _CACHES}
+        queries: dict[str, float] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == "nexus_cache_requests_total":
+                    cache, status = sample.labels["cache"], sample.labels["status"]
+                    requests.setdefault(cache, {})[status] = sample.value
+                elif sample.name == "nexus_queries_total":
+                    outcome = sample.labels["outcome"]
+                    queries[outcome] = queries.get(outcome, 0.0) + sample.value
+        return {
+            "requests": requests,
+            "queries": queries,
+            "waits": self.registry.get_sample_value("nexus_admission_waits_total") or 0.0,
+            "refusals": self.registry.get_sample_value("nexus_admission_refusals_total") or 0.0,
+        }
+
     def text(self) -> bytes:
         from prometheus_client import generate_latest
 
@@ -125,14 +146,21 @@ class ServerMetrics:
 
 
 class MetricsEndpoint:
-    """``GET /metrics`` over HTTP on ``host:port`` in a daemon thread (404 elsewhere)."""
+    """``GET /metrics`` over HTTP on ``host:port`` in a daemon thread; with ``pages``
+    (a :class:`~nexus_cache.server.status_web.StatusPages`) also the status page's
+    routes (404 elsewhere)."""
 
-    def __init__(self, metrics: ServerMetrics, host: str, port: int) -> None:
+    def __init__(
+        self, metrics: ServerMetrics, host: str, port: int, pages: Any | None = None
+    ) -> None:
         render = metrics.text
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] != "/metrics":
+                    if pages is not None:
+                        pages.get(self)
+                        return
                     self.send_error(404, "only /metrics is served here")
                     return
                 body = render()
@@ -141,6 +169,12 @@ class MetricsEndpoint:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                if pages is None:
+                    self.send_error(404, "only GET /metrics is served here")
+                    return
+                pages.post(self)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # scrapes every few seconds would drown the query log
