@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -178,7 +179,14 @@ def test_shutdown_cancels_a_query_still_running_after_its_wait(tmp_path: Path, l
         assert "domain owner released" in server.log()
         _out, err = running.communicate(timeout=30)
         assert running.returncode != 0  # its query was cancelled, not answered
-        assert "was cancelled" in err
+        # told why (the server stops), as Flight's cancelled error (gRPC CANCELLED)
+        assert "FlightCancelledError" in err
+        assert "was cancelled because the nexus-cache server is shutting down" in err
+        assert "went away" not in err
+        # and the log names the query
+        line = server.wait_for(r"query (\S+) \{.*ring\.parquet.* cancelled .*shutting down")
+        assert re.fullmatch(r"[0-9a-f]{16}", line.group(1))
+        assert line.group(1) in err
     finally:
         if running.poll() is None:
             running.kill()
@@ -216,3 +224,32 @@ def test_a_second_sigterm_cancels_running_queries_at_once_and_still_drains(
             running.kill()
             running.communicate(timeout=30)
         close_all([server])
+
+
+def test_list_flights_shows_the_queries_running(
+    served: tuple[Server, dict[str, str]], lake: Path, tmp_path: Path
+) -> None:
+    server, env = served
+    ticket = _slow_pagerank(lake)
+    running = run_python(env, _CLIENT, server.url, ticket)
+    client = flight.connect(server.url)
+    try:
+        assert running.stdout is not None
+        assert running.stdout.readline().strip() == "asking"
+        evidence = tmp_path / "evidence"
+        assert wait_until(lambda: admission_decisions(evidence) == ["admitted"], timeout=60)
+        (info,) = client.list_flights()
+        assert info.descriptor.command == ticket.encode()
+        assert info.endpoints[0].ticket.ticket == ticket.encode()
+        facts = json.loads(info.app_metadata)
+        assert facts["state"] == "executing"
+        assert facts["seconds"] > 0
+        running.kill()
+        running.communicate(timeout=30)
+        server.wait_for(rf"query {facts['query_id']} .*ring\.parquet.* cancelled ")
+        assert wait_until(lambda: list(client.list_flights()) == [], timeout=10)
+    finally:
+        client.close()
+        if running.poll() is None:
+            running.kill()
+            running.communicate(timeout=30)

@@ -30,6 +30,12 @@ from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 __all__ = ["Client"]
 
 _SCHEMES = ("grpc://", "grpc+tcp://", "grpc+tls://")
+# the Flight errors whose extra_info names the error's class (server.wire.encode_error)
+_CARRYING_CLASS = (
+    flight.FlightServerError,
+    flight.FlightCancelledError,
+    flight.FlightInternalError,
+)
 
 
 def _query_dict(query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
@@ -168,7 +174,7 @@ def _translate(url: str) -> Iterator[None]:
                 f"the nexus-cache server at {url} is unavailable: {text}; start it with "
                 "`nexus-cache serve`, or fix --server / NEXUS_SERVER_URL"
             ) from None
-        if isinstance(exc, flight.FlightServerError) and exc.extra_info:
+        if isinstance(exc, _CARRYING_CLASS) and exc.extra_info:
             raise decode_error(exc.extra_info, text) from None
         raise ServerError(f"the nexus-cache server at {url} failed: {text}") from None
 

@@ -47,7 +47,22 @@ from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_t
 if TYPE_CHECKING:
     from nexus_cache.lakehouse import ReadDiagnostics
 
-__all__ = ["DecodeStats", "decode_parquet"]
+__all__ = ["DecodeStats", "decode_parquet", "decoded_schema"]
+
+
+def decoded_schema(pf: pq.ParquetFile, columns: Sequence[str] | None) -> pa.Schema:
+    """The schema :func:`decode_parquet` gives ``columns`` of ``pf``, from its footer
+    alone; ConfigError for an unknown column, FrameTypeError for a type a device
+    frame cannot hold."""
+    wanted, _groups = _check_request(pf, columns, None)
+    return _projected_schema(pf, wanted)
+
+
+def _projected_schema(pf: pq.ParquetFile, wanted: Sequence[str] | None) -> pa.Schema:
+    schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
+    for f in schema:
+        column_kind(f.type, f.name)
+    return schema
 
 
 @dataclass
@@ -205,9 +220,7 @@ def decode_parquet(
             return pf
 
     wanted, groups = _check_request(pf, columns, row_groups)
-    schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
-    for f in schema:
-        column_kind(f.type, f.name)  # refuse before allocating anything
+    schema = _projected_schema(pf, wanted)  # refuses before allocating anything
     total = sum(pf.metadata.row_group(g).num_rows for g in groups)
     plan = plan_page_columns(engine, domain, pf, shared, groups, schema, _source_name(source))
     stats.paths.update(plan.paths)
