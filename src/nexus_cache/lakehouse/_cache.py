@@ -2,7 +2,7 @@
 
 One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
 the entry store, the service-wide fill budget, the event log and the background
-fills (:mod:`._background`). Many processes may use one root at once.
+fills (:mod:`.fill._background`). Many processes may use one root at once.
 
 Quick use::
 
@@ -27,24 +27,24 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
 from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse._durable import wait_for_syncs
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
-from nexus_cache.lakehouse._fill import Filler
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._limits import FillLimits
-from nexus_cache.lakehouse._maintenance import (
+from nexus_cache.lakehouse._policy import fill_refusal
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
+from nexus_cache.lakehouse._scan import ReadPlan, Scanner
+from nexus_cache.lakehouse.fill._background import BackgroundFills, finish_at_exit
+from nexus_cache.lakehouse.fill._fill import Filler
+from nexus_cache.lakehouse.fill._limits import FillLimits
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.store._durable import wait_for_syncs
+from nexus_cache.lakehouse.store._maintenance import (
     RetentionResult,
     clear_entries,
     enforce_retention,
     verify_all,
 )
-from nexus_cache.lakehouse._policy import fill_refusal
-from nexus_cache.lakehouse._reader import LakehouseFile
-from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
-from nexus_cache.lakehouse._scan import ReadPlan, Scanner
-from nexus_cache.lakehouse._store import EntryStore
+from nexus_cache.lakehouse.store._store import EntryStore
 
 __all__ = ["LakehouseCache", "default_cache"]
 

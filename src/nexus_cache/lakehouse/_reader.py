@@ -47,8 +47,8 @@ from typing import IO, Any
 
 from nexus_cache.errors import CacheIntegrityError, NoLocalFileError, StalePlanError
 from nexus_cache.lakehouse._events import ReadDiagnostics
-from nexus_cache.lakehouse._pins import Pin
-from nexus_cache.lakehouse._remote import is_expired_error
+from nexus_cache.lakehouse.identity._remote import is_expired_error
+from nexus_cache.lakehouse.store._pins import Pin
 
 __all__ = ["LakehouseFile"]
 

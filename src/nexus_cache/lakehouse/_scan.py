@@ -11,7 +11,7 @@ A planned hit never contacts the remote store at execution.
 
 **Planned hits without a request** (:meth:`Scanner.plan_remembered`,
 :meth:`Scanner.execute_remembered`): a remote object whose identity is already
-proven (see :mod:`._known`) is planned without a metadata request:
+proven (see :mod:`.identity._known`) is planned without a metadata request:
 
 * from its entry in a listing the caller just fetched (a dataset read lists the
   prefix anyway): the listing is the proof, so N files cost one LIST, not N
@@ -42,20 +42,20 @@ from nexus_cache._storage import stat_key, touch_if_unchanged
 from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
-from nexus_cache.lakehouse._fill import Filler, FillOutcome
-from nexus_cache.lakehouse._identity import (
+from nexus_cache.lakehouse._policy import decide
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+from nexus_cache.lakehouse.fill._fill import Filler, FillOutcome
+from nexus_cache.lakehouse.identity._identity import (
     SourceIdentity,
     fs_protocol,
     is_local_fs,
     resolve_identity,
 )
-from nexus_cache.lakehouse._known import KnownIdentities, listed_identity
-from nexus_cache.lakehouse._pins import Pin
-from nexus_cache.lakehouse._policy import decide
-from nexus_cache.lakehouse._reader import LakehouseFile
-from nexus_cache.lakehouse._remote import open_pinned
-from nexus_cache.lakehouse._store import EntryState, EntryStore
-from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+from nexus_cache.lakehouse.identity._known import KnownIdentities, listed_identity
+from nexus_cache.lakehouse.identity._remote import open_pinned
+from nexus_cache.lakehouse.store._pins import Pin
+from nexus_cache.lakehouse.store._store import EntryState, EntryStore
 
 __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 

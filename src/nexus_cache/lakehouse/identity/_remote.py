@@ -22,7 +22,7 @@ import os
 from typing import IO, Any
 
 from nexus_cache.errors import StalePlanError
-from nexus_cache.lakehouse._identity import (
+from nexus_cache.lakehouse.identity._identity import (
     SourceIdentity,
     identity_from_info,
     is_local_fs,

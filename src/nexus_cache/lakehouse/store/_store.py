@@ -6,11 +6,11 @@ waiting to be made durable, 0700; all owned by us)::
     layout.json                  {"format": "nexus-lakehouse", "version": 1}
     entries/<k2>/<key>           the object's bytes, published once by rename/link
     entries/<k2>/<key>.json      identity record (JSON), written before the data
-    pins/<key>.<pin-id>.pin      reader pins (see :mod:`.pins`)
+    pins/<key>.<pin-id>.pin      reader pins (see :mod:`._pins`)
     locks/<k3>.lock              fill/removal locks, striped by key prefix
     tmp/                         fill temps; stale ones are swept at open
     retention.lock               one retention pass at a time
-    stats/<host>-<pid>-<n>.json  read summaries of processes (see :mod:`._readlog`)
+    stats/<host>-<pid>-<n>.json  read summaries of processes (see :mod:`.._readlog`)
 
 ``<key>`` is the 64-hex SHA-256 entry key; ``<k2>``/``<k3>`` its first 2/3 digits.
 Lock files are striped (4096 at most) and never deleted, because deleting a lock
@@ -58,9 +58,9 @@ from nexus_cache._storage import (
     unlink_if_unchanged,
 )
 from nexus_cache.errors import CacheIntegrityError
-from nexus_cache.lakehouse._durable import needs_refill
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._pins import Pin, create_pin, live_pins
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.store._durable import needs_refill
+from nexus_cache.lakehouse.store._pins import Pin, create_pin, live_pins
 
 __all__ = [
     "DIGEST_ALGORITHM",

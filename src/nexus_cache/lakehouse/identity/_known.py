@@ -25,8 +25,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from nexus_cache.lakehouse._identity import SourceIdentity, fs_protocol, identity_from_info
-from nexus_cache.lakehouse._remote import _same_content
+from nexus_cache.lakehouse.identity._identity import (
+    SourceIdentity,
+    fs_protocol,
+    identity_from_info,
+)
+from nexus_cache.lakehouse.identity._remote import _same_content
 
 __all__ = ["Known", "KnownIdentities", "listed_identity"]
 
