@@ -119,7 +119,7 @@ def test_open_gives_up_after_retries(tmp_path: Path, monkeypatch: pytest.MonkeyP
             calls.append(plan)
             raise StalePlanError("test")
 
-        monkeypatch.setattr(cache._scanner, "execute", always_stale)
+        monkeypatch.setattr(cache._scanner, "_execute", always_stale)
         with pytest.raises(StalePlanError):
             cache.open(source, retries=2)
         assert len(calls) == 3

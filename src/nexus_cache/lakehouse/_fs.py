@@ -225,7 +225,9 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
                 "underlying filesystem instead"
             )
         path = self._strip_protocol(path)
-        handle = self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
+        # a local file's identity is one stat: no listing proves it beforehand
+        listed = self._proofs.proof(path) if self._proofs.remote else None
+        handle = self.cache.open(path, fs=self.fs, listed_info=listed)
         handle.name_local_file(self.fs.unstrip_protocol(path))  # what fsspec.open_local returns
         return handle
 
