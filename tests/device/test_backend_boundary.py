@@ -25,7 +25,7 @@ ALLOWED_LITERALS = {
     ("_kernel_loader.py", "cupy"),
     ("cli/warmup.py", "cupy"),
     # the host attribute of an fsspec filesystem (a URL's host)
-    ("lakehouse/_identity.py", "host"),
+    ("lakehouse/identity/_identity.py", "host"),
     # NEXUS_DECODE_ENGINE=host: the host decoder threads, not the backend
     ("frames/_page_engine.py", "host"),
 }

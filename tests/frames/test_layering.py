@@ -13,7 +13,7 @@ DEVICE_SIDE = ("cupy", "cupyx", "kvikio", "rmm", "nexus_cache.device", "nexus_ca
 
 def test_the_lakehouse_imports_nothing_of_devices() -> None:
     offences = []
-    for path in sorted(Path(nexus_cache.lakehouse.__file__).parent.glob("*.py")):
+    for path in sorted(Path(nexus_cache.lakehouse.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
             if isinstance(node, ast.ImportFrom) and node.module:
@@ -22,6 +22,6 @@ def test_the_lakehouse_imports_nothing_of_devices() -> None:
                 names = [alias.name for alias in node.names]
             for name in names:
                 if name.startswith((*DEVICE_SIDE, "nexus_cache.frames")):
-                    offences.append(f"{path.name}: {name}")
+                    offences.append(f"{path}: {name}")
     assert offences == []
     assert not hasattr(nexus_cache.lakehouse, "read_to_device")

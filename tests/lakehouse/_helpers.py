@@ -79,7 +79,7 @@ def worker_open_roots(roots: list[str], barrier: Any, results: Any) -> None:
 
 def worker_slow_fill(root: str, source: str, started: Any) -> None:
     """Fill ``source`` in small, slow chunks so a SIGKILL lands mid-fill."""
-    from nexus_cache.lakehouse import _fill as fill
+    from nexus_cache.lakehouse.fill import _fill as fill
 
     original = fill._write_chunk
     fill._CHUNK = 64 * 1024

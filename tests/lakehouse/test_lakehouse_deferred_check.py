@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import nexus_cache.lakehouse._scan as scan_module
+import nexus_cache.lakehouse.identity._known as known_module
 from nexus_cache.errors import StalePlanError
 from nexus_cache.lakehouse import CacheStatus, EventKind
 
@@ -59,7 +59,7 @@ def test_overwrite_before_first_read_replans_and_serves_the_new_object(
     fs = make_s3fs(s3_endpoint)
     put_object(s3_endpoint, s3_bucket, "o.parquet", OLD)
     source = f"s3://{s3_bucket}/o.parquet"
-    real = scan_module.resolve_identity
+    real = known_module.resolve_identity
     gate = threading.Event()
     newer = NEW + b"-longer"  # sizes differ too: a caller sizing by the old one would break
 
@@ -69,7 +69,7 @@ def test_overwrite_before_first_read_replans_and_serves_the_new_object(
             assert gate.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(scan_module, "resolve_identity", probe_after_overwrite)
+    monkeypatch.setattr(known_module, "resolve_identity", probe_after_overwrite)
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
         _warm(cache, source, fs)
         f = cache.open(source, fs=fs)  # a hit of the old entry, probe pending
@@ -103,7 +103,7 @@ def test_a_failed_probe_keeps_refusing_the_entry(
     fs = make_s3fs(s3_endpoint)
     put_object(s3_endpoint, s3_bucket, "f.parquet", OLD)
     source = f"s3://{s3_bucket}/f.parquet"
-    real = scan_module.resolve_identity
+    real = known_module.resolve_identity
     unreachable = {"probe"}
 
     def failing(*args: Any, **kwargs: Any) -> Any:
@@ -114,7 +114,7 @@ def test_a_failed_probe_keeps_refusing_the_entry(
 
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
         _warm(cache, source, fs)
-        monkeypatch.setattr(scan_module, "resolve_identity", failing)
+        monkeypatch.setattr(known_module, "resolve_identity", failing)
         with cache.open(source, fs=fs) as f:
             with pytest.raises(ConnectionError):
                 f.read()
@@ -141,7 +141,7 @@ def test_probe_overlaps_the_local_read(
     fs = make_s3fs(s3_endpoint)
     put_object(s3_endpoint, s3_bucket, "p.parquet", OLD)
     source = f"s3://{s3_bucket}/p.parquet"
-    real_probe = scan_module.resolve_identity
+    real_probe = known_module.resolve_identity
     real_pread = os.pread
     pread_started = threading.Event()
     seen: list[bool] = []
@@ -157,7 +157,7 @@ def test_probe_overlaps_the_local_read(
 
     with make_cache(tmp_path / "c", policy="fill_before_read") as cache:
         _warm(cache, source, fs)
-        monkeypatch.setattr(scan_module, "resolve_identity", slow_probe)
+        monkeypatch.setattr(known_module, "resolve_identity", slow_probe)
         monkeypatch.setattr(os, "pread", pread)
         with cache.open(source, fs=fs) as f:
             assert f.read() == OLD
@@ -175,11 +175,11 @@ def test_read_disabled_and_local_sources_do_not_defer(
         _warm(cache, source, fs)
     with make_cache(root, read="disabled") as cache:
         _warm(cache, source, fs)
-        assert cache._scanner.plan_remembered(source, fs=fs) is None
+        assert cache._scanner._remembered(source, fs, source, None) is None
         with cache.open(source, fs=fs) as f:
             assert f.diagnostics.cache_status is CacheStatus.BYPASS
             assert f.read() == OLD
     local = tmp_path / "l.bin"
     local.write_bytes(OLD)
     with make_cache(root) as cache:
-        assert cache._scanner.plan_remembered(str(local)) is None
+        assert cache._scanner._remembered(str(local), None, str(local), None) is None

@@ -17,8 +17,8 @@ import pytest
 import xxhash
 
 from nexus_cache.lakehouse import CacheStatus, EventKind, FillMode, ReadMode
-from nexus_cache.lakehouse import _durable as durable
-from nexus_cache.lakehouse import _fill as fill_module
+from nexus_cache.lakehouse.fill import _fill as fill_module
+from nexus_cache.lakehouse.store import _durable as durable
 
 from ._helpers import entry_files, fill_counts, make_cache, put_object, write_old_file
 

@@ -17,7 +17,8 @@ from ._helpers import entry_files, write_old_file
 # the script ends right after its read, as scripts and CLI runs do.
 _SCRIPT = """
 import sys, time
-from nexus_cache.lakehouse import _fill, default_cache
+from nexus_cache.lakehouse import default_cache
+from nexus_cache.lakehouse.fill import _fill
 
 real = _fill._write_chunk
 def slow(fd, data):
@@ -124,7 +125,8 @@ def test_one_shot_script_over_s3_warms_the_cache(
 # them the same way on every version.
 _NO_THREADS_AT_EXIT_SCRIPT = """
 import sys, threading, time
-from nexus_cache.lakehouse import _fill, default_cache
+from nexus_cache.lakehouse import default_cache
+from nexus_cache.lakehouse.fill import _fill
 
 real = _fill._write_chunk
 def slow(fd, data):
@@ -168,7 +170,8 @@ def test_fill_published_when_no_thread_can_start_is_made_durable_at_once(
 # still pending when the script ends.
 _COLLECTED_CACHE_SCRIPT = """
 import gc, sys, time
-from nexus_cache.lakehouse import LakehouseCache, _durable
+from nexus_cache.lakehouse import LakehouseCache
+from nexus_cache.lakehouse.store import _durable
 
 real = _durable._sync
 def slow(fd, record, discard):

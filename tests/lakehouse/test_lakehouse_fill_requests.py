@@ -32,7 +32,7 @@ def _count_gets(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def test_fill_within_budget_is_one_get(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nexus_cache.lakehouse import _fill as fill_module
+    from nexus_cache.lakehouse.fill import _fill as fill_module
 
     monkeypatch.setattr(fill_module, "_CHUNK", 64 * 1024)  # many write/hash steps
     put_object(s3_endpoint, s3_bucket, "f.parquet", OLD)
@@ -64,7 +64,7 @@ def test_fill_larger_than_budget_uses_budget_sized_gets(
 def test_overwrite_during_a_one_get_fill_keeps_the_planned_bytes(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nexus_cache.lakehouse import _fill as fill_module
+    from nexus_cache.lakehouse.fill import _fill as fill_module
 
     put_object(s3_endpoint, s3_bucket, "h.parquet", OLD)
     original = fill_module._write_chunk

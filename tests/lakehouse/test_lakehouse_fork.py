@@ -21,7 +21,8 @@ from ._helpers import entry_files, make_cache, make_s3fs, put_object, write_old_
 # it forks; the child then reads and exits normally, running the exit hooks.
 _FORK_SCRIPT = """
 import os, sys, threading, time
-from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig, _fill
+from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+from nexus_cache.lakehouse.fill import _fill
 
 root, first, second = sys.argv[1:4]
 release = threading.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from nexus_cache.lakehouse._pins import create_pin, live_pins
+from nexus_cache.lakehouse.store._pins import create_pin, live_pins
 
 from ._helpers import make_cache, write_old_file
 

@@ -186,7 +186,7 @@ def test_a_proof_expires(
     requests: _Sent,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from nexus_cache.lakehouse import _proofs
+    from nexus_cache.lakehouse.identity import _proofs
 
     (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=3)
     path = f"{plain_bucket}/{key}"
@@ -243,7 +243,7 @@ def test_identity_ttl_decides_whether_a_warm_open_asks(
 def test_identity_ttl_bounds_the_staleness(
     tmp_path: Path, s3_endpoint: str, plain_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nexus_cache.lakehouse import _known
+    from nexus_cache.lakehouse.identity import _known
 
     (key,) = _dataset(s3_endpoint, plain_bucket, 1, value=5)
     source = f"s3://{plain_bucket}/{key}"

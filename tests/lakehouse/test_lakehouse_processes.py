@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nexus_cache.lakehouse._pins import live_pins
+from nexus_cache.lakehouse.store._pins import live_pins
 
 from ._helpers import (
     entry_files,
@@ -79,7 +79,7 @@ def test_processes_creating_one_root_at_once_all_open_it(tmp_path: Path) -> None
 
 
 def test_a_root_another_opener_just_initialised_is_not_foreign(tmp_path: Path) -> None:
-    from nexus_cache.lakehouse import _store
+    from nexus_cache.lakehouse.store import _store
 
     root = tmp_path / "c"
     make_cache(root, policy="fill_before_read").close()  # as a racing opener leaves it

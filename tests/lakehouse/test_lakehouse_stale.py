@@ -119,7 +119,7 @@ def test_open_gives_up_after_retries(tmp_path: Path, monkeypatch: pytest.MonkeyP
             calls.append(plan)
             raise StalePlanError("test")
 
-        monkeypatch.setattr(cache._scanner, "execute", always_stale)
+        monkeypatch.setattr(cache._scanner, "_execute", always_stale)
         with pytest.raises(StalePlanError):
             cache.open(source, retries=2)
         assert len(calls) == 3
@@ -146,7 +146,7 @@ def test_background_fill_of_a_changed_object_publishes_nothing(
 def test_overwrite_during_a_fill_is_caught_by_if_match(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nexus_cache.lakehouse import _fill as fill_module
+    from nexus_cache.lakehouse.fill import _fill as fill_module
 
     fs = make_s3fs(s3_endpoint)
     put_object(s3_endpoint, s3_bucket, "d.parquet", OLD)

@@ -24,7 +24,7 @@ from nexus_cache.lakehouse import (
     LakehouseCacheConfig,
     ReadMode,
 )
-from nexus_cache.lakehouse import _fill as fill_module
+from nexus_cache.lakehouse.fill import _fill as fill_module
 
 from ._helpers import entry_files, fill_counts, make_cache, write_old_file
 

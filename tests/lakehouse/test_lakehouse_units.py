@@ -22,9 +22,9 @@ from nexus_cache.lakehouse import (
     ReadDiagnostics,
     ReadMode,
 )
-from nexus_cache.lakehouse._identity import resolve_identity
-from nexus_cache.lakehouse._limits import FillLimits
 from nexus_cache.lakehouse._policy import decide
+from nexus_cache.lakehouse.fill._limits import FillLimits
+from nexus_cache.lakehouse.identity._identity import resolve_identity
 
 from ._helpers import make_s3fs, put_object, write_old_file
 

@@ -37,15 +37,6 @@ if TYPE_CHECKING:
     from nexus_cache.lakehouse._events import EventLog as EventLog
     from nexus_cache.lakehouse._events import ReadDiagnostics as ReadDiagnostics
     from nexus_cache.lakehouse._fs import NexusCacheFileSystem as NexusCacheFileSystem
-    from nexus_cache.lakehouse._identity import ContentIdentity as ContentIdentity
-    from nexus_cache.lakehouse._identity import SourceIdentity as SourceIdentity
-    from nexus_cache.lakehouse._identity import StorageDomain as StorageDomain
-    from nexus_cache.lakehouse._limits import FillLimits as FillLimits
-    from nexus_cache.lakehouse._maintenance import EntryListing as EntryListing
-    from nexus_cache.lakehouse._maintenance import LakehouseRoot as LakehouseRoot
-    from nexus_cache.lakehouse._maintenance import RetentionResult as RetentionResult
-    from nexus_cache.lakehouse._maintenance import RootSummary as RootSummary
-    from nexus_cache.lakehouse._maintenance import VerifyResult as VerifyResult
     from nexus_cache.lakehouse._reader import LakehouseFile as LakehouseFile
     from nexus_cache.lakehouse._readlog import read_stats as read_stats
     from nexus_cache.lakehouse._scan import ReadPlan as ReadPlan
@@ -53,6 +44,15 @@ if TYPE_CHECKING:
     from nexus_cache.lakehouse._vocabulary import CacheStatus as CacheStatus
     from nexus_cache.lakehouse._vocabulary import FillMode as FillMode
     from nexus_cache.lakehouse._vocabulary import ReadMode as ReadMode
+    from nexus_cache.lakehouse.fill._limits import FillLimits as FillLimits
+    from nexus_cache.lakehouse.identity._identity import ContentIdentity as ContentIdentity
+    from nexus_cache.lakehouse.identity._identity import SourceIdentity as SourceIdentity
+    from nexus_cache.lakehouse.identity._identity import StorageDomain as StorageDomain
+    from nexus_cache.lakehouse.store._maintenance import EntryListing as EntryListing
+    from nexus_cache.lakehouse.store._maintenance import LakehouseRoot as LakehouseRoot
+    from nexus_cache.lakehouse.store._maintenance import RetentionResult as RetentionResult
+    from nexus_cache.lakehouse.store._maintenance import RootSummary as RootSummary
+    from nexus_cache.lakehouse.store._maintenance import VerifyResult as VerifyResult
 
 # public name -> module that defines it (imported above for type checkers only)
 _EXPORTS: dict[str, str] = {
@@ -78,15 +78,15 @@ _EXPORTS: dict[str, str] = {
     "EventLog": "nexus_cache.lakehouse._events",
     "ReadDiagnostics": "nexus_cache.lakehouse._events",
     "NexusCacheFileSystem": "nexus_cache.lakehouse._fs",
-    "ContentIdentity": "nexus_cache.lakehouse._identity",
-    "SourceIdentity": "nexus_cache.lakehouse._identity",
-    "StorageDomain": "nexus_cache.lakehouse._identity",
-    "FillLimits": "nexus_cache.lakehouse._limits",
-    "EntryListing": "nexus_cache.lakehouse._maintenance",
-    "LakehouseRoot": "nexus_cache.lakehouse._maintenance",
-    "RetentionResult": "nexus_cache.lakehouse._maintenance",
-    "RootSummary": "nexus_cache.lakehouse._maintenance",
-    "VerifyResult": "nexus_cache.lakehouse._maintenance",
+    "ContentIdentity": "nexus_cache.lakehouse.identity._identity",
+    "SourceIdentity": "nexus_cache.lakehouse.identity._identity",
+    "StorageDomain": "nexus_cache.lakehouse.identity._identity",
+    "FillLimits": "nexus_cache.lakehouse.fill._limits",
+    "EntryListing": "nexus_cache.lakehouse.store._maintenance",
+    "LakehouseRoot": "nexus_cache.lakehouse.store._maintenance",
+    "RetentionResult": "nexus_cache.lakehouse.store._maintenance",
+    "RootSummary": "nexus_cache.lakehouse.store._maintenance",
+    "VerifyResult": "nexus_cache.lakehouse.store._maintenance",
     "LakehouseFile": "nexus_cache.lakehouse._reader",
     "read_stats": "nexus_cache.lakehouse._readlog",
     "ReadPlan": "nexus_cache.lakehouse._scan",

@@ -2,7 +2,10 @@
 
 One ``LakehouseCache`` is one service's view of a cache root: it owns the config,
 the entry store, the service-wide fill budget, the event log and the background
-fills (:mod:`._background`). Many processes may use one root at once.
+fills (:mod:`.fill._background`), opens the root and closes it all, and runs
+maintenance (prefetch, prune, verify, clear, stats). Every read is
+:meth:`Scanner.open <._scan.Scanner.open>`, which plans and executes it from
+source to handle. Many processes may use one root at once.
 
 Quick use::
 
@@ -22,29 +25,27 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from nexus_cache.errors import ConfigError, FillError, StalePlanError
-from nexus_cache.lakehouse._background import BackgroundFills, finish_at_exit
 from nexus_cache.lakehouse._config import ENV_ROOT, LakehouseCacheConfig
-from nexus_cache.lakehouse._durable import wait_for_syncs
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, summarize_counts
-from nexus_cache.lakehouse._fill import Filler
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._limits import FillLimits
-from nexus_cache.lakehouse._maintenance import (
+from nexus_cache.lakehouse._policy import fill_refusal
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
+from nexus_cache.lakehouse._scan import ReadPlan, Scanner
+from nexus_cache.lakehouse.fill._background import BackgroundFills, finish_at_exit
+from nexus_cache.lakehouse.fill._fill import Filler
+from nexus_cache.lakehouse.fill._limits import FillLimits
+from nexus_cache.lakehouse.store._durable import wait_for_syncs
+from nexus_cache.lakehouse.store._maintenance import (
     RetentionResult,
     clear_entries,
     enforce_retention,
     verify_all,
 )
-from nexus_cache.lakehouse._policy import fill_refusal
-from nexus_cache.lakehouse._reader import LakehouseFile
-from nexus_cache.lakehouse._readlog import RECENT, SummaryWriter, write_all
-from nexus_cache.lakehouse._scan import ReadPlan, Scanner
-from nexus_cache.lakehouse._store import EntryStore
+from nexus_cache.lakehouse.store._store import EntryStore
 
 __all__ = ["LakehouseCache", "default_cache"]
 
@@ -101,16 +102,12 @@ class LakehouseCache:
                 self.store.tmp_dir,
                 lambda: (events.counts(), [d.to_dict() for d in events.reads()[-RECENT:]]),
             )
-        self._probes = _probe_pool() if self.store is not None else None
-        self._scanner = Scanner(
-            cfg, self.store, filler, self.events, self._schedule_fill, self._probes, no_store
-        )
         self._fills = (
             BackgroundFills(filler, self.limits, self.events, exit_wait_s=cfg.fill_exit_wait_s)
             if filler is not None
             else None
         )
-        self._closed = False
+        self._scanner = Scanner(cfg, self.store, filler, self._fills, self.events, no_store)
         _caches.add(self)
 
     def _open_root(self, root: Path) -> EntryStore | None:
@@ -188,44 +185,13 @@ class LakehouseCache:
         :class:`StalePlanError` is raised only once bytes of the old object
         were returned (read again then).
         """
-
-        def replan() -> LakehouseFile:
-            return self._open(source, fs, storage_options, retries, None, None)
-
-        return self._open(source, fs, storage_options, retries, replan, listed_info)
-
-    def _open(
-        self,
-        source: str | os.PathLike[str],
-        fs: Any,
-        storage_options: dict[str, Any] | None,
-        retries: int,
-        replan: Any,
-        listed_info: Mapping[str, Any] | None,
-    ) -> LakehouseFile:
-        # replan=None: the fresh open of a handle that went stale; it plans
-        # synchronously, so its own identity is proven before it is returned
-        # (and the listing that proved the stale one is not used again).
-        attempt = 0
-        if replan is not None and not self._closed:  # a closed cache has no probe pool
-            remembered = self._scanner.plan_remembered(
-                source, fs=fs, storage_options=storage_options, listed_info=listed_info
-            )
-            if remembered is not None:
-                try:
-                    return self._scanner.execute_remembered(*remembered, replan)
-                except StalePlanError:
-                    attempt += 1  # the entry vanished: plan normally below
-                    if attempt > retries:
-                        raise
-        while True:
-            plan = self.plan(source, fs=fs, storage_options=storage_options)
-            try:
-                return self._scanner.execute(plan, replan)
-            except StalePlanError:
-                attempt += 1
-                if attempt > retries:
-                    raise
+        return self._scanner.open(
+            source,
+            fs=fs,
+            storage_options=storage_options,
+            retries=retries,
+            listed_info=listed_info,
+        )
 
     def read(self, source: str | os.PathLike[str], **kwargs: Any) -> bytes:
         """All bytes of ``source`` (see :meth:`open`).
@@ -283,10 +249,6 @@ class LakehouseCache:
         return True
 
     # -- background fills ----------------------------------------------------
-    def _schedule_fill(self, fs: Any, path: str, identity: SourceIdentity) -> None:
-        if self._fills is not None:
-            self._fills.schedule(fs, path, identity)
-
     def wait_for_fills(self, timeout: float | None = None) -> bool:
         """Wait until no background fill is queued or running, and every entry this
         process published is durable (fsynced, mode 0600); ``False`` on timeout."""
@@ -362,23 +324,16 @@ class LakehouseCache:
         """Stop accepting background fills; with ``wait``, let queued ones finish."""
         if wait:
             self.wait_for_fills(timeout)
-        self._closed = True
+        self._scanner.close()  # later opens plan with a request
         if self._fills is not None:
             self._fills.close()
         if self._summary is not None:
             self._summary.write()  # for read_stats() in other processes
-        if self._probes is not None:
-            # later opens plan synchronously (open() checks _closed)
-            self._probes.shutdown(wait=False, cancel_futures=False)
 
     def _after_fork_in_child(self) -> None:
         # A forked child's stats() and read summary are its own reads.
         self.events._after_fork_in_child()
-        # The probe threads stayed in the parent but the executor's count of
-        # idle ones did not: a child's probe would wait in the queue for a
-        # thread that does not exist, and its read with it, forever.
-        if self._probes is not None and not self._closed:
-            self._probes = self._scanner.probes = _probe_pool()
+        self._scanner.after_fork_in_child()
 
     def __enter__(self) -> LakehouseCache:
         return self
@@ -409,13 +364,6 @@ def _at_exit() -> None:
 # new futures after shutdown". atexit is the fallback where the hook is missing.
 _register = getattr(threading, "_register_atexit", atexit.register)
 _register(_at_exit)
-
-
-def _probe_pool() -> ThreadPoolExecutor:
-    # Identity probes of deferred checks (see Scanner.execute_deferred): a few
-    # threads suffice since each waits on one metadata request; idle threads
-    # are only created on demand by the executor.
-    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="nexus-lakehouse-probe")
 
 
 _caches: weakref.WeakSet[LakehouseCache] = weakref.WeakSet()

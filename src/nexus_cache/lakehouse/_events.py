@@ -135,7 +135,13 @@ class EventLog:
             logger.log(level, "lakehouse %s", event.to_dict())
         self._notify(event)
 
-    def record_read(self, diag: ReadDiagnostics) -> None:
+    def record_read(
+        self, diag: ReadDiagnostics | None = None, /, **fields: Any
+    ) -> ReadDiagnostics:
+        """Record one read's diagnostics: ``diag``, or those made of ``fields``
+        (the :class:`ReadDiagnostics` fields); returns them."""
+        if diag is None:
+            diag = ReadDiagnostics(**fields)
         with self._lock:
             self._reads.append(diag)
             self._counts[f"read.{diag.cache_status.value}"] += 1
@@ -144,6 +150,7 @@ class EventLog:
         if logger.isEnabledFor(self._read_level):
             logger.log(self._read_level, "lakehouse read %s", diag.describe())
         self._notify(diag)
+        return diag
 
     def _after_fork_in_child(self) -> None:
         # What the cache did before a fork is the parent's to report; a child

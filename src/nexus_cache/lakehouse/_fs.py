@@ -15,7 +15,7 @@ Listing and metadata calls go to the wrapped filesystem, listings and ``info``
 of files always to the store itself (never from a listing cache); ``open`` for
 reading goes through :meth:`LakehouseCache.open` (plan, execute, diagnostics).
 The listing or ``info`` an engine makes before it opens files proves their
-identities for those opens (:mod:`._proofs`): a warm dataset read costs one
+identities for those opens (:mod:`.identity._proofs`): a warm dataset read costs one
 LIST and no HEAD.
 Without ``cache=`` the process-wide :func:`~._cache.default_cache` (configured from
 the environment) is used. The filesystem is read-only. Importing this module
@@ -52,8 +52,8 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
-from nexus_cache.lakehouse._proofs import MetadataProofs
 from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse.identity._proofs import MetadataProofs
 
 __all__ = ["NexusCacheFileSystem"]
 
@@ -225,7 +225,9 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
                 "underlying filesystem instead"
             )
         path = self._strip_protocol(path)
-        handle = self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
+        # a local file's identity is one stat: no listing proves it beforehand
+        listed = self._proofs.proof(path) if self._proofs.remote else None
+        handle = self.cache.open(path, fs=self.fs, listed_info=listed)
         handle.name_local_file(self.fs.unstrip_protocol(path))  # what fsspec.open_local returns
         return handle
 

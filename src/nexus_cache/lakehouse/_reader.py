@@ -11,10 +11,12 @@ directly (no root, or a miss) hands out that file's descriptor (``fileno``), so
 a decoder can memory-map it as it maps an entry. Either way the handle
 carries :class:`~.events.ReadDiagnostics`.
 
-A hit planned from a remembered identity carries a ``confirm`` callable (the
-deferred identity check): every call that hands out bytes or the descriptor does
-its local work (``pread``, mapping) first, then calls it once, before returning
-anything, so the remote probe overlaps the local read but gates its result.
+A hit planned from a remembered identity carries its identity ``probe`` (the
+deferred identity check: a future of the object's identity now) and the
+``planned`` identity: every call that hands out bytes or the descriptor does its
+local work (``pread``, mapping) first, then waits for the probe once and
+compares, before returning anything, so the remote probe overlaps the local
+read but gates its result.
 
 An entry is never rewritten in place, so a local file shorter than the size it
 was opened with was truncated from outside: every read then raises
@@ -43,12 +45,14 @@ import logging
 import mmap
 import os
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import IO, Any
 
 from nexus_cache.errors import CacheIntegrityError, NoLocalFileError, StalePlanError
 from nexus_cache.lakehouse._events import ReadDiagnostics
-from nexus_cache.lakehouse._pins import Pin
-from nexus_cache.lakehouse._remote import is_expired_error
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.identity._remote import is_expired_error
+from nexus_cache.lakehouse.store._pins import Pin
 
 __all__ = ["LakehouseFile"]
 
@@ -67,7 +71,8 @@ class LakehouseFile(io.RawIOBase):
         pin: Pin | None = None,
         remote: IO[bytes] | None = None,
         on_close: Callable[[], None] | None = None,
-        confirm: Callable[[], None] | None = None,
+        probe: Future[SourceIdentity | None] | None = None,
+        planned: SourceIdentity | None = None,
         replan: Callable[[], LakehouseFile] | None = None,
         on_stale: Callable[[StalePlanError], None] | None = None,
         local_path: str | None = None,
@@ -83,9 +88,10 @@ class LakehouseFile(io.RawIOBase):
         self._pin = pin
         self._remote = remote
         self._on_close = on_close
-        self._confirm = confirm
+        self._confirm = probe
+        self._planned = planned
         self._replan = replan
-        self._on_stale = on_stale  # reports a remote read found stale (event, diagnostics)
+        self._on_stale = on_stale  # reports the object found stale (event, diagnostics)
         self._handed_out = False  # a byte, view or the descriptor left the handle
         self._size_seen = False  # the caller asked the size (it may size reads by it)
         self._refused: str | None = None
@@ -168,9 +174,13 @@ class LakehouseFile(io.RawIOBase):
                 raise StalePlanError(self._refused)
             return
         try:
-            self._confirm()
+            try:
+                current = self._confirm.result()
+            except FileNotFoundError:
+                current = None  # the object is gone: stale too
+            self._compare(current)
         except StalePlanError as exc:
-            self._refused = str(exc)  # reported once (by confirm), refused for good
+            self._refused = str(exc)  # reported once (by _compare), refused for good
             raise
         except BaseException as exc:
             # An unanswered probe (network error, ...) proves nothing: later calls
@@ -183,6 +193,19 @@ class LakehouseFile(io.RawIOBase):
             raise
         finally:
             self._confirm = None
+
+    def _compare(self, current: SourceIdentity | None) -> None:
+        """Raise (and report) :class:`StalePlanError` unless ``current`` is the plan's."""
+        assert self._planned is not None
+        if current is not None and current.key == self._planned.key:
+            return
+        exc = StalePlanError(
+            f"{self._planned.location} changed since it was planned "
+            "(identity probe at open); plan the read again"
+        )
+        if self._on_stale is not None:
+            self._on_stale(exc)
+        raise exc
 
     def buffer(self) -> memoryview:
         """Zero-copy view of a local entry (valid until the handle is closed and the
@@ -251,6 +274,7 @@ class LakehouseFile(io.RawIOBase):
             "_remote",
             "_on_close",
             "_confirm",
+            "_planned",
             "local_path",
         ):
             setattr(self, name, getattr(fresh, name))

@@ -1,17 +1,17 @@
-"""Plan, then execute: the two steps of every lakehouse read.
+"""Every lakehouse read, from source to handle: :meth:`Scanner.open`.
 
-**Planning** resolves the source's identity (one metadata request), looks the entry
-up, applies the policy matrix and records the expected size of a hit. **Execution**
-proves the plan still holds: a planned hit is pinned, opened and re-checked
-(exists, expected size) and its descriptor stays open for the whole read; a remote
-read or a fill opens the object pinned to the planned identity. A vanished or
-resized entry, or a remote object whose identity changed, raises
-:class:`~nexus_cache.errors.StalePlanError` (and is reported with status ``stale``).
+A read is planned, then executed. **Planning** resolves the source's identity
+(one metadata request), looks the entry up, applies the policy matrix and
+records the expected size of a hit. **Execution** proves the plan still holds:
+a planned hit is pinned, opened and re-checked (exists, expected size) and its
+descriptor stays open for the whole read; a remote read or a fill opens the
+object pinned to the planned identity. A vanished or resized entry, or a remote
+object whose identity changed, raises :class:`~nexus_cache.errors.StalePlanError`
+(and is reported with status ``stale``); :meth:`Scanner.open` then plans again.
 A planned hit never contacts the remote store at execution.
 
-**Planned hits without a request** (:meth:`Scanner.plan_remembered`,
-:meth:`Scanner.execute_remembered`): a remote object whose identity is already
-proven (see :mod:`._known`) is planned without a metadata request:
+**Planned without a request**: a remote object whose identity is already proven
+(see :mod:`.identity._known`) is planned without a metadata request:
 
 * from its entry in a listing the caller just fetched (a dataset read lists the
   prefix anyway): the listing is the proof, so N files cost one LIST, not N
@@ -20,47 +20,48 @@ proven (see :mod:`._known`) is planned without a metadata request:
   default 0): no request at all;
 * from the identity this cache proved last, older than that (**deferred
   identity check**): the local entry is opened and pinned at once and the
-  identity request goes to the cache's small probe pool. The handle does its
+  identity request goes to the scanner's small probe pool. The handle does its
   local work first and waits for the answer before handing over any byte; a
   changed identity is reported as ``stale`` like any stale plan, and the handle
   then plans again (its ``replan``) or raises :class:`StalePlanError` at that
   read (see :mod:`._reader`). The request is as fresh as a planning one (it
   starts during ``open``), so the guarantee is the same; only its latency
   overlaps the local work.
+
+The helpers (identity, store, fills, policy, events) answer and return; none
+of them calls back into this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from nexus_cache._storage import stat_key, touch_if_unchanged
 from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
-from nexus_cache.lakehouse._fill import Filler, FillOutcome
-from nexus_cache.lakehouse._identity import (
+from nexus_cache.lakehouse._policy import decide
+from nexus_cache.lakehouse._reader import LakehouseFile
+from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+from nexus_cache.lakehouse.fill._background import BackgroundFills
+from nexus_cache.lakehouse.fill._fill import Filler, FillOutcome
+from nexus_cache.lakehouse.identity._identity import (
     SourceIdentity,
     fs_protocol,
     is_local_fs,
     resolve_identity,
 )
-from nexus_cache.lakehouse._known import KnownIdentities, listed_identity
-from nexus_cache.lakehouse._pins import Pin
-from nexus_cache.lakehouse._policy import decide
-from nexus_cache.lakehouse._reader import LakehouseFile
-from nexus_cache.lakehouse._remote import open_pinned
-from nexus_cache.lakehouse._store import EntryState, EntryStore
-from nexus_cache.lakehouse._vocabulary import CacheStatus, FillMode, ReadMode
+from nexus_cache.lakehouse.identity._known import KnownIdentities
+from nexus_cache.lakehouse.identity._remote import open_pinned
+from nexus_cache.lakehouse.store._pins import Pin
+from nexus_cache.lakehouse.store._store import EntryState, EntryStore
 
 __all__ = ["ReadPlan", "Scanner", "resolve_source"]
 
-#: called with (fs, path, identity) when a remote read that should warm the cache closes
-ScheduleFill = Callable[[Any, str, SourceIdentity], None]
 #: opens the same source afresh (a new plan), for a handle found stale early
 Replan = Callable[[], LakehouseFile]
 
@@ -88,16 +89,22 @@ class ReadPlan:
         return None if self.identity is None else self.identity.key
 
     def diagnostics(self, **changes: Any) -> ReadDiagnostics:
-        base = ReadDiagnostics(
-            location=self.source,
-            cache_status=self.status,
-            read_mode=self.read_mode,
-            fill_mode=self.fill_mode,
-            key=self.key,
-            size=self.size,
-            reason=self.reason,
-        )
-        return dataclasses.replace(base, **changes) if changes else base
+        """The diagnostics of a read of this plan, with ``changes`` to its fields."""
+        return ReadDiagnostics(**self.fields(**changes))
+
+    def fields(self, **changes: Any) -> dict[str, Any]:
+        """The :class:`ReadDiagnostics` fields of a read of this plan, with ``changes``."""
+        fields = {
+            "location": self.source,
+            "cache_status": self.status,
+            "read_mode": self.read_mode,
+            "fill_mode": self.fill_mode,
+            "key": None if self.identity is None else self.identity.key,
+            "size": self.size,
+            "reason": self.reason,
+        }
+        fields.update(changes)
+        return fields
 
 
 def resolve_source(
@@ -121,28 +128,83 @@ def resolve_source(
 
 
 class Scanner:
-    """Plans and executes reads against one store. Thread-safe."""
+    """Plans and executes the reads of one cache (``store`` None: no root). Thread-safe.
+
+    Owns what a read needs beyond the store: the identities this cache proved
+    (:class:`KnownIdentities`) and the pool of deferred identity checks.
+    ``fills``: where a ``read_through`` read queues its fill when it closes.
+    """
 
     def __init__(
         self,
         config: LakehouseCacheConfig,
         store: EntryStore | None,
         filler: Filler | None,
+        fills: BackgroundFills | None,
         events: EventLog,
-        schedule_fill: ScheduleFill,
-        probes: Executor | None = None,
         no_store_reason: str = "no_root",
     ) -> None:
         self.config = config
         self.store = store
         self.filler = filler
+        self.fills = fills
         self.events = events
-        self._schedule_fill = schedule_fill
-        self.probes = probes
         self._no_store_reason = no_store_reason
         self._known = KnownIdentities()
+        self._probes = _probe_pool() if store is not None else None
+        self._closed = False
 
-    # -- planning ------------------------------------------------------------
+    # -- the read --------------------------------------------------------------
+    def open(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 1,
+        listed_info: Mapping[str, Any] | None = None,
+        fresh: bool = False,
+    ) -> LakehouseFile:
+        """Plan and execute a read of ``source``; a stale plan is planned again
+        up to ``retries`` times (see :meth:`LakehouseCache.open`).
+
+        ``fresh``: plan with a request, never from a remembered or listed
+        identity, and hand out a handle that does not plan again: what a
+        handle found stale before its first byte opens in its place.
+        """
+        # 1. Name the source: (fs, path), fs None for a local file.
+        name = os.fspath(source)
+        fs_, path = resolve_source(source, fs, storage_options)
+        replan: Replan | None = None
+        if not fresh:
+            replan = functools.partial(
+                self.open,
+                source,
+                fs=fs,
+                storage_options=storage_options,
+                retries=retries,
+                fresh=True,
+            )
+        # 2. A remote object proven just now (``listed_info``) or before (remembered)
+        #    is planned without a request: ``probe`` says whether its hit still
+        #    needs its identity request, sent now and awaited before the first byte.
+        planned = None if fresh or self._closed else self._remembered(name, fs_, path, listed_info)
+        attempt = 0
+        while True:
+            # 3. Otherwise plan with one metadata request.
+            plan, probe = planned if planned is not None else (self._plan(name, fs_, path), False)
+            planned = None
+            # 4. Execute: a hit opens its entry; fill_before_read fills first; any
+            #    other read goes to the store (read_through: its fill queued at close).
+            try:
+                return self._deferred(plan, replan) if probe else self._execute(plan, replan)
+            except StalePlanError as exc:
+                # 5. The entry vanished or the object changed since planning: plan again.
+                self._record_stale(plan, exc)
+                attempt += 1
+                if attempt > retries:
+                    raise
+
     def plan(
         self,
         source: str | os.PathLike[str],
@@ -150,16 +212,32 @@ class Scanner:
         fs: Any = None,
         storage_options: dict[str, Any] | None = None,
     ) -> ReadPlan:
+        """Resolve the identity (one metadata request) and decide hit / miss / bypass."""
         fs, path = resolve_source(source, fs, storage_options)
-        name = os.fspath(source)
+        return self._plan(os.fspath(source), fs, path)
+
+    def execute(self, plan: ReadPlan) -> LakehouseFile:
+        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""
+        try:
+            return self._execute(plan, None)
+        except StalePlanError as exc:
+            self._record_stale(plan, exc)
+            raise
+
+    # -- planning ----------------------------------------------------------------
+    def _plan(self, name: str, fs: Any, path: str) -> ReadPlan:
         remote, bypass = ReadMode.REMOTE, CacheStatus.BYPASS
-        sent = time.monotonic()
         # Identity is proven with or without a root: the device caches above
         # key decoded frames and graphs by it, and the remote read is pinned
         # to it (a rewrite between plan and read is a stale plan, never a
-        # frame of the new bytes under the old key).
+        # frame of the new bytes under the old key). A remote object's is
+        # remembered (for plans without a request) where a root can use it.
+        min_age = self.config.local_min_age_s
         try:
-            res = resolve_identity(fs, path, local_min_age_s=self.config.local_min_age_s)
+            if fs is None or self.store is None:  # a local file, or nothing to plan from
+                res = resolve_identity(fs, path, local_min_age_s=min_age)
+            else:  # remembered, for plans without a request
+                res = self._known.resolve(fs, path, local_min_age_s=min_age)
         except FileNotFoundError as exc:
             if fs is None or fs_protocol(fs) != "memory":
                 raise
@@ -183,7 +261,6 @@ class Scanner:
                 reason,
                 identity_reason=res.bypass_reason,
             )
-        self._known.remember(fs, path, res.identity, sent)
         if res.identity is None:
             return ReadPlan(
                 name,
@@ -199,56 +276,36 @@ class Scanner:
             )
         return self._decide(name, fs, path, res.identity, tidy=True)
 
-    def plan_remembered(
-        self,
-        source: str | os.PathLike[str],
-        *,
-        fs: Any = None,
-        storage_options: dict[str, Any] | None = None,
-        listed_info: Mapping[str, Any] | None = None,
+    def _remembered(
+        self, name: str, fs: Any, path: str, listed_info: Mapping[str, Any] | None
     ) -> tuple[ReadPlan, bool] | None:
-        """A read of a remote ``source`` planned without a request: ``(plan, probe)``.
+        """A read of a remote object planned without a request: ``(plan, probe)``.
 
-        ``listed_info``: ``source``'s entry in a listing fetched just now, which
+        ``listed_info``: the object's entry in a listing fetched just now, which
         proves its identity. Without it, the identity this cache proved last; a
-        hit on it needs a ``probe`` (:meth:`execute_remembered` sends one,
-        overlapped) unless proven within ``identity_ttl_s``. A miss needs none:
-        its remote read is pinned to the planned identity (:func:`open_pinned`:
-        If-Match on the ETag, or the store's own metadata), so an object that
-        changed since fails that read, and the handle plans again with a
-        request before any byte is handed out. ``None``: plan normally (no
-        proven identity, ``READ=disabled``, a bypass). Contacts nothing remote.
+        hit on it needs a ``probe`` (:meth:`_deferred` sends one, overlapped)
+        unless proven within ``identity_ttl_s``. A miss needs none: its remote
+        read is pinned to the planned identity (:func:`open_pinned`: If-Match
+        on the ETag, or the store's own metadata), so an object that changed
+        since fails that read, and the handle plans again with a request
+        before any byte is handed out. ``None``: plan normally (no root, a
+        local file, no proven identity, ``READ=disabled``, a bypass). Contacts
+        nothing remote.
         """
-        if self.store is None:
+        if self.store is None or fs is None:
             return None
-        fs, path = resolve_source(source, fs, storage_options)
-        if fs is None:
+        recalled = self._known.recall(fs, path, listed_info, self.config.identity_ttl_s)
+        if recalled is None:
             return None
-        known = self._known.get(fs, path)
-        if listed_info is not None:
-            identity = listed_identity(fs, path, listed_info, known)
-            probe = False
-        elif known is not None:
-            identity = known.identity
-            probe = known.age() >= self.config.identity_ttl_s
-        else:
+        identity, probe = recalled
+        if probe and self._probes is None:
             return None
-        if identity is None or (probe and self.probes is None):
-            return None
-        plan = self._decide(os.fspath(source), fs, path, identity, tidy=False)
+        plan = self._decide(name, fs, path, identity, tidy=False)
         if plan.status is CacheStatus.MISS:
             return plan, False  # the pinned remote read proves the identity
         if plan.status is not CacheStatus.HIT or plan.read_mode is not ReadMode.LOCAL:
             return None
         return plan, probe
-
-    def execute_remembered(
-        self, plan: ReadPlan, probe: bool, replan: Replan | None = None
-    ) -> LakehouseFile:
-        """Execute a plan of :meth:`plan_remembered`: a deferred check, or a planned hit."""
-        if probe:
-            return self.execute_deferred(plan, replan)
-        return self.execute(plan, replan)
 
     def _decide(
         self, name: str, fs: Any, path: str, identity: SourceIdentity, *, tidy: bool
@@ -260,23 +317,50 @@ class Scanner:
         """
         assert self.store is not None
         size = identity.content.size
-        state, found = self.store.lookup(identity.key, size)
-        if tidy and state.must_refill and found and self.store.remove(identity.key, found):
-            reason = (
-                f"size {found.size} != {size}"
-                if state is EntryState.DAMAGED
-                else "not made durable before a reboot"
-            )
-            self.events.emit(
-                CacheEvent(EventKind.ENTRY_REMOVED, identity.key, identity.location, reason=reason)
-            )
+        if tidy:
+            state, removed = self.store.lookup_tidy(identity.key, size)
+            if removed is not None:
+                self.events.emit(
+                    CacheEvent(
+                        EventKind.ENTRY_REMOVED, identity.key, identity.location, reason=removed
+                    )
+                )
+        else:
+            state, _ = self.store.lookup(identity.key, size)
         d = decide(self.config, size, state is EntryState.PRESENT)
         expected = size if d.status is CacheStatus.HIT else None
         return ReadPlan(
             name, fs, path, identity, size, d.status, d.read_mode, d.fill_mode, d.reason, expected
         )
 
-    def execute_deferred(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
+    # -- execution -----------------------------------------------------------------
+    def _execute(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
+        """Carry out ``plan``: a hit, a blocking fill, or a remote read.
+
+        ``replan``: how the handle opens the source afresh when the object turns
+        out stale before any byte was handed out (see :mod:`._reader`).
+        """
+        if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
+            try:
+                return self._local(plan, replan=replan)
+            except CacheSecurityError as exc:
+                return self._refused(plan, exc, replan)
+        if plan.fill_mode is FillMode.BLOCKING:
+            return self._blocking(plan, replan)
+        if plan.reason == "too_large" and plan.identity is not None:
+            self.events.emit(
+                CacheEvent(
+                    EventKind.FILL_SKIPPED,
+                    plan.key,
+                    plan.identity.location,
+                    reason="too_large",
+                    nbytes=plan.size or 0,
+                )
+            )
+        warm = plan.fill_mode is FillMode.BACKGROUND
+        return self._remote(plan, warm=warm, replan=replan)
+
+    def _deferred(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
         """Execute a remembered hit while its identity is probed concurrently.
 
         The handle is returned before the probe answers; its first data-returning
@@ -285,17 +369,16 @@ class Scanner:
         :class:`StalePlanError` without one). An entry that cannot be trusted
         (foreign owner) is read remotely instead.
         """
-        assert self.probes is not None
+        assert self._probes is not None
         assert plan.identity is not None
-        fs, path, planned = plan.fs, plan.path, plan.identity
+        fs, path = plan.fs, plan.path
 
         def probe() -> SourceIdentity | None:
-            return resolve_identity(fs, path, local_min_age_s=0.0).identity
+            return self._known.resolve(fs, path, local_min_age_s=0.0).identity
 
-        sent = time.monotonic()
         future: Future[SourceIdentity | None]
         try:
-            future = self.probes.submit(probe)
+            future = self._probes.submit(probe)
         except RuntimeError:
             # Interpreter shutdown (a read in an atexit handler): executors take
             # no work any more. Ask the store on this thread instead.
@@ -305,115 +388,53 @@ class Scanner:
             except Exception as exc:  # confirm() handles it as a probe's
                 future.set_exception(exc)
 
-        def confirm() -> None:
-            try:
-                current = future.result()
-            except FileNotFoundError:
-                current = None
-            except BaseException:
-                self._known.remember(fs, path, None, sent)
-                raise
-            self._known.remember(fs, path, current, sent)
-            if current is None or current.key != planned.key:
-                exc = StalePlanError(
-                    f"{planned.location} changed since it was planned "
-                    "(identity probe at open); plan the read again"
-                )
-                self._record_stale(plan, exc)
-                raise exc
-
         try:
-            return self._local(plan, plan.diagnostics(), confirm=confirm, replan=replan)
+            return self._local(plan, probe=future, replan=replan)
         except CacheSecurityError as exc:
             future.cancel()  # the remote open below proves the identity itself
             return self._refused(plan, exc, replan)
-        except StalePlanError as exc:
-            future.cancel()
-            self._record_stale(plan, exc)
-            raise
         except BaseException:
             future.cancel()
             raise
 
     def _record_stale(self, plan: ReadPlan, exc: StalePlanError) -> None:
-        self.events.record_read(plan.diagnostics(cache_status=CacheStatus.STALE, reason=str(exc)))
+        self.events.record_read(**plan.fields(cache_status=CacheStatus.STALE, reason=str(exc)))
         location = plan.identity.location if plan.identity else plan.source
         self.events.emit(CacheEvent(EventKind.STALE_PLAN, plan.key, location, reason=str(exc)))
-
-    # -- execution -----------------------------------------------------------
-    def execute(self, plan: ReadPlan, replan: Replan | None = None) -> LakehouseFile:
-        """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds.
-
-        ``replan``: how the handle opens the source afresh when the object turns
-        out stale before any byte was handed out (see :mod:`._reader`).
-        """
-        try:
-            if plan.status is CacheStatus.HIT and plan.read_mode is ReadMode.LOCAL:
-                try:
-                    return self._local(plan, plan.diagnostics(), replan=replan)
-                except CacheSecurityError as exc:
-                    return self._refused(plan, exc, replan)
-            if plan.fill_mode is FillMode.BLOCKING:
-                return self._blocking(plan, replan)
-            if plan.reason == "too_large" and plan.identity is not None:
-                self.events.emit(
-                    CacheEvent(
-                        EventKind.FILL_SKIPPED,
-                        plan.key,
-                        plan.identity.location,
-                        reason="too_large",
-                        nbytes=plan.size or 0,
-                    )
-                )
-            warm = plan.fill_mode is FillMode.BACKGROUND
-            return self._remote(plan, plan.diagnostics(), warm=warm, replan=replan)
-        except StalePlanError as exc:
-            self._record_stale(plan, exc)
-            raise
 
     def _local(
         self,
         plan: ReadPlan,
-        diag: ReadDiagnostics,
+        changes: dict[str, Any] | None = None,
         pin: Pin | None = None,
-        confirm: Callable[[], None] | None = None,
+        probe: Future[SourceIdentity | None] | None = None,
         replan: Replan | None = None,
     ) -> LakehouseFile:
+        """A handle on the planned entry; ``changes``: to the plan's diagnostics.
+
+        ``probe``: the identity request of a deferred check, which the handle
+        awaits and compares with the plan's before handing out anything.
+        """
         assert self.store is not None
         assert plan.key is not None
         assert plan.size is not None
-        pin = pin or self.store.pin(plan.key)
+        entry = self.store.open_entry(plan.key, plan.size, plan.source, pin=pin)
+        diag = self.events.record_read(**plan.fields(**(changes or {})))
         try:
-            try:
-                fd = self.store.open_data(plan.key)
-            except FileNotFoundError:
-                raise StalePlanError(
-                    f"the cache entry of {plan.source} vanished after planning; plan again"
-                ) from None
-            try:
-                st = os.fstat(fd)
-                if st.st_size != plan.size:
-                    raise StalePlanError(
-                        f"the cache entry of {plan.source} has {st.st_size} bytes, "
-                        f"planned {plan.size}; plan again"
-                    )
-                touch_if_unchanged(fd, stat_key(st))  # LRU stamp
-                handle = LakehouseFile(
-                    diag,
-                    plan.size,
-                    fd=fd,
-                    pin=pin,
-                    confirm=confirm,
-                    replan=replan,
-                    local_path=os.fspath(self.store.data_path(plan.key)),
-                )
-            except BaseException:
-                os.close(fd)
-                raise
+            handle = LakehouseFile(
+                diag,
+                plan.size,
+                fd=entry.fd,
+                pin=entry.pin,
+                probe=probe,
+                planned=plan.identity if probe is not None else None,
+                replan=replan,
+                on_stale=functools.partial(self._record_stale, plan) if probe else None,
+                local_path=entry.path,
+            )
         except BaseException:
-            pin.release()
+            entry.close()
             raise
-        self.events.record_read(diag)
         return handle
 
     def _blocking(self, plan: ReadPlan, replan: Replan | None) -> LakehouseFile:
@@ -426,10 +447,10 @@ class Scanner:
             result = self.filler.blocking(plan.fs, plan.path, plan.identity)
             if result.outcome is FillOutcome.PRESENT:
                 # another reader's fill published it while we waited on the lock
-                followed = plan.diagnostics(cache_status=CacheStatus.MISS_FOLLOWED)
+                followed = {"cache_status": CacheStatus.MISS_FOLLOWED}
                 return self._local(plan, followed, pin=pin, replan=replan)
             if result.entry_ready:
-                return self._local(plan, plan.diagnostics(), pin=pin, replan=replan)
+                return self._local(plan, pin=pin, replan=replan)
         except CacheSecurityError as exc:
             pin.release()  # idempotent: _local may have released it already
             return self._refused(plan, exc, replan)
@@ -437,10 +458,9 @@ class Scanner:
             pin.release()
             raise
         pin.release()
-        diag = plan.diagnostics(
-            read_mode=ReadMode.REMOTE, reason=f"fill_{result.outcome.value}:{result.reason}"
-        )
-        return self._remote(plan, diag, warm=False, replan=replan)
+        reason = f"fill_{result.outcome.value}:{result.reason}"
+        changes = {"read_mode": ReadMode.REMOTE, "reason": reason}
+        return self._remote(plan, changes, warm=False, replan=replan)
 
     def _refused(
         self, plan: ReadPlan, exc: CacheSecurityError, replan: Replan | None
@@ -453,17 +473,23 @@ class Scanner:
         """
         location = plan.identity.location if plan.identity else plan.source
         self.events.emit(CacheEvent(EventKind.ENTRY_REFUSED, plan.key, location, reason=str(exc)))
-        diag = plan.diagnostics(
-            cache_status=CacheStatus.BYPASS,
-            read_mode=ReadMode.REMOTE,
-            fill_mode=FillMode.NONE,
-            reason="entry_refused",
-        )
-        return self._remote(plan, diag, warm=False, replan=replan)
+        changes = {
+            "cache_status": CacheStatus.BYPASS,
+            "read_mode": ReadMode.REMOTE,
+            "fill_mode": FillMode.NONE,
+            "reason": "entry_refused",
+        }
+        return self._remote(plan, changes, warm=False, replan=replan)
 
     def _remote(
-        self, plan: ReadPlan, diag: ReadDiagnostics, *, warm: bool, replan: Replan | None
+        self,
+        plan: ReadPlan,
+        changes: dict[str, Any] | None = None,
+        *,
+        warm: bool,
+        replan: Replan | None,
     ) -> LakehouseFile:
+        """A handle on the object in its store; ``changes``: to the plan's diagnostics."""
         if plan.identity is not None:
             # a handle that can plan again finds staleness at its first read
             source = open_pinned(plan.fs, plan.path, plan.identity, lazy=replan is not None)
@@ -473,15 +499,9 @@ class Scanner:
         else:
             remote, size = plan.fs.open(plan.path, "rb"), None
         on_close = None
-        if warm and plan.identity is not None:
-            identity = plan.identity
-
-            def on_close() -> None:
-                self._schedule_fill(plan.fs, plan.path, identity)
-
-        def on_stale(exc: StalePlanError) -> None:
-            self._record_stale(plan, exc)
-
+        if warm and plan.identity is not None and self.fills is not None:
+            on_close = functools.partial(self.fills.schedule, plan.fs, plan.path, plan.identity)
+        diag = self.events.record_read(**plan.fields(**(changes or {})))
         try:
             handle = LakehouseFile(
                 diag,
@@ -489,11 +509,31 @@ class Scanner:
                 remote=remote,
                 on_close=on_close,
                 replan=replan,
-                on_stale=on_stale,
+                on_stale=functools.partial(self._record_stale, plan),
                 local_path=plan.path if plan.fs is None else None,
             )
         except BaseException:
             remote.close()
             raise
-        self.events.record_read(diag)
         return handle
+
+    # -- lifetime --------------------------------------------------------------------
+    def close(self) -> None:
+        """Later opens plan with a request (no probe pool: no deferred checks)."""
+        self._closed = True
+        if self._probes is not None:
+            self._probes.shutdown(wait=False, cancel_futures=False)
+
+    def after_fork_in_child(self) -> None:
+        # The probe threads stayed in the parent but the executor's count of
+        # idle ones did not: a child's probe would wait in the queue for a
+        # thread that does not exist, and its read with it, forever.
+        if self._probes is not None and not self._closed:
+            self._probes = _probe_pool()
+
+
+def _probe_pool() -> ThreadPoolExecutor:
+    # Identity probes of deferred checks (see Scanner._deferred): a few threads
+    # suffice since each waits on one metadata request; idle threads are only
+    # created on demand by the executor.
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="nexus-lakehouse-probe")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from nexus_cache.lakehouse._identity import is_local_fs
+from nexus_cache.lakehouse.identity._identity import is_local_fs
 
 __all__ = ["PROOF_WINDOW_S", "MetadataProofs"]
 

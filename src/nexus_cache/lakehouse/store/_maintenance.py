@@ -21,9 +21,9 @@ from pathlib import Path
 
 from nexus_cache._storage import FileLock, lstat_key
 from nexus_cache.errors import CacheSecurityError
-from nexus_cache.lakehouse._durable import DURABLE_MODE, needs_refill
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._store import EntryStore, digest_matches
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.store._durable import DURABLE_MODE, needs_refill
+from nexus_cache.lakehouse.store._store import EntryStore, digest_matches
 
 __all__ = [
     "EntryListing",

@@ -3,7 +3,7 @@
 Blocking (``fill_before_read``) and background (``read_through``) fills of one
 service draw on the same :class:`FillLimits`. A fill is charged its object's size
 for its whole duration, until the entry is published: those bytes sit in host
-memory (buffers, then dirty page cache until the fsync worker of :mod:`._durable`
+memory (buffers, then dirty page cache until the fsync worker of :mod:`..store._durable`
 writes them back, which the kernel's writeback limits bound). An object larger
 than the whole byte budget is charged the whole budget, so it can still run,
 alone.

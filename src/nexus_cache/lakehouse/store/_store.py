@@ -6,11 +6,11 @@ waiting to be made durable, 0700; all owned by us)::
     layout.json                  {"format": "nexus-lakehouse", "version": 1}
     entries/<k2>/<key>           the object's bytes, published once by rename/link
     entries/<k2>/<key>.json      identity record (JSON), written before the data
-    pins/<key>.<pin-id>.pin      reader pins (see :mod:`.pins`)
+    pins/<key>.<pin-id>.pin      reader pins (see :mod:`._pins`)
     locks/<k3>.lock              fill/removal locks, striped by key prefix
     tmp/                         fill temps; stale ones are swept at open
     retention.lock               one retention pass at a time
-    stats/<host>-<pid>-<n>.json  read summaries of processes (see :mod:`._readlog`)
+    stats/<host>-<pid>-<n>.json  read summaries of processes (see :mod:`.._readlog`)
 
 ``<key>`` is the 64-hex SHA-256 entry key; ``<k2>``/``<k3>`` its first 2/3 digits.
 Lock files are striped (4096 at most) and never deleted, because deleting a lock
@@ -55,18 +55,20 @@ from nexus_cache._storage import (
     lstat_key,
     stat_key,
     sweep_stale_temps,
+    touch_if_unchanged,
     unlink_if_unchanged,
 )
-from nexus_cache.errors import CacheIntegrityError
-from nexus_cache.lakehouse._durable import needs_refill
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._pins import Pin, create_pin, live_pins
+from nexus_cache.errors import CacheIntegrityError, StalePlanError
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.store._durable import needs_refill
+from nexus_cache.lakehouse.store._pins import Pin, create_pin, live_pins
 
 __all__ = [
     "DIGEST_ALGORITHM",
     "EntryInfo",
     "EntryState",
     "EntryStore",
+    "OpenEntry",
     "RECORD_VERSION",
     "digest_matches",
     "format_digest",
@@ -117,6 +119,22 @@ _HASHERS: dict[str, Callable[[], Any]] = {
     "xxh3_128": xxhash.xxh3_128,
     "sha256": hashlib.sha256,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenEntry:
+    """An entry opened for one read: its descriptor, the pin that keeps retention
+    away while it is read, and its path. Whoever holds it closes both."""
+
+    fd: int
+    pin: Pin
+    path: str
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        finally:
+            self.pin.release()
 
 
 def new_hasher() -> Any:
@@ -285,6 +303,17 @@ class EntryStore:
             return EntryState.NOT_DURABLE, found
         return EntryState.PRESENT, found
 
+    def lookup_tidy(self, key: str, size: int) -> tuple[EntryState, str | None]:
+        """:meth:`lookup`, removing on the way an entry that must be filled again
+        (damaged, or not made durable before a reboot) unless a fill holds its
+        lock: ``(state, why it was removed, or None)``."""
+        state, found = self.lookup(key, size)
+        if not (state.must_refill and found and self.remove(key, found)):
+            return state, None
+        if state is EntryState.DAMAGED:
+            return state, f"size {found.size} != {size}"
+        return state, "not made durable before a reboot"
+
     def open_data(self, key: str) -> int:
         """Open the entry's data read-only; ``FileNotFoundError`` when absent."""
         try:
@@ -302,6 +331,39 @@ class EntryStore:
             os.close(fd)
             raise
         return fd
+
+    def open_entry(self, key: str, size: int, source: str, *, pin: Pin | None = None) -> OpenEntry:
+        """Open ``key``'s entry to read it as planned: pinned (by ``pin``, or a new
+        pin), opened, checked to hold ``size`` bytes, and stamped for LRU.
+
+        Raises :class:`StalePlanError` (naming ``source``) when the entry
+        vanished or has another size since it was planned, and
+        :class:`~nexus_cache.errors.CacheSecurityError` for an entry that is
+        not ours; either way the pin is released.
+        """
+        pin = pin or self.pin(key)
+        try:
+            try:
+                fd = self.open_data(key)
+            except FileNotFoundError:
+                raise StalePlanError(
+                    f"the cache entry of {source} vanished after planning; plan again"
+                ) from None
+            try:
+                st = os.fstat(fd)
+                if st.st_size != size:
+                    raise StalePlanError(
+                        f"the cache entry of {source} has {st.st_size} bytes, "
+                        f"planned {size}; plan again"
+                    )
+                touch_if_unchanged(fd, stat_key(st))  # LRU stamp
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            pin.release()
+            raise
+        return OpenEntry(fd, pin, self._data(key))
 
     # -- records -------------------------------------------------------------
     @staticmethod

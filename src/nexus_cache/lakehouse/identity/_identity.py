@@ -18,7 +18,6 @@ instead: such an object is read remotely and never cached.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
@@ -72,6 +71,14 @@ class SourceIdentity:
     domain: StorageDomain
     content: ContentIdentity
     location: str
+    #: names the entry; computed once, when the identity is made (every read
+    #: of an identity uses it: the entry's name, the diagnostics, the events)
+    key: str = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        canonical = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
+        key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        object.__setattr__(self, "key", key)
 
     def to_record(self) -> dict[str, Any]:
         # Spelled out rather than dataclasses.asdict (a deep copy, 4x slower): the
@@ -97,11 +104,6 @@ class SourceIdentity:
             content=ContentIdentity(**record["content"]),
             location=str(record["location"]),
         )
-
-    @functools.cached_property
-    def key(self) -> str:
-        canonical = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,8 +25,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from nexus_cache.lakehouse._identity import SourceIdentity, fs_protocol, identity_from_info
-from nexus_cache.lakehouse._remote import _same_content
+from nexus_cache.lakehouse.identity._identity import (
+    Resolution,
+    SourceIdentity,
+    identity_from_info,
+    resolve_identity,
+)
+from nexus_cache.lakehouse.identity._remote import _same_content
 
 __all__ = ["Known", "KnownIdentities", "listed_identity"]
 
@@ -40,7 +45,8 @@ _Key = tuple[str, str, str]
 def _key(fs: Any, path: str) -> _Key:
     # No network: the filesystem object's protocol and options plus the path. A
     # wrong guess costs nothing but a normal plan, since a proof still decides.
-    return (fs_protocol(fs), repr(getattr(fs, "storage_options", None)), fs._strip_protocol(path))
+    protocol = repr(fs.protocol)  # a str or a tuple: either names the filesystem class
+    return (protocol, repr(getattr(fs, "storage_options", None)), fs._strip_protocol(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +90,37 @@ class KnownIdentities:
     def get(self, fs: Any, path: str) -> Known | None:
         with self._lock:
             return self._items.get(_key(fs, path))
+
+    def resolve(self, fs: Any, path: str, *, local_min_age_s: float) -> Resolution:
+        """Prove ``path``'s identity with one request (:func:`resolve_identity`)
+        and keep what it proved (a failed request forgets the object: nothing
+        is proven any more)."""
+        sent = time.monotonic()
+        try:
+            res = resolve_identity(fs, path, local_min_age_s=local_min_age_s)
+        except BaseException:
+            self.remember(fs, path, None, sent)
+            raise
+        self.remember(fs, path, res.identity, sent)
+        return res
+
+    def recall(
+        self, fs: Any, path: str, listed_info: Mapping[str, Any] | None, ttl_s: float
+    ) -> tuple[SourceIdentity, bool] | None:
+        """What is proven of ``path``'s identity without a request: ``(identity, probe)``.
+
+        ``listed_info`` (``path``'s entry in a listing fetched just now) is the
+        proof when given (:func:`listed_identity`); otherwise the identity
+        remembered last, which needs a ``probe`` (a request before its bytes are
+        handed out) once older than ``ttl_s``. ``None``: nothing is proven.
+        """
+        known = self.get(fs, path)
+        if listed_info is not None:
+            identity = listed_identity(fs, path, listed_info, known)
+            return None if identity is None else (identity, False)
+        if known is None:
+            return None
+        return known.identity, known.age() >= ttl_s
 
 
 def listed_identity(

@@ -4,9 +4,9 @@ A fill, for entry key ``K`` of a planned identity:
 
 1. holds ``K``'s inter-process lock, and finds ``K`` still absent (a process that
    waited on the lock finds the entry the first one published, and stops);
-2. holds a lease of the service-wide :class:`~.limits.FillLimits`;
+2. holds a lease of the service-wide :class:`~._limits.FillLimits`;
 3. writes an exclusive temp (``O_EXCL``, 0600) from the remote object opened
-   *pinned to the planned identity* (:func:`~.remote.open_pinned`), hashing it
+   *pinned to the planned identity* (:func:`~..identity._remote.open_pinned`), hashing it
    (XXH3-128) as the bytes arrive, no second pass. A remote object is fetched in
    requests as large as the fill's byte budget allows (``min(size,
    max_host_bytes)``: the bytes the lease already charges), so an object within
@@ -18,7 +18,7 @@ A fill, for entry key ``K`` of a planned identity:
 5. writes the identity record, then publishes the temp once by link (a
    published path is never rewritten in place). The entry is published ``0700``
    and made durable (fsync, then ``0600``) by a worker thread afterwards, so no
-   reader waits for the disk (:mod:`._durable`); where that is unavailable the
+   reader waits for the disk (:mod:`..store._durable`); where that is unavailable the
    fill fsyncs before the link;
 6. runs retention toward ``max_bytes``.
 
@@ -43,19 +43,19 @@ from typing import Any
 from nexus_cache._storage import StatKey, lstat_key, new_temp, publish_temp, stat_key, write_all
 from nexus_cache.errors import FillError, StalePlanError
 from nexus_cache.lakehouse._config import ENV_ROOT
-from nexus_cache.lakehouse._durable import (
+from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
+from nexus_cache.lakehouse._vocabulary import FillMode
+from nexus_cache.lakehouse.fill._limits import FillLease, FillLimits
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.identity._remote import is_expired_error, open_pinned
+from nexus_cache.lakehouse.store._durable import (
     PENDING_MODE,
     Discard,
     can_defer,
     make_durable_later,
 )
-from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._limits import FillLease, FillLimits
-from nexus_cache.lakehouse._maintenance import enforce_retention
-from nexus_cache.lakehouse._remote import is_expired_error, open_pinned
-from nexus_cache.lakehouse._store import EntryState, EntryStore, format_digest, new_hasher
-from nexus_cache.lakehouse._vocabulary import FillMode
+from nexus_cache.lakehouse.store._maintenance import enforce_retention
+from nexus_cache.lakehouse.store._store import EntryState, EntryStore, format_digest, new_hasher
 
 __all__ = ["FillOutcome", "FillResult", "Filler"]
 

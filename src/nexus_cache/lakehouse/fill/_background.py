@@ -27,12 +27,12 @@ import time
 import weakref
 from typing import Any
 
-from nexus_cache.lakehouse._durable import pending_syncs, wait_for_syncs
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog
-from nexus_cache.lakehouse._fill import Filler
-from nexus_cache.lakehouse._identity import SourceIdentity
-from nexus_cache.lakehouse._limits import FillLease, FillLimits
 from nexus_cache.lakehouse._vocabulary import FillMode
+from nexus_cache.lakehouse.fill._fill import Filler
+from nexus_cache.lakehouse.fill._limits import FillLease, FillLimits
+from nexus_cache.lakehouse.identity._identity import SourceIdentity
+from nexus_cache.lakehouse.store._durable import pending_syncs, wait_for_syncs
 
 __all__ = ["BackgroundFills", "finish_at_exit"]
 
@@ -52,7 +52,7 @@ def finish_at_exit() -> None:
     """Give each live pool up to its own ``exit_wait_s`` to finish, all at once,
     then the published entries' fsyncs the rest of the longest wait.
 
-    Called once at interpreter exit (registered by :mod:`._cache`, so that it
+    Called once at interpreter exit (registered by :mod:`.._cache`, so that it
     runs before the read summaries are written).
     """
     with _live_lock:

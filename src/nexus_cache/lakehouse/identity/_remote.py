@@ -22,10 +22,9 @@ import os
 from typing import IO, Any
 
 from nexus_cache.errors import StalePlanError
-from nexus_cache.lakehouse._identity import (
+from nexus_cache.lakehouse.identity._identity import (
     SourceIdentity,
     identity_from_info,
-    is_local_fs,
     resolve_identity,
 )
 
@@ -128,7 +127,7 @@ def open_pinned(
     caller handles staleness found at the first read (``FileExpired``), so an
     s3fs file may be pinned to the plan without a metadata request of its own.
     """
-    if is_local_fs(fs):
+    if identity.content.inode is not None:  # a local file's identity (fs is local)
         return _open_local(identity)
     planned = _open_s3_planned(fs, path, identity, open_kwargs) if lazy else None
     if planned is not None:
