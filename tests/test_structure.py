@@ -35,6 +35,8 @@ NOT_LAZY_YET: set[str] = set()
 EAGER = {
     # cuda.core's Program.compile(cache=...) accepts our caches
     ("nexus_cache.program", "nexus_cache.program._interop"),
+    # fsspec's nexus:// protocol is registered when the package is imported
+    ("nexus_cache.lakehouse", "nexus_cache.lakehouse._fs"),
 }
 
 # Cross-package imports of names missing from the __all__ they come from:

@@ -303,13 +303,11 @@ def test_the_circle_checks_catch_a_cycle_and_an_upward_import(tmp_path: Path) ->
 # --- imports the tools see ----------------------------------------------------
 
 #: modules that import a module named by data: the lazy exports' map, the
-#: CLI's areas, the registry's ``module:function`` of each algorithm, and the
-#: lakehouse's old ``fs`` module path
+#: CLI's areas and the registry's ``module:function`` of each algorithm
 NAMED_BY_DATA = {
     "nexus_cache._lazy",
     "nexus_cache.cli.main",
     "nexus_cache.graph.registry",
-    "nexus_cache.lakehouse",
 }
 
 

@@ -8,8 +8,6 @@ modules are internal.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from typing import TYPE_CHECKING
 
 from nexus_cache._lazy import lazy_exports
@@ -101,8 +99,5 @@ __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 # Importing ``_fs`` registers the ``nexus`` protocol with fsspec: the one
-# import-time effect of this package. Transitional: installs made before the
-# fsspec entry point moved to this package name ``nexus_cache.lakehouse.fs``.
-# An alias, not a file, so that no public-looking module exists; removed once
-# those installs are redone.
-sys.modules.setdefault(f"{__name__}.fs", importlib.import_module(f"{__name__}._fs"))
+# import-time effect of this package.
+from nexus_cache.lakehouse._fs import NexusCacheFileSystem as _registered  # noqa: E402, F401
