@@ -427,3 +427,52 @@ def test_serve_refuses_a_key_that_is_not_the_certificates_before_its_warm_up(
     line = _one_line(cli)
     assert "--tls-cert=" in line
     assert "cannot be used together" in line
+
+
+# -- what a remote scan imports -----------------------------------------------------------------
+
+_IMPORTS = """
+import json, sys
+from nexus_cache.cli.main import main
+code = main(["scan", sys.argv[2], "--server", sys.argv[1], "--limit", "1"])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+# what a query sent to a server does not need: the service and its caches, the
+# device, frame and graph code, fsspec, the other commands' modules
+_NOT_NEEDED = (
+    "nexus_cache.service.service",
+    "nexus_cache.service.warmup",
+    "nexus_cache.lakehouse",
+    "nexus_cache.device",
+    "nexus_cache.frames",
+    "nexus_cache.backends.host",
+    "nexus_cache.graph._build",
+    "nexus_cache.graph.csr",
+    "nexus_cache.graph.traversal",
+    "fsspec",
+    "nexus_cache.cli.demo",
+    "nexus_cache.cli.graph",
+    "nexus_cache.cli.lakehouse",
+    "nexus_cache.cli.program",
+    "nexus_cache.cli.serve",
+)
+
+
+def test_a_remote_scan_imports_only_what_it_needs(
+    served: tuple[Server, dict[str, str]], lake: Path
+) -> None:
+    server, env = served
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS, server.url, str(lake / "facts.parquet")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert doc["code"] == 0, done.stderr
+    loaded = [
+        m for m in doc["modules"] if any(m == n or m.startswith(n + ".") for n in _NOT_NEEDED)
+    ]
+    assert loaded == []

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -125,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PROBLEMS
     except Exception as exc:
         if args.debug:
+            import traceback
+
             traceback.print_exc(file=sys.stderr)
         message = " ".join(str(exc).split()) or type(exc).__name__
         if not type(exc).__module__.startswith("nexus_cache") and not isinstance(exc, OSError):
