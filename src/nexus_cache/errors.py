@@ -36,6 +36,7 @@ __all__ = [
     "ManagedCapacityExceededError",
     "NexusCacheError",
     "NoCacheError",
+    "NoLocalFileError",
     "ProgramCacheKeyError",
     "QueryCancelledError",
     "ServerAuthError",
@@ -93,6 +94,16 @@ class EvidenceWriteError(NexusCacheError, OSError):
 
 class FillError(NexusCacheError, OSError):
     """A cache fill failed (disk full, quota, validation); the read can go remote."""
+
+
+class NoLocalFileError(NexusCacheError, AttributeError, ValueError):
+    """A lakehouse read served from its store has no local file to name
+    (``fsspec.open_local`` of a ``nexus::`` URL the cache does not hold).
+
+    An ``AttributeError`` because it is raised by a file's ``name``
+    (``getattr(f, "name", None)`` stays ``None``), a ``ValueError`` as
+    fsspec's own refusals in ``open_local`` are.
+    """
 
 
 class BackendUnavailableError(NexusCacheError, ImportError):

@@ -25,12 +25,24 @@ def test_quick_host_run_prints_every_path_and_ratio(
     _run(monkeypatch, "--workdir", str(tmp_path))
     out = capsys.readouterr().out
     for label in ("numbers and strings", "dictionary-heavy"):
-        for path in ("ours (row-group pool", "user's path", "pyarrow decode alone"):
+        for path in (
+            "ours (row-group pool",
+            "user's path",
+            "pyarrow decode alone",
+            "ours, no lakehouse root",
+        ):
             assert re.search(rf"^  {re.escape(path)}.* \d+\.\d\d$", out, re.MULTILINE), path
         assert re.search(
             rf"^RATIO {label}: ours / pyarrow decode alone = \d+\.\d\d", out, re.MULTILINE
         )
         assert re.search(rf"^RESULT {label}: ours \d+\.\d\d GB/s", out, re.MULTILINE)
+        # without a root the local file is mapped and decoded by the pool too
+        assert re.search(
+            rf"^RATIO {label}: ours without a root / pyarrow decode alone = \d+\.\d\d "
+            r"\(CI target <= 1\.10; \d+ decoder threads, lakehouse bypass remote\)",
+            out,
+            re.MULTILINE,
+        )
     assert "decoder threads, host decode" in out
     # the GPU engine's row needs CUDA: skipped with a note on the host backend
     assert out.count("ours, GPU decode (engine=gpu, nvCOMP): skipped (the host backend") == 2

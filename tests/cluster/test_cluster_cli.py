@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 
@@ -10,7 +12,8 @@ distributed = pytest.importorskip("distributed")
 
 from nexus_cache.cli.main import main  # noqa: E402
 from nexus_cache.cluster import ClusterQueryClient  # noqa: E402
-from nexus_cache.service import Scan  # noqa: E402
+from nexus_cache.graph.registry import ALGORITHMS  # noqa: E402
+from nexus_cache.service import Count, Scan  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
 
 
@@ -47,6 +50,60 @@ def test_report_lists_each_workers_caches_as_json_and_as_a_table(cluster, tmp_pa
     for address in workers:
         assert address in out
     assert "2 workers" in out
+    assert "warm-up" in out
+
+
+def test_each_worker_is_warmed_up_when_the_plugin_starts(cluster, capsys):
+    local, client = cluster
+    ClusterQueryClient(client)  # registering the plugin returns once the workers are warm
+    assert main(["cluster", "report", "--scheduler", local.scheduler_address, "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)["workers"]
+    assert len(reports) == 2
+    for report in reports:
+        warm_up = report["warm_up"]
+        assert warm_up["state"] == "done", warm_up
+        assert warm_up["error"] is None
+        assert warm_up["backend"] == "host"
+        assert warm_up["seconds"] > 0
+        (device,) = warm_up["devices"]
+        # every query path ran once: the decode, the scan result, every algorithm
+        assert {"decode", "scan result", "source copy"} <= set(device["steps"])
+        for name in ALGORITHMS:
+            assert any(step.startswith(f"{name} (") for step in device["steps"]), name
+        # nothing of it stays charged
+        assert report["devices"][0]["source_entries"] == 0
+        assert report["devices"][0]["graph_entries"] == 0
+    assert main(["cluster", "report", "--scheduler", local.scheduler_address]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.count(" s ") >= 2 or out.count(" s│") >= 2 or out.count(" s ") + out.count(" s|") >= 2
+    )
+
+
+def test_a_failed_warm_up_is_reported_and_the_worker_serves_on(tmp_path, monkeypatch, capsys):
+    # A 16 KiB host device: the service starts, its warm-up runs out of memory.
+    monkeypatch.setenv("NEXUS_HOST_DEVICE_TOTAL_BYTES", "16KiB")
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
+    lake = make_lake(tmp_path)
+    with (
+        distributed.LocalCluster(
+            n_workers=1, processes=False, dashboard_address=":0", silence_logs=40
+        ) as local,
+        distributed.Client(local) as client,
+    ):
+        nexus = ClusterQueryClient(client, make_config(tmp_path, cache_cap_bytes=1024))
+        assert main(["cluster", "report", "--scheduler", local.scheduler_address, "--json"]) == 0
+        (report,) = json.loads(capsys.readouterr().out)["workers"]
+        assert report["service"] is True
+        warm_up = report["warm_up"]
+        assert warm_up["state"] == "failed"
+        assert "NEXUS_HOST_DEVICE_TOTAL_BYTES" in warm_up["error"]
+        assert main(["cluster", "report", "--scheduler", local.scheduler_address]) == 0
+        assert "FAILED after" in capsys.readouterr().out
+        # the worker's service answers (here: with its own refusal of a too-large grant)
+        with pytest.raises(Exception, match="can never be admitted"):
+            nexus.execute(Count(lake.facts))
 
 
 def test_a_worker_without_the_plugin_is_listed_as_such(cluster, capsys):
@@ -56,9 +113,35 @@ def test_a_worker_without_the_plugin_is_listed_as_such(cluster, capsys):
     assert [w["service"] for w in data["workers"]] == [False, False]
 
 
-def test_an_unreachable_scheduler_is_one_line_and_exit_2(capsys):
-    import socket
+def _refused_address() -> str:
+    with socket.socket() as s:  # bound, never listening: a connection is refused
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
+
+def test_a_refused_scheduler_address_fails_at_once_not_after_the_timeout(capsys):
+    address = _refused_address()
+    started = time.monotonic()
+    assert main(["cluster", "report", "--scheduler", address, "--timeout", "60"]) == 2
+    # Dask alone retries a refused connection for the whole --timeout
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert err.startswith("nexus-cache: error: cannot reach the Dask scheduler")
+    assert "refused" in err
+    assert err.count("\n") == 1
+
+
+def test_an_unknown_scheduler_host_fails_at_once(capsys):
+    started = time.monotonic()
+    address = "tcp://no-such-host.invalid:8786"
+    assert main(["cluster", "report", "--scheduler", address, "--timeout", "60"]) == 2
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert "no-such-host.invalid" in err
+    assert "unknown" in err
+
+
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -67,6 +67,11 @@ def test_one_gpu_worker_runs_the_suite(tmp_path, monkeypatch):
         (report,) = nexus.report()
         assert report["devices"][0]["backend"] == "cuda"
         assert report["devices"][0]["source_hits"] >= 1
+        # the worker warmed up on its GPU when the plugin started: kernels loaded
+        warm_up = report["warm_up"]
+        assert warm_up["state"] == "done", warm_up["error"]
+        assert warm_up["backend"] == "cuda"
+        assert "graph kernels" in warm_up["devices"][0]["steps"]
         first, hits = client.submit(_compile_on_worker, pure=False).result()
         second, hits_after = client.submit(_compile_on_worker, pure=False).result()
         assert first == second

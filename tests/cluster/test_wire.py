@@ -25,6 +25,7 @@ def _config(tmp_path: Path, **overrides) -> ServiceConfig:  # type: ignore[no-un
         "max_attempts": 5,
         "grant_expansion": 2.5,
         "storage_options": {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}},
+        "allowed_roots": [str(tmp_path / "data"), "s3://bucket/lake"],
         "lakehouse": LakehouseCacheConfig(
             root=tmp_path / "lake",
             policy="fill_before_read",

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -108,14 +109,51 @@ def test_every_source_kind_decodes_alike(tmp_path: Path) -> None:
         remote = DecodeStats()
         frame = read_parquet(str(path), domain=_domain(), cache=cache, threads=3, stats=remote)
         assert remote.lakehouse.read_mode is ReadMode.REMOTE
-        assert remote.decode_threads == 3  # small enough to read once and share
+        assert remote.decode_threads == 3  # the local file is mapped
         assert_same_table(frame.to_arrow(), expected)
-        tight = DecodeStats()
+        memory = fsspec.filesystem("memory")
+        memory.pipe("/decode-kinds/t.parquet", path.read_bytes())
+        try:  # a store's object larger than the window: streamed by one reader
+            tight = DecodeStats()
+            frame = read_parquet(
+                "/decode-kinds/t.parquet",
+                fs=memory,
+                domain=_domain(),
+                cache=cache,
+                threads=3,
+                window_bytes=1024,
+                stats=tight,
+            )
+            assert tight.decode_threads == 1
+            assert_same_table(frame.to_arrow(), expected)
+        finally:
+            memory.rm("/decode-kinds", recursive=True)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # no root: the source file is read directly
+        {"policy": "disabled"},  # a root, a miss read from the source
+        {"policy": "read_through"},  # the same, warming the cache behind it
+        {"policy": "fill_before_read"},  # a root: the filled entry
+    ],
+)
+def test_a_local_file_is_memory_mapped_with_or_without_a_root(
+    tmp_path: Path, settings: dict[str, Any]
+) -> None:
+    # Larger than the decode window, so the one way to several decoders is a
+    # shared mapping of the file: a stream of it would be read by one thread.
+    path = _write(tmp_path / "src" / "t.parquet", _sample(6000), row_group_size=500)
+    root = tmp_path / "root" if settings else None
+    config = LakehouseCacheConfig(root=root, max_bytes=1 << 30, **settings)
+    with LakehouseCache(config) as cache:
+        stats = DecodeStats()
         frame = read_parquet(
-            str(path), domain=_domain(), cache=cache, threads=3, window_bytes=1024, stats=tight
+            str(path), domain=_domain(), cache=cache, threads=3, window_bytes=1024, stats=stats
         )
-        assert tight.decode_threads == 1  # larger than the window: streamed by one reader
-        assert_same_table(frame.to_arrow(), expected)
+        assert stats.decode_threads == 3
+        assert_same_table(frame.to_arrow(), pq.read_table(path))
 
 
 class _Recorder:

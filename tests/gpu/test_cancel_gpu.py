@@ -56,7 +56,8 @@ def test_a_pagerank_on_the_gpu_stops_when_cancelled(tmp_path: Path) -> None:
         cancel.set()
         with pytest.raises(QueryCancelledError):
             future.result(timeout=30)
-        assert time.monotonic() - cancelled_at < 2.0
+        # stopped at its next iteration, not after its hours (generous: a loaded host)
+        assert time.monotonic() - cancelled_at < 20
         pool.shutdown()
         snap = service.caches.ledger(0).snapshot()
         assert (snap.grant_count, snap.cache_reserved_bytes, snap.cache_pinned_in_use_bytes) == (

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.frames.gpudecode._check import check_file, device_piece
 from tests.frames.gpudecode.test_launches import many_pages_file
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
+from tests.frames.gpudecode.test_refusals import CODECS, long_run_file, short_page_file
 from tests.frames.gpudecode.test_stream_check import check_refuses, corrupt_chunk, stream_samples
 
 from nexus_cache.errors import SourceFormatError
@@ -249,10 +250,12 @@ def test_after_a_corrupt_page_the_device_still_decodes(
     import cupy as cp
 
     chunk, spec, page = corrupt_chunk(compression)
+    before = domain.used_bytes()
     refused = pytest.raises(SourceFormatError, match=f"byte {page.offset}: {codec} decompression")
     with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"), refused:
         decode_chunk_on_device(chunk, spec, domain)
     assert "failed the stream check" in caplog.text  # refused before nvCOMP
+    assert domain.used_bytes() == before  # the refused heap went back
     cp.cuda.runtime.deviceSynchronize()  # raises where a kernel faulted
     raw = write(_codec_table(60_000), compression=compression, data_page_version="1.0")
     _on_device_equals_pyarrow(raw, domain)
@@ -385,3 +388,43 @@ def test_the_decode_kernels_load_through_the_program_cache(domain: Any) -> None:
     loads = [k for k in kernel_loads() if k.kernel.split("(")[0] in KERNEL_NAMES]
     assert loads
     assert {k.origin for k in loads} <= {"compiled", "program-cache"}, loads
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+@pytest.mark.parametrize("compression", sorted(CODECS))
+def test_a_page_that_decompresses_short_is_refused_on_device(
+    domain: Any, compression: str, version: str
+) -> None:
+    """A page whose stream inflates to 8 bytes fewer than its header says: the
+    stream check (Snappy, LZ4) or nvCOMP's reported size (Zstd, Gzip) refuses
+    it, the host's decompression names it, and no byte stays in the domain."""
+    raw, offset = short_page_file(compression, version)
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "bad.parquet")
+    chunk = raw[spec.start : spec.start + spec.size]
+    before = domain.used_bytes()
+    codec = CODECS[compression]
+    short = f"byte {offset}: {codec} (data decompressed to |decompression failed)"
+    with pytest.raises(SourceFormatError, match=short):
+        decode_chunk_on_device(chunk, spec, domain)
+    assert domain.used_bytes() == before
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_a_bit_packed_run_longer_than_its_stream_is_refused_on_device(
+    domain: Any, version: str
+) -> None:
+    """The ``hybrid_runs`` kernel refuses a level run declaring 2 bytes more than
+    its stream holds, as PyArrow does; no byte stays in the domain."""
+    raw, _ = long_run_file(version)
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "bad.parquet")
+    (page,) = read_pages(raw[spec.start : spec.start + spec.size], spec)
+    # the levels' first run header: where the page's body starts (after the
+    # 4-byte length of a v1 page's levels)
+    at = spec.start + spec.size - len(page.payload) + (4 if version == "1.0" else 0)
+    bad = bytearray(raw)
+    assert bad[at] == 5 << 1 | 1
+    bad[at] = 7 << 1 | 1
+    before = domain.used_bytes()
+    with pytest.raises(SourceFormatError, match=r"bad\.parquet.*malformed"):
+        decode_chunk_on_device(bytes(bad[spec.start : spec.start + spec.size]), spec, domain)
+    assert domain.used_bytes() == before

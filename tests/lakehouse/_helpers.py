@@ -104,3 +104,16 @@ def worker_hold_pin(root: str, source: str, pinned: Any) -> None:
     pinned.set()
     time.sleep(60)
     f.close()
+
+
+def worker_plan_then_read(root: str, source: str, barrier: Any, results: Any) -> None:
+    """Plan ``source`` under fill_before_read, wait until every worker has planned,
+    then read it; report the read's status and this process's fill count."""
+    cache = make_cache(Path(root), policy="fill_before_read", blocking_fill_timeout_s=60.0)
+    plan = cache.plan(source)
+    barrier.wait(timeout=60)
+    with cache.execute(plan) as f:
+        f.read()
+        status = f.diagnostics.cache_status.value
+    cache.close()
+    results.put((plan.status.value, status, fill_counts(cache)))

@@ -30,7 +30,7 @@ assert len(data) == 4096, len(data)
 
 
 def _run(
-    script: str, *args: str, env: dict[str, str], timeout: float = 60
+    script: str, *args: str, env: dict[str, str], timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
     """Run ``script`` in a fresh interpreter that imports this checkout, with ``env``."""
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **env}
@@ -78,9 +78,10 @@ def test_exit_wait_is_bounded_by_its_setting(tmp_path: Path) -> None:
     source = write_old_file(tmp_path / "a.parquet", os.urandom(4096))
     root = tmp_path / "c"
     started = time.monotonic()
-    done = _one_shot(source, root, 30.0, {"NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "0.5"})
+    done = _one_shot(source, root, 300.0, {"NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "0.5"})
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - started < 20
+    # the 0.5 s wait, not the 300 s fill (generous for a process start on a loaded host)
+    assert time.monotonic() - started < 120
     assert entry_files(root) == []
     assert "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S" in done.stderr
 
@@ -148,13 +149,14 @@ def test_fill_published_when_no_thread_can_start_is_made_durable_at_once(
         "NEXUS_LAKEHOUSE_CACHE_ROOT": str(root),
         "NEXUS_LAKEHOUSE_CACHE_POLICY": "read_through",
         "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
-        "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "20",
+        "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S": "300",
     }
     started = time.monotonic()
     done = _run(_NO_THREADS_AT_EXIT_SCRIPT, str(source), env=env)
     assert done.returncode == 0, done.stderr
-    # no fsync job left queued for a worker that never started
-    assert time.monotonic() - started < 10, done.stderr
+    # no fsync job left queued for a worker that never started: not the 300 s
+    # exit wait (generous for a process start on a loaded host)
+    assert time.monotonic() - started < 120, done.stderr
     (entry,) = entry_files(root)
     assert entry.read_bytes() == data
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600  # durable, not left 0700

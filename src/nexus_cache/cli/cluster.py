@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from typing import Any
 
 from nexus_cache.cli._output import EXIT_OK, Table, add_json_option, emit, number_option, size
@@ -23,7 +24,8 @@ def register(subparsers: Any) -> None:
         description=(
             "Connect to a Dask scheduler and print, per worker, its device cache report "
             "(source and graph caches), its lakehouse cache figures and each program cache "
-            "tier's figures. Workers without a nexus-cache query service are listed as such."
+            "tier's figures, and the seconds its warm-up took. Workers without a nexus-cache "
+            "query service are listed as such."
         ),
     )
     report.add_argument(
@@ -34,7 +36,9 @@ def register(subparsers: Any) -> None:
         type=number_option("--timeout"),
         default=10.0,
         metavar="SECONDS",
-        help="seconds to wait for the scheduler (default 10)",
+        help=(
+            "seconds to wait for the scheduler (default 10); a refused connection fails at once"
+        ),
     )
     add_json_option(report)
     report.set_defaults(func=_report)
@@ -49,6 +53,12 @@ def _connect(address: str, timeout: float) -> Any:
         ) from exc
     if not address.strip():
         raise CommandError("--scheduler '' is not an address; give tcp://host:port")
+    refused = _refused(address, timeout)
+    if refused is not None:
+        raise CommandError(
+            f"cannot reach the Dask scheduler at {address}: {refused}; check --scheduler "
+            "and that the scheduler runs"
+        )
     try:
         return Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
@@ -56,6 +66,44 @@ def _connect(address: str, timeout: float) -> Any:
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
             f"({type(exc).__name__}); check --scheduler and that the scheduler runs"
         ) from None
+
+
+# How long the first look at a TCP scheduler address may take.
+_PROBE_S = 2.0
+
+
+def _refused(address: str, timeout: float) -> str | None:
+    """Why a ``tcp://``/``tls://`` ``address`` cannot be a scheduler, found at once
+    (the connection is refused, the host name is unknown); None when it may be
+    one, or cannot be told this way (other schemes), and Dask must try for the
+    full ``--timeout`` (Dask retries a refused connection until then)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme not in ("tcp", "tls"):
+            return None
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        return None  # Dask says what is wrong with it
+    try:
+        with socket.create_connection((host, port), timeout=min(timeout, _PROBE_S)):
+            return None
+    except ConnectionRefusedError:
+        return f"the connection was refused (nothing listens on {host}:{port})"
+    except socket.gaierror as exc:
+        return f"the host name {host!r} is unknown ({exc.strerror})"
+    except OSError:
+        return None  # slow or filtered: Dask tries for the full --timeout
+
+
+def _warm_up_cell(warm_up: dict[str, Any] | None) -> str:
+    if not warm_up:
+        return "-"
+    if warm_up.get("state") == "running":
+        return "running"
+    seconds = f"{float(warm_up.get('seconds') or 0.0):.2f} s"
+    return f"FAILED after {seconds}" if warm_up.get("state") == "failed" else seconds
 
 
 def _program_cell(tiers: list[dict[str, Any]]) -> str:
@@ -80,18 +128,26 @@ def _table(reports: list[dict[str, Any]]) -> Table:
             "source hits",
             "graph entries",
             "graph hits",
+            "warm-up",
             "lakehouse",
             "program cache",
         ],
         title="nexus-cache cluster",
-        right=["cache used", "source entries", "source hits", "graph entries", "graph hits"],
+        right=[
+            "cache used",
+            "source entries",
+            "source hits",
+            "graph entries",
+            "graph hits",
+            "warm-up",
+        ],
         footer=f"{len(reports)} workers; --json for every field",
     )
     for report in reports:
         # emit prints every cell literally: an address is never read as markup
         worker = str(report["worker"])
         if not report.get("service"):
-            table.add(worker, "-", "-", "-", "-", "-", "-", "no query service", "-")
+            table.add(worker, "-", "-", "-", "-", "-", "-", "-", "no query service", "-")
             continue
         lake = report["lakehouse"]
         lake_cell = (
@@ -101,6 +157,7 @@ def _table(reports: list[dict[str, Any]]) -> Table:
             f"{lake['reads']['total']} reads ({lake['reads'].get('hit', 0)} hits)"
         )
         program = _program_cell(report["program_cache"])
+        warm_up = _warm_up_cell(report.get("warm_up"))
         for device in report["devices"]:
             table.add(
                 worker,
@@ -110,6 +167,7 @@ def _table(reports: list[dict[str, Any]]) -> Table:
                 device.get("source_hits", "-"),
                 device.get("graph_entries", "-"),
                 device.get("graph_hits", "-"),
+                warm_up,
                 lake_cell,
                 program,
             )

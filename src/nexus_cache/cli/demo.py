@@ -282,7 +282,8 @@ speedup: cold / warm. Near or below 1x when the cold run found its data cached
   already, or when the time is the algorithm itself (Jaccard), which no cache
   removes: both runs do the same work and the ratio is timing noise.
 statuses, cold->warm. lakehouse: miss (copied into the local cache, then read),
-  hit (read from the local cache), bypass (read remotely). source cache:
+  miss-followed (another run made the copy), hit (read from the local cache),
+  bypass (read remotely). source cache:
   miss-led (decoded the Parquet, offered the frames to the device cache),
   miss-followed (waited for another run's decode), hit (copied cached frames),
   bypass (not cached). graph cache: miss (built and kept the graph), hit (ran

@@ -142,9 +142,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--src and --dst are both {args.src!r}; name two columns")
     if not args.url.strip():
         raise ConfigError("URL is empty; name a Parquet object or directory")
-    spec = ALGORITHMS[args.algorithm]
-    directed = spec.directed if args.directed is None else args.directed
-    if directed and spec.undirected_only:
+    # None (neither flag): GraphQuery takes the algorithm's default from the registry
+    if args.directed and ALGORITHMS[args.algorithm].undirected_only:
         raise ConfigError(
             f"--directed does not apply to {args.algorithm}, which needs an undirected graph; "
             "leave it out"
@@ -157,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         args.dst,
         args.algorithm,
         weight=args.weight,
-        directed=directed,
+        directed=args.directed,
         params=params,
     )
     return run_query(query, args)

@@ -4,7 +4,7 @@ Sub-commands: ``info`` (totals of the root and the configuration read from
 the environment, with every problem of it), ``ls`` (entries), ``stats``
 (the reads of every process that used the root), ``read``
 (read objects through the cache as the environment configures it and say
-what each read did: hit, miss or bypass, local or remote, and why), ``verify``
+what each read did: hit, miss, miss-followed or bypass, local or remote, and why), ``verify``
 (re-hash every entry against its identity record and remove the ones that no
 longer match), ``prune --max-bytes`` (LRU retention now) and ``clear`` (remove
 every unpinned entry). Settings come as the query service takes them
@@ -110,7 +110,7 @@ def register(subparsers: Any) -> None:
     read = add(
         "read",
         "read objects through the cache configured from the environment; show each read's "
-        "status (hit, miss, bypass), read mode, fill mode and reason",
+        "status (hit, miss, miss-followed, bypass), read mode, fill mode and reason",
         _read,
     )
     read.add_argument("sources", nargs="+", metavar="URL", help="local path or fsspec URL")

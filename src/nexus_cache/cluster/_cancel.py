@@ -4,22 +4,36 @@ The client sets the cluster-wide event when its caller's ``threading.Event``
 is set (or the caller is interrupted); on the worker, :func:`worker_cancel`
 gives the query a local ``threading.Event`` that a watcher thread sets once
 the cluster-wide one is set, since the service looks at a local event only.
+
+A query cancelled on its worker is an outcome, not a task failure: the task
+returns a :class:`CancelledOnWorker` (the client raises
+``QueryCancelledError`` from it), so Dask logs no ``Compute Failed``
+traceback for a cancel the caller asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CANCEL_POLL_S", "cancel_name", "worker_cancel"]
+__all__ = ["CANCEL_POLL_S", "CancelledOnWorker", "cancel_name", "worker_cancel"]
 
 _log = logging.getLogger("nexus_cache.cluster")
 
 #: how often a worker looks at a running query's cluster-wide cancel event
 CANCEL_POLL_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelledOnWorker:
+    """What a query task returns when its worker cancelled the query: the
+    ``QueryCancelledError`` message, for the client to raise again."""
+
+    message: str
 
 
 def cancel_name(task_key: str) -> str:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from nexus_cache.cluster._cancel import cancel_name
+from nexus_cache.cluster._cancel import CancelledOnWorker, cancel_name
 from nexus_cache.cluster._routing import rendezvous_order, routing_key
 from nexus_cache.cluster._wire import config_to_json
 from nexus_cache.cluster.plugin import PLUGIN_NAME, QueryServicePlugin, cluster_report, run_query
@@ -171,6 +171,8 @@ class ClusterQueryClient:
                 address, result = self._wait(future, target, cancel)
             except errors:
                 address, result = None, None
+            if isinstance(result, CancelledOnWorker):
+                raise QueryCancelledError(result.message)
             if result is not None and address is not None:
                 return _with_worker(result, address, tuple(lost))
             future.cancel()
@@ -183,7 +185,7 @@ class ClusterQueryClient:
 
     def _wait(
         self, future: Any, target: str, cancel: threading.Event | None
-    ) -> tuple[str | None, QueryResult | None]:
+    ) -> tuple[str | None, QueryResult | CancelledOnWorker | None]:
         """The task's ``(address, result)``; ``(None, None)`` once ``target`` has left
         (the scheduler cannot place a task restricted to a worker that is gone).
         Sets the task's cluster-wide cancel event once ``cancel`` is set or this

@@ -7,6 +7,7 @@ inside a worker: in a task, or through ``client.run``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -18,9 +19,9 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from nexus_cache._storage import atomic_write, ensure_private_dir
-from nexus_cache.cluster._cancel import worker_cancel
+from nexus_cache.cluster._cancel import CancelledOnWorker, worker_cancel
 from nexus_cache.cluster._wire import config_from_json, worker_config
-from nexus_cache.errors import LifecycleError
+from nexus_cache.errors import LifecycleError, QueryCancelledError
 from nexus_cache.program import (
     FileStreamProgramCache,
     InMemoryProgramCache,
@@ -58,6 +59,15 @@ class QueryServicePlugin(WorkerPlugin):
     and, with ``redis_url``, a tiered cache of memory, that FileStream cache
     and Redis, shared by every worker.
 
+    Then the service warms up as ``nexus-cache serve`` warms up
+    (:meth:`QueryService.warm_up_report`: every kernel the queries use is
+    compiled and loaded, every query path run once on a tiny built-in table),
+    in a thread so the worker keeps answering the scheduler meanwhile;
+    registering the plugin returns once every present worker is warm. Queries
+    that arrive meanwhile run (the warm-up is safe beside them). A failed
+    warm-up is logged and reported (:func:`worker_report`'s ``warm_up``), and
+    the worker serves on: its first queries then pay their compiles.
+
     On the worker's close (``teardown``) the service shuts down in its own
     order (new queries refused; per device the resident graphs, then the
     decoded sources, then the allocation domain; then the lakehouse cache),
@@ -79,8 +89,9 @@ class QueryServicePlugin(WorkerPlugin):
         self.service: QueryService | None = None
         self.program_cache: ProgramCacheResource | None = None
         self.address: str | None = None
+        self.warm_up: dict[str, Any] | None = None
 
-    def setup(self, worker: Any) -> None:
+    async def setup(self, worker: Any) -> None:
         config = worker_config(config_from_json(self.config_json), worker.name)
         self.address = worker.address
         self.service = QueryService(config)
@@ -94,6 +105,8 @@ class QueryServicePlugin(WorkerPlugin):
         except BaseException:
             self.service.shutdown(self.shutdown_timeout)
             raise
+        self.warm_up = {"state": "running", "backend": self.service.backend.name}
+        self.warm_up = await asyncio.to_thread(_warm_up, self.service, worker.address)
         _log.info("nexus-cache query service ready on worker %s", worker.address)
 
     def teardown(self, worker: Any) -> None:
@@ -129,6 +142,32 @@ class QueryServicePlugin(WorkerPlugin):
             )
 
 
+def _warm_up(service: QueryService, address: str) -> dict[str, Any]:
+    """The service's warm-up as :func:`worker_report` shows it (never raises)."""
+    started = time.perf_counter()
+    try:
+        report = service.warm_up_report()
+    except Exception as exc:
+        seconds = time.perf_counter() - started
+        _log.warning(
+            "nexus-cache warm-up on worker %s failed after %.2f s (%s: %s); the worker "
+            "serves on, and its first queries compile what they need",
+            address,
+            seconds,
+            type(exc).__name__,
+            exc,
+        )
+        return {
+            "state": "failed",
+            "backend": service.backend.name,
+            "seconds": seconds,
+            "error": f"{type(exc).__name__}: {exc}",
+            "devices": [],
+        }
+    _log.info("nexus-cache warm-up on worker %s done in %.2f s", address, report.seconds)
+    return {"state": "done", **report.to_dict(), "error": None}
+
+
 def _plugin(worker: Any = None) -> QueryServicePlugin:
     if worker is None:
         worker = get_worker()
@@ -155,11 +194,15 @@ def worker_program_cache() -> ProgramCacheResource:
     return cache
 
 
-def run_query(payload: dict[str, Any], cancel: str | None = None) -> tuple[str, QueryResult]:
+def run_query(
+    payload: dict[str, Any], cancel: str | None = None
+) -> tuple[str, QueryResult | CancelledOnWorker]:
     """Run one query (its ``to_dict()`` form) on this worker: ``(address, result)``.
 
     ``cancel`` names the cluster-wide ``distributed.Event`` that cancels it
     (see :mod:`nexus_cache.cluster._cancel`); None: it cannot be cancelled.
+    A query cancelled here returns a :class:`CancelledOnWorker` in place of
+    its result (the task succeeds: Dask logs no failure for it).
     """
     plugin = _plugin()
     service, address = plugin.service, plugin.address
@@ -168,7 +211,10 @@ def run_query(payload: dict[str, Any], cancel: str | None = None) -> tuple[str, 
     if cancel is None:
         return address, service.execute(payload)
     with worker_cancel(cancel) as event:
-        return address, service.execute(payload, cancel=event)
+        try:
+            return address, service.execute(payload, cancel=event)
+        except QueryCancelledError as exc:
+            return address, CancelledOnWorker(str(exc))
 
 
 def _program_figures(cache: ProgramCacheResource | None) -> list[dict[str, Any]]:
@@ -193,8 +239,11 @@ def _program_figures(cache: ProgramCacheResource | None) -> list[dict[str, Any]]
 
 def worker_report(dask_worker: Any = None) -> dict[str, Any]:
     """This worker's figures as plain data: its device cache reports, its lakehouse
-    cache's statistics and each program cache tier's statistics (``client.run``
-    passes ``dask_worker``). A worker without the plugin reports ``service: False``."""
+    cache's statistics, each program cache tier's statistics and its warm-up
+    (``warm_up``: ``state`` ``running``, ``done`` or ``failed``, ``backend``,
+    ``seconds``, ``error``, and per device the steps run and kernels loaded)
+    (``client.run`` passes ``dask_worker``). A worker without the plugin
+    reports ``service: False``."""
     worker = dask_worker if dask_worker is not None else get_worker()
     plugin = worker.plugins.get(PLUGIN_NAME)
     if not isinstance(plugin, QueryServicePlugin) or plugin.service is None:
@@ -208,6 +257,7 @@ def worker_report(dask_worker: Any = None) -> dict[str, Any]:
         "devices": [r.to_dict() for r in service.device_cache_reports()],
         "lakehouse": service.lakehouse.stats(recent=0),
         "program_cache": _program_figures(plugin.program_cache),
+        "warm_up": plugin.warm_up,
     }
 
 

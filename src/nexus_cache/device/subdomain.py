@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
@@ -20,7 +20,7 @@ from nexus_cache.device.ledger import DeviceLedger
 from nexus_cache.device.residency import PinHandle, ResidencyState, ResidentEntry
 from nexus_cache.errors import LifecycleError, UnsafeTeardownError
 
-__all__ = ["CacheSubdomain", "DrainResult", "SubdomainStats"]
+__all__ = ["CacheSubdomain", "DrainResult", "EntryView", "SubdomainStats"]
 
 _GONE = (ResidencyState.DESTROYING, ResidencyState.DESTROYED, ResidencyState.QUARANTINED)
 
@@ -52,6 +52,23 @@ class SubdomainStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class EntryView:
+    """One published entry as a status page shows it: its key (an object the
+    subclass knows how to summarize), charged bytes, pins held now, hits since it
+    was published, and when it was published and last checked out (wall-clock
+    seconds since the epoch)."""
+
+    key: Hashable
+    nbytes: int
+    pins: int
+    hits: int
+    published_at: float
+    last_used_at: float
+    #: what the subclass adds (a parked graph: ``vertices`` and ``edges``)
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,8 @@ class CacheSubdomain:
         self._quarantined: list[ResidentEntry] = []
         self._closed = False
         self._counts = dict.fromkeys(_COUNTERS, 0)
+        # per published key: [hits, published_at, last_used_at] (wall clock)
+        self._uses: dict[Hashable, list[Any]] = {}
         if self.evicts_lru:
             ledger.add_evictor(self._evict)
 
@@ -165,6 +184,8 @@ class CacheSubdomain:
             if not self._closed and existing is None:
                 del self._in_flight[id(entry)]
                 self._entries[entry.key] = entry
+                now = time.time()
+                self._uses[entry.key] = [0, now, now]
                 self._counts["publishes"] += 1
                 self._settled.notify_all()
                 return entry
@@ -199,6 +220,10 @@ class CacheSubdomain:
             return None
         self._entries.move_to_end(key)
         self._counts["hits"] += 1
+        use = self._uses.get(key)
+        if use is not None:
+            use[0] += 1
+            use[2] = time.time()
         return handle
 
     # -- shutdown ----------------------------------------------------------------------
@@ -256,6 +281,18 @@ class CacheSubdomain:
         with self._lock:
             return sum(entry.nbytes for entry in self._entries.values())
 
+    def entries(self) -> list[EntryView]:
+        """The published entries, most recently used first."""
+        with self._lock:
+            rows = [
+                (entry, self._uses.get(key) or [0, 0.0, 0.0])
+                for key, entry in reversed(self._entries.items())
+            ]
+        return [
+            EntryView(entry.key, entry.nbytes, entry.pins, int(use[0]), use[1], use[2])
+            for entry, use in rows
+        ]
+
     def stats(self) -> SubdomainStats:
         with self._lock:
             return SubdomainStats(
@@ -296,6 +333,7 @@ class CacheSubdomain:
                     planned += entry.nbytes
             for entry in victims:
                 del self._entries[entry.key]
+                self._uses.pop(entry.key, None)
             self._tearing_down += len(victims)
         return victims
 
@@ -340,6 +378,7 @@ class CacheSubdomain:
     def _remove_published(self, entry: ResidentEntry) -> None:
         if self._entries.get(entry.key) is entry:
             del self._entries[entry.key]
+            self._uses.pop(entry.key, None)
 
     def _require_open(self) -> None:
         if self._closed:

@@ -12,9 +12,10 @@ Two stages run at once:
   slots and one stream, see :mod:`nexus_cache.frames.staging`).
 
 So while row group *i* is copied to the device, the row groups after it are
-decoded. A path or a local lakehouse read gives every decoder thread its own
-reader over one memory-mapped view of the file; any other file object (a
-remote stream) is read by one decoder thread.
+decoded. A path, or a lakehouse read of local bytes (an entry, or a local
+source read directly, with or without a cache root), gives every decoder
+thread its own reader over one memory-mapped view of the file; any other
+file object (a remote stream) is read by one decoder thread.
 :func:`read_parquet` opens the source through the lakehouse cache (a hit
 reads the local entry; a miss follows the cache's policy) and decodes it.
 """
@@ -43,7 +44,22 @@ from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_transfer
 
-__all__ = ["DecodeStats", "decode_parquet", "read_parquet"]
+__all__ = ["DecodeStats", "decode_parquet", "decoded_schema", "read_parquet"]
+
+
+def decoded_schema(pf: pq.ParquetFile, columns: Sequence[str] | None) -> pa.Schema:
+    """The schema :func:`decode_parquet` gives ``columns`` of ``pf``, from its footer
+    alone; ConfigError for an unknown column, FrameTypeError for a type a device
+    frame cannot hold."""
+    wanted, _groups = _check_request(pf, columns, None)
+    return _projected_schema(pf, wanted)
+
+
+def _projected_schema(pf: pq.ParquetFile, wanted: Sequence[str] | None) -> pa.Schema:
+    schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
+    for f in schema:
+        column_kind(f.type, f.name)
+    return schema
 
 
 @dataclass
@@ -104,7 +120,8 @@ def _check_request(
 def _shared_bytes(source: Any, window: int) -> pa.Buffer | None:
     """One thread-safe view of the whole file, when there is one to have: a
     memory map of a local path, of a local lakehouse entry or of a regular
-    file's descriptor, or, for a stream of at most ``window`` bytes (a remote
+    file's descriptor (a local source the lakehouse reads directly, with or
+    without a root, hands out its own), or, for a stream of at most ``window`` bytes (a remote
     read), its bytes read once. None otherwise: one reader then decodes."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
@@ -200,9 +217,7 @@ def decode_parquet(
             return pf
 
     wanted, groups = _check_request(pf, columns, row_groups)
-    schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
-    for f in schema:
-        column_kind(f.type, f.name)  # refuse before allocating anything
+    schema = _projected_schema(pf, wanted)  # refuses before allocating anything
     total = sum(pf.metadata.row_group(g).num_rows for g in groups)
     plan = plan_page_columns(engine, domain, pf, shared, groups, schema, _source_name(source))
     stats.paths.update(plan.paths)

@@ -200,7 +200,9 @@ class AlgorithmSpec:
       in-neighbours (pull-style work); ``sum`` counts every copy of an edge
       (a multigraph), ``max`` sees neighbour sets.
     * ``weighted``: reads edge weights (a weight column is refused otherwise);
-      ``directed``: the default of the command line when it is not told;
+      ``directed``: whether its graph is directed when a query does not say
+      (``GraphQuery(directed=None)``, a JSON query without ``directed``, the
+      command line without ``--directed``/``--undirected``);
       ``undirected_only``: a directed graph is refused.
     * ``keyable``: a run may use a parked graph of the resident-graph cache;
       ``include_edges``: the function can also return the edges of its tree,

@@ -42,6 +42,7 @@ from typing import Any
 
 from nexus_cache._storage import StatKey, lstat_key, new_temp, publish_temp, stat_key, write_all
 from nexus_cache.errors import FillError, StalePlanError
+from nexus_cache.lakehouse._config import ENV_ROOT
 from nexus_cache.lakehouse._durable import (
     PENDING_MODE,
     Discard,
@@ -127,6 +128,8 @@ class Filler:
         self.events = events
         self.max_bytes = max_bytes
         self.blocking_timeout_s = blocking_timeout_s
+        # set once the log has said the root is a file; cleared when it works again
+        self._warned_not_a_directory = False
 
     def _event(self, kind: EventKind, identity: SourceIdentity, mode: FillMode, **kw: Any) -> None:
         self.events.emit(CacheEvent(kind, identity.key, identity.location, mode, **kw))
@@ -142,7 +145,7 @@ class Filler:
         lock = self.store.lock(identity.key)
         try:
             acquired = lock.acquire(timeout=self.blocking_timeout_s)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, NotADirectoryError) as exc:
             return self._root_removed(exc, identity, mode)
         if not acquired:
             self._event(EventKind.FILL_TIMEOUT, identity, mode, reason="lock")
@@ -168,7 +171,7 @@ class Filler:
             lock = self.store.lock(identity.key)
             try:
                 acquired = lock.acquire(timeout=0)
-            except FileNotFoundError as exc:
+            except (FileNotFoundError, NotADirectoryError) as exc:
                 return self._root_removed(exc, identity, mode)
             if not acquired:
                 self._event(EventKind.FILL_SKIPPED, identity, mode, reason="in_progress")
@@ -183,22 +186,31 @@ class Filler:
             finally:
                 lock.release()
 
-    def _root_removed(
-        self, exc: FileNotFoundError, identity: SourceIdentity, mode: FillMode
-    ) -> FillResult:
-        """The root (or part of its layout) was removed while this cache used it.
+    def _root_removed(self, exc: OSError, identity: SourceIdentity, mode: FillMode) -> FillResult:
+        """The root (or part of its layout) was removed, or replaced by a file,
+        while this cache used it.
 
-        This fill does not run (the read goes remote); the layout is made
-        again, as a new root's is, so the next fill works. A
-        ``root_unavailable`` event (reason ``removed``) says so. A missing
-        lock file with the layout intact is no removal: it is re-raised.
+        This fill does not run (the read goes to the source). A removed layout
+        is made again, as a new root's is, so the next fill works: a
+        ``root_unavailable`` event (reason ``removed``) says so. A root that
+        is now a regular file (or holds one in place of its layout) is left
+        alone: every fill fails with reason ``root_not_a_directory`` (reads
+        still go to the source), with a ``root_unavailable`` event (reason
+        ``not_a_directory``) and one warning in the log until the root works
+        again. A missing lock file with the layout intact is no removal: it
+        is re-raised.
         """
+        if self._not_a_directory(exc):
+            return self._root_not_a_directory(exc, identity, mode)
         try:
             restored = self.store.restore()
         except OSError as again:  # a full disk, or something else now at the root
+            if self._not_a_directory(again):
+                return self._root_not_a_directory(again, identity, mode)
             restored, exc = True, FileNotFoundError(f"{exc}; recreating it failed: {again}")
         if not restored:
             raise exc
+        self._warned_not_a_directory = False
         self.events.emit(
             CacheEvent(
                 EventKind.ROOT_UNAVAILABLE,
@@ -210,6 +222,38 @@ class Filler:
             )
         )
         return FillResult(FillOutcome.FAILED, "root_removed")
+
+    def _not_a_directory(self, exc: OSError) -> bool:
+        """True when ``exc`` says a file stands where the root or its layout should be."""
+        if isinstance(exc, NotADirectoryError):
+            return True
+        root = self.store.root
+        return os.path.lexists(root) and not os.path.isdir(root)
+
+    def _root_not_a_directory(
+        self, exc: OSError, identity: SourceIdentity, mode: FillMode
+    ) -> FillResult:
+        root = self.store.root
+        if not self._warned_not_a_directory:
+            self._warned_not_a_directory = True
+            logger.warning(
+                "lakehouse: the cache root %s (%s) is not a directory (a file is in its "
+                "place): nothing is cached and every read goes to its source until that "
+                "file is removed (the root is then made again)",
+                root,
+                ENV_ROOT,
+            )
+        self.events.emit(
+            CacheEvent(
+                EventKind.ROOT_UNAVAILABLE,
+                identity.key,
+                str(root),
+                mode,
+                reason="not_a_directory",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        )
+        return FillResult(FillOutcome.FAILED, "root_not_a_directory")
 
     def _present(self, identity: SourceIdentity) -> bool:
         state, found = self.store.lookup(identity.key, identity.content.size)
@@ -332,8 +376,11 @@ class Filler:
     def _failed(
         self, exc: BaseException, identity: SourceIdentity, mode: FillMode, duration: float
     ) -> FillResult:
-        if isinstance(exc, FileNotFoundError) and not isinstance(exc, StalePlanError):
-            # the root was removed during the fill (its temp has no directory)
+        if isinstance(exc, (FileNotFoundError, NotADirectoryError)) and not isinstance(
+            exc, StalePlanError
+        ):
+            # the root was removed (or replaced by a file) during the fill: its
+            # temp has no directory
             with contextlib.suppress(FileNotFoundError):
                 return self._root_removed(exc, identity, mode)
         if isinstance(exc, StalePlanError):

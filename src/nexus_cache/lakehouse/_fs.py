@@ -21,7 +21,8 @@ Without ``cache=`` the process-wide :func:`~._cache.default_cache` (configured f
 the environment) is used. The filesystem is read-only. Importing this module
 registers the ``nexus`` protocol with fsspec.
 
-Instances are reused as fsspec reuses them (same arguments, same instance)
+Instances are reused as fsspec reuses them (same arguments, same instance;
+the path of a chained URL is no argument: one instance serves every path)
 except with a ``cache=`` object; ``fsspec.open_local`` returns the local file
 of an object the open serves locally; ``_cat_file``/``_cat_ranges`` are
 coroutines over the synchronous reads (docs/lakehouse.md lists what else
@@ -115,12 +116,21 @@ def _cache_from_options(
 
 # The base is fsspec's metaclass, which it does not export: known only at run time.
 class _InstanceCache(type(ChainedFileSystem)):  # type: ignore[misc]
-    """fsspec's instance cache (same arguments, same instance), except with a
+    """fsspec's instance cache (same configuration, same instance), except with a
     ``cache=`` object: fsspec's token is the arguments' text, which cannot tell
     two caches of one configuration apart, and a cached instance would keep
-    the caller's cache alive for the life of the process."""
+    the caller's cache alive for the life of the process.
+
+    The path URL chaining hands over (``fo``, ``nexus::memory://a`` gives
+    ``fo="/a"``) is no configuration: it is dropped before fsspec makes the
+    token, so every path of one configuration shares one instance (otherwise
+    each distinct path read leaves an instance behind, without bound in a
+    long-running server). fsspec's ``_strip_tokenize_options`` does the same
+    for simplecache, on the fsspec versions that have it.
+    """
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("fo", None)
         if kwargs.get("cache") is not None:
             kwargs["skip_instance_cache"] = True
         return super().__call__(*args, **kwargs)
@@ -135,9 +145,10 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
     :class:`~nexus_cache.errors.ConfigError`.
 
     Instances are reused as fsspec reuses them (the same arguments in the same
-    thread and process give the same instance), except when a ``cache=``
-    object is passed. ``local_file``: ``fsspec.open_local`` returns the local
-    file holding an object's bytes when the open serves it locally (a hit, a
+    thread and process give the same instance; the path a URL chain passes,
+    ``fo``, is not one of them), except when a ``cache=`` object is passed.
+    ``local_file``: ``fsspec.open_local`` returns the local file holding an
+    object's bytes when the open serves it locally (a hit, a
     ``fill_before_read`` miss, a local source). Thread-safe as far as the
     wrapped filesystem is.
     """
@@ -153,7 +164,6 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
         *,
         target_protocol: str | None = None,
         target_options: dict[str, Any] | None = None,
-        fo: str | None = None,
         cache: LakehouseCache | None = None,
         cache_storage: Any = None,
         **kwargs: Any,
@@ -165,7 +175,6 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
         if fs is None:
             fs = fsspec.filesystem(target_protocol or "file", **(target_options or {}))
         self.fs = fs
-        self.fo = fo
         self._proofs = MetadataProofs(fs)
 
         def strip(path: Any) -> Any:
@@ -217,8 +226,7 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
             )
         path = self._strip_protocol(path)
         handle = self.cache.open(path, fs=self.fs, listed_info=self._proofs.proof(path))
-        if handle.local_path is not None:
-            handle.name = handle.local_path  # what fsspec.open_local returns
+        handle.name_local_file(self.fs.unstrip_protocol(path))  # what fsspec.open_local returns
         return handle
 
     def cat_file(

@@ -6,7 +6,9 @@ the descriptor's bytes stay readable for the whole read even if retention or a
 ``pread`` straight into the result (one copy, measured faster than slicing a
 mapping); the zero-copy paths (``buffer``/``read_buffer``, which pyarrow uses)
 memory-map the entry through the same descriptor, mapped on first use. A remote read wraps the
-store's file object, opened pinned to the planned identity. Either way the handle
+store's file object, opened pinned to the planned identity; a local source read
+directly (no root, or a miss) hands out that file's descriptor (``fileno``), so
+a decoder can memory-map it as it maps an entry. Either way the handle
 carries :class:`~.events.ReadDiagnostics`.
 
 A hit planned from a remembered identity carries a ``confirm`` callable (the
@@ -43,7 +45,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from nexus_cache.errors import CacheIntegrityError, StalePlanError
+from nexus_cache.errors import CacheIntegrityError, NoLocalFileError, StalePlanError
 from nexus_cache.lakehouse._events import ReadDiagnostics
 from nexus_cache.lakehouse._pins import Pin
 from nexus_cache.lakehouse._remote import is_expired_error
@@ -72,10 +74,11 @@ class LakehouseFile(io.RawIOBase):
     ) -> None:
         super().__init__()
         self.diagnostics = diagnostics
-        self.name = diagnostics.location
         #: the local file holding these bytes (the cache entry, or a local
         #: source read directly); None for a read from a remote store
         self.local_path = local_path
+        #: set by :meth:`name_local_file`: ``name`` is then the local file
+        self._local_name_of: str | None = None
         self._fd = fd
         self._pin = pin
         self._remote = remote
@@ -95,6 +98,35 @@ class LakehouseFile(io.RawIOBase):
             self._size = size if size is not None else _remote_size(remote)
 
     # -- properties ----------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The source's location; after :meth:`name_local_file`, the local file."""
+        if self._local_name_of is None:
+            return self.diagnostics.location
+        if self._confirm is not None or self._refused is not None:
+            # a deferred hit: the entry is named only once proven to be the object
+            self._guarded(self._confirmed, hands_out=False)
+        if self.local_path is None:
+            d = self.diagnostics
+            raise NoLocalFileError(
+                f"{self._local_name_of} is read from its store, not from a local file "
+                f"(status {d.cache_status.value}, reason {d.reason or '-'}): there is no "
+                "local path to name (what fsspec.open_local returns), and a path of the same "
+                "name on this machine would be another file. Have the cache hold it first: a "
+                "cache root with NEXUS_LAKEHOUSE_CACHE_POLICY=fill_before_read, or "
+                "LakehouseCache.prefetch(url); an object without a content identity "
+                "(memory://, reason no_content_identity) is never cached: open() it instead"
+            )
+        return self.local_path
+
+    def name_local_file(self, url: str) -> None:
+        """Make ``name`` the local file that holds the bytes (what
+        ``fsspec.open_local`` returns): the cache entry, or a local source. A
+        read served from a remote store has none: ``name`` then raises
+        :class:`~nexus_cache.errors.NoLocalFileError` naming ``url``, never
+        returns the object's path, which on this machine is another file."""
+        self._local_name_of = url
+
     @property
     def size(self) -> int:
         if self._confirm is not None or self._refused is not None:
@@ -117,6 +149,10 @@ class LakehouseFile(io.RawIOBase):
 
     def _fileno(self) -> int:
         if self._fd is None:
+            if self.local_path is not None and self._remote is not None:
+                # a local source read directly: its descriptor, opened and
+                # proven at planning (a decoder memory-maps it)
+                return int(self._remote.fileno())
             raise io.UnsupportedOperation("a remote read has no file descriptor")
         self._confirmed()  # the descriptor reads the entry's bytes: gate it too
         return self._fd
@@ -139,8 +175,9 @@ class LakehouseFile(io.RawIOBase):
         except BaseException as exc:
             # An unanswered probe (network error, ...) proves nothing: later calls
             # must not treat the identity as confirmed.
+            where = self.diagnostics.location
             self._refused = (
-                f"{self.name}: the identity check failed ({type(exc).__name__}: {exc}); "
+                f"{where}: the identity check failed ({type(exc).__name__}: {exc}); "
                 "plan the read again"
             )
             raise
@@ -167,8 +204,9 @@ class LakehouseFile(io.RawIOBase):
         return self._mm
 
     def _truncated(self, have: int) -> CacheIntegrityError:
+        where = self.diagnostics.location
         return CacheIntegrityError(
-            f"the cache entry of {self.name} was truncated while it was read: it has "
+            f"the cache entry of {where} was truncated while it was read: it has "
             f"{have} of its {self._size} bytes; no short data was returned. Read it again "
             "(the next plan removes the damaged entry); nothing but nexus-cache should "
             "write under the cache root"
@@ -206,7 +244,15 @@ class LakehouseFile(io.RawIOBase):
             fresh.close()  # the caller sized its reads by the old object
             return False
         self._release()
-        for name in ("diagnostics", "_fd", "_pin", "_remote", "_on_close", "_confirm"):
+        for name in (
+            "diagnostics",
+            "_fd",
+            "_pin",
+            "_remote",
+            "_on_close",
+            "_confirm",
+            "local_path",
+        ):
             setattr(self, name, getattr(fresh, name))
             setattr(fresh, name, None)
         self._refused, self._size, self._mm, self._native = None, fresh._size, None, None
@@ -237,7 +283,7 @@ class LakehouseFile(io.RawIOBase):
                     what = "was deleted since it was planned"
                 else:
                     raise
-                stale = StalePlanError(f"{self.name} {what}; plan it again")
+                stale = StalePlanError(f"{self.diagnostics.location} {what}; plan it again")
                 if self._on_stale is not None:
                     self._on_stale(stale)
                 raise stale from exc
@@ -392,12 +438,14 @@ class LakehouseFile(io.RawIOBase):
                 try:
                     on_close()
                 except Exception:  # a failed warm-up must not fail the finished read
-                    logger.exception("lakehouse: after-read hook of %s failed", self.name)
+                    logger.exception(
+                        "lakehouse: after-read hook of %s failed", self.diagnostics.location
+                    )
 
     def __repr__(self) -> str:
         d = self.diagnostics
         return (
-            f"<LakehouseFile {self.name} {d.cache_status.value}/{d.read_mode.value}"
+            f"<LakehouseFile {d.location} {d.cache_status.value}/{d.read_mode.value}"
             f"/{d.fill_mode.value}{' closed' if self.closed else ''}>"
         )
 

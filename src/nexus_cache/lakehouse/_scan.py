@@ -42,7 +42,7 @@ from nexus_cache._storage import stat_key, touch_if_unchanged
 from nexus_cache.errors import CacheSecurityError, StalePlanError
 from nexus_cache.lakehouse._config import LakehouseCacheConfig
 from nexus_cache.lakehouse._events import CacheEvent, EventKind, EventLog, ReadDiagnostics
-from nexus_cache.lakehouse._fill import Filler
+from nexus_cache.lakehouse._fill import Filler, FillOutcome
 from nexus_cache.lakehouse._identity import (
     SourceIdentity,
     fs_protocol,
@@ -424,6 +424,10 @@ class Scanner:
         pin = self.store.pin(plan.identity.key)
         try:
             result = self.filler.blocking(plan.fs, plan.path, plan.identity)
+            if result.outcome is FillOutcome.PRESENT:
+                # another reader's fill published it while we waited on the lock
+                followed = plan.diagnostics(cache_status=CacheStatus.MISS_FOLLOWED)
+                return self._local(plan, followed, pin=pin, replan=replan)
             if result.entry_ready:
                 return self._local(plan, plan.diagnostics(), pin=pin, replan=replan)
         except CacheSecurityError as exc:

@@ -274,7 +274,9 @@ class EntryStore:
         """
         try:
             st = os.lstat(self._data(key))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            # NotADirectoryError: the root (or its entries/) was replaced by a
+            # file; no entry is there, and the fill says why (Filler)
             return EntryState.ABSENT, None
         found = stat_key(st)
         if found.size != size:
@@ -329,7 +331,12 @@ class EntryStore:
 
     # -- pins ----------------------------------------------------------------
     def pin(self, key: str) -> Pin:
-        return create_pin(self.pins_dir, key)
+        try:
+            return create_pin(self.pins_dir, key)
+        except NotADirectoryError:
+            # The root (or its pins/) was replaced by a file: no entry is there to
+            # protect, and the fill that follows says why it cannot run (Filler).
+            return Pin(key, None)
 
     def live_pins(self) -> dict[str, int]:
         """Live pins per key; pins of dead processes are reclaimed on the way."""

@@ -13,10 +13,17 @@ __all__ = ["CacheStatus", "FillMode", "ReadMode"]
 
 
 class CacheStatus(str, enum.Enum):
-    """How the cache answered a read: a hit, a miss, a bypass, or a stale plan."""
+    """How the cache answered a read: a hit, a miss, a bypass, or a stale plan.
+
+    ``miss`` is a read that went to the source: it made the local copy (a
+    blocking fill) or read the object remotely. ``miss-followed`` is a read
+    planned as a miss that made no copy: another reader's fill, which it
+    waited for, published the entry, and it read that entry locally.
+    """
 
     HIT = "hit"
     MISS = "miss"
+    MISS_FOLLOWED = "miss-followed"
     BYPASS = "bypass"
     STALE = "stale"
 

@@ -11,24 +11,34 @@
   (a stream the server cancels ends in an error, not a short table).
   :meth:`QueryFlightServer.cancel_running` cancels every running query the
   same way (a shutdown whose wait ran out).
-* ``get_flight_info``: plans the query (lists the source, reads no data).
+* ``get_flight_info``: plans the query (lists the source, reads no data);
+  ``get_schema``: the schema its result will have (a scan reads one Parquet
+  footer). Both take command descriptors holding a query's JSON.
+* ``list_flights``: the queries in the server now (waiting for a slot,
+  executing or streaming), each with its id, state and seconds so far.
 * actions: ``health``, ``reports``, ``source-events``, ``plan``, ``shutdown``.
 
 Every call runs in a gRPC worker thread; the service is thread-safe and its
 single flight holds across every client of the server. At most
 ``max_running_queries`` queries execute at once; others wait up to
 ``queue_timeout_s``. Errors reach the client as Flight errors carrying the
-same one-line message as the CLI; the server keeps serving.
+same one-line message as the CLI and, in ``extra_info``, its class
+(:func:`~nexus_cache.server.wire.encode_error`): a cancelled query as
+Flight's cancelled error, an unexpected failure as its internal error (its
+traceback goes to the server's log only), any other as its server error.
+The server keeps serving.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,8 +51,10 @@ from nexus_cache.errors import (
     NexusCacheError,
     QueryCancelledError,
 )
-from nexus_cache.server.auth import BearerTokenMiddlewareFactory
+from nexus_cache.server.auth import BasicHandshake, BearerTokenMiddlewareFactory
 from nexus_cache.server.metrics import ServerMetrics
+from nexus_cache.server.querylog import QueryBoard
+from nexus_cache.server.schemas import result_schema
 from nexus_cache.server.settings import ServerSettings
 from nexus_cache.server.tickets import parse_ticket
 from nexus_cache.server.wire import ACTIONS, attach_diagnostics, encode_error
@@ -59,9 +71,45 @@ WATCH_INTERVAL_S = 0.05
 _USER_ERRORS = (NexusCacheError, FileNotFoundError, NotADirectoryError, PermissionError)
 
 
-def _flight_error(exc: BaseException) -> flight.FlightError:
+def _flight_error(exc: BaseException, *, internal: bool = False) -> flight.FlightError:
+    """The Flight error a client gets for ``exc``: its one line, and its class and
+    line as JSON in ``extra_info``. Never a traceback."""
     message, info = encode_error(exc)
+    if isinstance(exc, QueryCancelledError):
+        return flight.FlightCancelledError(message, extra_info=info)
+    if internal:
+        return flight.FlightInternalError(message, extra_info=info)
     return flight.FlightServerError(message, extra_info=info)
+
+
+@contextlib.contextmanager
+def _answering(call: str) -> Iterator[None]:
+    """A handler's errors as Flight errors: Flight's own as they are, the query's
+    with their one line, an unexpected one logged here with its traceback and
+    sent as an internal error (pyarrow would send the traceback)."""
+    try:
+        yield
+    except flight.FlightError:
+        raise
+    except _USER_ERRORS as exc:
+        raise _flight_error(exc) from None
+    except Exception as exc:
+        log.exception("%s failed unexpectedly", call)
+        raise _flight_error(exc, internal=True) from None
+
+
+@dataclasses.dataclass(eq=False)
+class _Running:
+    """A query in the server, from its ticket to its last batch."""
+
+    query_id: str
+    ticket: bytes
+    started: float  # time.monotonic()
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    #: waiting (for a running-query slot), executing or streaming
+    state: str = "waiting"
+    #: cancelled by the server stopping (not by its client)
+    by_server: bool = False
 
 
 class QueryFlightServer(flight.FlightServerBase):
@@ -78,11 +126,16 @@ class QueryFlightServer(flight.FlightServerBase):
         *,
         warm_up_s: float,
         metrics: ServerMetrics | None = None,
+        board: QueryBoard | None = None,
         on_shutdown_request: Callable[[], None] | None = None,
     ) -> None:
         middleware = {}
+        handshake = None
         if settings.token is not None:
-            middleware["auth"] = BearerTokenMiddlewareFactory(settings.token)
+            handshake = BasicHandshake()
+            middleware["auth"] = BearerTokenMiddlewareFactory(
+                settings.token, None if metrics is None else metrics.auth_refused
+            )
         tls = []
         if settings.tls_cert is not None and settings.tls_key is not None:
             tls = [
@@ -91,25 +144,28 @@ class QueryFlightServer(flight.FlightServerBase):
         self._service = service
         self._settings = settings
         self._metrics = metrics
+        # the status page's recent and running queries (None: no status page)
+        self._board = board
         self._warm_up_s = warm_up_s
         self._on_shutdown_request = on_shutdown_request
         self._slots = threading.BoundedSemaphore(settings.max_running_queries)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._running = 0
-        # the cancel events of the queries waiting for a slot, executing or streaming
-        self._cancels: set[threading.Event] = set()
+        # the queries waiting for a slot, executing or streaming
+        self._queries: set[_Running] = set()
         self._watcher = _CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
-        super().__init__(settings.url, tls_certificates=tls, middleware=middleware)
+        super().__init__(
+            settings.url, auth_handler=handshake, tls_certificates=tls, middleware=middleware
+        )
 
     # -- state -------------------------------------------------------------------------
 
     @property
     def running(self) -> int:
         """Queries waiting for a slot, executing or streaming now."""
-        return self._running
+        return len(self._queries)
 
     def begin_stop(self) -> None:
         """Refuse new queries from now on (running ones continue)."""
@@ -120,7 +176,7 @@ class QueryFlightServer(flight.FlightServerBase):
         """Wait up to ``timeout`` seconds for running queries; True when none is left."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while self._running:
+            while self._queries:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -131,28 +187,29 @@ class QueryFlightServer(flight.FlightServerBase):
         """Cancel every running query (as if its client had gone away); returns how
         many. Each releases its grant at its next look at its cancel event."""
         with self._lock:
-            cancels = list(self._cancels)
-        for cancel in cancels:
-            cancel.set()
-        return len(cancels)
+            queries = list(self._queries)
+        for running in queries:
+            running.by_server = True  # before the event: the query reads it once cancelled
+            running.cancel.set()
+        return len(queries)
 
-    def _enter(self) -> threading.Event:
-        """Count a query in; returns its cancel event."""
-        cancel = threading.Event()
+    def _enter(self, ticket: bytes) -> _Running:
+        """Count a query in; its id names it in the log whatever happens."""
+        running = _Running(uuid.uuid4().hex[:16], ticket, time.monotonic())
         with self._lock:
             if self._stopping:
                 raise flight.FlightUnavailableError(
                     "the nexus-cache server is shutting down; retry against a running server"
                 )
-            self._running += 1
-            self._cancels.add(cancel)
-        return cancel
+            self._queries.add(running)
+        return running
 
-    def _leave(self, cancel: threading.Event) -> None:
+    def _leave(self, running: _Running) -> None:
         with self._idle:
-            self._running -= 1
-            self._cancels.discard(cancel)
+            self._queries.discard(running)
             self._idle.notify_all()
+        if self._board is not None:
+            self._board.left(running.cancel)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -169,26 +226,31 @@ class QueryFlightServer(flight.FlightServerBase):
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
         start = time.perf_counter()
-        query, device = self._query(ticket.ticket)
-        cancel = self._enter()
+        with _answering("do_get"):
+            query, device = self._query(ticket.ticket)
+        running = self._enter(ticket.ticket)
+        if self._board is not None:
+            self._board.started(running.cancel, query.kind, query.to_dict(), running.query_id)
         try:
-            with self._watcher.watching(context, cancel):
-                result = self._execute(query, device, start, cancel)
-            diagnostics = result.diagnostics.to_dict()
-            schema = attach_diagnostics(result.table, diagnostics)
+            with self._watcher.watching(context, running.cancel):
+                result = self._execute(query, device, start, running)
+            with _answering("do_get"):
+                diagnostics = result.diagnostics.to_dict()
+                schema = attach_diagnostics(result.table, diagnostics)
         except BaseException:
-            self._leave(cancel)
+            self._leave(running)
             raise
+        running.state = "streaming"
         if result.table.nbytes <= _BATCH_BYTES:
             # one batch: nothing to stop early, and Arrow's own stream writes it
             # without a call back into Python
-            self._finish(query, diagnostics, start, "ok", cancel)
+            self._finish(query, diagnostics, start, "ok", running)
             return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
         stream = _ResultStream(
             result.table,
             context,
-            cancel,
-            lambda outcome: self._finish(query, diagnostics, start, outcome, cancel),
+            running.cancel,
+            lambda outcome: self._finish(query, diagnostics, start, outcome, running),
         )
         return flight.GeneratorStream(schema, stream)
 
@@ -209,13 +271,14 @@ class QueryFlightServer(flight.FlightServerBase):
                     "later or raise NEXUS_SERVER_MAX_RUNNING_QUERIES"
                 )
 
-    def _execute(
-        self, query: Any, device: int | None, start: float, cancel: threading.Event
-    ) -> Any:
+    def _execute(self, query: Any, device: int | None, start: float, running: _Running) -> Any:
         try:
-            self._slot(cancel)
+            self._slot(running.cancel)
+            running.state = "executing"
             try:
-                return self._service.execute(query, device=device, cancel=cancel)
+                return self._service.execute(
+                    query, device=device, cancel=running.cancel, query_id=running.query_id
+                )
             finally:
                 self._slots.release()
         except flight.FlightError:
@@ -224,17 +287,33 @@ class QueryFlightServer(flight.FlightServerBase):
             elapsed = time.perf_counter() - start
             text = json.dumps(query.to_dict(), separators=(",", ":"))
             cancelled = isinstance(exc, QueryCancelledError)
+            if cancelled and running.by_server:
+                exc = QueryCancelledError(
+                    f"query {running.query_id} was cancelled because the nexus-cache server "
+                    "is shutting down (its wait for running queries, shutdown_timeout_s, ran "
+                    "out or a second signal cut it short); nothing the query held was kept; "
+                    "run it again against a running server"
+                )
             outcome = "cancelled" if cancelled else "error"
             message = encode_error(exc)[0]
-            log.info("query - %s %s %.1f ms: %s", text, outcome, elapsed * 1e3, message)
+            log.info(
+                "query %s %s %s %.1f ms: %s",
+                running.query_id,
+                text,
+                outcome,
+                elapsed * 1e3,
+                message,
+            )
             if self._metrics is not None:
                 if isinstance(exc, AdmissionError):
                     self._metrics.refused()
                 self._metrics.observe(query.kind, outcome, elapsed, None)
+            if self._board is not None:
+                self._board.finished(running.cancel, outcome, elapsed, None, message)
             if isinstance(exc, _USER_ERRORS):  # QueryCancelledError included
                 raise _flight_error(exc) from None
-            log.exception("query failed unexpectedly")
-            raise _flight_error(exc) from None
+            log.exception("query %s failed unexpectedly", running.query_id)
+            raise _flight_error(exc, internal=True) from None
 
     def _finish(
         self,
@@ -242,7 +321,7 @@ class QueryFlightServer(flight.FlightServerBase):
         diag: dict[str, Any],
         start: float,
         outcome: str,
-        cancel: threading.Event,
+        running: _Running,
     ) -> None:
         elapsed = time.perf_counter() - start
         try:
@@ -260,23 +339,62 @@ class QueryFlightServer(flight.FlightServerBase):
             )
             if self._metrics is not None:
                 self._metrics.observe(query.kind, outcome, elapsed, diag)
+            if self._board is not None:
+                self._board.finished(running.cancel, outcome, elapsed, diag)
         finally:
-            self._leave(cancel)
+            self._leave(running)
 
     def get_flight_info(
         self, context: Any, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
+        with _answering("get_flight_info"):
+            raw, plan, schema = self._described(descriptor)
+            return flight.FlightInfo(
+                schema,
+                descriptor,
+                [flight.FlightEndpoint(raw, [])],
+                total_records=-1,
+                total_bytes=int(plan["parquet_bytes"]),
+                app_metadata=json.dumps(plan, default=str).encode(),
+            )
+
+    def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        with _answering("get_schema"):
+            return flight.SchemaResult(self._described(descriptor)[2])
+
+    def _described(self, descriptor: flight.FlightDescriptor) -> tuple[bytes, Any, pa.Schema]:
+        """``(ticket, plan, result schema)`` of a command descriptor."""
+        if descriptor.descriptor_type != flight.DescriptorType.CMD:
+            raise ConfigError(
+                "this nexus-cache server serves only command descriptors holding a query's "
+                "JSON (FlightDescriptor.for_command(...)); a path descriptor names no query"
+            )
         raw = bytes(descriptor.command or b"")
         query, _ = self._query(raw)
-        plan = self._call(lambda: self._service.plan(query))
-        return flight.FlightInfo(
-            pa.schema([]),
-            descriptor,
-            [flight.FlightEndpoint(raw, [])],
-            total_records=-1,
-            total_bytes=int(plan["parquet_bytes"]),
-            app_metadata=json.dumps(plan, default=str).encode(),
-        )
+        plan = self._service.plan(query)
+        storage = self._service.config.storage_options
+        return raw, plan, result_schema(query, plan, storage)
+
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        """The queries in the server now (``criteria`` is not used): the descriptor and
+        endpoint hold each one's ticket; ``app_metadata`` its id, state and seconds."""
+        with self._lock:
+            queries = sorted(self._queries, key=lambda r: r.started)
+        now = time.monotonic()
+        for running in queries:
+            facts = {
+                "query_id": running.query_id,
+                "state": running.state,
+                "seconds": round(now - running.started, 3),
+            }
+            yield flight.FlightInfo(
+                pa.schema([]),
+                flight.FlightDescriptor.for_command(running.ticket),
+                [flight.FlightEndpoint(running.ticket, [])],
+                total_records=-1,
+                total_bytes=-1,
+                app_metadata=json.dumps(facts).encode(),
+            )
 
     # -- actions -----------------------------------------------------------------------
 
@@ -284,20 +402,21 @@ class QueryFlightServer(flight.FlightServerBase):
         return list(ACTIONS.items())
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
+        with _answering(f"action {action.type!r}"):
+            yield self._action(action)
+
+    def _action(self, action: flight.Action) -> flight.Result:
         kind = action.type
         if kind == "health":
             body: Any = self.health()
         elif kind == "reports":
-            body = self._call(lambda: [r.to_dict() for r in self._service.device_cache_reports()])
+            body = [r.to_dict() for r in self._service.device_cache_reports()]
         elif kind == "source-events":
-            body = self._call(
-                lambda: [
-                    s.to_dict() for s in self._service.caches.device_cache_source_event_snapshots()
-                ]
-            )
+            snapshots = self._service.caches.device_cache_source_event_snapshots()
+            body = [s.to_dict() for s in snapshots]
         elif kind == "plan":
             query, _ = self._query(bytes(action.body or b""))
-            body = self._call(lambda: self._service.plan(query))
+            body = self._service.plan(query)
         elif kind == "shutdown":
             log.info("shutdown requested by a client")
             self.begin_stop()
@@ -305,10 +424,8 @@ class QueryFlightServer(flight.FlightServerBase):
                 self._on_shutdown_request()
             body = {"status": "stopping"}
         else:
-            raise _flight_error(
-                ConfigError(f"action {kind!r} is not known; use one of: {', '.join(ACTIONS)}")
-            )
-        yield flight.Result(json.dumps(body, default=str, allow_nan=False).encode())
+            raise ConfigError(f"action {kind!r} is not known; use one of: {', '.join(ACTIONS)}")
+        return flight.Result(json.dumps(body, default=str, allow_nan=False).encode())
 
     def health(self) -> dict[str, Any]:
         """Readiness (the server listens only once warm-up is done) and a few figures."""
@@ -320,18 +437,12 @@ class QueryFlightServer(flight.FlightServerBase):
             "backend": self._service.backend.name,
             "devices": list(self._service.caches.device_ids),
             "warm_up_s": self._warm_up_s,
-            "running_queries": self._running,
+            "running_queries": len(self._queries),
             "max_running_queries": self._settings.max_running_queries,
             "uptime_s": time.monotonic() - self._started,
             "rss_bytes": _rss_bytes(),
             "arrow_allocated_bytes": pa.total_allocated_bytes(),
         }
-
-    def _call(self, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except _USER_ERRORS as exc:
-            raise _flight_error(exc) from None
 
 
 def _rss_bytes() -> int | None:

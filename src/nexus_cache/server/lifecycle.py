@@ -89,12 +89,15 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
     """
     from nexus_cache.server.app import QueryFlightServer
     from nexus_cache.server.metrics import MetricsEndpoint, ServerMetrics
+    from nexus_cache.server.querylog import QueryBoard
+    from nexus_cache.server.status_web import status_pages
     from nexus_cache.service import QueryService, ServiceConfig
 
     _configure_logging()
     settings.check_exposure()
     return_freed_memory()
-    config = ServiceConfig.load(config_path)
+    # the service checks every object a source expands to against the roots
+    config = ServiceConfig.load(config_path, allowed_roots=settings.allowed_roots)
     stop = threading.Event()
     service = QueryService(config)
     server: Any = None
@@ -103,17 +106,19 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
     try:
         warm_up_s = service.warm_up()
         log.info("warm-up done in %.2f s (every kernel the queries use is loaded)", warm_up_s)
-        metrics = None
+        metrics = board = None
         if settings.metrics_port is not None:
             metrics = ServerMetrics(
                 service, lambda: 0 if server is None else server.running, _admit_wait_s()
             )
+            board = QueryBoard()
         try:
             server = QueryFlightServer(
                 service,
                 settings,
                 warm_up_s=warm_up_s,
                 metrics=metrics,
+                board=board,
                 on_shutdown_request=stop.set,
             )
         except pa.ArrowException as exc:
@@ -123,8 +128,13 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
                 f"address of this machine, or --tls-cert/--tls-key do not match ({exc}); "
                 "choose another --port or --host, or fix the certificate"
             ) from None
-        if metrics is not None and settings.metrics_port is not None:
-            endpoint = MetricsEndpoint(metrics, settings.host, settings.metrics_port)
+        if metrics is not None and board is not None and settings.metrics_port is not None:
+            endpoint = MetricsEndpoint(
+                metrics,
+                settings.host,
+                settings.metrics_port,
+                status_pages(service, server, metrics, board, settings.token),
+            )
         hurry = threading.Event()
 
         def on_signal(*_: Any) -> None:
@@ -145,6 +155,7 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
         if endpoint is not None:
             url = settings.url_with_port(endpoint.port)
             log.info("metrics at http://%s/metrics", url.split("://", 1)[1])
+            log.info("status page at http://%s/", url.split("://", 1)[1])
         try:
             while not stop.wait(0.5):
                 pass

@@ -9,6 +9,8 @@ Exported (prometheus-client, the ``metrics`` extra; imported only here):
   source-cache and graph-cache status (``mixed(...)`` counts as ``mixed``);
 * ``nexus_admission_waits_total`` (a query whose grant waited) and
   ``nexus_admission_refusals_total`` (a query refused a grant);
+* ``nexus_server_auth_refused_total{reason}``: calls refused for their token
+  (``missing``, ``malformed``, ``wrong``);
 * ``nexus_queries_total{type,outcome}`` (``ok``, ``error``, ``cancelled``),
   ``nexus_query_duration_seconds{type}`` (a histogram: execution plus
   streaming) and ``nexus_queries_running`` (waiting for a slot, executing or
@@ -26,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from nexus_cache.errors import BackendUnavailableError
+from nexus_cache.server.auth import REFUSAL_REASONS
 
 __all__ = ["MetricsEndpoint", "ServerMetrics"]
 
@@ -64,6 +67,14 @@ class ServerMetrics:
             "Queries refused a grant (AdmissionError).",
             registry=self.registry,
         )
+        self._auth_refused = Counter(
+            "nexus_server_auth_refused",
+            "Calls refused for their token, by reason (missing, malformed, wrong).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in REFUSAL_REASONS:
+            self._auth_refused.labels(reason)  # every reason is exported from the start
         self._queries = Counter(
             "nexus_queries",
             "Queries served, by type and outcome.",
@@ -103,6 +114,31 @@ class ServerMetrics:
     def refused(self) -> None:
         self._refusals.inc()
 
+    def auth_refused(self, reason: str) -> None:
+        """Count one call refused for its token (``reason``: one of REFUSAL_REASONS)."""
+        self._auth_refused.labels(reason).inc()
+
+    def counts(self) -> dict[str, Any]:
+        """The counters as plain numbers (what ``/metrics`` says): ``requests``
+        (cache -> status -> queries), ``queries`` (outcome -> queries), ``waits``,
+        ``refusals``."""
+        requests: dict[str, dict[str, float]] = {cache: {} for _, cache in _CACHES}
+        queries: dict[str, float] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == "nexus_cache_requests_total":
+                    cache, status = sample.labels["cache"], sample.labels["status"]
+                    requests.setdefault(cache, {})[status] = sample.value
+                elif sample.name == "nexus_queries_total":
+                    outcome = sample.labels["outcome"]
+                    queries[outcome] = queries.get(outcome, 0.0) + sample.value
+        return {
+            "requests": requests,
+            "queries": queries,
+            "waits": self.registry.get_sample_value("nexus_admission_waits_total") or 0.0,
+            "refusals": self.registry.get_sample_value("nexus_admission_refusals_total") or 0.0,
+        }
+
     def text(self) -> bytes:
         from prometheus_client import generate_latest
 
@@ -110,14 +146,21 @@ class ServerMetrics:
 
 
 class MetricsEndpoint:
-    """``GET /metrics`` over HTTP on ``host:port`` in a daemon thread (404 elsewhere)."""
+    """``GET /metrics`` over HTTP on ``host:port`` in a daemon thread; with ``pages``
+    (a :class:`~nexus_cache.server.status_web.StatusPages`) also the status page's
+    routes (404 elsewhere)."""
 
-    def __init__(self, metrics: ServerMetrics, host: str, port: int) -> None:
+    def __init__(
+        self, metrics: ServerMetrics, host: str, port: int, pages: Any | None = None
+    ) -> None:
         render = metrics.text
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] != "/metrics":
+                    if pages is not None:
+                        pages.get(self)
+                        return
                     self.send_error(404, "only /metrics is served here")
                     return
                 body = render()
@@ -126,6 +169,12 @@ class MetricsEndpoint:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                if pages is None:
+                    self.send_error(404, "only GET /metrics is served here")
+                    return
+                pages.post(self)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # scrapes every few seconds would drown the query log

@@ -24,6 +24,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache._roots import parse_roots
 from nexus_cache._sizes import parse_size
 from nexus_cache.errors import ConfigError
 
@@ -102,15 +103,7 @@ class ServerSettings:
             if path is not None and not os.access(path, os.R_OK):
                 raise ConfigError(f"{option}={str(path)!r} is not a readable file; fix the path")
         if self.allowed_roots is not None:
-            roots = self.allowed_roots
-            if isinstance(roots, (str, bytes)) or not all(
-                isinstance(r, str) and r.strip() for r in roots
-            ):
-                raise ConfigError(
-                    f"[server] allowed_roots={roots!r} is not accepted; use a list of "
-                    "directories or URL prefixes"
-                )
-            set_(self, "allowed_roots", tuple(roots))
+            set_(self, "allowed_roots", parse_roots(self.allowed_roots, "[server] allowed_roots"))
         running = self.max_running_queries
         if isinstance(running, bool) or not isinstance(running, int) or running < 1:
             raise ConfigError(

@@ -2,17 +2,19 @@
 
 Checks, in order: the ticket's size (``max_ticket_bytes``), its JSON and the
 query's fields (the service's own parser, so the messages are the CLI's),
-the device envelope, then ``allowed_roots``. Every refusal is a
-:class:`ConfigError` naming what to change. Pure functions; thread-safe.
+the device envelope, then the named source against ``allowed_roots`` (the
+service checks every object the source expands to again when it lists it:
+``ServiceConfig.allowed_roots``). Every refusal is a :class:`ConfigError`
+naming what to change. Pure functions; thread-safe.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from nexus_cache._roots import location_allowed as source_allowed
 from nexus_cache._sizes import format_size
 from nexus_cache.errors import ConfigError
 from nexus_cache.service.queries import GraphQuery, Query, query_from_dict
@@ -32,7 +34,7 @@ def parse_ticket(
         )
     try:
         data: Any = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, an integer of too many digits
         raise ConfigError(f"query JSON is malformed: {exc}") from None
     except RecursionError:
         raise ConfigError(
@@ -61,32 +63,3 @@ def parse_ticket(
             f"({', '.join(allowed_roots)}); name a source under one of them"
         )
     return query, device
-
-
-def _normal(location: str) -> tuple[str, str]:
-    """``(scheme, path)``: local paths resolved (symlinks, ``..``), URLs as written."""
-    text = location.strip()
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    elif "://" in text or "::" in text:
-        scheme, _, rest = text.partition("://")
-        return scheme.lower(), rest.rstrip("/")
-    return "file", os.path.realpath(os.path.expanduser(text))
-
-
-def source_allowed(source: str, roots: Sequence[str]) -> bool:
-    """True when ``source`` is one of ``roots`` or lies under one.
-
-    Local paths compare after resolving symlinks and ``..``, so a link inside
-    a root that points outside it is refused; URLs compare by prefix at a
-    ``/`` boundary (``s3://bucket/data`` allows ``s3://bucket/data/x``, not
-    ``s3://bucket/database``).
-    """
-    scheme, path = _normal(source)
-    for root in roots:
-        root_scheme, root_path = _normal(root)
-        if scheme != root_scheme:
-            continue
-        if path == root_path or path.startswith(root_path.rstrip("/") + "/"):
-            return True
-    return False

@@ -79,9 +79,19 @@ def split_diagnostics(table: pa.Table) -> tuple[pa.Table, dict[str, Any]]:
     return table.replace_schema_metadata(metadata or None), document
 
 
+#: longest error message sent: gRPC refuses a call whose error metadata (the
+#: message, and ``extra_info`` holding it again) passes 8 to 16 KiB, and a
+#: message can quote a ticket's strings (up to ``max_ticket_bytes``)
+MAX_ERROR_CHARS = 2000
+
+
 def encode_error(exc: BaseException) -> tuple[str, bytes]:
-    """``(one-line message, extra_info)`` for a Flight error raised from ``exc``."""
+    """``(one-line message, extra_info)`` for a Flight error raised from ``exc``;
+    a message over :data:`MAX_ERROR_CHARS` is cut, saying so."""
     message = " ".join(str(exc).split()) or type(exc).__name__
+    if len(message) > MAX_ERROR_CHARS:
+        cut = len(message) - MAX_ERROR_CHARS
+        message = f"{message[:MAX_ERROR_CHARS]}... ({cut} more characters cut)"
     name = type(exc).__name__
     info = json.dumps({"error": name, "message": message}).encode()
     return message, info

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -75,10 +75,12 @@ def plan_attempt(
     min_grant: int,
     floor: int = 0,
     storage_options: Mapping[str, Any] | None = None,
+    allowed_roots: Sequence[str] | None = None,
 ) -> AttemptPlan:
     """Plan ``query`` now; the grant is admission's estimate
-    (:func:`~nexus_cache.service.admission.estimate_grant`), at least ``floor``."""
-    source = plan_source(cache, _scan_of(query).source, storage_options)
+    (:func:`~nexus_cache.service.admission.estimate_grant`), at least ``floor``.
+    With ``allowed_roots``, the source and every object it lists must lie under one."""
+    source = plan_source(cache, _scan_of(query).source, storage_options, allowed_roots)
     nbytes = estimate_grant(query, source, expansion=expansion, min_grant=min_grant, floor=floor)
     return AttemptPlan(query, source, nbytes)
 

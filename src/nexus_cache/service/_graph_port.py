@@ -68,6 +68,7 @@ NOT_APPLICABLE = GraphOutcome("not_applicable")
 def graph_options(query: GraphQuery) -> GraphOptions:
     """The construction contract of ``query``'s graph (part of its cache key): the
     orientation and duplicate rule its algorithm's spec names."""
+    assert query.directed is not None  # resolved to the algorithm's default at construction
     return get_spec(query.algorithm).options(
         query.directed, weight_dtype="float64", vertex_dtype="int32"
     )

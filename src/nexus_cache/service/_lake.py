@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nexus_cache._roots import check_listed
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import (
     BackendUnavailableError,
@@ -204,11 +205,24 @@ def _hidden(relative: str) -> bool:
 
 
 def plan_source(
-    cache: LakehouseCache, source: str, storage_options: Mapping[str, Any] | None = None
+    cache: LakehouseCache,
+    source: str,
+    storage_options: Mapping[str, Any] | None = None,
+    allowed_roots: Sequence[str] | None = None,
 ) -> SourcePlan:
     """One lakehouse plan per Parquet object of ``source`` (a file or a directory);
-    ``storage_options`` go to fsspec for a remote URL."""
+    ``storage_options`` go to fsspec for a remote URL.
+
+    With ``allowed_roots``, the source and every object its listing found must
+    lie under one of them (local objects after resolving symlinks and ``..``):
+    :class:`ConfigError` naming the first one outside, before anything is read.
+    """
+    if allowed_roots is not None:
+        check_listed(source, (), allowed_roots)  # the source itself, before it is listed
     fs, names = _list_objects(source, storage_options)
+    if allowed_roots is not None:
+        listed = names if fs is None else [fs.unstrip_protocol(name) for name in names]
+        check_listed(source, listed, allowed_roots)
     plans = tuple(
         cache.plan(name, fs=fs) if fs is not None else cache.plan(name) for name in names
     )
@@ -280,7 +294,13 @@ def _execute(
 
 
 def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: SourcePlan) -> dict:
-    """One status for a source: the reads' statuses when it was read, else the plans'."""
+    """One status for a source: the reads' statuses when it was read, else the plans'.
+
+    A query that read nothing (the decoded-source cache served it) made no
+    copy: a planned miss is reported as ``miss-followed`` (another query's
+    read, which it waited for or came after, made the copy), so that the
+    ``miss`` count is the copies made.
+    """
     if diagnostics:
         reasons = sorted({d.reason for d in diagnostics if d.reason})
         statuses = [d.cache_status.value for d in diagnostics]
@@ -289,7 +309,7 @@ def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: Sourc
         read = True
     else:
         reasons = sorted({p.reason for p in plan.plans if p.reason})
-        statuses = [p.status.value for p in plan.plans]
+        statuses = [_not_read(p.status).value for p in plan.plans]
         modes = ["not_read"] * len(plan.plans)
         fills = ["none"] * len(plan.plans)
         read = False
@@ -301,6 +321,10 @@ def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: Sourc
         "objects": len(plan.plans),
         "read": read,
     }
+
+
+def _not_read(planned: CacheStatus) -> CacheStatus:
+    return CacheStatus.MISS_FOLLOWED if planned is CacheStatus.MISS else planned
 
 
 def _one(values: Sequence[str]) -> str:

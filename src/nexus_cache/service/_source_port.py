@@ -155,6 +155,7 @@ class SourcePort:
                     columns=tuple(columns or ()),
                     batch_rows=batch_rows,
                     decode_options=(_DECODER, ("all_columns", columns is None)),
+                    location=read_plan.source,
                 )
                 checkout = self._one(subdomain, key, domain, read_plan, decode, stop)
                 load.checkouts.append(checkout)

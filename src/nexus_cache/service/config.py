@@ -47,6 +47,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache._roots import parse_roots
 from nexus_cache._sizes import parse_size
 from nexus_cache.backends import BACKEND_NAMES, ENV_DEVICE_BACKEND
 from nexus_cache.errors import ConfigError
@@ -194,9 +195,15 @@ class ServiceConfig:
     min_grant_bytes: int = 1 << 20
     #: fsspec options for remote sources (e.g. ``{"client_kwargs": {"endpoint_url": ...}}``)
     storage_options: Mapping[str, Any] | None = None
+    #: the only directories and URL prefixes a query may read (None: anything);
+    #: every object a source expands to is checked (``nexus-cache serve`` sets
+    #: it from ``[server] allowed_roots``)
+    allowed_roots: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        if self.allowed_roots is not None:
+            set_(self, "allowed_roots", parse_roots(self.allowed_roots, "allowed_roots"))
         if self.storage_options is not None:
             if not isinstance(self.storage_options, Mapping):
                 raise ConfigError(
@@ -340,6 +347,7 @@ class ServiceConfig:
             "storage_options": None
             if self.storage_options is None
             else sorted(self.storage_options),
+            "allowed_roots": None if self.allowed_roots is None else list(self.allowed_roots),
         }
 
 

@@ -153,8 +153,8 @@ class DemoReport:
 
 def demo_queries(edges: str, facts: str, start_vertex: int) -> list[tuple[str, Query]]:
     """The query mix, in run order: a scan, a count, and each algorithm whose spec
-    is marked for the demo (directed as its spec says; a vertex it requires is
-    ``start_vertex``)."""
+    is marked for the demo (directed or not as its spec says by default; a vertex
+    it requires is ``start_vertex``)."""
     edge_scan = Scan(edges, columns=("src", "dst"))
     mix: list[tuple[str, Query]] = [
         ("scan", Scan(facts, columns=("order_id", "amount", "region"))),
@@ -162,13 +162,8 @@ def demo_queries(edges: str, facts: str, start_vertex: int) -> list[tuple[str, Q
     ]
     for spec in ALGORITHMS.values():
         if spec.demo:
-            params = {
-                p.name: start_vertex for p in spec.params if p.required and p.kind == "vertex"
-            }
-            query = GraphQuery(
-                edge_scan, "src", "dst", spec.name, directed=spec.directed, params=params
-            )
-            mix.append((spec.name, query))
+            params = spec.sample_params(start_vertex)
+            mix.append((spec.name, GraphQuery(edge_scan, "src", "dst", spec.name, params=params)))
     return mix
 
 

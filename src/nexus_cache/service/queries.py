@@ -51,6 +51,9 @@ def _text(name: str, value: Any) -> str:
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}={value!r} is not accepted; use a non-empty string")
+    if "\x00" in value:
+        # no path, URL or column name holds one; the OS refuses it deep inside
+        raise ConfigError(f"{name}={value!r} holds a NUL byte (\\x00); remove it")
     return value
 
 
@@ -133,7 +136,12 @@ class GraphQuery:
     """Run ``algorithm`` on the edge list ``edges`` reads.
 
     ``src``/``dst`` name the endpoint columns (integer vertex ids), ``weight``
-    an optional weight column. ``directed=False`` symmetrizes the edges.
+    an optional weight column. ``directed=False`` symmetrizes the edges;
+    ``directed=None`` (the default) takes the algorithm's default from its
+    spec (:attr:`~nexus_cache.graph.registry.AlgorithmSpec.directed`:
+    directed for PageRank, BFS and degree, undirected for the similarities
+    and triangles), resolved here, so ``directed`` always reads as a bool and
+    the query's JSON and cache key are the same however it was given.
     ``params`` are the algorithm's (:data:`ALGORITHMS`); missing ones take
     their defaults, BFS needs ``source``. Immutable and hashable.
     """
@@ -143,7 +151,7 @@ class GraphQuery:
     dst: str
     algorithm: str
     weight: str | None = None
-    directed: bool = True
+    directed: bool | None = None
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -176,8 +184,13 @@ class GraphQuery:
                     f"GraphQuery.edges.columns={list(self.edges.columns)} leaves out {missing}; "
                     "add them, or leave columns out to read every column"
                 )
+        if self.directed is None:
+            object.__setattr__(self, "directed", _SPECS[algorithm].directed)
         if not isinstance(self.directed, bool):
-            raise ConfigError(f"GraphQuery.directed={self.directed!r} is not accepted; use a bool")
+            raise ConfigError(
+                f"GraphQuery.directed={self.directed!r} is not accepted; use a bool, or None "
+                "(leave it out) for the algorithm's default"
+            )
         if self.directed and _SPECS[algorithm].undirected_only:
             raise ConfigError(
                 f"GraphQuery.directed=True is not accepted for {algorithm}, which needs an "

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import threading
 import time
 import uuid
@@ -83,6 +84,8 @@ from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 __all__ = ["QueryService"]
 
 _TRANSIENT = (StalePlanError, GrantExhaustedError)
+# a caller's query id: it names evidence files, so nothing a path could misread
+_QUERY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclasses.dataclass
@@ -218,6 +221,7 @@ class QueryService:
             expansion=cfg.grant_expansion,
             min_grant=cfg.min_grant_bytes,
             storage_options=cfg.storage_options,
+            allowed_roots=cfg.allowed_roots,
         )
         return {**plan.to_dict(), "parquet_bytes": plan.source.total_bytes}
 
@@ -229,6 +233,7 @@ class QueryService:
         *,
         device: int | None = None,
         cancel: threading.Event | None = None,
+        query_id: str | None = None,
     ) -> QueryResult:
         """Run ``query`` (an object, its ``to_dict()`` form or JSON text).
 
@@ -244,6 +249,10 @@ class QueryService:
         :class:`QueryCancelledError`, having released its grant, its place in
         the queue and every pin; the admission log and the attempt's evidence
         say ``cancelled``. A query that already finished returns its result.
+
+        ``query_id``: the id its diagnostics, evidence and messages use (letters,
+        digits, ``-`` and ``_``, at most 64); default: a fresh random one. A caller
+        that must name the query whatever happens (the server's log) gives its own.
 
         Raises :class:`AdmissionError` when a grant cannot be admitted in time,
         the last transient error after ``max_attempts`` attempts, and any
@@ -262,9 +271,17 @@ class QueryService:
             )
         if cancel is not None and not isinstance(cancel, threading.Event):
             raise ConfigError(f"cancel={cancel!r} is not accepted; use a threading.Event or None")
+        if query_id is not None and (
+            not isinstance(query_id, str) or not _QUERY_ID.fullmatch(query_id)
+        ):
+            raise ConfigError(
+                f"query_id={query_id!r} is not accepted; use 1 to 64 letters, digits, '-' or '_'"
+            )
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
-        run = _QueryRun(query, uuid.uuid4().hex[:16], device, cancel, time.perf_counter())
+        run = _QueryRun(
+            query, query_id or uuid.uuid4().hex[:16], device, cancel, time.perf_counter()
+        )
         floor = 0
         for number in range(1, self.config.max_attempts + 1):
             check_cancelled(cancel, run.query_id, "before its next attempt")
@@ -288,6 +305,7 @@ class QueryService:
             min_grant=cfg.min_grant_bytes,
             floor=floor,
             storage_options=cfg.storage_options,
+            allowed_roots=cfg.allowed_roots,
         )
         timings["plan_s"] = time.perf_counter() - t0
         if self._on_planned is not None:

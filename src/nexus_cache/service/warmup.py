@@ -13,11 +13,19 @@ algorithm (:data:`nexus_cache.graph.registry.ALGORITHMS`) directed and
 undirected, weighted, with dense and with sparse vertex ids, int64 and int32
 columns (see :func:`_graph_runs`).
 
+On CUDA it then runs every algorithm once more on an R-MAT graph of about a
+million edges (:func:`_warm_large`), for CuPy's launch shapes of real sizes.
+A vertex an algorithm needs (BFS's source) is always taken from the edge
+table at hand: the source of its first edge.
+
 Nothing of it is cached or charged: the table never passes through the
-lakehouse, the source or the graph cache, no ledger grant is taken, and the
-few KiB it allocates live in the work domain the caller lends and are freed
-before it returns (on every exception too). On the host backend the same
-paths run on NumPy (no compile), in milliseconds.
+lakehouse, the source or the graph cache, no ledger grant is taken, and what
+it allocates lives in the work domain the caller lends and is freed before
+it returns. A step that fails frees its arrays before the exception leaves
+(the frames of the failed step, which its traceback would keep alive, are
+cleared), so the caller finds the domain as it lent it and may close it.
+On the host backend the same paths run on NumPy (no compile), in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import contextlib
 import dataclasses
 import functools
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -37,7 +46,7 @@ from nexus_cache.backends import AllocationDomain, DeviceBackend
 from nexus_cache.device import plan_graph_run, run_graph
 from nexus_cache.frames import DeviceFrame, decode_parquet, preload_decode_kernels
 from nexus_cache.graph import KernelLoad, preload_kernels
-from nexus_cache.graph.registry import ALGORITHMS
+from nexus_cache.graph.registry import ALGORITHMS, AlgorithmSpec
 from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options
 from nexus_cache.service.datagen import rmat_edges
 from nexus_cache.service.queries import GraphQuery, Scan
@@ -92,12 +101,12 @@ class WarmUpReport:
 
 
 @functools.cache
-def _parquet() -> bytes:
-    """The built-in table as Parquet bytes: edges and every kind of column a frame holds."""
+def _table() -> pa.Table:
+    """The built-in table: edges and every kind of column a frame holds."""
     src = [0, 1] + [2] * _LEAVES + [3, 4, 3, 3, 6]
     dst = [1, 2, *range(3, 3 + _LEAVES), 4, 5, 5, 4, 6]
     n = len(src)
-    table = pa.table(
+    return pa.table(
         {
             "src": pa.array(src, pa.int64()),
             "dst": pa.array(dst, pa.int64()),
@@ -114,9 +123,22 @@ def _parquet() -> bytes:
             "day": pa.array(np.arange(n, dtype=np.int32), pa.int32()).cast(pa.date32()),
         }
     )
+
+
+@functools.cache
+def _parquet() -> bytes:
+    """The built-in table as Parquet bytes, in two row groups."""
+    table = _table()
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=n // 2 + 1)  # two row groups
+    pq.write_table(table, sink, row_group_size=table.num_rows // 2 + 1)
     return bytes(sink.getvalue())
+
+
+def _sample_params(spec: AlgorithmSpec, edges: pa.Table, src: str) -> dict[str, Any]:
+    """Parameters that run ``spec`` on the graph of ``edges``: a vertex it requires is
+    the ``src`` end of the first edge, so it is a vertex of that graph whatever
+    the labels are (R-MAT's are a random permutation)."""
+    return spec.sample_params(int(edges.column(src)[0].as_py()))
 
 
 def _graph_runs() -> Iterator[tuple[str, GraphQuery]]:
@@ -127,12 +149,13 @@ def _graph_runs() -> Iterator[tuple[str, GraphQuery]]:
     of a sparse id), int32 columns when it scores pairs (the intersection's index
     types)."""
     edges = Scan("warm-up")  # never read: the frame comes from the built-in table
+    table = _table()
     for directed in (True, False):
         kind = "directed" if directed else "undirected"
         for spec in ALGORITHMS.values():
             if directed and spec.undirected_only:
                 continue
-            params = spec.sample_params(0)
+            params = _sample_params(spec, table, "src")
             name = spec.name
             yield (
                 f"{name} ({kind})",
@@ -149,7 +172,12 @@ def _graph_runs() -> Iterator[tuple[str, GraphQuery]]:
                 yield (
                     f"{name} ({kind}, sparse ids)",
                     GraphQuery(
-                        edges, "sparse_src", "sparse_dst", name, directed=directed, params=params
+                        edges,
+                        "sparse_src",
+                        "sparse_dst",
+                        name,
+                        directed=directed,
+                        params=_sample_params(spec, table, "sparse_src"),
                     ),
                 )
             if spec.rows == "pair":
@@ -181,12 +209,22 @@ def _run_graph(query: GraphQuery, frame: DeviceFrame, xp: Any) -> None:
 _LARGE_SCALE = 16
 
 
-def _warm_large(backend: DeviceBackend, domain: AllocationDomain) -> None:
-    """Each registered algorithm once, directed and undirected, on an R-MAT graph
-    of scale :data:`_LARGE_SCALE` (CUDA only; the host compiles nothing per size)."""
+def _large_scale(backend: DeviceBackend) -> int | None:
+    """The R-MAT scale of the large-graph step on ``backend``; None: no such step.
+
+    CUDA only: the host compiles nothing per size. Tests replace this hook to run
+    the step's logic on the host backend at a small scale."""
+    return _LARGE_SCALE if backend.kind.cuda_kernels else None
+
+
+def _warm_large(backend: DeviceBackend, domain: AllocationDomain, scale: int) -> tuple[str, ...]:
+    """Each registered algorithm once, directed (unless it takes undirected graphs
+    only) and undirected, on an R-MAT graph of ``scale``; returns what ran."""
+    table = rmat_edges(scale)
     sink = pa.BufferOutputStream()
-    pq.write_table(rmat_edges(_LARGE_SCALE), sink)
+    pq.write_table(table, sink)
     frame = decode_parquet(pa.BufferReader(sink.getvalue()), domain=domain)
+    ran = []
     try:
         edges = Scan("warm-up")
         for directed in (True, False):
@@ -199,11 +237,13 @@ def _warm_large(backend: DeviceBackend, domain: AllocationDomain) -> None:
                     "dst",
                     spec.name,
                     directed=directed,
-                    params=spec.sample_params(0),
+                    params=_sample_params(spec, table, "src"),
                 )
                 _run_graph(query, frame, backend.xp)
+                ran.append(f"{spec.name} ({'directed' if directed else 'undirected'})")
     finally:
         frame.release()
+    return tuple(ran)
 
 
 def _copy_like_a_hit(frame: DeviceFrame, domain: AllocationDomain) -> None:
@@ -218,6 +258,32 @@ def warm_up_device(
 
     Everything allocated is released before this returns, on every exception too.
     """
+    try:
+        return _warm_up_device(backend, device_id, domain)
+    except BaseException as exc:
+        _drop_locals(exc)
+        raise
+
+
+def _drop_locals(exc: BaseException) -> None:
+    """Clear the finished frames of ``exc``'s tracebacks (its cause and context
+    too): their locals (the failed step's graph, edge arrays, a half-made copy)
+    would otherwise keep their bytes in the domain for as long as the exception
+    is held, e.g. while the caller closes the domain. Line numbers stay."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)  # skips frames still running
+        pending.extend((current.__cause__, current.__context__))
+
+
+def _warm_up_device(
+    backend: DeviceBackend, device_id: int, domain: AllocationDomain
+) -> DeviceWarmUp:
     started = time.perf_counter()
     steps: list[str] = []
     kernels: list[KernelLoad] = []
@@ -242,9 +308,10 @@ def warm_up_device(
                 steps.append(label)
         finally:
             frame.release()
-        if backend.kind.cuda_kernels:
-            _warm_large(backend, domain)
-            steps.append(f"graph algorithms at scale {_LARGE_SCALE}")
+        scale = _large_scale(backend)
+        if scale is not None:
+            _warm_large(backend, domain, scale)
+            steps.append(f"graph algorithms at scale {scale}")
         # the device work ran (asynchronously on CUDA): its time is counted here
         backend.synchronize(device_id)
     return DeviceWarmUp(device_id, time.perf_counter() - started, tuple(steps), tuple(kernels))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -30,8 +31,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from nexus_cache.frames.gpudecode._inflated import inflated_size
 from nexus_cache.frames.gpudecode.kernels import kernel_source
-from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
+from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT, NvcompRefused, refuse_wrong_sizes
 
 #: reads back from the "device" so far (each ``get``: one copy, one wait)
 READS = [0]
@@ -45,13 +47,23 @@ def decompress_like_nvcomp(
     heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None
 ) -> None:
     """nvCOMP's batched decompression of ``jobs`` within ``heap``, by PyArrow
-    (each input and output at nvCOMP's alignment, as the heap layout places it)."""
+    (each input and output at nvCOMP's alignment, as the heap layout places it):
+    a stream the codec refuses raises NvcompRefused, as nvCOMP's error does, and
+    the size each page really decompressed to (what nvCOMP reports) is checked
+    against its header's as ``nvcomp.decompress_batch`` checks nvCOMP's."""
+    sizes = []
     for source, size, out, want in jobs:
         assert source % ALIGNMENT == 0
         assert out % ALIGNMENT == 0
         codec = PYARROW_CODEC[algorithm]
-        got = pa.decompress(bytes(heap[source : source + size]), want, codec=codec)
+        stream = bytes(heap[source : source + size])
+        try:
+            got = pa.decompress(stream, want, codec=codec)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise NvcompRefused(f"{where}: {algorithm} pages failed ({exc})") from exc
         heap[out : out + want] = np.frombuffer(got.to_pybytes(), np.uint8)
+        sizes.append(inflated_size(memoryview(stream), want, codec))
+    refuse_wrong_sizes(algorithm, jobs, sizes, where)
 
 
 class Array(np.ndarray):
@@ -62,8 +74,20 @@ class Array(np.ndarray):
         return np.asarray(self).copy()
 
 
+#: the domains whose scope is entered, innermost last (they charge what is made)
+_SCOPES: list[Domain] = []
+
+
 def _wrap(a: Any) -> Array:
-    return np.asarray(a).view(Array)
+    """A new device array of ``a``'s values: an allocation of its own (its views
+    keep it alive, as a CuPy array's keep its memory), charged to the domain
+    whose scope is entered."""
+    values = np.asarray(a)
+    out = Array(values.shape, values.dtype)
+    out[...] = values
+    if _SCOPES:
+        _SCOPES[-1].charge(out)
+    return out
 
 
 fake_cupy = SimpleNamespace(
@@ -80,14 +104,31 @@ fake_cupy = SimpleNamespace(
 
 class Domain:
     """What the device decoder and the column assembly ask of an allocation
-    domain, on the emulated device (``limit_bytes``: the domain's limit)."""
+    domain, on the emulated device (``limit_bytes``: the domain's limit).
+    Every array the emulated CuPy makes inside :meth:`scope` is charged until
+    the last reference to it (or a view of it) goes: :meth:`used_bytes`."""
 
     def __init__(self, limit_bytes: int | None = None) -> None:
         self.limit_bytes = limit_bytes
+        self._used = 0
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
-        yield
+        _SCOPES.append(self)
+        try:
+            yield
+        finally:
+            _SCOPES.pop()
+
+    def charge(self, array: Array) -> None:
+        self._used += array.nbytes
+        weakref.finalize(array, self._free, array.nbytes)
+
+    def _free(self, nbytes: int) -> None:
+        self._used -= nbytes
+
+    def used_bytes(self) -> int:
+        return self._used
 
     def empty(self, n: int, dtype: Any) -> Any:
         return fake_cupy.zeros(n, dtype)
@@ -131,16 +172,29 @@ def hybrid_runs(
                 shift += 7
             if not ok:
                 break
+            if header >> 32:
+                ok = False
+                break
             if header & 1:
-                length = (header >> 1) * 8
-                take = min(length, want - done)
-                if pos + (take * bw + 7) // 8 > e:
+                groups = header >> 1
+                if groups == 0 or groups > ((1 << 31) - 1) // 8:
                     ok = False
                     break
+                size, length = groups * bw, groups * 8
+                if size > e - pos:
+                    size = e - pos
+                    length = size * 8 // bw
+                    if length <= (groups - 1) * 8:
+                        ok = False
+                        break
+                take = min(length, want - done)
                 run = (done, 1, pos)
-                pos += (length * bw + 7) // 8
+                pos += size
             else:
                 length = header >> 1
+                if length == 0:
+                    ok = False
+                    break
                 take = min(length, want - done)
                 if pos + value_bytes > e:
                     ok = False

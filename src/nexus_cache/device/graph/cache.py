@@ -41,13 +41,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from nexus_cache.device.graph.key import GraphPlan, GraphUncachedReason, ResidentGraphKey
 from nexus_cache.device.residency import PinHandle, ResidentEntry
-from nexus_cache.device.subdomain import CacheSubdomain
+from nexus_cache.device.subdomain import CacheSubdomain, EntryView
 from nexus_cache.errors import (
     AdmissionClosedError,
     CapacityError,
@@ -146,6 +146,8 @@ class GraphCacheSubdomain(CacheSubdomain):
         self._uncached_counts: dict[str, int] = {}
         self._retired = 0
         self._retired_bytes = 0
+        # key -> (vertices, input edges) of the graphs built, for entries()
+        self._shapes: dict[Hashable, tuple[int, int]] = {}
 
     def graph_stats(self) -> GraphCacheStats:
         with self._lock:
@@ -157,6 +159,21 @@ class GraphCacheSubdomain(CacheSubdomain):
                 self._retired,
                 self._retired_bytes,
             )
+
+    def entries(self) -> list[EntryView]:
+        """The parked graphs, most recently used first; ``detail`` holds their
+        ``vertices`` and ``edges`` (input edges)."""
+        views = super().entries()
+        with self._lock:
+            live = {view.key for view in views}
+            for key in [k for k in self._shapes if k not in live]:
+                del self._shapes[key]
+            shapes = dict(self._shapes)
+        out = []
+        for view in views:
+            vertices, edges = shapes.get(view.key, (None, None))
+            out.append(replace(view, detail={"vertices": vertices, "edges": edges}))
+        return out
 
     # -- the front door ------------------------------------------------------------------
 
@@ -272,6 +289,8 @@ class GraphCacheSubdomain(CacheSubdomain):
                     parked = built.copy_into(domain)
                     del built
                 entry.attach(parked, parked.device_arrays())
+                with self._lock:
+                    self._shapes[plan.key] = (parked.n_vertices, int(parked.input_edges))
                 del parked
                 domain.release_unused()  # the build's transient blocks go back to the device
                 with self._lock:

@@ -88,6 +88,9 @@ class SourceFrameKey:
     exact_order_scope: bool = field(default=False, compare=False)
     synthetic_count: bool = field(default=False, compare=False)
     empty_chunk: bool = field(default=False, compare=False)
+    #: where the source lives (a URL or path) for a status page, or None: not
+    #: part of the key's identity, its fingerprint or its repr
+    location: str | None = field(default=None, compare=False)
     fingerprint: str = field(init=False, compare=False, default="")
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +96,12 @@ class _Heap:
             # nvCOMP refused a batch: decompress on the host instead, which
             # either reads the pages or names the corrupt one
             _log.warning("%s; decompressing these pages on the host instead", exc)
-            self.data = None  # the first heap goes before the second is made
+            # The first heap goes before the second is made: its buffer is
+            # held by the refusal's frames too (the stream check's and
+            # nvCOMP's arguments), and the refusal stays alive as the context
+            # of any error the host's decompression raises next.
+            traceback.clear_frames(exc.__traceback__)
+            self.data = None
             layout = self._fill(items, transfer, where, on_device=False)
         # every chunk's v1 level lengths in one read
         wanted = [

@@ -15,8 +15,11 @@ Two steps, one-to-one with the CUDA kernels ``hybrid_runs`` and
 
 PLAIN booleans are one bit-packed run of width 1, so they use step 2 alone.
 Bounded: a stream yields at most ``count`` values and at most one run per
-byte it holds; a stream that ends before ``count`` values raises
-:class:`HybridError`. Pure NumPy, thread-safe.
+byte it holds. Refused as PyArrow refuses them (:class:`HybridError`): a
+stream that ends before ``count`` values, a run header past 32 bits, a run
+of no values, and a bit-packed run whose declared values run past the end
+of the stream (only its last group of 8 may be cut short). Pure NumPy,
+thread-safe.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import numpy as np
 __all__ = ["HybridError", "RunTable", "hybrid_expand", "hybrid_runs", "packed_run"]
 
 MAX_BIT_WIDTH = 32
+#: the most groups of 8 values one bit-packed run may declare (its values fit an int32)
+_MAX_GROUPS = ((1 << 31) - 1) // 8
 
 
 class HybridError(ValueError):
@@ -73,19 +78,31 @@ def hybrid_runs(stream: memoryview | bytes, bit_width: int, count: int) -> RunTa
     pos = done = 0
     while done < count:
         header, pos = _varint(buf, pos)
+        if header >> 32:
+            raise HybridError("a run header is wider than 32 bits")
         if header & 1:  # bit-packed: header >> 1 groups of 8 values
-            length = (header >> 1) * 8
+            groups = header >> 1
+            if not groups or groups > _MAX_GROUPS:
+                raise HybridError(f"a bit-packed run of {groups} groups of 8 values")
+            length, size = groups * 8, groups * bit_width
+            if size > len(buf) - pos:
+                # only the last group may be cut short (some writers do)
+                size = len(buf) - pos
+                length = size * 8 // bit_width
+                if length <= (groups - 1) * 8:
+                    raise HybridError(
+                        f"a bit-packed run of {groups * 8} values runs past the end of the stream"
+                    )
             take = min(length, count - done)
-            need = (take * bit_width + 7) // 8
-            if pos + need > len(buf):
-                raise HybridError("a bit-packed run runs past the end of the stream")
             if take:
                 starts.append(done)
                 packed.append(True)
                 values.append(pos)
-            pos += (length * bit_width + 7) // 8
+            pos += size
         else:  # RLE: header >> 1 repeats of one little-endian value
             length = header >> 1
+            if not length:
+                raise HybridError("an RLE run of no values")
             take = min(length, count - done)
             if pos + value_bytes > len(buf):
                 raise HybridError("an RLE run's value runs past the end of the stream")

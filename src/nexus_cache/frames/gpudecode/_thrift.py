@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "ThriftError", "read_struct"]
+__all__ = ["BOOL", "I32", "MAX_DEPTH", "STRUCT", "ThriftError", "read_struct"]
 
 #: Deepest nesting of structs, lists and maps accepted (a page header needs 3).
 MAX_DEPTH = 16
@@ -20,6 +20,10 @@ MAX_DEPTH = 16
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE = 0, 1, 2, 3, 4, 5, 6, 7
 _BINARY, _LIST, _SET, _MAP, _STRUCT = 8, 9, 10, 11, 12
 _INTEGERS = (_BYTE, _I16, _I32, _I64)
+
+#: the types a schema names a kept field by: a 32-bit integer, a boolean, a struct
+I32, BOOL, STRUCT = "i32", "bool", "struct"
+_TYPES = {I32: _I32, BOOL: _TRUE, STRUCT: _STRUCT}
 
 
 class ThriftError(ValueError):
@@ -83,6 +87,8 @@ def _value(r: _Reader, kind: int, depth: int, schema: dict[int, Any] | None) -> 
     if kind in (_LIST, _SET):
         head = r.byte()
         size, element = head >> 4, head & 0x0F
+        if element > _STRUCT:  # Thrift refuses an unknown element type, even of no elements
+            raise ThriftError(f"unknown Thrift type {element}", r.pos - 1)
         if size == 15:
             size = r.varint()
         if size > r.end - r.pos:  # each element takes at least one byte
@@ -103,9 +109,15 @@ def _value(r: _Reader, kind: int, depth: int, schema: dict[int, Any] | None) -> 
     raise ThriftError(f"unknown Thrift type {kind}", r.pos - 1)
 
 
+def _kind(want: Any) -> int:
+    """The compact type of a kept field of schema type ``want``."""
+    return _STRUCT if isinstance(want, dict) else _TYPES[want]
+
+
 def _struct(r: _Reader, depth: int, schema: dict[int, Any] | None) -> dict[int, Any]:
-    """Fields of one struct by id. ``schema`` maps the ids kept to their nested
-    schemas (None for a scalar); other fields are read past and dropped."""
+    """Fields of one struct by id. ``schema`` maps the ids kept to their type
+    (:data:`I32`, :data:`BOOL`, or a nested struct's schema, a dict); other
+    fields, and kept ones of another type, are read past and dropped."""
     fields: dict[int, Any] = {}
     last = 0
     while True:
@@ -116,12 +128,14 @@ def _struct(r: _Reader, depth: int, schema: dict[int, Any] | None) -> dict[int, 
         delta = head >> 4
         field = last + delta if delta else r.zigzag()
         last = field
+        want = schema.get(field) if schema is not None else None
         if kind in (_TRUE, _FALSE):  # a boolean field's value is its type
             value: Any = kind == _TRUE
         else:
-            nested = schema.get(field) if schema is not None else None
-            value = _value(r, kind, depth, nested)
-        if schema is not None and field in schema:
+            value = _value(r, kind, depth, want if isinstance(want, dict) else None)
+        # a field of another type than its schema's is skipped, as Thrift's
+        # generated readers do (a required one is then missing)
+        if want is not None and _kind(want) == (_TRUE if kind == _FALSE else kind):
             fields[field] = value
 
 
@@ -130,8 +144,9 @@ def read_struct(
 ) -> tuple[dict[int, Any], int]:
     """``(fields, next)``: the struct starting at ``buf[pos]`` (read no further
     than ``end``) as ``{field id: value}`` for the ids in ``schema``, and the
-    offset just past it. Integers are ints, booleans bools, kept structs dicts
-    (by their nested schema). Raises :class:`ThriftError` on malformed bytes."""
+    offset just past it (``schema``: id -> :data:`I32`, :data:`BOOL` or a nested
+    schema). Integers are ints, booleans bools, kept structs dicts (by their
+    nested schema). Raises :class:`ThriftError` on malformed bytes."""
     r = _Reader(buf, pos, min(end, len(buf)))
     fields = _struct(r, 1, schema)
     return fields, r.pos

@@ -103,9 +103,21 @@ def decode_chunks_on_device(
         except BaseException as exc:
             # The traceback keeps the frames of the decode steps, and with them
             # every device temporary they held, for as long as the caller keeps
-            # the exception: clear them so the domain gets its bytes back now.
-            traceback.clear_frames(exc.__traceback__)
+            # the exception: clear them (and those of the errors it was raised
+            # from) so the domain gets its bytes back now.
+            _clear_chain(exc)
             raise
         finally:
             if heap is not None:
                 heap.release()
+
+
+def _clear_chain(exc: BaseException) -> None:
+    """Clear the frames of ``exc``'s traceback and of every error it was raised
+    from or while handling (each seen once)."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        traceback.clear_frames(at.__traceback__)
+        at = at.__cause__ or at.__context__

@@ -53,7 +53,9 @@ _HYBRID_RUNS = r"""
 // (capacity: the stream's bytes + 1, as every run takes at least one byte).
 // Grid-stride over the streams: the launch caps its grid, and a stream past
 // the grid must still be walked. A malformed stream sets the error flag and
-// goes to the next (its run count stays 0).
+// goes to the next (its run count stays 0): a header past 32 bits, a run of
+// no values, a bit-packed run past the stream's end (beyond its last group).
+#define MAX_GROUPS 268435455LL  // (2^31 - 1) / 8: a run's values fit an int32
 extern "C" __global__ void hybrid_runs(
     const unsigned char* __restrict__ data,
     const long long* __restrict__ stream_start,
@@ -90,12 +92,21 @@ extern "C" __global__ void hybrid_runs(
                     if (!(b & 0x80)) break;
                     shift += 7;
                 }
+                if (header >> 32) goto malformed;  // run headers are 32-bit
                 long long length, take;
                 if (header & 1) {
-                    length = (long long)(header >> 1) * 8;
+                    // header >> 1 groups of 8 values, every group inside the
+                    // stream but the last, which may be cut short
+                    const long long groups = (long long)(header >> 1);
+                    if (groups == 0 || groups > MAX_GROUPS) goto malformed;
+                    long long size = groups * bw;
+                    length = groups * 8;
+                    if (size > end - pos) {
+                        size = end - pos;
+                        length = size * 8 / bw;
+                        if (length <= (groups - 1) * 8) goto malformed;
+                    }
                     take = length < want - done ? length : want - done;
-                    long long need = (take * bw + 7) / 8;
-                    if (pos + need > end) goto malformed;
                     if (take) {
                         if (runs >= capacity) goto malformed;
                         run_start[base + runs] = done;
@@ -103,9 +114,10 @@ extern "C" __global__ void hybrid_runs(
                         run_value[base + runs] = pos;
                         ++runs;
                     }
-                    pos += (length * bw + 7) / 8;
+                    pos += size;
                 } else {
                     length = (long long)(header >> 1);
+                    if (length == 0) goto malformed;  // a run of no values
                     take = length < want - done ? length : want - done;
                     if (pos + value_bytes > end) goto malformed;
                     unsigned long long value = 0;

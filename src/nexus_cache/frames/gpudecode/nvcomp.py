@@ -43,6 +43,7 @@ __all__ = [
     "decompress_batch",
     "device_algorithm",
     "nvcomp_module",
+    "refuse_wrong_sizes",
 ]
 
 
@@ -137,6 +138,18 @@ def decompress_batch(
             f"({' '.join(str(exc).split())}): the pages are corrupt, or the device ran "
             "out of memory for nvCOMP's scratch space"
         ) from exc
+    refuse_wrong_sizes(algorithm, jobs, sizes, where)
+
+
+def refuse_wrong_sizes(
+    algorithm: str,
+    jobs: Sequence[tuple[int, int, int, int]],
+    sizes: Sequence[int],
+    where: str,
+) -> None:
+    """Raise :class:`NvcompRefused` naming ``where`` when a page of ``jobs``
+    decompressed to another size (``sizes``: what the decompressor reports it
+    wrote, one per job) than its header says (the job's out size)."""
     for (_, _, _, want), got in zip(jobs, sizes, strict=True):
         if got != want:
             raise NvcompRefused(

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.errors import SourceFormatError
-from nexus_cache.frames.gpudecode._thrift import ThriftError, read_struct
+from nexus_cache.frames.gpudecode._thrift import BOOL, I32, ThriftError, read_struct
 
 __all__ = [
     "ChunkSpec",
@@ -63,10 +63,11 @@ def encoding_name(value: int) -> str:
 
 
 # Field ids of parquet.thrift's PageHeader and the nested headers we read.
-_DATA_V1 = {1: None, 2: None, 3: None, 4: None}
-_DICT = {1: None, 2: None}
-_DATA_V2 = {1: None, 2: None, 3: None, 4: None, 5: None, 6: None, 7: None}
-_HEADER = {1: None, 2: None, 3: None, 5: _DATA_V1, 7: _DICT, 8: _DATA_V2}
+# A field of another type than parquet.thrift's is skipped (Thrift does so).
+_DATA_V1 = {1: I32, 2: I32, 3: I32, 4: I32}
+_DICT = {1: I32, 2: I32}
+_DATA_V2 = {1: I32, 2: I32, 3: I32, 4: I32, 5: I32, 6: I32, 7: BOOL}
+_HEADER = {1: I32, 2: I32, 3: I32, 5: _DATA_V1, 7: _DICT, 8: _DATA_V2}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ It runs the same steps, on the same layouts, as the CUDA kernels of
 
 1. **Decompress** every page (pyarrow's codecs here, nvCOMP on the GPU):
    for a v1 data page the whole page, for a v2 data page only its values
-   (its levels are stored uncompressed). The values of all pages, the
+   (its levels are stored uncompressed), each to exactly the size its
+   header says, as the codec itself counts it (:mod:`._inflated`). The values of all pages, the
    dictionary first, form one buffer (the *heap*), each page at its base.
 2. **Levels** (``hybrid_runs`` + ``hybrid_expand``): each data page's
    definition levels become one validity flag per row.
@@ -45,6 +46,7 @@ from nexus_cache.frames.gpudecode._hybrid import (
     hybrid_runs,
     packed_run,
 )
+from nexus_cache.frames.gpudecode._inflated import inflated_size
 from nexus_cache.frames.gpudecode.pages import (
     ChunkSpec,
     Encoding,
@@ -77,12 +79,18 @@ def decompress_section(data: memoryview, size: int, codec: str | None) -> bytes:
         if len(data) != size:
             raise _Bad(f"an uncompressed page holds {len(data)} bytes, its header says {size}")
         return bytes(data)
+    if size == 0:  # nothing to inflate: PyArrow's reader does not read the stream either
+        return b""
     try:
         out = pa.decompress(data, decompressed_size=size, codec=codec, asbytes=True)
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise _Bad(f"{codec} decompression failed ({' '.join(str(exc).split())})") from exc
-    if len(out) != size:
-        raise _Bad(f"{codec} data decompressed to {len(out)} bytes, the header says {size}")
+    # pa.decompress returns ``size`` bytes however many the codec wrote: the
+    # stream's own size is what must match the header
+    got = inflated_size(memoryview(data).cast("B"), size, codec)
+    if got != size:
+        got_text = f"{got} bytes" if got >= 0 else "fewer bytes"
+        raise _Bad(f"{codec} data decompressed to {got_text}, the header says {size}")
     return bytes(out)
 
 

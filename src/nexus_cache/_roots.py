@@ -1,0 +1,103 @@
+"""``allowed_roots``: the only directories and URL prefixes a query may read.
+
+One rule for every front end (the server's ticket check, and the service's
+check of every object a source expands to): a local location is compared
+after resolving symlinks and ``..`` (``file://`` and ``local://`` are local
+paths), a URL by prefix at a ``/`` boundary, its scheme case-insensitive; a
+URL with a ``.`` or ``..`` segment is never allowed (a store may resolve it).
+Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from nexus_cache.errors import ConfigError
+
+__all__ = ["check_listed", "location_allowed", "parse_roots"]
+
+#: fsspec protocols of the local filesystem
+_LOCAL_SCHEMES = ("file", "local")
+
+
+def parse_roots(value: Any, name: str) -> tuple[str, ...]:
+    """``value`` (a list of directories or URL prefixes) as a tuple; ConfigError names ``name``."""
+    if (
+        isinstance(value, (str, bytes))
+        or not isinstance(value, Iterable)
+        or not all(isinstance(r, str) and r.strip() and "\x00" not in r for r in value)
+    ):
+        raise ConfigError(
+            f"{name}={value!r} is not accepted; use a list of directories or URL prefixes"
+        )
+    return tuple(value)
+
+
+def _normal(location: str) -> tuple[str, str] | None:
+    """``(scheme, path)``: local paths resolved (symlinks, ``..``), URLs as written;
+    None for a location no path can be made of (a NUL byte, an unencodable name)."""
+    text = location.strip()
+    scheme, sep, rest = text.partition("://")
+    if sep and "::" not in scheme and scheme.lower() in _LOCAL_SCHEMES:
+        text = rest
+    elif sep or "::" in text:
+        if not sep:  # a chained URL without '://': its whole text is its scheme
+            return text.lower(), ""
+        parts = rest.split("/")
+        if "." in parts or ".." in parts:
+            return None
+        return scheme.lower(), rest.rstrip("/")
+    try:
+        return "file", os.path.realpath(os.path.expanduser(text))
+    except ValueError:  # an embedded NUL, a lone surrogate
+        return None
+
+
+def location_allowed(location: str, roots: Sequence[str]) -> bool:
+    """True when ``location`` is one of ``roots`` or lies under one.
+
+    Local paths compare after resolving symlinks and ``..``, so a link inside
+    a root that points outside it is refused; URLs compare by prefix at a
+    ``/`` boundary (``s3://bucket/data`` allows ``s3://bucket/data/x``, not
+    ``s3://bucket/database``).
+    """
+    found = _normal(location)
+    if found is None:
+        return False
+    scheme, path = found
+    for root in roots:
+        normal = _normal(root)
+        if normal is None or normal[0] != scheme:
+            continue
+        root_path = normal[1]
+        if path == root_path or path.startswith(root_path.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def check_listed(source: str, objects: Sequence[str], roots: Sequence[str]) -> None:
+    """Refuse ``source`` unless it and every object it expands to (local paths, or
+    URLs) lie under ``roots``: :class:`ConfigError` naming the first one outside.
+
+    A directory's listing is checked whole, so that a link inside a root that
+    points outside it (to a file or, named directly, to a directory) refuses
+    the query rather than serving, or silently skipping, what it points to.
+    """
+    shown = ", ".join(roots)
+    if not location_allowed(source, roots):
+        raise ConfigError(
+            f"source {source!r} is outside allowed_roots ({shown}); name a source under "
+            "one of them"
+        )
+    for name in objects:
+        if not location_allowed(name, roots):
+            found = _normal(name)
+            local = found is not None and found[0] == "file" and found[1] != name
+            where = f", which resolves to {found[1]!r}," if local and found else ""
+            raise ConfigError(
+                f"{name!r} (listed in source {source!r}){where} is outside allowed_roots "
+                f"({shown}); the query is refused: remove the link or name a source whose "
+                "objects all lie under a root"
+            )
