@@ -68,12 +68,12 @@ def translated(url: str, timeout: float | None) -> Iterator[None]:
 def translated_error(exc: BaseException, url: str, timeout: float | None) -> Exception:
     """The package's error for ``exc``, a failed call to the server at ``url``."""
     text = first_line(str(exc))
+    if isinstance(exc, (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError)):
+        return ServerAuthError(f"the nexus-cache server at {url} refused the call: {text}")
     info = getattr(exc, "extra_info", None)
     if info:
         # the server's own error, whatever status code (and so class) carried it
         return decode_error(info, f"the nexus-cache server at {url} failed: {text}")
-    if isinstance(exc, (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError)):
-        return ServerAuthError(f"the nexus-cache server at {url} refused the call: {text}")
     if isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in text:
         limit = "its timeout" if timeout is None else f"timeout={timeout:g} s"
         return ServerTimeoutError(
