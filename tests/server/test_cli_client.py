@@ -135,6 +135,7 @@ def test_ctrl_c_on_a_server_client_exits_130_at_once_and_the_server_cancels(
     server, env = served
     evidence = Path(env["NEXUS_SERVICE_EVIDENCE_DIR"])
     before = len(admission_decisions(evidence))
+    attempts = set(evidence.glob("attempt-*.json"))
     ring = str(lake / "ring.parquet")
     graph = ["graph", "pagerank", ring, "--src", "src", "--dst", "dst", *_SLOW]
     cli = subprocess.Popen(
@@ -155,8 +156,14 @@ def test_ctrl_c_on_a_server_client_exits_130_at_once_and_the_server_cancels(
         assert code == 130, err
         assert took < 5, f"exit {took:.1f} s after SIGINT"  # about 0.2 s when quiet
         assert "Traceback" not in err
-        # the server cancelled that very query: its log line and its grant say so
-        line = server.wait_for(r'"source":"' + ring + r'".* cancelled ', timeout=10).string
+        # the server cancelled that very query: its evidence, its log line (by the
+        # query id) and its grant say so
+        assert wait_until(lambda: len(set(evidence.glob("attempt-*.json")) - attempts) == 1)
+        (attempt,) = set(evidence.glob("attempt-*.json")) - attempts
+        document = json.loads(attempt.read_text())
+        assert document["outcome"] == "cancelled"
+        line = server.wait_for(rf"query {document['query_id']} .* cancelled ", timeout=10).string
+        assert ring in line
         assert " ok " not in line
         assert wait_until(
             lambda: admission_decisions(evidence)[before:] == ["admitted", "cancelled"]
