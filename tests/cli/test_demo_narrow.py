@@ -43,3 +43,19 @@ def test_the_demo_fits_80_columns_without_splitting_a_cell(
     assert device_row[:2] == ["0", "(host)"]
     assert len(device_row) == 12  # device, four sizes (number and unit), two counts
     assert "GPU" not in text  # the host backend compiles no GPU kernel
+
+
+def test_the_warm_up_line_names_what_each_backend_compiles() -> None:
+    from nexus_cache.cli import demo
+    from nexus_cache.service.demo import DemoReport
+
+    def line(backend: str) -> str:
+        report = DemoReport(backend, 16, 1 << 20, 1 << 20, (), (), None, warmup_s=9.5)
+        return demo._warmup_line(report)
+
+    gpu, host = line("cuda"), line("host")
+    assert gpu.startswith("compile/warm-up: 9.50s before the cold run")
+    assert "GPU kernels" in gpu
+    assert "GPU" not in host
+    assert "Numba" in host
+    assert max(len(x) for x in (gpu + host).splitlines()) <= 80
