@@ -41,6 +41,7 @@ __all__ = [
     "QueryCancelledError",
     "ServerAuthError",
     "ServerError",
+    "ServerTimeoutError",
     "ServerUnavailableError",
     "SourceDecodeError",
     "SourceFormatError",
@@ -229,6 +230,11 @@ class ServerError(NexusCacheError, RuntimeError):
 
 class ServerUnavailableError(ServerError, ConnectionError):
     """The query server cannot be reached (not running, wrong URL, shutting down)."""
+
+
+class ServerTimeoutError(ServerError, TimeoutError):
+    """A call to the query server ran past its ``timeout`` (gRPC's deadline): the
+    server may be running and busy; the call, and its query, were given up."""
 
 
 class ServerAuthError(ServerError, PermissionError):

@@ -16,7 +16,7 @@ import pyarrow.flight as flight
 import pytest
 
 from nexus_cache import errors
-from nexus_cache.client.client import _translate
+from nexus_cache.client._errors import translated
 from nexus_cache.server.wire import encode_error
 from nexus_cache.service.datagen import fact_table, rmat_edges, write_parquet
 
@@ -104,7 +104,7 @@ def test_the_client_maps_every_flight_error_class_back_to_the_service_error() ->
     ]
     for flight_class, exc in cases:
         message, info = encode_error(exc)
-        with pytest.raises(Exception) as raised, _translate("grpc://x:1"):
+        with pytest.raises(Exception) as raised, translated("grpc://x:1", None):
             raise flight_class(message, extra_info=info)
         expected = errors.ServerError if type(exc) is RuntimeError else type(exc)
         assert type(raised.value) is expected

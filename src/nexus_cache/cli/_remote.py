@@ -1,9 +1,12 @@
 """``--server URL``: run a command's query on a ``nexus-cache serve`` server.
 
 ``scan``, ``graph`` and ``device report`` take ``--server URL`` (default:
-``NEXUS_SERVER_URL``; the token comes from ``NEXUS_SERVER_TOKEN``) and print
-exactly what the in-process command prints. A server that cannot be reached,
-or refuses the token, is a one-line error naming the URL (exit status 2).
+``NEXUS_SERVER_URL``; the token comes from ``NEXUS_SERVER_TOKEN``) and
+``--tls-root-certs FILE`` (default: ``NEXUS_SERVER_TLS_ROOT_CERTS``; else the
+system's roots), and print exactly what the in-process command prints. A
+server that cannot be reached, refuses the token or fails the TLS handshake is
+a one-line error naming the URL and what happened (exit status 2). gRPC's own
+log lines stay off the terminal (``GRPC_VERBOSITY``, unless set, is ``NONE``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Any
 
 from nexus_cache.errors import CommandError
 
-__all__ = ["absolute_sources", "add_server_option", "client_for", "server_url"]
+__all__ = ["absolute_sources", "add_server_option", "client_for", "quiet_grpc", "server_url"]
 
 ENV_SERVER_URL = "NEXUS_SERVER_URL"
 ENV_SERVER_TOKEN = "NEXUS_SERVER_TOKEN"
+ENV_SERVER_TLS_ROOT_CERTS = "NEXUS_SERVER_TLS_ROOT_CERTS"
 
 
 def add_server_option(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +34,21 @@ def add_server_option(parser: argparse.ArgumentParser) -> None:
         help="run on the nexus-cache server at URL, e.g. grpc://127.0.0.1:8815 "
         f"(default: {ENV_SERVER_URL}; token: {ENV_SERVER_TOKEN})",
     )
+    parser.add_argument(
+        "--tls-root-certs",
+        default=None,
+        metavar="FILE",
+        help="PEM file of the CA that signs a grpc+tls:// server's certificate "
+        f"(default: {ENV_SERVER_TLS_ROOT_CERTS}, else the system's roots)",
+    )
+
+
+def quiet_grpc() -> None:
+    """Keep gRPC's own log lines (``E0000 ... ssl_transport_security.cc``) off the
+    terminal: the error that follows says what happened, in one line.
+    ``GRPC_VERBOSITY`` set by the user wins. Must run before gRPC starts (the
+    first Flight client or server of the process)."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def absolute_sources(query: Any) -> Any:
@@ -54,13 +73,21 @@ def server_url(args: argparse.Namespace) -> str | None:
 
 
 @contextmanager
-def client_for(url: str) -> Iterator[Any]:
-    """A client of ``url``; unreachable or refusing servers become one-line errors (exit 2)."""
+def client_for(url: str, args: argparse.Namespace | None = None) -> Iterator[Any]:
+    """A client of ``url``; unreachable or refusing servers become one-line errors (exit 2).
+
+    ``args.tls_root_certs`` (else ``NEXUS_SERVER_TLS_ROOT_CERTS``) names the
+    CA file of a ``grpc+tls://`` server.
+    """
+    quiet_grpc()
     from nexus_cache.client import Client
     from nexus_cache.errors import ServerAuthError, ServerUnavailableError
 
     token = os.environ.get(ENV_SERVER_TOKEN, "").strip() or None
-    client = Client(url, token=token)
+    roots = getattr(args, "tls_root_certs", None) or (
+        os.environ.get(ENV_SERVER_TLS_ROOT_CERTS, "").strip() or None
+    )
+    client = Client(url, token=token, tls_root_certs=roots)
     try:
         yield client
     except (ServerUnavailableError, ServerAuthError) as exc:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import textwrap
 from typing import Any
 
-from nexus_cache.backends.kinds import AUTO, BACKEND_NAMES, backend_help
+from nexus_cache.backends.kinds import AUTO, BACKEND_NAMES, backend_help, backend_kind
 from nexus_cache.cli._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -35,11 +36,14 @@ __all__ = ["register"]
 
 _PHASES = {
     "generate": "generating R-MAT edges and facts",
-    "warm-up": "warm-up (compiling GPU kernels)",
+    "warm-up": "warm-up (every query path once)",
     "cold": "cold run (caches start empty)",
     "warm": "warm runs (median of 3)",
 }
 
+
+#: the width the demo's text fits (its tables and lines): an 80-column terminal
+WIDTH = 80
 
 # service.demo.DEFAULT_SCALE, spelled out: building the command line must not
 # import the service (NumPy, PyArrow); tests/cli checks that the two agree.
@@ -128,7 +132,8 @@ def _run(args: argparse.Namespace) -> int:
         emit(report.to_dict(), None, as_json=True)
     else:
         emit(None, _query_table(report), as_json=False)
-        sys.stdout.write(_warmup_line(report) + "\n")
+        sys.stdout.write(_cold_starts(report))
+        sys.stdout.write(_warmup_line(report))
         sys.stdout.write(_legend(report))
         sys.stdout.write("\n")
         emit(None, _device_table(report.device_cache_reports), as_json=False)
@@ -224,23 +229,17 @@ def _short(status: Any) -> str:
 
 
 def _query_table(report: Any) -> Table:
+    """One row a query; narrow enough for an 80-column terminal (which cold run
+    started warm is said below it, by :func:`_cold_starts`)."""
     differ = [q.name for q in report.queries if not q.equal]
     table = Table(
-        [
-            "query",
-            "cold start",
-            "cold",
-            "warm",
-            "speedup",
-            "lakehouse",
-            "source cache",
-            "graph cache",
-        ],
+        ["query", "cold", "warm", "speedup", "lakehouse", "source", "graph"],
         title=(
-            f"nexus-cache demo: R-MAT scale {report.scale} ({report.edges} edges), "
-            f"{report.fact_rows} fact rows, {report.backend} backend"
+            f"nexus-cache demo on {report.backend}: R-MAT scale {report.scale} "
+            f"({report.edges} edges), {report.fact_rows} fact rows"
         ),
         right=["cold", "warm", "speedup"],
+        whole=["query", "cold", "warm", "speedup", "lakehouse", "source", "graph"],
         footer=(
             "every warm result equals its cold result"
             if not differ
@@ -250,7 +249,6 @@ def _query_table(report: Any) -> Table:
     for q in report.queries:
         table.add(
             q.name,
-            "after " + ", ".join(q.warmed_by) if q.warmed_by else "empty",
             _duration(q.cold_s),
             _duration(q.warm_s),
             f"{q.speedup:.1f}x",
@@ -261,9 +259,24 @@ def _query_table(report: Any) -> Table:
     return table
 
 
+def _fill(text: str) -> str:
+    """``text`` as lines of at most :data:`WIDTH` columns, broken between words."""
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_long_words=False) + "\n"
+
+
+def _cold_starts(report: Any) -> str:
+    """Which cold runs found an earlier query's caches (the same source)."""
+    warmed = [f"{q.name} after {', '.join(q.warmed_by)}" for q in report.queries if q.warmed_by]
+    empty = [q.name for q in report.queries if not q.warmed_by]
+    if not warmed:
+        return ""
+    return _fill(
+        f"cold start: {'; '.join(warmed)}: each cold run finds what the earlier queries of "
+        f"its source cached; {', '.join(empty)} start on empty caches."
+    )
+
+
 _LEGEND = """\
-cold start: empty (nothing cached yet), or after the earlier queries that read
-  the same source: the cold run finds what they cached.
 cold: each query's first run, in the order above; warm: the median of 3 more.
 speedup: cold / warm. Near or below 1x when the cold run found its data cached
   already, or when the time is the algorithm itself (Jaccard), which no cache
@@ -282,31 +295,29 @@ def _legend(report: Any) -> str:
     slow = [f"{q.name} {q.speedup:.1f}x" for q in report.queries if q.speedup < 1]
     note = ""
     if slow:
-        note = f"below 1x here: {', '.join(slow)} (see speedup above)\n"
+        note = _fill(f"below 1x here: {', '.join(slow)} (see speedup above)")
     return "\n" + _LEGEND.replace("->", "→") + note
 
 
 def _warmup_line(report: Any) -> str:
-    """The one-time compile, apart from the cold column (which excludes it)."""
-    return (
-        f"compile/warm-up: {_duration(report.warmup_s)} before the cold run (GPU kernels "
-        "compiled or loaded once per machine and process; not part of the cold times)"
+    """The one-time warm-up, apart from the cold column (which excludes it): GPU
+    kernels on a device backend, Numba's loops (when installed) on the host."""
+    if backend_kind(report.backend).host_memory:
+        what = "host backend: Numba's loops compiled once per machine, loaded once per process"
+    else:
+        what = "GPU kernels compiled once per machine, loaded once per process"
+    return _fill(
+        f"compile/warm-up: {_duration(report.warmup_s)} before the cold run, not part of the "
+        f"cold times ({what})"
     )
 
 
 def _device_table(rows: Any) -> Table:
     table = Table(
-        [
-            "device",
-            "cache cap",
-            "evictable",
-            "pinned",
-            "domain used",
-            "source hit/miss",
-            "graph hit/miss",
-        ],
-        title="device cache report: the ledger beside the allocation domain",
+        ["device", "cache cap", "evictable", "pinned", "domain used", "source", "graph"],
+        title="device cache report (source, graph: cache hits/misses)",
         right=["cache cap", "evictable", "pinned", "domain used"],
+        whole=["device", "cache cap", "evictable", "pinned", "domain used", "source", "graph"],
     )
     for row in rows:
         table.add(

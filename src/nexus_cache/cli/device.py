@@ -170,7 +170,7 @@ def _report_remote(args: argparse.Namespace, url: str) -> int:
             "--format prometheus is not read through --server; scrape the server's "
             "--metrics-port at /metrics instead"
         )
-    with client_for(url) as client:
+    with client_for(url, args) as client:
         rows = client.reports()
     if args.devices:
         rows = [row for row in rows if row["device_id"] in args.devices]

@@ -12,11 +12,11 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for, literal
+from nexus_cache.cli._remote import quiet_grpc
 
 __all__ = ["build_parser", "main"]
 
@@ -52,7 +52,10 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (an area's name), only that area's
+    sub-command: its module alone is imported, so a quick command (``scan
+    --server``) does not pay for the imports of every other area."""
     parser = _OneLineParser(
         prog="nexus-cache",
         description="Caches for GPU data work: compiled programs, lakehouse bytes, GPU residency.",
@@ -70,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for area in _AREAS:
+    for area in _AREAS if command not in _AREAS else (command,):
         try:
             module = importlib.import_module(f"nexus_cache.cli.{area}")
         except ModuleNotFoundError as exc:
@@ -81,17 +84,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` names, or None when that is not plain to see (a
+    top-level ``--help`` before it, or no known command)."""
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in _AREAS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command line; returns the exit status (never raises, except SystemExit).
 
     Every error becomes one line on stderr (``nexus-cache: error: ...``) and a
     non-zero status chosen by :func:`nexus_cache.cli._output.exit_code_for`;
-    ``--debug`` prints the traceback as well.
+    ``--debug`` prints the traceback as well. gRPC's own log lines are kept
+    off the terminal (:func:`~nexus_cache.cli._remote.quiet_grpc`).
     """
+    quiet_grpc()
     try:
         # Building the parser imports every area's command module: a Ctrl-C
         # there is as much an interrupt as one inside the command.
-        args = build_parser().parse_args(argv)
+        args = build_parser(_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     try:
@@ -108,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PROBLEMS
     except Exception as exc:
         if args.debug:
+            import traceback
+
             traceback.print_exc(file=sys.stderr)
         message = " ".join(str(exc).split()) or type(exc).__name__
         if not type(exc).__module__.startswith("nexus_cache") and not isinstance(exc, OSError):

@@ -87,7 +87,7 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
-    from nexus_cache.service import Scan
+    from nexus_cache.service.queries import Scan
 
     columns = None
     if args.columns is not None:
@@ -112,7 +112,6 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
         GraphInputError,
         SourceFormatError,
     )
-    from nexus_cache.service import QueryService
 
     _check_out(args.out)  # before the query runs: a bad --out must not cost a whole query
     label = f"{query.kind} {getattr(query, 'algorithm', '')}".strip()
@@ -120,9 +119,13 @@ def run_query(query: Any, args: argparse.Namespace) -> int:
     try:
         with progress(label, None):
             if url is not None:
-                with client_for(url) as client:
+                with client_for(url, args) as client:
                     result = client.execute(absolute_sources(query), device=args.device)
             else:
+                # only here: the service (its caches, NumPy, fsspec) costs a second of
+                # imports that a query sent to a server does not need
+                from nexus_cache.service import QueryService
+
                 try:
                     service = QueryService()
                 except CacheIntegrityError as exc:

@@ -4,6 +4,8 @@ One long-lived process owns the service and its caches (lakehouse, decoded
 sources, resident graphs); ``scan``, ``graph`` and ``device report`` reach it
 with ``--server URL``. Settings: the command line, the ``NEXUS_SERVER_*``
 variables, the ``[server]`` table of the TOML file (see ``docs/server.md``).
+What can be checked before the warm-up is (``nexus_cache.server.preflight``):
+the ports, ``--metrics-port``'s extra, the TLS files, a token off loopback.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nexus_cache.server.lifecycle import run_server
+    from nexus_cache.server.preflight import preflight
     from nexus_cache.server.settings import load_settings, read_token_file
 
     settings = load_settings(
@@ -83,4 +86,6 @@ def _run(args: argparse.Namespace) -> int:
         tls_key=None if args.tls_key is None else Path(args.tls_key),
         allow_unauthenticated=args.allow_unauthenticated or None,
     )
+    # a taken port or a missing extra is refused now, not after seconds of warm-up
+    preflight(settings)
     return run_server(settings, args.config)

@@ -6,7 +6,13 @@ result table (streamed as Arrow record batches) and its diagnostics, the
 server's statuses, timings, attempts and result fingerprint. Errors of the
 query arrive as the class the in-process service raises, with the same
 message; an unreachable server raises :class:`ServerUnavailableError` naming
-the URL, a refused token :class:`ServerAuthError`.
+the URL and saying why (not running, no TLS, an untrusted certificate, shutting
+down), a refused token :class:`ServerAuthError`, a call past its ``timeout``
+:class:`ServerTimeoutError`.
+
+Ctrl-C (``KeyboardInterrupt``) during a call is raised at once: the call runs
+in a thread of its own (:mod:`nexus_cache.client._calls`), and a result
+already streaming is cancelled.
 
 A client is thread-safe (gRPC channels are); one per process is enough.
 """
@@ -15,27 +21,25 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import pyarrow.flight as flight
 
-from nexus_cache.errors import ConfigError, ServerAuthError, ServerError, ServerUnavailableError
+from nexus_cache.client._calls import Cancellable, interruptible
+from nexus_cache.client._errors import translated
+from nexus_cache.errors import ConfigError
 from nexus_cache.server.auth import bearer_header
-from nexus_cache.server.wire import decode_error, encode_ticket, split_diagnostics
+from nexus_cache.server.wire import encode_ticket, split_diagnostics
 from nexus_cache.service.queries import Query, query_from_dict, query_from_json
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 
 __all__ = ["Client"]
 
 _SCHEMES = ("grpc://", "grpc+tcp://", "grpc+tls://")
-# the Flight errors whose extra_info names the error's class (server.wire.encode_error)
-_CARRYING_CLASS = (
-    flight.FlightServerError,
-    flight.FlightCancelledError,
-    flight.FlightInternalError,
-)
 
 
 def _query_dict(query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
@@ -62,9 +66,11 @@ class Client:
     """Queries a nexus-cache server at ``url`` (``grpc://host:port`` or ``grpc+tls://...``).
 
     ``token``: sent as ``authorization: Bearer <token>`` on every call.
-    ``tls_root_certs``: PEM bytes of the CA (or self-signed certificate) that
-    signs the server's certificate; default: the system's roots.
-    ``timeout``: seconds per call (None: no limit).
+    ``tls_root_certs``: the CA (or self-signed certificate) that signs the
+    server's certificate, as PEM bytes or the path of a PEM file; default: the
+    system's roots.
+    ``timeout``: seconds per call (None: no limit); a call past it raises
+    :class:`~nexus_cache.errors.ServerTimeoutError`.
     """
 
     def __init__(
@@ -72,7 +78,7 @@ class Client:
         url: str,
         token: str | None = None,
         *,
-        tls_root_certs: bytes | None = None,
+        tls_root_certs: bytes | str | os.PathLike[str] | None = None,
         timeout: float | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(_SCHEMES):
@@ -82,9 +88,10 @@ class Client:
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ConfigError("the server token is empty; give a token or leave it unset")
         self.url = url
+        self._timeout = timeout
         kwargs: dict[str, Any] = {}
         if tls_root_certs is not None:
-            kwargs["tls_root_certs"] = tls_root_certs
+            kwargs["tls_root_certs"] = _root_certs(tls_root_certs)
         try:
             self._flight = flight.FlightClient(url, **kwargs)
         except Exception as exc:  # a malformed host or port
@@ -102,8 +109,14 @@ class Client:
     ) -> QueryResult:
         """Run ``query`` on the server; the result and diagnostics as in-process."""
         ticket = flight.Ticket(encode_ticket(_query_dict(query), device))
+
+        def read(watch: Callable[[Cancellable], None]) -> Any:
+            reader = self._flight.do_get(ticket, self._options)
+            watch(reader)  # from here on an interrupt cancels the stream
+            return reader.read_all()
+
         with self._errors():
-            table = self._flight.do_get(ticket, self._options).read_all()
+            table = interruptible(read)
         table, document = split_diagnostics(table)
         return QueryResult(table, _diagnostics(document))
 
@@ -112,7 +125,7 @@ class Client:
         lakehouse statuses, ``grant_bytes``, ``parquet_bytes``; nothing runs."""
         descriptor = flight.FlightDescriptor.for_command(encode_ticket(_query_dict(query)))
         with self._errors():
-            info = self._flight.get_flight_info(descriptor, self._options)
+            info = interruptible(lambda _: self._flight.get_flight_info(descriptor, self._options))
         return dict(json.loads(info.app_metadata))
 
     # -- actions ---------------------------------------------------------------------
@@ -134,14 +147,15 @@ class Client:
         return dict(self._action("shutdown"))
 
     def _action(self, name: str, body: bytes = b"") -> Any:
+        action = flight.Action(name, body)
         with self._errors():
-            results = list(self._flight.do_action(flight.Action(name, body), self._options))
+            results = interruptible(lambda _: list(self._flight.do_action(action, self._options)))
         return json.loads(results[0].body.to_pybytes())
 
     # -- plumbing --------------------------------------------------------------------
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return _translate(self.url)
+        return translated(self.url, self._timeout)
 
     def close(self) -> None:
         self._flight.close()
@@ -158,31 +172,27 @@ class Client:
         self.close()
 
 
-@contextlib.contextmanager
-def _translate(url: str) -> Iterator[None]:
-    """Turns Flight errors into the package's own, naming the server URL."""
-    try:
-        yield
-    except flight.FlightError as exc:
-        text = _first_line(str(exc))
-        if isinstance(exc, flight.FlightUnauthenticatedError):
-            raise ServerAuthError(
-                f"the nexus-cache server at {url} refused the call: {text}"
+def _root_certs(value: bytes | str | os.PathLike[str]) -> bytes:
+    """PEM bytes of ``tls_root_certs`` (bytes as given, else the file it names)."""
+    setting = "tls_root_certs (--tls-root-certs, NEXUS_SERVER_TLS_ROOT_CERTS)"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        pem, where = bytes(value), setting
+    elif isinstance(value, (str, os.PathLike)):
+        where = f"{setting} file {os.fspath(value)!r}"
+        try:
+            pem = Path(value).expanduser().read_bytes()
+        except OSError as exc:
+            raise ConfigError(
+                f"{where} cannot be read ({exc.strerror or exc}); name the PEM file of the CA "
+                "certificate that signs the server's"
             ) from None
-        if isinstance(exc, (flight.FlightUnavailableError, flight.FlightTimedOutError)):
-            raise ServerUnavailableError(
-                f"the nexus-cache server at {url} is unavailable: {text}; start it with "
-                "`nexus-cache serve`, or fix --server / NEXUS_SERVER_URL"
-            ) from None
-        if isinstance(exc, _CARRYING_CLASS) and exc.extra_info:
-            raise decode_error(exc.extra_info, text) from None
-        raise ServerError(f"the nexus-cache server at {url} failed: {text}") from None
-
-
-def _first_line(text: str) -> str:
-    """A Flight error's own message, without gRPC's debug context."""
-    for prefix in ("Flight returned unavailable error, with message: ",):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-    text = text.split(". Detail:", 1)[0].split(". gRPC client debug context", 1)[0]
-    return " ".join(text.split())
+    else:
+        raise ConfigError(
+            f"{setting}={value!r} is not accepted; give PEM bytes or the path of a PEM file"
+        )
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError(
+            f"{where} holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' line); give "
+            "the CA certificate that signs the server's, in PEM"
+        )
+    return pem
