@@ -77,7 +77,6 @@ step_program() {
   python3 -c 'import rmm, kvikio; print("rmm", rmm.__version__, "kvikio", kvikio.__version__)' || true
   python3 -c 'import nvidia.nvcomp as n; print("nvcomp", getattr(n, "__version__", "?"))' || true
   python3 -c 'import pyarrow, scipy, networkx; print("pyarrow", pyarrow.__version__, "scipy", scipy.__version__, "networkx", networkx.__version__)' || true
-  git log -1 --format='commit %H' 2>/dev/null || true
 } 2>&1 | tee "$out/summary.txt"
 
 failed=0
