@@ -1,10 +1,12 @@
 """``allowed_roots``: the only directories and URL prefixes a query may read.
 
 One rule for every front end (the server's ticket check, and the service's
-check of every object a source expands to): a local location is compared
-after resolving symlinks and ``..`` (``file://`` and ``local://`` are local
-paths), a URL by prefix at a ``/`` boundary, its scheme case-insensitive; a
-URL with a ``.`` or ``..`` segment is never allowed (a store may resolve it).
+check of every object a source expands to), on the one normal form of a
+location (:func:`split_location`; cluster routing keys on it too, through
+:func:`location_key`): a local location is compared after resolving symlinks
+and ``..`` (``file://`` and ``local://`` are local paths), a URL by prefix at
+a ``/`` boundary, its scheme case-insensitive; a URL with a ``.`` or ``..``
+segment is never allowed (a store may resolve it).
 Pure functions; thread-safe.
 """
 
@@ -16,7 +18,7 @@ from typing import Any
 
 from nexus_cache.errors import ConfigError
 
-__all__ = ["check_listed", "location_allowed", "parse_roots"]
+__all__ = ["check_listed", "location_allowed", "location_key", "parse_roots", "split_location"]
 
 #: fsspec protocols of the local filesystem
 _LOCAL_SCHEMES = ("file", "local")
@@ -35,22 +37,50 @@ def parse_roots(value: Any, name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _normal(location: str) -> tuple[str, str] | None:
-    """``(scheme, path)``: local paths resolved (symlinks, ``..``), URLs as written;
-    None for a location no path can be made of (a NUL byte, an unencodable name)."""
+def split_location(location: str) -> tuple[str, str] | None:
+    """``(scheme, path)`` of ``location`` as written, without touching the filesystem.
+
+    The one normal form of a location: blanks around it dropped, ``file://``
+    and ``local://`` (any case) are the local scheme ``file``, a URL's scheme in
+    lower case, trailing slashes dropped. None for a URL with a ``.`` or ``..``
+    segment (a store may resolve it).
+    """
     text = location.strip()
     scheme, sep, rest = text.partition("://")
     if sep and "::" not in scheme and scheme.lower() in _LOCAL_SCHEMES:
-        text = rest
-    elif sep or "::" in text:
+        return "file", rest.rstrip("/") or rest
+    if sep or "::" in text:
         if not sep:  # a chained URL without '://': its whole text is its scheme
             return text.lower(), ""
         parts = rest.split("/")
         if "." in parts or ".." in parts:
             return None
         return scheme.lower(), rest.rstrip("/")
+    return "file", text.rstrip("/") or text
+
+
+def location_key(location: str) -> str:
+    """One string per location, from :func:`split_location` (no filesystem access):
+    a local path as its path, a URL as ``scheme://path``; ``location`` stripped when
+    it has no normal form."""
+    found = split_location(location)
+    if found is None:
+        return location.strip()
+    scheme, path = found
+    if scheme == "file":
+        return path
+    return f"{scheme}://{path}" if path else scheme
+
+
+def _normal(location: str) -> tuple[str, str] | None:
+    """``(scheme, path)`` of :func:`split_location`, a local path then resolved
+    (symlinks, ``..``); None for a location no path can be made of (a NUL byte, an
+    unencodable name)."""
+    found = split_location(location)
+    if found is None or found[0] != "file":
+        return found
     try:
-        return "file", os.path.realpath(os.path.expanduser(text))
+        return "file", os.path.realpath(os.path.expanduser(found[1]))
     except ValueError:  # an embedded NUL, a lone surrogate
         return None
 

@@ -6,12 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nexus_cache.cluster._wire import (
-    config_from_json,
-    config_to_json,
-    worker_config,
-    worker_dir_name,
-)
+from nexus_cache.cluster._wire import worker_config, worker_dir_name
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse import LakehouseCacheConfig
 from nexus_cache.service import DeviceSettings, ServiceConfig
@@ -39,21 +34,21 @@ def _config(tmp_path: Path, **overrides) -> ServiceConfig:  # type: ignore[no-un
 
 def test_every_setting_survives_the_trip(tmp_path):
     config = _config(tmp_path, devices=[DeviceSettings(0, 1 << 20, 1 << 30)])
-    text = config_to_json(config)
+    text = config.to_json()
     assert isinstance(text, str)
-    assert config_from_json(text) == config
+    assert ServiceConfig.from_json(text) == config
 
 
 def test_storage_options_that_are_not_plain_data_are_refused(tmp_path):
     config = _config(tmp_path, storage_options={"session": object()})
     with pytest.raises(ConfigError, match="storage_options plain"):
-        config_to_json(config)
+        config.to_json()
 
 
 def test_a_value_changed_on_the_way_is_validated_again(tmp_path):
-    text = config_to_json(_config(tmp_path)).replace('"max_attempts": 5', '"max_attempts": 0')
+    text = _config(tmp_path).to_json().replace('"max_attempts": 5', '"max_attempts": 0')
     with pytest.raises(ConfigError, match="max_attempts"):
-        config_from_json(text)
+        ServiceConfig.from_json(text)
 
 
 def test_each_worker_gets_its_own_roots_and_one_device(tmp_path):

@@ -17,7 +17,7 @@ from nexus_cache.cli.main import main
 from nexus_cache.errors import ConfigError
 from nexus_cache.graph import GraphOptions, bfs, build_graph, pagerank
 from nexus_cache.graph._host_engine import ENV_HOST_ENGINE
-from nexus_cache.service import query_from_json
+from nexus_cache.service import as_query
 
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 ENGINES = [
@@ -89,7 +89,7 @@ def test_a_number_beyond_float_range_in_a_json_query_is_a_config_error(
         "params": {name: value},
     }
     with pytest.raises(ConfigError, match=rf"GraphQuery.params\['{name}'\]=.* is not accepted"):
-        query_from_json(json.dumps(query))
+        as_query(json.dumps(query))
 
 
 @pytest.mark.parametrize("kind", [[], {}, ["graph"], 1.5, None])
@@ -106,7 +106,7 @@ def test_a_query_type_of_any_json_value_is_a_config_error(where: str, kind: obje
     assert isinstance(target, dict)
     target["type"] = kind
     with pytest.raises(ConfigError, match=r"type=.* is not accepted; use one of: scan"):
-        query_from_json(json.dumps(query))
+        as_query(json.dumps(query))
 
 
 @pytest.mark.parametrize("name", ["alpha", "tol"])

@@ -181,13 +181,13 @@ def _flight_error(client: flight.FlightClient, raw: bytes) -> flight.FlightServe
 def test_bad_tickets_get_the_cli_message_and_the_server_keeps_serving(
     served: tuple[Server, dict[str, str]], lake: Path
 ) -> None:
-    from nexus_cache.service import query_from_json
+    from nexus_cache.service import as_query
 
     server, env = served
     client = flight.connect(server.url)
     try:
         with pytest.raises(ConfigError) as local:
-            query_from_json("{not json")
+            as_query("{not json")
         error = _flight_error(client, b"{not json")
         assert str(error).startswith(str(local.value))
         assert json.loads(error.extra_info)["error"] == "ConfigError"

@@ -121,13 +121,13 @@ def test_unusable_evidence_dir_names_the_variable(
 
 
 def test_json_columns_must_be_a_list() -> None:
-    from nexus_cache.service import query_from_dict
+    from nexus_cache.service import as_query
 
     # a string is iterable: "sd" must not become the columns ('s', 'd')
     for columns in ("sd", "s", 5, {"s": 1}):
         with pytest.raises(ConfigError, match=r"Scan\.columns"):
-            query_from_dict({"type": "scan", "source": "x.parquet", "columns": columns})
-    query = query_from_dict({"type": "scan", "source": "x.parquet", "columns": ["s", "d"]})
+            as_query({"type": "scan", "source": "x.parquet", "columns": columns})
+    query = as_query({"type": "scan", "source": "x.parquet", "columns": ["s", "d"]})
     assert query == Scan("x.parquet", columns=("s", "d"))
 
 

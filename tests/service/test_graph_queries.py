@@ -330,7 +330,7 @@ def test_triangles_through_the_service_and_the_command_match_networkx(
 
 def test_a_graph_query_takes_its_algorithm_s_direction_from_the_registry() -> None:
     from nexus_cache.graph import ALGORITHMS as SPECS
-    from nexus_cache.service import query_from_dict
+    from nexus_cache.service import as_query
 
     assert {n for n, spec in SPECS.items() if not spec.directed} >= {"jaccard", "triangles"}
     for name, spec in SPECS.items():
@@ -344,8 +344,8 @@ def test_a_graph_query_takes_its_algorithm_s_direction_from_the_registry() -> No
         data = told.to_dict()
         assert left_out.to_dict() == data
         del data["directed"]
-        assert query_from_dict(data) == told
-        assert query_from_dict({**data, "directed": None}) == told
+        assert as_query(data) == told
+        assert as_query({**data, "directed": None}) == told
     with pytest.raises(ConfigError, match=r"GraphQuery.directed='yes' is not accepted"):
         GraphQuery(Scan("/e"), "s", "d", "jaccard", directed="yes")  # type: ignore[arg-type]
 
@@ -389,7 +389,7 @@ def test_the_command_line_and_a_json_query_agree_on_the_default_direction(
     env: Path, capsys: pytest.CaptureFixture[str], algorithm: str
 ) -> None:
     from nexus_cache.graph import ALGORITHMS as SPECS
-    from nexus_cache.service import QueryService, ServiceConfig, query_from_json
+    from nexus_cache.service import QueryService, ServiceConfig, as_query
 
     assert main(_graph(env, algorithm, "--json")) == 0
     report = json.loads(capsys.readouterr().out)
@@ -402,7 +402,7 @@ def test_the_command_line_and_a_json_query_agree_on_the_default_direction(
             "algorithm": algorithm,
         }
     )
-    query = query_from_json(text)
+    query = as_query(text)
     assert query.to_dict() == report["diagnostics"]["query"]
     assert report["diagnostics"]["query"]["directed"] is SPECS[algorithm].directed
     with QueryService(ServiceConfig.from_env()) as service:

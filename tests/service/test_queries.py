@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.service import Count, GraphQuery, Scan, query_from_dict, query_from_json
+from nexus_cache.service import Count, GraphQuery, Scan, as_query
 
 
 def test_json_round_trip() -> None:
@@ -27,7 +27,7 @@ def test_json_round_trip() -> None:
         GraphQuery(Scan("/e.parquet"), "s", "d", "cosine", directed=False),
     ]
     for query in queries:
-        again = query_from_json(json.dumps(query.to_dict()))
+        again = as_query(json.dumps(query.to_dict()))
         assert again == query
         assert hash(again) == hash(query)
 
@@ -79,11 +79,11 @@ def test_invalid_queries(build, match: str) -> None:  # type: ignore[no-untyped-
 
 def test_malformed_json() -> None:
     with pytest.raises(ConfigError, match="malformed"):
-        query_from_json("{")
+        as_query("{")
     with pytest.raises(ConfigError, match="scan, count, graph"):
-        query_from_dict({"type": "join"})
+        as_query({"type": "join"})
     with pytest.raises(ConfigError, match=r"unknown field\(s\) \['colour'\]"):
-        query_from_dict({"type": "count", "source": "/x", "colour": 1})
+        as_query({"type": "count", "source": "/x", "colour": 1})
 
 
 def test_deeply_nested_json_is_a_config_error() -> None:
@@ -91,4 +91,4 @@ def test_deeply_nested_json_is_a_config_error() -> None:
     nested = '{"type": "scan", "source": "/x", "columns": ' + "[" * 100_000 + "]" * 100_000 + "}"
     for text in ("[" * 100_000, nested):
         with pytest.raises(ConfigError, match="nested too deeply"):
-            query_from_json(text)
+            as_query(text)

@@ -34,26 +34,12 @@ from nexus_cache.client._errors import translated
 from nexus_cache.errors import ConfigError
 from nexus_cache.server.auth import bearer_header
 from nexus_cache.server.wire import encode_ticket, split_diagnostics
-from nexus_cache.service.queries import Query, query_from_dict, query_from_json
+from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 
 __all__ = ["Client"]
 
 _SCHEMES = ("grpc://", "grpc+tcp://", "grpc+tls://")
-
-
-def _query_dict(query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
-    """The query's JSON form, validated here so a bad one fails before any call."""
-    if isinstance(query, str):
-        return query_from_json(query).to_dict()
-    if isinstance(query, Mapping):
-        return query_from_dict(query).to_dict()
-    if hasattr(query, "to_dict") and getattr(query, "kind", None) in ("scan", "count", "graph"):
-        return query.to_dict()
-    raise ConfigError(
-        f"query={query!r} is not accepted; use a Scan, Count or GraphQuery, its to_dict() form "
-        "or its JSON text"
-    )
 
 
 def _diagnostics(document: Mapping[str, Any]) -> Diagnostics:
@@ -108,7 +94,7 @@ class Client:
         self, query: Query | Mapping[str, Any] | str, *, device: int | None = None
     ) -> QueryResult:
         """Run ``query`` on the server; the result and diagnostics as in-process."""
-        ticket = flight.Ticket(encode_ticket(_query_dict(query), device))
+        ticket = flight.Ticket(encode_ticket(as_query(query).to_dict(), device))
 
         def read(watch: Callable[[Cancellable], None]) -> Any:
             reader = self._flight.do_get(ticket, self._options)
@@ -123,7 +109,7 @@ class Client:
     def plan(self, query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
         """The server's plan of ``query`` (``get_flight_info``): objects, planned
         lakehouse statuses, ``grant_bytes``, ``parquet_bytes``; nothing runs."""
-        descriptor = flight.FlightDescriptor.for_command(encode_ticket(_query_dict(query)))
+        descriptor = flight.FlightDescriptor.for_command(encode_ticket(as_query(query).to_dict()))
         with self._errors():
             info = interruptible(lambda _: self._flight.get_flight_info(descriptor, self._options))
         return dict(json.loads(info.app_metadata))

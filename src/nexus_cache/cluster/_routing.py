@@ -5,29 +5,22 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
+from nexus_cache.service.queries import Query
 
 __all__ = ["rendezvous_order", "routing_key"]
 
 
 def routing_key(query: Query) -> str:
-    """The source location a query reads: ``Scan``/``Count`` source, a graph's edge source.
+    """The source location a query reads: ``query.scan.location``.
 
-    Written forms of one location agree: surrounding blanks, a ``file://``
-    prefix and trailing slashes are dropped. Two queries on one source (a
-    scan and a graph on its edges, or BFS from two vertices) share the key,
-    so they meet the same worker's source and graph caches.
+    Written forms of one location agree (the one normal form of a location,
+    read without touching the filesystem): surrounding blanks, a ``file://``
+    or ``local://`` prefix and trailing slashes are dropped, a URL's scheme is
+    lower case. Two queries on one source (a scan and a graph on its edges, or
+    BFS from two vertices) share the key, so they meet the same worker's source
+    and graph caches.
     """
-    if isinstance(query, GraphQuery):
-        source = query.edges.source
-    elif isinstance(query, (Scan, Count)):
-        source = query.source
-    else:  # pragma: no cover - the client validates first
-        raise TypeError(f"not a query: {query!r}")
-    text = source.strip()
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    return text.rstrip("/") or text
+    return query.scan.location
 
 
 def _score(key: bytes, worker: str) -> bytes:

@@ -11,20 +11,9 @@ from typing import Any
 
 from nexus_cache.cluster._cancel import CancelledOnWorker, cancel_name
 from nexus_cache.cluster._routing import rendezvous_order, routing_key
-from nexus_cache.cluster._wire import config_to_json
 from nexus_cache.cluster.plugin import PLUGIN_NAME, QueryServicePlugin, cluster_report, run_query
 from nexus_cache.errors import ConfigError, LifecycleError, QueryCancelledError
-from nexus_cache.service import (
-    Count,
-    Diagnostics,
-    GraphQuery,
-    Query,
-    QueryResult,
-    Scan,
-    ServiceConfig,
-    query_from_dict,
-    query_from_json,
-)
+from nexus_cache.service import Diagnostics, Query, QueryResult, ServiceConfig, as_query
 
 __all__ = ["ENV_REDIS_URL", "ClusterDiagnostics", "ClusterQueryClient"]
 
@@ -96,7 +85,7 @@ class ClusterQueryClient:
         self.redis_url = redis_url
         self._client = dask_client
         self._max_losses = max_worker_losses
-        plugin = QueryServicePlugin(config_to_json(self.config), redis_url, shutdown_timeout)
+        plugin = QueryServicePlugin(self.config.to_json(), redis_url, shutdown_timeout)
         dask_client.register_plugin(plugin, name=PLUGIN_NAME)
 
     @property
@@ -113,7 +102,7 @@ class ClusterQueryClient:
 
     def worker_for(self, query: Query | Mapping[str, Any] | str) -> str:
         """The worker :meth:`execute` would send ``query`` to now."""
-        order = rendezvous_order(routing_key(_as_query(query)), self.workers())
+        order = rendezvous_order(routing_key(as_query(query)), self.workers())
         if not order:
             raise LifecycleError("the Dask cluster has no workers; start some and retry")
         return order[0]
@@ -139,7 +128,7 @@ class ClusterQueryClient:
         """
         if cancel is not None and not isinstance(cancel, threading.Event):
             raise ConfigError(f"cancel={cancel!r} is not accepted; use a threading.Event or None")
-        q = _as_query(query)
+        q = as_query(query)
         key, payload = routing_key(q), q.to_dict()
         lost: list[str] = []
         errors = _lost_worker_errors()
@@ -226,19 +215,6 @@ class ClusterQueryClient:
         """Per worker, in address order: its device cache reports, lakehouse and
         program cache figures (plain data; see :func:`worker_report`)."""
         return cluster_report(self._client)
-
-
-def _as_query(query: Query | Mapping[str, Any] | str) -> Query:
-    if isinstance(query, str):
-        return query_from_json(query)
-    if isinstance(query, Mapping):
-        return query_from_dict(query)
-    if isinstance(query, (Scan, Count, GraphQuery)):
-        return query
-    raise ConfigError(
-        f"query={query!r} is not accepted; use a Scan, Count or GraphQuery, its to_dict() form "
-        "or its JSON text"
-    )
 
 
 def _with_worker(result: QueryResult, worker: str, lost: tuple[str, ...]) -> QueryResult:

@@ -20,7 +20,7 @@ from distributed import WorkerPlugin, get_worker
 
 from nexus_cache._storage import atomic_write, ensure_private_dir
 from nexus_cache.cluster._cancel import CancelledOnWorker, worker_cancel
-from nexus_cache.cluster._wire import config_from_json, worker_config
+from nexus_cache.cluster._wire import worker_config
 from nexus_cache.errors import LifecycleError, QueryCancelledError
 from nexus_cache.program import (
     FileStreamProgramCache,
@@ -29,7 +29,7 @@ from nexus_cache.program import (
     RedisProgramCache,
     TieredProgramCache,
 )
-from nexus_cache.service import QueryResult, QueryService
+from nexus_cache.service import QueryResult, QueryService, ServiceConfig
 
 __all__ = [
     "PLUGIN_NAME",
@@ -52,7 +52,7 @@ SHUTDOWN_RECORD = "shutdown.json"
 class QueryServicePlugin(WorkerPlugin):
     """Gives the worker one :class:`QueryService` and one program cache.
 
-    ``config_json`` is a ``ServiceConfig`` as :func:`config_to_json` writes
+    ``config_json`` is a ``ServiceConfig`` as :meth:`ServiceConfig.to_json` writes
     it; each worker derives its own form (``worker_config``: its own
     lakehouse root and evidence directory, one device). The program cache
     is a FileStream cache (``NEXUS_PROGRAM_CACHE_DIR`` of the worker's host)
@@ -92,7 +92,7 @@ class QueryServicePlugin(WorkerPlugin):
         self.warm_up: dict[str, Any] | None = None
 
     async def setup(self, worker: Any) -> None:
-        config = worker_config(config_from_json(self.config_json), worker.name)
+        config = worker_config(ServiceConfig.from_json(self.config_json), worker.name)
         self.address = worker.address
         self.service = QueryService(config)
         try:

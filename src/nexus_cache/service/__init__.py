@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from nexus_cache.service.queries import GraphQuery as GraphQuery
     from nexus_cache.service.queries import Query as Query
     from nexus_cache.service.queries import Scan as Scan
+    from nexus_cache.service.queries import as_query as as_query
+    from nexus_cache.service.queries import as_request as as_request
     from nexus_cache.service.queries import graph_params as graph_params
-    from nexus_cache.service.queries import query_from_dict as query_from_dict
-    from nexus_cache.service.queries import query_from_json as query_from_json
     from nexus_cache.service.result import AttemptRecord as AttemptRecord
     from nexus_cache.service.result import Diagnostics as Diagnostics
     from nexus_cache.service.result import QueryResult as QueryResult
@@ -57,9 +57,9 @@ _EXPORTS: dict[str, str] = {
     "Query": "nexus_cache.service.queries",
     "Scan": "nexus_cache.service.queries",
     "WEIGHTED": "nexus_cache.service.queries",
+    "as_query": "nexus_cache.service.queries",
+    "as_request": "nexus_cache.service.queries",
     "graph_params": "nexus_cache.service.queries",
-    "query_from_dict": "nexus_cache.service.queries",
-    "query_from_json": "nexus_cache.service.queries",
     "AttemptRecord": "nexus_cache.service.result",
     "Diagnostics": "nexus_cache.service.result",
     "QueryResult": "nexus_cache.service.result",

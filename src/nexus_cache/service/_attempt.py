@@ -63,10 +63,6 @@ class AttemptPlan:
         }
 
 
-def _scan_of(query: Query) -> Scan | Count:
-    return query.edges if isinstance(query, GraphQuery) else query
-
-
 def plan_attempt(
     cache: LakehouseCache,
     query: Query,
@@ -80,7 +76,7 @@ def plan_attempt(
     """Plan ``query`` now; the grant is admission's estimate
     (:func:`~nexus_cache.service.admission.estimate_grant`), at least ``floor``.
     With ``allowed_roots``, the source and every object it lists must lie under one."""
-    source = plan_source(cache, _scan_of(query).source, storage_options, allowed_roots)
+    source = plan_source(cache, query.scan.source, storage_options, allowed_roots)
     nbytes = estimate_grant(query, source, expansion=expansion, min_grant=min_grant, floor=floor)
     return AttemptPlan(query, source, nbytes)
 

@@ -34,6 +34,7 @@ Immutable; thread-safe to share.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -349,6 +350,87 @@ class ServiceConfig:
             else sorted(self.storage_options),
             "allowed_roots": None if self.allowed_roots is None else list(self.allowed_roots),
         }
+
+    def to_json(self) -> str:
+        """Every setting as JSON text, storage options in full (:meth:`from_json` reads it).
+
+        What a cluster sends its workers: plain data they validate again, never
+        a pickle. Unlike :meth:`to_dict`, it holds the storage options' values,
+        which may be credentials: keep the text where the config itself is kept.
+
+        Returns
+        -------
+        str
+            A JSON object with every field, keys sorted.
+
+        Raises
+        ------
+        ConfigError
+            When a storage option is not plain JSON data (a live session object).
+
+        Examples
+        --------
+        >>> config = ServiceConfig(backend="host", max_attempts=5)
+        >>> ServiceConfig.from_json(config.to_json()) == config
+        True
+        """
+        data = self.to_dict()
+        data["storage_options"] = (
+            None if self.storage_options is None else dict(self.storage_options)
+        )
+        try:
+            return json.dumps(data, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"the service config cannot be written as JSON ({exc}); give "
+                "storage_options plain strings, numbers, lists and tables"
+            ) from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ServiceConfig:
+        """The config :meth:`to_json` wrote, every value validated again.
+
+        Parameters
+        ----------
+        text : str or bytes
+            JSON text from :meth:`to_json`.
+
+        Returns
+        -------
+        ServiceConfig
+
+        Raises
+        ------
+        ConfigError
+            When the text is not such a JSON object, names an unknown setting, or
+            a value is refused (the message names the setting).
+
+        Examples
+        --------
+        >>> ServiceConfig.from_json('{"backend": "host", "devices": [{"device_id": 1}]}').devices
+        (DeviceSettings(device_id=1, cache_cap_bytes=None, managed_capacity_bytes=None),)
+        """
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"the service config JSON is malformed: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"the service config JSON is {type(data).__name__}; write it with "
+                "ServiceConfig.to_json()"
+            )
+        try:
+            devices = data.pop("devices", None)
+            if devices is not None:
+                data["devices"] = tuple(DeviceSettings(**d) for d in devices)
+            if "lakehouse" in data:
+                data["lakehouse"] = LakehouseCacheConfig(**data["lakehouse"])
+            return cls(**data)
+        except TypeError as exc:  # an unknown key, a devices entry that is no table
+            raise ConfigError(
+                f"the service config JSON does not fit ServiceConfig ({exc}); write it "
+                "with ServiceConfig.to_json()"
+            ) from None
 
 
 def _env(env: Mapping[str, str], name: str) -> str | None:

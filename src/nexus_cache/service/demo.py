@@ -167,16 +167,11 @@ def demo_queries(edges: str, facts: str, start_vertex: int) -> list[tuple[str, Q
     return mix
 
 
-def _source(query: Query) -> str:
-    """The source URL a query of the mix reads."""
-    return query.edges.source if isinstance(query, GraphQuery) else query.source
-
-
 def _warmed_by(mix: list[tuple[str, Query]]) -> list[tuple[str, ...]]:
     """Per query, the earlier queries of the mix that read its source."""
     out = []
     for i, (_name, query) in enumerate(mix):
-        out.append(tuple(n for n, q in mix[:i] if _source(q) == _source(query)))
+        out.append(tuple(n for n, q in mix[:i] if q.scan.source == query.scan.source))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The queries the service runs, as immutable Python objects and as JSON.
+"""The query language: every query, its JSON form, and the one door queries enter by.
 
 * :class:`Scan` reads the projected columns of a Parquet object or directory.
 * :class:`Count` counts its rows from the Parquet footers: a synthetic count
@@ -6,10 +6,19 @@
 * :class:`GraphQuery` runs a graph algorithm on the edges a :class:`Scan` reads
   (its algorithm and parameters: :data:`nexus_cache.graph.registry.ALGORITHMS`).
 
-``query.to_dict()`` and :func:`query_from_dict` convert to and from plain JSON
-values (``{"type": "scan", ...}``); :func:`query_from_json` parses text. Every
-constructor validates its arguments and raises :class:`ConfigError` naming the
-field, the value and what is accepted.
+:func:`as_query` turns a query object, its ``to_dict()`` form (``{"type":
+"scan", ...}``) or its JSON text (``str`` or ``bytes``) into a query; every
+front end (the service, the server's tickets, the client, the cluster client)
+enters by it, so the language and its error texts are written here only.
+:func:`as_request` also reads the envelope ``{"query": {...}, "device": N}``
+that pins a query to a device. ``query.scan`` is the scan a query reads, and
+``query.scan.location`` its source in the one normal form that routing and
+``allowed_roots`` use. Every constructor validates its arguments and raises
+:class:`ConfigError` naming the field, the value and what is accepted.
+
+A query's dict form holds each of its dataclass fields under its own name, so
+a new field of :class:`Scan` is written here (its validation) and nowhere in
+the front ends.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from nexus_cache._roots import location_key
 from nexus_cache.errors import ConfigError
 from nexus_cache.graph.registry import ALGORITHMS as _SPECS
 from nexus_cache.graph.registry import get_spec
@@ -30,9 +40,9 @@ __all__ = [
     "Query",
     "Scan",
     "WEIGHTED",
+    "as_query",
+    "as_request",
     "graph_params",
-    "query_from_dict",
-    "query_from_json",
 ]
 
 #: The algorithms that read edge weights; the others count hops or neighbours,
@@ -85,12 +95,40 @@ class Scan:
     kind = "scan"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "scan",
-            "source": self.source,
-            "columns": None if self.columns is None else list(self.columns),
-            "batch_rows": self.batch_rows,
-        }
+        """The query as plain JSON values: ``{"type": "scan", <each field>: ...}``.
+
+        Returns
+        -------
+        dict
+            ``type`` and every field by its name (``columns`` as a list);
+            :func:`as_query` reads it back.
+
+        Examples
+        --------
+        >>> Scan("/data/t.parquet", columns=("a",)).to_dict()
+        {'type': 'scan', 'source': '/data/t.parquet', 'columns': ['a'], 'batch_rows': 65536}
+        """
+        return _dict_of(self)
+
+    @property
+    def scan(self) -> Scan:
+        """The scan this query reads: itself."""
+        return self
+
+    @property
+    def location(self) -> str:
+        """``source`` in the one normal form of a location, read without touching the
+        filesystem: blanks around it, a ``file://`` or ``local://`` prefix and trailing
+        slashes dropped, a URL's scheme in lower case. Two spellings of one source
+        share it (cluster routing keys on it; ``allowed_roots`` compares the same form,
+        local paths then resolved).
+
+        Examples
+        --------
+        >>> Scan(" file:///data/t/ ").location == Scan("/data/t").location == "/data/t"
+        True
+        """
+        return location_key(self.source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +143,21 @@ class Count:
     kind = "count"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "count", "source": self.source}
+        """The query as plain JSON values: ``{"type": "count", "source": ...}``.
+
+        Examples
+        --------
+        >>> Count("/data/t.parquet").to_dict()
+        {'type': 'count', 'source': '/data/t.parquet'}
+        """
+        return _dict_of(self)
+
+    @property
+    def scan(self) -> Scan:
+        """The scan this query reads: every column of ``source`` (a count reads only
+        the footers, but plans, routes and is refused by ``allowed_roots`` as a scan of
+        its source is)."""
+        return Scan(self.source)
 
 
 def _field(name: str) -> str:
@@ -199,16 +251,26 @@ class GraphQuery:
     kind = "graph"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "graph",
-            "edges": self.edges.to_dict(),
-            "src": self.src,
-            "dst": self.dst,
-            "weight": self.weight,
-            "directed": self.directed,
-            "algorithm": self.algorithm,
-            "params": dict(self.params),
-        }
+        """The query as plain JSON values: ``{"type": "graph", "edges": {...}, ...}``.
+
+        Returns
+        -------
+        dict
+            ``type`` and every field by its name (``edges`` in its own dict form,
+            ``params`` with every parameter, defaults included).
+
+        Examples
+        --------
+        >>> q = GraphQuery(Scan("/data/e.parquet"), "src", "dst", "bfs", params={"source": 0})
+        >>> q.to_dict()["params"]
+        {'source': 0, 'depth_limit': None}
+        """
+        return _dict_of(self)
+
+    @property
+    def scan(self) -> Scan:
+        """The scan this query reads: ``edges``."""
+        return self.edges
 
 
 class _FrozenParams(dict[str, Any]):
@@ -245,17 +307,51 @@ class _FrozenParams(dict[str, Any]):
 
 Query = Scan | Count | GraphQuery
 
+# The query kinds by their JSON ``type``: the one table the dict form is read by.
+_KINDS: dict[str, Any] = {"scan": Scan, "count": Count, "graph": GraphQuery}
+_ACCEPTED = "use a Scan, Count or GraphQuery, its to_dict() form or its JSON text"
 
-def query_from_dict(data: Mapping[str, Any]) -> Query:
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (Scan, Count, GraphQuery)):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _dict_of(query: Any) -> dict[str, Any]:
+    """``{"type": kind, <field>: <plain value>, ...}`` of a query dataclass."""
+    out: dict[str, Any] = {"type": query.kind}
+    for field in dataclasses.fields(query):
+        out[field.name] = _plain(getattr(query, field.name))
+    return out
+
+
+def _load(text: str | bytes) -> Any:
+    """The JSON value of a query's text; :class:`ConfigError` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:  # not UTF-8, not JSON, an integer of too many digits
+        raise ConfigError(f"query JSON is malformed: {exc}") from None
+    except RecursionError:  # json's answer to deep nesting; no query is that deep
+        raise ConfigError(
+            "query JSON is nested too deeply to parse; a query is a flat object whose "
+            "'edges' holds one scan"
+        ) from None
+
+
+def _from_dict(data: Any) -> Query:
     """Build a query from its :meth:`to_dict` form; :class:`ConfigError` when malformed."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"query={data!r} is not accepted; use a JSON object with a 'type'")
     kind = data.get("type")
+    if not isinstance(kind, str) or kind not in _KINDS:  # a list or object is unhashable
+        raise ConfigError(f"query type={kind!r} is not accepted; use one of: {', '.join(_KINDS)}")
     fields = {k: v for k, v in data.items() if k != "type"}
-    builders: dict[str, Any] = {"scan": Scan, "count": Count, "graph": GraphQuery}
-    if not isinstance(kind, str) or kind not in builders:  # a list or object is unhashable
-        raise ConfigError(f"query type={kind!r} is not accepted; use one of: scan, count, graph")
-    allowed = {f.name for f in dataclasses.fields(builders[kind])}
+    allowed = {f.name for f in dataclasses.fields(_KINDS[kind])}
     unknown = sorted(set(fields) - allowed)
     if unknown:
         raise ConfigError(
@@ -264,27 +360,101 @@ def query_from_dict(data: Mapping[str, Any]) -> Query:
     if kind == "graph":
         edges = fields.get("edges")
         if isinstance(edges, Mapping):
-            edges = query_from_dict({"type": "scan", **{k: v for k, v in edges.items()}})
-        fields["edges"] = edges
+            fields["edges"] = _from_dict({"type": "scan", **edges})
         if not isinstance(fields.get("params", {}), Mapping):
             raise ConfigError(f"graph query params={fields['params']!r}; use a JSON object")
-    if kind == "scan" and isinstance(fields.get("columns"), list):
-        fields["columns"] = tuple(fields["columns"])  # anything else: Scan refuses it
     try:
-        return builders[kind](**fields)
+        query: Query = _KINDS[kind](**fields)
     except TypeError as exc:
         raise ConfigError(f"{kind} query: {exc}") from None
+    return query
 
 
-def query_from_json(text: str) -> Query:
-    """Parse a query from JSON text (see :func:`query_from_dict`)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"query JSON is malformed: {exc}") from None
-    except RecursionError:  # json's answer to deep nesting; no query is that deep
+def as_query(query: Query | Mapping[str, Any] | str | bytes) -> Query:
+    """The query ``query`` is: a query object as it is, else built from its dict form
+    or JSON text, validated.
+
+    Every front end (:meth:`QueryService.execute`, the server's tickets, the
+    client, the cluster client) reads queries through this function.
+
+    Parameters
+    ----------
+    query : Scan, Count, GraphQuery, mapping, str or bytes
+        A query; its ``to_dict()`` form (``{"type": "scan", ...}``); or that
+        form as JSON text (``str``, or UTF-8 ``bytes`` as a ticket holds it).
+
+    Returns
+    -------
+    Scan, Count or GraphQuery
+        The query, immutable and hashable; ``as_query(q.to_dict()) == q``.
+
+    Raises
+    ------
+    ConfigError
+        When the JSON is malformed or nested too deeply, the ``type`` is not
+        ``scan``, ``count`` or ``graph``, a field is unknown, or a value is
+        refused (the message names the field and what is accepted).
+
+    Examples
+    --------
+    >>> as_query('{"type": "count", "source": "/data/t.parquet"}')
+    Count(source='/data/t.parquet')
+    >>> q = as_query({"type": "scan", "source": "s3://b/t", "columns": ["a", "b"]})
+    >>> q.columns, q.scan is q
+    (('a', 'b'), True)
+    """
+    if isinstance(query, (Scan, Count, GraphQuery)):
+        return query
+    if isinstance(query, (str, bytes, bytearray)):
+        return _from_dict(_load(query))
+    if isinstance(query, Mapping):
+        return _from_dict(query)
+    raise ConfigError(f"query={query!r} is not accepted; {_ACCEPTED}")
+
+
+def as_request(request: Query | Mapping[str, Any] | str | bytes) -> tuple[Query, int | None]:
+    """``(query, device)`` of a query as a front end receives it: a query (any form
+    :func:`as_query` takes), or the envelope ``{"query": {...}, "device": N}`` that pins
+    it to device ``N``.
+
+    Parameters
+    ----------
+    request : query, mapping, str or bytes
+        A query, or the envelope, as an object, dict or JSON text (a server's
+        ticket or command descriptor holds its bytes).
+
+    Returns
+    -------
+    tuple of (query, int or None)
+        The query, and the device id the envelope names (None: not pinned).
+
+    Raises
+    ------
+    ConfigError
+        What :func:`as_query` raises, and for an envelope with another field or
+        a device that is not an id >= 0.
+
+    Examples
+    --------
+    >>> as_request(b'{"query": {"type": "count", "source": "/t"}, "device": 1}')
+    (Count(source='/t'), 1)
+    >>> as_request('{"type": "count", "source": "/t"}')
+    (Count(source='/t'), None)
+    """
+    data: Any = request
+    if isinstance(request, (str, bytes, bytearray)):
+        data = _load(request)
+    if not (isinstance(data, Mapping) and "type" not in data and "query" in data):
+        return as_query(data), None
+    extra = sorted(set(data) - {"query", "device"})
+    if extra:
         raise ConfigError(
-            "query JSON is nested too deeply to parse; a query is a flat object whose "
-            "'edges' holds one scan"
-        ) from None
-    return query_from_dict(data)
+            f"ticket has unknown field(s) {extra}; accepted: a query object, or "
+            '{"query": {...}, "device": N}'
+        )
+    device = data.get("device")
+    if device is not None and (
+        isinstance(device, bool) or not isinstance(device, int) or device < 0
+    ):
+        raise ConfigError(f"ticket device={device!r} is not accepted; use a device id >= 0")
+    return as_query(data["query"]), device

@@ -70,14 +70,7 @@ from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service.admission import Admission, Attempt, check_cancelled
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
-from nexus_cache.service.queries import (
-    Count,
-    GraphQuery,
-    Query,
-    Scan,
-    query_from_dict,
-    query_from_json,
-)
+from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 
@@ -211,7 +204,7 @@ class QueryService:
         ask for) and ``parquet_bytes`` (the source's bytes). Lists the source;
         reads no data. Thread-safe.
         """
-        query = _as_query(query)
+        query = as_query(query)
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
         cfg = self.config
@@ -258,7 +251,7 @@ class QueryService:
         the last transient error after ``max_attempts`` attempts, and any
         other error of the query (missing source, unknown column) at once.
         """
-        query = _as_query(query)
+        query = as_query(query)
         if device is not None and (
             isinstance(device, bool)
             or not isinstance(device, int)
@@ -509,17 +502,3 @@ class QueryService:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
-
-
-def _as_query(query: Query | Mapping[str, Any] | str) -> Query:
-    """A query object from an object, its ``to_dict()`` form or its JSON text."""
-    if isinstance(query, str):
-        return query_from_json(query)
-    if isinstance(query, Mapping):
-        return query_from_dict(query)
-    if not isinstance(query, (Scan, Count, GraphQuery)):
-        raise ConfigError(
-            f"query={query!r} is not accepted; use a Scan, Count or GraphQuery, its to_dict() "
-            "form or its JSON text"
-        )
-    return query
