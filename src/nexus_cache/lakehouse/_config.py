@@ -361,7 +361,7 @@ def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[Con
     errors: list[ConfigError] = []
     # Each variable alone, through from_env itself: whatever variables
     # from_env reads are checked, with its rules, and no error hides another.
-    for variable in VARIABLES:
+    for variable in sorted(VARIABLES, key=lambda v: v.name):
         value = raw(variable, env)
         if value is None:
             continue
