@@ -269,7 +269,9 @@ def test_kernel_bfs_switches_between_steps() -> None:
 def test_engine_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     graph = build_graph({"src": np.array([1, 2]), "dst": np.array([2, 3])})
     monkeypatch.setenv(ENV_HOST_ENGINE, "fast")
-    with pytest.raises(ConfigError, match=f"{ENV_HOST_ENGINE}='fast': use one of auto"):
+    with pytest.raises(
+        ConfigError, match=f"{ENV_HOST_ENGINE}='fast' is not accepted; use one of: auto"
+    ):
         bfs(graph, [1])
     monkeypatch.setenv(ENV_HOST_ENGINE, "numba")
     monkeypatch.setitem(sys.modules, "numba", None)  # as if it were not installed

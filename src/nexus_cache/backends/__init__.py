@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the real types for the type checker; loaded lazily at run t
     from nexus_cache.backends.kinds import (
         ALLOCATOR_NAMES,
         BACKEND_NAMES,
+        BACKEND_VARIABLE,
         BACKENDS,
         ENV_DEVICE_ALLOCATOR,
         ENV_DEVICE_BACKEND,
@@ -45,6 +46,7 @@ __all__ = [
     "ALLOCATOR_NAMES",
     "BACKENDS",
     "BACKEND_NAMES",
+    "BACKEND_VARIABLE",
     "ENV_DEVICE_ALLOCATOR",
     "ENV_DEVICE_BACKEND",
     "AllocationDomain",
@@ -66,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "ALLOCATOR_NAMES": "nexus_cache.backends.kinds",
     "BACKENDS": "nexus_cache.backends.kinds",
     "BACKEND_NAMES": "nexus_cache.backends.kinds",
+    "BACKEND_VARIABLE": "nexus_cache.backends.kinds",
     "ENV_DEVICE_ALLOCATOR": "nexus_cache.backends.kinds",
     "ENV_DEVICE_BACKEND": "nexus_cache.backends.kinds",
     "AllocationDomain": "nexus_cache.backends.base",

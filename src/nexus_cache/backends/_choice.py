@@ -2,33 +2,24 @@
 
 Both backend settings (``NEXUS_DEVICE_BACKEND``, ``NEXUS_DEVICE_ALLOCATOR``)
 are read this way, so they accept the same spellings and fail with the same
-kind of message. Pure function of its arguments and ``os.environ``: thread-safe.
+kind of message. Pure function of its arguments and the environment: thread-safe.
 """
 
 from __future__ import annotations
 
-import os
-
-from nexus_cache.errors import ConfigError
+from nexus_cache._env import Variable, parse_choice, read
 
 __all__ = ["choose"]
 
 
-def choose(
-    name: str | None, *, env: str, accepted: tuple[str, ...], what: str, argument: str
-) -> str:
-    """``name`` (None: ``$env``; unset or empty is ``auto``) checked against ``accepted``.
+def choose(name: str | None, *, variable: Variable, argument: str) -> str:
+    """``name`` (None: ``variable``'s value, unset or blank is its default) checked
+    against ``variable.choices``.
 
     Case and surrounding spaces are ignored. Raises :class:`ConfigError`
-    naming where the value came from (``argument`` or ``env``), calling it
-    ``what`` and listing ``accepted``.
+    naming where the value came from (``argument`` or the variable) and
+    listing the accepted values.
     """
-    source = argument
     if name is None:
-        # blank counts as unset, like every variable (docs/configuration.md)
-        name = os.environ.get(env, "").strip() or "auto"
-        source = env
-    choice = name.strip().lower() if isinstance(name, str) else name
-    if choice not in accepted:
-        raise ConfigError(f"{source}={name!r} is not {what}; accepted: {', '.join(accepted)}")
-    return choice
+        return str(read(variable))
+    return parse_choice(name, argument, variable.choices)

@@ -1,6 +1,6 @@
 """Build the device backend a setting names (``NEXUS_DEVICE_BACKEND`` or an argument).
 
-Thread-safe: a pure function of its argument and ``os.environ``.
+Thread-safe: a pure function of its argument and the environment.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from nexus_cache.backends._choice import choose
 from nexus_cache.backends.base import DeviceBackend
 from nexus_cache.backends.host import HostBackend
-from nexus_cache.backends.kinds import BACKEND_NAMES, CUDA, ENV_DEVICE_BACKEND, HOST
+from nexus_cache.backends.kinds import BACKEND_VARIABLE, CUDA, HOST
 from nexus_cache.errors import BackendUnavailableError
 
 __all__ = ["select_backend"]
@@ -23,13 +23,7 @@ def select_backend(name: str | None = None) -> DeviceBackend:
     the accepted values) and :class:`BackendUnavailableError` when ``cuda``
     is asked for explicitly but CuPy or a GPU is missing.
     """
-    choice = choose(
-        name,
-        env=ENV_DEVICE_BACKEND,
-        accepted=BACKEND_NAMES,
-        what="a device backend",
-        argument="backend name",
-    )
+    choice = choose(name, variable=BACKEND_VARIABLE, argument="backend name")
     if choice == HOST.name:
         return HostBackend()
     from nexus_cache.backends.cuda import CudaBackend

@@ -24,7 +24,7 @@ from nexus_cache.backends._choice import choose
 from nexus_cache.backends.base import DeviceBackend, MemoryInfo
 from nexus_cache.backends.cupy_domain import CupyArrayDomain
 from nexus_cache.backends.kinds import (
-    ALLOCATOR_NAMES,
+    ALLOCATOR_VARIABLE,
     CUDA,
     CUPY_POOL,
     ENV_DEVICE_ALLOCATOR,
@@ -39,13 +39,7 @@ __all__ = ["CudaAllocationDomain", "CudaBackend"]
 
 def _allocator_setting(name: str | None) -> str:
     """The validated allocator choice (``auto``, ``rmm`` or ``cupy``)."""
-    return choose(
-        name,
-        env=ENV_DEVICE_ALLOCATOR,
-        accepted=ALLOCATOR_NAMES,
-        what="a domain allocator",
-        argument="allocator",
-    )
+    return choose(name, variable=ALLOCATOR_VARIABLE, argument="allocator")
 
 
 def _resolve_allocator(choice: str) -> str:

@@ -10,7 +10,6 @@ machine, so tests are deterministic.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
@@ -19,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nexus_cache._numbers import parse_int_text
-from nexus_cache._sizes import parse_size
+from nexus_cache._env import read
 from nexus_cache.backends.base import (
     AllocationDomain,
     AllocationScope,
@@ -28,7 +26,11 @@ from nexus_cache.backends.base import (
     MemoryInfo,
     round_allocation,
 )
-from nexus_cache.backends.kinds import HOST
+from nexus_cache.backends.kinds import (
+    HOST,
+    HOST_COUNT_VARIABLE,
+    HOST_TOTAL_VARIABLE,
+)
 from nexus_cache.errors import CapacityError, ConfigError, LifecycleError
 
 __all__ = [
@@ -40,11 +42,9 @@ __all__ = [
     "HostStream",
 ]
 
-ENV_HOST_DEVICE_TOTAL_BYTES = "NEXUS_HOST_DEVICE_TOTAL_BYTES"
-ENV_HOST_DEVICE_COUNT = "NEXUS_HOST_DEVICE_COUNT"
-#: more simulated devices than any real host has GPUs is a typo, not a test
-_MAX_HOST_DEVICES = 64
-DEFAULT_HOST_DEVICE_TOTAL_BYTES = 16 << 30
+ENV_HOST_DEVICE_TOTAL_BYTES = HOST_TOTAL_VARIABLE.name
+ENV_HOST_DEVICE_COUNT = HOST_COUNT_VARIABLE.name
+DEFAULT_HOST_DEVICE_TOTAL_BYTES = int(read(HOST_TOTAL_VARIABLE, {}))
 
 
 class HostStream:
@@ -55,26 +55,11 @@ class HostStream:
 
 
 def _total_from_env() -> int:
-    raw = os.environ.get(ENV_HOST_DEVICE_TOTAL_BYTES, "")
-    if raw.strip() == "":
-        return DEFAULT_HOST_DEVICE_TOTAL_BYTES
-    return parse_size(raw, name=ENV_HOST_DEVICE_TOTAL_BYTES)
+    return int(read(HOST_TOTAL_VARIABLE))
 
 
 def _count_from_env() -> int:
-    raw = os.environ.get(ENV_HOST_DEVICE_COUNT, "")
-    if raw.strip() == "":
-        return 1
-    try:
-        count = parse_int_text(raw)
-    except ValueError:
-        count = 0
-    if not 1 <= count <= _MAX_HOST_DEVICES:
-        raise ConfigError(
-            f"{ENV_HOST_DEVICE_COUNT}={raw!r} is not accepted; use a whole number "
-            f"from 1 to {_MAX_HOST_DEVICES} (simulated devices of the host backend)"
-        )
-    return count
+    return int(read(HOST_COUNT_VARIABLE))
 
 
 class HostBackend(DeviceBackend):

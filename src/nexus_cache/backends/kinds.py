@@ -13,26 +13,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nexus_cache._env import Variable
 from nexus_cache.errors import ConfigError
 
 __all__ = [
     "ALLOCATORS",
     "ALLOCATOR_NAMES",
+    "ALLOCATOR_VARIABLE",
     "AUTO",
     "BACKENDS",
     "BACKEND_NAMES",
+    "BACKEND_VARIABLE",
     "CUDA",
     "ENV_DEVICE_ALLOCATOR",
     "ENV_DEVICE_BACKEND",
     "HOST",
+    "HOST_COUNT_VARIABLE",
+    "HOST_TOTAL_VARIABLE",
+    "VARIABLES",
     "AllocatorKind",
     "BackendKind",
     "backend_help",
     "backend_kind",
 ]
 
-ENV_DEVICE_BACKEND = "NEXUS_DEVICE_BACKEND"
-ENV_DEVICE_ALLOCATOR = "NEXUS_DEVICE_ALLOCATOR"
 #: the setting value that picks the first backend (or allocator) that works
 AUTO = "auto"
 
@@ -95,6 +99,41 @@ ALLOCATORS: tuple[AllocatorKind, ...] = tuple(
 BACKEND_NAMES: tuple[str, ...] = (AUTO, *(kind.name for kind in BACKENDS))
 #: what ``NEXUS_DEVICE_ALLOCATOR`` and ``CudaBackend(allocator=...)`` accept
 ALLOCATOR_NAMES: tuple[str, ...] = (AUTO, *(a.name for a in ALLOCATORS))
+
+BACKEND_VARIABLE = Variable(
+    "NEXUS_DEVICE_BACKEND",
+    "enum",
+    "`auto` uses CUDA when CuPy imports and sees a GPU, else the host (NumPy) backend.",
+    default=AUTO,
+    choices=BACKEND_NAMES,
+)
+ALLOCATOR_VARIABLE = Variable(
+    "NEXUS_DEVICE_ALLOCATOR",
+    "enum",
+    "Allocation domains of the `cuda` backend",
+    default=AUTO,
+    choices=ALLOCATOR_NAMES,
+)
+#: more simulated devices than any real host has GPUs is a typo, not a test
+_MAX_HOST_DEVICES = 64
+HOST_TOTAL_VARIABLE = Variable(
+    "NEXUS_HOST_DEVICE_TOTAL_BYTES",
+    "size",
+    "Memory of each simulated device of the host backend.",
+    default="16GiB",
+)
+HOST_COUNT_VARIABLE = Variable(
+    "NEXUS_HOST_DEVICE_COUNT",
+    "int",
+    "Simulated devices of the host backend",
+    default="1",
+    minimum=1,
+    maximum=_MAX_HOST_DEVICES,
+)
+#: the variables the backends read
+VARIABLES = (BACKEND_VARIABLE, HOST_TOTAL_VARIABLE, HOST_COUNT_VARIABLE, ALLOCATOR_VARIABLE)
+ENV_DEVICE_BACKEND = BACKEND_VARIABLE.name
+ENV_DEVICE_ALLOCATOR = ALLOCATOR_VARIABLE.name
 
 
 def backend_kind(name: str) -> BackendKind:

@@ -17,13 +17,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nexus_cache._env import read
 from nexus_cache.errors import CommandError
+from nexus_cache.server.settings import TLS_ROOT_CERTS_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 
 __all__ = ["absolute_sources", "add_server_option", "client_for", "quiet_grpc", "server_url"]
 
-ENV_SERVER_URL = "NEXUS_SERVER_URL"
-ENV_SERVER_TOKEN = "NEXUS_SERVER_TOKEN"
-ENV_SERVER_TLS_ROOT_CERTS = "NEXUS_SERVER_TLS_ROOT_CERTS"
+ENV_SERVER_URL = URL_VARIABLE.name
+ENV_SERVER_TOKEN = TOKEN_VARIABLE.name
+ENV_SERVER_TLS_ROOT_CERTS = TLS_ROOT_CERTS_VARIABLE.name
 
 
 def add_server_option(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +70,7 @@ def absolute_sources(query: Any) -> Any:
 
 def server_url(args: argparse.Namespace) -> str | None:
     """``--server``, else ``NEXUS_SERVER_URL``, else None (run in this process)."""
-    url = getattr(args, "server", None) or os.environ.get(ENV_SERVER_URL, "").strip()
+    url: str | None = getattr(args, "server", None) or read(URL_VARIABLE)
     return url or None
 
 
@@ -83,10 +85,8 @@ def client_for(url: str, args: argparse.Namespace | None = None) -> Iterator[Any
     from nexus_cache.client import Client
     from nexus_cache.errors import ServerAuthError, ServerUnavailableError
 
-    token = os.environ.get(ENV_SERVER_TOKEN, "").strip() or None
-    roots = getattr(args, "tls_root_certs", None) or (
-        os.environ.get(ENV_SERVER_TLS_ROOT_CERTS, "").strip() or None
-    )
+    token = read(TOKEN_VARIABLE)
+    roots = getattr(args, "tls_root_certs", None) or read(TLS_ROOT_CERTS_VARIABLE)
     client = Client(url, token=token, tls_root_certs=roots)
     try:
         yield client

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import uuid
 from collections.abc import Mapping
@@ -13,12 +12,13 @@ from nexus_cache.cluster._cancel import CancelledOnWorker, cancel_name
 from nexus_cache.cluster._routing import rendezvous_order, routing_key
 from nexus_cache.cluster.plugin import PLUGIN_NAME, QueryServicePlugin, cluster_report, run_query
 from nexus_cache.errors import ConfigError, LifecycleError, QueryCancelledError
+from nexus_cache.program import REDIS_URL_VARIABLE, default_redis_url
 from nexus_cache.service import Diagnostics, Query, QueryResult, ServiceConfig, as_query
 
 __all__ = ["ENV_REDIS_URL", "ClusterDiagnostics", "ClusterQueryClient"]
 
 #: the Redis program cache every worker shares (unset: none)
-ENV_REDIS_URL = "NEXUS_PROGRAM_CACHE_REDIS_URL"
+ENV_REDIS_URL = REDIS_URL_VARIABLE.name
 # How often a waiting query checks that its worker is still there.
 _POLL_S = 0.2
 
@@ -81,7 +81,7 @@ class ClusterQueryClient:
             raise ConfigError(f"max_worker_losses must be an int >= 0, got {max_worker_losses!r}")
         self.config = config if config is not None else ServiceConfig.from_env()
         if redis_url is None:
-            redis_url = os.environ.get(ENV_REDIS_URL, "").strip() or None
+            redis_url = default_redis_url()
         self.redis_url = redis_url
         self._client = dask_client
         self._max_losses = max_worker_losses

@@ -19,7 +19,6 @@ decode's domain. Thread-safe: a call keeps its state in its own objects.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nexus_cache.errors import BackendUnavailableError, ConfigError
+from nexus_cache._env import parse_choice, raw, read
+from nexus_cache.errors import BackendUnavailableError
+from nexus_cache.frames._variables import DECODE_ENGINE, ENGINES
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
@@ -46,9 +47,7 @@ __all__ = [
     "preload_decode_kernels",
 ]
 
-ENV_DECODE_ENGINE = "NEXUS_DECODE_ENGINE"
-ENGINES = ("auto", "host", "gpu")
-_DEFAULT_ENGINE = "host"  # until the GPU engine is verified on a GPU
+ENV_DECODE_ENGINE = DECODE_ENGINE.name
 
 ChunkDecoder = Callable[[Any, ChunkSpec, Any, list[Page]], DeviceChunk]
 
@@ -57,15 +56,11 @@ def engine_setting(engine: str | None) -> tuple[str, str]:
     """``(engine, shown)``: the validated engine (the argument, else
     ``NEXUS_DECODE_ENGINE``, else ``host``) and the setting that chose it."""
     if engine is None:
-        raw = os.environ.get(ENV_DECODE_ENGINE, "")
-        if raw.strip() == "":
-            return _DEFAULT_ENGINE, "the default"
-        value, shown = raw.strip().lower(), f"{ENV_DECODE_ENGINE}={raw!r}"
-    else:
-        value, shown = str(engine).strip().lower(), f"engine={engine!r}"
-    if value not in ENGINES:
-        raise ConfigError(f"{shown} is not accepted; use one of {', '.join(ENGINES)}")
-    return value, shown
+        text = raw(DECODE_ENGINE)
+        if text is None:
+            return str(read(DECODE_ENGINE)), "the default"
+        return str(read(DECODE_ENGINE)), f"{ENV_DECODE_ENGINE}={text!r}"
+    return parse_choice(engine, "engine", ENGINES), f"engine={engine!r}"
 
 
 def _device_reason(domain: Any) -> str | None:

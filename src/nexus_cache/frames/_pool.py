@@ -35,10 +35,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nexus_cache._numbers import parse_int_text
+from nexus_cache._env import parse_whole, read, refusal
 from nexus_cache._sizes import parse_size
-from nexus_cache.errors import ConfigError
 from nexus_cache.frames._host import HostPiece, host_piece
+from nexus_cache.frames._variables import DECODE_THREADS, DECODE_WINDOW_BYTES, MAX_DECODE_THREADS
 
 __all__ = [
     "ENV_DECODE_THREADS",
@@ -49,9 +49,8 @@ __all__ = [
     "decode_settings",
 ]
 
-ENV_DECODE_THREADS = "NEXUS_DECODE_THREADS"
-ENV_DECODE_WINDOW_BYTES = "NEXUS_DECODE_WINDOW_BYTES"
-MAX_DECODE_THREADS = 256
+ENV_DECODE_THREADS = DECODE_THREADS.name
+ENV_DECODE_WINDOW_BYTES = DECODE_WINDOW_BYTES.name
 _DEFAULT_MAX_THREADS = 16  # past this, one file's row groups rarely keep more busy
 _WINDOW_PER_THREAD = 64 << 20
 _MAX_DEFAULT_WINDOW = 1 << 30
@@ -68,23 +67,11 @@ def _cpus() -> int:
 
 def _threads_setting(threads: int | None) -> int:
     if threads is None:
-        raw = os.environ.get(ENV_DECODE_THREADS, "")
-        if raw.strip() == "":
-            return max(1, min(_cpus(), _DEFAULT_MAX_THREADS))
-        shown = f"{ENV_DECODE_THREADS}={raw!r}"
-        try:
-            count = parse_int_text(raw)
-        except ValueError:
-            count = 0
-    else:
-        shown = f"threads={threads!r}"
-        count = threads if isinstance(threads, int) and not isinstance(threads, bool) else 0
-    if not 1 <= count <= MAX_DECODE_THREADS:
-        raise ConfigError(
-            f"{shown} is not accepted; use a whole number of decoder threads "
-            f"from 1 to {MAX_DECODE_THREADS}"
-        )
-    return count
+        count = read(DECODE_THREADS)
+        return count if count is not None else max(1, min(_cpus(), _DEFAULT_MAX_THREADS))
+    if isinstance(threads, str):  # an argument is an int; text is for the variable
+        raise refusal("threads", threads, f"a whole number from 1 to {MAX_DECODE_THREADS}")
+    return parse_whole(threads, "threads", minimum=1, maximum=MAX_DECODE_THREADS)
 
 
 def decode_settings(
@@ -95,10 +82,10 @@ def decode_settings(
     Raises ConfigError naming the argument or variable."""
     count = _threads_setting(threads)
     if window_bytes is None:
-        raw = os.environ.get(ENV_DECODE_WINDOW_BYTES, "")
-        if raw.strip() == "":
+        window = read(DECODE_WINDOW_BYTES)
+        if window is None:
             return count, min(count * _WINDOW_PER_THREAD, _MAX_DEFAULT_WINDOW)
-        return count, parse_size(raw, name=ENV_DECODE_WINDOW_BYTES)
+        return count, int(window)
     return count, parse_size(window_bytes, name="window_bytes")
 
 

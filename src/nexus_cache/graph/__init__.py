@@ -21,6 +21,7 @@ from nexus_cache._lazy import lazy_exports
 if TYPE_CHECKING:
     from nexus_cache._kernel_loader import KernelLoad as KernelLoad
     from nexus_cache._kernel_loader import kernel_loads as kernel_loads
+    from nexus_cache.graph._host_engine import HOST_ENGINE_VARIABLE as HOST_ENGINE_VARIABLE
     from nexus_cache.graph._kernels import preload_kernels as preload_kernels
     from nexus_cache.graph.csr import Graph as Graph
     from nexus_cache.graph.csr import build_graph as build_graph
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "HOST_ENGINE_VARIABLE": "nexus_cache.graph._host_engine",
     "ALGORITHMS": "nexus_cache.graph.registry",
     "AlgorithmSpec": "nexus_cache.graph.registry",
     "CONVERGENCE_RULES": "nexus_cache.graph.registry",

@@ -22,28 +22,36 @@ from typing import Any
 
 import numpy as np
 
-from nexus_cache.errors import BackendUnavailableError, ConfigError
+from nexus_cache._env import Variable, read
+from nexus_cache.errors import BackendUnavailableError
 
 __all__ = [
     "ENGINES",
     "ENV_HOST_ENGINE",
+    "HOST_ENGINE_VARIABLE",
+    "VARIABLES",
     "bfs",
     "edge_common_neighbours",
     "host_kernels",
     "pair_common_neighbours",
 ]
 
-ENV_HOST_ENGINE = "NEXUS_GRAPH_HOST_ENGINE"
 ENGINES = ("auto", "numba", "numpy")
+HOST_ENGINE_VARIABLE = Variable(
+    "NEXUS_GRAPH_HOST_ENGINE",
+    "enum",
+    "Graph algorithms on the host",
+    default="auto",
+    choices=ENGINES,
+)
+#: the variables the graph package reads
+VARIABLES = (HOST_ENGINE_VARIABLE,)
+ENV_HOST_ENGINE = HOST_ENGINE_VARIABLE.name
 
 
 def host_kernels() -> Any | None:
     """The compiled kernel module, or None when the NumPy code is to run."""
-    choice = os.environ.get(ENV_HOST_ENGINE, "auto").strip().lower() or "auto"
-    if choice not in ENGINES:
-        raise ConfigError(
-            f"{ENV_HOST_ENGINE}={choice!r}: use one of {', '.join(ENGINES)} (default auto)"
-        )
+    choice = read(HOST_ENGINE_VARIABLE)
     if choice == "numpy":
         return None
     try:

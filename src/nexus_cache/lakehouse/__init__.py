@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from nexus_cache.lakehouse._config import ENV_POLICY as ENV_POLICY
     from nexus_cache.lakehouse._config import ENV_READ as ENV_READ
     from nexus_cache.lakehouse._config import ENV_ROOT as ENV_ROOT
+    from nexus_cache.lakehouse._config import VARIABLES as VARIABLES
     from nexus_cache.lakehouse._config import FillPolicy as FillPolicy
     from nexus_cache.lakehouse._config import LakehouseCacheConfig as LakehouseCacheConfig
     from nexus_cache.lakehouse._config import ReadPolicy as ReadPolicy
@@ -66,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "ENV_POLICY": "nexus_cache.lakehouse._config",
     "ENV_READ": "nexus_cache.lakehouse._config",
     "ENV_ROOT": "nexus_cache.lakehouse._config",
+    "VARIABLES": "nexus_cache.lakehouse._config",
     "FillPolicy": "nexus_cache.lakehouse._config",
     "LakehouseCacheConfig": "nexus_cache.lakehouse._config",
     "ReadPolicy": "nexus_cache.lakehouse._config",

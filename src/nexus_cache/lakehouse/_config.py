@@ -1,32 +1,9 @@
 """Configuration of the lakehouse byte cache.
 
 :class:`LakehouseCacheConfig` is an immutable value; :meth:`LakehouseCacheConfig.from_env`
-reads exactly these variables (an empty value counts as unset):
-
-``NEXUS_LAKEHOUSE_CACHE_ROOT``
-    Directory of the cache. Unset: no cache, every read is remote.
-``NEXUS_LAKEHOUSE_CACHE_READ``
-    ``enabled`` (default) or ``disabled``: may an existing entry serve a read?
-``NEXUS_LAKEHOUSE_CACHE_POLICY``
-    ``disabled`` (default), ``read_through`` or ``fill_before_read``: what a miss does.
-``NEXUS_LAKEHOUSE_CACHE_MAX_BYTES``
-    Best-effort LRU target of the entries' bytes; required with a filling policy.
-``NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY``
-    Fills in flight at once in this service (default 4).
-``NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES``
-    Object bytes in flight through fills at once in this service (default 2GiB).
-``NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES``
-    Objects larger than this are never cached (default: no threshold).
-``NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S``
-    Seconds the interpreter waits at exit for queued and running background
-    fills to publish (default 30; ``0``: do not wait).
-``NEXUS_LAKEHOUSE_LOG_READS``
-    ``1``/``true``/``yes``/``on``: log every read's status, read mode and fill
-    mode at INFO on the ``nexus_cache.lakehouse`` logger (default off).
-``NEXUS_LAKEHOUSE_CACHE_IDENTITY_TTL``
-    Seconds a proven remote identity is trusted without proving it again
-    (default 0: every open proves it). Opt-in staleness: within the window a
-    replaced object is served from its old entry.
+reads exactly the variables of :data:`VARIABLES` (through :mod:`nexus_cache._env`: an
+empty value counts as unset), each of which sets one field. ``docs/configuration.md``
+describes them.
 
 Byte sizes use the package's one grammar (:mod:`nexus_cache._sizes`): plain bytes,
 ``64M``/``10G``/``10GiB`` (powers of 1024) or ``500MB``/``10GB`` (powers of 1000).
@@ -39,18 +16,27 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache._env import (
+    Variable,
+    environ_of,
+    parse_choice,
+    parse_flag,
+    parse_number,
+    parse_whole,
+    raw,
+    read_fields,
+)
 from nexus_cache._sizes import parse_size
 from nexus_cache.errors import ConfigError
 
 __all__ = [
+    "BY_FIELD",
     "ENV_BYPASS_BYTES",
     "ENV_FILL_EXIT_WAIT_S",
     "ENV_FILL_MAX_CONCURRENCY",
@@ -62,25 +48,12 @@ __all__ = [
     "ENV_READ",
     "ENV_ROOT",
     "FillPolicy",
+    "VARIABLES",
     "LakehouseCacheConfig",
     "ReadPolicy",
     "config_errors_from_env",
     "resolve_root",
 ]
-
-ENV_ROOT = "NEXUS_LAKEHOUSE_CACHE_ROOT"
-ENV_READ = "NEXUS_LAKEHOUSE_CACHE_READ"
-ENV_POLICY = "NEXUS_LAKEHOUSE_CACHE_POLICY"
-ENV_MAX_BYTES = "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES"
-ENV_FILL_MAX_CONCURRENCY = "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY"
-ENV_FILL_MAX_HOST_BYTES = "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES"
-ENV_BYPASS_BYTES = "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES"
-ENV_FILL_EXIT_WAIT_S = "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S"
-ENV_LOG_READS = "NEXUS_LAKEHOUSE_LOG_READS"
-ENV_IDENTITY_TTL = "NEXUS_LAKEHOUSE_CACHE_IDENTITY_TTL"
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 
 class ReadPolicy(str, enum.Enum):
@@ -102,55 +75,116 @@ class FillPolicy(str, enum.Enum):
         return self is not FillPolicy.DISABLED
 
 
+#: the variables :meth:`LakehouseCacheConfig.from_env` reads, and the fields they set
+VARIABLES = (
+    Variable(
+        "NEXUS_LAKEHOUSE_CACHE_ROOT",
+        "path",
+        "Where entries live.",
+        unset="unset: no cache, every read remote",
+        field="root",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_CACHE_READ",
+        "enum",
+        "May an existing entry serve a read?",
+        default="enabled",
+        choices=tuple(m.value for m in ReadPolicy),
+        field="read",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_CACHE_POLICY",
+        "enum",
+        "What a miss does: nothing, a background fill, or a fill before the read.",
+        default="disabled",
+        choices=tuple(m.value for m in FillPolicy),
+        field="policy",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES",
+        "size",
+        "Best-effort LRU target of the entries' bytes.",
+        unset="unset",
+        field="max_bytes",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_FILL_MAX_CONCURRENCY",
+        "int",
+        "Fills running at once in one process.",
+        default="4",
+        minimum=1,
+        field="fill_max_concurrency",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_FILL_MAX_HOST_BYTES",
+        "size",
+        "Object bytes in flight through fills at once in one process.",
+        default="2GiB",
+        field="fill_max_host_bytes",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_CACHE_BYPASS_BYTES",
+        "size",
+        "Objects larger than this are never cached",
+        unset="unset: no threshold",
+        field="bypass_bytes",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_FILL_EXIT_WAIT_S",
+        "float",
+        "How long the interpreter waits at exit for queued and running background fills "
+        "to publish",
+        default="30",
+        minimum=0,
+        maximum=threading.TIMEOUT_MAX,
+        unit="seconds",
+        field="fill_exit_wait_s",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_LOG_READS",
+        "bool",
+        "Log every read's status, read mode and fill mode at INFO",
+        default="off",
+        field="log_reads",
+    ),
+    Variable(
+        "NEXUS_LAKEHOUSE_CACHE_IDENTITY_TTL",
+        "float",
+        "Opt-in staleness window",
+        default="0",
+        minimum=0,
+        maximum=threading.TIMEOUT_MAX,
+        unit="seconds",
+        field="identity_ttl_s",
+    ),
+)
+#: the variable of each field it sets
+BY_FIELD = {v.field: v for v in VARIABLES}
+(
+    ENV_ROOT,
+    ENV_READ,
+    ENV_POLICY,
+    ENV_MAX_BYTES,
+    ENV_FILL_MAX_CONCURRENCY,
+    ENV_FILL_MAX_HOST_BYTES,
+    ENV_BYPASS_BYTES,
+    ENV_FILL_EXIT_WAIT_S,
+    ENV_LOG_READS,
+    ENV_IDENTITY_TTL,
+) = (v.name for v in VARIABLES)
+
+
 def _parse_enum(kind: type[enum.Enum], value: Any, name: str) -> Any:
     if isinstance(value, kind):
         return value
-    text = str(value).strip().lower()
-    for member in kind:
-        if member.value == text:
-            return member
-    accepted = ", ".join(m.value for m in kind)
-    raise ConfigError(f"{name}={value!r} is not accepted; use one of: {accepted}")
-
-
-def _parse_positive_int(value: Any, name: str) -> int:
-    try:
-        number = parse_int_text(str(value)) if not isinstance(value, int) else value
-    except ValueError:
-        number = 0
-    if isinstance(value, bool) or number <= 0:
-        raise ConfigError(f"{name}={value!r} is not accepted; use a whole number >= 1")
-    return number
+    return kind(parse_choice(value, name, tuple(m.value for m in kind)))
 
 
 def _parse_seconds(value: Any, name: str) -> float:
-    # bool is an int subclass, and NaN compares false with everything: refuse both
-    # here, where the value enters, instead of failing later in a timeout. So are
-    # values longer than any thread wait (threading.TIMEOUT_MAX, ~292 years):
-    # waits on them raise OverflowError (the exit hook's, every blocking fill's).
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = parse_float_text(value) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or number < 0 or number > threading.TIMEOUT_MAX:
-        raise ConfigError(
-            f"{name}={value!r} is not accepted; use a finite number of seconds >= 0 "
-            f"and at most {threading.TIMEOUT_MAX:.0f}"
-        )
-    return number
-
-
-def _parse_flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigError(f"{name}={value!r} is not accepted; use 1/true/yes/on or 0/false/no/off")
+    # Values longer than any thread wait (threading.TIMEOUT_MAX, ~292 years) are
+    # refused here, where they enter: waits on them raise OverflowError (the exit
+    # hook's, every blocking fill's).
+    return parse_number(value, name, minimum=0, maximum=threading.TIMEOUT_MAX, unit="seconds")
 
 
 def _check_root(value: Any) -> Path:
@@ -255,13 +289,16 @@ class LakehouseCacheConfig:
         check("read", lambda v: _parse_enum(ReadPolicy, v, ENV_READ))
         check("policy", lambda v: _parse_enum(FillPolicy, v, ENV_POLICY))
         check("max_bytes", optional_size(ENV_MAX_BYTES))
-        check("fill_max_concurrency", lambda v: _parse_positive_int(v, ENV_FILL_MAX_CONCURRENCY))
+        check(
+            "fill_max_concurrency",
+            lambda v: parse_whole(v, ENV_FILL_MAX_CONCURRENCY, minimum=1),
+        )
         check("fill_max_host_bytes", lambda v: parse_size(v, name=ENV_FILL_MAX_HOST_BYTES))
         check("bypass_bytes", optional_size(ENV_BYPASS_BYTES))
         for field, name in _SECONDS_NAMES.items():
             check(field, lambda v, name=name: _parse_seconds(v, name))
-        check("event_buffer", lambda v: _parse_positive_int(v, "event_buffer"))
-        check("log_reads", lambda v: _parse_flag(v, ENV_LOG_READS))
+        check("event_buffer", lambda v: parse_whole(v, "event_buffer", minimum=1))
+        check("log_reads", lambda v: parse_flag(v, ENV_LOG_READS))
         if errors:
             raise ConfigError("; ".join(errors))
         if self.root is not None and self.policy.fills and self.max_bytes is None:
@@ -281,33 +318,7 @@ class LakehouseCacheConfig:
         cls, environ: Mapping[str, str] | None = None, **overrides: Any
     ) -> LakehouseCacheConfig:
         """Build from the ``NEXUS_LAKEHOUSE_*`` variables; ``overrides`` win over them."""
-        env = os.environ if environ is None else environ
-
-        def get(name: str) -> str | None:
-            value = env.get(name)
-            return value if value is not None and value.strip() != "" else None
-
-        kwargs: dict[str, Any] = {}
-        if (root := get(ENV_ROOT)) is not None:
-            kwargs["root"] = root
-        if (read := get(ENV_READ)) is not None:
-            kwargs["read"] = read
-        if (policy := get(ENV_POLICY)) is not None:
-            kwargs["policy"] = policy
-        if (max_bytes := get(ENV_MAX_BYTES)) is not None:
-            kwargs["max_bytes"] = max_bytes
-        if (conc := get(ENV_FILL_MAX_CONCURRENCY)) is not None:
-            kwargs["fill_max_concurrency"] = conc
-        if (host := get(ENV_FILL_MAX_HOST_BYTES)) is not None:
-            kwargs["fill_max_host_bytes"] = host
-        if (bypass := get(ENV_BYPASS_BYTES)) is not None:
-            kwargs["bypass_bytes"] = bypass
-        if (exit_wait := get(ENV_FILL_EXIT_WAIT_S)) is not None:
-            kwargs["fill_exit_wait_s"] = exit_wait
-        if (log_reads := get(ENV_LOG_READS)) is not None:
-            kwargs["log_reads"] = log_reads
-        if (ttl := get(ENV_IDENTITY_TTL)) is not None:
-            kwargs["identity_ttl_s"] = ttl
+        kwargs: dict[str, Any] = dict(read_fields(VARIABLES, environ))
         kwargs.update(overrides)
         return cls(**kwargs)
 
@@ -324,12 +335,6 @@ class LakehouseCacheConfig:
         return out
 
 
-def _env_value(env: Mapping[str, str], name: str) -> str | None:
-    # The rule of from_env: an empty or blank value counts as unset.
-    value = env.get(name)
-    return value if value is not None and value.strip() != "" else None
-
-
 def resolve_root(
     root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Path | None:
@@ -339,8 +344,7 @@ def resolve_root(
     (``~`` expanded, made absolute); reads no other variable.
     """
     if root is None or os.fspath(root).strip() == "":
-        env = os.environ if environ is None else environ
-        root = _env_value(env, ENV_ROOT)
+        root = raw(BY_FIELD["root"], environ)
         if root is None:
             return None
     return _check_root(root)
@@ -353,17 +357,16 @@ def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[Con
     checked as :meth:`LakehouseCacheConfig.from_env` does (a filling policy
     needs ``MAX_BYTES``). An empty list means ``from_env`` succeeds.
     """
-    env = os.environ if environ is None else environ
+    env = environ_of(environ)
     errors: list[ConfigError] = []
     # Each variable alone, through from_env itself: whatever variables
     # from_env reads are checked, with its rules, and no error hides another.
-    names = sorted(n for n in env if n.startswith("NEXUS_LAKEHOUSE_"))
-    for name in names:
-        value = _env_value(env, name)
+    for variable in sorted(VARIABLES, key=lambda v: v.name):
+        value = raw(variable, env)
         if value is None:
             continue
         try:
-            LakehouseCacheConfig.from_env({name: value})
+            LakehouseCacheConfig.from_env({variable.name: value})
         except ConfigError as exc:
             errors.append(exc)
     if not errors:

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nexus_cache._env import read
 from nexus_cache._storage import atomic_write, ensure_private_dir, host_tag
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse._config import ENV_ROOT
+from nexus_cache.lakehouse._config import BY_FIELD, ENV_ROOT
 from nexus_cache.lakehouse._events import summarize_counts
 
 __all__ = ["KEEP", "RECENT", "SummaryWriter", "read_stats", "write_all"]
@@ -155,10 +156,9 @@ def read_stats(root: str | os.PathLike[str] | None = None, *, recent: int = 20) 
     ``FileNotFoundError`` when the root does not exist; creates nothing.
     """
     if root is None:
-        value = os.environ.get(ENV_ROOT, "").strip()
-        if not value:
+        root = read(BY_FIELD["root"])
+        if root is None:
             raise ConfigError(f"{ENV_ROOT} is not set: pass the cache root")
-        root = value
     root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
     if not root.is_dir():
         raise FileNotFoundError(2, f"{root} is not a lakehouse cache root; check the path")

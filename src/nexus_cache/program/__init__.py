@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from nexus_cache.program._identify import identify_cache_path as identify_cache_path
     from nexus_cache.program._interop import register_with_cuda_core as register_with_cuda_core
     from nexus_cache.program._memory import InMemoryProgramCache as InMemoryProgramCache
+    from nexus_cache.program._paths import REDIS_URL_VARIABLE as REDIS_URL_VARIABLE
     from nexus_cache.program._paths import default_filestream_root as default_filestream_root
+    from nexus_cache.program._paths import default_redis_url as default_redis_url
     from nexus_cache.program._paths import default_sqlite_path as default_sqlite_path
     from nexus_cache.program._redis import RedisProgramCache as RedisProgramCache
     from nexus_cache.program._resource import CacheStats as CacheStats
@@ -56,6 +58,8 @@ _EXPORTS: dict[str, str] = {
     "ProgramEntry": "nexus_cache.program._catalog",
     "describe_entries": "nexus_cache.program._catalog",
     "default_filestream_root": "nexus_cache.program._paths",
+    "REDIS_URL_VARIABLE": "nexus_cache.program._paths",
+    "default_redis_url": "nexus_cache.program._paths",
     "default_sqlite_path": "nexus_cache.program._paths",
     "run_demo": "nexus_cache.program._demo",
 }

@@ -28,8 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache._env import raw
 from nexus_cache.errors import ConfigError
-from nexus_cache.server.settings import ServerSettings
+from nexus_cache.server.settings import MALLOC_VARIABLE, ServerSettings
 
 __all__ = ["MMAP_THRESHOLD_BYTES", "return_freed_memory", "run_server"]
 
@@ -73,7 +74,7 @@ def return_freed_memory() -> bool:
     :data:`MMAP_THRESHOLD_BYTES` or more in its own mapping. Left alone when
     ``MALLOC_MMAP_THRESHOLD_`` is set (the user chose) or off glibc.
     """
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+    if raw(MALLOC_VARIABLE) is not None:
         return False
     try:
         libc = ctypes.CDLL(None)

@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache._env import Variable, environ_of, raw, read
 from nexus_cache._roots import parse_roots
 from nexus_cache._sizes import parse_size
 from nexus_cache.errors import ConfigError
@@ -32,6 +32,11 @@ __all__ = [
     "DEFAULT_PORT",
     "ENV_SERVER_TOKEN",
     "ENV_SERVER_URL",
+    "MALLOC_VARIABLE",
+    "TLS_ROOT_CERTS_VARIABLE",
+    "TOKEN_VARIABLE",
+    "URL_VARIABLE",
+    "VARIABLES",
     "ServerSettings",
     "is_loopback",
     "load_settings",
@@ -39,20 +44,74 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 8815
-ENV_SERVER_TOKEN = "NEXUS_SERVER_TOKEN"
-ENV_SERVER_URL = "NEXUS_SERVER_URL"
-ENV_MAX_RUNNING = "NEXUS_SERVER_MAX_RUNNING_QUERIES"
-ENV_QUEUE_TIMEOUT = "NEXUS_SERVER_QUEUE_TIMEOUT_S"
-ENV_MAX_TICKET = "NEXUS_SERVER_MAX_TICKET_BYTES"
-ENV_SHUTDOWN_TIMEOUT = "NEXUS_SERVER_SHUTDOWN_TIMEOUT_S"
-
+TOKEN_VARIABLE = Variable(
+    "NEXUS_SERVER_TOKEN",
+    "str",
+    "Server: every call must carry `authorization: Bearer <token>`",
+    unset="unset: no authentication (loopback only)",
+)
+URL_VARIABLE = Variable(
+    "NEXUS_SERVER_URL",
+    "str",
+    "Client commands: the server to run on, as `--server URL`.",
+    unset="unset: run in this process",
+)
+TLS_ROOT_CERTS_VARIABLE = Variable(
+    "NEXUS_SERVER_TLS_ROOT_CERTS",
+    "str",
+    "Client commands: the CA certificate (or the self-signed certificate)",
+    unset="unset: the system's root certificates",
+)
+#: glibc's own; the server sets a threshold of its own unless it is set
+MALLOC_VARIABLE = Variable(
+    "MALLOC_MMAP_THRESHOLD_",
+    "str",
+    "glibc's mmap threshold",
+    unset="unset: the server keeps every freed block of 1 MiB or more in its own mapping",
+)
+#: the variables that override the [server] keys, each naming its key
+_KEYED = (
+    Variable(
+        "NEXUS_SERVER_MAX_RUNNING_QUERIES",
+        "int",
+        "Queries the server executes at once; more wait.",
+        default="8",
+        minimum=1,
+        field="max_running_queries",
+    ),
+    Variable(
+        "NEXUS_SERVER_QUEUE_TIMEOUT_S",
+        "float",
+        "How long a query waits for one of those slots",
+        default="30",
+        minimum=0,
+        unit="seconds",
+        field="queue_timeout_s",
+    ),
+    Variable(
+        "NEXUS_SERVER_MAX_TICKET_BYTES",
+        "size",
+        "Largest ticket (query JSON) accepted.",
+        default="64KiB",
+        field="max_ticket_bytes",
+    ),
+    Variable(
+        "NEXUS_SERVER_SHUTDOWN_TIMEOUT_S",
+        "float",
+        "On SIGTERM or the `shutdown` action",
+        default="10",
+        minimum=0,
+        unit="seconds",
+        field="shutdown_timeout_s",
+    ),
+)
+#: the variables of the server and of its client commands
+VARIABLES = (TOKEN_VARIABLE, URL_VARIABLE, TLS_ROOT_CERTS_VARIABLE, *_KEYED, MALLOC_VARIABLE)
+ENV_SERVER_TOKEN = TOKEN_VARIABLE.name
+ENV_SERVER_URL = URL_VARIABLE.name
 #: [server] key -> variable that overrides it
-_ENV = {
-    "max_running_queries": ENV_MAX_RUNNING,
-    "queue_timeout_s": ENV_QUEUE_TIMEOUT,
-    "max_ticket_bytes": ENV_MAX_TICKET,
-    "shutdown_timeout_s": ENV_SHUTDOWN_TIMEOUT,
-}
+_ENV = {str(v.field): v for v in _KEYED}
+ENV_MAX_RUNNING = _ENV["max_running_queries"].name
 _TOML_KEYS = ("allowed_roots", *_ENV)
 
 
@@ -119,7 +178,7 @@ class ServerSettings:
                 or value < 0
             ):
                 raise ConfigError(
-                    f"{name}={value!r} is not accepted ({_ENV[name]}); use a finite number "
+                    f"{name}={value!r} is not accepted ({_ENV[name].name}); use a finite number "
                     "of seconds >= 0"
                 )
         set_(self, "max_ticket_bytes", parse_size(self.max_ticket_bytes, name="max_ticket_bytes"))
@@ -178,32 +237,18 @@ def load_settings(
 ) -> ServerSettings:
     """Defaults, the ``[server]`` table of ``config_path`` (else ``NEXUS_SERVICE_CONFIG``),
     the ``NEXUS_SERVER_*`` variables, then ``options`` (None values are skipped)."""
-    env = os.environ if environ is None else environ
+    from nexus_cache.service.config import CONFIG_VARIABLE
 
-    def get(name: str) -> str | None:
-        value = env.get(name)
-        return value if value is not None and value.strip() else None
-
-    path = config_path if config_path is not None else get("NEXUS_SERVICE_CONFIG")
+    env = environ_of(environ)
+    path = config_path if config_path is not None else raw(CONFIG_VARIABLE, env)
     fields: dict[str, Any] = {} if path is None else _read_table(Path(path))
     for key, variable in _ENV.items():
-        if (text := get(variable)) is not None:
-            fields[key] = _env_value(key, variable, text)
-    if (token := get(ENV_SERVER_TOKEN)) is not None:
-        fields["token"] = token.strip()
+        if raw(variable, env) is not None:
+            fields[key] = read(variable, env)
+    if (token := read(TOKEN_VARIABLE, env)) is not None:
+        fields["token"] = token
     fields.update({k: v for k, v in options.items() if v is not None})
     return ServerSettings(**fields)
-
-
-def _env_value(key: str, variable: str, text: str) -> Any:
-    try:
-        if key == "max_running_queries":
-            return parse_int_text(text)
-        if key == "max_ticket_bytes":
-            return parse_size(text, name=variable)
-        return parse_float_text(text)
-    except ValueError:
-        raise ConfigError(f"{variable}={text!r} is not accepted; use a number") from None
 
 
 def _read_table(path: Path) -> dict[str, Any]:

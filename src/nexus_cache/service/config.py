@@ -5,28 +5,9 @@ keyword overrides. :meth:`ServiceConfig.load` applies them in that order; every
 value is validated where it enters, and a bad one raises :class:`ConfigError`
 naming the key (or variable), the value and what is accepted.
 
-Environment variables (an empty value counts as unset):
-
-``NEXUS_SERVICE_CONFIG``
-    Path of a TOML file to read first (default: none).
-``NEXUS_DEVICE_BACKEND``
-    ``auto`` (default), ``cuda`` or ``host``.
-``NEXUS_SERVICE_DEVICES``
-    Comma-separated device ids to serve (default: every device of the backend).
-``NEXUS_DEVICE_CACHE_CAP_BYTES``
-    ``cache_cap_bytes`` of every served device, a byte size; ``0`` disables the
-    GPU caches (default: 25% of each device's managed capacity).
-``NEXUS_SERVICE_EVIDENCE_DIR``
-    Directory of the admission TSV and the sealed attempt evidence (default:
-    none, nothing is written).
-``NEXUS_SERVICE_ADMISSION_TIMEOUT_S``
-    Seconds an attempt waits for its grant before :class:`AdmissionError` (30).
-``NEXUS_SERVICE_MAX_ATTEMPTS``
-    Attempts per query, the first included, on transient failures (3).
-``NEXUS_SERVICE_GRANT_EXPANSION``
-    Grant bytes asked per byte of Parquet read (8.0; at most 1024).
-``NEXUS_LAKEHOUSE_*``
-    The lakehouse cache settings (see ``docs/lakehouse.md``).
+Environment variables: :data:`VARIABLES`, ``NEXUS_DEVICE_BACKEND`` and the
+lakehouse cache's ``NEXUS_LAKEHOUSE_*`` (read through :mod:`nexus_cache._env`:
+an empty value counts as unset); ``docs/configuration.md`` describes them.
 
 Immutable; thread-safe to share.
 """
@@ -35,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -47,41 +27,26 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from nexus_cache._numbers import parse_float_text, parse_int_text
+from nexus_cache._env import Variable, environ_of, parse_number, parse_whole, raw, read_fields
 from nexus_cache._roots import parse_roots
 from nexus_cache._sizes import parse_size
-from nexus_cache.backends import BACKEND_NAMES, ENV_DEVICE_BACKEND
+from nexus_cache.backends import BACKEND_NAMES, BACKEND_VARIABLE
 from nexus_cache.errors import ConfigError
-from nexus_cache.lakehouse import (
-    ENV_BYPASS_BYTES,
-    ENV_FILL_EXIT_WAIT_S,
-    ENV_FILL_MAX_CONCURRENCY,
-    ENV_FILL_MAX_HOST_BYTES,
-    ENV_IDENTITY_TTL,
-    ENV_LOG_READS,
-    ENV_MAX_BYTES,
-    ENV_POLICY,
-    ENV_READ,
-    ENV_ROOT,
-    LakehouseCacheConfig,
-)
+from nexus_cache.lakehouse import VARIABLES as LAKEHOUSE_VARIABLES
+from nexus_cache.lakehouse import LakehouseCacheConfig
 
 __all__ = [
     "DEFAULT_CACHE_CAP_FRACTION",
     "MAX_GRANT_EXPANSION",
     "DeviceSettings",
+    "CONFIG_VARIABLE",
+    "ENV_CONFIG",
+    "ENV_EVIDENCE_DIR",
+    "VARIABLES",
     "ServiceConfig",
     "load_lakehouse_config",
     "load_lakehouse_root",
 ]
-
-ENV_CONFIG = "NEXUS_SERVICE_CONFIG"
-ENV_DEVICES = "NEXUS_SERVICE_DEVICES"
-ENV_CACHE_CAP = "NEXUS_DEVICE_CACHE_CAP_BYTES"
-ENV_EVIDENCE_DIR = "NEXUS_SERVICE_EVIDENCE_DIR"
-ENV_ADMISSION_TIMEOUT = "NEXUS_SERVICE_ADMISSION_TIMEOUT_S"
-ENV_MAX_ATTEMPTS = "NEXUS_SERVICE_MAX_ATTEMPTS"
-ENV_GRANT_EXPANSION = "NEXUS_SERVICE_GRANT_EXPANSION"
 
 #: share of a device's managed capacity a device without a configured cap gets
 DEFAULT_CACHE_CAP_FRACTION = 0.25
@@ -90,18 +55,69 @@ DEFAULT_CACHE_CAP_FRACTION = 0.25
 #: arithmetic (a float too large for an int)
 MAX_GRANT_EXPANSION = 1024.0
 
-_LAKEHOUSE_ENV = {
-    ENV_ROOT: "root",
-    ENV_READ: "read",
-    ENV_POLICY: "policy",
-    ENV_MAX_BYTES: "max_bytes",
-    ENV_FILL_MAX_CONCURRENCY: "fill_max_concurrency",
-    ENV_FILL_MAX_HOST_BYTES: "fill_max_host_bytes",
-    ENV_BYPASS_BYTES: "bypass_bytes",
-    ENV_FILL_EXIT_WAIT_S: "fill_exit_wait_s",
-    ENV_LOG_READS: "log_reads",
-    ENV_IDENTITY_TTL: "identity_ttl_s",
-}
+CONFIG_VARIABLE = Variable(
+    "NEXUS_SERVICE_CONFIG", "path", "Path of a TOML file read first.", unset="none"
+)
+_DEVICES = Variable(
+    "NEXUS_SERVICE_DEVICES",
+    "str",
+    "Comma-separated device ids to serve.",
+    unset="every device of the backend",
+)
+#: the variables :meth:`ServiceConfig.load` reads (and the fields they set), beside
+#: ``NEXUS_DEVICE_BACKEND`` and the lakehouse cache's
+VARIABLES = (
+    CONFIG_VARIABLE,
+    _DEVICES,
+    Variable(
+        "NEXUS_DEVICE_CACHE_CAP_BYTES",
+        "size",
+        "`cache_cap_bytes` of every served device",
+        unset="25% of each device's managed capacity",
+        minimum=0,
+        field="cache_cap_bytes",
+    ),
+    Variable(
+        "NEXUS_SERVICE_EVIDENCE_DIR",
+        "path",
+        "Directory of the admission TSV and the sealed attempt evidence.",
+        unset="none: nothing written",
+        field="evidence_dir",
+    ),
+    Variable(
+        "NEXUS_SERVICE_ADMISSION_TIMEOUT_S",
+        "float",
+        "Seconds an attempt waits for its grant before `AdmissionError`.",
+        default="30",
+        minimum=0,
+        unit="seconds",
+        field="admission_timeout_s",
+    ),
+    Variable(
+        "NEXUS_SERVICE_MAX_ATTEMPTS",
+        "int",
+        "Attempts per query, the first included, on transient failures.",
+        default="3",
+        minimum=1,
+        field="max_attempts",
+    ),
+    Variable(
+        "NEXUS_SERVICE_GRANT_EXPANSION",
+        "float",
+        "Grant bytes asked per byte of Parquet read",
+        default="8.0",
+        minimum=0,
+        strict=True,
+        maximum=MAX_GRANT_EXPANSION,
+        field="grant_expansion",
+    ),
+)
+_FIELDS = {v: v.field for v in VARIABLES if v.field is not None}
+ENV_CONFIG = CONFIG_VARIABLE.name
+ENV_DEVICES = _DEVICES.name
+ENV_EVIDENCE_DIR = next(v.name for v, field in _FIELDS.items() if field == "evidence_dir")
+
+
 _LAKEHOUSE_KEYS = tuple(f.name for f in dataclasses.fields(LakehouseCacheConfig))
 _TOP_KEYS = (
     "backend",
@@ -140,40 +156,6 @@ class DeviceSettings:
         if self.managed_capacity_bytes is not None:
             managed = parse_size(self.managed_capacity_bytes, name="managed_capacity_bytes")
             object.__setattr__(self, "managed_capacity_bytes", managed)
-
-
-def _number(
-    name: str,
-    value: Any,
-    *,
-    integer: bool,
-    minimum: float,
-    strict: bool,
-    maximum: float = math.inf,
-) -> Any:
-    """Parse a finite number >= (or >) ``minimum`` and <= ``maximum``; ConfigError names
-    ``name``."""
-    kind = "a whole number" if integer else "a number"
-    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
-    if maximum < math.inf:
-        bound += f" and <= {maximum:g}"
-    refusal = ConfigError(f"{name}={value!r} is not accepted; use {kind} {bound}")
-    if isinstance(value, bool):
-        raise refusal
-    try:
-        if integer:
-            number: float = parse_int_text(value) if isinstance(value, str) else value
-            if not isinstance(number, int):
-                raise refusal
-        else:
-            number = parse_float_text(value) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
-        raise refusal from None
-    if not math.isfinite(number) or (number <= minimum if strict else number < minimum):
-        raise refusal
-    if number > maximum:
-        raise refusal
-    return number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,26 +238,17 @@ class ServiceConfig:
         set_(
             self,
             "admission_timeout_s",
-            _number(
-                "admission_timeout_s",
-                self.admission_timeout_s,
-                integer=False,
-                minimum=0,
-                strict=False,
+            parse_number(
+                self.admission_timeout_s, "admission_timeout_s", minimum=0, unit="seconds"
             ),
         )
-        set_(
-            self,
-            "max_attempts",
-            _number("max_attempts", self.max_attempts, integer=True, minimum=1, strict=False),
-        )
+        set_(self, "max_attempts", parse_whole(self.max_attempts, "max_attempts", minimum=1))
         set_(
             self,
             "grant_expansion",
-            _number(
-                "grant_expansion",
+            parse_number(
                 self.grant_expansion,
-                integer=False,
+                "grant_expansion",
                 minimum=0,
                 strict=True,
                 maximum=MAX_GRANT_EXPANSION,
@@ -295,7 +268,7 @@ class ServiceConfig:
     ) -> ServiceConfig:
         """Defaults, then the TOML file (``path`` or ``NEXUS_SERVICE_CONFIG``), then
         the environment, then ``overrides`` (field names of this class)."""
-        env = os.environ if environ is None else environ
+        env = environ_of(environ)
         accepted = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(overrides) - accepted)
         if unknown:
@@ -304,22 +277,11 @@ class ServiceConfig:
                 f"{', '.join(sorted(accepted))}"
             )
 
-        def get(name: str) -> str | None:
-            return _env(env, name)
-
         fields, lake = _file_and_lake_env(path, env)
-        simple = {
-            ENV_DEVICE_BACKEND: "backend",
-            ENV_CACHE_CAP: "cache_cap_bytes",
-            ENV_EVIDENCE_DIR: "evidence_dir",
-            ENV_ADMISSION_TIMEOUT: "admission_timeout_s",
-            ENV_MAX_ATTEMPTS: "max_attempts",
-            ENV_GRANT_EXPANSION: "grant_expansion",
-        }
-        for variable, field in simple.items():
-            if (value := get(variable)) is not None:
-                fields[field] = _named(variable, field, value)
-        if (value := get(ENV_DEVICES)) is not None:
+        for variable, field in ((BACKEND_VARIABLE, "backend"), *_FIELDS.items()):
+            if (value := raw(variable, env)) is not None:
+                fields[field] = _named(variable.name, field, value)
+        if (value := raw(_DEVICES, env)) is not None:
             fields["devices"] = _parse_device_list(value)
         if "lakehouse" in overrides:
             return cls(**{**fields, **overrides})
@@ -433,12 +395,6 @@ class ServiceConfig:
             ) from None
 
 
-def _env(env: Mapping[str, str], name: str) -> str | None:
-    # an empty or blank value counts as unset
-    value = env.get(name)
-    return value if value is not None and value.strip() != "" else None
-
-
 def _file_and_lake_env(
     path: str | os.PathLike[str] | None, env: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -446,14 +402,12 @@ def _file_and_lake_env(
     ``[lakehouse]`` table with the ``NEXUS_LAKEHOUSE_*`` variables laid over it."""
     origin = "path"
     if path is None:
-        path, origin = _env(env, ENV_CONFIG), ENV_CONFIG
+        path, origin = raw(CONFIG_VARIABLE, env), ENV_CONFIG
     fields: dict[str, Any] = {}
     lake: dict[str, Any] = {}
     if path is not None:
         fields, lake = _read_toml(Path(path), origin)
-    for variable, field in _LAKEHOUSE_ENV.items():
-        if (value := _env(env, variable)) is not None:
-            lake[field] = value
+    lake.update(read_fields(LAKEHOUSE_VARIABLES, env))
     return fields, lake
 
 
@@ -472,7 +426,7 @@ def load_lakehouse_config(
     service setting, so a bad ``NEXUS_SERVICE_*`` variable does not stop it;
     a bad file does (:class:`ConfigError` naming the file and the key).
     """
-    _fields, lake = _file_and_lake_env(path, os.environ if environ is None else environ)
+    _fields, lake = _file_and_lake_env(path, environ_of(environ))
     return _lakehouse({**lake, **overrides})
 
 
@@ -483,7 +437,7 @@ def load_lakehouse_root(
     ``NEXUS_LAKEHOUSE_CACHE_ROOT``, else the TOML file's ``[lakehouse] root``, else
     ``None``. Other settings are not combined (a filling policy without a target
     does not stop it), so maintenance commands find the root whatever they hold."""
-    _fields, lake = _file_and_lake_env(path, os.environ if environ is None else environ)
+    _fields, lake = _file_and_lake_env(path, environ_of(environ))
     root = lake.get("root")
     return None if root is None else _lakehouse({"root": root}).root
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import os
 import statistics
 import tempfile
 import time
@@ -25,8 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nexus_cache._env import raw
 from nexus_cache.backends import backend_kind
 from nexus_cache.errors import ConfigError
+from nexus_cache.graph import HOST_ENGINE_VARIABLE
 from nexus_cache.graph.registry import ALGORITHMS
 from nexus_cache.lakehouse import FillPolicy, LakehouseCacheConfig
 from nexus_cache.service.config import ServiceConfig
@@ -69,7 +70,7 @@ _COST = {
 def _host_engine() -> str:
     """Which host graph engine a query will use: ``numba`` when it imports and
     ``NEXUS_GRAPH_HOST_ENGINE`` does not say ``numpy``, else ``numpy``."""
-    choice = os.environ.get("NEXUS_GRAPH_HOST_ENGINE", "auto").strip().lower()
+    choice = (raw(HOST_ENGINE_VARIABLE) or "").strip().lower()
     if choice == "numpy" or importlib.util.find_spec("numba") is None:
         return "numpy"
     return "numba"

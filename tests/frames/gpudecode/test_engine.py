@@ -52,7 +52,7 @@ def test_engine_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEXUS_DECODE_ENGINE", "cuda")
     with pytest.raises(ConfigError, match="NEXUS_DECODE_ENGINE='cuda' is not accepted"):
         engine_setting(None)
-    with pytest.raises(ConfigError, match="engine='fast' is not accepted; use one of auto"):
+    with pytest.raises(ConfigError, match="engine='fast' is not accepted; use one of: auto"):
         engine_setting("fast")
 
 
