@@ -153,9 +153,9 @@ class QueryResult:
     ...     evidence_dir=root / "evidence",
     ... )
     >>> from nexus_cache.service import GraphQuery
-    >>> edges = Scan(str(root / "edges.parquet"))
+    >>> scan = Scan(str(root / "edges.parquet"))
     >>> with QueryService(config) as service:
-    ...     result = service.execute(GraphQuery(edges, "src", "dst", "bfs", params={"source": 1}))
+    ...     result = service.execute(GraphQuery(scan, "src", "dst", "bfs", params={"source": 1}))
     >>> result.table.to_pydict()
     {'vertex': [1, 2, 3, 4], 'distance': [0, 1, 2, 3], 'predecessor': [None, 1, 2, 3]}
     >>> result.diagnostics.algorithm
