@@ -397,3 +397,43 @@ def test_an_attempt_runs_each_query_kind_in_a_function_of_its_own() -> None:
     assert runners <= called
     assert front.end_lineno is not None
     assert front.end_lineno - front.lineno < 40, "run_attempt dispatches; the kinds run apart"
+
+
+# --- the server's imports -----------------------------------------------------
+
+
+def facade_imports(modules: Mapping[str, Path], package: str) -> list[str]:
+    """Imports from the root facade (``from nexus_cache import X``) in ``package``'s
+    modules: the server names the module that defines what it uses."""
+    out = []
+    for name, path in modules.items():
+        if not (name == package or name.startswith(package + ".")):
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.module == "nexus_cache":
+                names = ", ".join(a.name for a in node.names)
+                out.append(f"{name}:{node.lineno}: from nexus_cache import {names}")
+    return out
+
+
+def test_server_modules_import_errors_and_the_version_from_their_modules() -> None:
+    assert facade_imports(_modules(ROOT), "nexus_cache.server") == []
+
+
+def test_the_facade_check_catches_an_import_through_the_package(tmp_path: Path) -> None:
+    pkg = tmp_path / "nexus_cache"
+    (pkg / "server").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server" / "__init__.py").write_text("")
+    (pkg / "server" / "a.py").write_text(
+        "import nexus_cache.errors as errors\n"
+        "from nexus_cache.errors import ConfigError\n"
+        "from nexus_cache import errors\n"
+        "def f():\n"
+        "    from nexus_cache import __version__\n"
+    )
+    (pkg / "other.py").write_text("from nexus_cache import errors\n")  # not the server
+    assert facade_imports(_modules(pkg), "nexus_cache.server") == [
+        "nexus_cache.server.a:3: from nexus_cache import errors",
+        "nexus_cache.server.a:5: from nexus_cache import __version__",
+    ]

@@ -62,6 +62,28 @@ class KernelLoad:
     could not be asked; ``origin`` is one of :data:`ORIGINS`; ``seconds``
     covers the compile or cache read and the module load; ``detail`` says
     why the fallback ran (None otherwise).
+
+    Parameters
+    ----------
+    kernel : str
+        The kernel and its index types.
+    device_id : int
+        The device it was loaded on.
+    arch : str or None
+        The compile target, None when the device could not be asked.
+    origin : str
+        Where the kernel came from, one of :data:`ORIGINS`.
+    seconds : float
+        The time the compile or cache read and the module load took.
+    detail : str or None, optional
+        Why the fallback ran.
+
+    Examples
+    --------
+    >>> from nexus_cache.graph import KernelLoad
+    >>> load = KernelLoad("bfs_pull(int32, int32)", 0, "sm_90", "compiled", 0.25)
+    >>> load.to_dict()["origin"]
+    'compiled'
     """
 
     kernel: str
@@ -87,7 +109,20 @@ _built = [0]
 
 
 def kernel_loads() -> tuple[KernelLoad, ...]:
-    """Every kernel this process has made ready, in load order."""
+    """Every kernel this process has made ready, in load order.
+
+    Returns
+    -------
+    tuple of KernelLoad
+        One record per kernel and device; empty where no kernel was loaded
+        (the host backend loads none).
+
+    Examples
+    --------
+    >>> from nexus_cache.graph import kernel_loads
+    >>> isinstance(kernel_loads(), tuple)
+    True
+    """
     with _lock:
         return tuple(_loads)
 

@@ -57,6 +57,44 @@ class Client:
     system's roots.
     ``timeout``: seconds per call (None: no limit); a call past it raises
     :class:`~nexus_cache.errors.ServerTimeoutError`.
+
+    Creating a client connects to nothing: the first call does. A client may
+    be shared by threads; close it (or use it as a context manager) when done.
+
+    Parameters
+    ----------
+    url : str
+        The server's location, ``grpc://HOST:PORT`` or ``grpc+tls://HOST:PORT``.
+    token : str or None, optional
+        The server's token (``NEXUS_SERVER_TOKEN`` on the server).
+    tls_root_certs : bytes, str, os.PathLike or None, optional
+        PEM bytes, or the path of a PEM file, of the CA that signs the
+        server's certificate.
+    timeout : float or None, optional
+        Seconds per call.
+
+    Raises
+    ------
+    ConfigError
+        The URL's scheme is not ``grpc`` or ``grpc+tls``, the URL cannot be
+        used, or the token is empty.
+
+    Examples
+    --------
+    >>> from nexus_cache.client import Client
+    >>> with Client("grpc://127.0.0.1:8815", timeout=30) as client:
+    ...     client
+    Client('grpc://127.0.0.1:8815')
+    >>> Client("http://127.0.0.1:8815")
+    Traceback (most recent call last):
+    ...
+    nexus_cache.errors.ConfigError: server URL 'http://127.0.0.1:8815' is not accepted; use ...
+
+    With ``nexus-cache serve`` listening on port 8815:
+
+    >>> with Client("grpc://127.0.0.1:8815") as client:  # doctest: +SKIP
+    ...     client.execute({"type": "scan", "source": "/data/facts"}).table.num_rows
+    65536
     """
 
     def __init__(
@@ -108,7 +146,43 @@ class Client:
 
     def plan(self, query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
         """The server's plan of ``query`` (``get_flight_info``): objects, planned
-        lakehouse statuses, ``grant_bytes``, ``parquet_bytes``; nothing runs."""
+        lakehouse statuses, ``grant_bytes``, ``parquet_bytes``; nothing runs.
+
+        Parameters
+        ----------
+        query : Query, mapping or str
+            A query object, its JSON form as a mapping, or JSON text; it is
+            checked here before any call.
+
+        Returns
+        -------
+        dict
+            The plan, as the server's JSON document.
+
+        Raises
+        ------
+        ConfigError
+            The query is not valid (no call is made).
+        ServerUnavailableError
+            The server cannot be reached.
+        ServerAuthError
+            The server refused the token.
+        ServerTimeoutError
+            The call took longer than the client's ``timeout``.
+
+        Examples
+        --------
+        >>> from nexus_cache.client import Client
+        >>> client = Client("grpc://127.0.0.1:8815")
+        >>> client.plan({"type": "nope"})
+        Traceback (most recent call last):
+        ...
+        nexus_cache.errors.ConfigError: query type='nope' is not accepted; use one of: scan, ...
+        >>> plan = client.plan({"type": "scan", "source": "/data/facts"})  # doctest: +SKIP
+        >>> plan["parquet_bytes"]  # doctest: +SKIP
+        1048576
+        >>> client.close()
+        """
         descriptor = flight.FlightDescriptor.for_command(encode_ticket(as_query(query).to_dict()))
         with self._errors():
             info = interruptible(lambda _: self._flight.get_flight_info(descriptor, self._options))
@@ -117,19 +191,116 @@ class Client:
     # -- actions ---------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """``{"status": "ready", "warm_up_s": ..., "running_queries": ..., ...}``."""
+        """``{"status": "ready", "warm_up_s": ..., "running_queries": ..., ...}``.
+
+        Answers once the server listens (after its warm-up) and while it runs.
+
+        Returns
+        -------
+        dict
+            ``status`` (``ready`` or ``stopping``), ``version``, ``backend``,
+            ``devices``, ``warm_up_s``, ``running_queries`` and more.
+
+        Raises
+        ------
+        ServerUnavailableError
+            The server cannot be reached.
+        ServerAuthError
+            The server refused the token.
+        ServerTimeoutError
+            The call took longer than the client's ``timeout``.
+
+        Examples
+        --------
+        >>> from nexus_cache.client import Client
+        >>> client = Client("grpc://127.0.0.1:8815")
+        >>> client.health()["status"]  # doctest: +SKIP
+        'ready'
+        >>> client.close()
+        """
         return dict(self._action("health"))
 
     def reports(self) -> list[dict[str, Any]]:
-        """The server's ``device_cache_reports()``, one dict per device."""
+        """The server's ``device_cache_reports()``, one dict per device.
+
+        Returns
+        -------
+        list of dict
+            One report per device: the ledger's cache fields and the
+            allocation domain's usage.
+
+        Raises
+        ------
+        ServerUnavailableError
+            The server cannot be reached.
+        ServerAuthError
+            The server refused the token.
+        ServerTimeoutError
+            The call took longer than the client's ``timeout``.
+
+        Examples
+        --------
+        >>> from nexus_cache.client import Client
+        >>> client = Client("grpc://127.0.0.1:8815")
+        >>> len(client.reports())  # doctest: +SKIP
+        1
+        >>> client.close()
+        """
         return list(self._action("reports"))
 
     def source_events(self) -> list[dict[str, Any]]:
-        """The server's source-cache event snapshots, one dict per device."""
+        """The server's source-cache event snapshots, one dict per device.
+
+        Returns
+        -------
+        list of dict
+            One snapshot of the decoded source cache's events per device.
+
+        Raises
+        ------
+        ServerUnavailableError
+            The server cannot be reached.
+        ServerAuthError
+            The server refused the token.
+        ServerTimeoutError
+            The call took longer than the client's ``timeout``.
+
+        Examples
+        --------
+        >>> from nexus_cache.client import Client
+        >>> client = Client("grpc://127.0.0.1:8815")
+        >>> len(client.source_events())  # doctest: +SKIP
+        1
+        >>> client.close()
+        """
         return list(self._action("source-events"))
 
     def shutdown(self) -> dict[str, Any]:
-        """Ask the server to stop gracefully (its token is needed like any call)."""
+        """Ask the server to stop gracefully (its token is needed like any call).
+        Running queries finish; new ones are refused.
+
+        Returns
+        -------
+        dict
+            The server's answer, ``{"status": "stopping"}``.
+
+        Raises
+        ------
+        ServerUnavailableError
+            The server cannot be reached.
+        ServerAuthError
+            The server refused the token.
+        ServerTimeoutError
+            The call took longer than the client's ``timeout``.
+
+        Examples
+        --------
+        >>> from nexus_cache.client import Client
+        >>> client = Client("grpc://127.0.0.1:8815")
+        >>> client.shutdown()  # doctest: +SKIP
+        {'status': 'stopping'}
+        >>> client.close()
+        """
         return dict(self._action("shutdown"))
 
     def _action(self, name: str, body: bytes = b"") -> Any:
@@ -144,6 +315,14 @@ class Client:
         return translated(self.url, self._timeout)
 
     def close(self) -> None:
+        """Close the connection; the client makes no call after it.
+
+        Examples
+        --------
+        >>> from nexus_cache.client import Client
+        >>> client = Client("grpc://127.0.0.1:8815")
+        >>> client.close()
+        """
         self._flight.close()
 
     def __enter__(self) -> Client:

@@ -156,6 +156,24 @@ def preload_kernels() -> list[Any]:
 
     Returns the :class:`~nexus_cache._kernel_loader.KernelLoad` of each
     kernel loaded by this call (none for kernels this process already holds).
+    It needs CuPy and a CUDA device: on the host backend nothing is compiled.
+
+    Returns
+    -------
+    list of KernelLoad
+        The kernels this call compiled or read from the program cache.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        CuPy is not installed.
+
+    Examples
+    --------
+    >>> from nexus_cache.graph import preload_kernels
+    >>> loads = preload_kernels()  # doctest: +SKIP
+    >>> sorted({load.origin for load in loads})  # doctest: +SKIP
+    ['compiled']
     """
     from nexus_cache._kernel_loader import kernel_loads
 

@@ -29,6 +29,37 @@ class Graph:
     ``weight_column`` names the column the weights came from (None when
     unweighted, or when the graph was not built from a named column), so
     errors about weights can name it.
+
+    Build one with :func:`build_graph`; the constructor takes finished CSR
+    arrays.
+
+    Parameters
+    ----------
+    indptr, indices : array
+        The CSR row offsets (``n_vertices + 1``) and column indices, of
+        ``options.vertex_dtype``.
+    weights : array or None
+        One weight per stored arc, or None for an unweighted graph.
+    vertex_ids : array
+        The original int64 id of each dense index, sorted ascending.
+    options : GraphOptions
+        The construction contract the arrays follow.
+    xp : module
+        ``numpy`` or ``cupy``: the module the arrays live on.
+    input_edges : int
+        How many edges the input had before preparation.
+    weight_column : str or None, optional
+        The column the weights came from, named in errors about weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import build_graph
+    >>> g = build_graph({"src": np.array([1, 2, 3]), "dst": np.array([2, 3, 1])})
+    >>> g
+    Graph(directed, n_vertices=3, n_arcs=3, weighted=False, orientation='as_stored', xp=numpy)
+    >>> g.vertex_ids.tolist(), g.indptr.tolist(), g.indices.tolist()
+    ([1, 2, 3], [0, 1, 2, 3], [1, 2, 0])
     """
 
     __slots__ = (
@@ -220,6 +251,40 @@ def build_graph(
     Edge preparation, in order: drop self loops (``drop_self_loops``),
     symmetrize (undirected), merge duplicates (``duplicates``). Thread-safe:
     it only reads ``edges``, which must not change during the call.
+
+    Parameters
+    ----------
+    edges : pyarrow.Table, DeviceFrame or mapping of str to array
+        The edge list, one row per edge.
+    source, destination : str, optional
+        The integer id columns of each edge's ends (``"src"``, ``"dst"``).
+    weight : str or None, optional
+        A numeric column of edge weights; None builds an unweighted graph.
+    options : GraphOptions or None, optional
+        The construction contract (default ``GraphOptions()``: directed,
+        duplicates summed).
+    xp : module or None, optional
+        Build on this array module (``numpy`` or ``cupy``) instead of the
+        columns' own.
+
+    Returns
+    -------
+    Graph
+        The CSR graph, on ``xp`` or the columns' module.
+
+    Raises
+    ------
+    GraphInputError
+        A column is missing or not integer (numeric for ``weight``), a
+        weight is not finite, or the weights overflow ``options.weight_dtype``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph
+    >>> edges = {"src": np.array([10, 20, 30, 30]), "dst": np.array([20, 30, 10, 40])}
+    >>> build_graph(edges, options=GraphOptions(directed=False))
+    Graph(undirected, n_vertices=4, n_arcs=8, weighted=False, orientation='as_stored', xp=numpy)
     """
     options = options or GraphOptions()
     src, dst, weights, xp = edge_columns(edges, source, destination, weight, xp)

@@ -38,6 +38,31 @@ def degree(graph: Graph, *, direction: str = "total") -> GraphResult:
 
     ``direction`` is one of :data:`DIRECTIONS`; it matters on a directed
     graph only. Reads ``graph`` only; thread-safe.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+    direction : {"total", "out", "in"}, optional
+        Which arcs count on a directed graph.
+
+    Returns
+    -------
+    GraphResult
+        Columns ``vertex`` and ``degree``.
+
+    Raises
+    ------
+    ConfigError
+        ``direction`` is not accepted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import build_graph, degree
+    >>> g = build_graph({"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])})
+    >>> degree(g, direction="out").to_arrow().to_pydict()
+    {'vertex': [1, 2, 3, 4], 'degree': [1, 1, 2, 0]}
     """
     if direction not in DIRECTIONS:
         raise ConfigError(

@@ -47,6 +47,38 @@ class GraphOptions:
     holds up to 2**31 - 1 vertices and is what the GPU sparse kernels take);
     ``weight_dtype`` is the dtype of stored weights and of PageRank values of
     an unweighted graph.
+
+    Parameters
+    ----------
+    directed : bool, optional
+        Keep edges one-way (True) or symmetrize them (False).
+    drop_self_loops : bool, optional
+        Drop edges ``u -> u`` before anything else.
+    duplicates : {"sum", "min", "max", "keep"}, optional
+        How repeated edges merge (:data:`DUPLICATE_RULES`).
+    vertex_dtype : {"int32", "int64"}, optional
+        The dtype of the dense vertex indices.
+    weight_dtype : {"float32", "float64"}, optional
+        The dtype of stored weights.
+    orientation : {"as_stored", "transposed"}, optional
+        Rows hold out-neighbours, or in-neighbours on a directed graph
+        (:data:`ORIENTATIONS`).
+
+    Raises
+    ------
+    ConfigError
+        A field's value is not accepted; the message names the field.
+
+    Examples
+    --------
+    >>> from nexus_cache.graph import GraphOptions
+    >>> options = GraphOptions(directed=False, duplicates="max")
+    >>> options.directed, options.duplicates, options.vertex_dtype
+    (False, 'max', 'int32')
+    >>> GraphOptions(duplicates="mean")
+    Traceback (most recent call last):
+    ...
+    nexus_cache.errors.ConfigError: GraphOptions.duplicates='mean' is not accepted; use one of ...
     """
 
     directed: bool = True

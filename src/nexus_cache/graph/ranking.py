@@ -97,6 +97,53 @@ def pagerank(
     ``converged=False``, or :class:`~nexus_cache.errors.GraphConvergenceError`
     is raised if ``fail_on_nonconvergence``. ``dtype`` is the arithmetic type
     (default: the graph's ``weight_dtype``). Reads ``graph`` only; thread-safe.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph; edge weights, when it has them, weight the transitions.
+    alpha : float, optional
+        The damping factor, in [0, 1].
+    tol : float, optional
+        The convergence tolerance, > 0 (read as ``convergence`` says).
+    max_iter : int, optional
+        The most power iterations, >= 1.
+    personalization, dangling, initial : (ids, values) or None, optional
+        The teleport distribution, the dangling vertices' distribution and
+        the start vector (default: uniform).
+    fail_on_nonconvergence : bool, optional
+        Raise instead of returning an unconverged vector.
+    dtype : dtype or None, optional
+        The arithmetic type (default: the graph's ``weight_dtype``).
+    convergence : {"total", "networkx"}, optional
+        How ``tol`` is read.
+
+    Returns
+    -------
+    GraphResult
+        Columns ``vertex`` and ``pagerank``; ``info`` holds ``iterations``,
+        ``converged``, ``error`` and ``threshold``.
+
+    Raises
+    ------
+    ConfigError
+        A parameter is out of range or not accepted.
+    GraphInputError
+        A weight is infinite or negative, or a vector names no vertex of the
+        graph.
+    GraphConvergenceError
+        ``fail_on_nonconvergence`` and no convergence within ``max_iter``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, pagerank
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> ranks = pagerank(build_graph(edges, options=GraphOptions(directed=False)))
+    >>> [round(float(rank), 3) for rank in ranks["pagerank"]]
+    [0.246, 0.246, 0.367, 0.141]
+    >>> ranks.info["converged"]
+    True
     """
     _check("alpha", alpha, 0.0, 1.0)
     _check("tol", tol, 0.0, float("inf"), closed_lo=False)

@@ -188,27 +188,59 @@ class Column:
 class AlgorithmSpec:
     """Everything the package knows about one graph algorithm. Immutable.
 
-    * ``runner``: ``"module:function"`` of the function, called as
-      ``function(graph, **arguments)``; ``transient``: ``"module:function"``
-      of its memory estimate, ``estimate(graph, arguments) -> bytes`` it
-      allocates besides the graph while it runs (the resident-graph cache
-      reserves it before a run on a parked graph).
-    * ``rows``: one result row per ``vertex`` or per scored ``pair`` (each input
-      edge at most once): with ``columns`` this bounds the result's bytes.
-    * ``orientation`` and ``duplicates``: how the service builds its graph
-      (:class:`~nexus_cache.graph.GraphOptions`): ``transposed`` rows hold
-      in-neighbours (pull-style work); ``sum`` counts every copy of an edge
-      (a multigraph), ``max`` sees neighbour sets.
-    * ``weighted``: reads edge weights (a weight column is refused otherwise);
-      ``directed``: whether its graph is directed when a query does not say
-      (``GraphQuery(directed=None)``, a JSON query without ``directed``, the
-      command line without ``--directed``/``--undirected``);
-      ``undirected_only``: a directed graph is refused.
-    * ``keyable``: a run may use a parked graph of the resident-graph cache;
-      ``include_edges``: the function can also return the edges of its tree,
-      keyed by the attempt's edges (such a run is never cached).
-    * ``facts``: the run facts (``GraphResult.info``) the service reports;
-      ``demo``: part of the query mix of ``nexus-cache demo``.
+    Every spec lives in :data:`ALGORITHMS`; look one up with :func:`get_spec`.
+
+    Parameters
+    ----------
+    name, help : str
+        The algorithm's name (a query's ``algorithm``) and a one-line help.
+    runner : str
+        ``"module:function"`` of the function, called as
+        ``function(graph, **arguments)``.
+    transient : str
+        ``"module:function"`` of its memory estimate,
+        ``estimate(graph, arguments) -> bytes`` it allocates besides the graph
+        while it runs (the resident-graph cache reserves it before a run on a
+        parked graph).
+    params : tuple of Param
+        Its parameters, as a query and the command line take them.
+    columns : tuple of Column
+        Its result columns.
+    rows : {"vertex", "pair"}
+        One result row per ``vertex`` or per scored ``pair`` (each input edge
+        at most once): with ``columns`` this bounds the result's bytes.
+    orientation : {"as_stored", "transposed"}, optional
+        How the service builds its graph (:class:`~nexus_cache.graph.GraphOptions`):
+        ``transposed`` rows hold in-neighbours (pull-style work).
+    duplicates : {"sum", "max"}, optional
+        ``sum`` counts every copy of an edge (a multigraph), ``max`` sees
+        neighbour sets.
+    weighted : bool, optional
+        Reads edge weights (a weight column is refused otherwise).
+    directed : bool, optional
+        Whether its graph is directed when a query does not say
+        (``GraphQuery(directed=None)``, a JSON query without ``directed``, the
+        command line without ``--directed``/``--undirected``).
+    undirected_only : bool, optional
+        A directed graph is refused.
+    keyable : bool, optional
+        A run may use a parked graph of the resident-graph cache.
+    include_edges : bool, optional
+        The function can also return the edges of its tree, keyed by the
+        attempt's edges (such a run is never cached).
+    facts : tuple of str, optional
+        The run facts (``GraphResult.info``) the service reports.
+    demo : bool, optional
+        Part of the query mix of ``nexus-cache demo``.
+
+    Examples
+    --------
+    >>> from nexus_cache.graph import get_spec
+    >>> spec = get_spec("pagerank")
+    >>> spec.rows, spec.orientation, [c.name for c in spec.columns]
+    ('vertex', 'transposed', ['vertex', 'pagerank'])
+    >>> spec.defaults()
+    {'alpha': 0.85, 'tol': 1e-06, 'max_iter': 100, 'convergence': 'total'}
     """
 
     name: str
@@ -407,7 +439,35 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType(
 
 
 def get_spec(name: str, label: str = "algorithm") -> AlgorithmSpec:
-    """The spec of ``name``; :class:`ConfigError` naming ``label`` and the choices."""
+    """The spec of ``name``; :class:`ConfigError` naming ``label`` and the choices.
+
+    Parameters
+    ----------
+    name : str
+        An algorithm's name, a key of :data:`ALGORITHMS`.
+    label : str, optional
+        What the error calls the setting (a query field, a flag).
+
+    Returns
+    -------
+    AlgorithmSpec
+        The algorithm's spec.
+
+    Raises
+    ------
+    ConfigError
+        ``name`` is not an algorithm; the message lists the accepted names.
+
+    Examples
+    --------
+    >>> from nexus_cache.graph import get_spec
+    >>> get_spec("bfs").runner
+    'nexus_cache.graph.traversal:bfs'
+    >>> get_spec("pagernk")
+    Traceback (most recent call last):
+    ...
+    nexus_cache.errors.ConfigError: algorithm='pagernk' is not accepted; use one of: pagerank, ...
+    """
     spec = ALGORITHMS.get(name) if isinstance(name, str) else None
     if spec is None:
         raise ConfigError(f"{label}={name!r} is not accepted; use one of: {', '.join(ALGORITHMS)}")

@@ -20,6 +20,29 @@ class GraphResult(Mapping[str, Any]):
     boolean mask per column; masked-out rows become nulls in :meth:`to_arrow`
     (their raw values are unspecified). ``info`` holds run facts such as
     PageRank's ``iterations`` and ``converged``.
+
+    Parameters
+    ----------
+    columns : mapping of str to array
+        The columns, equal in length, on one array module.
+    valid : mapping of str to array of bool, optional
+        A validity mask per column (rows that are False read as null).
+    info : mapping of str to object, optional
+        Facts about the run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphResult
+    >>> r = GraphResult(
+    ...     {"vertex": np.array([1, 2]), "distance": np.array([0, 7])},
+    ...     valid={"distance": np.array([True, False])},
+    ...     info={"levels": 1},
+    ... )
+    >>> r.num_rows, list(r)
+    (2, ['vertex', 'distance'])
+    >>> r.to_arrow().to_pydict()
+    {'vertex': [1, 2], 'distance': [0, None]}
     """
 
     __slots__ = ("_columns", "_valid", "info")

@@ -80,7 +80,29 @@ def edge_pairs(graph: Graph) -> tuple[Any, Any, Any | None]:
     """``(first, second, loops)``: every stored arc ``u -> v`` once as dense
     indices (``u != v`` on a directed graph; ``u < v`` on an undirected one, so
     each edge once), self loops left out, and on an undirected graph the
-    vertices with a self loop (None on a directed one)."""
+    vertices with a self loop (None on a directed one).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph whose arcs are listed.
+
+    Returns
+    -------
+    tuple of (array, array, array or None)
+        ``first`` and ``second`` dense indices, and the self-loop vertices
+        (None on a directed graph).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, edge_pairs
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> first, second, loops = edge_pairs(g)
+    >>> first.tolist(), second.tolist(), loops.tolist()
+    ([0, 0, 1, 2], [1, 2, 2, 3], [])
+    """
     first, second = graph.rows(), graph.indices
     loops = None if graph.directed else first[first == second]
     keep = first != second if graph.directed else first < second
@@ -99,6 +121,34 @@ def common_neighbours(
     triangles instead of intersecting each pair. Temporary memory beyond
     O(pairs) stays within ``max_temp_bytes`` (see the module notes). Reads
     ``graph`` only; thread-safe.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+    first, second : array of int
+        The pairs' ends as dense indices (``graph.dense`` maps original ids).
+    max_temp_bytes : int
+        The bound on temporary memory, in bytes.
+    loops : array or None, optional
+        The self-loop vertices from :func:`edge_pairs`, when the pairs are
+        every edge of an undirected graph.
+
+    Returns
+    -------
+    tuple of (array, array, array)
+        The common-neighbour count of each pair and the degrees of both ends.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, common_neighbours, edge_pairs
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> first, second, loops = edge_pairs(g)
+    >>> counts, deg_first, deg_second = common_neighbours(g, first, second, 1 << 20, loops)
+    >>> counts.tolist(), deg_first.tolist(), deg_second.tolist()
+    ([1, 1, 1, 0], [2, 2, 2, 3], [2, 3, 3, 1])
     """
     xp = graph.xp
     indptr = graph.indptr.astype(np.int64, copy=False)
@@ -163,6 +213,41 @@ def similarity(
     index, self loops left out). Returns columns ``first``, ``second`` and
     ``metric`` (float64). ``max_temp_bytes`` bounds the temporary memory of
     the counting walk (see the module notes). Reads ``graph`` only.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to score.
+    metric : str
+        One of :data:`METRICS`: ``jaccard``, ``sorensen``, ``overlap`` or
+        ``cosine``.
+    pairs : (array-like, array-like) or None, optional
+        ``(first ids, second ids)`` to score; None scores every edge.
+    max_temp_bytes : int or str, optional
+        The bound on temporary memory (bytes, or a size such as ``"64M"``).
+
+    Returns
+    -------
+    GraphResult
+        Columns ``first``, ``second`` and ``metric``;
+        ``info["max_temp_bytes"]``.
+
+    Raises
+    ------
+    GraphInputError
+        ``metric`` is not known, a pair names no vertex of the graph, or the
+        two sides differ in length.
+    ConfigError
+        ``max_temp_bytes`` is not a size.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, similarity
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> similarity(g, "jaccard").to_arrow().to_pydict()
+    {'first': [1, 1, 2, 3], 'second': [2, 3, 3, 4], 'jaccard': [0.333..., 0.25, 0.25, 0.0]}
     """
     if metric not in METRICS:
         raise GraphInputError(f"similarity metric={metric!r}: use one of {', '.join(METRICS)}")
@@ -201,20 +286,136 @@ def similarity(
 
 
 def jaccard(graph: Graph, pairs: tuple[Any, Any] | None = None, **kw: Any) -> GraphResult:
-    """Jaccard similarity; see :func:`similarity`."""
+    """Jaccard similarity; see :func:`similarity`.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to score.
+    pairs : (array-like, array-like) or None, optional
+        ``(first ids, second ids)`` to score; None scores every edge.
+    **kw
+        ``max_temp_bytes``, as for :func:`similarity`.
+
+    Returns
+    -------
+    GraphResult
+        Columns ``first``, ``second`` and ``jaccard`` (float64).
+
+    Raises
+    ------
+    GraphInputError
+        A pair names no vertex of the graph, or the two sides differ in length.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, jaccard
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> jaccard(g, pairs=([1], [2])).to_arrow().to_pydict()
+    {'first': [1], 'second': [2], 'jaccard': [0.333...]}
+    """
     return similarity(graph, "jaccard", pairs, **kw)
 
 
 def sorensen(graph: Graph, pairs: tuple[Any, Any] | None = None, **kw: Any) -> GraphResult:
-    """Sorensen-Dice similarity; see :func:`similarity`."""
+    """Sorensen-Dice similarity; see :func:`similarity`.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to score.
+    pairs : (array-like, array-like) or None, optional
+        ``(first ids, second ids)`` to score; None scores every edge.
+    **kw
+        ``max_temp_bytes``, as for :func:`similarity`.
+
+    Returns
+    -------
+    GraphResult
+        Columns ``first``, ``second`` and ``sorensen`` (float64).
+
+    Raises
+    ------
+    GraphInputError
+        A pair names no vertex of the graph, or the two sides differ in length.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, sorensen
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> sorensen(g, pairs=([1], [2])).to_arrow().to_pydict()
+    {'first': [1], 'second': [2], 'sorensen': [0.5]}
+    """
     return similarity(graph, "sorensen", pairs, **kw)
 
 
 def overlap(graph: Graph, pairs: tuple[Any, Any] | None = None, **kw: Any) -> GraphResult:
-    """Overlap coefficient; see :func:`similarity`."""
+    """Overlap coefficient; see :func:`similarity`.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to score.
+    pairs : (array-like, array-like) or None, optional
+        ``(first ids, second ids)`` to score; None scores every edge.
+    **kw
+        ``max_temp_bytes``, as for :func:`similarity`.
+
+    Returns
+    -------
+    GraphResult
+        Columns ``first``, ``second`` and ``overlap`` (float64).
+
+    Raises
+    ------
+    GraphInputError
+        A pair names no vertex of the graph, or the two sides differ in length.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, overlap
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> overlap(g, pairs=([1], [2])).to_arrow().to_pydict()
+    {'first': [1], 'second': [2], 'overlap': [0.5]}
+    """
     return similarity(graph, "overlap", pairs, **kw)
 
 
 def cosine(graph: Graph, pairs: tuple[Any, Any] | None = None, **kw: Any) -> GraphResult:
-    """Cosine similarity; see :func:`similarity`."""
+    """Cosine similarity; see :func:`similarity`.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to score.
+    pairs : (array-like, array-like) or None, optional
+        ``(first ids, second ids)`` to score; None scores every edge.
+    **kw
+        ``max_temp_bytes``, as for :func:`similarity`.
+
+    Returns
+    -------
+    GraphResult
+        Columns ``first``, ``second`` and ``cosine`` (float64).
+
+    Raises
+    ------
+    GraphInputError
+        A pair names no vertex of the graph, or the two sides differ in length.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, cosine
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> cosine(g, pairs=([1], [2])).to_arrow().to_pydict()
+    {'first': [1], 'second': [2], 'cosine': [0.5]}
+    """
     return similarity(graph, "cosine", pairs, **kw)

@@ -55,6 +55,40 @@ def bfs(
     ``distance`` (of the destination).
 
     Reads ``graph`` only; safe to run concurrently on one graph.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to walk (its rows: out-neighbours).
+    sources : int or array-like of int
+        The start vertices, as original ids.
+    depth_limit : int or None, optional
+        Stop after this many hops (None: no limit).
+    include_edges : bool, optional
+        Also return the BFS tree's edges as ``info["tree_edges"]``.
+    direction : {"auto", "push", "pull"}, optional
+        Top-down (push), bottom-up (pull) or chosen per level (auto).
+
+    Returns
+    -------
+    GraphResult
+        Columns ``vertex``, ``distance`` and ``predecessor``; ``info["levels"]``.
+
+    Raises
+    ------
+    ConfigError
+        ``direction`` or ``depth_limit`` is not accepted.
+    GraphInputError
+        No source is given, or a source is not a vertex of the graph.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, bfs, build_graph
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> bfs(g, 1).to_arrow().to_pydict()
+    {'vertex': [1, 2, 3, 4], 'distance': [0, 1, 1, 2], 'predecessor': [None, 1, 1, 3]}
     """
     if direction not in ("auto", "push", "pull"):
         raise ConfigError(f"bfs direction={direction!r}: use 'auto', 'push' or 'pull'")

@@ -37,6 +37,32 @@ def triangles(graph: Graph, *, max_temp_bytes: int | str = DEFAULT_MAX_TEMP_BYTE
     ``graph`` must be undirected without kept duplicates; ``max_temp_bytes``
     bounds the host walk's temporaries, as for the similarities. Reads
     ``graph`` only; thread-safe.
+
+    Parameters
+    ----------
+    graph : Graph
+        An undirected graph.
+    max_temp_bytes : int or str, optional
+        The bound on temporary memory (bytes, or a size such as ``"64M"``).
+
+    Returns
+    -------
+    GraphResult
+        Columns ``vertex`` and ``triangles``.
+
+    Raises
+    ------
+    GraphInputError
+        The graph is directed, or was built with ``duplicates="keep"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nexus_cache.graph import GraphOptions, build_graph, triangles
+    >>> edges = {"src": np.array([1, 2, 3, 3]), "dst": np.array([2, 3, 1, 4])}
+    >>> g = build_graph(edges, options=GraphOptions(directed=False))
+    >>> triangles(g).to_arrow().to_pydict()
+    {'vertex': [1, 2, 3, 4], 'triangles': [1, 1, 1, 0]}
     """
     if graph.directed:
         raise GraphInputError(

@@ -61,6 +61,43 @@ class LakehouseCache:
     own from the config). ``on_event`` receives every event and read diagnostics.
     Opening a root sweeps temps left by crashed fills, reclaims dead readers' pins
     and, with ``max_bytes``, runs retention.
+
+    Parameters
+    ----------
+    config : LakehouseCacheConfig or None, optional
+        The cache's settings (default: from ``NEXUS_LAKEHOUSE_*`` variables).
+    limits : FillLimits or None, optional
+        A fill budget shared with other caches.
+    on_event : callable or None, optional
+        Called with each :class:`CacheEvent` and :class:`ReadDiagnostics`.
+
+    Raises
+    ------
+    ConfigError
+        ``config`` is None and a ``NEXUS_LAKEHOUSE_*`` variable is not valid.
+    CacheSecurityError
+        The root is a symlink or a directory of another user.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     with cache.open(source) as first:
+    ...         first.diagnostics.cache_status.value, first.diagnostics.fill_mode.value
+    ...     with cache.open(source) as second:
+    ...         second.diagnostics.cache_status.value, second.read(4)
+    ('miss', 'blocking')
+    ('hit', b'PAR1')
+    >>> tmp.cleanup()
     """
 
     def __init__(
@@ -392,6 +429,30 @@ def default_cache(root: str | os.PathLike[str] | None = None) -> LakehouseCache:
     With ``root``: the process-wide cache of that directory, configured from the
     environment except for the root (what ``nexus::`` builds for the fsspec
     option ``cache_storage``). Thread-safe; one instance per root per process.
+
+    Parameters
+    ----------
+    root : str, os.PathLike or None, optional
+        A cache root; None: ``NEXUS_LAKEHOUSE_CACHE_ROOT``.
+
+    Returns
+    -------
+    LakehouseCache
+        The process's cache of that root (or of the environment's).
+
+    Raises
+    ------
+    ConfigError
+        A ``NEXUS_LAKEHOUSE_*`` variable is not valid.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from nexus_cache.lakehouse import default_cache
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> default_cache(tmp.name) is default_cache(tmp.name)
+    True
+    >>> tmp.cleanup()
     """
     global _default
     with _default_lock:

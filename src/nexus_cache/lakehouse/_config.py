@@ -57,14 +57,28 @@ __all__ = [
 
 
 class ReadPolicy(str, enum.Enum):
-    """Whether an existing complete entry may serve a read."""
+    """Whether an existing complete entry may serve a read.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import ReadPolicy
+    >>> ReadPolicy("disabled") is ReadPolicy.DISABLED
+    True
+    """
 
     ENABLED = "enabled"
     DISABLED = "disabled"
 
 
 class FillPolicy(str, enum.Enum):
-    """What a miss does: nothing, a background fill, or a fill before the read."""
+    """What a miss does: nothing, a background fill, or a fill before the read.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import FillPolicy
+    >>> [p.value for p in FillPolicy]
+    ['disabled', 'read_through', 'fill_before_read']
+    """
 
     DISABLED = "disabled"
     READ_THROUGH = "read_through"
@@ -248,6 +262,50 @@ class LakehouseCacheConfig:
     ``LakehouseCacheConfig(root="/c", policy="read_through", max_bytes="10GiB")``
     works. ``blocking_fill_timeout_s``, ``local_min_age_s``, ``stale_temp_age_s``
     and ``event_buffer`` have no environment variable.
+
+    Parameters
+    ----------
+    root : str, os.PathLike or None, optional
+        The cache directory (``~`` expanded, made absolute); None: no cache.
+    read : ReadPolicy or str, optional
+        Whether a complete entry may serve a read.
+    policy : FillPolicy or str, optional
+        What a miss does.
+    max_bytes : int, str or None, optional
+        The cache's size bound (``"10GiB"``); required by a filling policy.
+    fill_max_concurrency : int, optional
+        Fills running at once.
+    fill_max_host_bytes : int or str, optional
+        Host bytes all running fills may hold.
+    bypass_bytes : int, str or None, optional
+        Objects larger than this are read remotely and never filled.
+    blocking_fill_timeout_s, local_min_age_s, stale_temp_age_s : float, optional
+        As the field comments say.
+    event_buffer : int, optional
+        Capacity of each event ring buffer.
+    fill_exit_wait_s : float, optional
+        Seconds the interpreter waits at exit for background fills.
+    log_reads : bool, optional
+        Log every read's diagnostics at INFO.
+    identity_ttl_s : float, optional
+        Seconds a proven remote identity is reused without a request.
+
+    Raises
+    ------
+    ConfigError
+        A field is not valid, or a filling policy has no ``max_bytes``; the
+        message names the field.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import LakehouseCacheConfig
+    >>> config = LakehouseCacheConfig(root="/c", policy="read_through", max_bytes="10GiB")
+    >>> config.policy.value, config.max_bytes
+    ('read_through', 10737418240)
+    >>> LakehouseCacheConfig(root="/c", policy="read_through")
+    Traceback (most recent call last):
+    ...
+    nexus_cache.errors.ConfigError: ...NEXUS_LAKEHOUSE_CACHE_MAX_BYTES is required; ...
     """
 
     root: Path | None = None
@@ -342,6 +400,33 @@ def resolve_root(
 
     Normalised and validated exactly as :class:`LakehouseCacheConfig` does
     (``~`` expanded, made absolute); reads no other variable.
+
+    Parameters
+    ----------
+    root : str, os.PathLike or None, optional
+        A cache directory.
+    environ : mapping of str to str or None, optional
+        The variables (default: ``os.environ``).
+
+    Returns
+    -------
+    pathlib.Path or None
+        The absolute root, or None when no root is named.
+
+    Raises
+    ------
+    ConfigError
+        The root is empty or not a usable path.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import resolve_root
+    >>> resolve_root("/data/../cache", environ={})
+    PosixPath('/cache')
+    >>> resolve_root(environ={"NEXUS_LAKEHOUSE_CACHE_ROOT": "/cache"})
+    PosixPath('/cache')
+    >>> resolve_root(environ={}) is None
+    True
     """
     if root is None or os.fspath(root).strip() == "":
         root = raw(BY_FIELD["root"], environ)
@@ -356,6 +441,24 @@ def config_errors_from_env(environ: Mapping[str, str] | None = None) -> list[Con
     Each variable is checked on its own; when all pass, the combination is
     checked as :meth:`LakehouseCacheConfig.from_env` does (a filling policy
     needs ``MAX_BYTES``). An empty list means ``from_env`` succeeds.
+
+    Parameters
+    ----------
+    environ : mapping of str to str or None, optional
+        The variables to check (default: ``os.environ``).
+
+    Returns
+    -------
+    list of ConfigError
+        One error per problem, each naming its variable.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import config_errors_from_env
+    >>> config_errors_from_env({"NEXUS_LAKEHOUSE_CACHE_ROOT": "/c"})
+    []
+    >>> [str(e)[:46] for e in config_errors_from_env({"NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "ten"})]
+    ["NEXUS_LAKEHOUSE_CACHE_MAX_BYTES='ten' is not a"]
     """
     env = environ_of(environ)
     errors: list[ConfigError] = []

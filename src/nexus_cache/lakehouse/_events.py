@@ -31,7 +31,14 @@ logger = logging.getLogger("nexus_cache.lakehouse")
 
 
 class EventKind(str, enum.Enum):
-    """Kinds of :class:`CacheEvent`."""
+    """Kinds of :class:`CacheEvent`.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import EventKind
+    >>> EventKind("fill_completed") is EventKind.FILL_COMPLETED
+    True
+    """
 
     #: an entry was published (``nbytes`` bytes)
     FILL_COMPLETED = "fill_completed"
@@ -56,7 +63,36 @@ class EventKind(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class ReadDiagnostics:
-    """What one read did; attached to every read handle and logged."""
+    """What one read did; attached to every read handle and logged.
+
+    Parameters
+    ----------
+    location : str
+        The object read, as the caller named it.
+    cache_status : CacheStatus
+        How the cache answered.
+    read_mode : ReadMode
+        Where the bytes came from.
+    fill_mode : FillMode
+        What fill the read triggered.
+    key : str or None, optional
+        The cache entry's key (None without a proven identity).
+    size : int or None, optional
+        The object's size in bytes.
+    reason : str or None, optional
+        Why the read bypassed or was stale.
+    time : float, optional
+        When the read was planned (``time.time()``).
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import CacheStatus, FillMode, ReadDiagnostics, ReadMode
+    >>> d = ReadDiagnostics("s3://b/k", CacheStatus.HIT, ReadMode.LOCAL, FillMode.NONE, size=10)
+    >>> d.describe()
+    's3://b/k: hit local fill=none'
+    >>> d.to_dict()["cache_status"]
+    'hit'
+    """
 
     location: str
     cache_status: CacheStatus
@@ -85,7 +121,34 @@ class ReadDiagnostics:
 
 @dataclasses.dataclass(frozen=True)
 class CacheEvent:
-    """A structured fill event (completion, failure, skip, ...)."""
+    """A structured fill event (completion, failure, skip, ...).
+
+    Parameters
+    ----------
+    kind : EventKind
+        What happened.
+    key, location : str or None
+        The entry's key and the object's location.
+    fill_mode : FillMode, optional
+        The fill's mode.
+    nbytes : int, optional
+        The bytes filled.
+    duration_s : float, optional
+        How long the fill took.
+    reason, error : str or None, optional
+        Why it was skipped or refused, and the error of a failure.
+    pid : int, optional
+        The process (default: this one).
+    time : float, optional
+        When it happened (``time.time()``).
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import CacheEvent, EventKind, FillMode
+    >>> event = CacheEvent(EventKind.FILL_COMPLETED, "k1", "s3://b/k", FillMode.BACKGROUND, 498)
+    >>> event.to_dict()["kind"], event.nbytes
+    ('fill_completed', 498)
+    """
 
     kind: EventKind
     key: str | None
@@ -114,6 +177,36 @@ class EventLog:
     ``callback`` receives each event and each read's diagnostics on the thread
     that produced it; an exception it raises is logged and otherwise ignored, so
     a faulty observer cannot fail a read or a fill.
+
+    Every :class:`LakehouseCache` keeps one as ``cache.events``.
+
+    Parameters
+    ----------
+    capacity : int, optional
+        How many events, and how many reads, are kept (the oldest drop out).
+    callback : callable or None, optional
+        Called with each event and each read's diagnostics.
+    log_reads : bool, optional
+        Log each read at INFO instead of DEBUG.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     cache.read(source)[:4]
+    ...     [d.cache_status.value for d in cache.events.reads()]
+    b'PAR1'
+    ['miss']
+    >>> tmp.cleanup()
     """
 
     def __init__(

@@ -151,6 +151,52 @@ class NexusCacheFileSystem(ChainedFileSystem, metaclass=_InstanceCache):
     object's bytes when the open serves it locally (a hit, a
     ``fill_before_read`` miss, a local source). Thread-safe as far as the
     wrapped filesystem is.
+
+    Parameters
+    ----------
+    fs : fsspec.AbstractFileSystem or None, optional
+        The filesystem to wrap (default: the local filesystem).
+    target_protocol : str or None, optional
+        The protocol of the filesystem to build (``"s3"``).
+    target_options : dict or None, optional
+        That filesystem's options.
+    cache : LakehouseCache or None, optional
+        The cache to read through.
+    cache_storage : str, os.PathLike or None, optional
+        A cache root; the process-wide cache of that root (:func:`default_cache`).
+
+    Raises
+    ------
+    ConfigError
+        An option is unknown, or ``cache`` and ``cache_storage`` are both given.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> from nexus_cache.lakehouse import NexusCacheFileSystem
+    >>> with LakehouseCache(config) as cache:
+    ...     fs = NexusCacheFileSystem(cache=cache)
+    ...     pq.read_table(source, filesystem=fs).num_rows
+    ...     cache.events.reads()[-1].cache_status.value
+    3
+    'hit'
+
+    URL chaining reaches it through fsspec as well, with the cache of a root:
+
+    >>> import fsspec
+    >>> with fsspec.open(f"nexus::file://{source}", nexus={"cache_storage": str(root / "c")}) as f:
+    ...     f.read(4)
+    b'PAR1'
+    >>> tmp.cleanup()
     """
 
     protocol = "nexus"

@@ -60,7 +60,38 @@ logger = logging.getLogger("nexus_cache.lakehouse")
 
 
 class LakehouseFile(io.RawIOBase):
-    """One object being read: ``read``/``readinto``/``seek``/``tell`` plus diagnostics."""
+    """One object being read: ``read``/``readinto``/``seek``/``tell`` plus diagnostics.
+
+    :meth:`LakehouseCache.open` returns one; it is a binary file object that
+    pyarrow, pandas and DuckDB read directly. ``diagnostics`` says how the
+    cache answered; ``is_local`` whether the bytes come from a local file.
+
+    Parameters
+    ----------
+    diagnostics : ReadDiagnostics
+        What the read did.
+    size : int or None
+        The object's size.
+    fd, pin, remote, on_close, probe, planned, replan
+        The open's internals, set by the cache.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache, cache.open(source) as f:
+    ...     f.read(4), f.seek(-4, 2) == f.size - 4, f.read(), f.is_local
+    (b'PAR1', True, b'PAR1', True)
+    >>> tmp.cleanup()
+    """
 
     def __init__(
         self,

@@ -154,6 +154,45 @@ def read_stats(root: str | os.PathLike[str] | None = None, *, recent: int = 20) 
     A process's reads appear once its cache closes or it exits. Raises
     :class:`~nexus_cache.errors.ConfigError` without a root and
     ``FileNotFoundError`` when the root does not exist; creates nothing.
+
+    Parameters
+    ----------
+    root : str, os.PathLike or None, optional
+        The cache root (default: ``NEXUS_LAKEHOUSE_CACHE_ROOT``).
+    recent : int, optional
+        How many of the latest reads to list.
+
+    Returns
+    -------
+    dict
+        The merged statistics, as above.
+
+    Raises
+    ------
+    ConfigError
+        No root is given or set.
+    FileNotFoundError
+        The root does not exist.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> from nexus_cache.lakehouse import read_stats
+    >>> with LakehouseCache(config) as cache:
+    ...     _ = cache.read(source), cache.read(source)
+    >>> stats = read_stats(root / "cache", recent=1)
+    >>> stats["reads"]["miss"], stats["reads"]["hit"], stats["recent_reads"][0]["cache_status"]
+    (1, 1, 'hit')
+    >>> tmp.cleanup()
     """
     if root is None:
         root = read(BY_FIELD["root"])

@@ -68,7 +68,54 @@ Replan = Callable[[], LakehouseFile]
 
 @dataclasses.dataclass(frozen=True)
 class ReadPlan:
-    """A planned read. ``expected_size`` is set for a planned hit."""
+    """A planned read. ``expected_size`` is set for a planned hit.
+
+    :meth:`LakehouseCache.plan` makes one; :meth:`LakehouseCache.execute`
+    opens it (a plan whose object changed since is planned again).
+
+    Parameters
+    ----------
+    source : str
+        The source as the caller named it.
+    fs : fsspec.AbstractFileSystem or None
+        Its filesystem (None: local).
+    path : str
+        The object's path on ``fs``.
+    identity : SourceIdentity or None
+        The proven identity (None: not proven; see ``identity_reason``).
+    size : int or None
+        The object's size.
+    status, read_mode, fill_mode : CacheStatus, ReadMode, FillMode
+        What the read will do.
+    reason : str or None, optional
+        Why it bypasses.
+    expected_size : int or None, optional
+        The entry's size, for a planned hit.
+    identity_reason : str or None, optional
+        Why ``identity`` is None.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> size = pathlib.Path(source).stat().st_size
+    >>> with LakehouseCache(config) as cache:
+    ...     plan = cache.plan(source)
+    ...     plan.status.value, plan.fill_mode.value, plan.size == size
+    ...     with cache.execute(plan) as f:
+    ...         f.diagnostics.cache_status.value
+    ('miss', 'blocking', True)
+    'miss'
+    >>> tmp.cleanup()
+    """
 
     source: str
     fs: Any
@@ -110,7 +157,30 @@ class ReadPlan:
 def resolve_source(
     source: str | os.PathLike[str], fs: Any = None, storage_options: dict[str, Any] | None = None
 ) -> tuple[Any, str]:
-    """``(fs, path)`` for a source; ``fs`` is ``None`` for the local filesystem."""
+    """``(fs, path)`` for a source; ``fs`` is ``None`` for the local filesystem.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A local path, ``file://`` or another fsspec URL, or ``nexus::URL``.
+    fs : fsspec.AbstractFileSystem or None, optional
+        The filesystem to read it with (default: from the URL).
+    storage_options : dict or None, optional
+        Options for the filesystem the URL names.
+
+    Returns
+    -------
+    tuple of (fsspec.AbstractFileSystem or None, str)
+        The filesystem (None: local) and the path on it.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import resolve_source
+    >>> resolve_source("/data/facts.parquet")
+    (None, '/data/facts.parquet')
+    >>> resolve_source("file:///data/facts.parquet")
+    (None, '/data/facts.parquet')
+    """
     text = os.fspath(source)
     if fs is not None:
         return (None if is_local_fs(fs) else fs), text

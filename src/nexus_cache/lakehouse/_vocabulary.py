@@ -19,6 +19,12 @@ class CacheStatus(str, enum.Enum):
     blocking fill) or read the object remotely. ``miss-followed`` is a read
     planned as a miss that made no copy: another reader's fill, which it
     waited for, published the entry, and it read that entry locally.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import CacheStatus
+    >>> [s.value for s in CacheStatus]
+    ['hit', 'miss', 'miss-followed', 'bypass', 'stale']
     """
 
     HIT = "hit"
@@ -29,14 +35,28 @@ class CacheStatus(str, enum.Enum):
 
 
 class ReadMode(str, enum.Enum):
-    """Where the bytes of a read came from."""
+    """Where the bytes of a read came from.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import ReadMode
+    >>> [m.value for m in ReadMode]
+    ['local', 'remote']
+    """
 
     LOCAL = "local"
     REMOTE = "remote"
 
 
 class FillMode(str, enum.Enum):
-    """What fill a read triggered."""
+    """What fill a read triggered.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import FillMode
+    >>> [m.value for m in FillMode]
+    ['none', 'background', 'blocking']
+    """
 
     NONE = "none"
     BACKGROUND = "background"

@@ -429,7 +429,7 @@ class QueryFlightServer(flight.FlightServerBase):
 
     def health(self) -> dict[str, Any]:
         """Readiness (the server listens only once warm-up is done) and a few figures."""
-        from nexus_cache import __version__
+        from nexus_cache._version import __version__
 
         return {
             "status": "stopping" if self._stopping else "ready",

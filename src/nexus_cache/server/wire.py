@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from nexus_cache import errors
+import nexus_cache.errors as errors
 
 __all__ = [
     "ACTIONS",

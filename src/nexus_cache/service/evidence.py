@@ -95,7 +95,29 @@ def seal_digest(doc: Mapping[str, Any]) -> str:
 
 
 def table_fingerprint(table: pa.Table) -> str:
-    """SHA-256 over the schema and the values of ``table``, independent of chunking."""
+    """SHA-256 over the schema and the values of ``table``, independent of chunking.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The table to fingerprint (a query's result).
+
+    Returns
+    -------
+    str
+        The hex digest; equal for equal schemas and values.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from nexus_cache.service import table_fingerprint
+    >>> one = pa.table({"x": [1, 2, 3, 4]})
+    >>> two = pa.Table.from_batches(one.to_batches(max_chunksize=2))
+    >>> table_fingerprint(one) == table_fingerprint(two)
+    True
+    >>> len(table_fingerprint(one))
+    64
+    """
     digest = hashlib.sha256(table.schema.to_string(show_schema_metadata=False).encode())
     combined = table.combine_chunks()
     for column in combined.columns:
@@ -149,6 +171,22 @@ class EvidenceReport:
 
     ``warnings`` are findings that a crash explains as well as tampering (the
     newest TSV line without its document); they do not make ``ok`` false.
+
+    Parameters
+    ----------
+    verified : tuple of str
+        The documents whose seal and chain link verified.
+    problems : tuple of (str, str)
+        ``(file, problem)`` for each finding.
+    warnings : tuple of (str, str), optional
+        ``(file, warning)`` for each finding a crash explains.
+
+    Examples
+    --------
+    >>> from nexus_cache.service import EvidenceReport
+    >>> report = EvidenceReport(verified=("attempt-q1-1.json",), problems=())
+    >>> report.ok, report.to_dict()["verified"]
+    (True, ['attempt-q1-1.json'])
     """
 
     verified: tuple[str, ...]
@@ -195,6 +233,48 @@ def verify_evidence(
     or ``NotADirectoryError`` when ``directory`` is not a directory, and
     ``FileNotFoundError`` when it holds no evidence at all (neither
     ``admission.tsv``, which a service writes as it starts, nor a document).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A service's ``evidence_dir``.
+    max_document_bytes : int, optional
+        The largest document read.
+
+    Returns
+    -------
+    EvidenceReport
+        The verified documents, the problems and the warnings.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``directory`` does not exist or holds no evidence.
+    NotADirectoryError
+        ``directory`` is not a directory.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCacheConfig
+    >>> from nexus_cache.service import QueryService, Scan, ServiceConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> edges = pa.table({"src": [1, 2, 3, 3], "dst": [2, 3, 1, 4]})
+    >>> pq.write_table(edges, root / "edges.parquet")
+    >>> config = ServiceConfig(
+    ...     backend="host",
+    ...     lakehouse=LakehouseCacheConfig(root=root / "cache"),
+    ...     evidence_dir=root / "evidence",
+    ... )
+    >>> from nexus_cache.service import verify_evidence
+    >>> with QueryService(config) as service:
+    ...     _ = service.execute(Scan(str(root / "edges.parquet")))
+    >>> report = verify_evidence(root / "evidence")
+    >>> report.ok, len(report.verified)
+    (True, 1)
+    >>> tmp.cleanup()
     """
     root = Path(directory)
     if not root.exists():

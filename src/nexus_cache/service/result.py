@@ -13,7 +13,30 @@ __all__ = ["AttemptRecord", "Diagnostics", "QueryResult", "tables_match"]
 
 @dataclasses.dataclass(frozen=True)
 class AttemptRecord:
-    """One attempt of a query: its grant, how it ended, its sealed evidence digest."""
+    """One attempt of a query: its grant, how it ended, its sealed evidence digest.
+
+    Parameters
+    ----------
+    attempt_id : str
+        The attempt's id (``<query id>-<n>``), also its evidence file's name.
+    device_id : int or None
+        The device it ran on (None: refused before a device was chosen).
+    grant_bytes, used_bytes : int
+        The memory grant it was admitted under, and what it used of it.
+    outcome : str
+        ``ok``, ``retried``, ``refused`` or ``failed``.
+    error : str or None
+        The error that ended it, when one did.
+    evidence_digest : str
+        The SHA-256 seal of its evidence document.
+
+    Examples
+    --------
+    >>> from nexus_cache.service import AttemptRecord
+    >>> record = AttemptRecord("q1-1", 0, 1 << 20, 128, "ok", None, "ab12")
+    >>> record.to_dict()["outcome"]
+    'ok'
+    """
 
     attempt_id: str
     device_id: int | None
@@ -39,6 +62,50 @@ class Diagnostics:
     query's run facts (PageRank: ``iterations``, ``converged``, ``error``,
     the last L1 change, and ``threshold``, what it had to drop below; BFS:
     ``levels``); empty for scans and counts.
+
+    Parameters
+    ----------
+    query_id : str
+        The query's id, shared by its attempts.
+    query : dict
+        The query in its JSON form.
+    device_id : int
+        The device of the last attempt.
+    attempts : tuple of AttemptRecord
+        Every attempt, in order.
+    lakehouse, source_cache, graph_cache : dict
+        What each cache did, as above.
+    timings : dict of str to float
+        Seconds per step and ``total_s``.
+    rows : int
+        The result's row count.
+    result_fingerprint : str
+        :func:`table_fingerprint` of the result.
+    algorithm : dict, optional
+        A graph query's run facts.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCacheConfig
+    >>> from nexus_cache.service import QueryService, Scan, ServiceConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> edges = pa.table({"src": [1, 2, 3, 3], "dst": [2, 3, 1, 4]})
+    >>> pq.write_table(edges, root / "edges.parquet")
+    >>> config = ServiceConfig(
+    ...     backend="host",
+    ...     lakehouse=LakehouseCacheConfig(root=root / "cache"),
+    ...     evidence_dir=root / "evidence",
+    ... )
+    >>> with QueryService(config) as service:
+    ...     diagnostics = service.execute(Scan(str(root / "edges.parquet"))).diagnostics
+    >>> diagnostics.rows, diagnostics.lakehouse["objects"], diagnostics.attempts[0].outcome
+    (4, 1, 'ok')
+    >>> sorted(diagnostics.to_dict())[:3]
+    ['algorithm', 'attempts', 'device_id']
+    >>> tmp.cleanup()
     """
 
     query_id: str
@@ -61,7 +128,40 @@ class Diagnostics:
 
 @dataclasses.dataclass(frozen=True)
 class QueryResult:
-    """The result table and how it was produced."""
+    """The result table and how it was produced.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The query's result.
+    diagnostics : Diagnostics
+        How it ran.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCacheConfig
+    >>> from nexus_cache.service import QueryService, Scan, ServiceConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> edges = pa.table({"src": [1, 2, 3, 3], "dst": [2, 3, 1, 4]})
+    >>> pq.write_table(edges, root / "edges.parquet")
+    >>> config = ServiceConfig(
+    ...     backend="host",
+    ...     lakehouse=LakehouseCacheConfig(root=root / "cache"),
+    ...     evidence_dir=root / "evidence",
+    ... )
+    >>> from nexus_cache.service import GraphQuery
+    >>> scan = Scan(str(root / "edges.parquet"))
+    >>> with QueryService(config) as service:
+    ...     result = service.execute(GraphQuery(scan, "src", "dst", "bfs", params={"source": 1}))
+    >>> result.table.to_pydict()
+    {'vertex': [1, 2, 3, 4], 'distance': [0, 1, 2, 3], 'predecessor': [None, 1, 2, 3]}
+    >>> result.diagnostics.algorithm
+    {'levels': 4}
+    >>> tmp.cleanup()
+    """
 
     table: pa.Table
     diagnostics: Diagnostics
@@ -80,6 +180,27 @@ def tables_match(a: pa.Table, b: pa.Table) -> bool:
     PageRank on one graph can differ by a few ulps. They must agree within a
     relative tolerance of the column's largest magnitude (float32: 1e-4,
     float64: 1e-9). On the host backend results are bit-identical anyway.
+
+    Parameters
+    ----------
+    a, b : pyarrow.Table
+        The two results.
+
+    Returns
+    -------
+    bool
+        Whether they are the same answer.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from nexus_cache.service import tables_match
+    >>> cold = pa.table({"vertex": [1, 2], "pagerank": pa.array([0.5, 0.5], pa.float32())})
+    >>> warm = pa.table({"vertex": [1, 2], "pagerank": pa.array([0.50001, 0.49999], pa.float32())})
+    >>> tables_match(cold, warm)
+    True
+    >>> tables_match(cold, pa.table({"vertex": [1, 3], "pagerank": cold["pagerank"]}))
+    False
     """
     if a.schema != b.schema or a.num_rows != b.num_rows:
         return False

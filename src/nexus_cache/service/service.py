@@ -125,6 +125,49 @@ class QueryService:
     ``on_planned(plan)`` is called after each attempt is planned and before it
     is admitted (instrumentation). Use as a context manager, or call
     :meth:`shutdown`.
+
+    Parameters
+    ----------
+    config : ServiceConfig or None, optional
+        The service's settings (default: from ``NEXUS_*`` variables).
+    backend : DeviceBackend or None, optional
+        A ready backend, instead of ``config.backend``.
+    on_planned : callable or None, optional
+        Called with each attempt's plan before it is admitted.
+
+    Raises
+    ------
+    ConfigError
+        ``config`` is not a ``ServiceConfig``, or its ``evidence_dir`` cannot
+        be used.
+    BackendUnavailableError
+        The configured backend cannot be loaded (``cuda`` without CuPy).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCacheConfig
+    >>> from nexus_cache.service import QueryService, Scan, ServiceConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> edges = pa.table({"src": [1, 2, 3, 3], "dst": [2, 3, 1, 4]})
+    >>> pq.write_table(edges, root / "edges.parquet")
+    >>> config = ServiceConfig(
+    ...     backend="host",
+    ...     lakehouse=LakehouseCacheConfig(root=root / "cache"),
+    ...     evidence_dir=root / "evidence",
+    ... )
+    >>> from nexus_cache.service import Count, GraphQuery
+    >>> source = str(root / "edges.parquet")
+    >>> with QueryService(config) as service:
+    ...     count = service.execute(Count(source))
+    ...     ranks = service.execute(GraphQuery(Scan(source), "src", "dst", "pagerank"))
+    >>> count.table.to_pydict()
+    {'rows': [4]}
+    >>> ranks.table.column_names, ranks.diagnostics.algorithm["converged"]
+    (['vertex', 'pagerank'], True)
+    >>> tmp.cleanup()
     """
 
     def __init__(

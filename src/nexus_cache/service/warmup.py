@@ -68,7 +68,25 @@ _SPARSE_STRIDE = 1_000_000_007  # ids far apart: renumbering by sort, not by tab
 
 @dataclasses.dataclass(frozen=True)
 class DeviceWarmUp:
-    """What the warm-up ran on one device and how long it took."""
+    """What the warm-up ran on one device and how long it took.
+
+    Parameters
+    ----------
+    device_id : int
+        The device.
+    seconds : float
+        How long its warm-up took.
+    steps : tuple of str
+        The query paths it ran (decode, each algorithm and graph shape).
+    kernels : tuple of KernelLoad
+        The kernels it compiled or loaded (none on the host backend).
+
+    Examples
+    --------
+    >>> from nexus_cache.service import DeviceWarmUp
+    >>> DeviceWarmUp(0, 0.5, ("decode", "pagerank (directed)"), ()).to_dict()
+    {'device_id': 0, 'seconds': 0.5, 'steps': ['decode', 'pagerank (directed)'], 'kernels': []}
+    """
 
     device_id: int
     seconds: float
@@ -86,7 +104,42 @@ class DeviceWarmUp:
 
 @dataclasses.dataclass(frozen=True)
 class WarmUpReport:
-    """A whole warm-up: the backend, the seconds it took, each device's part."""
+    """A whole warm-up: the backend, the seconds it took, each device's part.
+
+    :meth:`QueryService.warm_up_report` runs a warm-up and returns one.
+
+    Parameters
+    ----------
+    backend : str
+        The backend's name (``host``, ``cuda``).
+    seconds : float
+        How long the whole warm-up took.
+    devices : tuple of DeviceWarmUp
+        Each device's part.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCacheConfig
+    >>> from nexus_cache.service import QueryService, Scan, ServiceConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> edges = pa.table({"src": [1, 2, 3, 3], "dst": [2, 3, 1, 4]})
+    >>> pq.write_table(edges, root / "edges.parquet")
+    >>> config = ServiceConfig(
+    ...     backend="host",
+    ...     lakehouse=LakehouseCacheConfig(root=root / "cache"),
+    ...     evidence_dir=root / "evidence",
+    ... )
+    >>> with QueryService(config) as service:
+    ...     report = service.warm_up_report()
+    >>> report.backend, [d.device_id for d in report.devices]
+    ('host', [0])
+    >>> "decode" in report.devices[0].steps
+    True
+    >>> tmp.cleanup()
+    """
 
     backend: str
     seconds: float

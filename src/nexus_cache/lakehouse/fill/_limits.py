@@ -54,6 +54,29 @@ class FillLimits:
     Thread-safe; per process (the service). Processes coordinate on entries
     through per-entry file locks, not through this budget. A forked child
     starts with the whole budget: the fills charged to it are the parent's.
+
+    Parameters
+    ----------
+    max_concurrency : int
+        Fills running at once, >= 1.
+    max_host_bytes : int
+        Host bytes all running fills may hold, >= 1 (a fill is charged its
+        object's size, at most this).
+
+    Raises
+    ------
+    ConfigError
+        A bound is below 1.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import FillLimits
+    >>> limits = FillLimits(max_concurrency=1, max_host_bytes=1 << 20)
+    >>> with limits.try_acquire(4096):
+    ...     limits.in_flight(), limits.try_acquire(10) is None
+    ((1, 4096), True)
+    >>> limits.in_flight()
+    (0, 0)
     """
 
     def __init__(self, max_concurrency: int, max_host_bytes: int) -> None:

@@ -40,7 +40,23 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class StorageDomain:
-    """Where an object lives: protocol, endpoint and bucket/account."""
+    """Where an object lives: protocol, endpoint and bucket/account.
+
+    Parameters
+    ----------
+    protocol : str
+        The fsspec protocol (``s3``, ``file``).
+    endpoint : str
+        The service endpoint (for local files: the host).
+    container : str
+        The bucket or account (for local files: the device).
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import StorageDomain
+    >>> StorageDomain("s3", "https://s3.amazonaws.com", "bucket").container
+    'bucket'
+    """
 
     protocol: str
     endpoint: str
@@ -49,7 +65,25 @@ class StorageDomain:
 
 @dataclasses.dataclass(frozen=True)
 class ContentIdentity:
-    """What an object contains, as far as the store can prove it."""
+    """What an object contains, as far as the store can prove it.
+
+    Parameters
+    ----------
+    size : int
+        The object's size in bytes.
+    etag, version_id : str or None, optional
+        The store's ETag and object version.
+    mtime_ns, inode : int or None, optional
+        A local file's modification time and inode.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import ContentIdentity
+    >>> ContentIdentity(size=498, etag='"9b2cf535f27731c974343645a3985328"').kind
+    'etag'
+    >>> ContentIdentity(size=498, version_id="v2").kind
+    'version'
+    """
 
     size: int
     etag: str | None = None
@@ -66,7 +100,26 @@ class ContentIdentity:
 
 @dataclasses.dataclass(frozen=True)
 class SourceIdentity:
-    """The full identity of a remote object; ``key`` names its cache entry."""
+    """The full identity of a remote object; ``key`` names its cache entry.
+
+    Parameters
+    ----------
+    domain : StorageDomain
+        Where the object lives.
+    content : ContentIdentity
+        What it contains.
+    location : str
+        Its URL.
+
+    Examples
+    --------
+    >>> from nexus_cache.lakehouse import ContentIdentity, SourceIdentity, StorageDomain
+    >>> domain = StorageDomain("s3", "https://s3.amazonaws.com", "bucket")
+    >>> one = SourceIdentity(domain, ContentIdentity(size=498, etag='"a1"'), "s3://bucket/k")
+    >>> two = SourceIdentity(domain, ContentIdentity(size=498, etag='"b2"'), "s3://bucket/k")
+    >>> len(one.key), one.key == two.key
+    (64, False)
+    """
 
     domain: StorageDomain
     content: ContentIdentity

@@ -40,7 +40,40 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class RetentionResult:
-    """What one retention pass did (``ran=False``: another pass was running)."""
+    """What one retention pass did (``ran=False``: another pass was running).
+
+    Parameters
+    ----------
+    ran : bool
+        False when another pass was running.
+    removed, freed_bytes : int
+        Entries removed and their bytes.
+    total_bytes : int
+        The bytes left.
+    pinned_skipped : int
+        Entries kept because a reader held them.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     _ = cache.read(source)
+    >>> size = pathlib.Path(source).stat().st_size
+    >>> from nexus_cache.lakehouse import LakehouseRoot
+    >>> result = LakehouseRoot(root / "cache").prune(max_bytes=0)
+    >>> result.ran, result.removed, result.freed_bytes == size, result.total_bytes
+    (True, 1, True, 0)
+    >>> tmp.cleanup()
+    """
 
     ran: bool
     removed: int = 0
@@ -192,7 +225,42 @@ def clear_entries(store: EntryStore) -> tuple[int, int]:
 
 @dataclasses.dataclass(frozen=True)
 class EntryListing:
-    """One entry as a person inspects it: key, size, last access, live pins, source URL."""
+    """One entry as a person inspects it: key, size, last access, live pins, source URL.
+
+    Parameters
+    ----------
+    key : str
+        The entry's key.
+    size : int
+        Its size in bytes.
+    atime_ns : int
+        Its last access.
+    pins : int
+        Readers holding it now.
+    location : str or None
+        The URL it was filled from.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     _ = cache.read(source)
+    >>> size = pathlib.Path(source).stat().st_size
+    >>> from nexus_cache.lakehouse import LakehouseRoot
+    >>> entry = LakehouseRoot(root / "cache").entries()[0]
+    >>> entry.size == size, entry.pins, entry.location.endswith("data.parquet")
+    (True, 0, True)
+    >>> tmp.cleanup()
+    """
 
     key: str
     size: int
@@ -203,7 +271,40 @@ class EntryListing:
 
 @dataclasses.dataclass(frozen=True)
 class RootSummary:
-    """Totals of one root: entries and their bytes, pinned entries, live pins, temps."""
+    """Totals of one root: entries and their bytes, pinned entries, live pins, temps.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The cache root.
+    entries, bytes : int
+        Complete entries and their bytes.
+    pinned_entries, live_pins : int
+        Entries that readers hold, and the pins held.
+    temps : int
+        Fills in progress (or left by a crash, swept at the next open).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     _ = cache.read(source)
+    >>> size = pathlib.Path(source).stat().st_size
+    >>> from nexus_cache.lakehouse import LakehouseRoot
+    >>> summary = LakehouseRoot(root / "cache").summary()
+    >>> summary.entries, summary.bytes == size, summary.live_pins
+    (1, True, 0)
+    >>> tmp.cleanup()
+    """
 
     root: Path
     entries: int
@@ -215,7 +316,35 @@ class RootSummary:
 
 @dataclasses.dataclass(frozen=True)
 class VerifyResult:
-    """``checked`` entries; ``bad`` maps each failing key to what is wrong with it."""
+    """``checked`` entries; ``bad`` maps each failing key to what is wrong with it.
+
+    Parameters
+    ----------
+    checked : int
+        Entries re-hashed.
+    bad : dict of str to str
+        Each failing key and what is wrong with it.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     _ = cache.read(source)
+    >>> size = pathlib.Path(source).stat().st_size
+    >>> from nexus_cache.lakehouse import LakehouseRoot
+    >>> LakehouseRoot(root / "cache").verify()
+    VerifyResult(checked=1, bad={})
+    >>> tmp.cleanup()
+    """
 
     checked: int
     bad: dict[str, str]
@@ -229,6 +358,43 @@ class LakehouseRoot:
     a directory of another user). Every method is process-safe and
     thread-safe against readers and fills running at the same time: pinned
     entries are never removed, and removals are stat-guarded like retention.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        An existing cache root.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``root`` holds no cache.
+    CacheSecurityError
+        ``root`` is a symlink or a directory of another user.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(tmp.name)
+    >>> source = str(root / "data.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), source)
+    >>> config = LakehouseCacheConfig(
+    ...     root=root / "cache", policy="fill_before_read", max_bytes="64M", local_min_age_s=0
+    ... )
+    >>> with LakehouseCache(config) as cache:
+    ...     _ = cache.read(source)
+    >>> size = pathlib.Path(source).stat().st_size
+    >>> from nexus_cache.lakehouse import LakehouseRoot
+    >>> store = LakehouseRoot(root / "cache")
+    >>> store.summary().entries, [e.size for e in store.entries()] == [size]
+    (1, True)
+    >>> store.verify().bad
+    {}
+    >>> store.prune(max_bytes=0).removed
+    1
+    >>> tmp.cleanup()
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
