@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,6 +215,91 @@ def test_client_execute_raises_keyboard_interrupt_at_once(
         )
     finally:
         end_processes([python])
+
+
+# A notebook: Ctrl-C interrupts a query, the process goes on (here: waits on
+# stdin). The client's debug line names the id it sent the query under.
+_NOTEBOOK = f"""
+import logging, sys
+from nexus_cache.client import Client
+from nexus_cache.service import GraphQuery, Scan
+logging.basicConfig(stream=sys.stdout, format="%(name)s: %(message)s")
+logging.getLogger("nexus_cache.client").setLevel(logging.DEBUG)
+q = GraphQuery(Scan(sys.argv[2]), "src", "dst", "pagerank", params={_SLOW_PARAMS!r})
+client = Client(sys.argv[1])
+while True:
+    try:
+        client.execute(q)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        break
+sys.stdin.readline()
+print("still here", flush=True)
+"""
+
+
+def test_ctrl_c_in_a_process_that_goes_on_cancels_its_query_on_the_server(
+    served: tuple[Server, dict[str, str]], lake: Path
+) -> None:
+    server, env = served
+    evidence = Path(env["NEXUS_SERVICE_EVIDENCE_DIR"])
+    before = len(admission_decisions(evidence))
+    notebook = subprocess.Popen(
+        [sys.executable, "-c", _NOTEBOOK, server.url, str(lake / "ring.parquet")],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert notebook.stdout is not None
+        for line in notebook.stdout:
+            lines.append(line.strip())
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        assert wait_until(lambda: admission_decisions(evidence)[before:] == ["admitted"], 60)
+        notebook.send_signal(signal.SIGINT)
+        assert wait_until(lambda: "interrupted" in lines, 10), lines
+        (sent,) = [line for line in lines if "cancel sent" in line]
+        query_id = re.search(r"query (\w+): cancel sent .*\(found: True\)", sent)
+        assert query_id is not None, sent
+        # within a few seconds the server cancelled that very query (its log line
+        # names it by the id the client sent) and its grant is back, while the
+        # process that sent it still runs and keeps its connection
+        line = server.wait_for(rf"query {query_id.group(1)} .* cancelled ", timeout=10).string
+        assert str(lake / "ring.parquet") in line
+        assert wait_until(
+            lambda: admission_decisions(evidence)[before:] == ["admitted", "cancelled"], 10
+        )
+        with Client(server.url) as client:
+            assert wait_until(lambda: client.health()["running_queries"] == 0, timeout=10)
+            (report,) = client.reports()
+            assert report["grant_count"] == 0
+            assert report["grant_bytes"] == 0
+        assert notebook.poll() is None
+        assert notebook.stdin is not None
+        assert notebook.stderr is not None
+        notebook.stdin.write("\n")
+        notebook.stdin.close()
+        code = notebook.wait(30)
+        reader.join(10)
+        err = notebook.stderr.read()
+        assert code == 0, err
+        assert lines[-1] == "still here"
+        assert "Traceback" not in err
+    finally:
+        if notebook.poll() is None:
+            notebook.kill()
+        notebook.wait(30)
+        reader.join(10)
+        for pipe in (notebook.stdin, notebook.stdout, notebook.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 # -- TLS with a private CA ----------------------------------------------------------------------

@@ -1,34 +1,43 @@
 """Token authentication as Flight clients meet it: a real server process with a
-token on loopback, plain ``pyarrow.flight`` clients, the refusal log and metric."""
+token on loopback, plain ``pyarrow.flight`` clients, the refusal log and metric;
+and the ``cancel`` action behind that token, naming a query by the id its call
+carried."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import re
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
 from nexus_cache.client import Client
 from nexus_cache.errors import ServerAuthError
-from nexus_cache.service.datagen import fact_table, write_parquet
+from nexus_cache.service.datagen import fact_table, ring_edges, write_parquet
 
-from ._helpers import Server, close_all, server_env, start_server
+from ._helpers import Server, close_all, server_env, start_server, wait_until
 
 _TOKEN = "s3cret-Tok3n"
+# A PageRank that runs for hours (alpha near 1 on a ring: see ring_edges).
+_SLOW = {"alpha": 0.99999, "tol": 1e-300, "max_iter": 10**8}
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("lake")
     write_parquet(fact_table(500), root / "facts.parquet", row_groups=2)
+    write_parquet(ring_edges(100_000), root / "ring.parquet", row_groups=2)
     past = time.time() - 60  # older than local_min_age_s: the identity is provable
-    os.utime(root / "facts.parquet", (past, past))
+    for path in root.iterdir():
+        os.utime(path, (past, past))
     return root
 
 
@@ -125,3 +134,96 @@ def test_bearer_in_any_case_and_the_basic_handshake_of_a_plain_flight_client(
         client.close()
     with Client(guarded.url, token=_TOKEN) as ours:
         assert ours.health()["status"] == "ready"
+
+
+# -- the cancel action --------------------------------------------------------------------------
+
+
+def _named(query_id: str) -> flight.FlightCallOptions:
+    """The token, and ``query_id`` in the call's query id header."""
+    return flight.FlightCallOptions(
+        headers=[
+            (b"authorization", f"Bearer {_TOKEN}".encode()),
+            (b"x-nexus-query-id", query_id.encode()),
+        ]
+    )
+
+
+def _query_id(table: pa.Table) -> str:
+    """The query id in a result's diagnostics."""
+    return str(json.loads(table.schema.metadata[b"nexus.diagnostics"])["query_id"])
+
+
+def _cancel(client: flight.FlightClient, body: bytes, token: str = _TOKEN) -> dict[str, object]:
+    action = flight.Action("cancel", body)
+    (result,) = client.do_action(action, _with(f"Bearer {token}".encode()))
+    return dict(json.loads(result.body.to_pybytes()))
+
+
+def test_a_call_names_its_query_and_the_cancel_action_behind_the_token_cancels_it(
+    guarded: Server, lake: Path
+) -> None:
+    ring = {"type": "scan", "source": str(lake / "ring.parquet")}
+    pagerank = {"type": "graph", "edges": ring, "src": "src", "dst": "dst"}
+    ticket = flight.Ticket(
+        json.dumps({**pagerank, "algorithm": "pagerank", "params": _SLOW}).encode()
+    )
+    client = flight.connect(guarded.url)
+    ended: list[BaseException] = []
+
+    def slow() -> None:
+        try:
+            client.do_get(ticket, _named("slow-pagerank_1")).read_all()
+        except BaseException as exc:  # the test reads it
+            ended.append(exc)
+
+    def states() -> dict[str, str]:
+        listed = client.list_flights(options=_with(f"Bearer {_TOKEN}".encode()))
+        facts = [json.loads(info.app_metadata) for info in listed]
+        return {f["query_id"]: f["state"] for f in facts}
+
+    thread = threading.Thread(target=slow, daemon=True)
+    thread.start()
+    ours = Client(guarded.url, token=_TOKEN)
+    try:
+        # the server runs the PageRank under the id its call carried, holding its grant
+        assert wait_until(lambda: states().get("slow-pagerank_1") == "executing", 60)
+        assert wait_until(lambda: ours.reports()[0]["grant_count"] == 1, 60)
+        assert "cancel" in [
+            a.type for a in client.list_actions(_with(f"Bearer {_TOKEN}".encode()))
+        ]
+
+        # an id already running, or not an id, is not taken: the server names the query
+        for sent in ("slow-pagerank_1", "bad id!", "a" * 65):
+            named = _query_id(client.do_get(_ticket(lake), _named(sent)).read_all())
+            assert re.fullmatch(r"[0-9a-f]{16}", named), (sent, named)
+        guarded.wait_for(r"query id slow-pagerank_1 is already running")
+        guarded.wait_for(r"ignored the call's x-nexus-query-id header 'bad id!'")
+        assert _query_id(client.do_get(_ticket(lake), _named("my-scan")).read_all()) == "my-scan"
+
+        # a wrong token cancels nothing: refused before the action runs
+        with pytest.raises(flight.FlightUnauthenticatedError, match="is not this nexus"):
+            _cancel(client, b"slow-pagerank_1", token="not-the-token")
+        assert "slow-pagerank_1: cancel requested" not in guarded.log()
+        assert states().get("slow-pagerank_1") == "executing"
+
+        # an id no query runs under, and a body that is no id
+        assert _cancel(client, b"no-such-query") == {"query_id": "no-such-query", "found": False}
+        with pytest.raises(flight.FlightServerError, match="is not a query id"):
+            _cancel(client, b"bad id!")
+
+        # the token and the id cancel it: its call ends cancelled, its grant is released
+        answer = _cancel(client, b"slow-pagerank_1")
+        assert answer == {"query_id": "slow-pagerank_1", "found": True, "state": "executing"}
+        thread.join(30)
+        assert not thread.is_alive()
+        (error,) = ended
+        assert isinstance(error, flight.FlightCancelledError), error
+        assert "query slow-pagerank_1 was cancelled" in str(error)
+        guarded.wait_for(r"query slow-pagerank_1 .* cancelled ", timeout=10)
+        assert wait_until(lambda: ours.reports()[0]["grant_count"] == 0, 30)
+        assert _cancel(client, b"slow-pagerank_1")["found"] is False
+    finally:
+        ours.close()
+        client.close()
+        thread.join(30)

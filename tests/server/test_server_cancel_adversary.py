@@ -63,14 +63,20 @@ def _old(path: Path) -> None:
     os.utime(path, (past, past))
 
 
+def _long_result(tmp_path: Path) -> tuple[Path, int]:
+    """A ring whose scan is 64 MB of result (several streamed batches), and its rows."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    rows = 4_000_000
+    write_parquet(ring_edges(rows - 1), lake / "ring.parquet", row_groups=4)
+    _old(lake / "ring.parquet")
+    return lake, rows
+
+
 def test_a_result_cut_short_by_shutdown_ends_in_an_error_not_a_short_table(
     tmp_path: Path,
 ) -> None:
-    lake = tmp_path / "lake"
-    lake.mkdir()
-    rows = 4_000_000  # 64 MB of result: several streamed batches
-    write_parquet(ring_edges(rows - 1), lake / "ring.parquet", row_groups=4)
-    _old(lake / "ring.parquet")
+    lake, rows = _long_result(tmp_path)
     env = server_env(
         tmp_path,
         NEXUS_SERVER_SHUTDOWN_TIMEOUT_S="1",
@@ -108,6 +114,45 @@ def test_a_result_cut_short_by_shutdown_ends_in_an_error_not_a_short_table(
             assert "cut short" in detail
     finally:
         end_processes([reader])
+        close_all([server])
+
+
+def test_a_result_cut_short_by_the_cancel_action_says_who_cancelled_it(tmp_path: Path) -> None:
+    lake, rows = _long_result(tmp_path)
+    server = start_server(server_env(tmp_path))
+    client = flight.connect(server.url)
+    try:
+        named = flight.FlightCallOptions(headers=[(b"x-nexus-query-id", b"long-scan")])
+        ticket = flight.Ticket(json.dumps(Scan(str(lake / "ring.parquet")).to_dict()).encode())
+        reader = client.do_get(ticket, named)
+        got = reader.read_chunk().data.num_rows
+        assert 0 < got < rows
+        # the client still reads; another cancels its query by id mid-stream
+        (answer,) = client.do_action(flight.Action("cancel", b"long-scan"))
+        assert json.loads(answer.body.to_pybytes()) == {
+            "query_id": "long-scan",
+            "found": True,
+            "state": "streaming",
+        }
+        message = None
+        try:
+            while True:
+                got += reader.read_chunk().data.num_rows
+        except StopIteration:
+            pass
+        except flight.FlightCancelledError as exc:
+            message = str(exc)
+        # the whole result (gRPC's buffers took the rest first), or an error naming
+        # the cancel: never a shorter table, and never "the server is stopping"
+        assert message is not None or got == rows
+        if message is not None:
+            assert "query long-scan was cancelled on the server" in message
+            assert "cut short" in message
+            assert "stopping" not in message
+        server.wait_for(r"query long-scan: cancel requested by a client \(streaming\)")
+        server.wait_for(r"query long-scan .* (cancelled|ok) ")
+    finally:
+        client.close()
         close_all([server])
 
 

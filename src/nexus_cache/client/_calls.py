@@ -6,10 +6,11 @@ schema). Run there, a Ctrl-C waits for the whole query. Here the call runs in
 a daemon thread and the calling thread waits on an event, which a signal
 interrupts: ``KeyboardInterrupt`` (or any exception) is raised at once, and
 the call is abandoned. A stream that has begun is cancelled (the server stops
-sending and drops the result); one that has not is cancelled by the server
-when the process exits, as for any client that goes away (the CLI exits at
-once), or cancelled the moment its first message arrives. pyarrow offers no
-way to cancel a call before then. Thread-safe.
+sending and drops the result); one that has not is cancelled the moment its
+first message arrives, since pyarrow offers no way to cancel a call before
+then. ``on_abandon`` runs as the call is abandoned: the client asks the server
+there to cancel the query (its ``cancel`` action), so a process that goes on
+after the interrupt does not leave it running. Thread-safe.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ class Cancellable(Protocol):
 class _Call(Generic[_T]):
     """One call in its own thread; ``watch(reader)`` names what ``abandon`` cancels."""
 
-    def __init__(self, work: Callable[[Callable[[Cancellable], None]], _T]) -> None:
+    def __init__(
+        self,
+        work: Callable[[Callable[[Cancellable], None]], _T],
+        on_abandon: Callable[[], None] | None,
+    ) -> None:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stream: Cancellable | None = None
@@ -41,6 +46,7 @@ class _Call(Generic[_T]):
         self._value: Any = None
         self._error: BaseException | None = None
         self._work = work
+        self._on_abandon = on_abandon
 
     def run(self) -> None:
         try:
@@ -70,6 +76,8 @@ class _Call(Generic[_T]):
                 pass
         except BaseException:
             self.abandon()
+            if self._on_abandon is not None:
+                self._on_abandon()
             raise
         error, self._error = self._error, None
         if error is not None:
@@ -81,14 +89,17 @@ class _Call(Generic[_T]):
         return value
 
 
-def interruptible(work: Callable[[Callable[[Cancellable], None]], _T]) -> _T:
+def interruptible(
+    work: Callable[[Callable[[Cancellable], None]], _T],
+    on_abandon: Callable[[], None] | None = None,
+) -> _T:
     """``work(watch)`` run in a daemon thread; its value, or its exception re-raised.
 
     ``work`` calls ``watch(reader)`` with the stream it opened, so that an
     interrupted caller cancels it. An exception raised in the caller's
     thread while it waits (``KeyboardInterrupt`` from Ctrl-C) abandons the
-    call and propagates at once.
+    call, runs ``on_abandon()`` (which must not raise) and propagates.
     """
-    call = _Call(work)
+    call = _Call(work, on_abandon)
     threading.Thread(target=call.run, name="nexus-client-call", daemon=True).start()
     return call.result()

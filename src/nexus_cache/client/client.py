@@ -11,8 +11,11 @@ down), a refused token :class:`ServerAuthError`, a call past its ``timeout``
 :class:`ServerTimeoutError`.
 
 Ctrl-C (``KeyboardInterrupt``) during a call is raised at once: the call runs
-in a thread of its own (:mod:`nexus_cache.client._calls`), and a result
-already streaming is cancelled.
+in a thread of its own (:mod:`nexus_cache.client._calls`). ``execute`` names
+each call with a random id (the header ``x-nexus-query-id``); interrupted, it
+cancels a result already streaming and asks the server, on a connection of
+its own, to cancel that query (the ``cancel`` action), so a process that goes
+on after the interrupt (a notebook) leaves nothing running.
 
 A client is thread-safe (gRPC channels are); one per process is enough.
 """
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -33,13 +38,17 @@ from nexus_cache.client._calls import Cancellable, interruptible
 from nexus_cache.client._errors import translated
 from nexus_cache.errors import ConfigError
 from nexus_cache.server.auth import bearer_header
-from nexus_cache.server.wire import encode_ticket, split_diagnostics
+from nexus_cache.server.wire import QUERY_ID_HEADER, encode_ticket, split_diagnostics
 from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 
 __all__ = ["Client"]
 
+log = logging.getLogger("nexus_cache.client")
+
 _SCHEMES = ("grpc://", "grpc+tcp://", "grpc+tls://")
+# seconds an interrupted call's cancel may take: the interrupt waits for it
+_CANCEL_TIMEOUT_S = 2.0
 
 
 def _diagnostics(document: Mapping[str, Any]) -> Diagnostics:
@@ -113,15 +122,16 @@ class Client:
             raise ConfigError("the server token is empty; give a token or leave it unset")
         self.url = url
         self._timeout = timeout
-        kwargs: dict[str, Any] = {}
+        # what each connection to the server is made with (the cancel's own too)
+        self._connect: dict[str, Any] = {}
         if tls_root_certs is not None:
-            kwargs["tls_root_certs"] = _root_certs(tls_root_certs)
+            self._connect["tls_root_certs"] = _root_certs(tls_root_certs)
         try:
-            self._flight = flight.FlightClient(url, **kwargs)
+            self._flight = flight.FlightClient(url, **self._connect)
         except Exception as exc:  # a malformed host or port
             raise ConfigError(f"server URL {url!r} cannot be used ({exc})") from None
-        headers = [bearer_header(token.strip())] if token is not None else []
-        self._options = flight.FlightCallOptions(headers=headers, timeout=timeout)
+        self._headers = [bearer_header(token.strip())] if token is not None else []
+        self._options = flight.FlightCallOptions(headers=self._headers, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -131,16 +141,26 @@ class Client:
     def execute(
         self, query: Query | Mapping[str, Any] | str, *, device: int | None = None
     ) -> QueryResult:
-        """Run ``query`` on the server; the result and diagnostics as in-process."""
+        """Run ``query`` on the server; the result and diagnostics as in-process.
+
+        The call carries a random id (the server's log and the evidence name the
+        query by it). ``KeyboardInterrupt`` (or any exception raised while the
+        call waits) asks the server to cancel the query, then propagates.
+        """
         ticket = flight.Ticket(encode_ticket(as_query(query).to_dict(), device))
+        call_id = secrets.token_hex(8)
+        options = flight.FlightCallOptions(
+            headers=[*self._headers, (QUERY_ID_HEADER.encode(), call_id.encode())],
+            timeout=self._timeout,
+        )
 
         def read(watch: Callable[[Cancellable], None]) -> Any:
-            reader = self._flight.do_get(ticket, self._options)
+            reader = self._flight.do_get(ticket, options)
             watch(reader)  # from here on an interrupt cancels the stream
             return reader.read_all()
 
         with self._errors():
-            table = interruptible(read)
+            table = interruptible(read, lambda: self._cancel(call_id))
         table, document = split_diagnostics(table)
         return QueryResult(table, _diagnostics(document))
 
@@ -308,6 +328,25 @@ class Client:
         with self._errors():
             results = interruptible(lambda _: list(self._flight.do_action(action, self._options)))
         return json.loads(results[0].body.to_pybytes())
+
+    def _cancel(self, call_id: str) -> None:
+        """Ask the server to cancel the query ``call_id``, on a connection of its own
+        (pyarrow cannot cancel a call before its first message arrives); a failure
+        is logged at debug level and goes no further."""
+        try:
+            client = flight.FlightClient(self.url, **self._connect)
+            try:
+                options = flight.FlightCallOptions(
+                    headers=self._headers, timeout=_CANCEL_TIMEOUT_S
+                )
+                action = flight.Action("cancel", call_id.encode())
+                results = list(client.do_action(action, options))
+            finally:
+                client.close()
+            found = json.loads(results[0].body.to_pybytes()).get("found")
+            log.debug("query %s: cancel sent to %s (found: %s)", call_id, self.url, found)
+        except Exception as exc:
+            log.debug("query %s: the cancel could not be sent to %s (%s)", call_id, self.url, exc)
 
     # -- plumbing --------------------------------------------------------------------
 

@@ -9,6 +9,9 @@
   its next object or PageRank iteration, releasing its grant); while it
   streams, the stream stops at the next batch and the result is dropped
   (a stream the server cancels ends in an error, not a short table).
+  The query's id is the one its client sent in the call header
+  :data:`~nexus_cache.server.wire.QUERY_ID_HEADER` (:mod:`~nexus_cache.server.callid`)
+  when valid and not already running, else one of the server's own.
   :meth:`QueryFlightServer.cancel_running` cancels every running query the
   same way (a shutdown whose wait ran out).
 * ``get_flight_info``: plans the query (lists the source, reads no data);
@@ -16,7 +19,10 @@
   footer). Both take command descriptors holding a query's JSON.
 * ``list_flights``: the queries in the server now (waiting for a slot,
   executing or streaming), each with its id, state and seconds so far.
-* actions: ``health``, ``reports``, ``source-events``, ``plan``, ``shutdown``.
+* actions: ``health``, ``reports``, ``source-events``, ``plan``, ``shutdown``,
+  ``cancel`` (the body names a running query by its id; its cancel event is
+  set, as when its client goes away: a client that stops waiting while its
+  call is open, the nexus-cache client on Ctrl-C, sends it).
 
 Every call runs in a gRPC worker thread; the service is thread-safe and its
 single flight holds across every client of the server. At most
@@ -52,12 +58,14 @@ from nexus_cache.errors import (
     QueryCancelledError,
 )
 from nexus_cache.server.auth import BasicHandshake, BearerTokenMiddlewareFactory
+from nexus_cache.server.callid import MIDDLEWARE_KEY, CallIdMiddlewareFactory, call_id
 from nexus_cache.server.metrics import ServerMetrics
 from nexus_cache.server.querylog import QueryBoard
 from nexus_cache.server.schemas import result_schema
 from nexus_cache.server.settings import ServerSettings
 from nexus_cache.server.tickets import parse_ticket
-from nexus_cache.server.wire import ACTIONS, attach_diagnostics, encode_error
+from nexus_cache.server.wire import ACTIONS, QUERY_ID_HEADER, attach_diagnostics, encode_error
+from nexus_cache.service.service import is_query_id
 
 __all__ = ["WATCH_INTERVAL_S", "QueryFlightServer"]
 
@@ -129,7 +137,9 @@ class QueryFlightServer(flight.FlightServerBase):
         board: QueryBoard | None = None,
         on_shutdown_request: Callable[[], None] | None = None,
     ) -> None:
-        middleware = {}
+        middleware: dict[str, flight.ServerMiddlewareFactory] = {
+            MIDDLEWARE_KEY: CallIdMiddlewareFactory()
+        }
         handshake = None
         if settings.token is not None:
             handshake = BasicHandshake()
@@ -193,16 +203,41 @@ class QueryFlightServer(flight.FlightServerBase):
             running.cancel.set()
         return len(queries)
 
-    def _enter(self, ticket: bytes) -> _Running:
-        """Count a query in; its id names it in the log whatever happens."""
-        running = _Running(uuid.uuid4().hex[:16], ticket, time.monotonic())
+    def _enter(self, ticket: bytes, wanted: str | None) -> _Running:
+        """Count a query in; its id (``wanted``, the client's, unless a running query
+        has it) names it in the log whatever happens."""
         with self._lock:
             if self._stopping:
                 raise flight.FlightUnavailableError(
                     "the nexus-cache server is shutting down; retry against a running server"
                 )
+            if wanted is not None and self._find(wanted) is not None:
+                log.info("query id %s is already running; the new query gets its own", wanted)
+                wanted = None
+            running = _Running(wanted or uuid.uuid4().hex[:16], ticket, time.monotonic())
             self._queries.add(running)
         return running
+
+    def _find(self, query_id: str) -> _Running | None:
+        """The running query ``query_id`` (the caller holds the lock)."""
+        return next((r for r in self._queries if r.query_id == query_id), None)
+
+    def cancel(self, query_id: str) -> dict[str, Any]:
+        """Cancel the running query ``query_id`` as if its client had gone away:
+        ``{"query_id", "found"}`` and, when found, the ``state`` it was in."""
+        if not is_query_id(query_id):
+            raise ConfigError(
+                f"the cancel action's body {query_id[:80]!r} is not a query id; send the id "
+                "alone (1 to 64 letters, digits, '-' or '_'), as list_flights or the "
+                f"server's log names it, or as the client sent it in {QUERY_ID_HEADER}"
+            )
+        with self._lock:
+            running = self._find(query_id)
+        if running is None:
+            return {"query_id": query_id, "found": False}
+        log.info("query %s: cancel requested by a client (%s)", query_id, running.state)
+        running.cancel.set()
+        return {"query_id": query_id, "found": True, "state": running.state}
 
     def _leave(self, running: _Running) -> None:
         with self._idle:
@@ -228,7 +263,7 @@ class QueryFlightServer(flight.FlightServerBase):
         start = time.perf_counter()
         with _answering("do_get"):
             query, device = self._query(ticket.ticket)
-        running = self._enter(ticket.ticket)
+        running = self._enter(ticket.ticket, call_id(context))
         if self._board is not None:
             self._board.started(running.cancel, query.kind, query.to_dict(), running.query_id)
         try:
@@ -249,7 +284,7 @@ class QueryFlightServer(flight.FlightServerBase):
         stream = _ResultStream(
             result.table,
             context,
-            running.cancel,
+            running,
             lambda outcome: self._finish(query, diagnostics, start, outcome, running),
         )
         return flight.GeneratorStream(schema, stream)
@@ -417,6 +452,8 @@ class QueryFlightServer(flight.FlightServerBase):
         elif kind == "plan":
             query, _ = self._query(bytes(action.body or b""))
             body = self._service.plan(query)
+        elif kind == "cancel":
+            body = self.cancel(bytes(action.body or b"").decode("utf-8", "replace").strip())
         elif kind == "shutdown":
             log.info("shutdown requested by a client")
             self.begin_stop()
@@ -501,9 +538,10 @@ class _CallWatcher:
 
 class _ResultStream:
     """Yields a result's batches, stopping when the client cancelled or went away
-    or the query was cancelled (``cancel``: a server stopping); the latter ends
-    the stream with a Flight error, so a client still reading never takes the
-    batches sent so far for the whole result.
+    or the query was cancelled (``running.cancel``: a server stopping, the
+    ``cancel`` action, the status page); the latter ends the stream with a
+    Flight error, so a client still reading never takes the batches sent so far
+    for the whole result.
 
     ``done(outcome)`` runs exactly once: at the end of the stream, when it is
     stopped early, or when gRPC drops it unread (``__del__``).
@@ -513,7 +551,7 @@ class _ResultStream:
         self,
         table: pa.Table,
         context: Any,
-        cancel: threading.Event,
+        running: _Running,
         done: Callable[[str], None],
     ) -> None:
         per_row = max(1, table.nbytes // max(1, table.num_rows))
@@ -521,7 +559,7 @@ class _ResultStream:
         self._rows = table.num_rows
         self._sent = 0
         self._context = context
-        self._cancel = cancel
+        self._running = running
         self._done: Callable[[str], None] | None = done
 
     def __iter__(self) -> _ResultStream:
@@ -531,15 +569,18 @@ class _ResultStream:
         if self._context.is_cancelled():  # nobody left to tell
             self._close("cancelled")
             raise StopIteration
-        if self._cancel.is_set():
+        if self._running.cancel.is_set():
             self._close("cancelled")
             # The client is still reading: a plain end of stream would hand it
             # the batches sent so far as if they were the whole result.
+            cut = f"the result was cut short after {self._sent} of {self._rows} rows"
             raise _flight_error(
                 QueryCancelledError(
-                    f"the server is stopping: the result was cut short after {self._sent} "
-                    f"of {self._rows} rows and is withdrawn; run the query again against "
-                    "a running server"
+                    f"the server is stopping: {cut} and is withdrawn; run the query again "
+                    "against a running server"
+                    if self._running.by_server
+                    else f"query {self._running.query_id} was cancelled on the server (its "
+                    f"cancel action or the status page): {cut} and is withdrawn"
                 )
             )
         try:

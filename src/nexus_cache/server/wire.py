@@ -8,7 +8,10 @@
 * An error's ``extra_info`` holds ``{"error": class name, "message": text}``,
   so a client raises the class the in-process service would have raised, with
   the same one-line message.
-* Action bodies and results are JSON.
+* A ``do_get`` may carry the call header :data:`QUERY_ID_HEADER`, the id its
+  client chose for the call; the ``cancel`` action names a running query by it.
+* Action results are JSON; a body is a query's JSON (``plan``) or a query
+  id as bare text (``cancel``).
 
 JSON only: nothing received is ever unpickled. Pure functions; thread-safe.
 """
@@ -26,6 +29,7 @@ import nexus_cache.errors as errors
 __all__ = [
     "ACTIONS",
     "DIAGNOSTICS_KEY",
+    "QUERY_ID_HEADER",
     "attach_diagnostics",
     "decode_error",
     "encode_error",
@@ -34,6 +38,8 @@ __all__ = [
 ]
 
 DIAGNOSTICS_KEY = b"nexus.diagnostics"
+#: the call header naming a ``do_get``'s query (1 to 64 letters, digits, ``-``, ``_``)
+QUERY_ID_HEADER = "x-nexus-query-id"
 
 #: action name -> what it returns (``list_actions``)
 ACTIONS: Mapping[str, str] = {
@@ -42,6 +48,7 @@ ACTIONS: Mapping[str, str] = {
     "source-events": "the source caches' fingerprinted event snapshots (JSON)",
     "plan": "the plan of the query in the body, without running it (JSON)",
     "shutdown": "stop gracefully: drain running queries, then the caches",
+    "cancel": "cancel the running query whose id is the body; says whether one was found (JSON)",
 }
 
 # Classes a remote error may name besides nexus_cache.errors: what the

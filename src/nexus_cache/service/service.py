@@ -74,11 +74,16 @@ from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 
-__all__ = ["QueryService"]
+__all__ = ["QueryService", "is_query_id"]
 
 _TRANSIENT = (StalePlanError, GrantExhaustedError)
 # a caller's query id: it names evidence files, so nothing a path could misread
 _QUERY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_query_id(value: object) -> bool:
+    """Whether ``value`` may name a query: 1 to 64 letters, digits, ``-`` or ``_``."""
+    return isinstance(value, str) and _QUERY_ID.fullmatch(value) is not None
 
 
 @dataclasses.dataclass
@@ -307,9 +312,7 @@ class QueryService:
             )
         if cancel is not None and not isinstance(cancel, threading.Event):
             raise ConfigError(f"cancel={cancel!r} is not accepted; use a threading.Event or None")
-        if query_id is not None and (
-            not isinstance(query_id, str) or not _QUERY_ID.fullmatch(query_id)
-        ):
+        if query_id is not None and not is_query_id(query_id):
             raise ConfigError(
                 f"query_id={query_id!r} is not accepted; use 1 to 64 letters, digits, '-' or '_'"
             )
