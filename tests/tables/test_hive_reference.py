@@ -98,7 +98,8 @@ def _as_python(flt: Any) -> Any:
 
 def test_the_snapshot_lists_partitions_typed_as_pyarrow_infers_them(hive: Path) -> None:
     snap = resolve_table(str(hive))
-    assert snap.kind == "hive" and snap.version is None
+    assert snap.kind == "hive"
+    assert snap.version is None
     assert snap.partition_schema == pa.schema([("year", pa.int32()), ("region", pa.string())])
     assert len(snap.files) == 9
     assert all(
@@ -159,22 +160,25 @@ def test_pruning_counts_partitions_and_row_groups(hive: Path) -> None:
     snap = resolve_table(str(hive))
     _, plan = read_table_with_plan(snap, filter=[("year", "=", 2024), ("region", "=", "eu")])
     assert plan.objects_planned == 9
-    assert plan.pruned_by_partition == 8 and len(plan.files) == 1
+    assert plan.pruned_by_partition == 8
+    assert len(plan.files) == 1
     # sorted data makes row-group statistics selective
     sorted_root = hive.parent / "sorted"
     sorted_root.mkdir(exist_ok=True)
     table = pa.table({"k": pa.array(range(1000), pa.int64()), "v": pa.array(range(1000))})
     pq.write_table(table, sorted_root / "a.parquet", row_group_size=100)
     flat = resolve_table(str(sorted_root))
-    assert flat.kind == "parquet" and flat.partition_schema.names == []
+    assert flat.kind == "parquet"
+    assert flat.partition_schema.names == []
     got, plan = read_table_with_plan(flat, filter=[("k", ">=", 250), ("k", "<", 420)])
     assert got.num_rows == 170
-    assert (
-        plan.row_groups_total == 10 and plan.row_groups_pruned == 7
-    )  # groups 2, 3 and 4 are read
+    assert plan.row_groups_total == 10
+    assert plan.row_groups_pruned == 7
     nothing, plan = read_table_with_plan(flat, filter=[("k", ">", 5000)])
-    assert nothing.num_rows == 0 and nothing.schema == flat.schema
-    assert plan.row_groups_pruned == 10 and plan.files == ()
+    assert nothing.num_rows == 0
+    assert nothing.schema == flat.schema
+    assert plan.row_groups_pruned == 10
+    assert plan.files == ()
 
 
 def test_a_filter_that_prunes_everything_has_the_schema(hive: Path) -> None:
@@ -214,7 +218,8 @@ def test_the_mask_runs_on_the_array_module(hive: Path) -> None:
     columns = host_columns(table, flt.columns, xp=np)
     assert all(isinstance(c.data, np.ndarray) for c in columns.values())
     mask = filter_mask(flt, columns, table.num_rows, np)
-    assert isinstance(mask, np.ndarray) and mask.dtype == bool
+    assert isinstance(mask, np.ndarray)
+    assert mask.dtype == bool
     assert_same_rows(table.filter(pa.array(mask)), table.filter(flt.to_expression()))
     # a dictionary-encoded string column evaluates on its dictionary
     encoded = table.set_column(
