@@ -1,0 +1,164 @@
+"""A Delta table's snapshot, through ``deltalake`` (the ``delta`` extra).
+
+The data files of the latest version (or ``as_of``) come from the log's add
+actions, with their sizes, typed partition values, row counts and column
+bounds. A table whose protocol needs a reader feature this reader does not
+apply is refused, naming it: deletion vectors (rows the data files still hold
+are deleted) and column mapping (a file's column names are not the table's)
+would otherwise give wrong rows silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from nexus_cache.errors import BackendUnavailableError, ConfigError, SourceFormatError
+from nexus_cache.tables.snapshot import DataFile, TableSnapshot
+
+__all__ = ["SUPPORTED_READER_FEATURES", "resolve_delta"]
+
+#: Delta reader features whose tables read correctly as plain Parquet files
+SUPPORTED_READER_FEATURES = frozenset(
+    {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"}
+)
+
+_FEATURE_HINTS = {
+    "deletionVectors": (
+        "rows deleted by a deletion vector are still in the data files; rewrite the "
+        "table without them (OPTIMIZE ... PURGE / REORG TABLE ... APPLY (PURGE)) and "
+        "disable delta.enableDeletionVectors"
+    ),
+    "columnMapping": (
+        "the data files name columns by physical ids; rewrite the table with "
+        "delta.columnMapping.mode = 'none'"
+    ),
+}
+
+
+def resolve_delta(
+    source: str,
+    fs: Any,
+    path: str,
+    as_of: int | None,
+    storage_options: Mapping[str, Any] | None,
+) -> TableSnapshot:
+    try:
+        from deltalake import DeltaTable
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"source {source!r} is a Delta table; reading it needs the deltalake package: "
+            "pip install 'nexus-cache[delta]'"
+        ) from exc
+    if as_of is not None and (isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0):
+        raise ConfigError(f"as_of={as_of!r}: a Delta version is an integer >= 0")
+    uri = path if fs is None else fs.unstrip_protocol(path)
+    options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
+    try:
+        table = DeltaTable(uri, version=as_of, storage_options=options)
+    except Exception as exc:  # deltalake raises its own classes (and OSError) for a bad log
+        if as_of is not None and "version" in str(exc).lower():
+            raise ConfigError(
+                f"as_of={as_of}: Delta table {source!r} has no such version ({exc}); name "
+                "an existing version"
+            ) from exc
+        raise SourceFormatError(
+            f"Delta table {source!r}: its log cannot be read ({type(exc).__name__}: {exc}); "
+            "check the _delta_log directory (a corrupt or truncated commit file)"
+        ) from exc
+    _refuse_features(source, table)
+    try:
+        schema = pa.schema(table.schema().to_arrow())
+        actions = pa.table(table.get_add_actions(flatten=True))
+        uris = list(table.file_uris())
+    except Exception as exc:
+        raise SourceFormatError(
+            f"Delta table {source!r}: its log cannot be read ({type(exc).__name__}: {exc}); "
+            "check the _delta_log directory"
+        ) from exc
+    schema = pa.schema([_plain(f) for f in schema])
+    partition_names = list(table.metadata().partition_columns)
+    partition_schema = pa.schema([schema.field(n) for n in partition_names])
+    rows = actions.to_pylist()
+    if len(rows) != len(uris):
+        raise SourceFormatError(
+            f"Delta table {source!r}: the log lists {len(rows)} add actions but "
+            f"{len(uris)} files; check the _delta_log directory"
+        )
+    files = []
+    for row, file_uri in zip(rows, uris, strict=True):
+        relative = unquote(unquote(str(row["path"])))
+        if "://" in relative:  # an absolute URI, which deltalake's file list mangles
+            file_uri = relative
+        elif not unquote(file_uri).endswith(relative.lstrip("/")):
+            raise SourceFormatError(
+                f"Delta table {source!r}: file {file_uri!r} does not match its add action "
+                f"{row['path']!r}; check the _delta_log directory"
+            )
+        location = file_uri.removeprefix("file://") if fs is None else file_uri
+        files.append(_data_file(location, row, partition_schema, schema))
+    return TableSnapshot(
+        kind="delta",
+        location=source,
+        version=int(table.version()),
+        schema=schema,
+        partition_schema=partition_schema,
+        files=tuple(files),
+        filesystem=fs,
+    )
+
+
+def _plain(f: pa.Field) -> pa.Field:
+    """Delta's Arrow schema without view types (string_view -> string)."""
+    if pat.is_string_view(f.type) or pat.is_large_string(f.type):
+        return pa.field(f.name, pa.string(), f.nullable, f.metadata)
+    if pat.is_binary_view(f.type) or pat.is_large_binary(f.type):
+        return pa.field(f.name, pa.binary(), f.nullable, f.metadata)
+    return f
+
+
+def _refuse_features(source: str, table: Any) -> None:
+    protocol = table.protocol()
+    features = list(protocol.reader_features or ())
+    mode = str((table.metadata().configuration or {}).get("delta.columnMapping.mode", "none"))
+    if mode.lower() != "none" and "columnMapping" not in features:
+        features.append("columnMapping")
+    for feature in features:
+        if feature in SUPPORTED_READER_FEATURES:
+            continue
+        hint = _FEATURE_HINTS.get(feature, "this reader does not apply it")
+        raise SourceFormatError(
+            f"Delta table {source!r} uses the reader feature {feature!r}, which is not "
+            f"supported: {hint}"
+        )
+
+
+def _data_file(
+    location: str, row: dict[str, Any], partition_schema: pa.Schema, schema: pa.Schema
+) -> DataFile:
+    partition = tuple((f.name, row.get(f"partition.{f.name}")) for f in partition_schema)
+    mins, maxs, nulls = [], [], []
+    for f in schema:
+        if f.name in partition_schema.names or pat.is_timestamp(f.type):
+            continue  # Delta truncates timestamp bounds to milliseconds: not bounds
+        low, high = row.get(f"min.{f.name}"), row.get(f"max.{f.name}")
+        if low is not None and high is not None:
+            mins.append((f.name, low))
+            maxs.append((f.name, high))
+        count = row.get(f"null_count.{f.name}")
+        if count is not None:
+            nulls.append((f.name, int(count)))
+    count_rows = row.get("num_records")
+    return DataFile(
+        path=location,
+        size=int(row["size_bytes"]),
+        partition=partition,
+        row_count=None if count_rows is None else int(count_rows),
+        min_values=tuple(mins),
+        max_values=tuple(maxs),
+        null_counts=tuple(nulls),
+    )

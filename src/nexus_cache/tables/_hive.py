@@ -1,0 +1,130 @@
+"""Parquet objects and Hive-partitioned directories as a snapshot.
+
+One listing finds every ``*.parquet`` object under the directory with its
+size; hidden and ``_``-prefixed files and directories are skipped (metadata,
+or a writer's uncommitted ``_temporary/``). ``key=value`` directory segments
+become partition columns, typed as ``pyarrow.dataset.partitioning(flavor="hive")``
+infers them: ``int32`` when every value is a 32-bit integer, else ``string``;
+``__HIVE_DEFAULT_PARTITION__`` is a null; values are URI-decoded. The schema
+is the first object's, with the partition columns after its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nexus_cache.errors import ConfigError, SourceFormatError
+from nexus_cache.tables.snapshot import DataFile, TableSnapshot
+
+__all__ = ["hidden_path", "resolve_hive"]
+
+#: the partition value Hive writes for a null
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def hidden_path(relative: str) -> bool:
+    """A file or directory under the source named ``_...`` or ``....``."""
+    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+
+
+def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnapshot:
+    base = path.rstrip("/") or path
+    try:
+        is_dir = listing_fs.isdir(base)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"source {source!r} cannot be listed ({exc}); check the path") from exc
+    if is_dir:
+        found = listing_fs.find(base, detail=True)
+        entries = sorted(
+            (name, int(info.get("size") or 0))
+            for name, info in found.items()
+            if info.get("type", "file") == "file"
+            and name.endswith(".parquet")
+            and not hidden_path(name[len(base) :])
+        )
+    else:
+        try:
+            info = listing_fs.info(base)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"source {source!r} does not exist; check the path") from None
+        entries = [(base, int(info.get("size") or 0))]
+    if not entries:
+        raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
+    segments = [_segments(name[len(base) :]) if is_dir else [] for name, _ in entries]
+    keys: list[str] = []
+    for pairs in segments:
+        for key, _ in pairs:
+            if key not in keys:
+                keys.append(key)
+    types = {key: _infer([dict(p).get(key) for p in segments]) for key in keys}
+    first = entries[0][0]
+    try:
+        data_schema = _read_schema(first, fs)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SourceFormatError(
+            f"{first!r} (in source {source!r}) is not readable Parquet ({exc}); remove it "
+            "or point the query at Parquet data"
+        ) from exc
+    partition_fields = [pa.field(k, types[k]) for k in keys if data_schema.get_field_index(k) < 0]
+    files = tuple(
+        DataFile(
+            path=name if fs is None else fs.unstrip_protocol(name),
+            size=size,
+            partition=tuple(
+                (f.name, _typed(dict(pairs).get(f.name), f.type)) for f in partition_fields
+            ),
+        )
+        for (name, size), pairs in zip(entries, segments, strict=True)
+    )
+    partition_schema = pa.schema(partition_fields)
+    schema = pa.schema(list(data_schema) + partition_fields)
+    return TableSnapshot(
+        kind="hive" if partition_fields else "parquet",
+        location=source,
+        version=None,
+        schema=schema,
+        partition_schema=partition_schema,
+        files=files,
+        filesystem=fs,
+    )
+
+
+def _read_schema(name: str, fs: Any) -> pa.Schema:
+    if fs is None:
+        return pq.read_schema(name)
+    with fs.open(name, "rb") as handle:
+        return pq.read_schema(handle)
+
+
+def _segments(relative: str) -> list[tuple[str, str | None]]:
+    """The ``key=value`` directory segments of a relative object path."""
+    out = []
+    for part in relative.strip("/").split("/")[:-1]:
+        key, sep, value = part.partition("=")
+        if sep and key:
+            decoded = unquote(value)
+            out.append((unquote(key), None if decoded == NULL_PARTITION else decoded))
+    return out
+
+
+def _is_int32(text: str) -> bool:
+    body = text[1:] if text[:1] in "+-" else text
+    return bool(body) and body.isascii() and body.isdigit() and _INT32[0] <= int(text) <= _INT32[1]
+
+
+def _infer(values: list[str | None]) -> pa.DataType:
+    present = [v for v in values if v is not None]
+    if present and all(_is_int32(v) for v in present):
+        return pa.int32()
+    return pa.string()
+
+
+def _typed(value: str | None, arrow_type: pa.DataType) -> Any:
+    if value is None:
+        return None
+    return int(value) if pa.types.is_integer(arrow_type) else value

@@ -1,0 +1,308 @@
+"""What a filter lets a scan skip before reading: files, then row groups.
+
+:func:`prune_files` drops the data files whose partition values (exact) or
+recorded column bounds (Delta statistics, Iceberg manifest bounds) show that
+no row can satisfy the filter. :func:`prune_row_groups` does the same for
+the row groups of one Parquet file, from its footer's statistics.
+:func:`plan_scan` does both and counts what it skipped. A predicate is only
+ever proven false, never assumed true: a missing bound keeps the file.
+Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyarrow.types as pat
+
+from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_value
+from nexus_cache.tables.snapshot import DataFile, TableSnapshot
+
+__all__ = [
+    "PlannedFile",
+    "ScanPlan",
+    "file_column_names",
+    "plan_scan",
+    "prune_files",
+    "prune_row_groups",
+]
+
+
+@dataclass(frozen=True)
+class _Range:
+    """What is known of one column within a file or row group."""
+
+    exact: bool = False  # every row holds ``low`` (a partition value; None: all null)
+    low: Any = None
+    high: Any = None
+    nulls: int | None = None  # None: unknown
+    rows: int | None = None
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """A data file to read, and its row groups to read (None: all)."""
+
+    file: DataFile
+    row_groups: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """The files and row groups a filtered scan reads, and what it skipped."""
+
+    files: tuple[PlannedFile, ...]
+    objects_planned: int
+    pruned_by_partition: int
+    pruned_by_statistics: int
+    row_groups_total: int = 0
+    row_groups_pruned: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "objects_planned": self.objects_planned,
+            "objects_read": len(self.files),
+            "pruned_by_partition": self.pruned_by_partition,
+            "pruned_by_statistics": self.pruned_by_statistics,
+            "row_groups_total": self.row_groups_total,
+            "row_groups_pruned": self.row_groups_pruned,
+        }
+
+
+def _possible(flt: TableFilter, ranges: Mapping[str, _Range]) -> bool:
+    """False when no row with these column ranges can satisfy ``flt``."""
+    return any(
+        all(_maybe(p, ranges.get(p.column), flt.schema.field(p.column).type) for p in clause)
+        for clause in flt.clauses
+    )
+
+
+def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
+    if known is None:
+        return True
+    if known.exact:
+        return _exact(p, known.low)
+    in_list = p.op in ("in", "not in")
+    has_null_value = in_list and bool(p.value) and p.value[-1] is None
+    all_null = known.rows is not None and known.nulls is not None and known.nulls >= known.rows
+    some_null = known.nulls is None or known.nulls > 0
+    if p.op == "not in" and some_null and not has_null_value:
+        return True  # a null row satisfies 'not in' a list without null
+    if p.op == "in" and has_null_value and some_null:
+        return True
+    if all_null:
+        return False
+    low, high = known.low, known.high
+    if low is None or high is None:
+        return True
+    floating = pat.is_floating(arrow_type)
+    try:
+        if p.op == "=":
+            return bool(low <= p.value <= high)
+        if p.op == "!=":
+            return floating or not low == high == p.value
+        if p.op == "<":
+            return bool(low < p.value)
+        if p.op == "<=":
+            return bool(low <= p.value)
+        if p.op == ">":
+            return bool(high > p.value)
+        if p.op == ">=":
+            return bool(high >= p.value)
+        values = [v for v in p.value if v is not None]
+        if p.op == "in":
+            return any(low <= v <= high for v in values)
+        return floating or not (low == high and low in values)
+    except TypeError:  # a bound of another kind than the value: no proof
+        return True
+
+
+def _exact(p: Predicate, value: Any) -> bool:
+    """``p`` on a column whose every row holds ``value`` (None: null)."""
+    if p.op in ("in", "not in"):
+        found = value in p.value
+        return found if p.op == "in" else not found
+    if value is None:
+        return False
+    try:
+        return bool(
+            {
+                "=": value == p.value,
+                "!=": value != p.value,
+                "<": value < p.value,
+                "<=": value <= p.value,
+                ">": value > p.value,
+                ">=": value >= p.value,
+            }[p.op]
+        )
+    except TypeError:
+        return True
+
+
+def _file_ranges(file: DataFile, flt: TableFilter, partition: bool) -> dict[str, _Range]:
+    out: dict[str, _Range] = {}
+    wanted = set(flt.columns)
+    if partition:
+        for name, value in file.partition:
+            if name in wanted:
+                typed = _canonical_value(value, flt.schema.field(name).type)
+                if typed is not None or value is None:
+                    out[name] = _Range(exact=True, low=typed)
+        return out
+    lows, highs, nulls = dict(file.min_values), dict(file.max_values), dict(file.null_counts)
+    for name in wanted:
+        arrow_type = flt.schema.field(name).type
+        low = _canonical_value(lows.get(name), arrow_type)
+        high = _canonical_value(highs.get(name), arrow_type)
+        if low is None and high is None and name not in nulls:
+            continue
+        out[name] = _Range(low=low, high=high, nulls=nulls.get(name), rows=file.row_count)
+    return out
+
+
+def prune_files(
+    snapshot: TableSnapshot, flt: TableFilter | None
+) -> tuple[tuple[DataFile, ...], int, int]:
+    """``(kept files, pruned by partition, pruned by file statistics)``."""
+    if flt is None:
+        return snapshot.files, 0, 0
+    kept: list[DataFile] = []
+    by_partition = by_statistics = 0
+    for file in snapshot.files:
+        if not _possible(flt, _file_ranges(file, flt, partition=True)):
+            by_partition += 1
+        elif not _possible(flt, _file_ranges(file, flt, partition=False)):
+            by_statistics += 1
+        else:
+            kept.append(file)
+    return tuple(kept), by_partition, by_statistics
+
+
+def file_column_names(table_schema: pa.Schema, file_schema: pa.Schema) -> dict[str, str]:
+    """Table column -> the file's column holding it: by Iceberg field id where both
+    schemas carry one (``PARQUET:field_id``), else by name."""
+    ids = {}
+    for f in file_schema:
+        found = (f.metadata or {}).get(b"PARQUET:field_id")
+        if found is not None:
+            ids[found] = f.name
+    out = {}
+    for f in table_schema:
+        found = (f.metadata or {}).get(b"PARQUET:field_id")
+        if found is not None and ids:
+            if found in ids:
+                out[f.name] = ids[found]
+        elif file_schema.get_field_index(f.name) >= 0:
+            out[f.name] = f.name
+    return out
+
+
+def prune_row_groups(
+    metadata: pq.FileMetaData,
+    flt: TableFilter | None,
+    file: DataFile | None = None,
+) -> tuple[int, ...]:
+    """The row groups of a file (its footer ``metadata``) that may hold a row
+    satisfying ``flt``; ``file``'s partition values count as exact columns."""
+    every = tuple(range(metadata.num_row_groups))
+    if flt is None:
+        return every
+    names = file_column_names(flt.schema, metadata.schema.to_arrow_schema())
+    index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+    fixed = _file_ranges(file, flt, partition=True) if file is not None else {}
+    kept = []
+    for i in every:
+        group = metadata.row_group(i)
+        ranges = dict(fixed)
+        for name in flt.columns:
+            if name in ranges:
+                continue
+            j = index.get(names.get(name, ""))
+            if j is None:
+                if name not in names:  # not in this file: every row reads as null
+                    ranges[name] = _Range(exact=True, low=None)
+                continue
+            found = _statistics(group.column(j), flt.schema.field(name).type, group.num_rows)
+            if found is not None:
+                ranges[name] = found
+        if _possible(flt, ranges):
+            kept.append(i)
+    return tuple(kept)
+
+
+_PARQUET_UNITS = {"MILLIS": "ms", "MICROS": "us", "NANOS": "ns"}
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> _Range | None:
+    stats = chunk.statistics
+    if stats is None:
+        return None
+    nulls = int(stats.null_count) if stats.has_null_count else None
+    if not stats.has_min_max:
+        return _Range(nulls=nulls, rows=rows)
+    base = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
+    if pat.is_timestamp(base):
+        unit = _timestamp_unit(stats)
+        if unit is None:
+            return _Range(nulls=nulls, rows=rows)
+        low, high = (
+            _rescale(int(stats.min_raw), unit, base.unit, up=False),
+            _rescale(int(stats.max_raw), unit, base.unit, up=True),
+        )
+    else:
+        low = _canonical_value(stats.min, arrow_type)
+        high = _canonical_value(stats.max, arrow_type)
+    return _Range(low=low, high=high, nulls=nulls, rows=rows)
+
+
+def _timestamp_unit(stats: Any) -> str | None:
+    """The unit of a timestamp column chunk's raw statistics (None: INT96, unknown)."""
+    logical = str(stats.logical_type).lower()
+    for word, unit in _PARQUET_UNITS.items():
+        if f"timeunit={word.lower()}" in logical:
+            return unit
+    return None
+
+
+def _rescale(value: int, unit: str, to: str, up: bool) -> int:
+    src, dst = _PER_SECOND[unit], _PER_SECOND[to]
+    if dst >= src:
+        return value * (dst // src)
+    step = src // dst
+    return -((-value) // step) if up else value // step
+
+
+def plan_scan(
+    snapshot: TableSnapshot,
+    flt: TableFilter | None,
+    footer: Callable[[DataFile], pq.FileMetaData] | None = None,
+) -> ScanPlan:
+    """The files of ``snapshot`` that ``flt`` may need, and, when ``footer`` reads
+    a file's Parquet footer, the row groups of each that it may need (a file
+    whose every row group is pruned is dropped too)."""
+    kept, by_partition, by_statistics = prune_files(snapshot, flt)
+    planned = []
+    total = pruned = 0
+    for file in kept:
+        if footer is None or flt is None:
+            planned.append(PlannedFile(file))
+            continue
+        metadata = footer(file)
+        groups = prune_row_groups(metadata, flt, file)
+        total += metadata.num_row_groups
+        pruned += metadata.num_row_groups - len(groups)
+        if groups:
+            planned.append(PlannedFile(file, groups))
+    return ScanPlan(
+        files=tuple(planned),
+        objects_planned=len(snapshot.files),
+        pruned_by_partition=by_partition,
+        pruned_by_statistics=by_statistics,
+        row_groups_total=total,
+        row_groups_pruned=pruned,
+    )

@@ -1,0 +1,180 @@
+"""A table's snapshot: the immutable data files one version of a table holds.
+
+:func:`resolve_table` reads a source the way its format says: one Parquet
+object or a directory of them (Hive ``key=value`` segments as partition
+columns), a Delta table (a directory holding ``_delta_log/``, through
+``deltalake``), or an Iceberg table (a directory holding ``metadata/``, a
+``*.metadata.json`` path, or a catalog table, through ``pyiceberg``). The
+snapshot lists every data file with its size and partition values (and the
+row count and column bounds the table's metadata records), so a caller can
+check each location against ``allowed_roots`` and plan reads without a
+request per file. ``deltalake`` and ``pyiceberg`` are imported only when a
+table of theirs is resolved. Thread-safe (nothing shared is mutated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache._roots import location_allowed
+from nexus_cache.errors import BackendUnavailableError, ConfigError
+
+__all__ = ["TABLE_KINDS", "DataFile", "TableSnapshot", "resolve_table"]
+
+#: the table formats :func:`resolve_table` reads
+TABLE_KINDS = ("parquet", "hive", "delta", "iceberg")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One immutable data file of a snapshot.
+
+    ``path`` is a local path or a URL (with its protocol); ``partition`` the
+    partition columns' values (``None`` for a null partition), typed as the
+    snapshot's partition schema says; ``min_values`` / ``max_values`` bounds of
+    columns the table's metadata records (a bound may be looser than the data,
+    never tighter), and ``null_counts`` where known.
+    """
+
+    path: str
+    size: int
+    partition: tuple[tuple[str, Any], ...] = ()
+    row_count: int | None = None
+    min_values: tuple[tuple[str, Any], ...] = ()
+    max_values: tuple[tuple[str, Any], ...] = ()
+    null_counts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def partition_values(self) -> dict[str, Any]:
+        return dict(self.partition)
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """The data files of one version of a table, and the schema to read them with.
+
+    ``kind`` is one of :data:`TABLE_KINDS`; ``version`` the Delta version or the
+    Iceberg snapshot id (None for Parquet and Hive data); ``schema`` the
+    table's columns, partition columns included (Iceberg fields keep their
+    ``PARQUET:field_id`` metadata, so a renamed or added column maps to each
+    file by id); ``partition_schema`` the partition columns and their types.
+    ``filesystem`` is the fsspec filesystem of remote files (None: local).
+    """
+
+    kind: str
+    location: str
+    version: int | None
+    schema: pa.Schema
+    partition_schema: pa.Schema
+    files: tuple[DataFile, ...]
+    filesystem: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """Every data file's location, to check against ``allowed_roots``."""
+        return tuple(f.path for f in self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def files_outside(self) -> tuple[str, ...]:
+        """Data files the table's metadata places outside the table's own location
+        (a Delta log or Iceberg metadata may name any path): each needs its own
+        ``allowed_roots`` check."""
+        root = (self.location,) if self.kind in ("delta", "iceberg", "hive") else ()
+        return tuple(p for p in self.locations if not location_allowed(p, root))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON summary for diagnostics and evidence."""
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "version": self.version,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "partition_columns": self.partition_schema.names,
+        }
+
+
+def resolve_table(
+    source: str,
+    as_of: int | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    catalog: str | Mapping[str, Any] | None = None,
+) -> TableSnapshot:
+    """The snapshot ``source`` names (its latest version, or ``as_of``).
+
+    ``source`` is a local path or an fsspec URL: a Parquet object, a directory
+    of them (Hive partitions read from ``key=value`` segments), a Delta table,
+    an Iceberg table directory or a ``*.metadata.json``. With ``catalog`` (a
+    catalog name, or its properties as ``pyiceberg.catalog.load_catalog``
+    reads them, ``name`` included), ``source`` is an Iceberg table identifier
+    (``namespace.table``). ``as_of`` is a Delta version or an Iceberg snapshot
+    id; Parquet and Hive data have no versions.
+    """
+    if catalog is not None:
+        from nexus_cache.tables._iceberg import resolve_catalog_table
+
+        return resolve_catalog_table(source, catalog, as_of)
+    from nexus_cache.lakehouse import resolve_source
+
+    options = None if storage_options is None else dict(storage_options)
+    try:
+        fs, path = resolve_source(source, None, options)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"source {source!r} needs a package that is not installed ({exc}); install it"
+        ) from exc
+    if fs is None:
+        import os
+
+        import fsspec
+
+        path = os.path.abspath(os.path.expanduser(path))
+
+        local = fsspec.filesystem("file")
+    else:
+        local = fs
+    kind = _detect(local, path)
+    if kind == "delta":
+        from nexus_cache.tables._delta import resolve_delta
+
+        return resolve_delta(source, fs, path, as_of, options)
+    if kind == "iceberg":
+        from nexus_cache.tables._iceberg import resolve_iceberg
+
+        return resolve_iceberg(source, fs, local, path, as_of, options)
+    if as_of is not None:
+        raise ConfigError(
+            f"as_of={as_of!r}: source {source!r} is Parquet data, which has no versions; "
+            "drop as_of, or name a Delta or Iceberg table"
+        )
+    from nexus_cache.tables._hive import resolve_hive
+
+    return resolve_hive(source, fs, local, path)
+
+
+def _detect(fs: Any, path: str) -> str:
+    base = path.rstrip("/")
+    if base.endswith(".metadata.json"):
+        return "iceberg"
+    try:
+        is_dir = fs.isdir(base)
+    except (OSError, ValueError):
+        return "parquet"
+    if not is_dir:
+        return "parquet"
+    if fs.isdir(f"{base}/_delta_log"):
+        return "delta"
+    if fs.isdir(f"{base}/metadata") and (
+        fs.exists(f"{base}/metadata/version-hint.text")
+        or any(str(p).endswith(".metadata.json") for p in fs.ls(f"{base}/metadata", detail=False))
+    ):
+        return "iceberg"
+    return "hive"
