@@ -40,8 +40,6 @@ NOT_DOCUMENTED_YET = {
     "nexus_cache.service.graph_params",
     "nexus_cache.service.load_lakehouse_config",
     "nexus_cache.service.load_lakehouse_root",
-    "nexus_cache.service.query_from_dict",
-    "nexus_cache.service.query_from_json",
 }
 
 _FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

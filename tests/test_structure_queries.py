@@ -28,6 +28,7 @@ NOT_QUERIES = {
     ("nexus_cache.server.wire", "decode_error"),
     ("nexus_cache.client.client", "plan"),
     ("nexus_cache.client.client", "_action"),
+    ("nexus_cache.client.client", "_cancel"),
 }
 
 

@@ -28,6 +28,7 @@ ALLOWED_LITERALS = {
     ("lakehouse/identity/_identity.py", "host"),
     # NEXUS_DECODE_ENGINE=host: the host decoder threads, not the backend
     ("frames/_page_engine.py", "host"),
+    ("frames/_variables.py", "host"),
 }
 
 
