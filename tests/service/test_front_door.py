@@ -36,7 +36,13 @@ from service._helpers import make_config, make_lake
 # makes test_every_field_of_every_kind_round_trips fail until it is added here.
 _EDGES = Scan("/data/edges.parquet", columns=("s", "d", "w"), batch_rows=1000)
 _SAMPLES: dict[type, dict[str, Any]] = {
-    Scan: {"source": "s3://bucket/t", "columns": ("a", "b"), "batch_rows": 7},
+    Scan: {
+        "source": "s3://bucket/t",
+        "columns": ("a", "b"),
+        "batch_rows": 7,
+        "filter": ((("a", ">=", 2), ("b", "in", ("x", None))), (("a", "=", 1.5),)),
+        "as_of": 3,
+    },
     Count: {"source": "file:///data/t/"},
     GraphQuery: {
         "edges": _EDGES,

@@ -67,12 +67,24 @@ class Scan:
 
     ``source`` is anything the lakehouse cache reads: a local path, ``file://``,
     ``s3://`` or another fsspec URL, naming one Parquet object or a directory
-    of them (read in name order).
+    of them (read in name order), or a table: a directory with Hive
+    ``key=value`` segments, a Delta table or an Iceberg table
+    (:mod:`nexus_cache.tables`).
+
+    ``filter`` keeps the rows that satisfy it, in pyarrow's ``filters``
+    convention: a list of ``(column, op, value)`` predicates (AND) or a list of
+    such lists (OR of ANDs); it is held as a tuple of AND-clauses of
+    ``(column, op, value)`` triples (list values as tuples), so its JSON form
+    is lists of lists. It is checked against the table's schema and made
+    canonical when the query is planned. ``as_of`` reads a Delta version or
+    an Iceberg snapshot id instead of the latest.
     """
 
     source: str
     columns: tuple[str, ...] | None = None
     batch_rows: int = 65536
+    filter: tuple[tuple[tuple[str, str, Any], ...], ...] | None = None
+    as_of: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", _text("Scan.source", self.source))
@@ -91,8 +103,22 @@ class Scan:
         rows = self.batch_rows
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise ConfigError(f"Scan.batch_rows={rows!r} is not accepted; use an int >= 1")
+        if self.filter is not None:
+            object.__setattr__(self, "filter", _filter_clauses(self.filter))
+        as_of = self.as_of
+        if as_of is not None and (isinstance(as_of, bool) or not isinstance(as_of, int)):
+            raise ConfigError(
+                f"Scan.as_of={as_of!r} is not accepted; use an int (a Delta version or an "
+                "Iceberg snapshot id), or None for the latest"
+            )
 
     kind = "scan"
+
+    @property
+    def is_table_read(self) -> bool:
+        """Whether the scan filters or reads a version (a table read however its source
+        looks)."""
+        return self.filter is not None or self.as_of is not None
 
     def to_dict(self) -> dict[str, Any]:
         """The query as plain JSON values: ``{"type": "scan", <each field>: ...}``.
@@ -105,8 +131,11 @@ class Scan:
 
         Examples
         --------
-        >>> Scan("/data/t.parquet", columns=("a",)).to_dict()
-        {'type': 'scan', 'source': '/data/t.parquet', 'columns': ['a'], 'batch_rows': 65536}
+        >>> Scan("/data/t.parquet", columns=("a",)).to_dict()  # doctest: +NORMALIZE_WHITESPACE
+        {'type': 'scan', 'source': '/data/t.parquet', 'columns': ['a'], 'batch_rows': 65536,
+         'filter': None, 'as_of': None}
+        >>> Scan("/data/t", filter=[("year", "=", 2025)]).to_dict()["filter"]
+        [[['year', '=', 2025]]]
         """
         return _dict_of(self)
 
@@ -129,6 +158,66 @@ class Scan:
         True
         """
         return location_key(self.source)
+
+
+_FILTER_FORM = (
+    "use pyarrow's filters form: a list of [column, op, value] predicates (AND), or a "
+    "list of such lists (OR of ANDs)"
+)
+
+
+def _filter_value(value: Any, shown: Any) -> Any:
+    """A JSON scalar, or a list of them as a tuple (hashable)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_filter_value(v, shown) for v in value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ConfigError(
+        f"Scan.filter predicate {shown!r}: value {value!r} is not accepted; use a JSON "
+        "scalar (number, string, true/false, null) or a list of them"
+    )
+
+
+def _filter_clauses(raw: Any) -> tuple[tuple[tuple[str, str, Any], ...], ...]:
+    """``raw`` in pyarrow's filters form as a tuple of AND-clauses (the shape only: the
+    columns and values are checked against the table when the query is planned)."""
+    from nexus_cache.tables.filters import OPS
+
+    def predicate(item: Any) -> bool:
+        return isinstance(item, (list, tuple)) and bool(item) and isinstance(item[0], str)
+
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, (list, tuple)) or not raw:
+        raise ConfigError(f"Scan.filter={raw!r} is not accepted; {_FILTER_FORM}")
+    if all(predicate(item) for item in raw):
+        clauses = [raw]
+    elif all(isinstance(c, (list, tuple)) and c and not predicate(c) for c in raw):
+        clauses = list(raw)
+    else:
+        raise ConfigError(f"Scan.filter={raw!r} is not accepted; {_FILTER_FORM}")
+    out = []
+    for clause in clauses:
+        triples = []
+        for item in clause:
+            if not predicate(item) or len(item) != 3:
+                raise ConfigError(
+                    f"Scan.filter predicate {item!r} is not accepted; {_FILTER_FORM}"
+                )
+            column, op, value = item
+            if not isinstance(op, str) or op not in OPS:
+                raise ConfigError(
+                    f"Scan.filter predicate {list(item)!r}: op {op!r} is not accepted; use "
+                    "one of: " + ", ".join(OPS)
+                )
+            if isinstance(value, (list, tuple)) and any(
+                isinstance(v, (list, tuple)) for v in value
+            ):
+                raise ConfigError(
+                    f"Scan.filter predicate {list(item)!r}: a nested list is not accepted; "
+                    "use a list of scalars for in / not in"
+                )
+            triples.append((column, op, _filter_value(value, list(item))))
+        out.append(tuple(triples))
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
