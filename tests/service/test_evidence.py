@@ -38,7 +38,7 @@ def test_every_attempt_is_sealed_and_verifies(evidence: Path) -> None:
     for _, doc in docs:
         assert doc["format"] == EVIDENCE_FORMAT
         assert doc["seal"]["digest"] == seal_digest(doc)
-        assert set(doc["statuses"]) == {"lakehouse", "source_cache", "graph_cache"}
+        assert set(doc["statuses"]) == {"lakehouse", "source_cache", "graph_cache", "table"}
         assert "cache_evictable_resident_bytes" in doc["ledger"]
         assert "cache_pinned_in_use_bytes" in doc["ledger"]
         assert doc["plan"]["grant_bytes"] > 0

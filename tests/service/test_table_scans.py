@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
+from tests.service._helpers import make_service
+from tests.tables._compare import assert_same_rows
 
 from nexus_cache.errors import ConfigError
-from nexus_cache.service import Scan, as_query
+from nexus_cache.service import GraphQuery, Scan, as_query
+from nexus_cache.tables import read_table, resolve_table
 
 
 def test_scan_filter_in_pyarrow_form_round_trips_as_json_lists() -> None:
@@ -39,3 +52,250 @@ def test_scan_filter_in_pyarrow_form_round_trips_as_json_lists() -> None:
 def test_scan_refuses_a_malformed_filter_or_as_of_naming_the_field(kwargs, words) -> None:
     with pytest.raises(ConfigError, match=words):
         Scan("/t", **kwargs)
+
+
+# -- through QueryService.execute, host backend --------------------------------------
+
+
+def _age(root: Path) -> None:
+    """Files older than the lakehouse's local_min_age_s: identity provable."""
+    past = time.time() - 60
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            os.utime(os.path.join(dirpath, name), (past, past))
+
+
+def _edges(n: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "src": pa.array(rng.integers(0, 40, n), pa.int64()),
+            "dst": pa.array(rng.integers(0, 40, n), pa.int64()),
+            "w": pa.array(rng.random(n)),
+            "kind": pa.array(rng.choice(["follow", "like", "block"], n).tolist(), pa.string()),
+        }
+    )
+
+
+@pytest.fixture
+def hive(tmp_path: Path) -> Path:
+    """edges/year=Y/month=M/part-0.parquet: two int partition levels."""
+    root = tmp_path / "edges"
+    seed = 0
+    for year in (2024, 2025):
+        for month in (1, 2, 3):
+            part = root / f"year={year}" / f"month={month}"
+            part.mkdir(parents=True)
+            seed += 1
+            pq.write_table(_edges(200, seed), part / "part-0.parquet", row_group_size=50)
+    (root / "_SUCCESS").write_text("")
+    _age(root)
+    return root
+
+
+def _dataset(root: Path, flt: Any = None, columns: list[str] | None = None) -> pa.Table:
+    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+    expr = None if flt is None else pq.filters_to_expression(flt)
+    return dataset.to_table(filter=expr, columns=columns)
+
+
+@pytest.mark.parametrize(
+    ("flt", "columns"),
+    [
+        (None, None),
+        ([("year", "=", 2025)], None),
+        ([("year", ">=", 2025), ("month", "in", [1, 3]), ("w", "<", 0.5)], ["src", "year"]),
+        ([[("kind", "=", "like"), ("month", "=", 2)], [("src", "<", 3)]], ["src", "dst", "kind"]),
+    ],
+)
+def test_hive_scans_equal_pyarrow_dataset(hive: Path, tmp_path: Path, flt, columns) -> None:
+    with make_service(tmp_path) as service:
+        result = service.execute(Scan(str(hive), columns=columns, filter=flt))
+    want = _dataset(hive, flt, columns)
+    assert_same_rows(result.table, want)
+    assert "year" in result.table.column_names or columns is not None
+    table = result.diagnostics.table
+    assert table is not None
+    assert table["kind"] == "hive"
+    assert table["objects_planned"] == 6
+    assert table["rows_before_filter"] == (
+        sum(pq.read_metadata(p).num_rows for p in hive.rglob("*.parquet"))
+        - table["pruned_by_partition"] * 200
+    )
+    assert table["rows_after_filter"] == want.num_rows
+    assert table["row_groups_pruned"] == 0
+
+
+def test_a_filter_on_a_partition_prunes_objects_before_they_are_read(
+    hive: Path, tmp_path: Path
+) -> None:
+    with make_service(tmp_path) as service:
+        result = service.execute(Scan(str(hive), filter=[("year", "=", 2024), ("month", "=", 2)]))
+    table = result.diagnostics.table
+    assert table["pruned_by_partition"] == 5
+    assert table["objects_read"] == 1
+    assert result.diagnostics.lakehouse["objects"] == 1
+    assert table["filter"] == [[["month", "=", 2], ["year", "=", 2024]]]  # canonical order
+
+
+def test_a_filter_that_prunes_everything_is_empty_with_the_right_schema(
+    hive: Path, tmp_path: Path
+) -> None:
+    with make_service(tmp_path) as service:
+        pruned = service.execute(Scan(str(hive), ["src", "year"], filter=[("year", "=", 1999)]))
+        masked = service.execute(Scan(str(hive), ["src", "kind"], filter=[("w", ">", 2.0)]))
+    assert pruned.table.num_rows == 0
+    assert pruned.table.schema == pa.schema([("src", pa.int64()), ("year", pa.int32())])
+    assert pruned.diagnostics.table["objects_read"] == 0
+    assert masked.table.num_rows == 0
+    assert masked.table.schema.names == ["src", "kind"]
+
+
+def test_a_second_filter_over_the_same_columns_is_a_source_cache_hit(
+    hive: Path, tmp_path: Path
+) -> None:
+    with make_service(tmp_path) as service:
+        first = service.execute(Scan(str(hive), ["src", "dst"], filter=[("w", "<", 0.3)]))
+        second = service.execute(Scan(str(hive), ["src", "dst"], filter=[("w", ">=", 0.6)]))
+    assert first.diagnostics.source_cache["status"] == "miss-led"
+    assert second.diagnostics.source_cache["status"] == "hit"
+    assert second.diagnostics.lakehouse["read"] is False
+    assert_same_rows(second.table, _dataset(hive, [("w", ">=", 0.6)], ["src", "dst"]))
+
+
+def test_filter_errors_name_the_filter_before_any_byte_is_read(hive: Path, tmp_path: Path) -> None:
+    with make_service(tmp_path) as service:
+        with pytest.raises(ConfigError, match="nope"):
+            service.execute(Scan(str(hive), filter=[("nope", "=", 1)]))
+        with pytest.raises(ConfigError, match="year"):
+            service.execute(Scan(str(hive), filter=[("year", "=", "twenty")]))
+        with pytest.raises(ConfigError, match="as_of"):
+            service.execute(Scan(str(hive), as_of=1))
+
+
+def _nx_pagerank(edges: pa.Table) -> dict[int, float]:
+    g = nx.MultiDiGraph(list(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True)))
+    return nx.pagerank(g, alpha=0.85, tol=1e-12, max_iter=1000)
+
+
+def test_filtered_graph_queries_equal_networkx_and_hit_the_caches(
+    hive: Path, tmp_path: Path
+) -> None:
+    window = [("year", "=", 2025), ("month", "<=", 2)]
+    other = [("year", "=", 2025), ("month", "<=", 2), ("kind", "=", "follow")]
+
+    def pagerank(flt: Any) -> GraphQuery:
+        scan = Scan(str(hive), columns=["src", "dst", "kind", "year", "month"], filter=flt)
+        return GraphQuery(scan, "src", "dst", "pagerank", params={"tol": 1e-10, "max_iter": 1000})
+
+    with make_service(tmp_path) as service:
+        first = service.execute(pagerank(window))
+        second = service.execute(pagerank(other))
+        again = service.execute(pagerank(window))
+        bfs = service.execute(
+            GraphQuery(
+                Scan(str(hive), ["src", "dst"], filter=other),
+                "src",
+                "dst",
+                "bfs",
+                params={"source": 0},
+            )
+        )
+    assert first.diagnostics.graph_cache["status"] != "hit"
+    assert second.diagnostics.source_cache["status"] == "hit"
+    assert second.diagnostics.graph_cache["status"] != "hit"
+    assert again.diagnostics.graph_cache["status"] == "hit"
+    for result, flt in ((first, window), (second, other), (again, window)):
+        want = _nx_pagerank(_dataset(hive, flt, ["src", "dst"]))
+        got = dict(
+            zip(
+                result.table["vertex"].to_pylist(),
+                result.table["pagerank"].to_pylist(),
+                strict=True,
+            )
+        )
+        assert set(got) == set(want)
+        for v, score in want.items():
+            assert got[v] == pytest.approx(score, abs=1e-6)
+    edges = _dataset(hive, other, ["src", "dst"])
+    g = nx.DiGraph()
+    g.add_edges_from(zip(edges["src"].to_pylist(), edges["dst"].to_pylist(), strict=True))
+    want_levels = nx.single_source_shortest_path_length(g, 0) if 0 in g else {}
+    got_levels = dict(
+        zip(bfs.table["vertex"].to_pylist(), bfs.table["distance"].to_pylist(), strict=True)
+    )
+    reached = {v: d for v, d in got_levels.items() if d is not None and d >= 0}
+    assert reached == want_levels
+
+
+def test_a_data_file_linked_out_of_allowed_roots_is_refused(tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    table = tmp_path / "lake" / "t"
+    deltalake.write_deltalake(str(table), _edges(50, 1))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (data,) = table.glob("*.parquet")
+    os.replace(data, outside / "secret.parquet")
+    os.symlink(outside / "secret.parquet", data)
+    _age(tmp_path)
+    with (
+        make_service(tmp_path, allowed_roots=[str(tmp_path / "lake")]) as service,
+        pytest.raises(ConfigError, match="outside allowed_roots"),
+    ):
+        service.execute(Scan(str(table), filter=[("w", "<", 0.5)]))
+    with make_service(tmp_path / "open") as service:  # no roots: the link is read
+        assert service.execute(Scan(str(table), filter=[("w", "<", 2.0)])).table.num_rows == 50
+
+
+def test_delta_scans_equal_deltalake_at_every_version(tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    table = tmp_path / "lake" / "d"
+    deltalake.write_deltalake(str(table), _edges(60, 1), partition_by=["kind"])
+    deltalake.write_deltalake(str(table), _edges(60, 2), mode="append", partition_by=["kind"])
+    deltalake.DeltaTable(str(table)).delete("w > 0.7")
+    deltalake.write_deltalake(str(table), _edges(30, 3), mode="overwrite", partition_by=["kind"])
+    _age(tmp_path / "lake")
+    flt = [("kind", "in", ["follow", "like"]), ("src", "<", 30)]
+    with make_service(tmp_path) as service:
+        for version in (0, 1, 2, 3, None):
+            want = deltalake.DeltaTable(str(table), version=version).to_pyarrow_table()
+            got = service.execute(Scan(str(table), as_of=version))
+            assert_same_rows(got.table, want.select(got.table.column_names))
+            assert got.diagnostics.table["version"] == (3 if version is None else version)
+            filtered = service.execute(
+                Scan(str(table), ["src", "kind"], filter=flt, as_of=version)
+            )
+            expr = pq.filters_to_expression(flt)
+            assert_same_rows(filtered.table, want.filter(expr).select(["src", "kind"]))
+
+
+def test_iceberg_scans_equal_pyiceberg_at_every_snapshot(tmp_path: Path) -> None:
+    pytest.importorskip("pyiceberg")
+    pytest.importorskip("sqlalchemy")
+    from pyiceberg.catalog import load_catalog
+
+    warehouse = tmp_path / "lake"
+    warehouse.mkdir()
+    catalog = load_catalog(
+        "t", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=warehouse.as_uri()
+    )
+    catalog.create_namespace("ns")
+    ice = catalog.create_table("ns.e", schema=_edges(1, 0).schema)
+    ice.append(_edges(40, 1))
+    ice.append(_edges(40, 2))
+    ice.delete("w >= 0.5")
+    ice = catalog.load_table("ns.e")
+    _age(warehouse)
+    location = ice.metadata_location
+    flt = [("kind", "!=", "block"), ("dst", ">=", 10)]
+    with make_service(tmp_path) as service:
+        for snap in ice.snapshots():
+            want = ice.scan(snapshot_id=snap.snapshot_id).to_arrow()
+            got = service.execute(Scan(location, as_of=snap.snapshot_id))
+            assert_same_rows(got.table, want)
+            assert got.diagnostics.table["version"] == snap.snapshot_id
+            filtered = service.execute(Scan(location, ["src"], filter=flt, as_of=snap.snapshot_id))
+            assert_same_rows(
+                filtered.table, want.filter(pq.filters_to_expression(flt)).select(["src"])
+            )
+    assert read_table(resolve_table(location), ["src"]).num_rows == want.num_rows

@@ -34,6 +34,13 @@ from nexus_cache.service._lake import (
     plan_source,
 )
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
+from nexus_cache.service._table_scan import (
+    FilterCounts,
+    decode_table_object,
+    filter_frames,
+    is_table_read,
+    plan_table,
+)
 from nexus_cache.service.admission import Attempt, estimate_grant
 from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 
@@ -75,8 +82,13 @@ def plan_attempt(
 ) -> AttemptPlan:
     """Plan ``query`` now; the grant is admission's estimate
     (:func:`~nexus_cache.service.admission.estimate_grant`), at least ``floor``.
-    With ``allowed_roots``, the source and every object it lists must lie under one."""
-    source = plan_source(cache, query.scan.source, storage_options, allowed_roots)
+    With ``allowed_roots``, the source and every object it lists (every data file of a
+    table's snapshot) must lie under one."""
+    scan = query.scan
+    if is_table_read(scan, storage_options):
+        source = plan_table(cache, scan, storage_options, allowed_roots)
+    else:
+        source = plan_source(cache, scan.source, storage_options, allowed_roots)
     nbytes = estimate_grant(query, source, expansion=expansion, min_grant=min_grant, floor=floor)
     return AttemptPlan(query, source, nbytes)
 
@@ -120,12 +132,28 @@ class AttemptOutcome:
     graph: GraphOutcome | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     used_bytes: int = 0
+    #: rows before and after a table read's filter (None: no table read)
+    rows: FilterCounts | None = None
 
     def statuses(self, plan: AttemptPlan) -> dict[str, Any]:
         return {
             "lakehouse": lakehouse_summary(self.reads, plan.source),
             "source_cache": None if self.source is None else self.source.to_dict(),
             "graph_cache": None if self.graph is None else self.graph.to_dict(),
+            "table": self.table_summary(plan),
+        }
+
+    def table_summary(self, plan: AttemptPlan) -> dict[str, Any] | None:
+        """A table read's snapshot, canonical filter and pruning counts, and the rows
+        before and after its filter (None: not a table read)."""
+        read = plan.source.table
+        if read is None:
+            return None
+        rows = self.rows
+        return {
+            **read.to_dict(),
+            "rows_before_filter": None if rows is None else rows.rows_before,
+            "rows_after_filter": None if rows is None else rows.rows_after,
         }
 
 
@@ -218,14 +246,22 @@ def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
     with stop_check(lambda: attempt.check_cancelled("during its graph algorithm")):
         # recorded once the graph is in hand too, so an attempt cancelled
         # inside its algorithm still says how the graph cache answered
+        identity, location = plan.source.identity_keys, None
+        if plan.source.table is not None:
+            # the graph depends on the filter and the version too; one graph per
+            # filter and version at a location, so one does not retire another
+            extra = plan.source.table.graph_identity
+            identity = None if identity is None else (*identity, *extra)
+            location = "#".join((query.edges.source, *extra))
         result, answered, graph_bytes = run.ports.graphs.run(
             run.grant.device_id,
             query,
             run.load.frames,
-            plan.source.identity_keys,
+            identity,
             run.domain,
             objects=[p.source for p in plan.source.plans],
             on_ready=record,
+            location=location,
         )
     record(answered)
     outcome.timings["graph_s"] = time.perf_counter() - t0
@@ -237,15 +273,31 @@ def _load_source(run: _Run, scan: Scan) -> None:
     """Fill ``run.load`` with the frames of ``scan``: copies of cached frames,
     or each object decoded (charged to the budget as it lands)."""
     attempt, timings, budget = run.attempt, run.outcome.timings, run.budget
+    table = run.plan.source.table
+    files = (
+        {}
+        if table is None
+        else dict(zip(map(id, run.plan.source.plans), table.files, strict=True))
+    )
     decoded = 0
 
     def decode(read_plan: ReadPlan) -> Any:
         nonlocal decoded
         attempt.check_cancelled("while decoding its source")
         t = time.perf_counter()
-        frame = decode_object(
-            run.ports.lakehouse, read_plan, scan.columns, run.domain, run.outcome.reads
-        )
+        if table is None:
+            frame = decode_object(
+                run.ports.lakehouse, read_plan, scan.columns, run.domain, run.outcome.reads
+            )
+        else:
+            frame = decode_table_object(
+                run.ports.lakehouse,
+                read_plan,
+                files[id(read_plan)],
+                table,
+                run.domain,
+                run.outcome.reads,
+            )
         timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
         decoded += int(frame.nbytes)
         try:
@@ -260,7 +312,7 @@ def _load_source(run: _Run, scan: Scan) -> None:
         run.ports.sources.load(
             run.grant.device_id,
             run.plan.source,
-            scan.columns,
+            scan.columns if table is None else table.columns,
             scan.batch_rows,
             run.domain,
             decode,
@@ -268,8 +320,15 @@ def _load_source(run: _Run, scan: Scan) -> None:
             stop=None
             if attempt.cancel is None
             else lambda: attempt.check_cancelled("while waiting for another query's decode"),
+            decode_options=() if table is None else (("table", table.snapshot.kind),),
         )
     finally:
         run.outcome.source = run.load.outcome
     timings["source_s"] = time.perf_counter() - t0
     budget.charge(run.load.nbytes - decoded, "copying cached frames")
+    if table is not None:
+        t0 = time.perf_counter()
+        run.outcome.rows = filter_frames(run.load.frames, table, run.domain)
+        timings["filter_s"] = time.perf_counter() - t0
+        if table.filter is not None:  # the gathered rows are new buffers
+            budget.charge(run.load.nbytes, "filtering the scan")

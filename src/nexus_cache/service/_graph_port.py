@@ -193,6 +193,7 @@ class GraphPort:
         domain: AllocationDomain,
         objects: Sequence[str] = (),
         on_ready: Callable[[GraphOutcome], None] | None = None,
+        location: str | None = None,
     ) -> tuple[pa.Table, GraphOutcome, int]:
         """``(result table, outcome, bytes the attempt held for the graph)``.
 
@@ -207,7 +208,9 @@ class GraphPort:
         frame, for messages. Device work runs inside
         ``domain.scope()``, so on CUDA what the attempt allocates (its edge
         columns, an uncached graph, the result) lands in the attempt's domain;
-        a cached build happens in the cache domain.
+        a cached build happens in the cache domain. ``location`` is where the
+        graph's source lives for retiring older graphs (default: the edge
+        scan's source; a table read names its filter and version too).
         """
         backend = self._caches.backend
         options = graph_options(query)
@@ -218,7 +221,7 @@ class GraphPort:
             destination_column=query.dst,
             weight_column=query.weight,
             options=options,
-            source_location=query.edges.source,  # a rewrite there retires older graphs
+            source_location=location or query.edges.source,  # a rewrite retires older graphs
         )
         names = [n for n in (query.src, query.dst, query.weight) if n is not None]
         with backend.device_scope(device_id), domain.scope():

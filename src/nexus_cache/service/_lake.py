@@ -14,8 +14,8 @@ import contextlib
 import dataclasses
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,8 +38,12 @@ from nexus_cache.lakehouse import (
     resolve_source,
 )
 
+if TYPE_CHECKING:
+    from nexus_cache.service._table_scan import TableRead
+
 __all__ = [
     "SourcePlan",
+    "check_regular",
     "count_rows",
     "decode_object",
     "identity_problem",
@@ -77,6 +81,8 @@ class SourcePlan:
     plans: tuple[ReadPlan, ...]
     #: sizes found by listing, for plans that carry none (a bypass without identity)
     listed_sizes: tuple[int | None, ...] = ()
+    #: the table snapshot, filter and pruning the plans come from (None: a plain listing)
+    table: TableRead | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -110,6 +116,7 @@ class SourcePlan:
                 }
                 for p in self.plans
             ],
+            "table": None if self.table is None else self.table.to_dict(),
         }
 
 
@@ -140,7 +147,7 @@ def _list_objects(source: str, storage_options: Mapping[str, Any] | None) -> tup
         else:
             raise FileNotFoundError(f"source {source!r} does not exist; check the path")
         for name in names:
-            _check_regular(source, name)
+            check_regular(source, name)
     else:
         try:
             names = _list_remote(fs, path)
@@ -156,7 +163,7 @@ def _list_objects(source: str, storage_options: Mapping[str, Any] | None) -> tup
     return fs, names
 
 
-def _check_regular(source: str, name: str) -> None:
+def check_regular(source: str, name: str) -> None:
     """Refuse a local object that is not a regular file.
 
     Opening a FIFO waits for a writer forever, and a device or socket holds
@@ -249,13 +256,19 @@ def decode_object(
     columns: Sequence[str] | None,
     domain: AllocationDomain,
     diagnostics: list[ReadDiagnostics],
+    file_columns: Callable[[pa.Schema], Sequence[str]] | None = None,
 ) -> DeviceFrame:
     """Read one planned object through the cache and decode it into ``domain``.
 
+    ``file_columns``, when given, picks the columns to decode from the object's
+    own Arrow schema (read from its footer) instead of ``columns``.
     Appends the read's diagnostics to ``diagnostics``. Raises
     :class:`StalePlanError` when the plan no longer holds.
     """
     with _execute(cache, read_plan, diagnostics) as handle, _parquet_errors(read_plan):
+        if file_columns is not None:
+            columns = list(file_columns(pq.ParquetFile(handle).schema_arrow))
+            handle.seek(0)
         return decode_parquet(handle, domain=domain, columns=columns)
 
 

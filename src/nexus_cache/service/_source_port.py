@@ -133,11 +133,14 @@ class SourcePort:
         decode: Decode,
         load: SourceLoad,
         stop: Callable[[], None] | None = None,
+        decode_options: tuple[tuple[str, Any], ...] = (),
     ) -> None:
         """Fill ``load`` with one frame per object of ``plan`` (release it in any case).
 
         ``stop`` is looked at while this query waits for another query's
-        decode of the same frame (see ``checkout_or_claim``)."""
+        decode of the same frame (see ``checkout_or_claim``). ``decode_options``
+        join each key: how ``decode`` builds a frame beyond its columns (a table
+        read's partition and null columns)."""
         subdomain = self._caches.source_cache(device_id)
         statuses: list[str] = []
         reasons: list[str] = []
@@ -154,7 +157,7 @@ class SourcePort:
                     (read_plan.key,),
                     columns=tuple(columns or ()),
                     batch_rows=batch_rows,
-                    decode_options=(_DECODER, ("all_columns", columns is None)),
+                    decode_options=(_DECODER, ("all_columns", columns is None), *decode_options),
                     location=read_plan.source,
                 )
                 checkout = self._one(subdomain, key, domain, read_plan, decode, stop)

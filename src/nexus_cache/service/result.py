@@ -61,7 +61,13 @@ class Diagnostics:
     ``timings``: seconds per step and ``total_s``. ``algorithm``: a graph
     query's run facts (PageRank: ``iterations``, ``converged``, ``error``,
     the last L1 change, and ``threshold``, what it had to drop below; BFS:
-    ``levels``); empty for scans and counts.
+    ``levels``); empty for scans and counts. ``table``: for a scan of a table
+    (a filter, an ``as_of``, or a Hive, Delta or Iceberg source), the
+    snapshot ``kind`` and ``version`` read, the canonical ``filter`` and its
+    ``filter_digest``, the ``projected_columns`` decoded, the pruning counts
+    (``objects_planned``, ``pruned_by_partition``, ``pruned_by_statistics``,
+    ``row_groups_pruned`` of ``row_groups_total``) and ``rows_before_filter``
+    / ``rows_after_filter``; None for other scans.
 
     Parameters
     ----------
@@ -83,6 +89,8 @@ class Diagnostics:
         :func:`table_fingerprint` of the result.
     algorithm : dict, optional
         A graph query's run facts.
+    table : dict or None, optional
+        A table read's snapshot, filter, pruning and row counts.
 
     Examples
     --------
@@ -119,6 +127,7 @@ class Diagnostics:
     rows: int
     result_fingerprint: str
     algorithm: dict[str, Any] = dataclasses.field(default_factory=dict)
+    table: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -406,6 +406,7 @@ class QueryService:
             rows=table.num_rows,
             result_fingerprint=digest,
             algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
+            table=statuses["table"],
         )
         return QueryResult(table, diagnostics)
 

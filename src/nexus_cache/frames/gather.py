@@ -1,0 +1,49 @@
+"""Gather rows of a device frame by index, on the frame's own array module.
+
+:func:`take_frame` builds a new frame of the rows ``indices`` names (in that
+order) with the same code on NumPy (host) and CuPy (GPU): fixed-width and
+boolean values and validity are indexed, dictionary indices are indexed
+(the dictionary is shared), string and binary rows are copied through new
+offsets. The new buffers are allocated by ``xp`` in the current allocation
+scope (enter the domain's scope on CUDA).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nexus_cache.frames.column import DeviceColumn
+from nexus_cache.frames.frame import DeviceFrame
+
+__all__ = ["take_frame"]
+
+
+def take_frame(frame: DeviceFrame, indices: Any, xp: Any) -> DeviceFrame:
+    """The rows ``indices`` (an integer array of ``xp``) of ``frame`` as a new frame
+    in the same domain; the original stays as it was (release it yourself)."""
+    columns = [_take(column, indices, xp) for column in frame.columns]
+    return DeviceFrame(
+        columns,
+        num_rows=int(indices.size),
+        domain=frame.domain,
+        metadata=dict(frame.schema.metadata or {}) or None,
+    )
+
+
+def _take(column: DeviceColumn, indices: Any, xp: Any) -> DeviceColumn:
+    validity = None if column.validity is None else column.validity[indices]
+    n = int(indices.size)
+    if column.offsets is None:
+        return DeviceColumn(
+            column.field, n, column.data[indices], None, validity, column.dictionary
+        )
+    offsets = column.offsets
+    starts = offsets[indices]
+    lengths = offsets[indices + 1] - starts
+    new_offsets = xp.zeros(n + 1, dtype=offsets.dtype)
+    if n:
+        xp.cumsum(lengths, out=new_offsets[1:])
+    total = int(new_offsets[-1]) if n else 0
+    rows = xp.repeat(xp.arange(n, dtype=offsets.dtype), lengths)
+    positions = xp.arange(total, dtype=offsets.dtype) - new_offsets[rows] + starts[rows]
+    return DeviceColumn(column.field, n, column.data[positions], new_offsets, validity)

@@ -1,0 +1,259 @@
+"""The service's table reads: snapshot, pruning, partition columns and the filter.
+
+A scan is a table read when it has a ``filter`` or an ``as_of``, or when its
+source is a table: a Delta table (``_delta_log/``), an Iceberg table
+(``metadata/``) or a directory with Hive ``key=value`` segments. Planning
+resolves the snapshot (:func:`~nexus_cache.tables.resolve_table`), makes the
+filter canonical against the table's schema (:class:`ConfigError` before a
+byte is read), checks every data file against ``allowed_roots``, prunes files
+by partition values and file statistics
+(:func:`~nexus_cache.tables.plan_scan`; no row-group pruning: each kept
+object is decoded whole, so its decoded-source entry serves every filter),
+and plans each kept file in the lakehouse cache.
+
+Each kept object is decoded with its projected columns (the output columns
+and the filter's, in the table's schema order): the file's own columns,
+mapped by name (Iceberg: by field id), partition columns appended as
+constant columns of the partition value's type, a column the file lacks as
+nulls. The decoded-source key holds the object and these columns, never the
+filter, so another filter over the same columns is a hit. After the
+checkout the filter runs as a mask on the domain's array module (NumPy on
+the host, CuPy on CUDA), the rows are gathered and the output columns kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache._roots import check_listed
+from nexus_cache.backends import AllocationDomain
+from nexus_cache.errors import ConfigError
+from nexus_cache.frames import DeviceFrame
+from nexus_cache.frames.gather import take_frame
+from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
+from nexus_cache.service._lake import SourcePlan, check_regular, decode_object
+from nexus_cache.service.queries import Scan
+from nexus_cache.tables import DataFile, ScanPlan, TableFilter, TableSnapshot
+
+__all__ = [
+    "TableRead",
+    "decode_table_object",
+    "filter_frames",
+    "is_table_read",
+    "plan_table",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TableRead:
+    """One scan of a table snapshot: the filter, the pruning, the columns read.
+
+    ``files`` are the kept data files, one per plan of the :class:`SourcePlan`
+    they came with; ``columns`` the projected columns each object is decoded
+    with (and cached under); ``output`` the scan's result columns.
+    """
+
+    snapshot: TableSnapshot
+    filter: TableFilter | None
+    pruning: ScanPlan
+    files: tuple[DataFile, ...]
+    columns: tuple[str, ...]
+    output: tuple[str, ...]
+
+    @property
+    def filter_digest(self) -> str | None:
+        return None if self.filter is None else self.filter.digest
+
+    @property
+    def graph_identity(self) -> tuple[str, ...]:
+        """What a graph built from this read depends on beyond its objects: the
+        canonical filter and the snapshot version."""
+        return (f"filter={self.filter_digest}", f"version={self.snapshot.version}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.snapshot.kind,
+            "version": self.snapshot.version,
+            "filter": None if self.filter is None else self.filter.to_json(),
+            "filter_digest": self.filter_digest,
+            "projected_columns": list(self.columns),
+            **self.pruning.to_dict(),
+        }
+
+
+def is_table_read(scan: Scan, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``scan`` reads a table (a filter, an ``as_of``, or a table source)."""
+    if scan.is_table_read:
+        return True
+    try:
+        fs, path = resolve_source(
+            scan.source, None, None if storage_options is None else dict(storage_options)
+        )
+    except (ImportError, ValueError):
+        return False  # the plain listing reports it
+    try:
+        if fs is None:
+            if not os.path.isdir(path):
+                return False
+            names = os.listdir(path)
+            dirs = {n for n in names if os.path.isdir(os.path.join(path, n))}
+        else:
+            if not fs.isdir(path):
+                return False
+            entries = fs.ls(path, detail=True)
+            dirs = {
+                str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
+                for e in entries
+                if e.get("type") == "directory"
+            }
+    except OSError:
+        return False
+    return "_delta_log" in dirs or "metadata" in dirs or any("=" in d for d in dirs)
+
+
+def plan_table(
+    cache: LakehouseCache,
+    scan: Scan,
+    storage_options: Mapping[str, Any] | None = None,
+    allowed_roots: Sequence[str] | None = None,
+) -> SourcePlan:
+    """The lakehouse plans of the data files ``scan`` reads from its table's snapshot,
+    after pruning; :class:`ConfigError` for a filter or column the table does not
+    have, or a data file outside ``allowed_roots``, before any data is read."""
+    from nexus_cache.tables import canonical_filter, plan_scan, resolve_table
+
+    source = scan.source
+    if allowed_roots is not None:
+        check_listed(source, (), allowed_roots)  # before its metadata is read
+    snapshot = resolve_table(source, scan.as_of, storage_options=storage_options)
+    schema = snapshot.schema
+    flt = canonical_filter(None if scan.filter is None else list(scan.filter), schema)
+    output = tuple(schema.names) if scan.columns is None else scan.columns
+    unknown = [c for c in output if schema.get_field_index(c) < 0]
+    if unknown:
+        raise ConfigError(
+            f"Scan.columns: table {source!r} has no column {unknown[0]!r} (its columns: "
+            f"{', '.join(schema.names[:20])}); name columns of the table"
+        )
+    wanted = set(output) | set(() if flt is None else flt.columns)
+    columns = tuple(n for n in schema.names if n in wanted)
+    if allowed_roots is not None:
+        check_listed(source, snapshot.locations, allowed_roots)
+    pruning = plan_scan(snapshot, flt)  # partitions and file statistics; no footers
+    fs = snapshot.filesystem
+    files = tuple(p.file for p in pruning.files)
+    if fs is None:
+        for file in files:
+            check_regular(source, file.path)
+    plans = tuple(cache.plan(f.path) if fs is None else cache.plan(f.path, fs=fs) for f in files)
+    sizes = tuple(
+        p.size if p.size is not None else f.size for p, f in zip(plans, files, strict=True)
+    )
+    read = TableRead(snapshot, flt, pruning, files, columns, output)
+    return SourcePlan(source, plans, sizes, table=read)
+
+
+def decode_table_object(
+    cache: LakehouseCache,
+    read_plan: ReadPlan,
+    file: DataFile,
+    read: TableRead,
+    domain: AllocationDomain,
+    diagnostics: list[ReadDiagnostics],
+) -> DeviceFrame:
+    """One data file's projected columns as a frame in ``domain`` (see the module doc)."""
+    from nexus_cache.tables.pruning import file_column_names
+
+    schema = read.snapshot.schema
+    read_schema = pa.schema([schema.field(n) for n in read.columns])
+    names: dict[str, str] = {}
+
+    def pick(file_schema: pa.Schema) -> list[str]:
+        names.update(file_column_names(read_schema, file_schema))
+        return sorted(set(names.values()), key=file_schema.get_field_index)
+
+    decoded = decode_object(cache, read_plan, None, domain, diagnostics, file_columns=pick)
+    rows = decoded.num_rows
+    partition = dict(file.partition)
+    fill = [
+        pa.array([partition[f.name]] * rows, type=f.type)
+        if f.name in partition
+        else pa.nulls(rows, type=f.type)
+        for f in read_schema
+        if f.name not in names
+    ]
+    extra = (
+        DeviceFrame.from_arrow(
+            pa.table(fill, names=[f.name for f in read_schema if f.name not in names]),
+            domain=domain,
+        )
+        if fill
+        else None
+    )
+    columns = []
+    for f in read_schema:
+        if f.name in names:
+            column = decoded.column(names[f.name])
+            if column.name != f.name:  # an Iceberg column renamed since the file was written
+                column = dataclasses.replace(column, field=column.field.with_name(f.name))
+        else:
+            assert extra is not None
+            column = extra.column(f.name)
+        columns.append(column)
+    frame = DeviceFrame(columns, num_rows=rows, domain=domain, owner=decoded.owner)
+    decoded.release()
+    if extra is not None:
+        extra.release()
+    return frame
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterCounts:
+    """Rows of the decoded objects before and after the filter."""
+
+    rows_before: int
+    rows_after: int
+
+
+def filter_frames(
+    frames: list[DeviceFrame], read: TableRead, domain: AllocationDomain
+) -> FilterCounts:
+    """Apply ``read``'s filter to ``frames`` in place (mask on the domain's ``xp``, then
+    gather) and keep the output columns; the frames replaced are released. With no
+    frame (every file pruned), one empty frame of the output columns is added."""
+    from nexus_cache.tables import filter_mask
+
+    before = sum(f.num_rows for f in frames)
+    if not frames:
+        schema = read.snapshot.schema
+        empty = pa.schema([schema.field(n) for n in read.output]).empty_table()
+        frames.append(DeviceFrame.from_arrow(_plain_fields(empty), domain=domain))
+        return FilterCounts(0, 0)
+    xp = domain.xp
+    output = list(read.output)
+    for i, frame in enumerate(frames):
+        kept = frame
+        if read.filter is not None:
+            with domain.scope():
+                columns = {c.name: c for c in frame.columns if c.name in read.filter.columns}
+                mask = filter_mask(read.filter, columns, frame.num_rows, xp)
+                projected = frame.select(output)
+                kept = take_frame(projected, xp.nonzero(mask)[0], xp)
+                projected.release()
+        elif list(frame.column_names) != output:
+            kept = frame.select(output)
+        if kept is not frame:
+            frames[i] = kept
+            frame.release()
+    return FilterCounts(before, sum(f.num_rows for f in frames))
+
+
+def _plain_fields(table: pa.Table) -> pa.Table:
+    """``table`` without field metadata (Iceberg field ids), as a scan returns it."""
+    fields = [pa.field(f.name, f.type, f.nullable) for f in table.schema]
+    return table.cast(pa.schema(fields))
