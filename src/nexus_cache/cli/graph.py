@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nexus_cache.cli._output import integer_option, number_option
-from nexus_cache.cli.scan import add_output_options, run_query
+from nexus_cache.cli.scan import add_output_options, add_table_options, run_query, table_options
 from nexus_cache.graph.registry import ALGORITHMS, Param, option_flag
 
 __all__ = ["register"]
@@ -118,6 +118,7 @@ def register(subparsers: Any) -> None:
             help=_option_help(uses),
             **_option_type(param),
         )
+    add_table_options(parser)
     add_output_options(parser)
     parser.set_defaults(func=_run)
 
@@ -151,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
     # dict.fromkeys: a weight that is also an id column is read once
     columns = tuple(dict.fromkeys(c for c in (args.src, args.dst, args.weight) if c is not None))
     query = GraphQuery(
-        Scan(args.url, columns=columns),
+        Scan(args.url, columns=columns, **table_options(args)),
         args.src,
         args.dst,
         args.algorithm,

@@ -27,7 +27,14 @@ from nexus_cache.cli._output import (
 )
 from nexus_cache.cli._remote import absolute_sources, add_server_option, client_for, server_url
 
-__all__ = ["add_output_options", "register", "report_result", "write_parquet_atomically"]
+__all__ = [
+    "add_output_options",
+    "add_table_options",
+    "register",
+    "report_result",
+    "table_options",
+    "write_parquet_atomically",
+]
 
 
 def register(subparsers: Any) -> None:
@@ -54,8 +61,44 @@ def register(subparsers: Any) -> None:
         default=65536,
         help="rows per decoded batch (default 65536)",
     )
+    add_table_options(parser)
     add_output_options(parser)
     parser.set_defaults(func=_run)
+
+
+def add_table_options(parser: argparse.ArgumentParser) -> None:
+    """``--filter`` (repeatable, AND) and ``--as-of``, shared by ``scan`` and ``graph``."""
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=None,
+        metavar="EXPR",
+        help="keep the rows where EXPR holds: col=value, col!=value, col<value, col<=value, "
+        "col>value, col>=value, 'col in a,b,c' or 'col not in a,b,c' (values read as the "
+        "column's type); repeat for AND",
+    )
+    parser.add_argument(
+        "--as-of",
+        type=count_option("--as-of"),
+        default=None,
+        metavar="N",
+        help="read this Delta version or Iceberg snapshot id (default: the latest)",
+    )
+
+
+def table_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``filter`` and ``as_of`` of a Scan from ``--filter`` / ``--as-of``. The
+    expressions are read against the table's schema (resolved here, from this
+    machine), so that each value is read as its column's type."""
+    if not args.filter:
+        return {"filter": None, "as_of": args.as_of}
+    from nexus_cache.tables import parse_filter_arg, resolve_table
+
+    schema = resolve_table(args.url, args.as_of).schema
+    return {
+        "filter": [parse_filter_arg(text, schema) for text in args.filter],
+        "as_of": args.as_of,
+    }
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
@@ -94,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
         columns = tuple(c.strip() for c in args.columns.split(",") if c.strip())
         if not columns:
             raise ConfigError(f"--columns={args.columns!r} names no column; use e.g. a,b")
-    return run_query(Scan(args.url, columns=columns, batch_rows=args.batch_rows), args)
+    scan = Scan(args.url, columns=columns, batch_rows=args.batch_rows, **table_options(args))
+    return run_query(scan, args)
 
 
 def run_query(query: Any, args: argparse.Namespace) -> int:
