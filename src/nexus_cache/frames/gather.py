@@ -44,6 +44,7 @@ def _take(column: DeviceColumn, indices: Any, xp: Any) -> DeviceColumn:
     if n:
         xp.cumsum(lengths, out=new_offsets[1:])
     total = int(new_offsets[-1]) if n else 0
-    rows = xp.repeat(xp.arange(n, dtype=offsets.dtype), lengths)
+    # the output row of every output byte (CuPy's repeat takes no array of counts)
+    rows = xp.searchsorted(new_offsets[1:], xp.arange(total, dtype=offsets.dtype), side="right")
     positions = xp.arange(total, dtype=offsets.dtype) - new_offsets[rows] + starts[rows]
     return DeviceColumn(column.field, n, column.data[positions], new_offsets, validity)
