@@ -32,3 +32,28 @@ def test_take_frame_equals_arrow_take(indices: list[int]) -> None:
     sliced = frame.slice(2, 3)
     got = take_frame(sliced, np.array([2, 0], dtype=np.int64), np).to_arrow()
     assert got.equals(_TABLE.slice(2, 3).take(pa.array([2, 0], pa.int64())))
+
+
+def test_read_parquet_with_a_filter_equals_pyarrow(tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    from nexus_cache.errors import ConfigError
+    from nexus_cache.frames import read_parquet
+    from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_TABLE, path, row_group_size=2)
+    domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
+    flt = [[("i", ">=", 3), ("s", "!=", "ee")], [("b", "in", [None])]]
+    config = LakehouseCacheConfig(root=tmp_path / "cache", local_min_age_s=0.0)
+    with LakehouseCache(config) as cache:
+        frame = read_parquet(str(path), domain=domain, lake=cache, columns=["s", "t"], filter=flt)
+        want = pq.read_table(path, filters=flt, columns=["s", "t"])
+        assert frame.to_arrow().equals(want)
+        whole = read_parquet(str(path), domain=domain, lake=cache, filter=[("d", "=", "y")])
+        assert (
+            whole.to_arrow().to_pylist()
+            == pq.read_table(path, filters=[("d", "=", "y")]).to_pylist()
+        )
+        with pytest.raises(ConfigError, match="nope"):
+            read_parquet(str(path), domain=domain, lake=cache, filter=[("nope", "=", 1)])

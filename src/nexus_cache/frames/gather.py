@@ -5,17 +5,40 @@ order) with the same code on NumPy (host) and CuPy (GPU): fixed-width and
 boolean values and validity are indexed, dictionary indices are indexed
 (the dictionary is shared), string and binary rows are copied through new
 offsets. The new buffers are allocated by ``xp`` in the current allocation
-scope (enter the domain's scope on CUDA).
+scope (enter the domain's scope on CUDA). :func:`filter_frame` keeps the rows
+a table filter (:mod:`nexus_cache.tables`) holds for: its mask, then the gather.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from nexus_cache.frames.column import DeviceColumn
 from nexus_cache.frames.frame import DeviceFrame
 
-__all__ = ["take_frame"]
+if TYPE_CHECKING:
+    from nexus_cache.tables import TableFilter
+
+__all__ = ["filter_frame", "take_frame"]
+
+
+def filter_frame(frame: DeviceFrame, flt: TableFilter, output: Sequence[str]) -> DeviceFrame:
+    """The rows of ``frame`` that satisfy ``flt``, with the ``output`` columns, as a new
+    frame in the frame's domain: the mask (:func:`~nexus_cache.tables.filter_mask`) and
+    the gather run on the domain's array module (NumPy on the host, CuPy on CUDA)."""
+    from nexus_cache.tables import filter_mask
+
+    domain = frame.domain
+    xp = domain.xp
+    with domain.scope():
+        columns = {c.name: c for c in frame.columns if c.name in flt.columns}
+        mask = filter_mask(flt, columns, frame.num_rows, xp)
+        projected = frame.select(list(output))
+        try:
+            return take_frame(projected, xp.nonzero(mask)[0], xp)
+        finally:
+            projected.release()
 
 
 def take_frame(frame: DeviceFrame, indices: Any, xp: Any) -> DeviceFrame:

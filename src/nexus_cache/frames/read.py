@@ -38,10 +38,15 @@ def read_parquet(
     threads: int | None = None,
     window_bytes: int | str | None = None,
     engine: str | None = None,
+    filter: Any = None,
 ) -> DeviceFrame:
     """Open ``source`` through the lakehouse cache ``lake`` (default: the process's
     ``default_cache()``) and :func:`decode_parquet` it into ``domain``.
 
+    ``filter`` (pyarrow's ``filters`` form, see :mod:`nexus_cache.tables`) keeps
+    the rows that satisfy it: checked against the object's schema
+    (:class:`ConfigError` before anything is decoded), the ``columns`` and the
+    filter's columns are decoded, then the mask and gather run in ``domain``.
     The lakehouse read's diagnostics land in ``stats.lakehouse``.
     """
     if lake is None:
@@ -51,10 +56,23 @@ def read_parquet(
     stats = stats if stats is not None else DecodeStats()
     with lake.open(source, fs=fs, storage_options=storage_options) as handle:
         stats.lakehouse = handle.diagnostics
-        return decode_parquet(
+        flt = None
+        wanted = columns
+        if filter is not None:
+            import pyarrow.parquet as pq
+
+            from nexus_cache.tables import canonical_filter
+
+            schema = pq.ParquetFile(handle).schema_arrow
+            handle.seek(0)
+            flt = canonical_filter(filter, schema)
+            if columns is not None and flt is not None:
+                needed = set(columns) | set(flt.columns)
+                wanted = [n for n in schema.names if n in needed]
+        frame = decode_parquet(
             handle,
             domain=domain,
-            columns=columns,
+            columns=wanted,
             row_groups=row_groups,
             read_dictionary=read_dictionary,
             stats=stats,
@@ -63,3 +81,11 @@ def read_parquet(
             window_bytes=window_bytes,
             engine=engine,
         )
+    if flt is None:
+        return frame
+    from nexus_cache.frames.gather import filter_frame
+
+    try:
+        return filter_frame(frame, flt, frame.column_names if columns is None else list(columns))
+    finally:
+        frame.release()

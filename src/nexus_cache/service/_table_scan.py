@@ -34,7 +34,7 @@ from nexus_cache._roots import check_listed
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
 from nexus_cache.frames import DeviceFrame
-from nexus_cache.frames.gather import take_frame
+from nexus_cache.frames.gather import filter_frame
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
 from nexus_cache.service._lake import SourcePlan, check_regular, decode_object
 from nexus_cache.service.queries import Scan
@@ -226,25 +226,17 @@ def filter_frames(
     """Apply ``read``'s filter to ``frames`` in place (mask on the domain's ``xp``, then
     gather) and keep the output columns; the frames replaced are released. With no
     frame (every file pruned), one empty frame of the output columns is added."""
-    from nexus_cache.tables import filter_mask
-
     before = sum(f.num_rows for f in frames)
     if not frames:
         schema = read.snapshot.schema
         empty = pa.schema([schema.field(n) for n in read.output]).empty_table()
         frames.append(DeviceFrame.from_arrow(_plain_fields(empty), domain=domain))
         return FilterCounts(0, 0)
-    xp = domain.xp
     output = list(read.output)
     for i, frame in enumerate(frames):
         kept = frame
         if read.filter is not None:
-            with domain.scope():
-                columns = {c.name: c for c in frame.columns if c.name in read.filter.columns}
-                mask = filter_mask(read.filter, columns, frame.num_rows, xp)
-                projected = frame.select(output)
-                kept = take_frame(projected, xp.nonzero(mask)[0], xp)
-                projected.release()
+            kept = filter_frame(frame, read.filter, output)
         elif list(frame.column_names) != output:
             kept = frame.select(output)
         if kept is not frame:
