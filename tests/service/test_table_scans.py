@@ -299,3 +299,16 @@ def test_iceberg_scans_equal_pyiceberg_at_every_snapshot(tmp_path: Path) -> None
                 filtered.table, want.filter(pq.filters_to_expression(flt)).select(["src"])
             )
     assert read_table(resolve_table(location), ["src"]).num_rows == want.num_rows
+
+
+def test_a_count_of_a_delta_table_counts_its_latest_version_only(tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    from nexus_cache.service import Count
+
+    table = tmp_path / "lake" / "d"
+    deltalake.write_deltalake(str(table), _edges(60, 1))
+    deltalake.write_deltalake(str(table), _edges(25, 2), mode="overwrite")
+    _age(tmp_path / "lake")
+    with make_service(tmp_path) as service:
+        result = service.execute(Count(str(table)))
+    assert result.table["rows"].to_pylist() == [25]  # not the 85 rows of both files

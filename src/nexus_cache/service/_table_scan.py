@@ -94,26 +94,35 @@ def is_table_read(scan: Scan, storage_options: Mapping[str, Any] | None = None) 
         fs, path = resolve_source(
             scan.source, None, None if storage_options is None else dict(storage_options)
         )
-    except (ImportError, ValueError):
-        return False  # the plain listing reports it
-    try:
-        if fs is None:
-            if not os.path.isdir(path):
-                return False
-            names = os.listdir(path)
-            dirs = {n for n in names if os.path.isdir(os.path.join(path, n))}
-        else:
-            if not fs.isdir(path):
-                return False
-            entries = fs.ls(path, detail=True)
-            dirs = {
-                str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
-                for e in entries
-                if e.get("type") == "directory"
-            }
-    except OSError:
+        return _table_dir(fs, path)
+    except Exception:  # any failure here (no credentials, no bucket): the listing reports it
         return False
-    return "_delta_log" in dirs or "metadata" in dirs or any("=" in d for d in dirs)
+
+
+def _table_dir(fs: Any, path: str) -> bool:
+    """Whether directory ``path`` holds a Delta log, Iceberg metadata or Hive segments."""
+    if fs is None:
+        if not os.path.isdir(path):
+            return False
+        dirs = {n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))}
+        metadata = os.path.join(path, "metadata")
+        meta_names = os.listdir(metadata) if "metadata" in dirs else []
+    else:
+        if not fs.isdir(path):
+            return False
+        dirs = {
+            str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
+            for e in fs.ls(path, detail=True)
+            if e.get("type") == "directory"
+        }
+        metadata = path.rstrip("/") + "/metadata"
+        meta_names = (
+            [str(p).rsplit("/", 1)[-1] for p in fs.ls(metadata, detail=False)]
+            if "metadata" in dirs
+            else []
+        )
+    iceberg = any(n.endswith(".metadata.json") or n == "version-hint.text" for n in meta_names)
+    return "_delta_log" in dirs or iceberg or any("=" in d for d in dirs)
 
 
 def plan_table(
