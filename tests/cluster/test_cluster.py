@@ -265,3 +265,21 @@ def test_an_error_of_the_query_is_raised_as_one_process_raises_it(running, tmp_p
 def test_bad_client_settings_are_refused_before_touching_the_cluster(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         ClusterQueryClient(object(), **kwargs)
+
+
+def test_filtered_scans_route_to_one_worker_and_share_its_decoded_source(running):
+    import pyarrow.parquet as pq
+
+    _, _, copies, nexus = running
+    source = copies[1]
+    columns = ("customer", "amount")
+    first_filter = [("amount", ">", 50.0)]
+    second_filter = [[("amount", "<=", 10.0)], [("customer", "<", 3)]]
+    first = nexus.execute(Scan(source, columns, filter=first_filter))
+    second = nexus.execute(Scan(source, columns, filter=second_filter).to_dict())
+    assert second.diagnostics.worker == first.diagnostics.worker
+    assert second.diagnostics.source_cache["status"] == "hit"
+    assert second.diagnostics.table["filter_digest"] != first.diagnostics.table["filter_digest"]
+    for result, flt in ((first, first_filter), (second, second_filter)):
+        want = pq.read_table(source, columns=list(columns), filters=flt)
+        assert sorted(result.table.to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
