@@ -247,6 +247,36 @@ def test_a_data_file_linked_out_of_allowed_roots_is_refused(tmp_path: Path) -> N
         assert service.execute(Scan(str(table), filter=[("w", "<", 2.0)])).table.num_rows == 50
 
 
+def test_a_hive_data_file_linked_out_of_allowed_roots_is_refused_not_skipped(
+    tmp_path: Path,
+) -> None:
+    """A symlinked data file of a Hive directory is listed like the plain listing
+    lists it: refused when it points out of allowed_roots, read otherwise."""
+    root = tmp_path / "lake" / "edges"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for year in (2024, 2025):
+        (root / f"year={year}").mkdir(parents=True)
+        pq.write_table(_edges(30, year), root / f"year={year}" / "part-0.parquet")
+    pq.write_table(_edges(20, 9), outside / "secret.parquet")
+    os.symlink(outside / "secret.parquet", root / "year=2025" / "part-1.parquet")
+    _age(tmp_path)
+    snapshot = resolve_table(str(root))
+    assert sum(f.size for f in snapshot.files) == sum(
+        os.path.getsize(p) for p in root.rglob("*.parquet")
+    )  # the link's size is its target's
+    assert len(snapshot.files) == 3
+    with (
+        make_service(tmp_path, allowed_roots=[str(tmp_path / "lake")]) as service,
+        pytest.raises(ConfigError, match="outside allowed_roots"),
+    ):
+        service.execute(Scan(str(root), filter=[("year", "=", 2025)]))
+    with make_service(tmp_path / "open") as service:  # no roots: the link is read
+        got = service.execute(Scan(str(root), filter=[("year", "=", 2025)])).table
+    assert got.num_rows == 50
+    assert_same_rows(got, _dataset(root, [("year", "=", 2025)]))
+
+
 def test_delta_scans_equal_deltalake_at_every_version(tmp_path: Path) -> None:
     deltalake = pytest.importorskip("deltalake")
     table = tmp_path / "lake" / "d"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the real types for the type checker; loaded lazily at run time
+    from nexus_cache.tables._hive import hidden_path as hidden_path
     from nexus_cache.tables.filters import OPS as OPS
     from nexus_cache.tables.filters import Predicate as Predicate
     from nexus_cache.tables.filters import TableFilter as TableFilter
@@ -52,6 +53,7 @@ __all__ = [
     "TableSnapshot",
     "canonical_filter",
     "filter_mask",
+    "hidden_path",
     "host_columns",
     "parse_filter_arg",
     "plan_scan",
@@ -76,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "TableSnapshot": "nexus_cache.tables.snapshot",
     "canonical_filter": "nexus_cache.tables.filters",
     "filter_mask": "nexus_cache.tables.mask",
+    "hidden_path": "nexus_cache.tables._hive",
     "host_columns": "nexus_cache.tables.mask",
     "parse_filter_arg": "nexus_cache.tables.filters",
     "plan_scan": "nexus_cache.tables.pruning",

@@ -2,7 +2,10 @@
 
 One listing finds every ``*.parquet`` object under the directory with its
 size; hidden and ``_``-prefixed files and directories are skipped (metadata,
-or a writer's uncommitted ``_temporary/``). ``key=value`` directory segments
+or a writer's uncommitted ``_temporary/``; :func:`hidden_path`, the one rule
+every listing of the package and the service uses). A local symbolic link to
+a file is listed like the file (its target's size): the caller checks every
+location against its ``allowed_roots`` after resolving links. ``key=value`` directory segments
 become partition columns, typed as ``pyarrow.dataset.partitioning(flavor="hive")``
 infers them: ``int32`` when every value is a 32-bit integer, else ``string``;
 ``__HIVE_DEFAULT_PARTITION__`` is a null; values are URI-decoded. The schema
@@ -11,6 +14,7 @@ is the first object's, with the partition columns after its own.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,8 +32,20 @@ _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def hidden_path(relative: str) -> bool:
-    """A file or directory under the source named ``_...`` or ``....``."""
-    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+    """Whether a file or a directory on ``relative`` (a path under the source) is
+    named ``_...`` or ``....``: metadata, or work in progress (``_temporary/`` of
+    a writer that has not committed)."""
+    return any(
+        part.startswith((".", "_")) for part in relative.replace(os.sep, "/").split("/") if part
+    )
+
+
+def _listed_file(name: str, info: dict[str, Any]) -> bool:
+    """A file of a listing, or a local symbolic link to one (fsspec lists a link
+    as ``other``; its size is the target's)."""
+    kind = info.get("type", "file")
+    link = kind == "other" and bool(info.get("islink"))
+    return kind == "file" or (link and os.path.isfile(name))
 
 
 def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnapshot:
@@ -43,7 +59,7 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
         entries = sorted(
             (name, int(info.get("size") or 0))
             for name, info in found.items()
-            if info.get("type", "file") == "file"
+            if _listed_file(name, info)
             and name.endswith(".parquet")
             and not hidden_path(name[len(base) :])
         )
