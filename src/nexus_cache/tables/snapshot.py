@@ -37,7 +37,10 @@ class DataFile:
     partition columns' values (``None`` for a null partition), typed as the
     snapshot's partition schema says; ``min_values`` / ``max_values`` bounds of
     columns the table's metadata records (a bound may be looser than the data,
-    never tighter), and ``null_counts`` where known.
+    never tighter), and ``null_counts`` where known. ``etag``: the store's ETag
+    from the listing of a Parquet or Hive directory on an object store (None
+    for a local file, and for Delta and Iceberg data files, which their table
+    never rewrites: path and size are their identity).
     """
 
     path: str
@@ -47,6 +50,7 @@ class DataFile:
     min_values: tuple[tuple[str, Any], ...] = ()
     max_values: tuple[tuple[str, Any], ...] = ()
     null_counts: tuple[tuple[str, int], ...] = ()
+    etag: str | None = None
 
     @property
     def partition_values(self) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def _same_content(identity: SourceIdentity, current: SourceIdentity | None) -> b
 
     Sizes must match, and every field both sides know (ETag, version id) must match,
     with at least one compared: metadata served from a listing lacks version ids,
-    and an equal ETag is already proof of equal bytes.
+    and an equal ETag is already proof of equal bytes. An immutable object (planned
+    with neither, from a table's metadata) is proven by its size.
     """
     if current is None:
         return False
@@ -59,6 +60,8 @@ def _same_content(identity: SourceIdentity, current: SourceIdentity | None) -> b
         return want == got
     if want.size != got.size:
         return False
+    if want.etag is None and want.version_id is None:
+        return True  # immutable: the size is all there is to compare
     compared = False
     for field in ("etag", "version_id"):
         a, b = getattr(want, field), getattr(got, field)
