@@ -92,7 +92,9 @@ class TableRead:
 
 def is_table_read(scan: Scan, storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether ``scan`` reads a table (a filter, an ``as_of``, or a table source)."""
-    if scan.is_table_read:
+    from nexus_cache.tables import catalog_source
+
+    if scan.is_table_read or catalog_source(scan.source) is not None:
         return True
     try:
         fs, path = resolve_source(
@@ -138,10 +140,10 @@ def plan_table(
     """The lakehouse plans of the data files ``scan`` reads from its table's snapshot,
     after pruning; :class:`ConfigError` for a filter or column the table does not
     have, or a data file outside ``allowed_roots``, before any data is read."""
-    from nexus_cache.tables import canonical_filter, plan_scan, resolve_table
+    from nexus_cache.tables import canonical_filter, catalog_source, plan_scan, resolve_table
 
     source = scan.source
-    if allowed_roots is not None:
+    if allowed_roots is not None and catalog_source(source) is None:
         check_listed(source, (), allowed_roots)  # before its metadata is read
     snapshot = resolve_table(source, scan.as_of, storage_options=storage_options)
     schema = snapshot.schema
@@ -155,8 +157,9 @@ def plan_table(
         )
     wanted = set(output) | set(() if flt is None else flt.columns)
     columns = tuple(n for n in schema.names if n in wanted)
-    if allowed_roots is not None:
-        check_listed(source, snapshot.locations, allowed_roots)
+    if allowed_roots is not None:  # a catalog table: its location, then its data files
+        named = catalog_source(source) is not None
+        check_listed(snapshot.location if named else source, snapshot.locations, allowed_roots)
     pruning = plan_scan(snapshot, flt)  # partitions and file statistics; no footers
     fs = snapshot.filesystem
     files = tuple(p.file for p in pruning.files)
