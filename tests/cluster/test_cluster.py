@@ -142,6 +142,29 @@ def test_routing_moves_only_the_keys_of_a_worker_that_leaves():
     assert routing_key(Scan("file:///data/t/")) == routing_key(Count(" /data/t"))
 
 
+def test_every_filter_and_snapshot_of_one_table_routes_to_one_worker() -> None:
+    """The key is the table's location, never its filter or as_of: every query on
+    one table (any filter, any snapshot, a graph on it) meets one worker, whose
+    lakehouse and source caches hold the data files snapshots share."""
+    table = "s3://lake/delta/edges"
+    queries = [
+        Scan(table),
+        Scan(table + "/", ("src", "dst"), filter=[("w", ">", 0.5)]),
+        Scan(table, filter=[[("kind", "=", "follow")], [("w", "<", 0.1)]], as_of=3),
+        Scan(table, as_of=0),
+        Count(table),
+        GraphQuery(
+            Scan(table, ("src", "dst"), filter=[("w", ">", 0.5)], as_of=7),
+            "src",
+            "dst",
+            "pagerank",
+        ),
+    ]
+    assert {routing_key(q) for q in queries} == {table}
+    workers = [f"tcp://10.0.0.{i}:8786" for i in range(8)]
+    assert len({rendezvous_order(routing_key(q), workers)[0] for q in queries}) == 1
+
+
 def _pids(client) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return client.run(os.getpid)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -247,6 +249,36 @@ def test_a_data_file_linked_out_of_allowed_roots_is_refused(tmp_path: Path) -> N
         assert service.execute(Scan(str(table), filter=[("w", "<", 2.0)])).table.num_rows == 50
 
 
+def test_a_hive_data_file_linked_out_of_allowed_roots_is_refused_not_skipped(
+    tmp_path: Path,
+) -> None:
+    """A symlinked data file of a Hive directory is listed like the plain listing
+    lists it: refused when it points out of allowed_roots, read otherwise."""
+    root = tmp_path / "lake" / "edges"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for year in (2024, 2025):
+        (root / f"year={year}").mkdir(parents=True)
+        pq.write_table(_edges(30, year), root / f"year={year}" / "part-0.parquet")
+    pq.write_table(_edges(20, 9), outside / "secret.parquet")
+    os.symlink(outside / "secret.parquet", root / "year=2025" / "part-1.parquet")
+    _age(tmp_path)
+    snapshot = resolve_table(str(root))
+    assert sum(f.size for f in snapshot.files) == sum(
+        os.path.getsize(p) for p in root.rglob("*.parquet")
+    )  # the link's size is its target's
+    assert len(snapshot.files) == 3
+    with (
+        make_service(tmp_path, allowed_roots=[str(tmp_path / "lake")]) as service,
+        pytest.raises(ConfigError, match="outside allowed_roots"),
+    ):
+        service.execute(Scan(str(root), filter=[("year", "=", 2025)]))
+    with make_service(tmp_path / "open") as service:  # no roots: the link is read
+        got = service.execute(Scan(str(root), filter=[("year", "=", 2025)])).table
+    assert got.num_rows == 50
+    assert_same_rows(got, _dataset(root, [("year", "=", 2025)]))
+
+
 def test_delta_scans_equal_deltalake_at_every_version(tmp_path: Path) -> None:
     deltalake = pytest.importorskip("deltalake")
     table = tmp_path / "lake" / "d"
@@ -309,6 +341,79 @@ def test_iceberg_scans_equal_pyiceberg_at_every_snapshot(tmp_path: Path) -> None
         expected = want.filter(pq.filters_to_expression(flt)).select(["src", "note"])
         assert_same_rows(filtered.table, expected)
     assert read_table(resolve_table(location), ["src"]).num_rows == want.num_rows
+
+
+_CATALOG_SCRIPT = """
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from tests.service._helpers import make_service
+
+from nexus_cache.errors import ConfigError
+from nexus_cache.service import Scan
+
+root, first = Path(sys.argv[1]), int(sys.argv[2])
+source = "iceberg://local/ns.e"
+with make_service(root / "svc", allowed_roots=[str(root / "lake")]) as service:
+    got = service.execute(Scan(source, ["src", "dst"], filter=[("dst", ">=", 10)]))
+    pq.write_table(got.table, root / "got.parquet")
+    print("version", got.diagnostics.table["version"])
+    pq.write_table(service.execute(Scan(source, as_of=first)).table, root / "old.parquet")
+with make_service(root / "roots", allowed_roots=[str(root / "elsewhere")]) as service:
+    try:
+        service.execute(Scan(source))
+    except ConfigError as exc:
+        print("refused", "outside allowed_roots" in str(exc))
+"""
+
+
+def test_an_iceberg_catalog_table_named_by_url_equals_pyiceberg(tmp_path: Path) -> None:
+    """iceberg://<catalog>/<namespace>.<table>, the catalog configured as pyiceberg
+    reads it (here PYICEBERG_CATALOG__... variables, read when pyiceberg is first
+    imported: so in a fresh process): a SQL catalog on SQLite."""
+    pytest.importorskip("pyiceberg")
+    pytest.importorskip("sqlalchemy")
+    from pyiceberg.catalog import load_catalog
+
+    warehouse = tmp_path / "lake"
+    warehouse.mkdir()
+    uri = f"sqlite:///{warehouse}/catalog.db"
+    catalog = load_catalog("local", type="sql", uri=uri, warehouse=warehouse.as_uri())
+    catalog.create_namespace("ns")
+    ice = catalog.create_table("ns.e", schema=_edges(1, 0).schema)
+    ice.append(_edges(40, 1))
+    first = catalog.load_table("ns.e").current_snapshot()
+    assert first is not None
+    ice.append(_edges(30, 2))
+    ice = catalog.load_table("ns.e")
+    _age(warehouse)
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)]),
+        "PYICEBERG_CATALOG__LOCAL__TYPE": "sql",
+        "PYICEBERG_CATALOG__LOCAL__URI": uri,
+        "PYICEBERG_CATALOG__LOCAL__WAREHOUSE": warehouse.as_uri(),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _CATALOG_SCRIPT, str(tmp_path), str(first.snapshot_id)],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"version {ice.current_snapshot().snapshot_id}" in done.stdout
+    assert "refused True" in done.stdout
+    flt = pq.filters_to_expression([("dst", ">=", 10)])
+    want = ice.scan().to_arrow().filter(flt).select(["src", "dst"])
+    assert_same_rows(pq.read_table(tmp_path / "got.parquet"), want)
+    old = ice.scan(snapshot_id=first.snapshot_id).to_arrow()
+    assert_same_rows(pq.read_table(tmp_path / "old.parquet"), old)
+    with pytest.raises(ConfigError, match=r"namespace>\.<table>, e\.g\."):
+        resolve_table("iceberg://local/e")
 
 
 def test_a_count_of_a_delta_table_counts_its_latest_version_only(tmp_path: Path) -> None:

@@ -189,6 +189,36 @@ class LakehouseCache:
         """Resolve identity and decide hit / miss / bypass (one metadata request)."""
         return self._scanner.plan(source, fs=fs, storage_options=storage_options)
 
+    def plan_known(
+        self,
+        source: str | os.PathLike[str],
+        size: int,
+        *,
+        etag: str | None = None,
+        version_id: str | None = None,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan:
+        """Plan an object whose identity is known already: no metadata request.
+
+        For a remote object whose ``size`` (and ``etag`` or ``version_id``, when
+        known) come from a fresh listing, or from a table snapshot's metadata:
+        a table's data files are immutable, so their path and size are their
+        identity. Execution proves the plan as for :meth:`plan`: a hit checks
+        the local entry's size, a remote read or a fill the object's, and
+        another size raises :class:`StalePlanError`. Pass only what the store or
+        the table says now. A local file is planned with one ``stat`` as by
+        :meth:`plan`; a size other than ``size`` raises :class:`StalePlanError`.
+        """
+        return self._scanner.plan_known(
+            source,
+            size,
+            etag=etag,
+            version_id=version_id,
+            fs=fs,
+            storage_options=storage_options,
+        )
+
     def execute(self, plan: ReadPlan) -> LakehouseFile:
         """Carry out a plan; :class:`StalePlanError` when the entry or object changed."""
         return self._scanner.execute(plan)

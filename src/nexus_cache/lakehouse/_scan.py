@@ -28,6 +28,12 @@ A planned hit never contacts the remote store at execution.
   starts during ``open``), so the guarantee is the same; only its latency
   overlaps the local work.
 
+**Planned from a known identity** (:meth:`Scanner.plan_known`): a table's
+data file, whose path and size its snapshot's metadata lists and which the
+table never rewrites, is planned with no request at all; a read that finds
+another size (the entry's, or the object's when read remotely or filled) is
+stale.
+
 The helpers (identity, store, fills, policy, events) answer and return; none
 of them calls back into this module.
 """
@@ -53,6 +59,7 @@ from nexus_cache.lakehouse.identity._identity import (
     SourceIdentity,
     fs_protocol,
     is_local_fs,
+    known_identity,
     resolve_identity,
 )
 from nexus_cache.lakehouse.identity._known import KnownIdentities
@@ -285,6 +292,46 @@ class Scanner:
         """Resolve the identity (one metadata request) and decide hit / miss / bypass."""
         fs, path = resolve_source(source, fs, storage_options)
         return self._plan(os.fspath(source), fs, path)
+
+    def plan_known(
+        self,
+        source: str | os.PathLike[str],
+        size: int,
+        *,
+        etag: str | None = None,
+        version_id: str | None = None,
+        fs: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> ReadPlan:
+        """Plan a remote object whose identity the caller knows: no request.
+
+        A local file is planned as by :meth:`plan` (one ``stat``), and a size
+        other than ``size`` is a :class:`StalePlanError` already.
+        """
+        name = os.fspath(source)
+        fs_, path = resolve_source(source, fs, storage_options)
+        if fs_ is None:
+            plan = self._plan(name, None, path)
+            if plan.size is not None and plan.size != size:
+                raise StalePlanError(
+                    f"{path} has {plan.size} bytes where {size} were expected (its table's "
+                    "metadata says so); the file changed: resolve the table again"
+                )
+            return plan
+        identity = known_identity(fs_, path, size, etag=etag, version_id=version_id)
+        if self.store is None:
+            return ReadPlan(
+                name,
+                fs_,
+                path,
+                identity,
+                size,
+                CacheStatus.BYPASS,
+                ReadMode.REMOTE,
+                FillMode.NONE,
+                self._no_store_reason,
+            )
+        return self._decide(name, fs_, path, identity, tidy=True)
 
     def execute(self, plan: ReadPlan) -> LakehouseFile:
         """Carry out ``plan``; raises :class:`StalePlanError` when it no longer holds."""

@@ -37,6 +37,7 @@ from nexus_cache.lakehouse import (
     ReadPlan,
     resolve_source,
 )
+from nexus_cache.tables import hidden_path
 
 if TYPE_CHECKING:
     from nexus_cache.service._table_scan import TableRead
@@ -140,7 +141,7 @@ def _list_objects(source: str, storage_options: Mapping[str, Any] | None) -> tup
                 p
                 for root, _dirs, files in os.walk(path)
                 for p in (os.path.join(root, name) for name in files)
-                if p.endswith(".parquet") and not _hidden(os.path.relpath(p, path))
+                if p.endswith(".parquet") and not hidden_path(os.path.relpath(p, path))
             )
         elif os.path.exists(path):
             names = [path]
@@ -201,14 +202,8 @@ def _list_remote(fs: Any, path: str) -> list[str]:
     return sorted(
         p
         for p in fs.find(path)
-        if p.endswith(".parquet") and not _hidden(p[len(base) :].lstrip("/"))
+        if p.endswith(".parquet") and not hidden_path(p[len(base) :].lstrip("/"))
     )
-
-
-def _hidden(relative: str) -> bool:
-    """A file or a directory under the source named ``_...`` or ``....``: metadata,
-    or work in progress (``_temporary/`` of a writer that has not committed)."""
-    return any(part.startswith((".", "_")) for part in relative.replace(os.sep, "/").split("/"))
 
 
 def plan_source(

@@ -9,7 +9,11 @@ byte is read), checks every data file against ``allowed_roots``, prunes files
 by partition values and file statistics
 (:func:`~nexus_cache.tables.plan_scan`; no row-group pruning: each kept
 object is decoded whole, so its decoded-source entry serves every filter),
-and plans each kept file in the lakehouse cache.
+and plans each kept file in the lakehouse cache from the snapshot: a remote
+Delta or Iceberg data file by its path and size (the table never rewrites
+one), a listed object by its ETag and size, with no request per file; a
+local file with one stat. A file whose size differs when it is read is a
+stale plan, planned again.
 
 Each kept object is decoded with its projected columns (the output columns
 and the filter's, in the table's schema order): the file's own columns,
@@ -88,7 +92,9 @@ class TableRead:
 
 def is_table_read(scan: Scan, storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether ``scan`` reads a table (a filter, an ``as_of``, or a table source)."""
-    if scan.is_table_read:
+    from nexus_cache.tables import catalog_source
+
+    if scan.is_table_read or catalog_source(scan.source) is not None:
         return True
     try:
         fs, path = resolve_source(
@@ -134,10 +140,10 @@ def plan_table(
     """The lakehouse plans of the data files ``scan`` reads from its table's snapshot,
     after pruning; :class:`ConfigError` for a filter or column the table does not
     have, or a data file outside ``allowed_roots``, before any data is read."""
-    from nexus_cache.tables import canonical_filter, plan_scan, resolve_table
+    from nexus_cache.tables import canonical_filter, catalog_source, plan_scan, resolve_table
 
     source = scan.source
-    if allowed_roots is not None:
+    if allowed_roots is not None and catalog_source(source) is None:
         check_listed(source, (), allowed_roots)  # before its metadata is read
     snapshot = resolve_table(source, scan.as_of, storage_options=storage_options)
     schema = snapshot.schema
@@ -151,20 +157,34 @@ def plan_table(
         )
     wanted = set(output) | set(() if flt is None else flt.columns)
     columns = tuple(n for n in schema.names if n in wanted)
-    if allowed_roots is not None:
-        check_listed(source, snapshot.locations, allowed_roots)
+    if allowed_roots is not None:  # a catalog table: its location, then its data files
+        named = catalog_source(source) is not None
+        check_listed(snapshot.location if named else source, snapshot.locations, allowed_roots)
     pruning = plan_scan(snapshot, flt)  # partitions and file statistics; no footers
     fs = snapshot.filesystem
     files = tuple(p.file for p in pruning.files)
     if fs is None:
         for file in files:
             check_regular(source, file.path)
-    plans = tuple(cache.plan(f.path) if fs is None else cache.plan(f.path, fs=fs) for f in files)
+    plans = tuple(_plan_file(cache, snapshot, f) for f in files)
     sizes = tuple(
         p.size if p.size is not None else f.size for p, f in zip(plans, files, strict=True)
     )
     read = TableRead(snapshot, flt, pruning, files, columns, output)
     return SourcePlan(source, plans, sizes, table=read)
+
+
+def _plan_file(cache: LakehouseCache, snapshot: TableSnapshot, file: DataFile) -> ReadPlan:
+    """One data file's lakehouse plan, with no request for a remote one whose identity
+    the snapshot gives: a Delta or Iceberg data file (immutable: path and size), or a
+    listed object with its ETag. Otherwise (a local file: one stat; a listing with no
+    ETag) planned as any object."""
+    fs = snapshot.filesystem
+    if fs is None:
+        return cache.plan_known(file.path, file.size)
+    if file.etag is not None or snapshot.kind in ("delta", "iceberg"):
+        return cache.plan_known(file.path, file.size, etag=file.etag, fs=fs)
+    return cache.plan(file.path, fs=fs)
 
 
 def decode_table_object(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the real types for the type checker; loaded lazily at run time
+    from nexus_cache.tables._hive import hidden_path as hidden_path
     from nexus_cache.tables.filters import OPS as OPS
     from nexus_cache.tables.filters import Predicate as Predicate
     from nexus_cache.tables.filters import TableFilter as TableFilter
@@ -34,12 +35,15 @@ if TYPE_CHECKING:  # the real types for the type checker; loaded lazily at run t
     from nexus_cache.tables.pruning import prune_row_groups as prune_row_groups
     from nexus_cache.tables.read import read_table as read_table
     from nexus_cache.tables.read import read_table_with_plan as read_table_with_plan
+    from nexus_cache.tables.snapshot import CATALOG_SCHEME as CATALOG_SCHEME
     from nexus_cache.tables.snapshot import TABLE_KINDS as TABLE_KINDS
     from nexus_cache.tables.snapshot import DataFile as DataFile
     from nexus_cache.tables.snapshot import TableSnapshot as TableSnapshot
+    from nexus_cache.tables.snapshot import catalog_source as catalog_source
     from nexus_cache.tables.snapshot import resolve_table as resolve_table
 
 __all__ = [
+    "CATALOG_SCHEME",
     "OPS",
     "TABLE_KINDS",
     "DataFile",
@@ -51,7 +55,9 @@ __all__ = [
     "TableFilter",
     "TableSnapshot",
     "canonical_filter",
+    "catalog_source",
     "filter_mask",
+    "hidden_path",
     "host_columns",
     "parse_filter_arg",
     "plan_scan",
@@ -64,6 +70,7 @@ __all__ = [
 
 # public name -> module that defines it (the names above, imported on first access)
 _EXPORTS: dict[str, str] = {
+    "CATALOG_SCHEME": "nexus_cache.tables.snapshot",
     "OPS": "nexus_cache.tables.filters",
     "TABLE_KINDS": "nexus_cache.tables.snapshot",
     "DataFile": "nexus_cache.tables.snapshot",
@@ -75,7 +82,9 @@ _EXPORTS: dict[str, str] = {
     "TableFilter": "nexus_cache.tables.filters",
     "TableSnapshot": "nexus_cache.tables.snapshot",
     "canonical_filter": "nexus_cache.tables.filters",
+    "catalog_source": "nexus_cache.tables.snapshot",
     "filter_mask": "nexus_cache.tables.mask",
+    "hidden_path": "nexus_cache.tables._hive",
     "host_columns": "nexus_cache.tables.mask",
     "parse_filter_arg": "nexus_cache.tables.filters",
     "plan_scan": "nexus_cache.tables.pruning",

@@ -1,16 +1,22 @@
 """Parquet objects and Hive-partitioned directories as a snapshot.
 
 One listing finds every ``*.parquet`` object under the directory with its
-size; hidden and ``_``-prefixed files and directories are skipped (metadata,
-or a writer's uncommitted ``_temporary/``). ``key=value`` directory segments
-become partition columns, typed as ``pyarrow.dataset.partitioning(flavor="hive")``
-infers them: ``int32`` when every value is a 32-bit integer, else ``string``;
+size (and, on an object store, its ETag); hidden and ``_``-prefixed files
+and directories are skipped (metadata, or a writer's uncommitted
+``_temporary/``; :func:`hidden_path`, the one rule every listing of the
+package and the service uses). A local symbolic link to a file is listed
+like the file (its target's size): the caller checks every location
+against its ``allowed_roots`` after resolving links. ``key=value``
+directory segments become partition columns, typed as
+``pyarrow.dataset.partitioning(flavor="hive")`` infers them: ``int32`` when
+every value is a 32-bit integer, else ``string``;
 ``__HIVE_DEFAULT_PARTITION__`` is a null; values are URI-decoded. The schema
 is the first object's, with the partition columns after its own.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,8 +34,20 @@ _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def hidden_path(relative: str) -> bool:
-    """A file or directory under the source named ``_...`` or ``....``."""
-    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+    """Whether a file or a directory on ``relative`` (a path under the source) is
+    named ``_...`` or ``....``: metadata, or work in progress (``_temporary/`` of
+    a writer that has not committed)."""
+    return any(
+        part.startswith((".", "_")) for part in relative.replace(os.sep, "/").split("/") if part
+    )
+
+
+def _listed_file(name: str, info: dict[str, Any]) -> bool:
+    """A file of a listing, or a local symbolic link to one (fsspec lists a link
+    as ``other``; its size is the target's)."""
+    kind = info.get("type", "file")
+    link = kind == "other" and bool(info.get("islink"))
+    return kind == "file" or (link and os.path.isfile(name))
 
 
 def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnapshot:
@@ -41,9 +59,9 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
     if is_dir:
         found = listing_fs.find(base, detail=True)
         entries = sorted(
-            (name, int(info.get("size") or 0))
+            (name, int(info.get("size") or 0), _etag(info))
             for name, info in found.items()
-            if info.get("type", "file") == "file"
+            if _listed_file(name, info)
             and name.endswith(".parquet")
             and not hidden_path(name[len(base) :])
         )
@@ -52,10 +70,10 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
             info = listing_fs.info(base)
         except FileNotFoundError:
             raise FileNotFoundError(f"source {source!r} does not exist; check the path") from None
-        entries = [(base, int(info.get("size") or 0))]
+        entries = [(base, int(info.get("size") or 0), _etag(info))]
     if not entries:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
-    segments = [_segments(name[len(base) :]) if is_dir else [] for name, _ in entries]
+    segments = [_segments(name[len(base) :]) if is_dir else [] for name, _, _ in entries]
     keys: list[str] = []
     for pairs in segments:
         for key, _ in pairs:
@@ -78,8 +96,9 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
             partition=tuple(
                 (f.name, _typed(dict(pairs).get(f.name), f.type)) for f in partition_fields
             ),
+            etag=etag if fs is not None else None,
         )
-        for (name, size), pairs in zip(entries, segments, strict=True)
+        for (name, size, etag), pairs in zip(entries, segments, strict=True)
     )
     partition_schema = pa.schema(partition_fields)
     schema = pa.schema(list(data_schema) + partition_fields)
@@ -92,6 +111,12 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
         files=files,
         filesystem=fs,
     )
+
+
+def _etag(info: dict[str, Any]) -> str | None:
+    """The ETag an object store's listing gives an object (None: none)."""
+    value = info.get("ETag") or info.get("etag")
+    return str(value) if value else None
 
 
 def _read_schema(name: str, fs: Any) -> pa.Schema:

@@ -23,7 +23,17 @@ import pyarrow as pa
 from nexus_cache._roots import location_allowed
 from nexus_cache.errors import BackendUnavailableError, ConfigError
 
-__all__ = ["TABLE_KINDS", "DataFile", "TableSnapshot", "resolve_table"]
+__all__ = [
+    "CATALOG_SCHEME",
+    "TABLE_KINDS",
+    "DataFile",
+    "TableSnapshot",
+    "catalog_source",
+    "resolve_table",
+]
+
+#: the URL scheme of an Iceberg catalog table: ``iceberg://<catalog>/<namespace>.<table>``
+CATALOG_SCHEME = "iceberg://"
 
 #: the table formats :func:`resolve_table` reads
 TABLE_KINDS = ("parquet", "hive", "delta", "iceberg")
@@ -37,7 +47,10 @@ class DataFile:
     partition columns' values (``None`` for a null partition), typed as the
     snapshot's partition schema says; ``min_values`` / ``max_values`` bounds of
     columns the table's metadata records (a bound may be looser than the data,
-    never tighter), and ``null_counts`` where known.
+    never tighter), and ``null_counts`` where known. ``etag``: the store's ETag
+    from the listing of a Parquet or Hive directory on an object store (None
+    for a local file, and for Delta and Iceberg data files, which their table
+    never rewrites: path and size are their identity).
     """
 
     path: str
@@ -47,6 +60,7 @@ class DataFile:
     min_values: tuple[tuple[str, Any], ...] = ()
     max_values: tuple[tuple[str, Any], ...] = ()
     null_counts: tuple[tuple[str, int], ...] = ()
+    etag: str | None = None
 
     @property
     def partition_values(self) -> dict[str, Any]:
@@ -115,9 +129,13 @@ def resolve_table(
     an Iceberg table directory or a ``*.metadata.json``. With ``catalog`` (a
     catalog name, or its properties as ``pyiceberg.catalog.load_catalog``
     reads them, ``name`` included), ``source`` is an Iceberg table identifier
-    (``namespace.table``). ``as_of`` is a Delta version or an Iceberg snapshot
-    id; Parquet and Hive data have no versions.
+    (``namespace.table``). ``iceberg://<catalog>/<namespace>.<table>`` names
+    a catalog table too (see :func:`catalog_source`). ``as_of`` is a Delta
+    version or an Iceberg snapshot id; Parquet and Hive data have no versions.
     """
+    named = catalog_source(source) if catalog is None else None
+    if named is not None:
+        catalog, source = named
     if catalog is not None:
         from nexus_cache.tables._iceberg import resolve_catalog_table
 
@@ -158,6 +176,24 @@ def resolve_table(
     from nexus_cache.tables._hive import resolve_hive
 
     return resolve_hive(source, fs, local, path)
+
+
+def catalog_source(source: str) -> tuple[str, str] | None:
+    """``(catalog, identifier)`` of an ``iceberg://<catalog>/<namespace>.<table>``
+    source (the catalog configured as ``pyiceberg.catalog.load_catalog`` reads it:
+    ``.pyiceberg.yaml`` or ``PYICEBERG_CATALOG__<NAME>__...`` variables), None for
+    any other source; :class:`ConfigError` for a malformed one."""
+    text = source.strip()
+    if not text.lower().startswith(CATALOG_SCHEME):
+        return None
+    name, _, identifier = text[len(CATALOG_SCHEME) :].partition("/")
+    identifier = identifier.strip("/")
+    if not name or "." not in identifier or "/" in identifier:
+        raise ConfigError(
+            f"source {source!r}: an Iceberg catalog table is named "
+            "iceberg://<catalog>/<namespace>.<table>, e.g. iceberg://prod/sales.orders"
+        )
+    return name, identifier
 
 
 def _detect(fs: Any, path: str) -> str:

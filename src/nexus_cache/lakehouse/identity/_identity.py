@@ -34,6 +34,7 @@ __all__ = [
     "fs_protocol",
     "identity_from_info",
     "is_local_fs",
+    "known_identity",
     "resolve_identity",
 ]
 
@@ -95,7 +96,10 @@ class ContentIdentity:
     def kind(self) -> str:
         if self.inode is not None:
             return "local"
-        return "version" if self.version_id else "etag"
+        if self.version_id:
+            return "version"
+        # neither: an immutable object (a table's data file), known by its size
+        return "etag" if self.etag else "immutable"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,15 +238,28 @@ def identity_from_info(fs: Any, path: str, info: dict[str, Any]) -> Resolution:
     version = _clean(info.get("VersionId") or info.get("version_id") or info.get("generation"))
     if etag is None and version is None:
         return Resolution(size, None, "no_content_identity")
+    return Resolution(size, known_identity(fs, path, size, etag=etag, version_id=version))
+
+
+def known_identity(
+    fs: Any, path: str, size: int, *, etag: str | None = None, version_id: str | None = None
+) -> SourceIdentity:
+    """The identity of remote object ``path`` on ``fs`` from what the caller knows,
+    without a request.
+
+    With an ``etag`` or a ``version_id`` (a listing's), the identity is the one a
+    metadata request would prove. With neither, the object is *immutable* (a
+    table's data file, which its table never rewrites): its content is known by
+    ``size`` alone, and a read of it that finds another size is stale.
+    """
     protocol = fs_protocol(fs)
     stripped = fs._strip_protocol(path).lstrip("/")
     container = stripped.split("/", 1)[0]
-    identity = SourceIdentity(
+    return SourceIdentity(
         domain=StorageDomain(protocol, _endpoint(fs), container),
-        content=ContentIdentity(size=size, etag=etag, version_id=version),
+        content=ContentIdentity(size=size, etag=etag, version_id=version_id),
         location=f"{protocol}://{stripped}",
     )
-    return Resolution(size, identity)
 
 
 def resolve_identity(

@@ -24,7 +24,9 @@ from typing import IO, Any
 from nexus_cache.errors import StalePlanError
 from nexus_cache.lakehouse.identity._identity import (
     SourceIdentity,
+    _fs_info,
     identity_from_info,
+    known_identity,
     resolve_identity,
 )
 
@@ -50,7 +52,8 @@ def _same_content(identity: SourceIdentity, current: SourceIdentity | None) -> b
 
     Sizes must match, and every field both sides know (ETag, version id) must match,
     with at least one compared: metadata served from a listing lacks version ids,
-    and an equal ETag is already proof of equal bytes.
+    and an equal ETag is already proof of equal bytes. An immutable object (planned
+    with neither, from a table's metadata) is proven by its size.
     """
     if current is None:
         return False
@@ -59,6 +62,8 @@ def _same_content(identity: SourceIdentity, current: SourceIdentity | None) -> b
         return want == got
     if want.size != got.size:
         return False
+    if want.etag is None and want.version_id is None:
+        return True  # immutable: the size is all there is to compare
     compared = False
     for field in ("etag", "version_id"):
         a, b = getattr(want, field), getattr(got, field)
@@ -94,12 +99,21 @@ class PinnedSource:
             ):
                 raise _stale(self.identity, "local file written during the read")
             return
-        current = resolve_identity(self._fs, self._path, local_min_age_s=0.0).identity
+        current = _current(self._fs, self._path, self.identity)
         if not _same_content(self.identity, current):
             raise _stale(self.identity, "content identity differs after the read")
 
     def close(self) -> None:
         self.file.close()
+
+
+def _current(fs: Any, path: str, planned: SourceIdentity) -> SourceIdentity | None:
+    """``path``'s identity now, asked of the store. An immutable plan needs only the
+    size, which a store with no ETag nor version id (``memory://``, HTTP) reports too."""
+    if planned.content.etag is not None or planned.content.version_id is not None:
+        return resolve_identity(fs, path, local_min_age_s=0.0).identity
+    size = _fs_info(fs, path).get("size")
+    return known_identity(fs, path, size) if isinstance(size, int) else None
 
 
 def _open_local(identity: SourceIdentity) -> PinnedSource:
@@ -198,7 +212,7 @@ def _open_remote(
                 or bool(getattr(fs, "local_expiry_check", False))
             )
         else:
-            current = resolve_identity(fs, path, local_min_age_s=0.0).identity
+            current = _current(fs, path, identity)
     except FileNotFoundError as exc:
         f.close()
         raise _stale(identity, "object is gone") from exc
