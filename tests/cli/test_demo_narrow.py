@@ -10,7 +10,7 @@ import pytest
 
 from nexus_cache.cli.main import main
 
-_QUERIES = ("scan", "count", "pagerank", "bfs", "jaccard")
+_QUERIES = ("scan", "count", "pagerank", "pagerank-q2", "bfs", "jaccard")
 
 
 class _Terminal(io.StringIO):

@@ -16,7 +16,7 @@ from tests.server._helpers import Server, close_all, run_cli, server_env, start_
 from tests.tables._compare import assert_same_rows
 
 from nexus_cache.client import Client
-from nexus_cache.service import GraphQuery, Scan
+from nexus_cache.service import Count, GraphQuery, Scan
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +133,34 @@ def test_the_cli_filter_and_as_of_options(
     refused = run_cli(served[1], "scan", str(hive), "--as-of", "3")
     assert refused.returncode != 0
     assert "as_of" in refused.stderr
+
+
+def test_filtered_counts_through_the_client_and_the_cli(
+    served: tuple[Server, dict[str, str]], hive: Path, tmp_path: Path
+) -> None:
+    server, env = served
+    dataset = ds.dataset(str(hive), format="parquet", partitioning="hive")
+    flt = [("year", "=", 2025), ("w", "<", 0.3)]
+    want = dataset.count_rows(filter=pq.filters_to_expression(flt))
+    with Client(server.url) as client:
+        first = client.execute(Count(str(hive), filter=flt))
+        other = client.execute(Count(str(hive), filter=[("year", "=", 2025), ("w", ">=", 0.3)]))
+        by_year = client.execute(Count(str(hive), filter=[("year", "=", 2024)]))
+    assert first.table["rows"].to_pylist() == [want]
+    assert first.diagnostics.table["pruned_by_partition"] == 2
+    assert other.diagnostics.source_cache["status"] == "hit"  # the same columns and files
+    other_filter = pq.filters_to_expression([("year", "=", 2025), ("w", ">=", 0.3)])
+    assert other.table["rows"].to_pylist() == [dataset.count_rows(filter=other_filter)]
+    assert by_year.diagnostics.source_cache["status"] == "bypass"  # footers of kept files
+    assert by_year.table["rows"].to_pylist() == [100]
+    args = ["scan", str(hive), "--count", "--filter", "year=2025", "--filter", "w<0.3", "--json"]
+    for extra, where in ((["--server", server.url], env), ([], server_env(tmp_path / "local"))):
+        done = run_cli(where, *args, *extra)
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["columns"] == ["rows"]
+        assert doc["head"] == [{"rows": want}]
+        assert doc["diagnostics"]["query"]["type"] == "count"
+    bad = run_cli(env, "scan", str(hive), "--count", "--columns", "src")
+    assert bad.returncode == 2
+    assert "--columns" in bad.stderr

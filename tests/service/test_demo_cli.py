@@ -51,11 +51,13 @@ def test_demo_json_says_which_queries_warmed_each_cold_run(
     assert by_name["scan"]["warmed_by"] == []
     assert by_name["count"]["warmed_by"] == ["scan"]
     assert by_name["pagerank"]["warmed_by"] == []
-    assert by_name["bfs"]["warmed_by"] == ["pagerank"]
-    assert by_name["jaccard"]["warmed_by"] == ["pagerank", "bfs"]
+    assert by_name["pagerank-q2"]["warmed_by"] == ["pagerank"]
+    assert by_name["bfs"]["warmed_by"] == ["pagerank", "pagerank-q2"]
+    assert by_name["jaccard"]["warmed_by"] == ["pagerank", "pagerank-q2", "bfs"]
     # what warmed_by claims, the statuses show: count's cold read hits the lakehouse
     assert by_name["count"]["cold"]["lakehouse"] == "hit"
     assert by_name["bfs"]["cold"]["source_cache"] == "hit"
+    assert by_name["pagerank-q2"]["cold"]["source_cache"] == "hit"
 
 
 def test_demo_table_explains_cold_speedup_and_terms(capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,7 +65,8 @@ def test_demo_table_explains_cold_speedup_and_terms(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     flat = " ".join(out.split())
     for phrase in (
-        "cold start: count after scan; bfs after pagerank; jaccard after pagerank, bfs:",
+        "cold start: count after scan; pagerank-q2 after pagerank; bfs after pagerank, "
+        "pagerank-q2; jaccard after pagerank, pagerank-q2, bfs:",
         "scan, pagerank start on empty caches.",
         "warm: the median of 3 more",
         "speedup: cold / warm. Near or below 1x",
@@ -147,8 +150,8 @@ def test_progress_names_the_running_query_on_a_terminal_only(
     monkeypatch.setattr("sys.stderr", stderr)
     assert main([*SMALL, "--json"]) == 0
     drawn = stderr.getvalue()
-    assert "cold run: jaccard (query 5 of 5)" in drawn
-    assert "warm runs: jaccard (query 5 of 5, run 3 of 3)" in drawn
+    assert "cold run: jaccard (query 6 of 6)" in drawn
+    assert "warm runs: jaccard (query 6 of 6, run 3 of 3)" in drawn
     json.loads(capsys.readouterr().out)  # stdout stays one JSON document
     monkeypatch.undo()
     assert main([*SMALL, "--json"]) == 0

@@ -43,7 +43,7 @@ _SAMPLES: dict[type, dict[str, Any]] = {
         "filter": ((("a", ">=", 2), ("b", "in", ("x", None))), (("a", "=", 1.5),)),
         "as_of": 3,
     },
-    Count: {"source": "file:///data/t/"},
+    Count: {"source": "file:///data/t/", "filter": ((("a", "in", ("x", None)),),), "as_of": 4},
     GraphQuery: {
         "edges": _EDGES,
         "src": "s",

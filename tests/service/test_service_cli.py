@@ -31,7 +31,7 @@ def test_demo_json_at_small_scale(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["backend"] == "host"
     assert report["edges"] == 16 << 8
     names = [q["name"] for q in report["queries"]]
-    assert names == ["scan", "count", "pagerank", "bfs", "jaccard"]
+    assert names == ["scan", "count", "pagerank", "pagerank-q2", "bfs", "jaccard"]
     by_name = {q["name"]: q for q in report["queries"]}
     for query in report["queries"]:
         assert query["equal"] is True
@@ -43,12 +43,14 @@ def test_demo_json_at_small_scale(capsys: pytest.CaptureFixture[str]) -> None:
     assert by_name["pagerank"]["cold"]["lakehouse"] == "miss"
     assert by_name["scan"]["cold"]["source_cache"] == "miss-led"
     assert by_name["pagerank"]["cold"]["source_cache"] == "miss-led"
-    for name in ("scan", "pagerank", "bfs", "jaccard"):
+    for name in ("scan", "pagerank", "pagerank-q2", "bfs", "jaccard"):
         assert by_name[name]["warm"]["source_cache"] == "hit"
         assert by_name[name]["warm"]["lakehouse_read"] is False
-    for name in ("pagerank", "bfs", "jaccard"):
+    for name in ("pagerank", "pagerank-q2", "bfs", "jaccard"):
         assert by_name[name]["cold"]["graph_cache"] == "miss"
         assert by_name[name]["warm"]["graph_cache"] == "hit"
+    # the filtered PageRank reads the columns the unfiltered one decoded
+    assert by_name["pagerank-q2"]["cold"]["source_cache"] == "hit"
     assert by_name["count"]["cold"]["source_cache"] == "bypass"
     assert by_name["count"]["warm"]["source_cache"] == "bypass"
     assert by_name["scan"]["cold"]["graph_cache"] == "not_applicable"

@@ -61,6 +61,13 @@ def register(subparsers: Any) -> None:
         default=65536,
         help="rows per decoded batch (default 65536)",
     )
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="print the number of rows instead of the rows (with --filter: the rows it "
+        "keeps, counted over the filter's decoded columns; without: from the Parquet "
+        "footers, nothing decoded)",
+    )
     add_table_options(parser)
     add_output_options(parser)
     parser.set_defaults(func=_run)
@@ -87,7 +94,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 
 
 def table_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``filter`` and ``as_of`` of a Scan from ``--filter`` / ``--as-of``. The
+    """``filter`` and ``as_of`` of a Scan or Count from ``--filter`` / ``--as-of``. The
     expressions are read against the table's schema (resolved here, from this
     machine), so that each value is read as its column's type."""
     if not args.filter:
@@ -130,8 +137,15 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from nexus_cache.errors import ConfigError
-    from nexus_cache.service.queries import Scan
+    from nexus_cache.service.queries import Count, Scan
 
+    if args.count:
+        if args.columns is not None:
+            raise ConfigError(
+                f"--columns={args.columns!r} with --count: a count has no columns; "
+                "leave --columns out (--filter may name any column)"
+            )
+        return run_query(Count(args.url, **table_options(args)), args)
     columns = None
     if args.columns is not None:
         columns = tuple(c.strip() for c in args.columns.split(",") if c.strip())

@@ -36,6 +36,7 @@ from nexus_cache.service._lake import (
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
 from nexus_cache.service._table_scan import (
     FilterCounts,
+    TableRead,
     decode_table_object,
     filter_frames,
     is_table_read,
@@ -179,7 +180,7 @@ def run_attempt(
     try:
         attempt.check_cancelled("before it ran")
         if isinstance(query, Count):
-            table = _run_count(run)
+            table = _run_count(run, query)
         elif isinstance(query, Scan):
             table = _run_scan(run, query)
         else:
@@ -206,15 +207,32 @@ class _Run:
     load: SourceLoad
 
 
-def _run_count(run: _Run) -> pa.Table:
-    """The rows of the source, from the Parquet footers (no decode, no device cache)."""
-    t0 = time.perf_counter()
-    rows = count_rows(run.ports.lakehouse, run.plan.source, run.outcome.reads)
-    run.outcome.timings["read_s"] = time.perf_counter() - t0
-    run.outcome.source, run.outcome.graph = BYPASS_COUNT, NOT_APPLICABLE
+def _run_count(run: _Run, query: Count) -> pa.Table:
+    """The rows of the source: from the Parquet footers (no decode, no device cache),
+    or with a filter the rows its mask keeps over the filter's decoded columns."""
+    read = run.plan.source.table
+    if read is not None and not _footers_count(read):
+        _load_source(run, query.scan)
+        run.outcome.graph = NOT_APPLICABLE
+        rows = sum(f.num_rows for f in run.load.frames)
+    else:
+        t0 = time.perf_counter()
+        rows = count_rows(run.ports.lakehouse, run.plan.source, run.outcome.reads)
+        run.outcome.timings["read_s"] = time.perf_counter() - t0
+        run.outcome.source, run.outcome.graph = BYPASS_COUNT, NOT_APPLICABLE
     table = pa.table({"rows": pa.array([rows], pa.int64())})
     run.budget.charge(table.nbytes, "the count")
     return table
+
+
+def _footers_count(read: TableRead) -> bool:
+    """Whether the footers of the kept files count a table read's rows: no filter, or
+    one on Hive or Delta partition columns only (pruning by partition values is then
+    exact: every row of a kept file satisfies it)."""
+    if read.filter is None:
+        return True
+    partitions = set(read.snapshot.partition_schema.names)
+    return read.snapshot.kind in ("hive", "delta") and set(read.filter.columns) <= partitions
 
 
 def _run_scan(run: _Run, query: Scan) -> pa.Table:
@@ -320,7 +338,7 @@ def _load_source(run: _Run, scan: Scan) -> None:
             stop=None
             if attempt.cancel is None
             else lambda: attempt.check_cancelled("while waiting for another query's decode"),
-            decode_options=() if table is None else (("table", table.snapshot.kind),),
+            decode_options=() if table is None else table.decode_options,
         )
     finally:
         run.outcome.source = run.load.outcome

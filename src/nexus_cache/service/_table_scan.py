@@ -74,6 +74,19 @@ class TableRead:
         return None if self.filter is None else self.filter.digest
 
     @property
+    def decode_options(self) -> tuple[tuple[str, Any], ...]:
+        """What joins the decoded-source key beyond the object and its columns. A
+        table read of one Parquet object with no partition columns decodes exactly
+        what a plain scan of its columns decodes (the schema is the object's own:
+        nothing is added or filled), so the two share an entry: a filtered scan after
+        an unfiltered one over the same columns is a source hit. Any other table read
+        may add partition or null columns, so its kind joins the key."""
+        snapshot = self.snapshot
+        if snapshot.kind == "parquet" and len(snapshot.files) == 1:
+            return ()
+        return (("table", snapshot.kind),)
+
+    @property
     def graph_identity(self) -> tuple[str, ...]:
         """What a graph built from this read depends on beyond its objects: the
         canonical filter and the snapshot version."""

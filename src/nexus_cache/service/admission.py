@@ -132,8 +132,8 @@ def estimate_grant(
 ) -> int:
     """The grant an attempt of ``query`` over ``source`` asks for: its decoded-size
     estimate, at least ``min_grant`` and ``floor``."""
-    if isinstance(query, Count):
-        estimate = min_grant
+    if isinstance(query, Count) and query.filter is None:
+        estimate = min_grant  # footers only
     elif isinstance(query, GraphQuery):
         estimate = _graph_estimate(query, source, expansion)
     else:

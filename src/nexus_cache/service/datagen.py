@@ -3,9 +3,10 @@
 :func:`rmat_edges` draws a Kronecker (R-MAT) graph with the Graph500
 parameters: ``2**scale`` vertices, ``edge_factor * 2**scale`` edges,
 quadrant probabilities A=0.57, B=0.19, C=0.19 (D=0.05), vertex labels
-permuted at random. :func:`ring_edges` is a directed ring with one chord, on
-which PageRank with ``alpha`` near 1 converges very slowly (long-running
-queries on demand). :func:`fact_table` draws a small sales-like table.
+permuted at random, optionally with a timestamp per edge. :func:`ring_edges`
+is a directed ring with one chord, on which PageRank with ``alpha`` near 1
+converges very slowly (long-running queries on demand). :func:`fact_table`
+draws a small sales-like table.
 :func:`write_parquet` writes either as Parquet with several row groups.
 Deterministic for a given seed.
 """
@@ -18,14 +19,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["GRAPH500_ABC", "fact_table", "ring_edges", "rmat_edges", "write_parquet"]
+__all__ = ["EDGE_YEAR", "GRAPH500_ABC", "fact_table", "ring_edges", "rmat_edges", "write_parquet"]
 
 #: Graph500's R-MAT quadrant probabilities A, B, C (D = 1 - A - B - C)
 GRAPH500_ABC = (0.57, 0.19, 0.19)
 
 
-def rmat_edges(scale: int, edge_factor: int = 16, seed: int = 1) -> pa.Table:
-    """Columns ``src``, ``dst`` (int64) of an R-MAT graph; may hold loops and duplicates."""
+#: the year the edges' ``ts`` column spans (UTC, seconds)
+EDGE_YEAR = 2025
+_YEAR_START_S = 1735689600  # 2025-01-01T00:00:00Z
+_YEAR_S = 365 * 86400
+
+
+def rmat_edges(
+    scale: int, edge_factor: int = 16, seed: int = 1, *, timestamps: bool = False
+) -> pa.Table:
+    """Columns ``src``, ``dst`` (int64) of an R-MAT graph; may hold loops and duplicates.
+
+    With ``timestamps``, a third column ``ts`` (``timestamp[s, UTC]``) spreads the
+    edges uniformly over the year :data:`EDGE_YEAR`, for time-window filters; the
+    ``src`` and ``dst`` columns are the same either way.
+    """
     if not 1 <= scale <= 40 or edge_factor < 1:
         raise ValueError(f"scale={scale} must be in 1..40 and edge_factor={edge_factor} >= 1")
     a, b, c = GRAPH500_ABC
@@ -45,7 +59,11 @@ def rmat_edges(scale: int, edge_factor: int = 16, seed: int = 1) -> pa.Table:
         dst |= right.astype(np.int64) << bit
     labels = rng.permutation(1 << scale).astype(np.int64)
     order = rng.permutation(m)
-    return pa.table({"src": labels[src[order]], "dst": labels[dst[order]]})
+    columns = {"src": labels[src[order]], "dst": labels[dst[order]]}
+    if not timestamps:
+        return pa.table(columns)
+    seconds = _YEAR_START_S + rng.integers(0, _YEAR_S, m, dtype=np.int64)
+    return pa.table({**columns, "ts": pa.array(seconds, pa.timestamp("s", tz="UTC"))})
 
 
 def ring_edges(n_vertices: int) -> pa.Table:

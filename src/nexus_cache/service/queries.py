@@ -1,8 +1,9 @@
 """The query language: every query, its JSON form, and the one door queries enter by.
 
 * :class:`Scan` reads the projected columns of a Parquet object or directory.
-* :class:`Count` counts its rows from the Parquet footers: a synthetic count
-  source, which never enters the decoded-source cache.
+* :class:`Count` counts its rows from the Parquet footers (a synthetic count
+  source, which never enters the decoded-source cache), or with a filter the
+  rows of the mask over the filter's decoded columns.
 * :class:`GraphQuery` runs a graph algorithm on the edges a :class:`Scan` reads
   (its algorithm and parameters: :data:`nexus_cache.graph.registry.ALGORITHMS`).
 
@@ -105,12 +106,7 @@ class Scan:
             raise ConfigError(f"Scan.batch_rows={rows!r} is not accepted; use an int >= 1")
         if self.filter is not None:
             object.__setattr__(self, "filter", _filter_clauses(self.filter))
-        as_of = self.as_of
-        if as_of is not None and (isinstance(as_of, bool) or not isinstance(as_of, int)):
-            raise ConfigError(
-                f"Scan.as_of={as_of!r} is not accepted; use an int (a Delta version or an "
-                "Iceberg snapshot id), or None for the latest"
-            )
+        _check_as_of("Scan.as_of", self.as_of)
 
     kind = "scan"
 
@@ -160,74 +156,95 @@ class Scan:
         return location_key(self.source)
 
 
+def _check_as_of(name: str, as_of: Any) -> None:
+    if as_of is not None and (isinstance(as_of, bool) or not isinstance(as_of, int)):
+        raise ConfigError(
+            f"{name}={as_of!r} is not accepted; use an int (a Delta version or an "
+            "Iceberg snapshot id), or None for the latest"
+        )
+
+
 _FILTER_FORM = (
     "use pyarrow's filters form: a list of [column, op, value] predicates (AND), or a "
     "list of such lists (OR of ANDs)"
 )
 
 
-def _filter_value(value: Any, shown: Any) -> Any:
+def _filter_value(value: Any, shown: Any, name: str) -> Any:
     """A JSON scalar, or a list of them as a tuple (hashable)."""
     if isinstance(value, (list, tuple)):
-        return tuple(_filter_value(v, shown) for v in value)
+        return tuple(_filter_value(v, shown, name) for v in value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise ConfigError(
-        f"Scan.filter predicate {shown!r}: value {value!r} is not accepted; use a JSON "
+        f"{name} predicate {shown!r}: value {value!r} is not accepted; use a JSON "
         "scalar (number, string, true/false, null) or a list of them"
     )
 
 
-def _filter_clauses(raw: Any) -> tuple[tuple[tuple[str, str, Any], ...], ...]:
+def _filter_clauses(
+    raw: Any, name: str = "Scan.filter"
+) -> tuple[tuple[tuple[str, str, Any], ...], ...]:
     """``raw`` in pyarrow's filters form as a tuple of AND-clauses (the shape only: the
-    columns and values are checked against the table when the query is planned)."""
+    columns and values are checked against the table when the query is planned);
+    messages name the field ``name``."""
     from nexus_cache.tables.filters import OPS
 
     def predicate(item: Any) -> bool:
         return isinstance(item, (list, tuple)) and bool(item) and isinstance(item[0], str)
 
     if isinstance(raw, (str, bytes)) or not isinstance(raw, (list, tuple)) or not raw:
-        raise ConfigError(f"Scan.filter={raw!r} is not accepted; {_FILTER_FORM}")
+        raise ConfigError(f"{name}={raw!r} is not accepted; {_FILTER_FORM}")
     if all(predicate(item) for item in raw):
         clauses = [raw]
     elif all(isinstance(c, (list, tuple)) and c and not predicate(c) for c in raw):
         clauses = list(raw)
     else:
-        raise ConfigError(f"Scan.filter={raw!r} is not accepted; {_FILTER_FORM}")
+        raise ConfigError(f"{name}={raw!r} is not accepted; {_FILTER_FORM}")
     out = []
     for clause in clauses:
         triples = []
         for item in clause:
             if not predicate(item) or len(item) != 3:
-                raise ConfigError(
-                    f"Scan.filter predicate {item!r} is not accepted; {_FILTER_FORM}"
-                )
+                raise ConfigError(f"{name} predicate {item!r} is not accepted; {_FILTER_FORM}")
             column, op, value = item
             if not isinstance(op, str) or op not in OPS:
                 raise ConfigError(
-                    f"Scan.filter predicate {list(item)!r}: op {op!r} is not accepted; use "
+                    f"{name} predicate {list(item)!r}: op {op!r} is not accepted; use "
                     "one of: " + ", ".join(OPS)
                 )
             if isinstance(value, (list, tuple)) and any(
                 isinstance(v, (list, tuple)) for v in value
             ):
                 raise ConfigError(
-                    f"Scan.filter predicate {list(item)!r}: a nested list is not accepted; "
+                    f"{name} predicate {list(item)!r}: a nested list is not accepted; "
                     "use a list of scalars for in / not in"
                 )
-            triples.append((column, op, _filter_value(value, list(item))))
+            triples.append((column, op, _filter_value(value, list(item), name)))
         out.append(tuple(triples))
     return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
 class Count:
-    """The number of rows of ``source`` (from the Parquet footers; no decode)."""
+    """The number of rows of ``source``, or of its rows that satisfy ``filter``.
+
+    Without a filter the count comes from the Parquet footers (or a table
+    snapshot's data files), with no decode. With a ``filter`` (the form of
+    :attr:`Scan.filter`) the filter's columns are decoded through the
+    decoded-source cache and the rows of the mask counted. ``as_of`` reads a
+    Delta version or an Iceberg snapshot id instead of the latest.
+    """
 
     source: str
+    filter: tuple[tuple[tuple[str, str, Any], ...], ...] | None = None
+    as_of: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", _text("Count.source", self.source))
+        if self.filter is not None:
+            object.__setattr__(self, "filter", _filter_clauses(self.filter, "Count.filter"))
+        _check_as_of("Count.as_of", self.as_of)
 
     kind = "count"
 
@@ -237,16 +254,22 @@ class Count:
         Examples
         --------
         >>> Count("/data/t.parquet").to_dict()
-        {'type': 'count', 'source': '/data/t.parquet'}
+        {'type': 'count', 'source': '/data/t.parquet', 'filter': None, 'as_of': None}
+        >>> Count("/data/t", filter=[("year", "=", 2025)]).to_dict()["filter"]
+        [[['year', '=', 2025]]]
         """
         return _dict_of(self)
 
     @property
     def scan(self) -> Scan:
-        """The scan this query reads: every column of ``source`` (a count reads only
-        the footers, but plans, routes and is refused by ``allowed_roots`` as a scan of
-        its source is)."""
-        return Scan(self.source)
+        """The scan this query reads: without a filter every column of ``source`` (a
+        count then reads only the footers, but plans, routes and is refused by
+        ``allowed_roots`` as a scan of its source is); with one, the filter's columns
+        only, filtered."""
+        if self.filter is None:
+            return Scan(self.source, as_of=self.as_of)
+        columns = tuple(dict.fromkeys(c for clause in self.filter for c, _op, _v in clause))
+        return Scan(self.source, columns=columns, filter=self.filter, as_of=self.as_of)
 
 
 def _field(name: str) -> str:
@@ -487,7 +510,7 @@ def as_query(query: Query | Mapping[str, Any] | str | bytes) -> Query:
     Examples
     --------
     >>> as_query('{"type": "count", "source": "/data/t.parquet"}')
-    Count(source='/data/t.parquet')
+    Count(source='/data/t.parquet', filter=None, as_of=None)
     >>> q = as_query({"type": "scan", "source": "s3://b/t", "columns": ["a", "b"]})
     >>> q.columns, q.scan is q
     (('a', 'b'), True)
@@ -526,9 +549,9 @@ def as_request(request: Query | Mapping[str, Any] | str | bytes) -> tuple[Query,
     Examples
     --------
     >>> as_request(b'{"query": {"type": "count", "source": "/t"}, "device": 1}')
-    (Count(source='/t'), 1)
+    (Count(source='/t', filter=None, as_of=None), 1)
     >>> as_request('{"type": "count", "source": "/t"}')
-    (Count(source='/t'), None)
+    (Count(source='/t', filter=None, as_of=None), None)
     """
     data: Any = request
     if isinstance(request, (str, bytes, bytearray)):
