@@ -166,13 +166,10 @@ def _polars_expr(pl: Any, filter: list[Pred]) -> Any:
     expr = None
     for column, op, value in filter:
         col = pl.col(column)
-        term = {
-            "=": lambda: col == value,
-            "<": lambda: col < value,
-            ">": lambda: col > value,
-            ">=": lambda: col >= value,
-            "in": lambda: col.is_in(value),
-        }[op]()
+        if op == "in":
+            term = col.is_in(value)
+        else:
+            term = {"=": col.__eq__, "<": col.__lt__, ">": col.__gt__, ">=": col.__ge__}[op](value)
         expr = term if expr is None else expr & term
     return expr
 
@@ -274,9 +271,9 @@ def peers(kind: str, source: Path) -> tuple[dict[str, Runner], list[str]]:
 
 
 # -- timing -------------------------------------------------------------------------------
-def _timed(fn: Callable[[], int]) -> tuple[float, int]:
+def _timed(fn: Runner, filter: list[Pred]) -> tuple[float, int]:
     started = time.perf_counter()
-    rows = fn()
+    rows = fn(filter)
     return time.perf_counter() - started, rows
 
 
@@ -318,9 +315,9 @@ def bench(
                 if name == "ours":
                     ours.fresh()  # an empty decoded-source cache
                 run = ours if name == "ours" else runners[name]
-                seconds, counts[name] = _timed(lambda: run(query.filter))
+                seconds, counts[name] = _timed(run, query.filter)
                 cold[name].append(seconds)
-                seconds, _ = _timed(lambda: run(query.filter))
+                seconds, _ = _timed(run, query.filter)
                 warm[name].append(seconds)
             _check(f"[{kind}] {query.name}", counts)
             rows = counts["ours"]
@@ -335,7 +332,7 @@ def bench(
                 run = ours if name == "ours" else runners[name]
                 total, count = 0.0, 0
                 for f in filters:
-                    seconds, got = _timed(lambda: run(f.filter))
+                    seconds, got = _timed(run, f.filter)
                     total += seconds
                     count += got
                 if count != many_rows:
