@@ -245,7 +245,7 @@ def peers(kind: str, source: Path) -> tuple[dict[str, Runner], list[str]]:
                 f"SELECT {', '.join(_OUTPUT)} FROM read_parquet({files}, hive_partitioning=true) "
                 f"WHERE {_sql_where(filter)}"
             )
-            return int(con.execute(sql).fetch_arrow_table().num_rows)
+            return int(con.execute(sql).to_arrow_table().num_rows)
 
         out["duckdb"] = duck
     try:
