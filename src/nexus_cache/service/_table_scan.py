@@ -190,7 +190,8 @@ def decode_table_object(
     rows = decoded.num_rows
     partition = dict(file.partition)
     fill = [
-        pa.array([partition[f.name]] * rows, type=f.type)
+        # one value repeated in Arrow, not a Python list of ``rows`` items
+        pa.repeat(pa.array([partition[f.name]], type=f.type)[0], rows)
         if f.name in partition
         else pa.nulls(rows, type=f.type)
         for f in read_schema
