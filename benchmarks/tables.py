@@ -83,8 +83,8 @@ def _part_table(day: int, rows: int, rng: np.random.Generator) -> pa.Table:
     )
 
 
-def make_data(workdir: Path, rows_per_part: int) -> tuple[Path, Path]:
-    """Write (once) the Hive directory and the Delta table of the same rows."""
+def make_data(workdir: Path, rows_per_part: int, delta_too: bool = True) -> tuple[Path, Path]:
+    """Write (once) the Hive directory and (``delta_too``) the Delta table of the same rows."""
     hive = workdir / f"hive-{rows_per_part}"
     delta = workdir / f"delta-{rows_per_part}"
     group = max(1, rows_per_part // _GROUPS_PER_FILE)
@@ -98,7 +98,7 @@ def make_data(workdir: Path, rows_per_part: int) -> tuple[Path, Path]:
                 _part_table(day, rows_per_part, rng), part / "part-0.parquet", row_group_size=group
             )
         (hive / "_done").touch()  # "_"-prefixed: skipped by every reader
-    if not (delta / "_delta_log").exists():
+    if delta_too and not (delta / "_delta_log").exists():
         try:
             from deltalake import write_deltalake
         except ImportError:
@@ -452,7 +452,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"lakehouse tables benchmark, {time.strftime('%Y-%m-%d %H:%M')}: {_versions()}")
     print(f"machine: {os.cpu_count()} CPUs, load average {load} at the start")
-    hive, delta = make_data(workdir, rows_per_part)
+    hive, delta = make_data(workdir, rows_per_part, "delta" in args.tables)
     print(
         f"data: {PARTITIONS} partitions x {rows_per_part:,} rows, {format_size(decoded)} decoded "
         f"(--decoded-gib {args.decoded_gib:g}; the targets are stated for 2), "
