@@ -242,11 +242,18 @@ def filter_frames(
         empty = pa.schema([schema.field(n) for n in read.output]).empty_table()
         frames.append(DeviceFrame.from_arrow(_plain_fields(empty), domain=domain))
         return FilterCounts(0, 0)
+    from nexus_cache.tables.pruning import residual_filter
+
     output = list(read.output)
-    for i, frame in enumerate(frames):
+    for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
         kept = frame
-        if read.filter is not None:
+        # the predicates on partition columns are decided per file, not per row
+        flt = True if read.filter is None else residual_filter(read.filter, file)
+        if flt is False:  # not for a kept file (pruned by partition); the whole filter then
+            assert read.filter is not None
             kept = filter_frame(frame, read.filter, output)
+        elif flt is not True:
+            kept = filter_frame(frame, flt, output)
         elif list(frame.column_names) != output:
             kept = frame.select(output)
         if kept is not frame:
