@@ -223,7 +223,8 @@ def decode_table_object(
     rows = decoded.num_rows
     partition = dict(file.partition)
     fill = [
-        pa.array([partition[f.name]] * rows, type=f.type)
+        # one value repeated in Arrow, not a Python list of ``rows`` items
+        pa.repeat(pa.array([partition[f.name]], type=f.type)[0], rows)
         if f.name in partition
         else pa.nulls(rows, type=f.type)
         for f in read_schema
@@ -274,11 +275,18 @@ def filter_frames(
         empty = pa.schema([schema.field(n) for n in read.output]).empty_table()
         frames.append(DeviceFrame.from_arrow(_plain_fields(empty), domain=domain))
         return FilterCounts(0, 0)
+    from nexus_cache.tables.pruning import residual_filter
+
     output = list(read.output)
-    for i, frame in enumerate(frames):
+    for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
         kept = frame
-        if read.filter is not None:
+        # the predicates on partition columns are decided per file, not per row
+        flt = True if read.filter is None else residual_filter(read.filter, file)
+        if flt is False:  # not for a kept file (pruned by partition); the whole filter then
+            assert read.filter is not None
             kept = filter_frame(frame, read.filter, output)
+        elif flt is not True:
+            kept = filter_frame(frame, flt, output)
         elif list(frame.column_names) != output:
             kept = frame.select(output)
         if kept is not frame:

@@ -29,6 +29,7 @@ __all__ = [
     "plan_scan",
     "prune_files",
     "prune_row_groups",
+    "residual_filter",
 ]
 
 
@@ -122,7 +123,14 @@ def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
 
 
 def _exact(p: Predicate, value: Any) -> bool:
-    """``p`` on a column whose every row holds ``value`` (None: null)."""
+    """``p`` on a column whose every row holds ``value`` (None: null); True when
+    the value cannot be compared (no proof)."""
+    decided = _decide(p, value)
+    return True if decided is None else decided
+
+
+def _decide(p: Predicate, value: Any) -> bool | None:
+    """``p`` on a column whose every row holds ``value``; None when undecided."""
     if p.op in ("in", "not in"):
         found = value in p.value
         return found if p.op == "in" else not found
@@ -140,7 +148,41 @@ def _exact(p: Predicate, value: Any) -> bool:
             }[p.op]
         )
     except TypeError:
-        return True
+        return None
+
+
+def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
+    """What of ``flt`` is left to test row by row in ``file``, its partition values known.
+
+    A predicate on a partition column holds for every row of the file or for
+    none, so it is decided here: a clause with a false one is dropped, a true
+    one leaves its clause. Returns True when every row of the file satisfies
+    ``flt`` (a clause is left empty), False when none does, else the filter of
+    the remaining predicates over the same schema.
+    """
+    known = _file_ranges(file, flt, partition=True)
+    clauses: list[tuple[Predicate, ...]] = []
+    for clause in flt.clauses:
+        left: list[Predicate] = []
+        for p in clause:
+            found = known.get(p.column)
+            decided = None if found is None else _decide(p, found.low)
+            if decided is False:
+                break
+            if decided is None:
+                left.append(p)
+        else:
+            if not left:
+                return True
+            clauses.append(tuple(left))
+    if not clauses:
+        return False
+    clauses = list(dict.fromkeys(clauses))  # two clauses may leave the same predicates
+    if len(clauses) == len(flt.clauses) and all(
+        len(a) == len(b) for a, b in zip(clauses, flt.clauses, strict=True)
+    ):
+        return flt
+    return TableFilter(tuple(clauses), flt.schema)
 
 
 def _file_ranges(file: DataFile, flt: TableFilter, partition: bool) -> dict[str, _Range]:
