@@ -281,7 +281,7 @@ def demo_mix(work: Path, backend: str, scale: int, host_total: str) -> None:
 
     lake = work / f"demo-{scale}"
     lake.mkdir(exist_ok=True)
-    edges = rmat_edges(scale)
+    edges = rmat_edges(scale, timestamps=True)  # the demo mix filters on ts
     write_parquet(edges, lake / "edges.parquet")
     write_parquet(fact_table(16 << scale), lake / "facts.parquet")
     for path in lake.iterdir():

@@ -149,7 +149,7 @@ def _measure(args: argparse.Namespace, root: Path) -> int:
 
     lake = root / "lake"
     lake.mkdir(parents=True, exist_ok=True)
-    edges = rmat_edges(args.scale)
+    edges = rmat_edges(args.scale, timestamps=True)  # the demo mix filters on ts
     write_parquet(edges, lake / "edges.parquet")
     source = int(edges.column("src")[0].as_py())
     results: dict[int, dict[str, Any]] = {}

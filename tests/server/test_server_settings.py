@@ -23,7 +23,7 @@ from nexus_cache.server.wire import (
     encode_ticket,
     split_diagnostics,
 )
-from nexus_cache.service import ServiceConfig
+from nexus_cache.service import Count, ServiceConfig
 
 
 def test_allowed_roots_resolve_links_and_respect_path_boundaries(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_ticket_size_json_and_device_envelope(tmp_path: Path) -> None:
     query = {"type": "count", "source": str(tmp_path / "a.parquet")}
     raw = encode_ticket(query, device=1)
     parsed, device = parse_ticket(raw, max_bytes=1 << 16, allowed_roots=None)
-    assert parsed.to_dict() == query
+    assert parsed == Count(str(tmp_path / "a.parquet"))
     assert device == 1
     with pytest.raises(ConfigError, match="over max_ticket_bytes=16 "):
         parse_ticket(raw, max_bytes=16, allowed_roots=None)
