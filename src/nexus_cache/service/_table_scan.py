@@ -40,12 +40,20 @@ from nexus_cache.errors import ConfigError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.frames.gather import filter_frame
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
-from nexus_cache.service._lake import SourcePlan, check_regular, decode_object
+from nexus_cache.service._lake import (
+    OpenedObject,
+    SourcePlan,
+    check_regular,
+    decode_object,
+    open_object,
+)
 from nexus_cache.service.queries import Scan
 from nexus_cache.tables import DataFile, ScanPlan, TableFilter, TableSnapshot
 
 __all__ = [
+    "RowGroupChoice",
     "TableRead",
+    "choose_row_groups",
     "decode_table_object",
     "filter_frames",
     "is_table_read",
@@ -207,8 +215,13 @@ def decode_table_object(
     read: TableRead,
     domain: AllocationDomain,
     diagnostics: list[ReadDiagnostics],
+    *,
+    row_groups: Sequence[int] | None = None,
+    opened: OpenedObject | None = None,
 ) -> DeviceFrame:
-    """One data file's projected columns as a frame in ``domain`` (see the module doc)."""
+    """One data file's projected columns as a frame in ``domain`` (see the module doc):
+    of ``row_groups`` only when given (none at all: an empty frame of those columns);
+    ``opened``: the file already opened with its footer read (closed here)."""
     from nexus_cache.tables.pruning import file_column_names
 
     schema = read.snapshot.schema
@@ -219,7 +232,16 @@ def decode_table_object(
         names.update(file_column_names(read_schema, file_schema))
         return sorted(set(names.values()), key=file_schema.get_field_index)
 
-    decoded = decode_object(cache, read_plan, None, domain, diagnostics, file_columns=pick)
+    decoded = decode_object(
+        cache,
+        read_plan,
+        None,
+        domain,
+        diagnostics,
+        file_columns=pick,
+        row_groups=row_groups,
+        opened=opened,
+    )
     rows = decoded.num_rows
     partition = dict(file.partition)
     fill = [
@@ -253,6 +275,41 @@ def decode_table_object(
     if extra is not None:
         extra.release()
     return frame
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroupChoice:
+    """What a filter needs of one kept object, from its footer's statistics."""
+
+    opened: OpenedObject
+    total: int
+    kept: tuple[int, ...]
+
+    @property
+    def groups(self) -> tuple[int, ...] | None:
+        """The row groups to decode; None: all of them (the whole object)."""
+        return None if len(self.kept) == self.total else self.kept
+
+
+def choose_row_groups(
+    cache: LakehouseCache,
+    read_plan: ReadPlan,
+    file: DataFile,
+    read: TableRead,
+    diagnostics: list[ReadDiagnostics],
+) -> RowGroupChoice:
+    """Open one kept object, read its footer and keep the row groups whose
+    statistics (and the file's partition values) may satisfy ``read``'s filter.
+    The object stays open for the decode (:func:`decode_table_object`'s ``opened``)."""
+    from nexus_cache.tables.pruning import prune_row_groups
+
+    opened = open_object(cache, read_plan, diagnostics)
+    try:
+        kept = prune_row_groups(opened.metadata, read.filter, file)
+    except BaseException:
+        opened.close()
+        raise
+    return RowGroupChoice(opened, opened.metadata.num_row_groups, kept)
 
 
 @dataclasses.dataclass(frozen=True)
