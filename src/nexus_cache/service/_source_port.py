@@ -8,6 +8,9 @@ columns, the batch boundary) and goes through ``checkout_or_claim``:
 
 * ``hit``: a copy of the resident frame (the entry stays pinned until the
   attempt releases its frames); no byte is read from the lakehouse;
+* with a ``narrow`` (a filtered table read), a hit on the object's whole entry
+  when it is resident; otherwise the key names the row groups the filter may
+  need (from the object's footer), and an object with none is not decoded;
 * ``miss-led``: this attempt decoded through the lakehouse and offered the
   frame to the cache (retained when it fits; the attempt keeps its own);
 * ``miss-followed``: another attempt was decoding the same key; this one

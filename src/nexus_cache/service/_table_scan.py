@@ -7,8 +7,7 @@ resolves the snapshot (:func:`~nexus_cache.tables.resolve_table`), makes the
 filter canonical against the table's schema (:class:`ConfigError` before a
 byte is read), checks every data file against ``allowed_roots``, prunes files
 by partition values and file statistics
-(:func:`~nexus_cache.tables.plan_scan`; no row-group pruning: each kept
-object is decoded whole, so its decoded-source entry serves every filter),
+(:func:`~nexus_cache.tables.plan_scan`; no footer is read while planning),
 and plans each kept file in the lakehouse cache from the snapshot: a remote
 Delta or Iceberg data file by its path and size (the table never rewrites
 one), a listed object by its ETag and size, with no request per file; a
@@ -20,7 +19,11 @@ and the filter's, in the table's schema order): the file's own columns,
 mapped by name (Iceberg: by field id), partition columns appended as
 constant columns of the partition value's type, a column the file lacks as
 nulls. The decoded-source key holds the object and these columns, never the
-filter, so another filter over the same columns is a hit. After the
+filter, so another filter over the same columns is a hit on the object's
+whole entry. A filtered scan that finds no whole entry reads the object's
+footer (:func:`choose_row_groups`) and decodes only the row groups the
+filter may need, under a key that names them (all of them: the whole
+entry's key); a graph's edges are always read whole. After the
 checkout the filter runs as a mask on the domain's array module (NumPy on
 the host, CuPy on CUDA), the rows are gathered and the output columns kept.
 """
