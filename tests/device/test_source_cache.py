@@ -491,3 +491,27 @@ def test_an_interrupt_during_retention_abandons_the_reservation(caches: Any, att
     (shutdown,) = caches.shutdown(timeout=120.0)
     assert shutdown.complete
     assert time.monotonic() - started < 60  # no wait for a reservation nobody holds
+
+
+def test_checkout_resident_serves_only_a_resident_entry_and_counts_no_miss(
+    caches: Any, attempt: Any
+) -> None:
+    source = caches.source_cache(0)
+    decode = Decoder(attempt)
+    assert source.checkout_resident(key("r"), domain=attempt) is None  # absent: no claim
+    snap = source.event_snapshot()
+    assert (snap.hits, snap.misses) == (0, 0)
+    assert source.in_flight_keys() == 0
+    with source.get_or_decode(key("r"), decode, domain=attempt):
+        pass
+    found = source.checkout_resident(key("r"), domain=attempt)
+    assert found is not None
+    with found:
+        assert found.status is CheckoutStatus.HIT
+        np.testing.assert_array_equal(found.value["a"], expected())
+        assert ledger_pair(caches)[1] > 0  # pinned while checked out
+    assert ledger_pair(caches)[1] == 0
+    assert decode.calls == 1
+    assert source.event_snapshot().hits == 1
+    bypass = {next(iter(SourceBypass)).value: True}  # never served from the cache
+    assert source.checkout_resident(key("r", **bypass), domain=attempt) is None

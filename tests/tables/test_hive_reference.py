@@ -239,3 +239,29 @@ def test_a_huge_in_list_of_strings_and_ints_matches_pyarrow(tmp_path: Path) -> N
     wanted = [f"key-{i}" for i in range(0, 2 * n, 3)]
     flt = [("s", "in", wanted), ("k", "not in", list(range(0, n, 2)))]
     assert_same_rows(read_table(snap, filter=flt), table.filter(pq.filters_to_expression(flt)))
+
+
+def test_a_local_directory_lists_what_the_fsspec_listing_of_its_url_lists(
+    tmp_path: Path,
+) -> None:
+    """The local listing (``os.walk``) and fsspec's (a ``file://`` URL) agree: a link
+    to a file is listed with its target's size, a link to a directory is not
+    followed, a dangling link, a FIFO, hidden and ``_`` directories are skipped."""
+    root = tmp_path / "t"
+    for part in ("k=1", "k=2/j=a", ".hidden", "_temporary"):
+        (root / part).mkdir(parents=True)
+        pq.write_table(_rows(5, len(part)), root / part / "p.parquet")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    pq.write_table(_rows(9, 1), outside / "x.parquet")
+    os.symlink(outside / "x.parquet", root / "k=1" / "linked.parquet")
+    os.symlink(outside, root / "k=3")  # a directory link: not descended
+    os.symlink(tmp_path / "gone.parquet", root / "k=1" / "dangling.parquet")
+    os.mkfifo(root / "k=2" / "fifo.parquet")
+    local = resolve_table(str(root))
+    url = resolve_table(root.as_uri())
+    got = [(f.path, f.size, f.partition) for f in local.files]
+    want = [(f.path.removeprefix("file://"), f.size, f.partition) for f in url.files]
+    assert got == want
+    assert [Path(p).name for p, _, _ in got] == ["linked.parquet", "p.parquet", "p.parquet"]
+    assert got[0][1] == (outside / "x.parquet").stat().st_size

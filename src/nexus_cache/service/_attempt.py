@@ -27,6 +27,7 @@ from nexus_cache.service._graph_port import (
     GraphPort,
 )
 from nexus_cache.service._lake import (
+    OpenedObject,
     SourcePlan,
     count_rows,
     decode_object,
@@ -36,7 +37,9 @@ from nexus_cache.service._lake import (
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
 from nexus_cache.service._table_scan import (
     FilterCounts,
+    RowGroupChoice,
     TableRead,
+    choose_row_groups,
     decode_table_object,
     filter_frames,
     is_table_read,
@@ -135,6 +138,9 @@ class AttemptOutcome:
     used_bytes: int = 0
     #: rows before and after a table read's filter (None: no table read)
     rows: FilterCounts | None = None
+    #: a table read's objects: the row groups each frame holds, and what the
+    #: footer's statistics pruned where it was read (None: no table read)
+    entries: list[dict[str, Any]] | None = None
 
     def statuses(self, plan: AttemptPlan) -> dict[str, Any]:
         return {
@@ -151,10 +157,14 @@ class AttemptOutcome:
         if read is None:
             return None
         rows = self.rows
+        entries = self.entries or []
         return {
             **read.to_dict(),
+            "row_groups_total": sum(e["row_groups_total"] or 0 for e in entries),
+            "row_groups_pruned": sum(e["row_groups_pruned"] or 0 for e in entries),
             "rows_before_filter": None if rows is None else rows.rows_before,
             "rows_after_filter": None if rows is None else rows.rows_after,
+            "entries": entries,
         }
 
 
@@ -248,7 +258,7 @@ def _run_scan(run: _Run, query: Scan) -> pa.Table:
 
 def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
     """The algorithm's result on the graph of the edges ``query.edges`` reads."""
-    _load_source(run, query.edges)
+    _load_source(run, query.edges, whole=True)
     attempt, plan, outcome = run.attempt, run.plan, run.outcome
     attempt.check_cancelled("before its graph algorithm")
 
@@ -287,9 +297,11 @@ def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
     return result
 
 
-def _load_source(run: _Run, scan: Scan) -> None:
+def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
     """Fill ``run.load`` with the frames of ``scan``: copies of cached frames,
-    or each object decoded (charged to the budget as it lands)."""
+    or each object decoded (charged to the budget as it lands). A filtered table
+    read decodes only the row groups its filter may need, unless ``whole``
+    (a graph's edges) or the object's whole entry is resident."""
     attempt, timings, budget = run.attempt, run.outcome.timings, run.budget
     table = run.plan.source.table
     files = (
@@ -298,8 +310,22 @@ def _load_source(run: _Run, scan: Scan) -> None:
         else dict(zip(map(id, run.plan.source.plans), table.files, strict=True))
     )
     decoded = 0
+    choices: dict[int, RowGroupChoice] = {}
+    opened: dict[int, OpenedObject] = {}  # footers read, not yet decoded
 
-    def decode(read_plan: ReadPlan) -> Any:
+    def narrow(read_plan: ReadPlan) -> tuple[int, ...] | None:
+        assert table is not None
+        attempt.check_cancelled("while reading its source's footers")
+        t = time.perf_counter()
+        choice = choose_row_groups(
+            run.ports.lakehouse, read_plan, files[id(read_plan)], table, run.outcome.reads
+        )
+        choices[id(read_plan)] = choice
+        opened[id(read_plan)] = choice.opened
+        timings["footer_s"] = timings.get("footer_s", 0.0) + time.perf_counter() - t
+        return choice.groups
+
+    def decode(read_plan: ReadPlan, groups: tuple[int, ...] | None) -> Any:
         nonlocal decoded
         attempt.check_cancelled("while decoding its source")
         t = time.perf_counter()
@@ -315,6 +341,8 @@ def _load_source(run: _Run, scan: Scan) -> None:
                 table,
                 run.domain,
                 run.outcome.reads,
+                row_groups=groups,
+                opened=opened.pop(id(read_plan), None),
             )
         timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
         decoded += int(frame.nbytes)
@@ -339,9 +367,14 @@ def _load_source(run: _Run, scan: Scan) -> None:
             if attempt.cancel is None
             else lambda: attempt.check_cancelled("while waiting for another query's decode"),
             decode_options=() if table is None else table.decode_options,
+            narrow=None if table is None or table.filter is None or whole else narrow,
         )
     finally:
         run.outcome.source = run.load.outcome
+        for left in opened.values():  # a footer read, then a hit on the narrowed entry
+            left.close()
+        if table is not None:
+            run.outcome.entries = _entries(run.plan.source.plans, run.load.holds, choices)
     timings["source_s"] = time.perf_counter() - t0
     budget.charge(run.load.nbytes - decoded, "copying cached frames")
     if table is not None:
@@ -350,3 +383,25 @@ def _load_source(run: _Run, scan: Scan) -> None:
         timings["filter_s"] = time.perf_counter() - t0
         if table.filter is not None:  # the gathered rows are new buffers
             budget.charge(run.load.nbytes, "filtering the scan")
+
+
+def _entries(
+    plans: Sequence[ReadPlan],
+    holds: Sequence[tuple[int, ...] | None],
+    choices: Mapping[int, RowGroupChoice],
+) -> list[dict[str, Any]]:
+    """Per object of a table read: the row groups its frame holds (``all``, or the
+    list the filter kept) and, where its footer was read, its row groups and how
+    many the statistics pruned (None: not read, its whole entry served)."""
+    out = []
+    for read_plan, held in zip(plans, holds, strict=False):  # holds: objects loaded so far
+        choice = choices.get(id(read_plan))
+        out.append(
+            {
+                "object": read_plan.identity.location if read_plan.identity else read_plan.source,
+                "row_groups": "all" if held is None else list(held),
+                "row_groups_total": None if choice is None else choice.total,
+                "row_groups_pruned": None if choice is None else choice.total - len(choice.kept),
+            }
+        )
+    return out

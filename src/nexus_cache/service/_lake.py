@@ -43,12 +43,14 @@ if TYPE_CHECKING:
     from nexus_cache.service._table_scan import TableRead
 
 __all__ = [
+    "OpenedObject",
     "SourcePlan",
     "check_regular",
     "count_rows",
     "decode_object",
     "identity_problem",
     "lakehouse_summary",
+    "open_object",
     "plan_source",
 ]
 
@@ -252,19 +254,57 @@ def decode_object(
     domain: AllocationDomain,
     diagnostics: list[ReadDiagnostics],
     file_columns: Callable[[pa.Schema], Sequence[str]] | None = None,
+    *,
+    row_groups: Sequence[int] | None = None,
+    opened: OpenedObject | None = None,
 ) -> DeviceFrame:
     """Read one planned object through the cache and decode it into ``domain``.
 
     ``file_columns``, when given, picks the columns to decode from the object's
     own Arrow schema (read from its footer) instead of ``columns``.
-    Appends the read's diagnostics to ``diagnostics``. Raises
-    :class:`StalePlanError` when the plan no longer holds.
+    ``row_groups``: decode only these (default: all). ``opened``: the object
+    already opened by :func:`open_object` (its footer read); it is closed here.
+    Appends the read's diagnostics to ``diagnostics`` (an ``opened`` object's
+    were appended when it was opened). Raises :class:`StalePlanError` when the
+    plan no longer holds.
     """
-    with _execute(cache, read_plan, diagnostics) as handle, _parquet_errors(read_plan):
+    handle = _execute(cache, read_plan, diagnostics) if opened is None else opened.handle
+    with handle, _parquet_errors(read_plan):
         if file_columns is not None:
-            columns = list(file_columns(pq.ParquetFile(handle).schema_arrow))
+            schema = pq.ParquetFile(handle).schema_arrow if opened is None else opened.schema
+            columns = list(file_columns(schema))
+        if file_columns is not None or opened is not None:
             handle.seek(0)
-        return decode_parquet(handle, domain=domain, columns=columns)
+        return decode_parquet(handle, domain=domain, columns=columns, row_groups=row_groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenedObject:
+    """One planned object opened through the lakehouse cache, and its Parquet footer."""
+
+    handle: LakehouseFile
+    metadata: pq.FileMetaData
+    schema: pa.Schema  # the object's Arrow schema (as its writer stored it)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def open_object(
+    cache: LakehouseCache, read_plan: ReadPlan, diagnostics: list[ReadDiagnostics]
+) -> OpenedObject:
+    """Open one planned object and read its footer (the last bytes of the object);
+    close it with :meth:`OpenedObject.close` or by passing it to
+    :func:`decode_object`. Appends the read's diagnostics to ``diagnostics``."""
+    handle = _execute(cache, read_plan, diagnostics)
+    try:
+        with _parquet_errors(read_plan):
+            parquet = pq.ParquetFile(handle)
+            metadata, schema = parquet.metadata, parquet.schema_arrow
+    except BaseException:
+        handle.close()
+        raise
+    return OpenedObject(handle, metadata, schema)
 
 
 def count_rows(cache: LakehouseCache, plan: SourcePlan, diagnostics: list[ReadDiagnostics]) -> int:

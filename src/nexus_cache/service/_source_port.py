@@ -8,6 +8,9 @@ columns, the batch boundary) and goes through ``checkout_or_claim``:
 
 * ``hit``: a copy of the resident frame (the entry stays pinned until the
   attempt releases its frames); no byte is read from the lakehouse;
+* with a ``narrow`` (a filtered table read), a hit on the object's whole entry
+  when it is resident; otherwise the key names the row groups the filter may
+  need (from the object's footer), and an object with none is not decoded;
 * ``miss-led``: this attempt decoded through the lakehouse and offered the
   frame to the cache (retained when it fits; the attempt keeps its own);
 * ``miss-followed``: another attempt was decoding the same key; this one
@@ -44,7 +47,14 @@ from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import ReadPlan
 from nexus_cache.service._lake import SourcePlan, identity_problem
 
-__all__ = ["BYPASS_COUNT", "SourceLoad", "SourceOutcome", "SourcePort", "concat_objects"]
+__all__ = [
+    "BYPASS_COUNT",
+    "Narrow",
+    "SourceLoad",
+    "SourceOutcome",
+    "SourcePort",
+    "concat_objects",
+]
 
 #: what the frames were decoded with: part of every key, so a change of
 #: decoder never reuses frames of another
@@ -72,6 +82,8 @@ class SourceLoad:
     frames: list[DeviceFrame] = dataclasses.field(default_factory=list)
     checkouts: list[SourceCheckout] = dataclasses.field(default_factory=list)
     outcome: SourceOutcome | None = None
+    #: the row groups each frame holds, one per frame (None: all of its object's)
+    holds: list[tuple[int, ...] | None] = dataclasses.field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -112,8 +124,12 @@ _STATUS = {
     CheckoutStatus.UNCACHED: "bypass",
 }
 
-#: decodes one planned object into the attempt's domain
-Decode = Callable[[ReadPlan], DeviceFrame]
+#: decodes one planned object into the attempt's domain: only the row groups
+#: given (None: all of them)
+Decode = Callable[[ReadPlan, tuple[int, ...] | None], DeviceFrame]
+#: the row groups of one planned object that a filter may need, from its footer
+#: (None: all of them; empty: none)
+Narrow = Callable[[ReadPlan], tuple[int, ...] | None]
 
 
 class SourcePort:
@@ -134,24 +150,37 @@ class SourcePort:
         load: SourceLoad,
         stop: Callable[[], None] | None = None,
         decode_options: tuple[tuple[str, Any], ...] = (),
+        narrow: Narrow | None = None,
     ) -> None:
         """Fill ``load`` with one frame per object of ``plan`` (release it in any case).
 
         ``stop`` is looked at while this query waits for another query's
         decode of the same frame (see ``checkout_or_claim``). ``decode_options``
         join each key: how ``decode`` builds a frame beyond its columns (a table
-        read's partition and null columns)."""
+        read's partition and null columns).
+
+        ``narrow`` (a filtered table read): an object whose whole entry is
+        resident is a hit on it (any filter can be applied to it), with no
+        footer read. Otherwise ``narrow`` picks the row groups the filter may
+        need; they join the key (all of them: the whole-object key), and only
+        they are decoded. An object with none is decoded empty and not cached.
+        """
         subdomain = self._caches.source_cache(device_id)
         statuses: list[str] = []
         reasons: list[str] = []
         try:
             for read_plan in plan.plans:
                 if subdomain is None or read_plan.key is None:
-                    load.frames.append(decode(read_plan))
-                    statuses.append("bypass")
-                    reasons.append(
-                        "cache_cap_bytes=0" if subdomain is None else identity_problem(read_plan)
-                    )
+                    groups = None if narrow is None else narrow(read_plan)
+                    load.frames.append(decode(read_plan, groups))
+                    load.holds.append(groups)
+                    if groups != ():
+                        statuses.append("bypass")
+                        reasons.append(
+                            "cache_cap_bytes=0"
+                            if subdomain is None
+                            else identity_problem(read_plan)
+                        )
                     continue
                 key = SourceFrameKey(
                     (read_plan.key,),
@@ -160,8 +189,22 @@ class SourcePort:
                     decode_options=(_DECODER, ("all_columns", columns is None), *decode_options),
                     location=read_plan.source,
                 )
-                checkout = self._one(subdomain, key, domain, read_plan, decode, stop)
+                groups = None
+                checkout = (
+                    None if narrow is None else subdomain.checkout_resident(key, domain=domain)
+                )
+                if narrow is not None and checkout is None:
+                    groups = narrow(read_plan)
+                    if groups == ():  # no row group may match: nothing to decode or cache
+                        load.frames.append(decode(read_plan, groups))
+                        load.holds.append(groups)
+                        continue
+                    if groups is not None:
+                        key = dataclasses.replace(key, row_groups=groups)
+                if checkout is None:
+                    checkout = self._one(subdomain, key, domain, read_plan, decode, groups, stop)
                 load.checkouts.append(checkout)
+                load.holds.append(groups)
                 load.frames.append(checkout.value)
                 status = _STATUS[checkout.status]
                 statuses.append(status)
@@ -180,6 +223,7 @@ class SourcePort:
         domain: AllocationDomain,
         read_plan: ReadPlan,
         decode: Decode,
+        groups: tuple[int, ...] | None,
         stop: Callable[[], None] | None,
     ) -> SourceCheckout:
         result = subdomain.checkout_or_claim(key, domain=domain, timeout=self._timeout, stop=stop)
@@ -187,7 +231,7 @@ class SourcePort:
             return result
         with result:  # an exception not resolved below fails the claim for every waiter
             try:
-                frame = decode(read_plan)
+                frame = decode(read_plan, groups)
             except StalePlanError:
                 result.abandon("stale lakehouse plan")  # our plan, not the key, is bad
                 raise

@@ -7,8 +7,7 @@ resolves the snapshot (:func:`~nexus_cache.tables.resolve_table`), makes the
 filter canonical against the table's schema (:class:`ConfigError` before a
 byte is read), checks every data file against ``allowed_roots``, prunes files
 by partition values and file statistics
-(:func:`~nexus_cache.tables.plan_scan`; no row-group pruning: each kept
-object is decoded whole, so its decoded-source entry serves every filter),
+(:func:`~nexus_cache.tables.plan_scan`; no footer is read while planning),
 and plans each kept file in the lakehouse cache from the snapshot: a remote
 Delta or Iceberg data file by its path and size (the table never rewrites
 one), a listed object by its ETag and size, with no request per file; a
@@ -20,7 +19,11 @@ and the filter's, in the table's schema order): the file's own columns,
 mapped by name (Iceberg: by field id), partition columns appended as
 constant columns of the partition value's type, a column the file lacks as
 nulls. The decoded-source key holds the object and these columns, never the
-filter, so another filter over the same columns is a hit. After the
+filter, so another filter over the same columns is a hit on the object's
+whole entry. A filtered scan that finds no whole entry reads the object's
+footer (:func:`choose_row_groups`) and decodes only the row groups the
+filter may need, under a key that names them (all of them: the whole
+entry's key); a graph's edges are always read whole. After the
 checkout the filter runs as a mask on the domain's array module (NumPy on
 the host, CuPy on CUDA), the rows are gathered and the output columns kept.
 """
@@ -40,12 +43,20 @@ from nexus_cache.errors import ConfigError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.frames.gather import filter_frame
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
-from nexus_cache.service._lake import SourcePlan, check_regular, decode_object
+from nexus_cache.service._lake import (
+    OpenedObject,
+    SourcePlan,
+    check_regular,
+    decode_object,
+    open_object,
+)
 from nexus_cache.service.queries import Scan
 from nexus_cache.tables import DataFile, ScanPlan, TableFilter, TableSnapshot
 
 __all__ = [
+    "RowGroupChoice",
     "TableRead",
+    "choose_row_groups",
     "decode_table_object",
     "filter_frames",
     "is_table_read",
@@ -207,8 +218,13 @@ def decode_table_object(
     read: TableRead,
     domain: AllocationDomain,
     diagnostics: list[ReadDiagnostics],
+    *,
+    row_groups: Sequence[int] | None = None,
+    opened: OpenedObject | None = None,
 ) -> DeviceFrame:
-    """One data file's projected columns as a frame in ``domain`` (see the module doc)."""
+    """One data file's projected columns as a frame in ``domain`` (see the module doc):
+    of ``row_groups`` only when given (none at all: an empty frame of those columns);
+    ``opened``: the file already opened with its footer read (closed here)."""
     from nexus_cache.tables.pruning import file_column_names
 
     schema = read.snapshot.schema
@@ -219,7 +235,16 @@ def decode_table_object(
         names.update(file_column_names(read_schema, file_schema))
         return sorted(set(names.values()), key=file_schema.get_field_index)
 
-    decoded = decode_object(cache, read_plan, None, domain, diagnostics, file_columns=pick)
+    decoded = decode_object(
+        cache,
+        read_plan,
+        None,
+        domain,
+        diagnostics,
+        file_columns=pick,
+        row_groups=row_groups,
+        opened=opened,
+    )
     rows = decoded.num_rows
     partition = dict(file.partition)
     fill = [
@@ -253,6 +278,41 @@ def decode_table_object(
     if extra is not None:
         extra.release()
     return frame
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroupChoice:
+    """What a filter needs of one kept object, from its footer's statistics."""
+
+    opened: OpenedObject
+    total: int
+    kept: tuple[int, ...]
+
+    @property
+    def groups(self) -> tuple[int, ...] | None:
+        """The row groups to decode; None: all of them (the whole object)."""
+        return None if len(self.kept) == self.total else self.kept
+
+
+def choose_row_groups(
+    cache: LakehouseCache,
+    read_plan: ReadPlan,
+    file: DataFile,
+    read: TableRead,
+    diagnostics: list[ReadDiagnostics],
+) -> RowGroupChoice:
+    """Open one kept object, read its footer and keep the row groups whose
+    statistics (and the file's partition values) may satisfy ``read``'s filter.
+    The object stays open for the decode (:func:`decode_table_object`'s ``opened``)."""
+    from nexus_cache.tables.pruning import prune_row_groups
+
+    opened = open_object(cache, read_plan, diagnostics)
+    try:
+        kept = prune_row_groups(opened.metadata, read.filter, file)
+    except BaseException:
+        opened.close()
+        raise
+    return RowGroupChoice(opened, opened.metadata.num_row_groups, kept)
 
 
 @dataclasses.dataclass(frozen=True)

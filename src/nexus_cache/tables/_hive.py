@@ -17,6 +17,7 @@ is the first object's, with the partition columns after its own.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 from urllib.parse import unquote
 
@@ -56,7 +57,9 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
         is_dir = listing_fs.isdir(base)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"source {source!r} cannot be listed ({exc}); check the path") from exc
-    if is_dir:
+    if is_dir and fs is None:
+        entries = _local_entries(base)
+    elif is_dir:
         found = listing_fs.find(base, detail=True)
         entries = sorted(
             (name, int(info.get("size") or 0), _etag(info))
@@ -111,6 +114,27 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
         files=files,
         filesystem=fs,
     )
+
+
+def _local_entries(base: str) -> list[tuple[str, int, str | None]]:
+    """The ``*.parquet`` files under local directory ``base`` as fsspec's listing
+    gives them (a link to a file is listed with its target's size; a link to a
+    directory is not followed; a dangling link, a FIFO or a device is not a file),
+    with one ``scandir`` per directory and no directory under a hidden one."""
+    out = []
+    for root, dirs, files in os.walk(base):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for name in files:
+            if not name.endswith(".parquet") or name.startswith((".", "_")):
+                continue
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:  # a dangling link, or gone meanwhile
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append((path, st.st_size, None))
+    return sorted(out)
 
 
 def _etag(info: dict[str, Any]) -> str | None:

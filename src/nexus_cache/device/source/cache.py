@@ -213,6 +213,35 @@ class SourceCacheSubdomain(CacheSubdomain):
         if flight is not None:
             return self._copy_leader_value(key, flight, source, domain, waited)
         assert handle is not None
+        return self._copy_resident(key, handle, domain, status, waited)
+
+    def checkout_resident(
+        self, key: SourceFrameKey, *, domain: AllocationDomain
+    ) -> SourceCheckout | None:
+        """A hit's :class:`SourceCheckout` when ``key`` is resident now, else None: no
+        claim, no wait for a decode in flight, and a miss is not counted (the caller
+        asks for another key next, whose :meth:`checkout_or_claim` counts it)."""
+        if not isinstance(key, SourceFrameKey):
+            raise ConfigError(
+                f"checkout_resident needs a SourceFrameKey, got {type(key).__name__}"
+            )
+        if key.bypass is not None:
+            return None
+        with self._lock:
+            handle = self._checkout_locked(key)
+        if handle is None:
+            return None
+        return self._copy_resident(key, handle, domain, CheckoutStatus.HIT, 0.0)
+
+    def _copy_resident(
+        self,
+        key: SourceFrameKey,
+        handle: Any,
+        domain: AllocationDomain,
+        status: CheckoutStatus,
+        waited: float,
+    ) -> SourceCheckout:
+        """A copy of a pinned resident entry in ``domain``, carrying the pin."""
         try:
             copy = handle.value.copy_into(domain)
         except BaseException:
