@@ -290,3 +290,37 @@ def test_settings_default_to_the_machine_and_take_the_size_grammar(
     assert decode_settings(5, "1GiB") == (5, 1 << 30)  # arguments win over variables
     with pytest.raises(ConfigError, match=r"threads=True"):
         decode_settings(True)  # type: ignore[arg-type]
+
+
+def test_a_small_read_is_decoded_inline_and_a_large_one_by_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few row groups (a filtered scan's) cost more in starting threads than in
+    decoding: with no thread count asked for, they are read in the calling thread;
+    above the threshold the pool runs as before. Same frame either way."""
+    import nexus_cache.frames.decode as decode_module
+
+    monkeypatch.setenv("NEXUS_DECODE_THREADS", "2")
+    path = _write(tmp_path / "t.parquet", _sample(9000), row_group_size=700)
+    seen: list[int] = []
+    real = RowGroupPool._decode
+
+    def spy(self: RowGroupPool, group: int, column: str) -> Any:
+        seen.append(_decoders())
+        return real(self, group, column)
+
+    monkeypatch.setattr(RowGroupPool, "_decode", spy)
+    small = DecodeStats()
+    frame = decode_parquet(str(path), domain=_domain(), stats=small)
+    assert_same_table(frame.to_arrow(), pq.read_table(path))
+    assert small.decode_threads == 1
+    assert small.row_groups == 13
+    assert seen == []  # no unit went to a pool thread
+    monkeypatch.setattr(decode_module, "INLINE_BYTES", 0)
+    large = DecodeStats()
+    frame = decode_parquet(str(path), domain=_domain(), stats=large)
+    assert_same_table(frame.to_arrow(), pq.read_table(path))
+    assert large.decode_threads == 2
+    assert seen
+    assert max(seen) >= 1
+    assert _decoders() == 0

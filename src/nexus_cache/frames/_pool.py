@@ -43,6 +43,7 @@ from nexus_cache.frames._variables import DECODE_THREADS, DECODE_WINDOW_BYTES, M
 __all__ = [
     "ENV_DECODE_THREADS",
     "ENV_DECODE_WINDOW_BYTES",
+    "INLINE_BYTES",
     "MAX_DECODE_THREADS",
     "RowGroupPool",
     "buffer_opener",
@@ -51,6 +52,9 @@ __all__ = [
 
 ENV_DECODE_THREADS = DECODE_THREADS.name
 ENV_DECODE_WINDOW_BYTES = DECODE_WINDOW_BYTES.name
+#: A read of at most this many column-chunk bytes is decoded in the calling
+#: thread (no pool), by Arrow's own threads.
+INLINE_BYTES = 16 << 20
 _DEFAULT_MAX_THREADS = 16  # past this, one file's row groups rarely keep more busy
 _WINDOW_PER_THREAD = 64 << 20
 _MAX_DEFAULT_WINDOW = 1 << 30
@@ -114,7 +118,8 @@ class RowGroupPool:
     any exception, interrupts included, in the iterating thread) cancels what
     has not started and waits for what has, so no worker touches the file
     after it returns. ``on_decoded(seconds)`` is called from worker threads
-    with each unit's decode time.
+    with each unit's decode time. A read of at most ``inline_bytes`` of column
+    chunks is decoded in the iterating thread instead, with no pool.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class RowGroupPool:
         threads: int,
         window_bytes: int,
         on_decoded: Callable[[float], None],
+        inline_bytes: int = 0,
     ) -> None:
         self._opener = opener
         self._columns = list(columns)
@@ -141,7 +147,16 @@ class RowGroupPool:
         self._on_decoded = on_decoded
         self._local = threading.local()
         self._stop = threading.Event()
-        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="nexus-decode")
+        # A small read (a filtered scan's few row groups) costs more in starting
+        # threads and parsing a footer per thread than in decoding: it is read
+        # here, from the footer's reader, by Arrow's own threads.
+        self._footer = footer
+        small = sum(unit[2] for unit in self._units) <= inline_bytes
+        self._executor = (
+            None if small else ThreadPoolExecutor(self._threads, thread_name_prefix="nexus-decode")
+        )
+        if self._executor is None:
+            self._threads = 1
 
     @property
     def threads(self) -> int:
@@ -176,7 +191,24 @@ class RowGroupPool:
             in_flight += size
         yield from pending
 
+    def _inline(self) -> Iterator[Decoded]:
+        """Each row group read in the iterating thread (see ``INLINE_BYTES``)."""
+        for group in self._groups:
+            if self._stop.is_set():
+                return
+            started = time.perf_counter()
+            table = self._footer.read_row_group(group, columns=self._columns, use_threads=True)
+            pieces = [host_piece(table.column(i), c) for i, c in enumerate(self._columns)]
+            self._on_decoded(time.perf_counter() - started)
+            yield self._rows[group], pieces
+
     def __iter__(self) -> Iterator[Decoded]:
+        if self._executor is None:
+            try:
+                yield from self._inline()
+            finally:
+                self.close()
+            return
         try:
             units = self._submit()
             for group in self._groups:
@@ -191,7 +223,8 @@ class RowGroupPool:
     def close(self) -> None:
         """Cancel work not yet started and wait for the running work (idempotent)."""
         self._stop.set()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 class _Stopped(Exception):

@@ -39,7 +39,7 @@ from nexus_cache.errors import ConfigError, SourceFormatError
 from nexus_cache.frames._builder import ColumnBuilder
 from nexus_cache.frames._host import HostPiece
 from nexus_cache.frames._page_engine import decode_page_columns, plan_page_columns
-from nexus_cache.frames._pool import RowGroupPool, buffer_opener, decode_settings
+from nexus_cache.frames._pool import INLINE_BYTES, RowGroupPool, buffer_opener, decode_settings
 from nexus_cache.frames.column import column_kind
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.staging import DEFAULT_SLOT_BYTES, TransferStats, open_transfer
@@ -240,6 +240,8 @@ def decode_parquet(
         threads=count,
         window_bytes=window,
         on_decoded=on_decoded,
+        # threads the caller asked for are threads it gets
+        inline_bytes=INLINE_BYTES if threads is None else 0,
     )
     stats.decode_threads = max(stats.decode_threads, pool.threads)
     builders: list[ColumnBuilder] = []
