@@ -7,7 +7,11 @@ domain. Each object with a proven lakehouse identity has a
 columns, the batch boundary) and goes through ``checkout_or_claim``:
 
 * ``hit``: a copy of the resident frame (the entry stays pinned until the
-  attempt releases its frames); no byte is read from the lakehouse;
+  attempt releases its frames); no byte is read from the lakehouse. A table
+  read *borrows* instead (``borrow=True``): its frame is a view of the
+  resident frame, in the cache's domain, and its filter gathers the rows
+  straight into the attempt's domain (see ``filter_frames``), so nothing is
+  copied before the mask and no result shares a buffer with the entry;
 * ``miss-led``: this attempt decoded through the lakehouse and offered the
   frame to the cache (retained when it fits; the attempt keeps its own);
 * ``miss-followed``: another attempt was decoding the same key; this one
@@ -97,7 +101,12 @@ class SourceLoad:
 
 
 def _copy(table: pa.Table) -> pa.Table:
-    """An independent copy of ``table`` (through one Arrow IPC buffer)."""
+    """An independent copy of ``table``: each column's chunks concatenated into new
+    buffers (one copy, one chunk per column). With a dictionary column, whose
+    concatenation may keep a dictionary shared, through one Arrow IPC buffer."""
+    if table.num_columns and not any(pa.types.is_dictionary(t) for t in table.schema.types):
+        columns = [pa.concat_arrays(c.chunks) if c.num_chunks else c for c in table.columns]
+        return pa.Table.from_arrays(columns, schema=table.schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -134,13 +143,16 @@ class SourcePort:
         load: SourceLoad,
         stop: Callable[[], None] | None = None,
         decode_options: tuple[tuple[str, Any], ...] = (),
+        borrow: bool = False,
     ) -> None:
         """Fill ``load`` with one frame per object of ``plan`` (release it in any case).
 
         ``stop`` is looked at while this query waits for another query's
         decode of the same frame (see ``checkout_or_claim``). ``decode_options``
         join each key: how ``decode`` builds a frame beyond its columns (a table
-        read's partition and null columns)."""
+        read's partition and null columns). ``borrow``: a hit's frame is a view of
+        the resident frame (in the cache's domain, pinned until ``load`` is
+        released), not a copy; the caller builds its result in ``domain`` from it."""
         subdomain = self._caches.source_cache(device_id)
         statuses: list[str] = []
         reasons: list[str] = []
@@ -160,9 +172,12 @@ class SourcePort:
                     decode_options=(_DECODER, ("all_columns", columns is None), *decode_options),
                     location=read_plan.source,
                 )
-                checkout = self._one(subdomain, key, domain, read_plan, decode, stop)
+                checkout = self._one(subdomain, key, domain, read_plan, decode, stop, borrow)
                 load.checkouts.append(checkout)
-                load.frames.append(checkout.value)
+                frame = checkout.value
+                if frame.domain is not domain:  # borrowed: a view to release, not the entry
+                    frame = frame.select(frame.column_names)
+                load.frames.append(frame)
                 status = _STATUS[checkout.status]
                 statuses.append(status)
                 if status == "bypass":
@@ -181,8 +196,11 @@ class SourcePort:
         read_plan: ReadPlan,
         decode: Decode,
         stop: Callable[[], None] | None,
+        borrow: bool,
     ) -> SourceCheckout:
-        result = subdomain.checkout_or_claim(key, domain=domain, timeout=self._timeout, stop=stop)
+        result = subdomain.checkout_or_claim(
+            key, domain=domain, timeout=self._timeout, stop=stop, borrow=borrow
+        )
         if isinstance(result, SourceCheckout):
             return result
         with result:  # an exception not resolved below fails the claim for every waiter
