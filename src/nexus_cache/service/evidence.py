@@ -133,10 +133,9 @@ def table_fingerprint(table: pa.Table) -> str:
     """
     digest = hashlib.sha256(table.schema.to_string(show_schema_metadata=False).encode())
     columns = table.columns
-    if table.nbytes >= _PARALLEL_HASH_BYTES and len(columns) > 1:
-        workers = min(len(columns), os.cpu_count() or 1)
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(_column_digest, columns))
+    if table.nbytes >= _PARALLEL_HASH_BYTES and len(columns) > 1 and (os.cpu_count() or 1) > 1:
+        later = [_hash_pool().submit(_column_digest, c) for c in columns[1:]]
+        parts = [_column_digest(columns[0]), *(f.result() for f in later)]
     else:
         parts = [_column_digest(c) for c in columns]
     for part in parts:
@@ -146,7 +145,20 @@ def table_fingerprint(table: pa.Table) -> str:
 
 
 #: a table at least this large is fingerprinted a column per thread
-_PARALLEL_HASH_BYTES = 16 << 20
+_PARALLEL_HASH_BYTES = 4 << 20
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _hash_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that hash columns (started once: a thread per call costs more
+    than hashing a few MiB)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            workers = min(4, os.cpu_count() or 1)
+            _pool = concurrent.futures.ThreadPoolExecutor(workers, "nexus-fingerprint")
+        return _pool
 
 
 def _column_digest(column: pa.ChunkedArray) -> bytes:
@@ -207,7 +219,7 @@ def _hash_values(chunk: pa.Array, values: Any, lengths: Any) -> None:
         wide = pa.types.is_large_string(arrow_type) or pa.types.is_large_binary(arrow_type)
         offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)
         offsets = offsets[offset : offset + n + 1]
-        lengths.update(memoryview(np.diff(offsets).astype(np.int64, copy=False)))
+        lengths.update(np.diff(offsets).astype(np.int64, copy=False).data)
         start, stop = int(offsets[0]), int(offsets[-1])
         if stop > start:
             values.update(memoryview(buffers[2])[start:stop])

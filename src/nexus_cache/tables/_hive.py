@@ -50,13 +50,45 @@ def _listed_file(name: str, info: dict[str, Any]) -> bool:
     return kind == "file" or (link and os.path.isfile(name))
 
 
+def _local_parquet(base: str) -> list[tuple[str, int]]:
+    """``(path, size)`` of every ``*.parquet`` file under local directory ``base``,
+    as the fsspec listing finds them: a file, or a symbolic link to one (its
+    target's size); directories behind links are not entered, hidden and
+    ``_``-prefixed entries are skipped, a directory that cannot be read (or
+    an entry that vanished) is left out. One ``os.scandir`` per directory,
+    one stat per file."""
+    found: list[tuple[str, int]] = []
+    pending = [base]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith((".", "_")):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.name.endswith(".parquet") and entry.is_file():
+                    found.append((entry.path, entry.stat().st_size))
+            except OSError:  # vanished, or a dangling link
+                continue
+    return found
+
+
 def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnapshot:
     base = path.rstrip("/") or path
     try:
         is_dir = listing_fs.isdir(base)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"source {source!r} cannot be listed ({exc}); check the path") from exc
-    if is_dir:
+    entries: list[tuple[str, int, str | None]]
+    if is_dir and fs is None:  # local: one scandir per directory, hidden ones not entered
+        entries = sorted((name, size, None) for name, size in _local_parquet(base))
+    elif is_dir:
         found = listing_fs.find(base, detail=True)
         entries = sorted(
             (name, int(info.get("size") or 0), _etag(info))
