@@ -35,6 +35,13 @@ are interleaved (the order rotates), every figure is a median, and each
     python benchmarks/tables.py                    # 0.5 GiB decoded, a few minutes on 2 cores
     python benchmarks/tables.py --decoded-gib 2    # the size the targets are stated for
     python benchmarks/tables.py --quick            # tiny (CI smoke)
+    python benchmarks/tables.py --backend cuda     # ours on the GPU, the peers on the CPU
+
+``--backend cuda`` runs ours on the CUDA backend: the decoded-source cache
+holds the columns in device memory and the mask and the gather run there
+(CuPy); a query's time ends when ``execute`` returns, that is once its
+result is complete and copied to a host Arrow table (the service's result),
+so it includes that copy. The peers run on the CPU as always.
 """
 
 from __future__ import annotations
@@ -179,16 +186,17 @@ Runner = Callable[[list[Pred]], int]  # runs one query, returns its row count
 
 
 class Ours:
-    """``QueryService.execute(Scan(...))`` on the host backend; ``fresh()`` empties its caches."""
+    """``QueryService.execute(Scan(...))`` on the host or CUDA backend; ``fresh()`` empties
+    its caches."""
 
-    def __init__(self, source: Path, workdir: Path, cap: int) -> None:
+    def __init__(self, source: Path, workdir: Path, cap: int, backend: str = "host") -> None:
         from nexus_cache.lakehouse import LakehouseCacheConfig
         from nexus_cache.service import ServiceConfig
 
         lake = LakehouseCacheConfig(
             root=workdir / "lake", policy="fill_before_read", max_bytes=4 * cap + GIB
         )
-        self.config = ServiceConfig(backend="host", cache_cap_bytes=cap, lakehouse=lake)
+        self.config = ServiceConfig(backend=backend, cache_cap_bytes=cap, lakehouse=lake)
         self.source = str(source)
         self.service: Any = None
         self.last: Any = None
@@ -298,7 +306,7 @@ def bench(
     runners, skipped = peers(kind, source)
     for line in skipped:
         print(f"SKIP [{kind}] {line}")
-    ours = Ours(source, workdir, cap)
+    ours = Ours(source, workdir, cap, args.backend)
     names = ["ours", *runners]
     cold: dict[str, list[float]] = {n: [] for n in names}
     warm: dict[str, list[float]] = {n: [] for n in names}
@@ -413,6 +421,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="default 5 (1 with --quick)")
     p.add_argument("--tables", default="hive,delta", help="comma list of: hive, delta")
     p.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
+    p.add_argument(
+        "--backend",
+        choices=("host", "cuda"),
+        default="host",
+        help="ours on the host (NumPy) or on the GPU (CuPy); the peers run on the CPU",
+    )
     args = p.parse_args(argv)
     args.decoded_gib = args.decoded_gib or (0.002 if args.quick else 0.5)
     args.repeats = args.repeats or (1 if args.quick else 5)
@@ -460,6 +474,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     )
     print(f"selective query: {selective_query(rows_per_part).name}; output {', '.join(_OUTPUT)}")
     print(f"repeats: {args.repeats}, order rotating; figures are medians")
+    print(f"ours: the {args.backend} backend; the peers: the CPU")
     cap = 2 * decoded + (64 << 20)
     table_rows: list[tuple[str, str, str, str, str]] = []
     for kind in args.tables:

@@ -27,6 +27,7 @@ def test_quick_run_prints_every_figure_and_ratio(
     out = capsys.readouterr().out
 
     assert re.search(r"^data: 64 partitions x [\d,]+ rows, .* decoded \(--decoded-gib", out, re.M)
+    assert "ours: the host backend; the peers: the CPU" in out
     peers = ["pyarrow.dataset", "duckdb"]
     for name in ("polars",):
         if f"SKIP [hive] {name}" not in out:
@@ -53,3 +54,19 @@ def test_quick_run_prints_every_figure_and_ratio(
         rows = re.search(rf"^\[{kind}\] selective query: ([\d,]+) rows", out, re.M)
         assert rows is not None
         assert int(rows.group(1).replace(",", "")) > 0
+
+
+def test_backend_is_host_by_default_cuda_on_request_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("tables_bench", _BENCHMARKS / "tables.py")
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "tables_bench", bench)
+    spec.loader.exec_module(bench)
+    assert bench.parse_args(["--quick"]).backend == "host"
+    assert bench.parse_args(["--quick", "--backend", "cuda"]).backend == "cuda"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--backend", "tpu"])

@@ -92,7 +92,9 @@ class SourceCheckout:
     """A caller's source frame and the pin (if any) it carries. Release exactly once.
 
     ``value`` is the caller's own object (a copy in its domain, or its own
-    decode); ``lease`` is the shared pin of a hit, None otherwise. As a
+    decode), or, for a hit checked out with ``borrow=True``, the resident
+    entry's value itself, to read (never release) while the checkout is held;
+    ``lease`` is the shared pin of a hit, None otherwise. As a
     context manager it releases on exit. A checkout belongs to one holder;
     give each other consumer its own (:meth:`derive`): the shared pin is
     thread-safe, a single checkout is not.

@@ -177,6 +177,8 @@ class RowGroupPool:
 
     def _submit(self) -> Iterator[tuple[int, Future[HostPiece], int]]:
         """Every unit, submitted as the window allows; yields them in order."""
+        executor = self._executor
+        assert executor is not None  # only the pooled path submits
         pending: deque[tuple[int, Future[HostPiece], int]] = deque()
         in_flight = 0
         for group, column, size in self._units:
@@ -187,7 +189,7 @@ class RowGroupPool:
                 unit = pending.popleft()
                 in_flight -= unit[2]
                 yield unit
-            pending.append((group, self._executor.submit(self._decode, group, column), size))
+            pending.append((group, executor.submit(self._decode, group, column), size))
             in_flight += size
         yield from pending
 

@@ -298,10 +298,11 @@ def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
 
 
 def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
-    """Fill ``run.load`` with the frames of ``scan``: copies of cached frames,
-    or each object decoded (charged to the budget as it lands). A filtered table
-    read decodes only the row groups its filter may need, unless ``whole``
-    (a graph's edges) or the object's whole entry is resident."""
+    """Fill ``run.load`` with the frames of ``scan``: copies of cached frames (a
+    table read borrows them: its filter builds its own), or each object decoded
+    (charged to the budget as it lands). A filtered table read decodes only the
+    row groups its filter may need, unless ``whole`` (a graph's edges) or the
+    object's whole entry is resident."""
     attempt, timings, budget = run.attempt, run.outcome.timings, run.budget
     table = run.plan.source.table
     files = (
@@ -368,6 +369,7 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
             else lambda: attempt.check_cancelled("while waiting for another query's decode"),
             decode_options=() if table is None else table.decode_options,
             narrow=None if table is None or table.filter is None or whole else narrow,
+            borrow=table is not None,  # its filter gathers from the entry into run.domain
         )
     finally:
         run.outcome.source = run.load.outcome
@@ -376,12 +378,14 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
         if table is not None:
             run.outcome.entries = _entries(run.plan.source.plans, run.load.holds, choices)
     timings["source_s"] = time.perf_counter() - t0
-    budget.charge(run.load.nbytes - decoded, "copying cached frames")
+    own = [f for f in run.load.frames if f.domain is run.domain]  # not borrowed
+    budget.charge(sum(int(f.nbytes) for f in own) - decoded, "copying cached frames")
     if table is not None:
+        borrowed = len(own) < len(run.load.frames)
         t0 = time.perf_counter()
         run.outcome.rows = filter_frames(run.load.frames, table, run.domain)
         timings["filter_s"] = time.perf_counter() - t0
-        if table.filter is not None:  # the gathered rows are new buffers
+        if table.filter is not None or borrowed:  # the gathered rows are new buffers
             budget.charge(run.load.nbytes, "filtering the scan")
 
 

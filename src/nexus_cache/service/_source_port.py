@@ -7,7 +7,11 @@ domain. Each object with a proven lakehouse identity has a
 columns, the batch boundary) and goes through ``checkout_or_claim``:
 
 * ``hit``: a copy of the resident frame (the entry stays pinned until the
-  attempt releases its frames); no byte is read from the lakehouse;
+  attempt releases its frames); no byte is read from the lakehouse. A table
+  read *borrows* instead (``borrow=True``): its frame is a view of the
+  resident frame, in the cache's domain, and its filter gathers the rows
+  straight into the attempt's domain (see ``filter_frames``), so nothing is
+  copied before the mask and no result shares a buffer with the entry;
 * with a ``narrow`` (a filtered table read), a hit on the object's whole entry
   when it is resident; otherwise the key names the row groups the filter may
   need (from the object's footer), and an object with none is not decoded;
@@ -109,7 +113,12 @@ class SourceLoad:
 
 
 def _copy(table: pa.Table) -> pa.Table:
-    """An independent copy of ``table`` (through one Arrow IPC buffer)."""
+    """An independent copy of ``table``: each column's chunks concatenated into new
+    buffers (one copy, one chunk per column). With a dictionary column, whose
+    concatenation may keep a dictionary shared, through one Arrow IPC buffer."""
+    if table.num_columns and not any(pa.types.is_dictionary(t) for t in table.schema.types):
+        columns = [pa.concat_arrays(c.chunks) if c.num_chunks else c for c in table.columns]
+        return pa.Table.from_arrays(columns, schema=table.schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -151,6 +160,7 @@ class SourcePort:
         stop: Callable[[], None] | None = None,
         decode_options: tuple[tuple[str, Any], ...] = (),
         narrow: Narrow | None = None,
+        borrow: bool = False,
     ) -> None:
         """Fill ``load`` with one frame per object of ``plan`` (release it in any case).
 
@@ -164,6 +174,9 @@ class SourcePort:
         footer read. Otherwise ``narrow`` picks the row groups the filter may
         need; they join the key (all of them: the whole-object key), and only
         they are decoded. An object with none is decoded empty and not cached.
+        ``borrow``: a hit's frame is a view of the resident frame (in the
+        cache's domain, pinned until ``load`` is released), not a copy; the
+        caller builds its result in ``domain`` from it.
         """
         subdomain = self._caches.source_cache(device_id)
         statuses: list[str] = []
@@ -191,7 +204,9 @@ class SourcePort:
                 )
                 groups = None
                 checkout = (
-                    None if narrow is None else subdomain.checkout_resident(key, domain=domain)
+                    None
+                    if narrow is None
+                    else subdomain.checkout_resident(key, domain=domain, borrow=borrow)
                 )
                 if narrow is not None and checkout is None:
                     groups = narrow(read_plan)
@@ -202,10 +217,15 @@ class SourcePort:
                     if groups is not None:
                         key = dataclasses.replace(key, row_groups=groups)
                 if checkout is None:
-                    checkout = self._one(subdomain, key, domain, read_plan, decode, groups, stop)
+                    checkout = self._one(
+                        subdomain, key, domain, read_plan, decode, groups, stop, borrow
+                    )
                 load.checkouts.append(checkout)
                 load.holds.append(groups)
-                load.frames.append(checkout.value)
+                frame = checkout.value
+                if frame.domain is not domain:  # borrowed: a view to release, not the entry
+                    frame = frame.select(frame.column_names)
+                load.frames.append(frame)
                 status = _STATUS[checkout.status]
                 statuses.append(status)
                 if status == "bypass":
@@ -225,8 +245,11 @@ class SourcePort:
         decode: Decode,
         groups: tuple[int, ...] | None,
         stop: Callable[[], None] | None,
+        borrow: bool,
     ) -> SourceCheckout:
-        result = subdomain.checkout_or_claim(key, domain=domain, timeout=self._timeout, stop=stop)
+        result = subdomain.checkout_or_claim(
+            key, domain=domain, timeout=self._timeout, stop=stop, borrow=borrow
+        )
         if isinstance(result, SourceCheckout):
             return result
         with result:  # an exception not resolved below fails the claim for every waiter

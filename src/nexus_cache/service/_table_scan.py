@@ -327,8 +327,11 @@ def filter_frames(
     frames: list[DeviceFrame], read: TableRead, domain: AllocationDomain
 ) -> FilterCounts:
     """Apply ``read``'s filter to ``frames`` in place (mask on the domain's ``xp``, then
-    gather) and keep the output columns; the frames replaced are released. With no
-    frame (every file pruned), one empty frame of the output columns is added."""
+    one gather per output column into ``domain``) and keep the output columns; the
+    frames replaced are released. A frame of another domain (a source-cache entry
+    borrowed, not copied) is always replaced by one in ``domain``: gathered, or its
+    output columns copied when every row is kept, so no result shares its buffers.
+    With no frame (every file pruned), one empty frame of the output columns is added."""
     before = sum(f.num_rows for f in frames)
     if not frames:
         schema = read.snapshot.schema
@@ -344,9 +347,12 @@ def filter_frames(
         flt = True if read.filter is None else residual_filter(read.filter, file)
         if flt is False:  # not for a kept file (pruned by partition); the whole filter then
             assert read.filter is not None
-            kept = filter_frame(frame, read.filter, output)
+            kept = filter_frame(frame, read.filter, output, domain)
         elif flt is not True:
-            kept = filter_frame(frame, flt, output)
+            kept = filter_frame(frame, flt, output, domain)
+        elif frame.domain is not domain:  # every row kept, of a borrowed entry: a copy
+            with frame.select(output) as selected:
+                kept = selected.copy_into(domain)
         elif list(frame.column_names) != output:
             kept = frame.select(output)
         if kept is not frame:

@@ -17,7 +17,6 @@ is the first object's, with the partition columns after its own.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 from urllib.parse import unquote
 
@@ -51,14 +50,44 @@ def _listed_file(name: str, info: dict[str, Any]) -> bool:
     return kind == "file" or (link and os.path.isfile(name))
 
 
+def _local_parquet(base: str) -> list[tuple[str, int]]:
+    """``(path, size)`` of every ``*.parquet`` file under local directory ``base``,
+    as the fsspec listing finds them: a file, or a symbolic link to one (its
+    target's size); directories behind links are not entered, hidden and
+    ``_``-prefixed entries are skipped, a directory that cannot be read (or
+    an entry that vanished) is left out. One ``os.scandir`` per directory,
+    one stat per file."""
+    found: list[tuple[str, int]] = []
+    pending = [base]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith((".", "_")):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.name.endswith(".parquet") and entry.is_file():
+                    found.append((entry.path, entry.stat().st_size))
+            except OSError:  # vanished, or a dangling link
+                continue
+    return found
+
+
 def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnapshot:
     base = path.rstrip("/") or path
     try:
         is_dir = listing_fs.isdir(base)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"source {source!r} cannot be listed ({exc}); check the path") from exc
-    if is_dir and fs is None:
-        entries = _local_entries(base)
+    entries: list[tuple[str, int, str | None]]
+    if is_dir and fs is None:  # local: one scandir per directory, hidden ones not entered
+        entries = sorted((name, size, None) for name, size in _local_parquet(base))
     elif is_dir:
         found = listing_fs.find(base, detail=True)
         entries = sorted(
@@ -114,27 +143,6 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
         files=files,
         filesystem=fs,
     )
-
-
-def _local_entries(base: str) -> list[tuple[str, int, str | None]]:
-    """The ``*.parquet`` files under local directory ``base`` as fsspec's listing
-    gives them (a link to a file is listed with its target's size; a link to a
-    directory is not followed; a dangling link, a FIFO or a device is not a file),
-    with one ``scandir`` per directory and no directory under a hidden one."""
-    out = []
-    for root, dirs, files in os.walk(base):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-        for name in files:
-            if not name.endswith(".parquet") or name.startswith((".", "_")):
-                continue
-            path = os.path.join(root, name)
-            try:
-                st = os.stat(path)
-            except OSError:  # a dangling link, or gone meanwhile
-                continue
-            if stat.S_ISREG(st.st_mode):
-                out.append((path, st.st_size, None))
-    return sorted(out)
 
 
 def _etag(info: dict[str, Any]) -> str | None:

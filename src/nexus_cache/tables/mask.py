@@ -119,13 +119,21 @@ def filter_mask(
             f"filter {flt.key}: the rows hold no column {missing[0]!r}; read the filter's "
             "columns with the output columns"
         )
-    result = xp.zeros(num_rows, dtype=bool)
+    result = None
     for clause in flt.clauses:
-        part = xp.ones(num_rows, dtype=bool)
-        for p in clause:
-            part &= _predicate_mask(p, columns[p.column], xp)
-        result |= part
-    return result
+        part = None
+        for p in clause:  # the first predicate's array is the clause's (no ones, no copy)
+            if part is None:
+                part = _predicate_mask(p, columns[p.column], xp)
+            else:
+                part &= _predicate_mask(p, columns[p.column], xp)
+        if part is None:  # an empty clause holds for every row
+            part = xp.ones(num_rows, dtype=bool)
+        if result is None:
+            result = part
+        else:
+            result |= part
+    return xp.zeros(num_rows, dtype=bool) if result is None else result
 
 
 def _predicate_mask(p: Predicate, column: MaskColumn, xp: Any) -> Any:
@@ -140,7 +148,9 @@ def _predicate_mask(p: Predicate, column: MaskColumn, xp: Any) -> Any:
             return (valid & found) | (~valid if has_null else xp.zeros_like(valid))
         return (valid & ~found) | (xp.zeros_like(valid) if has_null else ~valid)
     found = _values_mask(column, p.op, p.value, xp)
-    return found if column.validity is None else found & column.validity
+    if column.validity is not None:
+        found &= column.validity
+    return found
 
 
 def _values_mask(column: MaskColumn, op: str, value: Any, xp: Any) -> Any:

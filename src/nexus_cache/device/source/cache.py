@@ -121,9 +121,16 @@ class SourceCacheSubdomain(CacheSubdomain):
         domain: AllocationDomain,
         timeout: float = SOURCE_WAIT_TIMEOUT_S,
         stop: Callable[[], None] | None = None,
+        borrow: bool = False,
     ) -> SourceCheckout | SourceClaim:
         """A :class:`SourceCheckout` (hit, or a follower's copy) or a :class:`SourceClaim`
         (this caller decodes: leader, bypass, or closed cache).
+
+        ``borrow``: a hit's value is the resident entry's own (no copy), pinned
+        until the checkout is released; the caller only reads it and must not
+        release it, nor keep anything that shares its buffers past the checkout
+        (it builds its own result from it, e.g. a filter's gather into its
+        domain). A follower still gets its own copy.
 
         ``domain`` is the caller's (the attempt's) allocation domain: copies
         handed to it are allocated there. A follower waits at most
@@ -149,7 +156,7 @@ class SourceCacheSubdomain(CacheSubdomain):
         started = time.monotonic()
         deadline = started + _check_timeout(timeout)
         while True:
-            result = self._checkout_once(key, domain, started, deadline, stop)
+            result = self._checkout_once(key, domain, started, deadline, stop, borrow)
             if result is not None:
                 return result
             # The leader's value was released before this follower copied it
@@ -162,6 +169,7 @@ class SourceCacheSubdomain(CacheSubdomain):
         started: float,
         deadline: float,
         stop: Callable[[], None] | None,
+        borrow: bool = False,
     ) -> SourceCheckout | SourceClaim | None:
         """One pass of :meth:`checkout_or_claim`; None when the leader's value was gone."""
         flight: DecodeFlight | None = None  # set when this caller copies the leader's value
@@ -213,14 +221,15 @@ class SourceCacheSubdomain(CacheSubdomain):
         if flight is not None:
             return self._copy_leader_value(key, flight, source, domain, waited)
         assert handle is not None
-        return self._copy_resident(key, handle, domain, status, waited)
+        return self._copy_resident(key, handle, domain, status, waited, borrow)
 
     def checkout_resident(
-        self, key: SourceFrameKey, *, domain: AllocationDomain
+        self, key: SourceFrameKey, *, domain: AllocationDomain, borrow: bool = False
     ) -> SourceCheckout | None:
         """A hit's :class:`SourceCheckout` when ``key`` is resident now, else None: no
         claim, no wait for a decode in flight, and a miss is not counted (the caller
-        asks for another key next, whose :meth:`checkout_or_claim` counts it)."""
+        asks for another key next, whose :meth:`checkout_or_claim` counts it).
+        ``borrow``: as :meth:`checkout_or_claim`'s."""
         if not isinstance(key, SourceFrameKey):
             raise ConfigError(
                 f"checkout_resident needs a SourceFrameKey, got {type(key).__name__}"
@@ -231,7 +240,7 @@ class SourceCacheSubdomain(CacheSubdomain):
             handle = self._checkout_locked(key)
         if handle is None:
             return None
-        return self._copy_resident(key, handle, domain, CheckoutStatus.HIT, 0.0)
+        return self._copy_resident(key, handle, domain, CheckoutStatus.HIT, 0.0, borrow)
 
     def _copy_resident(
         self,
@@ -240,8 +249,14 @@ class SourceCacheSubdomain(CacheSubdomain):
         domain: AllocationDomain,
         status: CheckoutStatus,
         waited: float,
+        borrow: bool = False,
     ) -> SourceCheckout:
-        """A copy of a pinned resident entry in ``domain``, carrying the pin."""
+        """A copy of a pinned resident entry in ``domain`` (``borrow`` and a hit: the
+        entry itself, read in place), carrying the pin."""
+        if borrow and status is CheckoutStatus.HIT:
+            detail = "borrowed from the resident entry (not copied); pinned until released"
+            diag = SourceDiagnostics(key.fingerprint, status, detail, retained=True)
+            return SourceCheckout(handle.value, diag, PinLease(handle))
         try:
             copy = handle.value.copy_into(domain)
         except BaseException:
