@@ -21,6 +21,7 @@ from tests.frames.gpudecode.test_launches import many_pages_file
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 from tests.frames.gpudecode.test_refusals import CODECS, long_run_file, short_page_file
 from tests.frames.gpudecode.test_stream_check import check_refuses, corrupt_chunk, stream_samples
+from tests.frames.gpudecode.test_tiles import _plain_lengths, _prefixed, large_pages_file
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames import DecodeStats, decode_parquet
@@ -428,3 +429,66 @@ def test_a_bit_packed_run_longer_than_its_stream_is_refused_on_device(
     with pytest.raises(SourceFormatError, match=r"bad\.parquet.*malformed"):
         decode_chunk_on_device(bytes(bad[spec.start : spec.start + spec.size]), spec, domain)
     assert domain.used_bytes() == before
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy", "lz4"])
+def test_pages_larger_than_a_tile_on_device(domain: Any, compression: str) -> None:
+    """PLAIN string pages of several shared-memory tiles, one string longer than a
+    tile: ``plain_lengths`` and the stream checks walk them tile by tile."""
+    _on_device_equals_pyarrow(large_pages_file(compression), domain)
+
+
+def test_plain_lengths_agrees_with_its_host_port_across_tiles() -> None:
+    """Pages of several tiles, good and with a length past the end in a later
+    tile, one block each (a grid of 2 blocks, so each block loops): the CUDA
+    kernel writes and refuses exactly what its emulator port does."""
+    import cupy as cp
+
+    from nexus_cache.frames.gpudecode._tile import TILE_BYTES
+    from nexus_cache.frames.gpudecode.kernels import kernel_function
+
+    strings = [b"%d" % i * (i % 9) for i in range(TILE_BYTES // 5)]
+    good = _prefixed(strings)
+    pages = [
+        (good, len(strings)),
+        (good + (5).to_bytes(4, "little") + b"abcd", len(strings) + 1),
+        (good + b"\x01\x00", len(strings) + 1),
+        (b"", 0),
+        (_prefixed([b"y" * (3 * TILE_BYTES), b"", b"z"]), 3),
+    ]
+    heap = b"".join(p for p, _ in pages)
+    starts = np.cumsum([0] + [len(p) for p, _ in pages[:-1]]).astype(np.int64)
+    ends = starts + np.array([len(p) for p, _ in pages], np.int64)
+    counts = np.array([n for _, n in pages], np.int64)
+    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    total = int(counts.sum())
+    out_start, out_length = cp.zeros(total, np.int64), cp.zeros(total, np.int64)
+    errors = []
+    for k in range(len(pages)):  # one launch a page, for each page's error flag
+        error = cp.zeros(1, np.int32)
+        kernel_function("plain_lengths")(
+            (2,),
+            (256,),
+            (
+                cp.asarray(np.frombuffer(heap, np.uint8)),
+                cp.asarray(starts[k : k + 1]),
+                cp.asarray(ends[k : k + 1]),
+                cp.asarray(base[k : k + 1]),
+                cp.asarray(counts[k : k + 1]),
+                out_start,
+                out_length,
+                error,
+                np.int32(1),
+            ),
+        )
+        errors.append(int(error.get()[0]))
+    got_start, got_length = out_start.get(), out_length.get()
+    for k, (page, count) in enumerate(pages):
+        error, want_start, want_length = _plain_lengths(page, count)
+        assert errors[k] == error, k
+        span = slice(int(base[k]), int(base[k]) + count)
+        # the port's page starts at 0, this one at starts[k] (a written start is
+        # at least 4, past its prefix; one not written stays 0)
+        assert got_start[span].tolist() == [s + int(starts[k]) if s else 0 for s in want_start], k
+        assert got_length[span].tolist() == want_length, k
+    assert errors == [0, 1, 1, 0, 0]

@@ -4,7 +4,9 @@ back) on a machine without a GPU.
 
 ``fake_cupy`` is NumPy whose arrays have CuPy's ``.get()``; ``KERNELS`` are
 line-for-line Python ports of the CUDA kernels of ``gpudecode.kernels``
-(one loop iteration per GPU thread), taking the same arguments. The real
+(one loop iteration per GPU thread; for the kernels that walk a page or a
+stream, one per block, tile by tile as the kernel loads them: set
+:data:`TILE_BYTES` here to walk in other tiles), taking the same arguments. The real
 kernels run on a GPU in ``tests/gpu/test_gpudecode_gpu.py``; this checks
 that the host side drives them with the right tables.
 
@@ -32,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from nexus_cache.frames.gpudecode._inflated import inflated_size
+from nexus_cache.frames.gpudecode._tile import TILE_BYTES
 from nexus_cache.frames.gpudecode.kernels import kernel_source
 from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT, NvcompRefused, refuse_wrong_sizes
 
@@ -273,19 +276,46 @@ def dict_strings(indices, d_start, d_length, size, starts, lengths, error, total
         starts[k], lengths[k] = d_start[indices[k]], d_length[indices[k]]
 
 
+class Tile:
+    """The kernels' ``Tile`` (``_tile.py``): bytes ``[t0, t1)`` of ``data``
+    (offset by ``base``) copied as ``load_tile`` copies them, every other byte
+    read from ``data`` itself (bounded, as on the GPU)."""
+
+    def __init__(self, data: Any, base: int, t0: int, t1: int) -> None:
+        self.data, self.base, self.t0, self.t1 = data, base, t0, t1
+        self.shared = np.array(data[base + t0 : base + t1]) if t1 > t0 else np.zeros(0, np.uint8)
+        assert self.shared.size <= TILE_BYTES
+
+    def byte_at(self, pos: int) -> int:
+        if self.t0 <= pos < self.t1:
+            return int(self.shared[pos - self.t0])
+        return int(self.data[self.base + pos])
+
+
 def plain_lengths(heap, p_start, p_end, dense_base, p_count, starts, lengths, error, n):
-    for p in range(int(n)):
-        pos, end, base = int(p_start[p]), int(p_end[p]), int(dense_base[p])
-        for k in range(int(p_count[p])):
-            if pos + 4 > end:
-                error[0] = 1
-                break
-            length = int.from_bytes(bytes(heap[pos : pos + 4]), "little")
-            if pos + 4 + length > end:
-                error[0] = 1
-                break
-            starts[base + k], lengths[base + k] = pos + 4, length
-            pos += 4 + length
+    for p in range(int(n)):  # one block per page
+        end, base, count = int(p_end[p]), int(dense_base[p]), int(p_count[p])
+        pos, k = int(p_start[p]), 0
+        nxt = pos if count else -1
+        while nxt >= 0:  # one tile at a time
+            t0 = nxt
+            t1 = min(t0 + TILE_BYTES, end)
+            t = Tile(heap, 0, t0, t1)
+            over = False
+            while k < count and (pos < t1 or t1 == end):
+                if pos + 4 > end:
+                    error[0] = 1
+                    over = True
+                    break
+                length = sum(t.byte_at(pos + j) << (8 * j) for j in range(4))
+                if pos + 4 + length > end:
+                    error[0] = 1
+                    over = True
+                    break
+                starts[base + k], lengths[base + k] = pos + 4, length
+                pos += 4 + length
+                k += 1
+            nxt = -1 if over or k == count else pos
 
 
 def scatter_values(valid, position, dense, out, n):
@@ -299,121 +329,142 @@ def copy_strings(heap, row_start, offsets, out, n):
         out[a:b] = heap[int(row_start[r]) : int(row_start[r]) + b - a]
 
 
-def _snappy_valid(heap, base, end, want):
-    pos = produced = length = 0
-    shift = 0
-    while True:  # the preamble: a varint of at most 5 bytes
-        if pos >= end or shift > 28:
-            return False
-        b = int(heap[base + pos])
-        pos += 1
-        length |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    if length != want:
-        return False
-    while pos < end:
-        tag = int(heap[base + pos])
-        pos += 1
-        kind = tag & 3
-        if kind == 0:
+WALKING, VALID, REFUSED = 0, 1, 2
+
+
+class Walk(SimpleNamespace):
+    """The kernels' ``Walk``: pos, produced, want, begun."""
+
+
+def _snappy_step(w: Walk, t: Tile, end: int) -> int:
+    pos, want, produced = w.pos, w.want, w.produced
+    if not w.begun:  # the preamble: a varint of at most 5 bytes
+        length = shift = 0
+        while True:
+            if pos >= end or shift > 28:
+                return REFUSED
+            b = t.byte_at(pos)
+            pos += 1
+            length |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+        if length != want:
+            return REFUSED
+        w.begun, w.pos = True, pos
+        return WALKING
+    if pos >= end:
+        return VALID if produced == want else REFUSED
+    tag = t.byte_at(pos)
+    pos += 1
+    kind = tag & 3
+    if kind == 0:
+        length = (tag >> 2) + 1
+        if length > 60:
+            extra = length - 60
+            if end - pos < extra:
+                return REFUSED
+            length = sum(t.byte_at(pos + k) << (8 * k) for k in range(extra)) + 1
+            pos += extra
+        if length > end - pos or length > want - produced:
+            return REFUSED
+        pos += length
+    else:
+        if kind == 1:
+            if end - pos < 1:
+                return REFUSED
+            length = 4 + ((tag >> 2) & 7)
+            offset = ((tag >> 5) << 8) | t.byte_at(pos)
+            pos += 1
+        elif kind == 2:
+            if end - pos < 2:
+                return REFUSED
             length = (tag >> 2) + 1
-            if length > 60:
-                extra = length - 60
-                if end - pos < extra:
-                    return False
-                length = 0
-                for k in range(extra):
-                    length |= int(heap[base + pos + k]) << (8 * k)
-                length += 1
-                pos += extra
-            if length > end - pos or length > want - produced:
-                return False
-            pos += length
+            offset = t.byte_at(pos) | t.byte_at(pos + 1) << 8
+            pos += 2
         else:
-            if kind == 1:
-                if end - pos < 1:
-                    return False
-                length = 4 + ((tag >> 2) & 7)
-                offset = ((tag >> 5) << 8) | int(heap[base + pos])
-                pos += 1
-            elif kind == 2:
-                if end - pos < 2:
-                    return False
-                length = (tag >> 2) + 1
-                offset = int(heap[base + pos]) | int(heap[base + pos + 1]) << 8
-                pos += 2
-            else:
-                if end - pos < 4:
-                    return False
-                length = (tag >> 2) + 1
-                offset = sum(int(heap[base + pos + k]) << (8 * k) for k in range(4))
-                pos += 4
-            if offset == 0 or offset > produced or length > want - produced:
-                return False
-        produced += length
-    return produced == want
+            if end - pos < 4:
+                return REFUSED
+            length = (tag >> 2) + 1
+            offset = sum(t.byte_at(pos + k) << (8 * k) for k in range(4))
+            pos += 4
+        if offset == 0 or offset > produced or length > want - produced:
+            return REFUSED
+    w.produced, w.pos = produced + length, pos
+    return WALKING
+
+
+def _check(step, heap, in_start, in_size, out_size, refused, n):
+    """``CODEC_check``: one block per section, walked tile by tile."""
+    for j in range(int(n)):
+        base, end = int(in_start[j]), int(in_size[j])
+        w = Walk(pos=0, produced=0, want=int(out_size[j]), begun=False)
+        status, nxt = WALKING, 0
+        while nxt >= 0:
+            t0 = nxt
+            t1 = min(t0 + TILE_BYTES, end)
+            t = Tile(heap, base, t0, t1)
+            while status == WALKING and (w.pos < t1 or t1 == end):
+                status = step(w, t, end)
+            nxt = w.pos if status == WALKING else -1
+            if status != WALKING:
+                refused[j] = 0 if status == VALID else 1
 
 
 def snappy_check(heap, in_start, in_size, out_size, refused, n):
-    for j in range(int(n)):
-        valid = _snappy_valid(heap, int(in_start[j]), int(in_size[j]), int(out_size[j]))
-        refused[j] = 0 if valid else 1
+    _check(_snappy_step, heap, in_start, in_size, out_size, refused, n)
 
 
-def _lz4_extend(heap, base, end, pos, length):
+def _lz4_extend(t, end, pos, length):
     while True:
         if pos >= end:
             return False, pos, length
-        b = int(heap[base + pos])
+        b = t.byte_at(pos)
         pos += 1
         length += b
         if b != 255:
             return True, pos, length
 
 
-def _lz4_valid(heap, base, end, want):
-    pos = produced = 0
+def _lz4_step(w: Walk, t: Tile, end: int) -> int:
+    pos, want, produced = w.pos, w.want, w.produced
     if want == 0:
-        return end == 1 and int(heap[base]) == 0
-    while True:
-        if pos >= end:
-            return False
-        token = int(heap[base + pos])
-        pos += 1
-        literals = token >> 4
-        if literals == 15:
-            ok, pos, literals = _lz4_extend(heap, base, end, pos, literals)
-            if not ok:
-                return False
-        if literals > end - pos or literals > want - produced:
-            return False
-        pos += literals
-        produced += literals
-        if pos == end:
-            return produced == want
-        if produced > want - 12 or pos > end - 8:
-            return False
-        offset = int(heap[base + pos]) | int(heap[base + pos + 1]) << 8
-        pos += 2
-        if offset == 0 or offset > produced:
-            return False
-        match = token & 15
-        if match == 15:
-            ok, pos, match = _lz4_extend(heap, base, end, pos, match)
-            if not ok:
-                return False
-        match += 4
-        if match > want - 5 - produced:
-            return False
-        produced += match
+        return VALID if end == 1 and t.byte_at(0) == 0 else REFUSED
+    if pos >= end:
+        return REFUSED
+    token = t.byte_at(pos)
+    pos += 1
+    literals = token >> 4
+    if literals == 15:
+        ok, pos, literals = _lz4_extend(t, end, pos, literals)
+        if not ok:
+            return REFUSED
+    if literals > end - pos or literals > want - produced:
+        return REFUSED
+    pos += literals
+    produced += literals
+    if pos == end:
+        return VALID if produced == want else REFUSED
+    if produced > want - 12 or pos > end - 8:
+        return REFUSED
+    offset = t.byte_at(pos) | t.byte_at(pos + 1) << 8
+    pos += 2
+    if offset == 0 or offset > produced:
+        return REFUSED
+    match = token & 15
+    if match == 15:
+        ok, pos, match = _lz4_extend(t, end, pos, match)
+        if not ok:
+            return REFUSED
+    match += 4
+    if match > want - 5 - produced:
+        return REFUSED
+    w.produced, w.pos = produced + match, pos
+    return WALKING
 
 
 def lz4_check(heap, in_start, in_size, out_size, refused, n):
-    for j in range(int(n)):
-        valid = _lz4_valid(heap, int(in_start[j]), int(in_size[j]), int(out_size[j]))
-        refused[j] = 0 if valid else 1
+    _check(_lz4_step, heap, in_start, in_size, out_size, refused, n)
 
 
 KERNELS = {

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import SourceFormatError
-from nexus_cache.frames.gpudecode.kernels import kernel_function
+from nexus_cache.frames.gpudecode.kernels import BLOCK_KERNELS, kernel_function
 from nexus_cache.frames.gpudecode.layout import (
     HeapLayout,
     PlacedPage,
@@ -56,7 +56,10 @@ class DeviceChunk:
 def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, ...]) -> None:
     if items <= 0:
         return
-    blocks = min((items + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
+    # one thread per item, or one block per item (a page or a section) for
+    # the kernels that walk it tile by tile
+    per_block = 1 if name in BLOCK_KERNELS else _THREADS
+    blocks = min((items + per_block - 1) // per_block, _MAX_BLOCKS)
     kernel_function(name, element_bytes)((blocks,), (_THREADS,), args)
 
 

@@ -12,14 +12,17 @@ kernel                 reference                           parallel over
 ``plain_fixed``        ``reference._plain_fixed``          dense values
 ``dict_gather``        ``reference._dense`` (fixed)        dense values
 ``dict_strings``       ``reference._dense`` (strings)      dense values
-``plain_lengths``      ``reference._plain_strings``        pages (one thread)
+``plain_lengths``      ``reference._plain_strings``        pages (one block)
 ``scatter_values``     ``reference._scatter``              rows
 ``copy_strings``       ``reference._strings``              rows
-``snappy_check``       (PyArrow's Snappy, bounds only)     sections (one thread)
-``lz4_check``          (PyArrow's LZ4_RAW, bounds only)    sections (one thread)
+``snappy_check``       (PyArrow's Snappy, bounds only)     sections (one block)
+``lz4_check``          (PyArrow's LZ4_RAW, bounds only)    sections (one block)
 =====================  ==================================  =======================
 
-The two checks (:mod:`.stream_check`) walk each compressed section's tags
+The kernels parallel over pages or sections (:data:`BLOCK_KERNELS`) run one
+block each, which loads it in shared-memory tiles for one thread to walk
+(:mod:`._tile`); the launch gives them one block per item. The two checks
+(:mod:`.stream_check`) walk each compressed section's tags
 before nvCOMP decompresses it, and refuse one that would read or write out
 of bounds. PLAIN booleans are ``hybrid_expand`` over a one-run table (``packed_run``).
 The prefix sums (``cumsum(valid) - 1`` and the string offsets) are CuPy's
@@ -37,9 +40,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus_cache.frames.gpudecode._tile import TILE_SOURCE
 from nexus_cache.frames.gpudecode.stream_check import LZ4_CHECK, SNAPPY_CHECK
 
 __all__ = [
+    "BLOCK_KERNELS",
     "ELEMENT_TYPES",
     "KERNEL_NAMES",
     "TYPED_KERNELS",
@@ -291,8 +296,10 @@ extern "C" __global__ void dict_strings(
 """
 
 _PLAIN_LENGTHS = r"""
-// One thread per page: walk the 4-byte length prefixes of its PLAIN strings
-// (grid-stride over the pages, as the launch caps its grid).
+// One block per page (grid-stride over the pages, as the launch caps its
+// grid): the page in shared-memory tiles, its PLAIN strings' 4-byte length
+// prefixes walked by thread 0 (see _tile.py). A prefix or string past the
+// page's end sets the error flag and ends the page's walk.
 extern "C" __global__ void plain_lengths(
     const unsigned char* __restrict__ heap,
     const long long* __restrict__ page_start,
@@ -304,19 +311,40 @@ extern "C" __global__ void plain_lengths(
     int* __restrict__ error,
     const int n_pages)
 {
-    const long long stride = (long long)blockDim.x * gridDim.x;
-    const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    for (long long p = first; p < n_pages; p += stride) {
-        long long pos = page_start[p];
+    __shared__ unsigned char tile[TILE_BYTES];
+    __shared__ long long next;  // where the next tile starts; -1: the walk is over
+    for (long long p = blockIdx.x; p < n_pages; p += gridDim.x) {
         const long long end = page_end[p], base = dense_base[p], count = page_count[p];
-        for (long long k = 0; k < count; ++k) {
-            if (pos + 4 > end) { atomicExch(error, 1); break; }
-            long long length = (long long)heap[pos] | ((long long)heap[pos + 1] << 8)
-                | ((long long)heap[pos + 2] << 16) | ((long long)heap[pos + 3] << 24);
-            if (pos + 4 + length > end) { atomicExch(error, 1); break; }
-            dense_start[base + k] = pos + 4;
-            dense_length[base + k] = length;
-            pos += 4 + length;
+        long long pos = page_start[p], k = 0;  // thread 0's walk
+        __syncthreads();  // every thread has read the last page's final `next`
+        if (threadIdx.x == 0) next = count ? pos : -1;
+        __syncthreads();
+        for (;;) {
+            const long long t0 = next;
+            if (t0 < 0) break;
+            const long long t1 = t0 + TILE_BYTES < end ? t0 + TILE_BYTES : end;
+            load_tile(tile, heap, t0, t1);
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                // every string whose prefix starts inside the tile; where the
+                // tile ends the page, every string left (past the end: refused)
+                const Tile t = {tile, t0, t1, heap};
+                bool over = false;
+                while (k < count && (pos < t1 || t1 == end)) {
+                    if (pos + 4 > end) { atomicExch(error, 1); over = true; break; }
+                    const long long length = (long long)byte_at(t, pos)
+                        | ((long long)byte_at(t, pos + 1) << 8)
+                        | ((long long)byte_at(t, pos + 2) << 16)
+                        | ((long long)byte_at(t, pos + 3) << 24);
+                    if (pos + 4 + length > end) { atomicExch(error, 1); over = true; break; }
+                    dense_start[base + k] = pos + 4;
+                    dense_length[base + k] = length;
+                    pos += 4 + length;
+                    ++k;
+                }
+                next = over || k == count ? -1 : pos;
+            }
+            __syncthreads();  // the tile is walked and `next` set
         }
     }
 }
@@ -364,7 +392,7 @@ _SOURCES = {
     "plain_fixed": _LAST_AT_MOST + _PLAIN_FIXED,
     "dict_gather": _DICT_GATHER,
     "dict_strings": _DICT_STRINGS,
-    "plain_lengths": _PLAIN_LENGTHS,
+    "plain_lengths": TILE_SOURCE + _PLAIN_LENGTHS,
     "scatter_values": _SCATTER_VALUES,
     "copy_strings": _COPY_STRINGS,
     "snappy_check": SNAPPY_CHECK,
@@ -375,6 +403,8 @@ KERNEL_NAMES = tuple(_SOURCES)
 ELEMENT_TYPES = {1: "unsigned char", 4: "unsigned int", 8: "unsigned long long"}
 #: kernels compiled once per element size (the others take no ELEM_T)
 TYPED_KERNELS = ("plain_fixed", "dict_gather", "scatter_values")
+#: kernels launched with one block per item (a page or a section), not one thread
+BLOCK_KERNELS = ("plain_lengths", "snappy_check", "lz4_check")
 
 
 def kernel_source(name: str, element_bytes: int | None = None) -> str:
