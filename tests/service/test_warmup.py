@@ -274,3 +274,39 @@ def test_a_failed_step_leaves_the_service_s_domain_and_ledger_as_they_were(
     del failed
     monkeypatch.undo()
     assert service.warm_up() > 0  # the service is still usable
+
+
+# The demo's first BFS (R-MAT scale 20, directed, from the source of the first
+# edge): a frontier of 654 vertices there is a length class (513..1024) that no
+# frontier of the warm-up's scale-16 BFS had, and CuPy compiled its reduction
+# kernels on that first query.
+_QUERY_SCALE = 20
+
+
+@pytest.mark.slow
+def test_the_warm_up_compiled_every_reduction_a_scale_20_bfs_runs(
+    service: QueryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nexus_cache.graph import build_graph
+    from nexus_cache.graph._reductions import recording
+    from nexus_cache.graph.registry import get_spec
+    from nexus_cache.service.datagen import rmat_edges
+
+    # the NumPy BFS runs the CUDA path's loop (the Numba engine runs its own)
+    monkeypatch.setenv("NEXUS_GRAPH_HOST_ENGINE", "numpy")
+    # the warm-up as on CUDA (its large-graph step at its own scale), BFS only
+    monkeypatch.setattr(warmup, "_large_scale", lambda backend: warmup._LARGE_SCALE)
+    monkeypatch.setattr(warmup, "ALGORITHMS", {"bfs": get_spec("bfs")})
+    with recording() as warmed:
+        steps = service.warm_up_report().devices[0].steps
+    assert f"graph algorithms at scale {warmup._LARGE_SCALE}" in steps
+    table = rmat_edges(_QUERY_SCALE)
+    edges = {"src": table["src"].to_numpy(), "dst": table["dst"].to_numpy()}
+    source = int(table["src"][0].as_py())
+    with recording() as queried:
+        for directed in (True, False):
+            options = get_spec("bfs").options(
+                directed, weight_dtype="float64", vertex_dtype="int32"
+            )
+            traversal.bfs(build_graph(edges, options=options), source)
+    assert queried - warmed == set()

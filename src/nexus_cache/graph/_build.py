@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import GraphInputError
+from nexus_cache.graph._reductions import reduce
 from nexus_cache.graph.arrays import is_device_module, scatter_add, scatter_max, scatter_min
 
 __all__ = ["Renumbering", "csr_from_arcs", "renumber", "rows_of"]
@@ -132,7 +133,7 @@ def csr_from_arcs(
         xp.not_equal(key[1:], key[:-1], out=is_start[1:])
         if weights is not None:
             weights = _segment_reduce(xp, weights, is_start, duplicates)
-        elif count_dtype is not None and duplicates == "sum" and not bool(is_start.all()):
+        elif count_dtype is not None and duplicates == "sum" and not bool(reduce("all", is_start)):
             starts = xp.flatnonzero(is_start)
             weights = xp.empty(starts.shape, dtype=count_dtype)
             weights[:-1] = starts[1:] - starts[:-1]

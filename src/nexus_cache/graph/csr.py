@@ -8,6 +8,7 @@ import numpy as np
 
 from nexus_cache.errors import GraphInputError
 from nexus_cache.graph._build import csr_from_arcs, renumber, rows_of
+from nexus_cache.graph._reductions import reduce
 from nexus_cache.graph.arrays import sparse_module, to_numpy
 from nexus_cache.graph.edges import edge_columns, vertex_array
 from nexus_cache.graph.options import GraphOptions
@@ -157,7 +158,7 @@ class Graph:
         pos = xp.searchsorted(self.vertex_ids, ids)
         pos = xp.minimum(pos, self.n_vertices - 1)
         missing = self.vertex_ids[pos] != ids
-        if bool(missing.any()):
+        if bool(reduce("any", missing)):
             bad = to_numpy(ids[missing][:5]).tolist()
             raise GraphInputError(f"{name} {bad} are not vertices of the graph")
         return pos.astype(self.indices.dtype)
@@ -319,7 +320,8 @@ def build_graph(
         indptr, indices, weights = csr_from_arcs(
             xp, rows, cols, weights, n, options.duplicates, index_dtype, options.weight_dtype
         )
-    if weights is not None and weight is not None and not bool(xp.isfinite(weights).all()):
+    finite = weights is None or weight is None or bool(reduce("all", xp.isfinite(weights)))
+    if not finite:
         # the input was finite (edge_columns checks): the cast or the sum overflowed
         raise GraphInputError(
             f"weight column {weight!r} has weights beyond the range of "

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import GraphInputError
+from nexus_cache.graph._reductions import reduce
 from nexus_cache.graph.arrays import array_module, is_device_module
 
 __all__ = ["edge_columns", "vertex_array"]
@@ -43,7 +44,7 @@ def _device_column_array(column: Any, name: str) -> Any:
             f"column {name!r} has Arrow type {column.type}; use an integer or float column"
         )
     validity = column.validity
-    if validity is not None and not bool(validity.all()):
+    if validity is not None and not bool(reduce("all", validity)):
         raise GraphInputError(
             f"column {name!r} has null values; drop or fill them before building a graph"
         )
@@ -117,7 +118,7 @@ def edge_columns(
                 f"weight column {weight!r} must be numeric and as long as the edge columns, "
                 f"got dtype {weights.dtype} and shape {weights.shape}"
             )
-        if weights.dtype.kind == "f" and not bool(xp.isfinite(weights).all()):
+        if weights.dtype.kind == "f" and not bool(reduce("all", xp.isfinite(weights))):
             raise GraphInputError(
                 f"weight column {weight!r} holds NaN or infinite values; drop or fill them"
             )

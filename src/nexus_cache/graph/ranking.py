@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputError
+from nexus_cache.graph._reductions import reduce
 from nexus_cache.graph.arrays import occurrences
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.registry import CONVERGENCE_RULES, _finite
@@ -60,7 +61,7 @@ def _vector(graph: Graph, given: VertexValues | None, name: str, dtype: Any) -> 
         raise GraphInputError(
             f"pagerank {name}: {dense.size} vertices but {values.size} values; give one each"
         )
-    if bool((values < 0).any()) or not bool(xp.isfinite(values).all()):
+    if bool(reduce("any", values < 0)) or not bool(reduce("all", xp.isfinite(values))):
         raise GraphInputError(f"pagerank {name} values must be finite and >= 0")
     vector = xp.zeros(graph.n_vertices, dtype=dtype)
     vector[dense] = values
@@ -167,7 +168,7 @@ def pagerank(
         w = pull.weights
         # an infinite weight turns every rank into NaN; a negative one is no
         # transition probability: refuse both rather than return garbage
-        if bool((~xp.isfinite(w)).any()) or bool((w < 0).any()):
+        if bool(reduce("any", ~xp.isfinite(w))) or bool(reduce("any", w < 0)):
             column = f"weight column {graph.weight_column!r}" if graph.weight_column else "weights"
             raise GraphInputError(
                 f"pagerank needs finite edge weights >= 0; the graph's {column} has "

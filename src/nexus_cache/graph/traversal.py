@@ -22,6 +22,7 @@ from nexus_cache.errors import ConfigError, GraphInputError
 from nexus_cache.graph._expand import expand_chunks, offsets_of
 from nexus_cache.graph._host_engine import bfs as host_bfs
 from nexus_cache.graph._host_engine import host_kernels
+from nexus_cache.graph._reductions import reduce
 from nexus_cache.graph.arrays import is_device_module
 from nexus_cache.graph.csr import Graph
 from nexus_cache.graph.result import GraphResult
@@ -150,8 +151,12 @@ def _bfs_dense(
     frontier = xp.flatnonzero(dist == 0)
     ref = push_g if push_g is not None else pull_g
     assert ref is not None
-    degree = xp.diff(ref.indptr)
-    frontier_arcs = int(degree[frontier].sum())
+    # int64 degrees: CuPy sums int64 with CUB's precompiled device reduce; an
+    # int32 sum is a kernel it compiles per length class of the frontier (up to
+    # 128, 256, 512, 1024 vertices, more), so a first BFS whose frontier falls
+    # in a class no earlier BFS met would compile (seconds on a fresh machine)
+    degree = xp.subtract(ref.indptr[1:], ref.indptr[:-1], dtype=np.int64)
+    frontier_arcs = int(reduce("sum", degree[frontier]))
     unexplored = ref.n_arcs - frontier_arcs
     pushing = push_g is not None
     rows: Any = None
@@ -173,7 +178,7 @@ def _bfs_dense(
                 rows = pull_g.rows()
             _pull_step(pull_g, rows, dist, pred, level)
         frontier = xp.flatnonzero(dist == level)
-        frontier_arcs = int(degree[frontier].sum())
+        frontier_arcs = int(reduce("sum", degree[frontier]))
         unexplored -= frontier_arcs
     return dist, pred, level
 
