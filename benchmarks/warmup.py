@@ -62,30 +62,39 @@ def _child(args: argparse.Namespace) -> int:
         out["service_start_s"] = time.perf_counter() - started
         if args.child_warm:
             out["warmup_s"] = service.warm_up()
-        compiled = _kernels_on_disk()
+        compiled = _kernel_files()
         for name in _QUERIES:
             t0 = time.perf_counter()
             service.execute(mix[name])
             out[f"{name}_s"] = time.perf_counter() - t0
-            # kernels this query compiled (files the kernel caches gained)
-            now = _kernels_on_disk()
-            out[f"{name}_compiled"] = now - compiled
+            # kernels this query compiled (files the kernel caches gained), by name
+            now = _kernel_files()
+            out[f"{name}_compiled"] = len(now - compiled)
+            out[f"{name}_kernels"] = sorted({k for p in now - compiled for k in _names(p)})
             compiled = now
         out["backend"] = service.backend.name
     print(json.dumps(out))
     return 0
 
 
-def _kernels_on_disk() -> int:
+def _kernel_files() -> set[Path]:
     """Files in CuPy's kernel cache and the program cache (the child's own dirs)."""
     roots = [os.environ.get("CUPY_CACHE_DIR"), os.environ.get("NEXUS_PROGRAM_CACHE_DIR")]
-    return sum(
-        1
+    return {
+        p
         for root in roots
         if root and Path(root).is_dir()
         for p in Path(root).rglob("*")
         if p.is_file()
-    )
+    }
+
+
+def _names(path: Path) -> set[str]:
+    """The kernel names a compiled file holds (its symbol strings)."""
+    import re
+
+    text = path.read_bytes()
+    return {m.decode() for m in re.findall(rb"(?:cupy_|nexus_)[A-Za-z0-9_]{2,60}", text)}
 
 
 def _run_child(
@@ -164,7 +173,13 @@ def _measure(args: argparse.Namespace, root: Path) -> int:
                 f"{k[:-2]} {v:.3f} s" for k, v in figures.items() if k.endswith("_s")
             )
             shown += "; kernel files compiled by " + ", ".join(
-                f"{q} {figures.get(f'{q}_compiled', 0)}" for q in _QUERIES
+                f"{q} {figures.get(f'{q}_compiled', 0)}"
+                + (
+                    f" ({' '.join(figures[f'{q}_kernels'][:6])})"
+                    if figures.get(f"{q}_kernels")
+                    else ""
+                )
+                for q in _QUERIES
             )
             print(f"run {number} ({label}, {figures['backend']}): {shown}", flush=True)
     ratios = {}
