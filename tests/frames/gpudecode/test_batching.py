@@ -1,14 +1,13 @@
 """How the GPU engine feeds the device decoder: row groups batched into heaps
-by bytes, each page copied once from the file's bytes through the transfer,
-one nvCOMP codec per algorithm for a whole decode. On the emulated device."""
+by bytes, each page copied once from the file's bytes through the transfer
+(one copy per heap), one nvCOMP codec per algorithm for a whole decode. On the
+emulated device."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import io
 import sys
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,26 +22,22 @@ from nexus_cache.frames import DeviceFrame
 from nexus_cache.frames.gpudecode import nvcomp
 from nexus_cache.frames.gpudecode.layout import HeapLayout
 from nexus_cache.frames.gpudecode.pages import PageType
+from nexus_cache.frames.staging import Transfer
 
 _engine = importlib.import_module("nexus_cache.frames._page_engine")
 _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
 
 
-class _Transfer:
-    """A transfer that records every copy (host bytes, device destination)."""
+class _Transfer(Transfer):
+    """The host transfer, recording each image it copies (its pieces' bytes)."""
 
     def __init__(self) -> None:
-        self.copies: list[int] = []
+        super().__init__(_emulator.Domain())  # type: ignore[arg-type]
+        self.images: list[int] = []
 
-    @contextlib.contextmanager
-    def device(self) -> Iterator[None]:
-        yield
-
-    def to_device(self, host: np.ndarray, dst: Any) -> None:
-        assert host.dtype == np.uint8
-        assert host.nbytes == dst.nbytes
-        np.copyto(dst, host, casting="no")
-        self.copies.append(int(host.nbytes))
+    def pieces_to_device(self, pieces: Any, nbytes: int, dst: Any) -> None:
+        self.images.append(sum(memoryview(p).nbytes for _, p in pieces))
+        super().pieces_to_device(pieces, nbytes, dst)
 
 
 def _table(n: int = 4000) -> pa.Table:
@@ -153,23 +148,32 @@ def test_batches_hold_whole_row_groups_up_to_the_bytes() -> None:
 
 
 @pytest.mark.usefixtures("emulated_device")
-def test_each_page_is_copied_once_from_the_file_through_the_transfer() -> None:
+@pytest.mark.parametrize("batch_bytes", [1 << 30, 1])
+def test_each_heap_is_one_copy_of_its_pages_through_the_transfer(
+    batch_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     raw = write(_table(), row_group_size=1000, compression="zstd", data_page_version="2.0")
+    monkeypatch.setattr(_engine, "HEAP_BATCH_BYTES", batch_bytes)
     transfer = _Transfer()
     calls: list[int] = []
     got = _decode(raw, transfer, calls)
     assert got.equals(pq.read_table(io.BytesIO(raw)))
-    # every page's stored bytes (a v2 page: its levels and values apart), no more
+    # one copy per heap (one heap, or one a row group), not one per page
+    assert len(calls) == (1 if batch_bytes > 1 else 4)
+    assert transfer.stats.h2d_copies == len(transfer.images) == len(calls)
+    # of every page's stored bytes (a v2 page: its levels and values apart), no more
     plan, _ = _plan(raw)
-    stored = 0
+    stored = pages_count = 0
     for chunks in plan.gpu.values():
         for _, _, pages in chunks:
             for page in pages:
                 h = page.header
+                pages_count += 1
                 stored += len(page.payload) - (
                     h.rep_bytes if h.type == PageType.DATA_PAGE_V2 else 0
                 )
-    assert sum(transfer.copies) == stored
+    assert pages_count > 4 * len(calls)
+    assert sum(transfer.images) == stored
 
 
 def test_the_host_image_places_each_piece_with_zeros_between() -> None:

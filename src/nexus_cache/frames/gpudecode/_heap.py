@@ -133,11 +133,9 @@ class _Heap:
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
         if transfer is not None:
-            # each piece from the file's bytes into its place, through the
-            # pinned staging (one host copy a page)
-            for at, piece in layout.pieces:
-                host = np.frombuffer(piece, np.uint8)
-                transfer.to_device(host, self.data[at : at + host.size])
+            # every piece from the file's bytes into its place in the pinned
+            # staging (one host copy a page), one device copy per slot filled
+            transfer.pieces_to_device(layout.pieces, layout.host_size, self.data)
         elif layout.host_size:
             self.data[: layout.host_size] = cp.asarray(layout.host_image())
         self.stage("transfer")
