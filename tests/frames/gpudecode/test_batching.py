@@ -26,6 +26,7 @@ from nexus_cache.frames.staging import Transfer
 
 _engine = importlib.import_module("nexus_cache.frames._page_engine")
 _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
+_heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 
 
 class _Transfer(Transfer):
@@ -218,3 +219,50 @@ def test_a_decode_reuses_one_codec_per_algorithm(monkeypatch: pytest.MonkeyPatch
     nvcomp.decompress_batch(None, "Snappy", jobs, "t", codecs)
     nvcomp.decompress_batch(None, "Snappy", jobs, "t")  # no cache: a codec of its own
     assert made == ["Snappy", "Zstd", "Snappy", "Snappy"]
+
+
+@pytest.mark.usefixtures("emulated_device")
+def test_page_tables_go_up_in_one_upload_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every step over a chunk's pages (levels and index expansions, PLAIN
+    # booleans, level-length and head gathers) uploads its page table in one
+    # copy and makes its device arrays in few allocations, however many pages.
+    uploads, allocations = [0], [0]
+    real_asarray, real_wrap = _emulator.fake_cupy.asarray, _emulator._wrap
+
+    def asarray(a: Any) -> Any:
+        uploads[0] += 1
+        return real_asarray(a)
+
+    def wrap(a: Any) -> Any:
+        allocations[0] += 1
+        return real_wrap(a)
+
+    monkeypatch.setattr(_emulator.fake_cupy, "asarray", asarray)
+    monkeypatch.setattr(_emulator, "_wrap", wrap)
+    steps: dict[str, list[tuple[int, int]]] = {}
+    for name in ("expand", "packed_runs", "gather"):
+        real = getattr(_heap._Chunk, name)
+
+        def counted(self: Any, *args: Any, _real: Any = real, _name: str = name) -> Any:
+            before = (uploads[0], allocations[0])
+            out = _real(self, *args)
+            steps.setdefault(_name, []).append(
+                (uploads[0] - before[0], allocations[0] - before[1])
+            )
+            return out
+
+        monkeypatch.setattr(_heap._Chunk, name, counted)
+    table = _table(6000).append_column("b", pa.array(np.arange(6000) % 3 == 0))
+    raw = write(
+        table, row_group_size=3000, compression="snappy", data_page_size=64, write_batch_size=100
+    )
+    got = _decode(raw, None, [])
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    plan, _ = _plan(raw)
+    assert min(len(pages) for chunks in plan.gpu.values() for _, _, pages in chunks) > 4
+    assert set(steps) == {"expand", "packed_runs", "gather"}
+    # expand: its table (one upload), its runs' scratch, its output
+    assert all(u == 1 and a <= 3 for u, a in steps["expand"]), steps["expand"]
+    assert all(u == 1 and a <= 2 for u, a in steps["packed_runs"]), steps["packed_runs"]
+    # gather: the byte indices (one upload) and the gathered bytes
+    assert all(u <= 1 and a <= 2 for u, a in steps["gather"]), steps["gather"]
