@@ -179,10 +179,7 @@ def _struct(buf: Any, pos: int, end: int, depth: int, schema: Schema) -> tuple[l
         else:  # the long form: the id follows, a zigzag varint
             last, pos = _zigzag(buf, pos)
         want = schema[last] if 0 <= last < size else None
-        if kind in _BOOLEANS:  # a boolean field's value is its type
-            if want == _TRUE:
-                fields[last] = kind == _TRUE
-        elif kind == _I32 and want == _I32:  # a zigzag varint, inline
+        if kind == _I32 and want == _I32:  # a zigzag varint, inline
             start, b, shift = pos, buf[pos], 7
             pos += 1
             value = b & 0x7F
@@ -194,10 +191,16 @@ def _struct(buf: Any, pos: int, end: int, depth: int, schema: Schema) -> tuple[l
                 value |= (b & 0x7F) << shift
                 shift += 7
             fields[last] = (value >> 1) ^ -(value & 1)
-        elif kind == _STRUCT and type(want) is tuple:
+        elif kind in _BOOLEANS:  # a boolean field's value is its type
+            if want == _TRUE:
+                fields[last] = kind == _TRUE
+        elif kind == _STRUCT:
             if depth >= MAX_DEPTH:
                 raise ThriftError(f"Thrift nesting deeper than {MAX_DEPTH}", pos)
-            fields[last], pos = _struct(buf, pos, end, depth + 1, want)
+            if type(want) is tuple:
+                fields[last], pos = _struct(buf, pos, end, depth + 1, want)
+            else:  # a struct not kept (a page's statistics)
+                pos = _skip_struct(buf, pos, end, depth + 1)
         else:  # not kept, or of another type than the schema's: read past it
             pos = _skip(buf, pos, end, kind, depth)
 
