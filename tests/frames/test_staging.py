@@ -148,6 +148,13 @@ def test_pieces_out_of_order_or_past_the_image_are_refused() -> None:
     with pytest.raises(ValueError, match="does not take"):
         transfer.pieces_to_device([], 101, device)
     assert copies == []  # a refused image sends nothing
+    # refused after a slot's copy was queued: that copy is done when it raises
+    big = _Device(20_000)
+    with pytest.raises(ValueError, match="overlaps the one before it"):
+        transfer.pieces_to_device([(0, bytes(9000)), (8000, b"x")], 20_000, big)
+    stream = transfer._staging.stream
+    assert copies
+    assert stream.done == len(stream.queue)
     transfer.close()
 
 

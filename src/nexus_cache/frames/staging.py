@@ -115,7 +115,7 @@ class Transfer:
         of ``pieces`` (``(offset, bytes-like)`` in increasing order, none
         overlapping the next), zeros between them: one copy here, one per
         pinned slot filled on CUDA. ValueError for pieces out of order or
-        past ``nbytes``."""
+        past ``nbytes`` (on CUDA, any copy it queued is done by then)."""
         started = time.perf_counter()
         view = _bytes_of(dst, nbytes)
         at = 0
@@ -311,11 +311,17 @@ class _CudaTransfer(Transfer):
         started = time.perf_counter()
         run = (0, self._used)  # (image offset, slot offset) where the slot's run starts
         at = 0
-        for offset, src in _image(pieces, nbytes):
-            run = self._stage(None, offset - at, at, run, dst_ptr)
-            run = self._stage(src, src.size, offset, run, dst_ptr)
-            at = offset + src.size
-        run = self._stage(None, nbytes - at, at, run, dst_ptr)
+        try:
+            for offset, src in _image(pieces, nbytes):
+                run = self._stage(None, offset - at, at, run, dst_ptr)
+                run = self._stage(src, src.size, offset, run, dst_ptr)
+                at = offset + src.size
+            run = self._stage(None, nbytes - at, at, run, dst_ptr)
+        except BaseException:
+            # the copies queued so far are done before the error reaches the
+            # caller, who may then free ``dst`` at once
+            self._staging.stream.synchronize()
+            raise
         self.stats.staging_seconds += time.perf_counter() - started
         if self._used > run[1]:
             self._memcpy(dst_ptr + run[0], run[1], self._used - run[1])
