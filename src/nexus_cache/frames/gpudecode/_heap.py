@@ -143,11 +143,14 @@ class _Heap:
         ]
         lengths = self.peek([o for offsets in wanted for o in offsets])
         self.chunks: list[_Chunk] = []
+        errors = self.cp.zeros(len(items), np.int32)  # every chunk's error flag, one allocation
         at = 0
-        for (spec, _), placed, offsets in zip(items, layout.chunks, wanted, strict=True):
+        for k, ((spec, _), placed, offsets) in enumerate(
+            zip(items, layout.chunks, wanted, strict=True)
+        ):
             sections = page_sections_at(placed, spec, lengths[at : at + len(offsets)].tolist())
             at += len(offsets)
-            self.chunks.append(_Chunk(self, spec, placed, sections))
+            self.chunks.append(_Chunk(self, spec, placed, sections, errors[k : k + 1]))
 
     def _fill(
         self,
@@ -234,6 +237,7 @@ class _Chunk:
         spec: ChunkSpec,
         placed: Sequence[PlacedPage],
         sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+        error: Any,
     ) -> None:
         # The heap's buffer and size, not the heap: a chunk that pointed back at
         # the heap that lists it would make a cycle, and the device bytes
@@ -241,7 +245,7 @@ class _Chunk:
         # decode returns.
         self.cp, self.spec = heap.cp, spec
         self.heap, self.size = heap.data, heap.size
-        self.error = heap.cp.zeros(1, np.int32)
+        self.error = error  # int32[1]: set by a kernel that finds a stream malformed
         self.data_pages: list[_DataPage] = []
         self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
         for p, (levels, values) in zip(placed, sections, strict=True):
