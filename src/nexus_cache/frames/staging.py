@@ -12,6 +12,11 @@ On CUDA, host buffers go to the device through a ring of reusable pinned
    is then done), so the host fills one slot while the copy engine drains
    another.
 
+Many small host buffers bound for one device buffer (the pages of a
+decoder's heap) go as one image (:meth:`Transfer.pieces_to_device`): each
+piece copied into the slot at its place, the gaps zeroed, and one
+asynchronous copy per slot filled, instead of one per piece.
+
 A :class:`PinnedStaging` (slots, stream, events) is reused across transfers:
 ``PinnedStaging.acquire`` hands one out of a small per-device pool and
 ``release`` returns it; each is used by one transfer at a time. On the host
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -105,6 +110,24 @@ class Transfer:
         self.stats.h2d_bytes += int(host.nbytes)
         self.stats.h2d_copies += 1
 
+    def pieces_to_device(self, pieces: Sequence[tuple[int, Any]], nbytes: int, dst: Any) -> None:
+        """Make the first ``nbytes`` of the contiguous byte array ``dst`` the image
+        of ``pieces`` (``(offset, bytes-like)`` in increasing order, none
+        overlapping the next), zeros between them: one copy here, one per
+        pinned slot filled on CUDA. ValueError for pieces out of order or
+        past ``nbytes`` (on CUDA, any copy it queued is done by then)."""
+        started = time.perf_counter()
+        view = _bytes_of(dst, nbytes)
+        at = 0
+        for offset, src in _image(pieces, nbytes):
+            view[at:offset] = 0
+            view[offset : offset + src.size] = src
+            at = offset + src.size
+        view[at:nbytes] = 0
+        self.stats.h2d_seconds += time.perf_counter() - started
+        self.stats.h2d_bytes += nbytes
+        self.stats.h2d_copies += 1
+
     def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
         """Fill ``dst`` (``nbytes`` contiguous bytes) from ``reader.readinto``."""
         started = time.perf_counter()
@@ -138,6 +161,27 @@ def _read_some(reader: Any, into: memoryview, pos: int, nbytes: int) -> int:
     if not got:
         raise OSError(f"the source ended after {pos} of {nbytes} bytes")
     return int(got)
+
+
+def _bytes_of(dst: Any, nbytes: int) -> Any:
+    """``dst`` (contiguous, at least ``nbytes``) as a flat uint8 array."""
+    if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:
+        raise ValueError(f"destination of {dst.nbytes} B does not take {nbytes} B contiguously")
+    return dst.reshape(-1).view(np.uint8)
+
+
+def _image(pieces: Sequence[tuple[int, Any]], nbytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Each piece as ``(offset, uint8 array)``, checked to lie in order within ``nbytes``."""
+    at = 0
+    for offset, piece in pieces:
+        src = np.frombuffer(piece, np.uint8)
+        if offset < at or offset + src.size > nbytes:
+            raise ValueError(
+                f"a piece of {src.size} B at {offset} overlaps the one before it (which ends "
+                f"at {at}) or runs past the image's {nbytes} B"
+            )
+        at = offset + src.size
+        yield offset, src
 
 
 class PinnedStaging:
@@ -234,6 +278,12 @@ class _CudaTransfer(Transfer):
         self.stats.h2d_bytes += n
 
     def _queue_copy(self, dst_ptr: int, k: int) -> None:
+        """Copy the ``k`` bytes from the current slot's first free byte to ``dst_ptr``."""
+        self._memcpy(dst_ptr, self._used, k)
+        self._used += k
+
+    def _memcpy(self, dst_ptr: int, at: int, k: int) -> None:
+        """Queue the copy of bytes ``[at, at + k)`` of the current slot to ``dst_ptr``."""
         staging, cp = self._staging, self._cp
         events = None
         if self._timing:
@@ -241,7 +291,7 @@ class _CudaTransfer(Transfer):
             events[0].record(staging.stream)
         cp.cuda.runtime.memcpyAsync(
             dst_ptr,
-            staging.pointers[self._slot] + self._used,
+            staging.pointers[self._slot] + at,
             k,
             cp.cuda.runtime.memcpyHostToDevice,
             staging.stream.ptr,
@@ -249,8 +299,58 @@ class _CudaTransfer(Transfer):
         if events is not None:
             events[1].record(staging.stream)
             self._timed.append(events)
-        self._used += k
         self.stats.h2d_copies += 1
+
+    def pieces_to_device(self, pieces: Sequence[tuple[int, Any]], nbytes: int, dst: Any) -> None:
+        # The image is written into the slots in order, and each slot's run of
+        # it goes in one copy: when the slot is full (before the next slot is
+        # waited for) and at the end.
+        if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:
+            raise ValueError(f"destination of {dst.nbytes} B does not take {nbytes} B")
+        dst_ptr = int(dst.data.ptr)
+        started = time.perf_counter()
+        run = (0, self._used)  # (image offset, slot offset) where the slot's run starts
+        at = 0
+        try:
+            for offset, src in _image(pieces, nbytes):
+                run = self._stage(None, offset - at, at, run, dst_ptr)
+                run = self._stage(src, src.size, offset, run, dst_ptr)
+                at = offset + src.size
+            run = self._stage(None, nbytes - at, at, run, dst_ptr)
+        except BaseException:
+            # the copies queued so far are done before the error reaches the
+            # caller, who may then free ``dst`` at once
+            self._staging.stream.synchronize()
+            raise
+        self.stats.staging_seconds += time.perf_counter() - started
+        if self._used > run[1]:
+            self._memcpy(dst_ptr + run[0], run[1], self._used - run[1])
+        self.stats.h2d_bytes += nbytes
+
+    def _stage(
+        self, src: np.ndarray | None, n: int, at: int, run: tuple[int, int], dst_ptr: int
+    ) -> tuple[int, int]:
+        """Write ``src`` (None: ``n`` zeros) into the slots as image bytes from ``at``;
+        a slot filled has its run copied and the next slot is taken. Returns
+        where the current slot's run starts."""
+        staging, pos = self._staging, 0
+        while pos < n:
+            room = staging.slot_bytes - self._used
+            if room == 0:
+                if self._used > run[1]:
+                    self._memcpy(dst_ptr + run[0], run[1], self._used - run[1])
+                self._next_slot()
+                run = (at + pos, 0)
+                continue
+            k = min(room, n - pos)
+            slot = staging.buffers[self._slot][self._used : self._used + k]
+            if src is None:
+                slot.fill(0)
+            else:
+                np.copyto(slot, src[pos : pos + k])
+            self._used += k
+            pos += k
+        return run
 
     def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
         if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:

@@ -1,14 +1,13 @@
 """How the GPU engine feeds the device decoder: row groups batched into heaps
-by bytes, each page copied once from the file's bytes through the transfer,
-one nvCOMP codec per algorithm for a whole decode. On the emulated device."""
+by bytes, each page copied once from the file's bytes through the transfer
+(one copy per heap), one nvCOMP codec per algorithm for a whole decode. On the
+emulated device."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import io
 import sys
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,26 +22,23 @@ from nexus_cache.frames import DeviceFrame
 from nexus_cache.frames.gpudecode import nvcomp
 from nexus_cache.frames.gpudecode.layout import HeapLayout
 from nexus_cache.frames.gpudecode.pages import PageType
+from nexus_cache.frames.staging import Transfer
 
 _engine = importlib.import_module("nexus_cache.frames._page_engine")
 _device = importlib.import_module("nexus_cache.frames.gpudecode.device")
+_heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 
 
-class _Transfer:
-    """A transfer that records every copy (host bytes, device destination)."""
+class _Transfer(Transfer):
+    """The host transfer, recording each image it copies (its pieces' bytes)."""
 
     def __init__(self) -> None:
-        self.copies: list[int] = []
+        super().__init__(_emulator.Domain())  # type: ignore[arg-type]
+        self.images: list[int] = []
 
-    @contextlib.contextmanager
-    def device(self) -> Iterator[None]:
-        yield
-
-    def to_device(self, host: np.ndarray, dst: Any) -> None:
-        assert host.dtype == np.uint8
-        assert host.nbytes == dst.nbytes
-        np.copyto(dst, host, casting="no")
-        self.copies.append(int(host.nbytes))
+    def pieces_to_device(self, pieces: Any, nbytes: int, dst: Any) -> None:
+        self.images.append(sum(memoryview(p).nbytes for _, p in pieces))
+        super().pieces_to_device(pieces, nbytes, dst)
 
 
 def _table(n: int = 4000) -> pa.Table:
@@ -153,23 +149,32 @@ def test_batches_hold_whole_row_groups_up_to_the_bytes() -> None:
 
 
 @pytest.mark.usefixtures("emulated_device")
-def test_each_page_is_copied_once_from_the_file_through_the_transfer() -> None:
+@pytest.mark.parametrize("batch_bytes", [1 << 30, 1])
+def test_each_heap_is_one_copy_of_its_pages_through_the_transfer(
+    batch_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     raw = write(_table(), row_group_size=1000, compression="zstd", data_page_version="2.0")
+    monkeypatch.setattr(_engine, "HEAP_BATCH_BYTES", batch_bytes)
     transfer = _Transfer()
     calls: list[int] = []
     got = _decode(raw, transfer, calls)
     assert got.equals(pq.read_table(io.BytesIO(raw)))
-    # every page's stored bytes (a v2 page: its levels and values apart), no more
+    # one copy per heap (one heap, or one a row group), not one per page
+    assert len(calls) == (1 if batch_bytes > 1 else 4)
+    assert transfer.stats.h2d_copies == len(transfer.images) == len(calls)
+    # of every page's stored bytes (a v2 page: its levels and values apart), no more
     plan, _ = _plan(raw)
-    stored = 0
+    stored = pages_count = 0
     for chunks in plan.gpu.values():
         for _, _, pages in chunks:
             for page in pages:
                 h = page.header
+                pages_count += 1
                 stored += len(page.payload) - (
                     h.rep_bytes if h.type == PageType.DATA_PAGE_V2 else 0
                 )
-    assert sum(transfer.copies) == stored
+    assert pages_count > 4 * len(calls)
+    assert sum(transfer.images) == stored
 
 
 def test_the_host_image_places_each_piece_with_zeros_between() -> None:
@@ -214,3 +219,50 @@ def test_a_decode_reuses_one_codec_per_algorithm(monkeypatch: pytest.MonkeyPatch
     nvcomp.decompress_batch(None, "Snappy", jobs, "t", codecs)
     nvcomp.decompress_batch(None, "Snappy", jobs, "t")  # no cache: a codec of its own
     assert made == ["Snappy", "Zstd", "Snappy", "Snappy"]
+
+
+@pytest.mark.usefixtures("emulated_device")
+def test_page_tables_go_up_in_one_upload_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every step over a chunk's pages (levels and index expansions, PLAIN
+    # booleans, level-length and head gathers) uploads its page table in one
+    # copy and makes its device arrays in few allocations, however many pages.
+    uploads, allocations = [0], [0]
+    real_asarray, real_wrap = _emulator.fake_cupy.asarray, _emulator._wrap
+
+    def asarray(a: Any) -> Any:
+        uploads[0] += 1
+        return real_asarray(a)
+
+    def wrap(a: Any) -> Any:
+        allocations[0] += 1
+        return real_wrap(a)
+
+    monkeypatch.setattr(_emulator.fake_cupy, "asarray", asarray)
+    monkeypatch.setattr(_emulator, "_wrap", wrap)
+    steps: dict[str, list[tuple[int, int]]] = {}
+    for name in ("expand", "packed_runs", "gather"):
+        real = getattr(_heap._Chunk, name)
+
+        def counted(self: Any, *args: Any, _real: Any = real, _name: str = name) -> Any:
+            before = (uploads[0], allocations[0])
+            out = _real(self, *args)
+            steps.setdefault(_name, []).append(
+                (uploads[0] - before[0], allocations[0] - before[1])
+            )
+            return out
+
+        monkeypatch.setattr(_heap._Chunk, name, counted)
+    table = _table(6000).append_column("b", pa.array(np.arange(6000) % 3 == 0))
+    raw = write(
+        table, row_group_size=3000, compression="snappy", data_page_size=64, write_batch_size=100
+    )
+    got = _decode(raw, None, [])
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    plan, _ = _plan(raw)
+    assert min(len(pages) for chunks in plan.gpu.values() for _, _, pages in chunks) > 4
+    assert set(steps) == {"expand", "packed_runs", "gather"}
+    # expand: its table (one upload), its runs' scratch, its output
+    assert all(u == 1 and a <= 3 for u, a in steps["expand"]), steps["expand"]
+    assert all(u == 1 and a <= 2 for u, a in steps["packed_runs"]), steps["packed_runs"]
+    # gather: the byte indices (one upload) and the gathered bytes
+    assert all(u <= 1 and a <= 2 for u, a in steps["gather"]), steps["gather"]

@@ -67,6 +67,39 @@ def _i64(values: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(values, np.int64).reshape(-1)
 
 
+def _upload(cp: Any, *parts: np.ndarray) -> list[Any]:
+    """Device copies of the small host arrays ``parts`` (page tables), made by one
+    allocation and one copy: each a typed view of the one buffer, at an 8-byte
+    boundary. A decode has thousands of such tables; uploaded one by one,
+    their allocations and copies cost more than the kernels that read them."""
+    at, offsets = 0, []
+    for part in parts:
+        offsets.append(at)
+        at += -(-part.nbytes // 8) * 8
+    host = np.zeros(max(at, 8), np.uint8)
+    for part, o in zip(parts, offsets, strict=True):
+        host[o : o + part.nbytes] = np.ascontiguousarray(part).reshape(-1).view(np.uint8)
+    device = cp.asarray(host)
+    return [
+        device[o : o + part.nbytes].view(part.dtype)
+        for part, o in zip(parts, offsets, strict=True)
+    ]
+
+
+def _scratch(cp: Any, *shapes: tuple[int, Any]) -> list[Any]:
+    """Zeroed device arrays of ``(count, dtype)`` each, carved from one
+    allocation (each at an 8-byte boundary)."""
+    at, offsets = 0, []
+    for count, dtype in shapes:
+        offsets.append(at)
+        at += -(-count * np.dtype(dtype).itemsize // 8) * 8
+    device = cp.zeros(max(at, 8), np.uint8)
+    return [
+        device[o : o + count * np.dtype(dtype).itemsize].view(dtype)
+        for (count, dtype), o in zip(shapes, offsets, strict=True)
+    ]
+
+
 @dataclass(frozen=True)
 class _DataPage:
     page: Page
@@ -113,11 +146,14 @@ class _Heap:
         ]
         lengths = self.peek([o for offsets in wanted for o in offsets])
         self.chunks: list[_Chunk] = []
+        errors = self.cp.zeros(len(items), np.int32)  # every chunk's error flag, one allocation
         at = 0
-        for (spec, _), placed, offsets in zip(items, layout.chunks, wanted, strict=True):
+        for k, ((spec, _), placed, offsets) in enumerate(
+            zip(items, layout.chunks, wanted, strict=True)
+        ):
             sections = page_sections_at(placed, spec, lengths[at : at + len(offsets)].tolist())
             at += len(offsets)
-            self.chunks.append(_Chunk(self, spec, placed, sections))
+            self.chunks.append(_Chunk(self, spec, placed, sections, errors[k : k + 1]))
 
     def _fill(
         self,
@@ -136,11 +172,9 @@ class _Heap:
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
         if transfer is not None:
-            # each piece from the file's bytes into its place, through the
-            # pinned staging (one host copy a page)
-            for at, piece in layout.pieces:
-                host = np.frombuffer(piece, np.uint8)
-                transfer.to_device(host, self.data[at : at + host.size])
+            # every piece from the file's bytes into its place in the pinned
+            # staging (one host copy a page), one device copy per slot filled
+            transfer.pieces_to_device(layout.pieces, layout.host_size, self.data)
         elif layout.host_size:
             self.data[: layout.host_size] = cp.asarray(layout.host_image())
         self.stage("transfer")
@@ -185,15 +219,16 @@ class _Heap:
 def _gather(cp: Any, data: Any, size: int, offsets: Sequence[int]) -> Any:
     """The little-endian uint32 at each offset of the heap ``data`` (``size``
     bytes; zero past it), as a device array (read it back with others in one
-    copy)."""
+    copy). One upload (the byte indices), one gather."""
     at = _i64(offsets)
     if at.size == 0:
         return cp.zeros(0, np.uint32)
     index = at[:, None] + np.arange(4, dtype=np.int64)
-    inside = cp.asarray((index < size).astype(np.uint32))
-    got = data[cp.asarray(np.where(index < size, index, 0))].astype(np.uint32)
-    got = got * inside
-    return got[:, 0] | got[:, 1] << 8 | got[:, 2] << 16 | got[:, 3] << 24
+    inside = index < size
+    got = data[cp.asarray(np.where(inside, index, 0))]  # (n, 4) bytes, C order
+    if not inside.all():  # an offset within 4 bytes of the end (a corrupt page)
+        got *= cp.asarray(inside.astype(np.uint8))
+    return got.reshape(-1).view(np.uint32)  # the device is little-endian, as the format
 
 
 class _Chunk:
@@ -205,6 +240,7 @@ class _Chunk:
         spec: ChunkSpec,
         placed: Sequence[PlacedPage],
         sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+        error: Any,
     ) -> None:
         # The heap's buffer and size, not the heap: a chunk that pointed back at
         # the heap that lists it would make a cycle, and the device bytes
@@ -212,7 +248,7 @@ class _Chunk:
         # decode returns.
         self.cp, self.spec = heap.cp, spec
         self.heap, self.size = heap.data, heap.size
-        self.error = heap.cp.zeros(1, np.int32)
+        self.error = error  # int32[1]: set by a kernel that finds a stream malformed
         self.data_pages: list[_DataPage] = []
         self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
         for p, (levels, values) in zip(placed, sections, strict=True):
@@ -244,42 +280,49 @@ class _Chunk:
             return out
         capacity = _i64([s[1] - s[0] + 1 for s in streams])
         run_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
-        n_runs = int(capacity.sum())
-        run_start = cp.zeros(n_runs, np.int64)
-        run_packed = cp.zeros(n_runs, np.uint8)
-        run_value = cp.zeros(n_runs, np.int64)
-        run_count = cp.zeros(len(streams), np.int32)
-        widths = cp.asarray(np.array([s[2] for s in streams], np.int32))
-        base = cp.asarray(run_base)
+        out_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        n_runs, n = int(capacity.sum()), len(streams)
+        # the page table in one upload, the runs' scratch in one allocation
+        starts, ends, counts_d, base, out_base_d, widths = _upload(
+            cp,
+            _i64([s[0] for s in streams]),
+            _i64([s[1] for s in streams]),
+            counts,
+            run_base,
+            out_base,
+            np.array([s[2] for s in streams], np.int32),
+        )
+        run_start, run_value, run_count, run_packed = _scratch(
+            cp, (n_runs, np.int64), (n_runs, np.int64), (n, np.int32), (n_runs, np.uint8)
+        )
         _launch(
             "hybrid_runs",
             None,
-            len(streams),
+            n,
             (
                 self.heap,
-                cp.asarray(_i64([s[0] for s in streams])),
-                cp.asarray(_i64([s[1] for s in streams])),
+                starts,
+                ends,
                 widths,
-                cp.asarray(counts),
+                counts_d,
                 base,
                 run_start,
                 run_packed,
                 run_value,
                 run_count,
                 self.error,
-                np.int32(len(streams)),
+                np.int32(n),
             ),
         )
         # A stream hybrid_runs refused keeps the runs found so far (or none):
         # hybrid_expand still reads only inside the heap, and the error flag
         # is checked before the chunk is returned.
-        out_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self._expand(
-            out, total, out_base, base, run_count, run_start, run_packed, run_value, widths
+            out, total, out_base_d, base, run_count, run_start, run_packed, run_value, widths
         )
         return out
 
-    def _expand(self, out: Any, total: int, out_base: np.ndarray, *runs: Any) -> None:
+    def _expand(self, out: Any, total: int, out_base: Any, *runs: Any) -> None:
         base, run_count, run_start, run_packed, run_value, widths = runs
         _launch(
             "hybrid_expand",
@@ -288,8 +331,8 @@ class _Chunk:
             (
                 self.heap,
                 np.int64(self.size),
-                self.cp.asarray(out_base),
-                np.int32(len(out_base)),
+                out_base,
+                np.int32(out_base.size),
                 base,
                 run_count,
                 run_start,
@@ -310,15 +353,20 @@ class _Chunk:
         out = cp.zeros(max(total, 1), np.uint32)[:total]
         if total:
             out_base = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+            # one run a stream: base i, one run, starting at bit 0, packed, at
+            # the page's values, one bit wide; in one upload
             self._expand(
                 out,
                 total,
-                out_base,
-                cp.arange(n, dtype=np.int64),  # run base: one run per stream
-                cp.ones(n, np.int32),
-                cp.zeros(n, np.int64),
-                cp.ones(n, np.uint8),
-                cp.asarray(_i64(starts)),
-                cp.ones(n, np.int32),
+                *_upload(
+                    cp,
+                    out_base,
+                    np.arange(n, dtype=np.int64),
+                    np.ones(n, np.int32),
+                    np.zeros(n, np.int64),
+                    np.ones(n, np.uint8),
+                    _i64(starts),
+                    np.ones(n, np.int32),
+                ),
             )
         return out

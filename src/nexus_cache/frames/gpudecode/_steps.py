@@ -30,7 +30,14 @@ import numpy as np
 
 from nexus_cache.errors import FrameTypeError, SourceFormatError
 from nexus_cache.frames.column import storage_dtype
-from nexus_cache.frames.gpudecode._heap import DeviceChunk, _Chunk, _DataPage, _i64, _launch
+from nexus_cache.frames.gpudecode._heap import (
+    DeviceChunk,
+    _Chunk,
+    _DataPage,
+    _i64,
+    _launch,
+    _upload,
+)
 from nexus_cache.frames.gpudecode.pages import Encoding, Page
 
 __all__ = ["decode_all"]
@@ -239,14 +246,15 @@ def _plain_fixed(c: _Chunk, table: Sequence[_Row], out: Any) -> None:
     counts = _i64([t[3] for t in table])
     base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     total = int(counts.sum())
+    starts, base_d = _upload(c.cp, _i64([t[1] for t in table]), base)  # one upload
     _launch(
         "plain_fixed",
         width,
         total,
         (
             c.heap,
-            c.cp.asarray(_i64([t[1] for t in table])),
-            c.cp.asarray(base),
+            starts,
+            base_d,
             np.int32(len(table)),
             out,
             np.int64(total),

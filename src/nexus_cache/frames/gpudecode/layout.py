@@ -70,8 +70,9 @@ class HeapLayout:
     after the last :meth:`add`.
 
     The pieces are not joined on the host: the caller copies each straight
-    from the file's bytes into its place (through pinned staging), so a page
-    is copied once on the host, not three times (joined, grown, staged)."""
+    from the file's bytes into its place in the pinned staging
+    (``Transfer.pieces_to_device``: one device copy per slot), so a page is
+    copied once on the host, not three times (joined, grown, staged)."""
 
     pieces: list[tuple[int, bytes | memoryview]] = field(default_factory=list)
     host_size: int = 0

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.errors import SourceFormatError
-from nexus_cache.frames.gpudecode._thrift import BOOL, I32, ThriftError, read_struct
+from nexus_cache.frames.gpudecode._thrift import (
+    BOOL,
+    I32,
+    ThriftError,
+    compile_schema,
+    read_fields,
+)
 
 __all__ = [
     "ChunkSpec",
@@ -67,14 +73,14 @@ def encoding_name(value: int) -> str:
 _DATA_V1 = {1: I32, 2: I32, 3: I32, 4: I32}
 _DICT = {1: I32, 2: I32}
 _DATA_V2 = {1: I32, 2: I32, 3: I32, 4: I32, 5: I32, 6: I32, 7: BOOL}
-_HEADER = {1: I32, 2: I32, 3: I32, 5: _DATA_V1, 7: _DICT, 8: _DATA_V2}
+_HEADER = compile_schema({1: I32, 2: I32, 3: I32, 5: _DATA_V1, 7: _DICT, 8: _DATA_V2})
 
 
-@dataclass(frozen=True)
-class PageHeader:
+class PageHeader(NamedTuple):
     """One decoded page header. For a dictionary page ``num_values`` is the
     dictionary's size; for v1 data pages ``num_nulls``/``num_rows`` are None
-    and ``def_bytes``/``rep_bytes`` are 0 (the levels carry their own length)."""
+    and ``def_bytes``/``rep_bytes`` are 0 (the levels carry their own length).
+    Immutable (a named tuple: a row group has thousands, made fast)."""
 
     type: int
     uncompressed_size: int
@@ -90,8 +96,7 @@ class PageHeader:
     is_compressed: bool = True
 
 
-@dataclass(frozen=True)
-class Page:
+class Page(NamedTuple):
     """A page: its header, where the header starts in the file, and its payload."""
 
     header: PageHeader
@@ -161,67 +166,70 @@ def chunk_spec(pf: pq.ParquetFile, row_group: int, column: int, source: str) -> 
     )
 
 
-def _int(fields: dict[int, Any], key: int, what: str, offset: int) -> int:
-    """Required field ``key``: a non-negative 32-bit integer."""
-    if key not in fields:
+_I32_END = 1 << 31
+_DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3  # PageType's, as plain ints
+_DATA_TYPES = frozenset((_DATA_PAGE, _DATA_PAGE_V2))
+
+
+def _int(value: Any, what: str, offset: int) -> int:
+    """A required field's ``value`` (an int, or None: absent): a non-negative 32-bit integer."""
+    if value is not None and 0 <= value < _I32_END:
+        return value  # type: ignore[no-any-return]
+    if value is None:
         raise ThriftError(f"page header lacks its {what}", offset)
-    value = fields[key]
-    if type(value) is not int or not 0 <= value < 1 << 31:
-        raise ThriftError(f"page header has {what} {value!r}", offset)
-    return value
+    raise ThriftError(f"page header has {what} {value!r}", offset)
 
 
-def _header(fields: dict[int, Any], offset: int) -> PageHeader:
-    kind = _int(fields, 1, "type", offset)
-    common = (
-        kind,
-        _int(fields, 2, "uncompressed_page_size", offset),
-        _int(fields, 3, "compressed_page_size", offset),
-    )
-    if kind == PageType.DATA_PAGE:
-        sub = _sub(fields, 5, "data_page_header", offset)
+def _header(fields: list[Any], offset: int) -> PageHeader:
+    kind = _int(fields[1], "type", offset)
+    usize = _int(fields[2], "uncompressed_page_size", offset)
+    csize = _int(fields[3], "compressed_page_size", offset)
+    if kind == _DATA_PAGE:
+        sub = _sub(fields[5], "data_page_header", offset)
         return PageHeader(
-            *common,
-            num_values=_int(sub, 1, "num_values", offset),
-            encoding=_int(sub, 2, "encoding", offset),
-            def_encoding=_int(sub, 3, "definition_level_encoding", offset),
-            rep_encoding=_int(sub, 4, "repetition_level_encoding", offset),
+            kind,
+            usize,
+            csize,
+            _int(sub[1], "num_values", offset),
+            _int(sub[2], "encoding", offset),
+            _int(sub[3], "definition_level_encoding", offset),
+            _int(sub[4], "repetition_level_encoding", offset),
         )
-    if kind == PageType.DICTIONARY_PAGE:
-        sub = _sub(fields, 7, "dictionary_page_header", offset)
+    if kind == _DICTIONARY_PAGE:
+        sub = _sub(fields[7], "dictionary_page_header", offset)
         return PageHeader(
-            *common,
-            num_values=_int(sub, 1, "num_values", offset),
-            encoding=_int(sub, 2, "encoding", offset),
+            kind,
+            usize,
+            csize,
+            _int(sub[1], "num_values", offset),
+            _int(sub[2], "encoding", offset),
         )
-    if kind == PageType.DATA_PAGE_V2:
-        sub = _sub(fields, 8, "data_page_header_v2", offset)
-        compressed = sub.get(7, True)
-        if type(compressed) is not bool:
-            raise ThriftError(f"page header has is_compressed {compressed!r}", offset)
+    if kind == _DATA_PAGE_V2:
+        sub = _sub(fields[8], "data_page_header_v2", offset)
         header = PageHeader(
-            *common,
-            num_values=_int(sub, 1, "num_values", offset),
-            num_nulls=_int(sub, 2, "num_nulls", offset),
-            num_rows=_int(sub, 3, "num_rows", offset),
-            encoding=_int(sub, 4, "encoding", offset),
-            def_bytes=_int(sub, 5, "definition_levels_byte_length", offset),
-            rep_bytes=_int(sub, 6, "repetition_levels_byte_length", offset),
-            is_compressed=compressed,
+            kind,
+            usize,
+            csize,
+            num_values=_int(sub[1], "num_values", offset),
+            num_nulls=_int(sub[2], "num_nulls", offset),
+            num_rows=_int(sub[3], "num_rows", offset),
+            encoding=_int(sub[4], "encoding", offset),
+            def_bytes=_int(sub[5], "definition_levels_byte_length", offset),
+            rep_bytes=_int(sub[6], "repetition_levels_byte_length", offset),
+            is_compressed=True if sub[7] is None else sub[7],
         )
         levels = header.def_bytes + header.rep_bytes
-        if levels > header.compressed_size or levels > header.uncompressed_size:
+        if levels > csize or levels > usize:
             raise ThriftError(f"page levels ({levels} bytes) exceed the page", offset)
         return header
     # Index pages (and page types this reader does not know) carry no values.
-    return PageHeader(*common, num_values=0, encoding=Encoding.PLAIN)
+    return PageHeader(kind, usize, csize, 0, Encoding.PLAIN)
 
 
-def _sub(fields: dict[int, Any], key: int, what: str, offset: int) -> dict[int, Any]:
-    value = fields.get(key)
-    if not isinstance(value, dict):
+def _sub(value: Any, what: str, offset: int) -> list[Any]:
+    if value is None:
         raise ThriftError(f"page header lacks its {what}", offset)
-    return value
+    return value  # type: ignore[no-any-return]
 
 
 def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
@@ -241,9 +249,10 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
         )
     pages: list[Page] = []
     pos = values = inflated = 0
-    while pos < len(data):
+    size, start, limit = len(data), spec.start, spec.uncompressed_size
+    while pos < size:
         try:
-            fields, body = read_struct(data, pos, len(data), _HEADER)
+            fields, body = read_fields(data, pos, size, _HEADER)
             header = _header(fields, body)
         except ThriftError as exc:
             raise SourceFormatError(
@@ -251,20 +260,20 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
                 "column chunk); the file is truncated or corrupt"
             ) from exc
         end = body + header.compressed_size
-        if end > len(data):
+        if end > size:
             raise SourceFormatError(
                 f"{spec.where(spec.start + pos)}: a page of {header.compressed_size} bytes "
                 "runs past the column chunk; the file is truncated or corrupt"
             )
         # The footer's sizes bound what decompression may allocate.
         inflated += header.uncompressed_size
-        if inflated > spec.uncompressed_size:
+        if inflated > limit:
             raise SourceFormatError(
                 f"{spec.where(spec.start + pos)}: the pages inflate past the "
                 f"{spec.uncompressed_size} bytes the footer states; the file is corrupt"
             )
-        pages.append(Page(header, spec.start + pos, data[body:end]))
-        if header.type in (PageType.DATA_PAGE, PageType.DATA_PAGE_V2):
+        pages.append(Page(header, start + pos, data[body:end]))
+        if header.type in _DATA_TYPES:
             values += header.num_values
         pos = end  # a header is at least one byte, so every step advances
     if values != spec.num_values:
