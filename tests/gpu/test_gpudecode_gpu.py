@@ -46,7 +46,7 @@ def domain() -> Any:
 def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
     def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
         got = decode_chunk_on_device(chunk, spec, domain, pages)
-        return device_piece(got)
+        return device_piece(got, spec.arrow_type)
 
     check_file(raw, decode=decode)
 
