@@ -206,7 +206,7 @@ def test_each_chunk_equals_pyarrow_on_the_device_and_by_the_reference(
     assert check_file(raw, read_dictionary=["c"]) == {}
 
 
-def corrupt_index_chunk() -> tuple[bytes, ChunkSpec]:
+def corrupt_dictionary_index_chunk() -> tuple[bytes, ChunkSpec]:
     """A chunk read as a dictionary whose data page's indices claim 8 bits each,
     for a 2-entry dictionary: indices past the dictionary."""
     table = pa.table({"x": pa.array(["a", "b"] * 20)})
@@ -226,10 +226,33 @@ def corrupt_index_chunk() -> tuple[bytes, ChunkSpec]:
 
 @pytest.mark.usefixtures("emulated_device")
 def test_an_index_past_the_dictionary_is_refused() -> None:
-    chunk, spec = corrupt_index_chunk()
+    chunk, spec = corrupt_dictionary_index_chunk()
     with pytest.raises(SourceFormatError, match="the file is corrupt"):
         decode_chunk(chunk, spec)
     domain = _emulator.Domain()
     with pytest.raises(SourceFormatError, match="malformed"):
         _device.decode_chunks_on_device([(chunk, spec, None)], domain)
     assert domain.used_bytes() == 0
+
+
+@pytest.mark.usefixtures("emulated_device")
+def test_the_cold_read_benchmarks_cat_column_is_decoded_on_the_device(tmp_path: Path) -> None:
+    """The dictionary column of the cold-read benchmark's file (its other
+    columns left out: the emulator is slow)."""
+    from benchmarks.source_cache import make_parquet
+
+    path = tmp_path / "bench.parquet"
+    make_parquet(path, 60_000, group_rows=1000)
+    raw = path.read_bytes()
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    assert pf.metadata.num_row_groups >= 2
+    schema = pa.schema([pf.schema_arrow.field("cat")])
+    domain = _emulator.Domain()
+    groups = list(range(pf.metadata.num_row_groups))
+    plan = _engine.plan_page_columns("gpu", domain, pf, raw, groups, schema, "bench.parquet")
+    assert plan.paths == {"cat": "gpu"}
+    column = _engine.decode_page_columns(plan, schema, domain)["cat"]
+    got = pa.Table.from_arrays([_to_arrow(column)], schema=schema)
+    assert len(column.dictionary.data) > 0
+    assert_same_table(got, pq.read_table(io.BytesIO(raw), columns=["cat"]))
+    assert got.equals(on_the_host(raw, tmp_path).select(["cat"]))
