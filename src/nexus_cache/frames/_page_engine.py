@@ -201,11 +201,8 @@ def _dictionaries(
     host path joins them (a chunk whose dictionary equals the one before it
     reuses it; otherwise its dictionary is appended), and the shift of each
     chunk's indices (past the dictionaries before its own)."""
-    dictionaries = []
-    for c in chunks:
-        if c.dictionary is None:
-            raise ValueError(f"column {f.name!r}: a chunk of a dictionary column without one")
-        dictionaries.append(c.dictionary)
+    dictionaries = [c.dictionary for c in chunks if c.dictionary is not None]
+    assert len(dictionaries) == len(chunks), "every chunk of a dictionary column has one"
     kept: list[DeviceChunk] = []
     bases: list[int] = []
     length = base = 0

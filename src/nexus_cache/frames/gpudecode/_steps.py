@@ -233,6 +233,8 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
                 g1 - g0,
                 (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(g1 - g0)),
             )
+        elif as_dictionary:  # the support check refuses this
+            raise _bad(c, table[0][0], "a PLAIN page in a chunk read as a dictionary")
         elif spec.physical_type == "BOOLEAN":
             part[...] = _booleans(c, table, [heads.get(i, 0) for i in members]).astype(np.bool_)
         else:
