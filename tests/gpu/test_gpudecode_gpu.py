@@ -16,7 +16,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests.frames._tables import assert_same_table
 from tests.frames.gpudecode._check import check_file, device_piece
+from tests.frames.gpudecode.test_dictionary import (
+    VALUE_TYPES,
+    corrupt_dictionary_index_chunk,
+    different_dictionaries,
+    equal_dictionaries,
+    on_the_host,
+    plain_file,
+)
 from tests.frames.gpudecode.test_launches import many_pages_file
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 from tests.frames.gpudecode.test_refusals import CODECS, long_run_file, short_page_file
@@ -43,12 +52,14 @@ def domain() -> Any:
     made.close()
 
 
-def _on_device_equals_pyarrow(raw: bytes, domain: Any) -> None:
+def _on_device_equals_pyarrow(
+    raw: bytes, domain: Any, read_dictionary: list[str] | None = None
+) -> None:
     def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
         got = decode_chunk_on_device(chunk, spec, domain, pages)
-        return device_piece(got)
+        return device_piece(got, spec.arrow_type)
 
-    check_file(raw, decode=decode)
+    check_file(raw, decode=decode, read_dictionary=read_dictionary)
 
 
 @settings(
@@ -101,11 +112,15 @@ def test_a_corrupt_index_stream_is_refused_on_device(domain: Any) -> None:
         decode_chunk_on_device(chunk, spec, domain)
 
 
-def _read_with_gpu_engine(raw: bytes, domain: Any, tmp: Path) -> tuple[pa.Table, DecodeStats]:
+def _read_with_gpu_engine(
+    raw: bytes, domain: Any, tmp: Path, read_dictionary: list[str] | None = None
+) -> tuple[pa.Table, DecodeStats]:
     path = tmp / "t.parquet"
     path.write_bytes(raw)
     stats = DecodeStats()
-    frame = decode_parquet(path, domain=domain, engine="gpu", stats=stats)
+    frame = decode_parquet(
+        path, domain=domain, engine="gpu", stats=stats, read_dictionary=read_dictionary
+    )
     try:
         return frame.to_arrow(), stats
     finally:
@@ -492,3 +507,65 @@ def test_plain_lengths_agrees_with_its_host_port_across_tiles() -> None:
         assert got_start[span].tolist() == [s + int(starts[k]) if s else 0 for s in want_start], k
         assert got_length[span].tolist() == want_length, k
     assert errors == [0, 1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("value_type", VALUE_TYPES, ids=str)
+@pytest.mark.parametrize("make", [equal_dictionaries, different_dictionaries])
+def test_dictionary_columns_are_decoded_on_device(
+    domain: Any, tmp_path: Path, value_type: pa.DataType, make: Any
+) -> None:
+    """Row groups of equal and of different dictionaries, nulls, an empty row
+    group: each chunk equals PyArrow's, and the GPU engine's frame equals the
+    host engine's (dictionaries joined alike) and PyArrow's."""
+    raw = make(value_type)
+    _on_device_equals_pyarrow(raw, domain)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    assert stats.paths == {"c": "gpu"}
+    assert_same_table(got, pq.read_table(io.BytesIO(raw)))
+    assert got.equals(on_the_host(raw, tmp_path))
+
+
+def test_a_string_column_read_as_a_dictionary_on_device(domain: Any, tmp_path: Path) -> None:
+    raw = plain_file(fallback=False)
+    _on_device_equals_pyarrow(raw, domain, read_dictionary=["c"])
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path, read_dictionary=["c"])
+    assert stats.paths == {"c": "gpu"}
+    assert_same_table(got, pq.read_table(io.BytesIO(raw), read_dictionary=["c"]))
+    assert got.equals(on_the_host(raw, tmp_path, read_dictionary=["c"]))
+
+
+def test_a_dictionary_chunk_that_fell_back_to_plain_is_read_on_the_host(
+    domain: Any, tmp_path: Path
+) -> None:
+    raw = plain_file(fallback=True)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path, read_dictionary=["c"])
+    assert stats.paths["c"].startswith(
+        "host: PLAIN data pages (the writer gave up on the dictionary) read as dictionary<"
+    )
+    assert_same_table(got, pq.read_table(io.BytesIO(raw), read_dictionary=["c"]))
+
+
+def test_an_index_past_the_dictionary_is_refused_on_device(domain: Any) -> None:
+    chunk, spec = corrupt_dictionary_index_chunk()
+    with pytest.raises(SourceFormatError, match="malformed"):
+        decode_chunk_on_device(chunk, spec, domain)
+
+
+def test_the_cold_read_benchmarks_file_decodes_every_column_on_device(
+    domain: Any, tmp_path: Path
+) -> None:
+    """Every column of ``cold_read.py``'s numbers-and-strings file, the
+    dictionary column ``cat`` included, goes to the GPU."""
+    from benchmarks.source_cache import make_parquet
+
+    path = tmp_path / "bench.parquet"
+    make_parquet(path, 8 << 20, group_rows=50_000)
+    stats = DecodeStats()
+    frame = decode_parquet(path, domain=domain, engine="gpu", stats=stats)
+    try:
+        got = frame.to_arrow()
+    finally:
+        frame.release()
+    assert set(stats.paths.values()) == {"gpu"}, stats.paths
+    assert_same_table(got, pq.read_table(path))
+    assert got.equals(on_the_host(path.read_bytes(), tmp_path))

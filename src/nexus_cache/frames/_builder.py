@@ -29,7 +29,18 @@ from nexus_cache.frames._host import HostPiece, host_piece
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
 from nexus_cache.frames.staging import Transfer
 
-__all__ = ["ColumnBuilder", "build_column"]
+__all__ = ["ColumnBuilder", "build_column", "check_dictionary_length"]
+
+
+def check_dictionary_length(field: pa.Field, length: int) -> None:
+    """FrameTypeError when the joined dictionaries of ``field`` (a dictionary
+    column), ``length`` values in all, hold more than its indices can address."""
+    limit = np.iinfo(field.type.index_type.to_pandas_dtype()).max
+    if length - 1 > limit:
+        raise FrameTypeError(
+            f"column {field.name!r}: the row groups' dictionaries hold "
+            f"{length} values, past {field.type.index_type} indices"
+        )
 
 
 class ColumnBuilder:
@@ -121,12 +132,7 @@ class ColumnBuilder:
             self._dicts.append(values)
             self._dict_len += len(values)
         if self._dict_base and piece.length:
-            limit = np.iinfo(self._data.dtype).max
-            if self._dict_len - 1 > limit:
-                raise FrameTypeError(
-                    f"column {self._field.name!r}: the row groups' dictionaries hold "
-                    f"{self._dict_len} values, past {self._field.type.index_type} indices"
-                )
+            check_dictionary_length(self._field, self._dict_len)
             view = self._data[row : row + piece.length]
             with self._transfer.device():
                 self._transfer.domain.xp.add(view, view.dtype.type(self._dict_base), out=view)

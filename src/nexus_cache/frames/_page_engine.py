@@ -29,8 +29,10 @@ import pyarrow.parquet as pq
 
 from nexus_cache._env import parse_choice, raw, read
 from nexus_cache.errors import BackendUnavailableError
+from nexus_cache.frames._builder import check_dictionary_length
 from nexus_cache.frames._variables import DECODE_ENGINE, ENGINES
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
+from nexus_cache.frames.frame import _to_host
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
@@ -169,15 +171,64 @@ def plan_page_columns(
     return plan
 
 
+def _same_as_before(domain: Any, dictionaries: Sequence[DeviceChunk]) -> list[bool]:
+    """Whether each dictionary equals the one before it (the first: False),
+    compared on the device and read back in one copy."""
+    same = [False] * len(dictionaries)
+    pairs = [
+        k
+        for k in range(1, len(dictionaries))
+        if dictionaries[k].length == dictionaries[k - 1].length
+        and int(dictionaries[k].data.size) == int(dictionaries[k - 1].data.size)
+    ]
+    if not pairs:
+        return same
+    flags = []
+    for k in pairs:
+        a, b = dictionaries[k - 1], dictionaries[k]
+        flags.append(((a.offsets == b.offsets).all() & (a.data == b.data).all()).reshape(1))
+    with domain.scope():
+        equal = _to_host(domain.xp.concatenate(flags))
+    for k, flag in zip(pairs, equal, strict=True):
+        same[k] = bool(flag)
+    return same
+
+
+def _dictionaries(
+    domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]
+) -> tuple[DeviceColumn, list[int]]:
+    """The dictionary of a dictionary column ``f`` joined from its chunks' as the
+    host path joins them (a chunk whose dictionary equals the one before it
+    reuses it; otherwise its dictionary is appended), and the shift of each
+    chunk's indices (past the dictionaries before its own)."""
+    dictionaries = [c.dictionary for c in chunks if c.dictionary is not None]
+    assert len(dictionaries) == len(chunks), "every chunk of a dictionary column has one"
+    kept: list[DeviceChunk] = []
+    bases: list[int] = []
+    length = base = 0
+    for d, same in zip(dictionaries, _same_as_before(domain, dictionaries), strict=True):
+        if not same:
+            base = length
+            kept.append(d)
+            length += d.length
+        bases.append(base)
+    check_dictionary_length(f, length)
+    return join_chunks(domain, pa.field("values", f.type.value_type), kept), bases
+
+
 def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> DeviceColumn:
     """One column of ``f`` from its chunks in row order, allocated in ``domain``
     (one chunk is used as it is; string offsets are rebased past the chunks
-    before)."""
+    before; a dictionary column's dictionaries are joined as the host path
+    joins them, its indices shifted to match)."""
+    kind = column_kind(f.type, f.name)
+    dictionary, bases = None, [0] * len(chunks)
+    if kind is ColumnKind.DICTIONARY:
+        dictionary, bases = _dictionaries(domain, f, chunks)
     if len(chunks) == 1:
         c = chunks[0]
-        return DeviceColumn(f, c.length, c.data, c.offsets, c.validity)
+        return DeviceColumn(f, c.length, c.data, c.offsets, c.validity, dictionary)
     rows = sum(c.length for c in chunks)
-    kind = column_kind(f.type, f.name)
     with domain.scope():
         validity = None
         if any(c.validity is not None for c in chunks):
@@ -187,10 +238,12 @@ def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> Devi
             offsets = domain.empty(rows + 1, storage_dtype(f.type))
             offsets[:1] = 0
             data = domain.empty(sum(int(c.data.size) for c in chunks), np.dtype(np.uint8))
+        elif kind is ColumnKind.DICTIONARY:
+            data = domain.empty(rows, np.dtype(f.type.index_type.to_pandas_dtype()))
         else:
             data = domain.empty(rows, storage_dtype(f.type))
         row = base = 0
-        for c in chunks:
+        for c, shift in zip(chunks, bases, strict=True):
             n = c.length
             if validity is not None:
                 validity[row : row + n] = True if c.validity is None else c.validity
@@ -201,8 +254,10 @@ def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> Devi
                 base += size
             else:
                 data[row : row + n] = c.data
+                if shift and n:
+                    data[row : row + n] += data.dtype.type(shift)
             row += n
-    return DeviceColumn(f, rows, data, offsets, validity)
+    return DeviceColumn(f, rows, data, offsets, validity, dictionary)
 
 
 #: Row groups are decoded together, one heap for several, until their chunks

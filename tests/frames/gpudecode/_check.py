@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nexus_cache.frames._host import HostPiece, host_piece
+from nexus_cache.frames._host import HostPiece, arrow_array, host_piece
 from nexus_cache.frames.gpudecode import (
     ChunkSpec,
     Page,
@@ -27,19 +27,33 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(np.uint8).reshape(len(a), a.dtype.itemsize)
 
 
-def device_piece(got: Any) -> HostPiece:
-    """A decoded :class:`DeviceChunk` (CuPy, or the emulator's arrays) read back."""
+def device_piece(got: Any, arrow_type: pa.DataType | None = None) -> HostPiece:
+    """A decoded :class:`DeviceChunk` (CuPy, or the emulator's arrays) read back;
+    the dictionary of a chunk read as ``arrow_type`` (a dictionary type) as an
+    Arrow array of its values."""
+    dictionary = None
+    if getattr(got, "dictionary", None) is not None:
+        assert arrow_type is not None, "a dictionary chunk needs its Arrow type"
+        d = device_piece(got.dictionary)
+        value_type = arrow_type.value_type
+        dictionary = arrow_array(value_type, d.length, d.data, d.offsets, d.validity, None)
     return HostPiece(
         got.length,
         got.data.get(),
         None if got.offsets is None else got.offsets.get(),
         None if got.validity is None else got.validity.get(),
+        dictionary,
     )
 
 
 def assert_same(got: HostPiece, expected: pa.Array, where: str) -> None:
     want = host_piece(expected)
     assert got.length == want.length, where
+    if want.dictionary is None:
+        assert got.dictionary is None, where
+    else:
+        assert got.dictionary is not None, where
+        assert got.dictionary.equals(want.dictionary), where
     if want.validity is None:
         assert got.validity is None, where
         valid = np.ones(want.length, np.bool_)
@@ -63,10 +77,12 @@ def check_file(
     *,
     expect_supported: bool = True,
     decode: Callable[[bytes, ChunkSpec, list[Page]], HostPiece] = decode_chunk,
+    read_dictionary: list[str] | None = None,
 ) -> dict[str, str]:
-    """Compare ``decode`` of every supported chunk of ``raw`` with PyArrow's decode;
-    returns {column: reason} of the others."""
-    pf = pq.ParquetFile(io.BytesIO(raw))
+    """Compare ``decode`` of every supported chunk of ``raw`` (the columns of
+    ``read_dictionary`` read as dictionaries) with PyArrow's decode; returns
+    {column: reason} of the others."""
+    pf = pq.ParquetFile(io.BytesIO(raw), read_dictionary=read_dictionary)
     reasons: dict[str, str] = {}
     for g in range(pf.metadata.num_row_groups):
         expected = pf.read_row_group(g)

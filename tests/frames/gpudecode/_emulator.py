@@ -111,6 +111,10 @@ class Domain:
     Every array the emulated CuPy makes inside :meth:`scope` is charged until
     the last reference to it (or a view of it) goes: :meth:`used_bytes`."""
 
+    #: a device domain (the GPU engine takes it), its array module the emulated CuPy
+    host_memory = False
+    xp = fake_cupy
+
     def __init__(self, limit_bytes: int | None = None) -> None:
         self.limit_bytes = limit_bytes
         self._used = 0

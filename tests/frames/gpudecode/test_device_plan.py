@@ -33,7 +33,10 @@ _steps = importlib.import_module("nexus_cache.frames.gpudecode._steps")
 def _decode_together(items: list[tuple[ChunkSpec, list[Page]]]) -> list[HostPiece]:
     """What ``decode_chunks_on_device`` does, on the emulated device."""
     heap = _heap._Heap(_emulator.fake_cupy, items)
-    return [device_piece(got) for got in _steps.decode_all(heap.chunks)]
+    return [
+        device_piece(got, spec.arrow_type)
+        for (spec, _), got in zip(items, _steps.decode_all(heap.chunks), strict=True)
+    ]
 
 
 def _emulated(device_codec: bool) -> Any:

@@ -105,13 +105,20 @@ def test_unsupported_columns_name_their_reason(
     assert chunks == []
 
 
-def test_a_column_read_as_dictionary_stays_on_the_host() -> None:
+def test_a_column_read_as_dictionary_goes_to_the_gpu_unless_it_fell_back() -> None:
     raw, _ = _file(_table())
     pf = pq.ParquetFile(io.BytesIO(raw), read_dictionary=["s"])
     schema = pf.read_row_groups([], columns=["s"]).schema
-    why, _ = _column_reason(pf, raw, [0], schema.field("s"), "t.parquet")
+    why, chunks = _column_reason(pf, raw, [0], schema.field("s"), "t.parquet")
+    assert why is None
+    assert len(chunks) == 1
+    # distinct values past the dictionary page limit: the writer falls back to PLAIN
+    many = pa.table({"s": [f"value-{i}" for i in range(5000)]})
+    raw, _ = _file(many, dictionary_pagesize_limit=1024)
+    pf = pq.ParquetFile(io.BytesIO(raw), read_dictionary=["s"])
+    why, _ = _column_reason(pf, raw, [0], pf.schema_arrow.field("s"), "t.parquet")
     assert why is not None
-    assert why.startswith("type dictionary<values=string")
+    assert why.startswith("PLAIN data pages (the writer gave up on the dictionary) read as")
 
 
 def _reference_on(domain: Any) -> Any:

@@ -114,7 +114,7 @@ def _ours(decode: Any, chunk: bytes, spec: Any) -> HostPiece | str | None:
 def _on_emulated_device(chunk: bytes, spec: Any, pages: Any) -> HostPiece:
     domain = _emulator.Domain()
     (got,) = _device.decode_chunks_on_device([(chunk, spec, pages)], domain)
-    piece = device_piece(got)
+    piece = device_piece(got, spec.arrow_type)
     del got
     assert domain.used_bytes() == 0
     return piece

@@ -80,6 +80,18 @@ INTS = pa.table({"x": pa.array(range(100), pa.int64())})
             None,
         ),
         (pa.table({"x": pa.array([1], pa.uint32())}), {}, "type uint32 from physical type", None),
+        (
+            pa.table(
+                {
+                    "x": pa.array(["a", "b"])
+                    .dictionary_encode()
+                    .cast(pa.dictionary(pa.int8(), pa.string()))
+                }
+            ),
+            {},
+            "type dictionary<values=string, indices=int8, ordered=0> from physical type",
+            None,
+        ),
         (pa.table({"x": [[1, 2]]}), {}, "nested column", None),
         (pa.table({"x": [{"a": 1}]}), {}, "nested column", None),
     ],
@@ -99,6 +111,12 @@ def test_unsupported_chunks_are_named(
 
 def test_supported_chunk_has_no_reason() -> None:
     assert _reason(INTS, compression="zstd") == (None, None)
+
+
+@pytest.mark.parametrize("values", [["a", "bb", None], [b"\x00", b"", b"zz"]])
+def test_a_dictionary_of_strings_or_binaries_is_supported(values: list[Any]) -> None:
+    table = pa.table({"x": pa.array(values).dictionary_encode()})
+    assert _reason(table, data_page_version="2.0") == (None, None)
 
 
 def test_decoding_an_unsupported_chunk_is_refused_with_its_reason() -> None:

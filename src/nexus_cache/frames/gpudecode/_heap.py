@@ -45,12 +45,14 @@ _MAX_BLOCKS = 65535 * 8
 @dataclass(frozen=True)
 class DeviceChunk:
     """Device buffers of one decoded column chunk, laid out as a frame column's
-    (``validity`` None when the chunk has no nulls)."""
+    (``validity`` None when the chunk has no nulls; ``dictionary``: the values
+    of a chunk read as a dictionary, whose ``data`` holds the indices)."""
 
     length: int
     data: Any
     offsets: Any = None
     validity: Any = None
+    dictionary: DeviceChunk | None = None
 
 
 def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, ...]) -> None:

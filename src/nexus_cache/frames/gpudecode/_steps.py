@@ -17,13 +17,19 @@ phases, each ending in one read back for all the chunks together:
 3. strings: each string chunk's bytes copied; then one read of every
    chunk's error flag.
 
+A chunk read as a dictionary (``dictionary<string|binary, int32>``, every
+data page dictionary-encoded) keeps its indices: they are gathered from the
+identity (``dict_gather`` checks each against the dictionary's size) and
+scattered to rows as int32, and its dictionary page's strings become the
+chunk's dictionary, as a string chunk of one PLAIN page.
+
 The steps are the NumPy reference's (:mod:`.reference`), kernel for step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +45,7 @@ from nexus_cache.frames.gpudecode._heap import (
     _upload,
 )
 from nexus_cache.frames.gpudecode.pages import Encoding, Page
+from nexus_cache.frames.gpudecode.support import is_dictionary_of_bytes
 
 __all__ = ["decode_all"]
 
@@ -123,16 +130,23 @@ def decode_all(chunks: Sequence[_Chunk]) -> list[DeviceChunk]:
         ends = np.where(lv.bounds[1:] > 0, ends, 0).astype(np.int64)
         by_page = dict(zip(lv.headed, (int(h) for h in heads), strict=True))
         results.append(_values(c, lv, ends, by_page))
-    strings = [k for k, r in enumerate(results) if isinstance(r, _Strings)]
+    strings = [k for k, r in enumerate(results) if isinstance(r, (_Strings, _Dictionary))]
     reads = []
     for k in strings:
-        reads += [results[k].offsets[-1:], chunks[k].error.astype(np.int64)]
+        r = results[k]
+        own = r.values if isinstance(r, _Dictionary) else r
+        reads += [own.offsets[-1:], chunks[k].error.astype(np.int64)]
     got = _read_back(cp, reads)
     for j, k in enumerate(strings):
         total, error = int(got[2 * j][0]), got[2 * j + 1][0]
         if error:  # before the lengths size an allocation
             raise chunks[k].malformed("a string or index stream")
-        results[k] = _string_bytes(chunks[k], results[k], total)
+        r, arrow_type = results[k], chunks[k].spec.arrow_type
+        if isinstance(r, _Dictionary):
+            values = _string_bytes(chunks[k], r.values, total, arrow_type.value_type)
+            results[k] = replace(r.indices, dictionary=values)
+        else:
+            results[k] = _string_bytes(chunks[k], r, total, arrow_type)
     errors = _read_back(cp, [cp.concatenate([c.error.astype(np.int64) for c in chunks])])[0]
     for c, error in zip(chunks, errors, strict=True):
         if error:
@@ -165,6 +179,15 @@ class _Strings:
     validity: Any
 
 
+@dataclass
+class _Dictionary:
+    """A chunk read as a dictionary after phase 2: its indices, done, and its
+    dictionary page's strings (bytes still to copy)."""
+
+    indices: DeviceChunk
+    values: _Strings
+
+
 def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> Any:
     """Phase 2 of a chunk (``ends``: its positions at the page ends; ``heads``:
     its pages' first values bytes): a DeviceChunk, or a :class:`_Strings`."""
@@ -182,12 +205,17 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
     # no validity when every row holds a value (known from the counts)
     validity = None if nonnull == rows else lv.valid.astype(np.bool_)
     groups = _groups(c.data_pages, counts)
-    if spec.physical_type == "BYTE_ARRAY":
+    as_dictionary = is_dictionary_of_bytes(spec.arrow_type)
+    if spec.physical_type == "BYTE_ARRAY" and not as_dictionary:
         return _string_rows(c, lv, heads, groups, (dense_base, counts), nonnull, validity)
-    dtype = storage_dtype(spec.arrow_type)
+    dtype = np.dtype(np.int32) if as_dictionary else storage_dtype(spec.arrow_type)
     dense = cp.zeros(max(nonnull, 1), dtype)[:nonnull]
-    dictionary = None
-    if c.dictionary is not None:
+    dictionary = values = None
+    if as_dictionary:
+        values = _dictionary_values(c)
+        # the identity: the gather checks each index against the dictionary's size
+        dictionary = cp.arange(max(values.rows, 1), dtype=np.int32)[: values.rows]
+    elif c.dictionary is not None:
         page, v0, v1 = c.dictionary
         size = page.header.num_values
         dictionary = cp.zeros(max(size, 1), dtype)[:size]
@@ -212,6 +240,8 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
                 g1 - g0,
                 (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(g1 - g0)),
             )
+        elif as_dictionary:  # the support check refuses this
+            raise _bad(c, table[0][0], "a PLAIN page in a chunk read as a dictionary")
         elif spec.physical_type == "BOOLEAN":
             part[...] = _booleans(c, table, [heads.get(i, 0) for i in members]).astype(np.bool_)
         else:
@@ -223,6 +253,8 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
         rows,
         (lv.valid, lv.position, dense, out, np.int64(rows)),
     )
+    if values is not None:
+        return _Dictionary(DeviceChunk(rows, out, None, validity), values)
     return DeviceChunk(rows, out, None, validity)
 
 
@@ -332,13 +364,7 @@ def _string_rows(
     dense_base, counts = pages
     starts = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
     lengths = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
-    dict_starts = dict_lengths = None
-    if c.dictionary is not None:
-        page, v0, v1 = c.dictionary
-        size = page.header.num_values
-        dict_starts = cp.zeros(max(size, 1), np.int64)[:size]
-        dict_lengths = cp.zeros(max(size, 1), np.int64)[:size]
-        _string_table(c, [(page, v0, v1, size)], dict_starts, dict_lengths)
+    dict_starts, dict_lengths = _dictionary_strings(c)
     for is_dict, members in groups:
         g0 = int(dense_base[members[0]])
         g1 = int(dense_base[members[-1]] + counts[members[-1]])
@@ -369,15 +395,45 @@ def _string_rows(
     valid, position = lv.valid, lv.position
     _launch("scatter_values", 8, rows, (valid, position, lengths, row_lengths, np.int64(rows)))
     _launch("scatter_values", 8, rows, (valid, position, starts, row_starts, np.int64(rows)))
-    offsets = cp.zeros(rows + 1, np.int64)
-    if rows:
-        offsets[1:] = cp.cumsum(row_lengths)
-    return _Strings(rows, row_starts, offsets, validity)
+    return _Strings(rows, row_starts, _offsets(cp, row_lengths), validity)
 
 
-def _string_bytes(c: _Chunk, s: _Strings, total: int) -> DeviceChunk:
-    """Phase 3 of a string chunk: its ``total`` bytes copied from the heap."""
-    dtype = storage_dtype(c.spec.arrow_type)
+def _offsets(cp: Any, lengths: Any) -> Any:
+    """The int64 offsets of strings of ``lengths``: 0, then their running sum."""
+    n = int(lengths.size)
+    offsets = cp.zeros(n + 1, np.int64)
+    if n:
+        offsets[1:] = cp.cumsum(lengths)
+    return offsets
+
+
+def _dictionary_strings(c: _Chunk) -> tuple[Any, Any]:
+    """``plain_lengths`` of the chunk's dictionary page: each entry's start in the
+    heap and length (both None without a dictionary page)."""
+    if c.dictionary is None:
+        return None, None
+    cp = c.cp
+    page, v0, v1 = c.dictionary
+    size = page.header.num_values
+    starts = cp.zeros(max(size, 1), np.int64)[:size]
+    lengths = cp.zeros(max(size, 1), np.int64)[:size]
+    _string_table(c, [(page, v0, v1, size)], starts, lengths)
+    return starts, lengths
+
+
+def _dictionary_values(c: _Chunk) -> _Strings:
+    """The dictionary of a chunk read as one: its dictionary page's strings up
+    to their offsets (none without a dictionary page: a chunk of no values)."""
+    starts, lengths = _dictionary_strings(c)
+    if starts is None:
+        starts = lengths = c.cp.zeros(1, np.int64)[:0]
+    return _Strings(int(starts.size), starts, _offsets(c.cp, lengths), None)
+
+
+def _string_bytes(c: _Chunk, s: _Strings, total: int, arrow_type: Any) -> DeviceChunk:
+    """Phase 3 of a string chunk (of ``arrow_type``): its ``total`` bytes copied
+    from the heap."""
+    dtype = storage_dtype(arrow_type)
     if dtype == np.int32 and total > _INT32_MAX:
         raise FrameTypeError(
             f"{c.spec.where(c.spec.start)}: more than 2 GiB of string bytes in one chunk; "

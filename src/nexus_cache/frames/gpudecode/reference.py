@@ -20,12 +20,15 @@ It runs the same steps, on the same layouts, as the CUDA kernels of
    *r* takes dense value ``position[r]`` when valid, else zero
    (``scatter_fixed``). Strings scatter their lengths the same way, an
    exclusive prefix sum of the lengths gives the offsets, and each row's
-   bytes are copied from the heap (``copy_strings``).
+   bytes are copied from the heap (``copy_strings``). A chunk read as a
+   dictionary keeps its indices (scattered as int32) and makes its
+   dictionary page's strings the dictionary.
 
 The result is a :class:`~nexus_cache.frames._host.HostPiece`: what the host
 path produces for the same column chunk (values in the storage dtype, one
-``bool`` per row for booleans and validity, offsets + bytes for strings;
-no validity when the chunk has no nulls), so it is a drop-in for one chunk.
+``bool`` per row for booleans and validity, offsets + bytes for strings,
+indices and a dictionary for a dictionary; no validity when the chunk has
+no nulls), so it is a drop-in for one chunk.
 Malformed data raises :class:`~nexus_cache.errors.SourceFormatError`
 naming the file, column and page offset. Pure host code, thread-safe.
 """
@@ -38,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from nexus_cache.errors import FrameTypeError, SourceFormatError
-from nexus_cache.frames._host import HostPiece
+from nexus_cache.frames._host import HostPiece, arrow_array
 from nexus_cache.frames.column import storage_dtype
 from nexus_cache.frames.gpudecode._hybrid import (
     HybridError,
@@ -54,7 +57,11 @@ from nexus_cache.frames.gpudecode.pages import (
     PageType,
     read_pages,
 )
-from nexus_cache.frames.gpudecode.support import CODECS, unsupported_reason
+from nexus_cache.frames.gpudecode.support import (
+    CODECS,
+    is_dictionary_of_bytes,
+    unsupported_reason,
+)
 
 __all__ = ["chunk_sections", "decode_chunk", "decompress_section", "page_sections"]
 
@@ -187,6 +194,8 @@ def _dense(
     page: Page, values: bytes, count: int, spec: ChunkSpec, base: int, dictionary: Any
 ) -> Any:
     h = page.header
+    if h.encoding in _DICTIONARY and is_dictionary_of_bytes(spec.arrow_type):
+        return _indices(values, count, len(dictionary[0]))  # read as a dictionary: kept
     if h.encoding in _DICTIONARY:  # dict_gather
         if isinstance(dictionary, tuple):
             idx = _indices(values, count, len(dictionary[0]))
@@ -247,13 +256,37 @@ def decode_chunk(chunk: Any, spec: ChunkSpec, pages: list[Page] | None = None) -
     valid = np.concatenate(valids) if valids else np.zeros(0, np.bool_)
     rows = len(valid)
     validity = None if valid.all() else valid
+    if is_dictionary_of_bytes(spec.arrow_type):
+        return _dictionary(valid, denses, dictionary, b"".join(heap), spec, validity)
     if spec.physical_type == "BYTE_ARRAY":
         starts = np.concatenate([d[0] for d in denses]) if denses else np.zeros(0, np.int64)
         lengths = np.concatenate([d[1] for d in denses]) if denses else np.zeros(0, np.int64)
-        return _strings(valid, starts, lengths, b"".join(heap), spec, validity)
+        return _strings(valid, starts, lengths, b"".join(heap), spec.arrow_type, spec, validity)
     dtype = storage_dtype(spec.arrow_type)
     dense = np.concatenate(denses) if denses else np.zeros(0, dtype)
     return HostPiece(rows, _scatter(valid, dense, dtype), None, validity)
+
+
+def _dictionary(
+    valid: np.ndarray,
+    indices: list[Any],
+    dictionary: Any,
+    heap: bytes,
+    spec: ChunkSpec,
+    validity: np.ndarray | None,
+) -> HostPiece:
+    """A chunk read as a dictionary (every data page dictionary-encoded): its
+    indices scattered to rows as int32 (``dict_gather`` from the identity, so
+    each is checked against the dictionary), and the dictionary page's values
+    as the dictionary (``plain_lengths``, offsets, ``copy_strings``)."""
+    value_type = spec.arrow_type.value_type
+    starts, lengths = (np.zeros(0, np.int64),) * 2 if dictionary is None else dictionary
+    dense = np.concatenate(indices) if indices else np.zeros(0, np.int64)
+    data = _scatter(valid, dense.astype(np.int32), np.dtype(np.int32))
+    every = np.ones(len(starts), np.bool_)
+    values = _strings(every, starts, lengths, heap, value_type, spec, None)
+    array = arrow_array(value_type, values.length, values.data, values.offsets, None, None)
+    return HostPiece(len(valid), data, None, validity, array)
 
 
 def _strings(
@@ -261,6 +294,7 @@ def _strings(
     starts: np.ndarray,
     lengths: np.ndarray,
     heap: bytes,
+    arrow_type: pa.DataType,
     spec: ChunkSpec,
     validity: np.ndarray | None,
 ) -> HostPiece:
@@ -269,7 +303,7 @@ def _strings(
     offsets = np.zeros(len(valid) + 1, np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
     total = int(offsets[-1])
-    dtype = storage_dtype(spec.arrow_type)
+    dtype = storage_dtype(arrow_type)
     if dtype == np.int32 and total > _INT32_MAX:
         raise FrameTypeError(
             f"{spec.where(spec.start)}: more than 2 GiB of string bytes in one chunk; "

@@ -8,7 +8,8 @@ Each returns None when the chunk is supported, else a short reason
 and can report why. Supported: flat columns (no repetition, definition
 level at most 1), codecs UNCOMPRESSED / SNAPPY / GZIP / ZSTD / LZ4_RAW,
 data pages v1 and v2, PLAIN and dictionary encodings (RLE as well for
-booleans), and these Arrow types from these physical types:
+booleans; a chunk read as a dictionary only when every data page is
+dictionary-encoded), and these Arrow types from these physical types:
 
 ==================================  ==============
 Arrow type                          physical type
@@ -19,6 +20,8 @@ float32 / float64                   FLOAT / DOUBLE
 bool                                BOOLEAN
 string, large_string, binary,       BYTE_ARRAY
 large_binary
+dictionary of those, int32 indices  BYTE_ARRAY, every data page
+                                    dictionary-encoded
 ==================================  ==============
 
 Stateless and thread-safe.
@@ -39,7 +42,13 @@ from nexus_cache.frames.gpudecode.pages import (
     encoding_name,
 )
 
-__all__ = ["CODECS", "footer_reason", "pages_reason", "unsupported_reason"]
+__all__ = [
+    "CODECS",
+    "footer_reason",
+    "is_dictionary_of_bytes",
+    "pages_reason",
+    "unsupported_reason",
+]
 
 #: codec names (as PyArrow reports them) -> ``pyarrow.decompress`` codec.
 #: PyArrow reports Parquet's LZ4_RAW as "LZ4" (the Hadoop-framed LZ4 is not).
@@ -70,11 +79,23 @@ def _type_reason(spec: ChunkSpec) -> str | None:
         return None
     if physical == "BOOLEAN" and pat.is_boolean(t):
         return None
-    if physical == "BYTE_ARRAY" and (
-        pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t)
-    ):
+    if physical == "BYTE_ARRAY" and _is_bytes(t):
+        return None
+    if physical == "BYTE_ARRAY" and is_dictionary_of_bytes(t):
         return None
     return f"type {t} from physical type {physical}"
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return bool(
+        pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t)
+    )
+
+
+def is_dictionary_of_bytes(t: pa.DataType) -> bool:
+    """Whether ``t`` is a dictionary of (large) strings or binaries with int32
+    indices: the dictionary type the decoder builds from a chunk's dictionary page."""
+    return bool(pat.is_dictionary(t) and pat.is_int32(t.index_type) and _is_bytes(t.value_type))
 
 
 def footer_reason(spec: ChunkSpec) -> str | None:
@@ -92,6 +113,9 @@ def pages_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
     if spec.physical_type == "BOOLEAN":
         values_encodings.add(Encoding.RLE)
     dictionary = False
+    # read as a dictionary: the chunk's dictionary page is the column's, so
+    # every data page must index it
+    as_dictionary = is_dictionary_of_bytes(spec.arrow_type)
     for page in pages:
         h = page.header
         if h.type == PageType.DICTIONARY_PAGE:
@@ -107,6 +131,14 @@ def pages_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
             return f"encoding {encoding_name(h.encoding)}"
         if h.encoding in (Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY) and not dictionary:
             return "dictionary-encoded page without a dictionary page"
+        if as_dictionary and h.encoding not in (
+            Encoding.PLAIN_DICTIONARY,
+            Encoding.RLE_DICTIONARY,
+        ):
+            return (
+                f"{encoding_name(h.encoding)} data pages (the writer gave up on the dictionary) "
+                f"read as {spec.arrow_type}"
+            )
         if h.type == PageType.DATA_PAGE and spec.max_def and h.def_encoding != Encoding.RLE:
             return f"definition levels {encoding_name(h.def_encoding or 0)}"
         if h.type == PageType.DATA_PAGE_V2 and h.rep_bytes:
