@@ -13,6 +13,8 @@
 #       tests      every other gpu-marked test (RMM domains where rmm is installed),
 #                  then the device/frames/service ones again on CuPy-pool domains
 #       demo       nexus-cache demo --backend cuda
+#       tables     benchmarks/tables.py --backend cuda (Hive, 1 GiB decoded): filtered
+#                  scans with the mask and the gather on the GPU, against pyarrow.dataset
 #       graph source_cache program   the remaining benchmarks
 #   STEP_TIMEOUT=NAME=SECONDS,...   override a step's limit (defaults below)
 #   DEMO_ARGS, BENCH_ARGS           extra arguments for the demo and the benchmarks
@@ -36,7 +38,7 @@ fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
 
 declare -A limit=([decoder]=240 [cold_read]=300 [warmup]=300 [serve]=240 [tests]=540
-                  [demo]=240 [graph]=240 [source_cache]=240 [program]=240)
+                  [demo]=240 [tables]=300 [graph]=240 [source_cache]=240 [program]=240)
 IFS=',' read -ra overrides <<<"${STEP_TIMEOUT:-}"
 for o in "${overrides[@]}"; do [ -n "$o" ] && limit[${o%%=*}]=${o#*=}; done
 
@@ -63,6 +65,9 @@ step_tests() {
   return $((a || b))
 }
 step_demo() { python3 -m nexus_cache.cli.main demo --backend cuda ${DEMO_ARGS:-}; }
+step_tables() {
+  python3 benchmarks/tables.py --backend cuda --tables hive --decoded-gib 1 --repeats 3 ${BENCH_ARGS:-}
+}
 step_graph() { python3 benchmarks/graph.py ${BENCH_ARGS:-}; }
 step_source_cache() { python3 benchmarks/source_cache.py ${BENCH_ARGS:-}; }
 step_program() {
