@@ -174,6 +174,7 @@ def test_demo_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
         "scan",
         "count",
         "pagerank",
+        "pagerank-q2",  # PageRank on a time window of the edges: a filtered table read
         "bfs",
         "jaccard",
     ]
