@@ -194,15 +194,22 @@ class RowGroupPool:
         yield from pending
 
     def _inline(self) -> Iterator[Decoded]:
-        """Each row group read in the iterating thread (see ``INLINE_BYTES``)."""
+        """The row groups read in the iterating thread (see ``INLINE_BYTES``): one
+        Arrow call for them all (its threads take row groups and columns alike),
+        then each row group's rows as zero-copy slices."""
+        if self._stop.is_set() or not self._groups:
+            return
+        started = time.perf_counter()
+        table = self._footer.read_row_groups(self._groups, columns=self._columns, use_threads=True)
+        self._on_decoded(time.perf_counter() - started)
+        at = 0
         for group in self._groups:
             if self._stop.is_set():
                 return
-            started = time.perf_counter()
-            table = self._footer.read_row_group(group, columns=self._columns, use_threads=True)
-            pieces = [host_piece(table.column(i), c) for i, c in enumerate(self._columns)]
-            self._on_decoded(time.perf_counter() - started)
-            yield self._rows[group], pieces
+            rows = self._rows[group]
+            part = table.slice(at, rows)
+            at += rows
+            yield rows, [host_piece(part.column(i), c) for i, c in enumerate(self._columns)]
 
     def __iter__(self) -> Iterator[Decoded]:
         if self._executor is None:
