@@ -310,15 +310,3 @@ def test_the_warm_up_compiled_every_reduction_a_scale_20_bfs_runs(
             )
             traversal.bfs(build_graph(edges, options=options), source)
     assert queried - warmed == set()
-
-
-def test_the_warm_up_copies_each_dtype_a_query_copies_element_by_element(
-    tmp_path: Path,
-) -> None:
-    """A first BFS at scale 20 on a GPU compiled CuPy's bool element copy, which no
-    earlier warm-up step launched: the warm-up launches that copy for every dtype
-    a query copies, as a step of its own (here on NumPy, the same code)."""
-    with make_service(tmp_path) as service:
-        steps = service.warm_up_report().devices[0].steps
-    assert "element copies" in steps
-    assert set(warmup._COPY_DTYPES) >= {"bool", "int32", "int64", "float64"}

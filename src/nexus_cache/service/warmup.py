@@ -299,20 +299,6 @@ def _warm_large(backend: DeviceBackend, domain: AllocationDomain, scale: int) ->
     return tuple(ran)
 
 
-#: dtypes whose element-by-element copy (one array into a view of another) a
-#: query may launch: a first BFS at scale 20 compiled CuPy's bool copy, which
-#: neither the tiny table nor the scale-16 graph had launched.
-_COPY_DTYPES = ("bool", "int32", "int64", "float32", "float64")
-
-
-def _warm_copies(xp: Any) -> None:
-    """Launch the element copy of each of :data:`_COPY_DTYPES` once (a slice
-    assigned from another array), so none compiles in a query."""
-    for dtype in _COPY_DTYPES:
-        target = xp.zeros(8, dtype=dtype)
-        target[1:] = xp.ones(7, dtype=dtype)
-
-
 def _copy_like_a_hit(frame: DeviceFrame, domain: AllocationDomain) -> None:
     copy = frame.copy_into(domain)
     copy.release()
@@ -375,8 +361,6 @@ def _warm_up_device(
                 steps.append(label)
         finally:
             frame.release()
-        _warm_copies(backend.xp)  # NumPy compiles nothing, but runs the same step
-        steps.append("element copies")
         scale = _large_scale(backend)
         if scale is not None:
             _warm_large(backend, domain, scale)
