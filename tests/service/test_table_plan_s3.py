@@ -177,3 +177,29 @@ def test_an_s3_hive_table_read_by_the_service_equals_pyarrow_dataset(
     assert_same_rows(got.table, want)
     # the listing's ETags and sizes are the identities: no HEAD per object
     assert s3.heads(f"{bucket}/edges/year=") == 0
+
+
+def test_an_s3_delta_commit_after_a_cached_snapshot_is_seen(tmp_path: Path, s3: _Requests) -> None:
+    """The snapshot of an unchanged S3 table is reused (one listing of its log, no
+    log load); a commit uploaded after it is seen by the next read, though fsspec
+    caches listings."""
+    deltalake = pytest.importorskip("deltalake")
+    from nexus_cache.tables import read_table, resolve_table
+    from nexus_cache.tables._delta_snapshots import DELTA_SNAPSHOTS
+
+    bucket = _bucket("cached-delta")
+    local = _delta(tmp_path, 2)
+    _upload(bucket, local, "t")
+    source = f"s3://{bucket}/t"
+    first = resolve_table(source)
+    hits = DELTA_SNAPSHOTS.hits
+    again = resolve_table(source)
+    assert DELTA_SNAPSHOTS.hits == hits + 1
+    assert again.files is first.files
+    assert again.version == 1
+    deltalake.write_deltalake(str(local), _edges(25, 9), mode="append")
+    _upload(bucket, local, "t")  # the new data file and commit (the others again, unchanged)
+    newer = resolve_table(source)
+    assert newer.version == 2
+    want = deltalake.DeltaTable(str(local)).to_pyarrow_table()
+    assert_same_rows(read_table(newer), want.select(newer.schema.names))

@@ -11,6 +11,7 @@ would otherwise give wrong rows silently.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from nexus_cache.errors import BackendUnavailableError, ConfigError, SourceFormatError
+from nexus_cache.tables._delta_snapshots import DELTA_SNAPSHOTS, log_state, options_identity
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
 __all__ = ["SUPPORTED_READER_FEATURES", "resolve_delta"]
@@ -58,8 +60,35 @@ def resolve_delta(
         raise ConfigError(f"as_of={as_of!r}: a Delta version is an integer >= 0")
     uri = path if fs is None else fs.unstrip_protocol(path)
     options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
+    state = log_state(fs, path)  # one listing of the log: None on any doubt
+    if state is None:
+        return _load(DeltaTable, source, fs, uri, as_of, options)
+    version = state.latest if as_of is None else as_of
+    stamp = state.stamp(version)
+    key = (uri, options_identity(options), version)
+    if stamp is not None:
+        cached = DELTA_SNAPSHOTS.get(key, stamp)
+        if cached is not None:  # the same commit file: the same version, unchanged
+            return replace(cached, location=source, filesystem=fs)
+    snapshot = _load(DeltaTable, source, fs, uri, as_of, options)
+    if stamp is not None and snapshot.version == version:
+        again = log_state(fs, path)  # the commit file did not change while it was read
+        if again is not None and again.stamp(version) == stamp:
+            DELTA_SNAPSHOTS.put(key, stamp, snapshot)
+    return snapshot
+
+
+def _load(
+    delta_table: Any,
+    source: str,
+    fs: Any,
+    uri: str,
+    as_of: int | None,
+    options: dict[str, str] | None,
+) -> TableSnapshot:
+    """The snapshot of version ``as_of`` (None: the latest), from the table's log."""
     try:
-        table = DeltaTable(uri, version=as_of, storage_options=options)
+        table = delta_table(uri, version=as_of, storage_options=options)
     except Exception as exc:  # deltalake raises its own classes (and OSError) for a bad log
         if as_of is not None and "version" in str(exc).lower():
             raise ConfigError(
@@ -83,31 +112,30 @@ def resolve_delta(
     schema = pa.schema([_plain(f) for f in schema])
     partition_names = list(table.metadata().partition_columns)
     partition_schema = pa.schema([schema.field(n) for n in partition_names])
-    rows = actions.to_pylist()
-    if len(rows) != len(uris):
+    if actions.num_rows != len(uris):
         raise SourceFormatError(
-            f"Delta table {source!r}: the log lists {len(rows)} add actions but "
+            f"Delta table {source!r}: the log lists {actions.num_rows} add actions but "
             f"{len(uris)} files; check the _delta_log directory"
         )
-    files = []
-    for row, file_uri in zip(rows, uris, strict=True):
-        relative = unquote(unquote(str(row["path"])))
+    paths = _column(actions, "path")
+    locations = []
+    for raw, file_uri in zip(paths, uris, strict=True):
+        relative = unquote(unquote(str(raw)))
         if "://" in relative:  # an absolute URI, which deltalake's file list mangles
             file_uri = relative
         elif not unquote(file_uri).endswith(relative.lstrip("/")):
             raise SourceFormatError(
                 f"Delta table {source!r}: file {file_uri!r} does not match its add action "
-                f"{row['path']!r}; check the _delta_log directory"
+                f"{raw!r}; check the _delta_log directory"
             )
-        location = file_uri.removeprefix("file://") if fs is None else file_uri
-        files.append(_data_file(location, row, partition_schema, schema))
+        locations.append(file_uri.removeprefix("file://") if fs is None else file_uri)
     return TableSnapshot(
         kind="delta",
         location=source,
         version=int(table.version()),
         schema=schema,
         partition_schema=partition_schema,
-        files=tuple(files),
+        files=_data_files(locations, actions, partition_schema, schema),
         filesystem=fs,
     )
 
@@ -137,28 +165,46 @@ def _refuse_features(source: str, table: Any) -> None:
         )
 
 
-def _data_file(
-    location: str, row: dict[str, Any], partition_schema: pa.Schema, schema: pa.Schema
-) -> DataFile:
-    partition = tuple((f.name, row.get(f"partition.{f.name}")) for f in partition_schema)
-    mins, maxs, nulls = [], [], []
-    for f in schema:
-        if f.name in partition_schema.names or pat.is_timestamp(f.type):
-            continue  # Delta truncates timestamp bounds to milliseconds: not bounds
-        low, high = row.get(f"min.{f.name}"), row.get(f"max.{f.name}")
-        if low is not None and high is not None:
-            mins.append((f.name, low))
-            maxs.append((f.name, high))
-        count = row.get(f"null_count.{f.name}")
-        if count is not None:
-            nulls.append((f.name, int(count)))
-    count_rows = row.get("num_records")
-    return DataFile(
-        path=location,
-        size=int(row["size_bytes"]),
-        partition=partition,
-        row_count=None if count_rows is None else int(count_rows),
-        min_values=tuple(mins),
-        max_values=tuple(maxs),
-        null_counts=tuple(nulls),
-    )
+def _column(actions: pa.Table, name: str) -> list[Any]:
+    """Column ``name`` of the add actions as Python values (all None when absent)."""
+    if name not in actions.column_names:
+        return [None] * actions.num_rows
+    return actions.column(name).to_pylist()
+
+
+def _data_files(
+    locations: list[str], actions: pa.Table, partition_schema: pa.Schema, schema: pa.Schema
+) -> tuple[DataFile, ...]:
+    """One :class:`DataFile` per add action, each column of the flattened actions
+    converted to Python once (not row by row)."""
+    partitions = [_column(actions, f"partition.{f.name}") for f in partition_schema]
+    names = partition_schema.names
+    bounded = [  # Delta truncates timestamp bounds to milliseconds: not bounds
+        f.name for f in schema if f.name not in names and not pat.is_timestamp(f.type)
+    ]
+    lows = [_column(actions, f"min.{n}") for n in bounded]
+    highs = [_column(actions, f"max.{n}") for n in bounded]
+    nulls = [_column(actions, f"null_count.{n}") for n in bounded]
+    sizes = _column(actions, "size_bytes")
+    counts = _column(actions, "num_records")
+    files = []
+    for i, location in enumerate(locations):
+        mins, maxs, null_counts = [], [], []
+        for name, low, high, count in zip(bounded, lows, highs, nulls, strict=True):
+            if low[i] is not None and high[i] is not None:
+                mins.append((name, low[i]))
+                maxs.append((name, high[i]))
+            if count[i] is not None:
+                null_counts.append((name, int(count[i])))
+        files.append(
+            DataFile(
+                path=location,
+                size=int(sizes[i]),
+                partition=tuple(zip(names, (p[i] for p in partitions), strict=True)),
+                row_count=None if counts[i] is None else int(counts[i]),
+                min_values=tuple(mins),
+                max_values=tuple(maxs),
+                null_counts=tuple(null_counts),
+            )
+        )
+    return tuple(files)
