@@ -121,17 +121,25 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
             "or point the query at Parquet data"
         ) from exc
     partition_fields = [pa.field(k, types[k]) for k in keys if data_schema.get_field_index(k) < 0]
-    files = tuple(
-        DataFile(
-            path=name if fs is None else fs.unstrip_protocol(name),
-            size=size,
-            partition=tuple(
-                (f.name, _typed(dict(pairs).get(f.name), f.type)) for f in partition_fields
-            ),
-            etag=etag if fs is not None else None,
+    typed: dict[tuple[tuple[str, str | None], ...], tuple[tuple[str, Any], ...]] = {}
+    files = []
+    for (name, size, etag), pairs in zip(entries, segments, strict=True):
+        segment_key = tuple(pairs)
+        partition = typed.get(segment_key)
+        if partition is None:  # typed once per distinct partition directory
+            values = dict(pairs)
+            partition = tuple(
+                (f.name, _typed(values.get(f.name), f.type)) for f in partition_fields
+            )
+            typed[segment_key] = partition
+        files.append(
+            DataFile(
+                path=name if fs is None else fs.unstrip_protocol(name),
+                size=size,
+                partition=partition,
+                etag=etag if fs is not None else None,
+            )
         )
-        for (name, size, etag), pairs in zip(entries, segments, strict=True)
-    )
     partition_schema = pa.schema(partition_fields)
     schema = pa.schema(list(data_schema) + partition_fields)
     return TableSnapshot(
@@ -140,7 +148,7 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
         version=None,
         schema=schema,
         partition_schema=partition_schema,
-        files=files,
+        files=tuple(files),
         filesystem=fs,
     )
 

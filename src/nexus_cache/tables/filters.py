@@ -25,7 +25,7 @@ import datetime as _dt
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -436,6 +436,25 @@ def _float_word(text: str, word: str) -> float:
         return float(word)
     except ValueError:
         raise ConfigError(f"--filter {text!r}: {word!r} is not a number") from None
+
+
+def _canonical_of(arrow_type: pa.DataType) -> Callable[[Any], Any]:
+    """:func:`_canonical_value` for one column type, with the checks that type needs
+    made once: a value that is already canonical (an int in range, a finite float,
+    a str) comes back as it is, any other through :func:`_canonical_value`."""
+    base = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
+
+    def slow(value: Any) -> Any:
+        return _canonical_value(value, arrow_type)
+
+    if pat.is_integer(base):
+        low, high = _int_range(base)
+        return lambda v: v if type(v) is int and low <= v <= high else slow(v)
+    if pat.is_floating(base):
+        return lambda v: v if type(v) is float and math.isfinite(v) else slow(v)
+    if pat.is_string(base) or pat.is_large_string(base):
+        return lambda v: v if type(v) is str else slow(v)
+    return slow
 
 
 def _canonical_value(value: Any, arrow_type: pa.DataType) -> Any:

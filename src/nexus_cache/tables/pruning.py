@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_value
+from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_of, _canonical_value
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
 __all__ = [
@@ -74,10 +74,29 @@ class ScanPlan:
         }
 
 
-def _possible(flt: TableFilter, ranges: Mapping[str, _Range]) -> bool:
+@dataclass(frozen=True)
+class _Columns:
+    """What pruning needs of a filter's columns, found once per filter rather than
+    once per file: their types and each type's value converter."""
+
+    names: tuple[str, ...]
+    types: Mapping[str, pa.DataType]
+    canonical: Mapping[str, Callable[[Any], Any]]
+
+
+def _columns(flt: TableFilter) -> _Columns:
+    names = flt.columns
+    types = {n: flt.schema.field(n).type for n in names}
+    return _Columns(names, types, {n: _canonical_of(t) for n, t in types.items()})
+
+
+def _possible(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
     """False when no row with these column ranges can satisfy ``flt``."""
+    if not ranges:
+        return True  # nothing known: no proof
+    types = cols.types
     return any(
-        all(_maybe(p, ranges.get(p.column), flt.schema.field(p.column).type) for p in clause)
+        all(_maybe(p, ranges.get(p.column), types[p.column]) for p in clause)
         for clause in flt.clauses
     )
 
@@ -160,7 +179,7 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     ``flt`` (a clause is left empty), False when none does, else the filter of
     the remaining predicates over the same schema.
     """
-    known = _file_ranges(file, flt, partition=True)
+    known = _file_ranges(file, _columns(flt), partition=True)
     clauses: list[tuple[Predicate, ...]] = []
     for clause in flt.clauses:
         left: list[Predicate] = []
@@ -185,21 +204,23 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     return TableFilter(tuple(clauses), flt.schema)
 
 
-def _file_ranges(file: DataFile, flt: TableFilter, partition: bool) -> dict[str, _Range]:
+def _file_ranges(file: DataFile, cols: _Columns, partition: bool) -> dict[str, _Range]:
     out: dict[str, _Range] = {}
-    wanted = set(flt.columns)
+    canonical = cols.canonical
     if partition:
         for name, value in file.partition:
-            if name in wanted:
-                typed = _canonical_value(value, flt.schema.field(name).type)
+            if name in canonical:
+                typed = canonical[name](value)
                 if typed is not None or value is None:
                     out[name] = _Range(exact=True, low=typed)
         return out
+    if not (file.min_values or file.max_values or file.null_counts):
+        return out  # no statistics recorded
     lows, highs, nulls = dict(file.min_values), dict(file.max_values), dict(file.null_counts)
-    for name in wanted:
-        arrow_type = flt.schema.field(name).type
-        low = _canonical_value(lows.get(name), arrow_type)
-        high = _canonical_value(highs.get(name), arrow_type)
+    for name in cols.names:
+        convert = canonical[name]
+        low = convert(lows.get(name))
+        high = convert(highs.get(name))
         if low is None and high is None and name not in nulls:
             continue
         out[name] = _Range(low=low, high=high, nulls=nulls.get(name), rows=file.row_count)
@@ -209,19 +230,39 @@ def _file_ranges(file: DataFile, flt: TableFilter, partition: bool) -> dict[str,
 def prune_files(
     snapshot: TableSnapshot, flt: TableFilter | None
 ) -> tuple[tuple[DataFile, ...], int, int]:
-    """``(kept files, pruned by partition, pruned by file statistics)``."""
+    """``(kept files, pruned by partition, pruned by file statistics)``.
+
+    Partition predicates are decided once per distinct set of partition values
+    (every file of one partition gets the same answer)."""
     if flt is None:
         return snapshot.files, 0, 0
+    cols = _columns(flt)
     kept: list[DataFile] = []
     by_partition = by_statistics = 0
+    partitions: dict[Any, bool] = {}
     for file in snapshot.files:
-        if not _possible(flt, _file_ranges(file, flt, partition=True)):
+        if not _partition_possible(flt, file, cols, partitions):
             by_partition += 1
-        elif not _possible(flt, _file_ranges(file, flt, partition=False)):
+        elif not _possible(flt, _file_ranges(file, cols, partition=False), cols):
             by_statistics += 1
         else:
             kept.append(file)
     return tuple(kept), by_partition, by_statistics
+
+
+def _partition_possible(
+    flt: TableFilter, file: DataFile, cols: _Columns, seen: dict[Any, bool]
+) -> bool:
+    """Whether ``file``'s partition values may satisfy ``flt``, memoised in ``seen``
+    by the values (unless one is unhashable)."""
+    try:
+        return seen[file.partition]
+    except KeyError:
+        found = _possible(flt, _file_ranges(file, cols, partition=True), cols)
+        seen[file.partition] = found
+        return found
+    except TypeError:  # an unhashable partition value: decided for this file alone
+        return _possible(flt, _file_ranges(file, cols, partition=True), cols)
 
 
 def file_column_names(table_schema: pa.Schema, file_schema: pa.Schema) -> dict[str, str]:
@@ -255,7 +296,8 @@ def prune_row_groups(
         return every
     names = file_column_names(flt.schema, metadata.schema.to_arrow_schema())
     index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
-    fixed = _file_ranges(file, flt, partition=True) if file is not None else {}
+    cols = _columns(flt)
+    fixed = _file_ranges(file, cols, partition=True) if file is not None else {}
     kept = []
     for i in every:
         group = metadata.row_group(i)
@@ -271,7 +313,7 @@ def prune_row_groups(
             found = _statistics(group.column(j), flt.schema.field(name).type, group.num_rows)
             if found is not None:
                 ranges[name] = found
-        if _possible(flt, ranges):
+        if _possible(flt, ranges, cols):
             kept.append(i)
     return tuple(kept)
 
