@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from nexus_cache.service.evidence import ADMISSION_COLUMNS as ADMISSION_COLUMNS
     from nexus_cache.service.evidence import EVIDENCE_FORMAT as EVIDENCE_FORMAT
     from nexus_cache.service.evidence import EvidenceReport as EvidenceReport
-    from nexus_cache.service.evidence import table_fingerprint as table_fingerprint
     from nexus_cache.service.evidence import verify_evidence as verify_evidence
+    from nexus_cache.service.fingerprint import table_fingerprint as table_fingerprint
     from nexus_cache.service.queries import WEIGHTED as WEIGHTED
     from nexus_cache.service.queries import Count as Count
     from nexus_cache.service.queries import GraphQuery as GraphQuery
@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "ADMISSION_COLUMNS": "nexus_cache.service.evidence",
     "EVIDENCE_FORMAT": "nexus_cache.service.evidence",
     "EvidenceReport": "nexus_cache.service.evidence",
-    "table_fingerprint": "nexus_cache.service.evidence",
+    "table_fingerprint": "nexus_cache.service.fingerprint",
     "verify_evidence": "nexus_cache.service.evidence",
     "Count": "nexus_cache.service.queries",
     "GraphQuery": "nexus_cache.service.queries",

@@ -69,7 +69,8 @@ from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service.admission import Admission, Attempt, check_cancelled
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
-from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter, table_fingerprint
+from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter
+from nexus_cache.service.fingerprint import table_fingerprint
 from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
 from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
