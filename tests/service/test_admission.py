@@ -15,6 +15,7 @@ from nexus_cache.errors import (
     GrantExhaustedError,
 )
 from nexus_cache.service import ADMISSION_COLUMNS, Scan
+from nexus_cache.service.admission import GrantMemory
 
 from ._helpers import MIB, make_lake, make_service
 
@@ -148,3 +149,34 @@ def test_an_exhausted_grant_says_what_it_needed_and_the_retry_asks_twice_that(
     error = GrantExhaustedError("over its grant", needed_bytes=5 * MIB)
     assert error.needed_bytes == 5 * MIB
     assert GrantExhaustedError("rebuilt from a server's message").needed_bytes == 0
+
+
+def test_a_query_retried_for_its_grant_asks_for_what_it_needed_the_next_time(
+    tmp_path: Path,
+) -> None:
+    """An estimate that falls short costs one retry, not one on every run: the
+    next run of the same query asks for what the last one used, up front (a warm
+    scan of dictionary-heavy data was decoded twice per query before)."""
+    lake = make_lake(tmp_path)
+    with make_service(tmp_path, min_grant_bytes=1, grant_expansion=1e-9) as service:
+        first = service.execute(Scan(lake.facts))
+        assert [a.outcome for a in first.diagnostics.attempts] == ["retried", "ok"]
+        needed = first.diagnostics.attempts[-1].used_bytes
+        again = service.execute(Scan(lake.facts))
+        assert [a.outcome for a in again.diagnostics.attempts] == ["ok"]
+        assert again.diagnostics.attempts[0].grant_bytes >= needed
+        assert again.table.equals(first.table)
+        # another query (other columns) has its own need: still estimated, still retried
+        other = service.execute(Scan(lake.facts, ["order_id"]))
+        assert [a.outcome for a in other.diagnostics.attempts] == ["retried", "ok"]
+
+
+def test_the_grant_memory_is_bounded_and_forgets_the_least_recently_used() -> None:
+    memory = GrantMemory(capacity=2)
+    memory.learn("a", 10)
+    memory.learn("b", 20)
+    assert memory.floor("a") == 10  # a is now the most recently used
+    memory.learn("c", 30)
+    assert (memory.floor("a"), memory.floor("b"), memory.floor("c")) == (10, 0, 30)
+    memory.learn("a", 5)  # the latest need replaces the older one
+    assert memory.floor("a") == 5

@@ -7,8 +7,11 @@ The whole rule of letting an attempt onto a device lives here:
   edges, the uncached build and the result, from the Parquet footers' edge
   count; a count for ``min_grant_bytes``. Never less than ``min_grant_bytes``
   nor than the floor a retry after :class:`GrantExhaustedError` sets (twice
-  what the exhausted attempt needed). An estimate past what the chosen device
-  can ever free is lowered to that, since the query may need far less.
+  what the exhausted attempt needed). A query that had to be retried for its
+  grant asks, the next time it runs, for what it needed then
+  (:class:`GrantMemory`), so a warm query is not retried each time. An
+  estimate past what the chosen device can ever free is lowered to that,
+  since the query may need far less.
 * **Placement** (:meth:`Admission.place`): the device the caller pinned; else
   the device whose caches already hold the query's source (they hit there),
   when its admission is open and it has room; else the device with the most
@@ -75,6 +78,7 @@ __all__ = [
     "POLL_INTERVAL_S",
     "Admission",
     "Attempt",
+    "GrantMemory",
     "check_cancelled",
     "estimate_grant",
     "fit_grant",
@@ -125,6 +129,41 @@ def check_cancelled(cancel: threading.Event | None, query_id: str, where: str) -
 
 
 # -- sizing ------------------------------------------------------------------------------
+
+
+#: queries whose grant need is remembered (the oldest is forgotten first)
+_MAX_NEEDS = 1024
+
+
+class GrantMemory:
+    """What a query needed when its estimated grant fell short, by the query's
+    canonical JSON: its next run asks for that up front (the grant's floor), so a
+    query whose data decodes to more than ``grant_expansion`` times its Parquet
+    bytes (dictionary-heavy columns) is retried once, not on every run. Bounded
+    (the least recently used is forgotten first); thread-safe.
+    """
+
+    def __init__(self, capacity: int = _MAX_NEEDS) -> None:
+        self._capacity = capacity
+        self._needs: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def floor(self, key: str) -> int:
+        """The bytes ``key`` needed the last time it ran short (0: never)."""
+        with self._lock:
+            need = self._needs.get(key)
+            if need is None:
+                return 0
+            self._needs.move_to_end(key)
+            return need
+
+    def learn(self, key: str, needed: int) -> None:
+        """Remember that ``key`` needed ``needed`` bytes."""
+        with self._lock:
+            self._needs[key] = needed
+            self._needs.move_to_end(key)
+            while len(self._needs) > self._capacity:
+                self._needs.popitem(last=False)
 
 
 def estimate_grant(

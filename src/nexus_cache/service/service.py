@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import re
 import threading
@@ -67,7 +68,7 @@ from nexus_cache.service._attempt import (
 )
 from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._source_port import SourcePort
-from nexus_cache.service.admission import Admission, Attempt, check_cancelled
+from nexus_cache.service.admission import Admission, Attempt, GrantMemory, check_cancelled
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter
 from nexus_cache.service.fingerprint import table_fingerprint
@@ -204,6 +205,7 @@ class QueryService:
                     f"({ENV_EVIDENCE_DIR}) cannot be used: {' '.join(str(exc).split())}"
                 ) from exc
             self._admission = Admission(log, self.config.admission_timeout_s, self._caches)
+            self._needs = GrantMemory()
         except BaseException:
             self._caches.shutdown()
             raise
@@ -322,16 +324,23 @@ class QueryService:
         run = _QueryRun(
             query, query_id or uuid.uuid4().hex[:16], device, cancel, time.perf_counter()
         )
-        floor = 0
+        key = json.dumps(query.to_dict(), sort_keys=True)
+        floor = self._needs.floor(key)
+        short = False  # an attempt ran past its grant
         for number in range(1, self.config.max_attempts + 1):
             check_cancelled(cancel, run.query_id, "before its next attempt")
             try:
-                return self._attempt(run, number, floor)
+                result = self._attempt(run, number, floor)
             except _TRANSIENT as exc:
                 if number == self.config.max_attempts:
                     raise
                 if isinstance(exc, GrantExhaustedError):
                     floor = 2 * max(exc.needed_bytes, run.records[-1].grant_bytes)
+                    short = True
+                continue
+            if short:  # its estimate fell short: the next run asks for what this one used
+                self._needs.learn(key, run.records[-1].used_bytes)
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _attempt(self, run: _QueryRun, number: int, floor: int) -> QueryResult:
