@@ -136,8 +136,8 @@ _MAX_NEEDS = 1024
 
 
 class GrantMemory:
-    """What a query needed when its estimated grant fell short, by the query's
-    canonical JSON: its next run asks for that up front (the grant's floor), so a
+    """What a query needed when its estimated grant fell short, by the digest of
+    the query's canonical JSON: its next run asks for that up front (the grant's floor), so a
     query whose data decodes to more than ``grant_expansion`` times its Parquet
     bytes (dictionary-heavy columns) is retried once, not on every run. Bounded
     (the least recently used is forgotten first); thread-safe.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -324,7 +325,8 @@ class QueryService:
         run = _QueryRun(
             query, query_id or uuid.uuid4().hex[:16], device, cancel, time.perf_counter()
         )
-        key = json.dumps(query.to_dict(), sort_keys=True)
+        # by digest: a query's JSON may be large (a long ``in`` list)
+        key = hashlib.sha256(json.dumps(query.to_dict(), sort_keys=True).encode()).hexdigest()
         floor = self._needs.floor(key)
         short = False  # an attempt ran past its grant
         for number in range(1, self.config.max_attempts + 1):
