@@ -179,6 +179,11 @@ def test_a_damaged_log_is_a_clear_error(delta: Path, tmp_path: Path, damage: str
         resolve_table(str(root), as_of=0)
     assert "_delta_log" in str(raised.value) or "as_of" in str(raised.value)
     assert str(root) in str(raised.value) or "Delta table" in str(raised.value)
+    # one line: not the native backtrace deltalake appends to its message
+    assert "\n" not in str(raised.value)
+    with pytest.raises((SourceFormatError, ConfigError)) as latest:
+        resolve_table(str(root))
+    assert "\n" not in str(latest.value)
 
 
 @pytest.mark.parametrize("how", ["absolute"])

@@ -139,3 +139,15 @@ def test_damaged_metadata_is_a_clear_error(
     with pytest.raises(SourceFormatError) as raised:
         resolve_table(str(copy))
     assert str(copy) in str(raised.value)
+
+
+def test_corrupt_metadata_is_a_one_line_error(tmp_path: Path) -> None:
+    """pydantic spreads a validation error over several lines: ours carries one."""
+    metadata = tmp_path / "t" / "metadata"
+    metadata.mkdir(parents=True)
+    (metadata / "v1.metadata.json").write_text("{garbage")
+    for source in (tmp_path / "t", metadata / "v1.metadata.json"):
+        with pytest.raises(SourceFormatError) as raised:
+            resolve_table(str(source))
+        assert "\n" not in str(raised.value)
+        assert "v1.metadata.json" in str(raised.value)

@@ -20,6 +20,7 @@ import pyarrow.types as pat
 
 from nexus_cache.errors import BackendUnavailableError, ConfigError, SourceFormatError
 from nexus_cache.tables._delta_snapshots import DELTA_SNAPSHOTS, log_state, options_identity
+from nexus_cache.tables._said import said
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
 __all__ = ["SUPPORTED_READER_FEATURES", "resolve_delta"]
@@ -92,12 +93,12 @@ def _load(
     except Exception as exc:  # deltalake raises its own classes (and OSError) for a bad log
         if as_of is not None and "version" in str(exc).lower():
             raise ConfigError(
-                f"as_of={as_of}: Delta table {source!r} has no such version ({exc}); name "
+                f"as_of={as_of}: Delta table {source!r} has no such version ({said(exc)}); name "
                 "an existing version"
             ) from exc
         raise SourceFormatError(
-            f"Delta table {source!r}: its log cannot be read ({type(exc).__name__}: {exc}); "
-            "check the _delta_log directory (a corrupt or truncated commit file)"
+            f"Delta table {source!r}: its log cannot be read ({type(exc).__name__}: "
+            f"{said(exc)}); check the _delta_log directory (a corrupt or truncated commit file)"
         ) from exc
     _refuse_features(source, table)
     try:
@@ -106,8 +107,8 @@ def _load(
         uris = list(table.file_uris())
     except Exception as exc:
         raise SourceFormatError(
-            f"Delta table {source!r}: its log cannot be read ({type(exc).__name__}: {exc}); "
-            "check the _delta_log directory"
+            f"Delta table {source!r}: its log cannot be read ({type(exc).__name__}: "
+            f"{said(exc)}); check the _delta_log directory"
         ) from exc
     schema = pa.schema([_plain(f) for f in schema])
     partition_names = list(table.metadata().partition_columns)

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from nexus_cache.errors import BackendUnavailableError, ConfigError, SourceFormatError
+from nexus_cache.tables._said import said
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
 __all__ = ["resolve_catalog_table", "resolve_iceberg"]
@@ -58,7 +59,7 @@ def resolve_iceberg(
     except Exception as exc:  # pyiceberg raises JSON, validation and IO errors alike
         raise SourceFormatError(
             f"Iceberg table {source!r}: its metadata {metadata!r} cannot be read "
-            f"({type(exc).__name__}: {str(exc)[:300]}); check the file (corrupt or truncated)"
+            f"({type(exc).__name__}: {said(exc)}); check the file (corrupt or truncated)"
         ) from exc
     return _snapshot(source, table, fs, as_of)
 
@@ -80,7 +81,7 @@ def resolve_catalog_table(
     except Exception as exc:
         raise ConfigError(
             f"Iceberg table {identifier!r} in catalog {name!r} cannot be loaded "
-            f"({type(exc).__name__}: {str(exc)[:300]}); check the catalog's configuration "
+            f"({type(exc).__name__}: {said(exc)}); check the catalog's configuration "
             "and the table's name (namespace.table)"
         ) from exc
     location = str(table.metadata.location)
@@ -139,7 +140,7 @@ def _snapshot(
     except Exception as exc:
         raise SourceFormatError(
             f"Iceberg table {source!r}: its manifests cannot be read "
-            f"({type(exc).__name__}: {str(exc)[:300]}); check the metadata directory"
+            f"({type(exc).__name__}: {said(exc)}); check the metadata directory"
         ) from exc
     schema = schema_to_pyarrow(iceberg_schema, include_field_ids=True)
     schema = pa.schema([_plain(f) for f in schema])
