@@ -340,6 +340,8 @@ def test_iceberg_scans_equal_pyiceberg_at_every_snapshot(tmp_path: Path) -> None
         filtered = service.execute(Scan(location, ["src", "note"], filter=flt))
         expected = want.filter(pq.filters_to_expression(flt)).select(["src", "note"])
         assert_same_rows(filtered.table, expected)
+        # the metadata file named alone (no filter, no as_of) is the table too
+        assert_same_rows(service.execute(Scan(location)).table, want)
     assert read_table(resolve_table(location), ["src"]).num_rows == want.num_rows
 
 

@@ -124,7 +124,7 @@ def is_table_read(scan: Scan, storage_options: Mapping[str, Any] | None = None) 
         fs, path = resolve_source(
             scan.source, None, None if storage_options is None else dict(storage_options)
         )
-        return _table_dir(fs, path)
+        return path.endswith(".metadata.json") or _table_dir(fs, path)
     except Exception:  # any failure here (no credentials, no bucket): the listing reports it
         return False
 
