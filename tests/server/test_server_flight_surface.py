@@ -28,8 +28,11 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("lake")
     write_parquet(fact_table(300), root / "facts.parquet", row_groups=2)
     write_parquet(rmat_edges(7), root / "edges.parquet", row_groups=2)
+    for day in (1, 2):  # a Hive table: 'day' is in the paths only
+        (root / "hive" / f"day={day}").mkdir(parents=True)
+        write_parquet(fact_table(50), root / "hive" / f"day={day}" / "part-0.parquet")
     past = time.time() - 60  # older than local_min_age_s: the identity is provable
-    for path in root.iterdir():
+    for path in root.rglob("*.parquet"):
         os.utime(path, (past, past))
     return root
 
@@ -46,8 +49,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def _queries(lake: Path) -> list[dict[str, object]]:
     edges = {"type": "scan", "source": str(lake / "edges.parquet")}
     graph = {"type": "graph", "edges": edges, "src": "src", "dst": "dst"}
+    hive = str(lake / "hive")
     return [
         {"type": "scan", "source": str(lake / "facts.parquet")},
+        # a table read: its partition column, a filter, a filter that prunes every file
+        {"type": "scan", "source": hive},
+        {
+            "type": "scan",
+            "source": hive,
+            "columns": ["day", "amount"],
+            "filter": [["day", "=", 2]],
+        },
+        {"type": "scan", "source": hive, "filter": [["day", "=", 9]]},
         # columns in an order of their own
         {"type": "scan", "source": str(lake / "facts.parquet"), "columns": ["amount", "order_id"]},
         {"type": "count", "source": str(lake / "facts.parquet")},

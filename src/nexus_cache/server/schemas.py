@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from nexus_cache.frames.decode import decoded_schema
 from nexus_cache.graph.registry import get_spec
 from nexus_cache.lakehouse import resolve_source
-from nexus_cache.service.queries import Count, GraphQuery, Query
+from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
 
 __all__ = ["result_schema"]
 
@@ -38,8 +38,10 @@ def result_schema(
         return pa.schema(
             [pa.field(c.name, c.arrow_type()) for c in get_spec(query.algorithm).columns]
         )
-    first = plan["source"]["objects"][0]["location"]
     options = None if storage_options is None else dict(storage_options)
+    if isinstance(query, Scan) and plan["source"].get("table") is not None:
+        return _table_schema(query, options)
+    first = plan["source"]["objects"][0]["location"]
     fs, path = resolve_source(first, None, options)
     if fs is None:
         schema = decoded_schema(pq.ParquetFile(path), query.columns)
@@ -47,3 +49,17 @@ def result_schema(
         with fs.open(path, "rb") as handle:
             schema = decoded_schema(pq.ParquetFile(handle), query.columns)
     return schema.remove_metadata()
+
+
+def _table_schema(query: Scan, options: dict[str, Any] | None) -> pa.Schema:
+    """A table read's result schema: the snapshot's columns the scan outputs (Hive
+    partition columns included), as plain fields, whatever the filter prunes."""
+    from nexus_cache.tables import resolve_table
+
+    snapshot = resolve_table(query.source, query.as_of, storage_options=options)
+    names = list(snapshot.schema.names) if query.columns is None else list(query.columns)
+    return pa.schema([_plain(snapshot.schema.field(n)) for n in names])
+
+
+def _plain(field: pa.Field) -> pa.Field:
+    return pa.field(field.name, field.type, field.nullable)
