@@ -149,6 +149,10 @@ def test_a_filter_that_prunes_everything_is_empty_with_the_right_schema(
     assert pruned.table.num_rows == 0
     assert pruned.table.schema == pa.schema([("src", pa.int64()), ("year", pa.int32())])
     assert pruned.diagnostics.table["objects_read"] == 0
+    # nothing read: the caches' one-word statuses say so (not an empty "mixed()")
+    assert pruned.diagnostics.lakehouse["status"] == "none"
+    assert pruned.diagnostics.lakehouse["read_mode"] == "none"
+    assert pruned.diagnostics.source_cache["status"] == "none"
     assert masked.table.num_rows == 0
     assert masked.table.schema.names == ["src", "kind"]
 

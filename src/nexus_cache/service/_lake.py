@@ -50,6 +50,7 @@ __all__ = [
     "decode_object",
     "identity_problem",
     "lakehouse_summary",
+    "one_word",
     "open_object",
     "plan_source",
 ]
@@ -362,9 +363,9 @@ def lakehouse_summary(diagnostics: Sequence[ReadDiagnostics] | None, plan: Sourc
         fills = ["none"] * len(plan.plans)
         read = False
     return {
-        "status": _one(statuses),
-        "read_mode": _one(modes),
-        "fill_mode": _one(fills),
+        "status": one_word(statuses),
+        "read_mode": one_word(modes),
+        "fill_mode": one_word(fills),
         "reason": "; ".join(reasons) or None,
         "objects": len(plan.plans),
         "read": read,
@@ -375,9 +376,12 @@ def _not_read(planned: CacheStatus) -> CacheStatus:
     return CacheStatus.MISS_FOLLOWED if planned is CacheStatus.MISS else planned
 
 
-def _one(values: Sequence[str]) -> str:
-    """``hit`` when all agree, else ``mixed(a,b)``: one word for a table cell."""
+def one_word(values: Sequence[str]) -> str:
+    """``hit`` when all agree, else ``mixed(a,b)``: one word for a table cell;
+    ``none`` for no value (a table read whose filter pruned every object)."""
     distinct = sorted(set(values))
+    if not distinct:
+        return "none"
     if len(distinct) == 1:
         return distinct[0]
     return "mixed(" + ",".join(distinct) + ")"

@@ -49,7 +49,7 @@ from nexus_cache.device import (
 from nexus_cache.errors import SourceFormatError, StalePlanError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import ReadPlan
-from nexus_cache.service._lake import SourcePlan, identity_problem
+from nexus_cache.service._lake import SourcePlan, identity_problem, one_word
 
 __all__ = [
     "BYPASS_COUNT",
@@ -232,7 +232,7 @@ class SourcePort:
                     reasons.append(checkout.diagnostics.detail)
         finally:
             load.outcome = SourceOutcome(
-                _one_word(statuses) if statuses else "none",
+                one_word(statuses),
                 "; ".join(sorted(set(reasons))) or None,
             )
 
@@ -280,8 +280,3 @@ def concat_objects(tables: list[pa.Table]) -> pa.Table:
             f"the source's Parquet objects have schemas that cannot be combined ({schemas}); "
             "read the objects separately or select columns they share"
         ) from exc
-
-
-def _one_word(values: Sequence[str]) -> str:
-    distinct = sorted(set(values))
-    return distinct[0] if len(distinct) == 1 else "mixed(" + ",".join(distinct) + ")"
