@@ -90,6 +90,21 @@ def test_a_filter_keeping_two_row_groups_decodes_only_those_and_hits_them_again(
     assert again.diagnostics.source_cache["status"] == "hit"
 
 
+def test_a_repeated_filter_on_a_resident_row_group_entry_opens_no_object(
+    hive: Path, tmp_path: Path
+) -> None:
+    """The footer that chose the row groups is known by the object's identity: the
+    same filter again prunes from it and hits the entry, reading nothing."""
+    flt = [("day", "=", 0), *WINDOW]
+    with make_service(tmp_path) as service:
+        first = service.execute(Scan(str(hive), ["src", "dst"], filter=flt))
+        again = service.execute(Scan(str(hive), ["src", "dst"], filter=flt))
+    assert first.diagnostics.lakehouse["read"] is True
+    assert again.diagnostics.source_cache["status"] == "hit"
+    assert again.diagnostics.lakehouse["read"] is False
+    assert [e["row_groups"] for e in again.diagnostics.table["entries"]] == [[2, 3]]
+
+
 def test_after_an_unfiltered_scan_a_filter_hits_the_whole_object_entry(
     hive: Path, tmp_path: Path
 ) -> None:

@@ -322,7 +322,8 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
             run.ports.lakehouse, read_plan, files[id(read_plan)], table, run.outcome.reads
         )
         choices[id(read_plan)] = choice
-        opened[id(read_plan)] = choice.opened
+        if choice.opened is not None:
+            opened[id(read_plan)] = choice.opened
         timings["footer_s"] = timings.get("footer_s", 0.0) + time.perf_counter() - t
         return choice.groups
 

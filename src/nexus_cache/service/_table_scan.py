@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from nexus_cache._roots import check_listed
 from nexus_cache.backends import AllocationDomain
@@ -284,7 +287,9 @@ def decode_table_object(
 class RowGroupChoice:
     """What a filter needs of one kept object, from its footer's statistics."""
 
-    opened: OpenedObject
+    #: the object opened to read its footer, kept open for its decode (None: the
+    #: footer was known, nothing was opened)
+    opened: OpenedObject | None
     total: int
     kept: tuple[int, ...]
 
@@ -294,6 +299,39 @@ class RowGroupChoice:
         return None if len(self.kept) == self.total else self.kept
 
 
+class _Footers:
+    """Parsed footers by the object's proven identity key (the same key names the
+    same bytes, as the decoded-source cache relies on): a repeated filtered scan
+    whose row-group entry is resident prunes again without opening the object.
+    Bounded, least recently used forgotten first; thread-safe."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str | None) -> pq.FileMetaData | None:
+        if key is None:
+            return None
+        with self._lock:
+            footer = self._footers.get(key)
+            if footer is not None:
+                self._footers.move_to_end(key)
+            return footer
+
+    def put(self, key: str | None, footer: pq.FileMetaData) -> None:
+        if key is None:  # no proven identity: the bytes may change under the same name
+            return
+        with self._lock:
+            self._footers[key] = footer
+            self._footers.move_to_end(key)
+            while len(self._footers) > self._capacity:
+                self._footers.popitem(last=False)
+
+
+_FOOTERS = _Footers()
+
+
 def choose_row_groups(
     cache: LakehouseCache,
     read_plan: ReadPlan,
@@ -301,18 +339,25 @@ def choose_row_groups(
     read: TableRead,
     diagnostics: list[ReadDiagnostics],
 ) -> RowGroupChoice:
-    """Open one kept object, read its footer and keep the row groups whose
-    statistics (and the file's partition values) may satisfy ``read``'s filter.
-    The object stays open for the decode (:func:`decode_table_object`'s ``opened``)."""
+    """Keep the row groups of one kept object whose statistics (and the file's
+    partition values) may satisfy ``read``'s filter, from its footer: one known
+    for its identity, else read by opening the object, which then stays open for
+    the decode (:func:`decode_table_object`'s ``opened``)."""
     from nexus_cache.tables.pruning import prune_row_groups
 
-    opened = open_object(cache, read_plan, diagnostics)
+    metadata = _FOOTERS.get(read_plan.key)
+    opened = None
+    if metadata is None:
+        opened = open_object(cache, read_plan, diagnostics)
+        metadata = opened.metadata
+        _FOOTERS.put(read_plan.key, metadata)
     try:
-        kept = prune_row_groups(opened.metadata, read.filter, file)
+        kept = prune_row_groups(metadata, read.filter, file)
     except BaseException:
-        opened.close()
+        if opened is not None:
+            opened.close()
         raise
-    return RowGroupChoice(opened, opened.metadata.num_row_groups, kept)
+    return RowGroupChoice(opened, metadata.num_row_groups, kept)
 
 
 @dataclasses.dataclass(frozen=True)
