@@ -5,13 +5,12 @@ queries is read by the second."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from tests.service._helpers import make_service
+from tests.service._helpers import age_files, make_service
 from tests.tables._compare import assert_same_rows
 
 from nexus_cache.errors import ConfigError
@@ -32,13 +31,6 @@ def _edges(n: int, seed: int) -> pa.Table:
     )
 
 
-def _age(root: Path) -> None:
-    past = time.time() - 60
-    for path in root.rglob("*"):
-        if path.is_file():
-            os.utime(path, (past, past))
-
-
 def test_a_cached_snapshot_is_still_checked_against_allowed_roots(tmp_path: Path) -> None:
     table = tmp_path / "lake" / "t"
     deltalake.write_deltalake(str(table), _edges(50, 1))
@@ -47,7 +39,7 @@ def test_a_cached_snapshot_is_still_checked_against_allowed_roots(tmp_path: Path
     (data,) = table.glob("*.parquet")
     os.replace(data, outside / "secret.parquet")
     os.symlink(outside / "secret.parquet", data)
-    _age(tmp_path)
+    age_files(tmp_path)
     DELTA_SNAPSHOTS.clear()
     with make_service(tmp_path / "open") as service:  # no roots: read, and its snapshot kept
         assert service.execute(Scan(str(table))).table.num_rows == 50
@@ -65,7 +57,7 @@ def test_a_cached_snapshot_is_still_checked_against_allowed_roots(tmp_path: Path
 def test_a_commit_between_two_queries_is_read_by_the_second(tmp_path: Path) -> None:
     table = tmp_path / "lake" / "t"
     deltalake.write_deltalake(str(table), _edges(40, 1))
-    _age(tmp_path)
+    age_files(tmp_path)
     flt = [("w", "<", 0.5)]
     with make_service(tmp_path / "svc") as service:
         first = service.execute(Scan(str(table), filter=flt))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +10,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import make_service
+from tests.service._helpers import age_files, make_service
 
 from nexus_cache.errors import ConfigError
 from nexus_cache.service import Count, Scan, as_query
 from nexus_cache.service.datagen import rmat_edges, write_parquet
-
-
-def _age(root: Path) -> None:
-    past = time.time() - 60
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            os.utime(os.path.join(dirpath, name), (past, past))
 
 
 def _rows(n: int, seed: int) -> pa.Table:
@@ -47,7 +38,7 @@ def hive(tmp_path: Path) -> Path:
             part.mkdir(parents=True)
             seed += 1
             pq.write_table(_rows(100 + seed, seed), part / "part-0.parquet", row_group_size=40)
-    _age(root)
+    age_files(root)
     return root
 
 
@@ -125,7 +116,7 @@ def test_a_count_of_a_delta_table_at_each_version_with_a_filter(tmp_path: Path) 
     deltalake.write_deltalake(str(table), _rows(60, 1), partition_by=["kind"])
     deltalake.write_deltalake(str(table), _rows(60, 2), mode="append", partition_by=["kind"])
     deltalake.DeltaTable(str(table)).delete("w > 0.7")
-    _age(tmp_path / "lake")
+    age_files(tmp_path / "lake")
     expr = pq.filters_to_expression([("kind", "!=", "block"), ("src", "<", 20)])
     with make_service(tmp_path) as service:
         for version in (0, 1, 2):
@@ -147,7 +138,7 @@ def test_a_filtered_scan_of_one_object_shares_the_unfiltered_scans_source_entry(
     lake.mkdir()
     edges = rmat_edges(7, timestamps=True)
     write_parquet(edges, lake / "edges.parquet", row_groups=4)
-    _age(lake)
+    age_files(lake)
     source = str(lake / "edges.parquet")
     window = [("ts", ">=", "2025-04-01T00:00:00Z"), ("ts", "<", "2025-07-01T00:00:00Z")]
     columns = ("src", "dst", "ts")

@@ -7,8 +7,6 @@ window is decided by the row-group statistics. The reference is
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +15,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import make_service
+from tests.service._helpers import age_files, make_service
 from tests.tables._compare import assert_same_rows
 
 from nexus_cache.service import GraphQuery, Scan
 
 ROWS, GROUP = 800, 100  # 8 row groups per file
 WINDOW = [("ts", ">=", 200), ("ts", "<", 400)]  # row groups 2 and 3 of a file at ts 0..799
-
-
-def _age(root: Path) -> None:
-    """Files older than the lakehouse's local_min_age_s: identity provable."""
-    past = time.time() - 60
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            os.utime(os.path.join(dirpath, name), (past, past))
 
 
 def _rows(first_ts: int, seed: int) -> pa.Table:
@@ -54,7 +44,7 @@ def hive(tmp_path: Path) -> Path:
         part = root / f"day={day}"
         part.mkdir(parents=True)
         pq.write_table(_rows(1000 * day, day), part / "part-0.parquet", row_group_size=GROUP)
-    _age(root)
+    age_files(root)
     return root
 
 
@@ -152,7 +142,7 @@ def test_a_file_without_statistics_is_read_whole_and_correctly(tmp_path: Path) -
     path = root / "day=0" / "part-0.parquet"
     pq.write_table(_rows(0, 7), path, row_group_size=GROUP, write_statistics=False)
     assert pq.read_metadata(path).row_group(0).column(2).statistics is None
-    _age(root)
+    age_files(root)
     with make_service(tmp_path) as service:
         result = service.execute(Scan(str(root), ["src", "w"], filter=WINDOW))
     table = result.diagnostics.table
@@ -179,7 +169,7 @@ def test_delta_files_are_pruned_by_row_group(tmp_path: Path) -> None:
         _rows(0, 3),
         writer_properties=deltalake.WriterProperties(max_row_group_size=GROUP),
     )
-    _age(tmp_path / "lake")
+    age_files(tmp_path / "lake")
     files = [str(table / f) for f in deltalake.DeltaTable(str(table)).file_uris()]
     assert [pq.read_metadata(f).num_row_groups for f in files] == [8]
     with make_service(tmp_path) as service:
@@ -210,7 +200,7 @@ def test_iceberg_files_are_pruned_by_row_group(tmp_path: Path) -> None:
     )
     ice.append(data)
     ice = catalog.load_table("ns.e")
-    _age(warehouse)
+    age_files(warehouse)
     with make_service(tmp_path) as service:
         first = service.execute(Scan(ice.metadata_location, ["src", "w"], filter=WINDOW))
         again = service.execute(Scan(ice.metadata_location, ["src", "w"], filter=WINDOW))

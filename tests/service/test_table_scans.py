@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import make_service
+from tests.service._helpers import age_files, make_service
 from tests.tables._compare import assert_same_rows
 
 from nexus_cache.errors import ConfigError
@@ -59,14 +58,6 @@ def test_scan_refuses_a_malformed_filter_or_as_of_naming_the_field(kwargs, words
 # -- through QueryService.execute, host backend --------------------------------------
 
 
-def _age(root: Path) -> None:
-    """Files older than the lakehouse's local_min_age_s: identity provable."""
-    past = time.time() - 60
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            os.utime(os.path.join(dirpath, name), (past, past))
-
-
 def _edges(n: int, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     return pa.table(
@@ -91,7 +82,7 @@ def hive(tmp_path: Path) -> Path:
             seed += 1
             pq.write_table(_edges(200, seed), part / "part-0.parquet", row_group_size=50)
     (root / "_SUCCESS").write_text("")
-    _age(root)
+    age_files(root)
     return root
 
 
@@ -243,7 +234,7 @@ def test_a_data_file_linked_out_of_allowed_roots_is_refused(tmp_path: Path) -> N
     (data,) = table.glob("*.parquet")
     os.replace(data, outside / "secret.parquet")
     os.symlink(outside / "secret.parquet", data)
-    _age(tmp_path)
+    age_files(tmp_path)
     with (
         make_service(tmp_path, allowed_roots=[str(tmp_path / "lake")]) as service,
         pytest.raises(ConfigError, match="outside allowed_roots"),
@@ -266,7 +257,7 @@ def test_a_hive_data_file_linked_out_of_allowed_roots_is_refused_not_skipped(
         pq.write_table(_edges(30, year), root / f"year={year}" / "part-0.parquet")
     pq.write_table(_edges(20, 9), outside / "secret.parquet")
     os.symlink(outside / "secret.parquet", root / "year=2025" / "part-1.parquet")
-    _age(tmp_path)
+    age_files(tmp_path)
     snapshot = resolve_table(str(root))
     assert sum(f.size for f in snapshot.files) == sum(
         os.path.getsize(p) for p in root.rglob("*.parquet")
@@ -290,7 +281,7 @@ def test_delta_scans_equal_deltalake_at_every_version(tmp_path: Path) -> None:
     deltalake.write_deltalake(str(table), _edges(60, 2), mode="append", partition_by=["kind"])
     deltalake.DeltaTable(str(table)).delete("w > 0.7")
     deltalake.write_deltalake(str(table), _edges(30, 3), mode="overwrite", partition_by=["kind"])
-    _age(tmp_path / "lake")
+    age_files(tmp_path / "lake")
     flt = [("kind", "in", ["follow", "like"]), ("src", "<", 30)]
     with make_service(tmp_path) as service:
         for version in (0, 1, 2, 3, None):
@@ -330,7 +321,7 @@ def test_iceberg_scans_equal_pyiceberg_at_every_snapshot(tmp_path: Path) -> None
     later = _edges(8, 3).rename_columns(["src", "dst", "w", "label"])
     ice.append(later.append_column("note", pa.array(["n"] * 8, pa.large_string())))
     ice = catalog.load_table("ns.e")
-    _age(warehouse)
+    age_files(warehouse)
     location = ice.metadata_location
     flt = [("label", "!=", "block"), ("dst", ">=", 10)]
     with make_service(tmp_path) as service:
@@ -393,7 +384,7 @@ def test_an_iceberg_catalog_table_named_by_url_equals_pyiceberg(tmp_path: Path) 
     assert first is not None
     ice.append(_edges(30, 2))
     ice = catalog.load_table("ns.e")
-    _age(warehouse)
+    age_files(warehouse)
     repo = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
@@ -429,7 +420,7 @@ def test_a_count_of_a_delta_table_counts_its_latest_version_only(tmp_path: Path)
     table = tmp_path / "lake" / "d"
     deltalake.write_deltalake(str(table), _edges(60, 1))
     deltalake.write_deltalake(str(table), _edges(25, 2), mode="overwrite")
-    _age(tmp_path / "lake")
+    age_files(tmp_path / "lake")
     with make_service(tmp_path) as service:
         result = service.execute(Count(str(table)))
     assert result.table["rows"].to_pylist() == [25]  # not the 85 rows of both files

@@ -5,15 +5,14 @@ every read equals ``deltalake``'s own reader for the version it reports."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from tests.service._helpers import age_files
 
 from nexus_cache.errors import ConfigError, SourceFormatError
 from nexus_cache.tables import read_table, resolve_table
@@ -47,14 +46,6 @@ def _write(root: Path, start: int, n: int, mode: str = "append") -> None:
     deltalake.write_deltalake(str(root), _batch(start, n), mode=mode, partition_by=["k"])
 
 
-def _age(root: Path) -> None:
-    """Every file a minute old: its commit files' identities are their stat alone."""
-    past = time.time() - 60
-    for path in root.rglob("*"):
-        if path.is_file():
-            os.utime(path, (past, past))
-
-
 def _same_as_deltalake(root: Path, version: int | None = None) -> int:
     snap = resolve_table(str(root), as_of=version)
     want = deltalake.DeltaTable(str(root), version=snap.version).to_pyarrow_table()
@@ -78,7 +69,7 @@ def test_a_new_commit_after_a_cached_read_is_seen(tmp_path: Path, change: str) -
     root = tmp_path / "t"
     _write(root, 0, 30)
     _write(root, 30, 30)
-    _age(root)  # identities by stat only: the new commit file must still be seen
+    age_files(root)  # identities by stat only: the new commit file must still be seen
     assert _same_as_deltalake(root) == 1
     assert resolve_table(str(root)).version == 1
     if change == "append":
@@ -137,7 +128,7 @@ def test_a_table_written_again_at_the_same_version_is_read_again(tmp_path: Path)
 def test_a_rewritten_commit_file_is_read_again(tmp_path: Path) -> None:
     root = tmp_path / "t"
     _write(root, 0, 10)
-    _age(root)
+    age_files(root)
     first = resolve_table(str(root))
     commit = root / "_delta_log" / f"{0:020d}.json"
     lines = commit.read_text().splitlines()
