@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache._roots import check_listed
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
@@ -299,37 +298,10 @@ class RowGroupChoice:
         return None if len(self.kept) == self.total else self.kept
 
 
-class _Footers:
-    """Parsed footers by the object's proven identity key (the same key names the
-    same bytes, as the decoded-source cache relies on): a repeated filtered scan
-    whose row-group entry is resident prunes again without opening the object.
-    Bounded, least recently used forgotten first; thread-safe."""
-
-    def __init__(self, capacity: int = 256) -> None:
-        self._capacity = capacity
-        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str | None) -> pq.FileMetaData | None:
-        if key is None:
-            return None
-        with self._lock:
-            footer = self._footers.get(key)
-            if footer is not None:
-                self._footers.move_to_end(key)
-            return footer
-
-    def put(self, key: str | None, footer: pq.FileMetaData) -> None:
-        if key is None:  # no proven identity: the bytes may change under the same name
-            return
-        with self._lock:
-            self._footers[key] = footer
-            self._footers.move_to_end(key)
-            while len(self._footers) > self._capacity:
-                self._footers.popitem(last=False)
-
-
-_FOOTERS = _Footers()
+#: parsed footers by the object's proven identity key (the same key names the
+#: same bytes, as the decoded-source cache relies on): a repeated filtered scan
+#: whose row-group entry is resident prunes again without opening the object
+_FOOTERS: BoundedLRU[str, pq.FileMetaData] = BoundedLRU(256)
 
 
 def choose_row_groups(
@@ -345,12 +317,14 @@ def choose_row_groups(
     the decode (:func:`decode_table_object`'s ``opened``)."""
     from nexus_cache.tables.pruning import prune_row_groups
 
-    metadata = _FOOTERS.get(read_plan.key)
+    key = read_plan.key  # None: no proven identity, the bytes may change under the name
+    metadata = None if key is None else _FOOTERS.get(key)
     opened = None
     if metadata is None:
         opened = open_object(cache, read_plan, diagnostics)
         metadata = opened.metadata
-        _FOOTERS.put(read_plan.key, metadata)
+        if key is not None:
+            _FOOTERS.put(key, metadata)
     try:
         kept = prune_row_groups(metadata, read.filter, file)
     except BaseException:

@@ -48,13 +48,14 @@ import os
 import stat
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache._sizes import format_size
 from nexus_cache.device import DeviceLedger, Grant, LedgerSnapshot
 from nexus_cache.errors import (
@@ -137,33 +138,22 @@ _MAX_NEEDS = 1024
 
 class GrantMemory:
     """What a query needed when its estimated grant fell short, by the digest of
-    the query's canonical JSON: its next run asks for that up front (the grant's floor), so a
-    query whose data decodes to more than ``grant_expansion`` times its Parquet
-    bytes (dictionary-heavy columns) is retried once, not on every run. Bounded
-    (the least recently used is forgotten first); thread-safe.
+    the query's canonical JSON: its next run asks for that up front (the grant's
+    floor), so a query whose data decodes to more than ``grant_expansion`` times
+    its Parquet bytes (dictionary-heavy columns) is retried once, not on every
+    run. Bounded (the least recently used is forgotten first); thread-safe.
     """
 
     def __init__(self, capacity: int = _MAX_NEEDS) -> None:
-        self._capacity = capacity
-        self._needs: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
+        self._needs: BoundedLRU[str, int] = BoundedLRU(capacity)
 
     def floor(self, key: str) -> int:
         """The bytes ``key`` needed the last time it ran short (0: never)."""
-        with self._lock:
-            need = self._needs.get(key)
-            if need is None:
-                return 0
-            self._needs.move_to_end(key)
-            return need
+        return self._needs.get(key) or 0
 
     def learn(self, key: str, needed: int) -> None:
         """Remember that ``key`` needed ``needed`` bytes."""
-        with self._lock:
-            self._needs[key] = needed
-            self._needs.move_to_end(key)
-            while len(self._needs) > self._capacity:
-                self._needs.popitem(last=False)
+        self._needs.put(key, needed)
 
 
 def estimate_grant(
@@ -303,8 +293,7 @@ class Admission:
         self._queues: dict[DeviceLedger, deque[object]] = {}
         # source identity keys -> the device that last ran a query on them: its
         # source and graph caches hold them, so the next query there is a hit
-        self._homes: OrderedDict[tuple[str, ...], int] = OrderedDict()
-        self._homes_lock = threading.Lock()
+        self._homes: BoundedLRU[tuple[str, ...], int] = BoundedLRU(_MAX_HOMES)
 
     @property
     def log(self) -> AdmissionLog:
@@ -347,11 +336,7 @@ class Admission:
         """Note that ``device_id``'s caches now hold the source of ``source_keys``."""
         if source_keys is None:
             return
-        with self._homes_lock:
-            self._homes[source_keys] = device_id
-            self._homes.move_to_end(source_keys)
-            while len(self._homes) > _MAX_HOMES:
-                self._homes.popitem(last=False)
+        self._homes.put(source_keys, device_id)
 
     def _served(self) -> DeviceResidentCaches:
         if self._caches is None:
@@ -365,8 +350,7 @@ class Admission:
         caches = self._served()
         ledgers = caches.ledgers()
         if keys is not None and len(ledgers) > 1:
-            with self._homes_lock:
-                home = self._homes.get(keys)
+            home = self._homes.get(keys)
             if home is not None:
                 snap = caches.ledger(home).snapshot()
                 if snap.admission_open and snap.free_managed_bytes >= nbytes:

@@ -26,11 +26,11 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache.tables.snapshot import TableSnapshot
 
 __all__ = [
@@ -168,41 +168,34 @@ class SnapshotCache:
     """
 
     def __init__(self, entries: int = SNAPSHOT_CACHE_ENTRIES) -> None:
-        if entries < 1:
-            raise ValueError(f"a snapshot cache holds at least 1 entry, not {entries}")
         self.entries = entries
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[Any, ...], tuple[Stamp, TableSnapshot]] = OrderedDict()
+        self._items: BoundedLRU[tuple[Any, ...], tuple[Stamp, TableSnapshot]] = BoundedLRU(entries)
+        self._counts_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, key: tuple[Any, ...], stamp: Stamp) -> TableSnapshot | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is None or found[0] != stamp:
-                if found is not None:
-                    del self._items[key]
+        found = self._items.get(key)
+        if found is not None and found[0] != stamp:
+            self._items.pop(key)  # stored for another commit file: stale
+            found = None
+        with self._counts_lock:
+            if found is None:
                 self.misses += 1
                 return None
-            self._items.move_to_end(key)
             self.hits += 1
-            return found[1]
+        return found[1]
 
     def put(self, key: tuple[Any, ...], stamp: Stamp, snapshot: TableSnapshot) -> None:
-        with self._lock:
-            self._items[key] = (stamp, snapshot)
-            self._items.move_to_end(key)
-            while len(self._items) > self.entries:
-                self._items.popitem(last=False)
+        self._items.put(key, (stamp, snapshot))
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+        self._items.clear()
+        with self._counts_lock:
             self.hits = self.misses = 0
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
+        return len(self._items)
 
 
 #: the process's cache of resolved Delta snapshots
