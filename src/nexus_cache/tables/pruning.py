@@ -205,9 +205,7 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     return TableFilter(tuple(clauses), flt.schema)
 
 
-def _partition_ranges(
-    partition: tuple[tuple[str, Any], ...], cols: _Columns
-) -> dict[str, _Range]:
+def _partition_ranges(partition: tuple[tuple[str, Any], ...], cols: _Columns) -> dict[str, _Range]:
     """The exact ranges of the filter's columns among ``partition``'s values."""
     out: dict[str, _Range] = {}
     canonical = cols.canonical
@@ -263,20 +261,28 @@ def prune_files(
 def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], bool]:
     """Whether a partition's values (``(column, value)`` pairs, typed as the table's
     partition schema says) may satisfy ``flt``: False only when no row of that
-    partition can. The one decision of file pruning and of a Hive listing that
-    skips directories; memoised by the values (unless one is unhashable)."""
+    partition can (every row holds the partition's values, so a predicate on a
+    partition column is decided exactly; one on another column proves nothing).
+    The one decision of file pruning and of a Hive listing that skips
+    directories; memoised by the values (unless one is unhashable)."""
     cols = _columns(flt)
     seen: dict[Any, bool] = {}
+
+    def decide(partition: tuple[tuple[str, Any], ...]) -> bool:
+        known = _partition_ranges(partition, cols)
+        return not known or any(
+            all(_exact(p, known[p.column].low) for p in clause if p.column in known)
+            for clause in flt.clauses
+        )
 
     def possible(partition: tuple[tuple[str, Any], ...]) -> bool:
         try:
             return seen[partition]
         except KeyError:
-            found = _possible(flt, _partition_ranges(partition, cols), cols)
-            seen[partition] = found
+            found = seen[partition] = decide(partition)
             return found
         except TypeError:  # an unhashable partition value: decided for this one alone
-            return _possible(flt, _partition_ranges(partition, cols), cols)
+            return decide(partition)
 
     return possible
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from nexus_cache._roots import location_allowed
 from nexus_cache.errors import BackendUnavailableError, ConfigError
+
+if TYPE_CHECKING:
+    from nexus_cache.tables.filters import TableFilter
 
 __all__ = [
     "CATALOG_SCHEME",
@@ -80,8 +83,8 @@ class TableSnapshot:
 
     A local Hive directory resolved with a filter lists only the partition
     directories the filter may need: ``partitions_skipped`` counts those it did
-    not enter (their files are not in ``files``), ``pruned_with`` is the digest
-    of that canonical filter (None: every data file is listed).
+    not enter (their files are not in ``files``), ``pruned_with`` is that
+    filter, canonical (None: every data file is listed).
     """
 
     kind: str
@@ -92,7 +95,7 @@ class TableSnapshot:
     files: tuple[DataFile, ...]
     filesystem: Any = field(default=None, compare=False, repr=False)
     partitions_skipped: int = 0
-    pruned_with: str | None = None
+    pruned_with: TableFilter | None = field(default=None, compare=False, repr=False)
 
     @property
     def locations(self) -> tuple[str, ...]:
