@@ -90,32 +90,37 @@ def _evidence(segments: list[_Pairs]) -> list[tuple[str, pa.DataType, bool]]:
     return [(k, t, k in present) for k, t in types.items()]
 
 
-def _exact_leaves(tree: _Tree, above: list[_Leaf], leaves: list[_Leaf]) -> list[_Leaf]:
-    """The leaves whose names give the partition keys and types the objects give: the
-    leaves that may decide them are looked into (those whose value is not an integer
-    first, then those listed already) until the ones found holding an object (and
-    the objects ``above`` the leaves) witness every key and type; an empty one is
-    dropped. Most tables need one look, at the leaf that the search for the first
-    object listed already."""
+def _exact_leaves(
+    tree: _Tree, above: list[_Leaf], leaves: list[_Leaf]
+) -> tuple[list[_Leaf], dict[str, pa.DataType]]:
+    """The leaves whose names give the partition keys and types the objects give, and
+    those types: the leaves that may decide them are looked into (those listed
+    already first, then those whose value is not an integer) until the ones found
+    holding an object (and the objects ``above`` the leaves) witness every key and
+    type; an empty one is dropped. Most tables need one look, at the leaf that
+    the search for the first object listed already."""
     every = _evidence(_ordered(above + leaves))
-    order = sorted(
-        leaves,
-        key=lambda leaf: (
-            all(v is None or _is_int32(v) for _, v in leaf[1]),
-            not tree.listed(leaf[0][:-1]),
-        ),
-    )
+    order = [leaf for leaf in leaves if tree.listed(leaf[0][:-1])]
+    if any(pa.types.is_string(t) and present for _, t, present in every):
+        order += [x for x in leaves if not all(v is None or _is_int32(v) for _, v in x[1])]
+    order += leaves
     known = list(above)
+    looked: set[str] = set()
     empty: set[str] = set()
     for leaf in order:
         if _evidence(_ordered(known)) == every:
             break
+        if leaf[0] in looked:
+            continue
+        looked.add(leaf[0])
         if tree.holds_object(leaf[0][:-1]):
             known.append(leaf)
         else:
             empty.add(leaf[0])
             every = _evidence(_ordered(above + [x for x in leaves if x[0] not in empty]))
-    return [leaf for leaf in leaves if leaf[0] not in empty]
+    if empty:
+        leaves = [leaf for leaf in leaves if leaf[0] not in empty]
+    return leaves, {k: t for k, t, _ in every}
 
 
 def _ordered(items: list[_Leaf]) -> list[_Pairs]:
@@ -144,8 +149,7 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
         frontier = below
     leaves: list[_Leaf] = [(path + "/", pairs) for path, pairs in frontier]
     above: list[_Leaf] = [(f.path, pairs) for f, pairs in upper]
-    leaves = _exact_leaves(tree, above, leaves)
-    types = {k: t for k, t, _ in _evidence(_ordered(above + leaves))}
+    leaves, types = _exact_leaves(tree, above, leaves)
     fields, schema = _table_schema(source, first[0], None, types)
     if not fields:
         return None
