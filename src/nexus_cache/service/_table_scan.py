@@ -172,9 +172,10 @@ def plan_table(
     source = scan.source
     if allowed_roots is not None and catalog_source(source) is None:
         check_listed(source, (), allowed_roots)  # before its metadata is read
-    snapshot = resolve_table(source, scan.as_of, storage_options=storage_options)
+    raw = None if scan.filter is None else list(scan.filter)
+    snapshot = resolve_table(source, scan.as_of, storage_options=storage_options, filter=raw)
     schema = snapshot.schema
-    flt = canonical_filter(None if scan.filter is None else list(scan.filter), schema)
+    flt = snapshot.pruned_with or canonical_filter(raw, schema)  # the listing's, if pruned
     output = tuple(schema.names) if scan.columns is None else scan.columns
     unknown = [c for c in output if schema.get_field_index(c) < 0]
     if unknown:
