@@ -276,16 +276,19 @@ class QueryFlightServer(flight.FlightServerBase):
             self._leave(running)
             raise
         running.state = "streaming"
+        executed = time.perf_counter()
         if result.table.nbytes <= _BATCH_BYTES:
             # one batch: nothing to stop early, and Arrow's own stream writes it
             # without a call back into Python
-            self._finish(query, diagnostics, start, "ok", running)
+            self._finish(query, diagnostics, (start, executed, None), "ok", running)
             return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
         stream = _ResultStream(
             result.table,
             context,
             running,
-            lambda outcome: self._finish(query, diagnostics, start, outcome, running),
+            lambda outcome: self._finish(
+                query, diagnostics, (start, executed, time.perf_counter()), outcome, running
+            ),
         )
         return flight.GeneratorStream(schema, stream)
 
@@ -354,14 +357,22 @@ class QueryFlightServer(flight.FlightServerBase):
         self,
         query: Any,
         diag: dict[str, Any],
-        start: float,
+        stamps: tuple[float, float, float | None],
         outcome: str,
         running: _Running,
     ) -> None:
-        elapsed = time.perf_counter() - start
+        """Log, count and board a query whose result was made. ``stamps``: the
+        ticket's arrival, the result ready to send, and the stream's end (None: a
+        result of one batch, handed to gRPC whole)."""
+        start, executed, streamed = stamps
+        end = time.perf_counter() if streamed is None else streamed
+        elapsed = end - start
+        split = f"execute {(executed - start) * 1e3:.1f} ms"
+        if streamed is not None:
+            split += f", stream {(streamed - executed) * 1e3:.1f} ms"
         try:
             log.info(
-                "query %s %s lakehouse=%s source=%s graph=%s rows=%d attempts=%d %s %.1f ms",
+                "query %s %s lakehouse=%s source=%s graph=%s rows=%d attempts=%d %s %.1f ms (%s)",
                 diag["query_id"],
                 json.dumps(diag["query"], separators=(",", ":")),
                 diag["lakehouse"].get("status"),
@@ -371,6 +382,7 @@ class QueryFlightServer(flight.FlightServerBase):
                 len(diag["attempts"]),
                 outcome,
                 elapsed * 1e3,
+                split,
             )
             if self._metrics is not None:
                 self._metrics.observe(query.kind, outcome, elapsed, diag)
