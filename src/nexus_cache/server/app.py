@@ -163,6 +163,7 @@ class QueryFlightServer(flight.FlightServerBase):
         self._idle = threading.Condition(self._lock)
         # the queries waiting for a slot, executing or streaming
         self._queries: set[_Running] = set()
+        self._finished = 0
         self._watcher = _CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
@@ -176,6 +177,11 @@ class QueryFlightServer(flight.FlightServerBase):
     def running(self) -> int:
         """Queries waiting for a slot, executing or streaming now."""
         return len(self._queries)
+
+    @property
+    def finished(self) -> int:
+        """Queries that left the server (done, failed or cancelled) since it started."""
+        return self._finished
 
     def begin_stop(self) -> None:
         """Refuse new queries from now on (running ones continue)."""
@@ -242,6 +248,7 @@ class QueryFlightServer(flight.FlightServerBase):
     def _leave(self, running: _Running) -> None:
         with self._idle:
             self._queries.discard(running)
+            self._finished += 1
             self._idle.notify_all()
         if self._board is not None:
             self._board.left(running.cancel)
