@@ -237,6 +237,70 @@ def test_client_api_returns_the_service_result_type(
             client.execute(Scan(str(lake / "nothing.parquet")))
 
 
+def test_the_log_line_splits_a_query_into_execute_and_stream(
+    served: tuple[Server, dict[str, str]], lake: Path
+) -> None:
+    """The log line says how long the query executed and how long its result
+    streamed, so a slow query shows which of the two to look at."""
+    from nexus_cache.service import Scan
+
+    server, _ = served
+    number = r"(\d+\.\d)"
+    with Client(server.url) as client:
+        small = client.execute(Scan(str(lake / "facts.parquet")))
+        big = client.execute(Scan(str(lake / "big.parquet"), columns=("a",)))  # 48 MB: streamed
+    assert big.table.num_rows == 6_000_000
+    one = server.wait_for(
+        rf"query {small.diagnostics.query_id} .* ok {number} ms \(execute {number} ms\)$"
+    )
+    total, execute = float(one.group(1)), float(one.group(2))
+    assert small.diagnostics.timings["total_s"] * 1e3 - 0.1 <= execute <= total
+    streamed = server.wait_for(
+        rf"query {big.diagnostics.query_id} .* ok {number} ms "
+        rf"\(execute {number} ms, stream {number} ms\)$"
+    )
+    total, execute, stream = (float(g) for g in streamed.groups())
+    assert big.diagnostics.timings["total_s"] * 1e3 - 0.1 <= execute
+    assert stream > 0
+    assert abs(execute + stream - total) <= 0.15  # each figure is rounded to 0.1 ms
+
+
+def test_a_warm_query_reuses_the_memory_of_the_last_one(
+    served: tuple[Server, dict[str, str]], tmp_path: Path
+) -> None:
+    """A warm query's buffers come from memory its predecessor freed, not from
+    fresh pages: the server page-faults far less per query than its result has
+    pages (with every large block in a mapping of its own, each warm query
+    faulted in its whole result again, and graph queries ran a third slower)."""
+    from nexus_cache.service import Scan
+
+    server, _ = served
+    stat = Path(f"/proc/{server.process.pid}/stat")
+    if not stat.exists():
+        pytest.skip("page faults are read from /proc")
+
+    def faults() -> int:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[7])  # minflt
+
+    source = tmp_path / "mid.parquet"
+    n = 1 << 20
+    pq.write_table(pa.table({"a": np.arange(n, dtype=np.int64)}), source)
+    _aged(source)
+    query = Scan(str(source))
+    per_query = []
+    with Client(server.url) as client:
+        for _ in range(3):  # cold, then warm in the source cache
+            client.execute(query)
+        for _ in range(11):
+            before = faults()
+            result = client.execute(query)
+            per_query.append(faults() - before)
+    assert result.diagnostics.source_cache["status"] == "hit"
+    pages = result.table.nbytes // os.sysconf("SC_PAGE_SIZE")  # 2048
+    # the median: a query right after a trim (every 0.5 s) faults its pages again
+    assert sorted(per_query)[len(per_query) // 2] < pages // 10, per_query
+
+
 def test_unreachable_server_is_one_line_naming_the_url(lake: Path, tmp_path: Path) -> None:
     env = server_env(tmp_path)
     url = "grpc://127.0.0.1:9"

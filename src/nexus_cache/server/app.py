@@ -163,6 +163,7 @@ class QueryFlightServer(flight.FlightServerBase):
         self._idle = threading.Condition(self._lock)
         # the queries waiting for a slot, executing or streaming
         self._queries: set[_Running] = set()
+        self._finished = 0
         self._watcher = _CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
@@ -176,6 +177,11 @@ class QueryFlightServer(flight.FlightServerBase):
     def running(self) -> int:
         """Queries waiting for a slot, executing or streaming now."""
         return len(self._queries)
+
+    @property
+    def finished(self) -> int:
+        """Queries that left the server (done, failed or cancelled) since it started."""
+        return self._finished
 
     def begin_stop(self) -> None:
         """Refuse new queries from now on (running ones continue)."""
@@ -242,6 +248,7 @@ class QueryFlightServer(flight.FlightServerBase):
     def _leave(self, running: _Running) -> None:
         with self._idle:
             self._queries.discard(running)
+            self._finished += 1
             self._idle.notify_all()
         if self._board is not None:
             self._board.left(running.cancel)
@@ -276,16 +283,19 @@ class QueryFlightServer(flight.FlightServerBase):
             self._leave(running)
             raise
         running.state = "streaming"
+        executed = time.perf_counter()
         if result.table.nbytes <= _BATCH_BYTES:
             # one batch: nothing to stop early, and Arrow's own stream writes it
             # without a call back into Python
-            self._finish(query, diagnostics, start, "ok", running)
+            self._finish(query, diagnostics, (start, executed, None), "ok", running)
             return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
         stream = _ResultStream(
             result.table,
             context,
             running,
-            lambda outcome: self._finish(query, diagnostics, start, outcome, running),
+            lambda outcome: self._finish(
+                query, diagnostics, (start, executed, time.perf_counter()), outcome, running
+            ),
         )
         return flight.GeneratorStream(schema, stream)
 
@@ -354,14 +364,22 @@ class QueryFlightServer(flight.FlightServerBase):
         self,
         query: Any,
         diag: dict[str, Any],
-        start: float,
+        stamps: tuple[float, float, float | None],
         outcome: str,
         running: _Running,
     ) -> None:
-        elapsed = time.perf_counter() - start
+        """Log, count and board a query whose result was made. ``stamps``: the
+        ticket's arrival, the result ready to send, and the stream's end (None: a
+        result of one batch, handed to gRPC whole)."""
+        start, executed, streamed = stamps
+        end = time.perf_counter() if streamed is None else streamed
+        elapsed = end - start
+        split = f"execute {(executed - start) * 1e3:.1f} ms"
+        if streamed is not None:
+            split += f", stream {(streamed - executed) * 1e3:.1f} ms"
         try:
             log.info(
-                "query %s %s lakehouse=%s source=%s graph=%s rows=%d attempts=%d %s %.1f ms",
+                "query %s %s lakehouse=%s source=%s graph=%s rows=%d attempts=%d %s %.1f ms (%s)",
                 diag["query_id"],
                 json.dumps(diag["query"], separators=(",", ":")),
                 diag["lakehouse"].get("status"),
@@ -371,6 +389,7 @@ class QueryFlightServer(flight.FlightServerBase):
                 len(diag["attempts"]),
                 outcome,
                 elapsed * 1e3,
+                split,
             )
             if self._metrics is not None:
                 self._metrics.observe(query.kind, outcome, elapsed, diag)

@@ -23,16 +23,16 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from nexus_cache._env import raw
 from nexus_cache.errors import ConfigError
-from nexus_cache.server.settings import MALLOC_VARIABLE, ServerSettings
+from nexus_cache.server.settings import ServerSettings
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "return_freed_memory", "run_server"]
+__all__ = ["TRIM_INTERVAL_S", "freed_memory_trim", "run_server"]
 
 log = logging.getLogger("nexus_cache.server")
 
@@ -58,29 +58,30 @@ def _configure_logging() -> None:
     log.propagate = False
 
 
-# glibc's mallopt parameter for the mmap threshold
-_M_MMAP_THRESHOLD = -3
-#: allocations this large and larger get their own mapping, returned to the system on free
-MMAP_THRESHOLD_BYTES = 1 << 20
+#: how often the server gives the memory its finished queries freed back to the system
+TRIM_INTERVAL_S = 0.5
 
 
-def return_freed_memory() -> bool:
-    """Make glibc give freed frames back to the system; True when it was set.
+def freed_memory_trim() -> Callable[[], bool] | None:
+    """glibc's ``malloc_trim(0)``, which gives every free page of the heap back to
+    the system (True when it gave some); None off glibc.
 
-    glibc raises its mmap threshold (up to 32 MiB) each time a large block is
-    freed, after which decoded frames and result tables come from the heap
-    and their freed pages stay with the process: a server's resident memory
-    then only grows. A fixed threshold keeps every block of
-    :data:`MMAP_THRESHOLD_BYTES` or more in its own mapping. Left alone when
-    ``MALLOC_MMAP_THRESHOLD_`` is set (the user chose) or off glibc.
+    glibc's own allocator stays as it is: freed blocks go back to its heap and
+    the next query reuses them without a page fault, and it raises its mmap
+    threshold (up to 32 MiB) each time a large block is freed, so a server
+    whose resident memory is never trimmed only grows. Fixing the threshold
+    low instead gives each large block a mapping of its own, every page of
+    which faults again on every query: warm graph queries ran a third slower.
+    The server trims every :data:`TRIM_INTERVAL_S` when a query finished in
+    between, away from any query's thread (the call releases the GIL).
     """
-    if raw(MALLOC_VARIABLE) is not None:
-        return False
     try:
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
-        return False
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: bool(trim(0))
 
 
 def run_server(settings: ServerSettings, config_path: str | Path | None = None) -> int:
@@ -96,7 +97,7 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
 
     _configure_logging()
     settings.check_exposure()
-    return_freed_memory()
+    trim = freed_memory_trim()
     # the service checks every object a source expands to against the roots
     config = ServiceConfig.load(config_path, allowed_roots=settings.allowed_roots)
     stop = threading.Event()
@@ -158,8 +159,11 @@ def run_server(settings: ServerSettings, config_path: str | Path | None = None) 
             log.info("metrics at http://%s/metrics", url.split("://", 1)[1])
             log.info("status page at http://%s/", url.split("://", 1)[1])
         try:
-            while not stop.wait(0.5):
-                pass
+            trimmed = 0  # the queries finished at the last trim
+            while not stop.wait(TRIM_INTERVAL_S):
+                if trim is not None and server.finished != trimmed:
+                    trimmed = server.finished
+                    trim()
             log.info("stopping: refusing new queries (a second signal cancels running ones)")
             server.begin_stop()
             if not _wait_idle(server, settings.shutdown_timeout_s, hurry):

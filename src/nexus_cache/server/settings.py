@@ -62,12 +62,12 @@ TLS_ROOT_CERTS_VARIABLE = Variable(
     "Client commands: the CA certificate (or the self-signed certificate)",
     unset="unset: the system's root certificates",
 )
-#: glibc's own; the server sets a threshold of its own unless it is set
+#: glibc's own, read by glibc; the server trims freed memory whatever it says
 MALLOC_VARIABLE = Variable(
     "MALLOC_MMAP_THRESHOLD_",
     "str",
     "glibc's mmap threshold",
-    unset="unset: the server keeps every freed block of 1 MiB or more in its own mapping",
+    unset="unset: glibc's own (freed blocks are reused; the server trims them every 0.5 s)",
 )
 #: the variables that override the [server] keys, each naming its key
 _KEYED = (
