@@ -114,9 +114,7 @@ def test_gather_table_refuses_columns_it_cannot_write_into_one_buffer() -> None:
 
     domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
     frame = DeviceFrame.from_arrow(_TABLE, domain=domain)
-    wider = DeviceFrame.from_arrow(
-        pa.table({"i": pa.array([1], pa.int32())}), domain=domain
-    )
+    wider = DeviceFrame.from_arrow(pa.table({"i": pa.array([1], pa.int32())}), domain=domain)
     assert gatherable([frame], ["i", "b", "t"])
     assert not gatherable([frame], ["i", "s"])
     assert not gatherable([frame], ["d"])
