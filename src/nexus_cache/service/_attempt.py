@@ -40,6 +40,7 @@ from nexus_cache.service._table_scan import (
     RowGroupChoice,
     TableRead,
     choose_row_groups,
+    count_table,
     decode_table_object,
     filter_frames,
     is_table_read,
@@ -223,9 +224,12 @@ def _run_count(run: _Run, query: Count) -> pa.Table:
     or with a filter the rows its mask keeps over the filter's decoded columns."""
     read = run.plan.source.table
     if read is not None and not _footers_count(read):
-        _load_source(run, query.scan)
+        _load_source(run, query.scan, filter=False)
         run.outcome.graph = NOT_APPLICABLE
-        rows = sum(f.num_rows for f in run.load.frames)
+        t0 = time.perf_counter()
+        run.outcome.rows = count_table(run.load.frames, read, run.domain)
+        run.outcome.timings["filter_s"] = time.perf_counter() - t0
+        rows = run.outcome.rows.rows_after
     else:
         t0 = time.perf_counter()
         rows = count_rows(run.ports.lakehouse, run.plan.source, run.outcome.reads)

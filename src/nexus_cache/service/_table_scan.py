@@ -61,6 +61,7 @@ __all__ = [
     "RowGroupChoice",
     "TableRead",
     "choose_row_groups",
+    "count_table",
     "decode_table_object",
     "filter_frames",
     "is_table_read",
@@ -410,29 +411,62 @@ def scan_table(
     output = list(read.output)
     if not gatherable(frames, output):
         return None
+    xp = domain.xp
+    parallel = _parallel(frames, domain)
+    with domain.scope():
+        rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
+        table = gather_table(frames, rows, output, domain, parallel=parallel)
+    return table, FilterCounts(sum(f.num_rows for f in frames), table.num_rows)
+
+
+def count_table(
+    frames: Sequence[DeviceFrame], read: TableRead, domain: AllocationDomain
+) -> FilterCounts:
+    """The rows of ``frames`` and those ``read``'s filter keeps, from the masks alone:
+    nothing is gathered (a filtered count)."""
+    xp = domain.xp
+    with domain.scope():
+        kept = _per_frame(
+            frames, read, domain, lambda mask: xp.count_nonzero(mask), _parallel(frames, domain)
+        )
+    return FilterCounts(
+        sum(f.num_rows for f in frames),
+        sum(f.num_rows if k is None else int(k) for f, k in zip(frames, kept, strict=True)),
+    )
+
+
+def _parallel(frames: Sequence[DeviceFrame], domain: AllocationDomain) -> bool:
+    return domain.host_memory and sum(f.num_rows for f in frames) >= PARALLEL_ROWS
+
+
+def _per_frame(
+    frames: Sequence[DeviceFrame],
+    read: TableRead,
+    domain: AllocationDomain,
+    use: Callable[[Any], Any],
+    parallel: bool,
+) -> list[Any]:
+    """``use(mask)`` for each frame with rows to filter (None where every row is kept),
+    the frames' masks computed on the worker threads when ``parallel``."""
     from nexus_cache.tables import filter_mask
 
     xp = domain.xp
-    before = sum(f.num_rows for f in frames)
-    parallel = domain.host_memory and before >= PARALLEL_ROWS
-    rows: list[Any] = [None] * len(frames)
+    out: list[Any] = [None] * len(frames)
 
-    def keep(i: int, frame: DeviceFrame, flt: TableFilter) -> Callable[[], None]:
-        def task() -> None:
+    def task(i: int, frame: DeviceFrame, flt: TableFilter) -> Callable[[], None]:
+        def run() -> None:
             columns = {c.name: c for c in frame.columns if c.name in flt.columns}
-            rows[i] = xp.nonzero(filter_mask(flt, columns, frame.num_rows, xp))[0]
+            out[i] = use(filter_mask(flt, columns, frame.num_rows, xp))
 
-        return task
+        return run
 
     tasks = []
     for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
         flt = _file_filter(read, file)
         if flt is not None:
-            tasks.append(keep(i, frame, flt))
-    with domain.scope():
-        run_tasks(tasks, parallel=parallel)
-        table = gather_table(frames, rows, output, domain, parallel=parallel)
-    return table, FilterCounts(before, table.num_rows)
+            tasks.append(task(i, frame, flt))
+    run_tasks(tasks, parallel=parallel)
+    return out
 
 
 def _plain_fields(table: pa.Table) -> pa.Table:
