@@ -72,11 +72,14 @@ def _spans(table: pa.Table) -> list[tuple[int, int]]:
     ]
 
 
-@pytest.mark.parametrize("parallel", [False, True])
-def test_gather_table_writes_every_frames_rows_into_one_column_each(parallel: bool) -> None:
+@pytest.mark.parametrize(("parallel", "staged"), [(False, False), (True, False), (False, True)])
+def test_gather_table_writes_every_frames_rows_into_one_column_each(
+    parallel: bool, staged: bool
+) -> None:
     """The rows of several frames (some by index, one whole, one without nulls) come
     out as one table equal to Arrow's take and concat, one chunk per column, in
-    buffers none of the frames holds."""
+    buffers none of the frames holds. ``staged`` runs a device's way on the host:
+    gathered into one buffer of the domain, then copied out in one transfer."""
     from nexus_cache.frames.gather import gather_table
 
     domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
@@ -86,7 +89,9 @@ def test_gather_table_writes_every_frames_rows_into_one_column_each(parallel: bo
     ]
     picks = [[4, 0, 2], None, [], [1, 1, 3]]
     rows = [None if p is None else np.array(p, dtype=np.int64) for p in picks]
-    got = gather_table(frames, rows, ["t", "i", "b"], domain, parallel=parallel)
+    allocations = domain.counters().allocations
+    got = gather_table(frames, rows, ["t", "i", "b"], domain, parallel=parallel, staged=staged)
+    assert domain.counters().allocations == allocations + staged  # the staging buffer
     want = pa.concat_tables(
         [
             (t if p is None else t.take(pa.array(p, pa.int64()))).select(["t", "i", "b"])

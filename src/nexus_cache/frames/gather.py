@@ -168,6 +168,7 @@ def gather_table(
     domain: AllocationDomain,
     *,
     parallel: bool = False,
+    staged: bool | None = None,
 ) -> pa.Table:
     """The ``rows`` of each frame (an integer array of ``domain.xp``; None: every row),
     in frame order, with the ``output`` columns, as one host ``pyarrow.Table`` that
@@ -176,7 +177,8 @@ def gather_table(
     Each column is allocated once for all frames and each frame's rows are gathered
     into its slice: on the host in Arrow's memory pool (the table wraps it without
     a copy; booleans and validity are packed to bits), on a device in one buffer of
-    ``domain`` copied to the host in one transfer. ``parallel`` (host only) runs the
+    ``domain`` copied to the host in one transfer (``staged``: that way on the host
+    too; default: on a device only). ``parallel`` (host memory, not staged) runs the
     gathers on the shared worker threads. :func:`gatherable` must hold
     (:class:`ValueError` otherwise).
     """
@@ -198,8 +200,8 @@ def gather_table(
         values = (flags if parts[0].kind is ColumnKind.BOOL else words).add(total, dtype)
         nullable = any(c.validity is not None for c in parts)
         sections.append((values, flags.add(total, _BOOL) if nullable else None))
-    host_memory = domain.host_memory
-    if host_memory:
+    direct = domain.host_memory if staged is None else not staged
+    if direct:
         result = pa.allocate_buffer(words.size)
         words.buffer = np.frombuffer(result, np.uint8)
         flags.buffer = np.empty(flags.size, np.uint8)
@@ -212,11 +214,11 @@ def gather_table(
         for parts, (values, validity) in zip(columns, sections, strict=True):
             tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
         start += count
-    run_tasks(tasks, parallel=parallel and host_memory)
-    if not host_memory:
+    run_tasks(tasks, parallel=parallel and direct)
+    if not direct:
         result = pa.allocate_buffer(words.size + flags.size)
         if result.size:
-            device.get(out=np.frombuffer(result, np.uint8))  # the one transfer
+            _to_host(device, np.frombuffer(result, np.uint8))  # the one transfer
         both = np.frombuffer(result, np.uint8)
         words.buffer, flags.buffer = both[: words.size], both[words.size :]
         del device
@@ -236,6 +238,14 @@ def gather_table(
 
 
 _BOOL = np.dtype(np.bool_)
+
+
+def _to_host(array: Any, out: np.ndarray) -> None:
+    """Copy ``array`` (NumPy or CuPy, as ``out``'s shape and dtype) into ``out``."""
+    if isinstance(array, np.ndarray):
+        np.copyto(out, array)
+    else:
+        array.get(out=out)
 
 
 class _Region:
