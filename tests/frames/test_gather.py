@@ -127,3 +127,22 @@ def test_gather_table_refuses_columns_it_cannot_write_into_one_buffer() -> None:
     assert not gatherable([], ["i"])
     with pytest.raises(ValueError, match="take_frame"):
         gather_table([frame], [None], ["s"], domain)
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_failed_gather_leaves_nothing_allocated_while_its_error_lives(staged: bool) -> None:
+    """A frame's rows that cannot index (floats) fail the gather after another frame's
+    rows were written: the error is raised and, while it (and its traceback) is still
+    held, the domain holds no byte of the gather."""
+    from nexus_cache.frames.gather import gather_table
+
+    domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
+    frames = [DeviceFrame.from_arrow(_NUMERIC, domain=domain) for _ in range(2)]
+    used = domain.used_bytes()
+    rows = [np.array([0, 2], dtype=np.int64), np.array([0.5, 1.5])]
+    with pytest.raises(TypeError) as failure:
+        gather_table(frames, rows, ["t", "i"], domain, staged=staged)
+    assert failure.value.__traceback__ is not None
+    assert domain.used_bytes() == used
+    for frame in frames:
+        frame.release()

@@ -23,6 +23,7 @@ again.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,7 @@ def gather_table(
         nullable = any(c.validity is not None for c in parts)
         sections.append((values, flags.add(total, _BOOL) if nullable else None))
     direct = domain.host_memory if staged is None else not staged
+    device: Any = None
     if direct:
         result = pa.allocate_buffer(words.size)
         words.buffer = np.frombuffer(result, np.uint8)
@@ -208,20 +210,27 @@ def gather_table(
     else:
         device = domain.empty(words.size + flags.size, np.uint8)
         words.buffer, flags.buffer = device[: words.size], device[words.size :]
-    tasks: list[Callable[[], None]] = []
-    start = 0
-    for i, (count, indices) in enumerate(zip(counts, rows, strict=True)):
-        for parts, (values, validity) in zip(columns, sections, strict=True):
-            tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
-        start += count
-    run_tasks(tasks, parallel=parallel and direct)
-    if not direct:
-        result = pa.allocate_buffer(words.size + flags.size)
-        if result.size:
-            _to_host(device, np.frombuffer(result, np.uint8))  # the one transfer
-        both = np.frombuffer(result, np.uint8)
-        words.buffer, flags.buffer = both[: words.size], both[words.size :]
-        del device
+    try:
+        tasks: list[Callable[[], None]] = []
+        start = 0
+        for i, (count, indices) in enumerate(zip(counts, rows, strict=True)):
+            for parts, (values, validity) in zip(columns, sections, strict=True):
+                tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
+            start += count
+        run_tasks(tasks, parallel=parallel and direct)
+        if not direct:
+            result = pa.allocate_buffer(words.size + flags.size)
+            if result.size:
+                _to_host(device, np.frombuffer(result, np.uint8))  # the one transfer
+            both = np.frombuffer(result, np.uint8)
+            words.buffer, flags.buffer = both[: words.size], both[words.size :]
+    except BaseException as exc:
+        # what was allocated goes back now, though the failure's traceback lives on:
+        # the frames it holds let go of their views of the buffers
+        device = words.buffer = flags.buffer = None
+        traceback.clear_frames(exc.__traceback__)
+        raise
+    del device
     arrays = [
         arrow_array(
             parts[0].type,
