@@ -506,3 +506,58 @@ def test_on_ready_says_how_the_cache_answered_before_the_algorithm_runs(
             run_graph(graph_cache, _plan(), edges, on_ready=ready, alpha=0.9)
         assert seen == [want]
     assert caches.ledger(0).snapshot().cache_pinned_in_use_bytes == 0
+
+
+# What a cached run hands back is copied out of the cache's memory. CuPy serves
+# ndarray.copy() and astype() with its element-copy kernel, compiled per dtype and
+# layout on first use: BFS's bool validity masks met it first in a real query (the
+# warm-up runs uncached), so a fresh machine compiled it there.
+_ELEMENT_COPIES: list[tuple[str, str]] = []
+
+
+class _CountedArray(np.ndarray):
+    """A NumPy array that records the calls CuPy serves with its element-copy kernel."""
+
+    def copy(self, order: Any = "C") -> Any:
+        _ELEMENT_COPIES.append(("copy", self.dtype.name))
+        return super().copy(order)
+
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
+        _ELEMENT_COPIES.append(("astype", self.dtype.name))
+        return super().astype(dtype, *args, **kwargs)
+
+
+def test_a_cached_run_hands_its_result_over_with_no_element_copy(
+    caches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _ELEMENT_COPIES.clear()
+    traversal = importlib.import_module("nexus_cache.graph.traversal")
+    real = traversal.bfs
+    returned: list[Any] = []
+
+    def counted_bfs(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real(graph, *args, **kwargs)
+        columns = {name: result[name].view(_CountedArray) for name in result}
+        masks = {
+            name: m.view(_CountedArray) for name in result if (m := result.valid(name)) is not None
+        }
+        assert {m.dtype.name for m in masks.values()} == {"bool"}
+        returned.append(type(result)(columns, valid=masks, info=result.info))
+        return returned[-1]
+
+    monkeypatch.setattr(traversal, "bfs", counted_bfs)
+    cache = caches.graph_cache(0)
+    plan = _plan("bfs")
+    runs = [cache.run(plan, _edges(), sources=[10**12 + 3]) for _ in range(2)]
+    assert [r.status for r in runs] == [GraphRunStatus.MISS, GraphRunStatus.HIT]
+    assert _ELEMENT_COPIES == []
+    monkeypatch.undo()
+    expected = run_graph(None, plan, _edges(), sources=[10**12 + 3]).result.to_arrow()
+    for run, ran in zip(runs, returned, strict=True):
+        assert run.result.to_arrow().equals(expected)
+        handed = [run.result[n] for n in run.result] + [
+            m for n in run.result if (m := run.result.valid(n)) is not None
+        ]
+        inside = [ran[n] for n in ran] + [m for n in ran if (m := ran.valid(n)) is not None]
+        assert len(handed) == len(inside) == 5  # vertex, distance, predecessor, two masks
+        assert not any(np.shares_memory(a, b) for a in handed for b in inside)

@@ -182,3 +182,41 @@ def test_a_fresh_process_after_warm_up_reads_the_program_cache(tmp_path: Path) -
     )
     programs_listed = {e["program"] for e in json.loads(listed.stdout)}
     assert programs_listed == {"nexus_bfs_pull", "nexus_pair_intersections"}
+
+
+_WARMUP_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "warmup.py"
+
+
+@pytest.mark.slow
+def test_the_first_pagerank_and_bfs_after_warm_up_compile_no_kernel(tmp_path: Path) -> None:
+    """A fresh process (empty CuPy kernel cache and program cache) warms up, then
+    runs its first PageRank and BFS through the service (the graph cache's path,
+    the result handed out of the cache's memory): no kernel file is compiled.
+
+    benchmarks/warmup.py's run 2 is that process; it lists the kernel files each
+    first query added to the two caches. Scale 18 is past the warm-up's own
+    scale-16 graph, so a size-dependent launch shape would show here too."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(_WARMUP_BENCH),
+            "--backend",
+            "cuda",
+            "--scale",
+            "18",
+            "--runs",
+            "2",
+            "--json",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads(done.stdout)["runs"]
+    assert run["backend"] == "cuda"
+    compiled = {q: (run[f"{q}_compiled"], run[f"{q}_kernels"]) for q in ("pagerank", "bfs")}
+    assert compiled == {"pagerank": (0, []), "bfs": (0, [])}

@@ -46,3 +46,33 @@ def test_host_arrays_and_foreign_device_arrays_give_numpy(monkeypatch: pytest.Mo
     assert array_module() is np
     assert not is_device_module(np)
     assert sparse_module(np) is scipy.sparse
+
+
+def test_copy_array_copies_every_layout_into_new_memory() -> None:
+    from nexus_cache.graph.arrays import copy_array
+
+    base = np.arange(12, dtype=np.int64).reshape(3, 4)
+    for array in (base, base[:, 1], base.T, np.array([True, False, True])):
+        copy = copy_array(array)
+        assert copy.dtype == array.dtype
+        np.testing.assert_array_equal(copy, array)
+        assert not np.shares_memory(copy, array)
+
+
+def test_a_result_copy_holds_no_array_of_the_original() -> None:
+    from nexus_cache.graph import GraphResult
+
+    tree = GraphResult({"source": np.array([1]), "destination": np.array([2])})
+    result = GraphResult(
+        {"vertex": np.array([1, 2]), "distance": np.array([0, 1], dtype=np.int32)},
+        valid={"distance": np.array([True, True])},
+        info={"levels": 1, "tree_edges": tree},
+    )
+    copy = result.copy()
+    assert copy.to_arrow().equals(result.to_arrow())
+    assert copy.info["levels"] == 1
+    assert copy.info["tree_edges"].to_arrow().equals(tree.to_arrow())
+    mask = copy.valid("distance")
+    originals = [result["vertex"], result["distance"], result.valid("distance"), *tree.values()]
+    copies = [copy["vertex"], copy["distance"], mask, *copy.info["tree_edges"].values()]
+    assert not any(np.shares_memory(a, b) for a in copies for b in originals)

@@ -424,3 +424,31 @@ def test_a_count_of_a_delta_table_counts_its_latest_version_only(tmp_path: Path)
     with make_service(tmp_path) as service:
         result = service.execute(Count(str(table)))
     assert result.table["rows"].to_pylist() == [25]  # not the 85 rows of both files
+
+
+def test_a_filtered_hive_scan_lists_no_pruned_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning enters the kept partitions only: a pruned one is neither listed nor
+    stat'ed, and the diagnostics count it (once: it is a partition directory)."""
+    root = tmp_path / "days"
+    for day in range(10):
+        (root / f"day={day}").mkdir(parents=True)
+        pq.write_table(pa.table({"v": [day, day + 1]}), root / f"day={day}" / "p.parquet")
+    seen: list[str] = []
+    real = os.scandir
+
+    def counting(path: Any = ".") -> Any:
+        seen.append(os.fspath(path))
+        return real(path)
+
+    flt = [("day", "in", [3, 8])]
+    with make_service(tmp_path / "svc") as service:
+        monkeypatch.setattr(os, "scandir", counting)
+        result = service.execute(Scan(str(root), filter=flt))
+        monkeypatch.setattr(os, "scandir", real)
+    partitions = {Path(p).name for p in seen if Path(p).name.startswith("day=")}
+    assert partitions == {"day=0", "day=3", "day=8"}  # day=0: the first object's schema
+    assert_same_rows(result.table, _dataset(root, flt, None))
+    table = result.diagnostics.table
+    assert (table["objects_planned"], table["pruned_by_partition"]) == (10, 8)

@@ -310,3 +310,27 @@ def test_the_warm_up_compiled_every_reduction_a_scale_20_bfs_runs(
             )
             traversal.bfs(build_graph(edges, options=options), source)
     assert queried - warmed == set()
+
+
+def test_every_graph_run_hands_its_result_over_as_a_cached_run_does(
+    service: QueryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query's graph run goes through the graph cache, which copies the result
+    out of the cache's memory (GraphResult.copy); the warm-up runs uncached, so
+    it makes that copy itself, or a first query would launch it first (on CUDA:
+    kernels compiled in the query)."""
+    from nexus_cache.graph import GraphResult
+
+    copied: list[tuple[str, ...]] = []
+    real = GraphResult.copy
+
+    def spied(self: GraphResult) -> GraphResult:
+        copied.append(tuple(self))
+        return real(self)
+
+    monkeypatch.setattr(GraphResult, "copy", spied)
+    steps = service.warm_up_report().devices[0].steps
+    graph_steps = [s for s in steps if s.split(" (")[0] in ALGORITHMS]
+    assert len(graph_steps) > len(ALGORITHMS)
+    assert len(copied) == len(graph_steps)
+    assert ("vertex", "distance", "predecessor") in copied  # BFS's, with its masks

@@ -164,9 +164,14 @@ def _source_name(source: Any) -> str:
     return str(getattr(source, "path", None) or getattr(source, "name", None) or source)
 
 
-def _open(reader: Any, read_dictionary: Sequence[str] | None, source: Any) -> pq.ParquetFile:
+def _open(
+    reader: Any,
+    read_dictionary: Sequence[str] | None,
+    source: Any,
+    metadata: pq.FileMetaData | None = None,
+) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(reader, read_dictionary=read_dictionary)
+        return pq.ParquetFile(reader, metadata=metadata, read_dictionary=read_dictionary)
     except pa.ArrowInvalid as exc:
         raise SourceFormatError(
             f"{_source_name(source)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
@@ -186,6 +191,7 @@ def decode_parquet(
     threads: int | None = None,
     window_bytes: int | str | None = None,
     engine: str | None = None,
+    metadata: pq.FileMetaData | None = None,
 ) -> DeviceFrame:
     """Decode ``columns`` (default all, in the order given) of ``row_groups``
     (default all) of the Parquet ``source`` into a frame allocated in ``domain``.
@@ -200,7 +206,9 @@ def decode_parquet(
     SourceFormatError when ``source`` is not Parquet, and
     FrameTypeError for types a frame cannot hold; ``engine`` (else
     ``NEXUS_DECODE_ENGINE``, else ``host``): ``host``, ``gpu`` or ``auto``,
-    which columns the GPU page decoder takes (``stats.paths`` says); on any error every device
+    which columns the GPU page decoder takes (``stats.paths`` says). ``metadata``: the
+    footer of ``source``, already parsed (e.g. to prune row groups by their
+    statistics): it is neither read nor parsed again. On any error every device
     allocation made so far is dropped. Thread-safe: concurrent decodes (into
     one domain or several) each use their own staging and decoder threads.
     """
@@ -210,10 +218,10 @@ def decode_parquet(
     count, window = decode_settings(threads, window_bytes)
     shared = _shared_bytes(source, window)
     if shared is not None:
-        pf = _open(pa.BufferReader(shared), read_dictionary, source)
+        pf = _open(pa.BufferReader(shared), read_dictionary, source, metadata)
         opener = buffer_opener(shared, read_dictionary, pf.metadata)
     else:
-        pf = _open(source, read_dictionary, source)
+        pf = _open(source, read_dictionary, source, metadata)
         count = 1  # one reader, one file position
 
         def opener() -> pq.ParquetFile:

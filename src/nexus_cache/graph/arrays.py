@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "array_module",
+    "copy_array",
     "is_device_module",
     "occurrences",
     "scatter_add",
@@ -76,6 +77,23 @@ def to_numpy(array: Any) -> np.ndarray:
     if get is not None:
         return get()
     return np.asarray(array)
+
+
+def copy_array(array: Any) -> Any:
+    """An independent copy of a NumPy or CuPy array, allocated by the current scope.
+
+    A C-contiguous array is copied in one memcpy (``copyto`` into an empty
+    array). CuPy's ``ndarray.copy()`` would launch its element-copy kernel,
+    which CuPy compiles per dtype and layout the first time it meets them:
+    a query whose copy no earlier work launched would pay that compile (a
+    second on a fresh machine). Other layouts copy with ``copy()``.
+    """
+    if not array.flags.c_contiguous:
+        return array.copy()
+    xp = array_module(array)
+    out = xp.empty(array.shape, dtype=array.dtype)
+    xp.copyto(out, array)
+    return out
 
 
 def occurrences(xp: Any, values: Any, n: int) -> Any:

@@ -265,18 +265,27 @@ def decode_object(
     own Arrow schema (read from its footer) instead of ``columns``.
     ``row_groups``: decode only these (default: all). ``opened``: the object
     already opened by :func:`open_object` (its footer read); it is closed here.
+    The footer is read and parsed once: the decode reuses the parsed one.
     Appends the read's diagnostics to ``diagnostics`` (an ``opened`` object's
     were appended when it was opened). Raises :class:`StalePlanError` when the
     plan no longer holds.
     """
     handle = _execute(cache, read_plan, diagnostics) if opened is None else opened.handle
     with handle, _parquet_errors(read_plan):
+        metadata = None if opened is None else opened.metadata
         if file_columns is not None:
-            schema = pq.ParquetFile(handle).schema_arrow if opened is None else opened.schema
+            if opened is None:
+                parquet = pq.ParquetFile(handle)
+                metadata, schema = parquet.metadata, parquet.schema_arrow
+            else:
+                schema = opened.schema
             columns = list(file_columns(schema))
-        if file_columns is not None or opened is not None:
+        if metadata is not None:
             handle.seek(0)
-        return decode_parquet(handle, domain=domain, columns=columns, row_groups=row_groups)
+        # the footer parsed above (or to prune row groups) is not read again
+        return decode_parquet(
+            handle, domain=domain, columns=columns, row_groups=row_groups, metadata=metadata
+        )
 
 
 @dataclasses.dataclass(frozen=True)

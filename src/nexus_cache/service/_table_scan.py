@@ -43,7 +43,8 @@ from nexus_cache._roots import check_listed
 from nexus_cache._workers import run_tasks
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
-from nexus_cache.frames import DeviceFrame
+from nexus_cache.frames import DeviceColumn, DeviceFrame
+from nexus_cache.frames.column import storage_dtype
 from nexus_cache.frames.gather import filter_frame, gather_table, gatherable
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
 from nexus_cache.service._lake import (
@@ -175,9 +176,10 @@ def plan_table(
     source = scan.source
     if allowed_roots is not None and catalog_source(source) is None:
         check_listed(source, (), allowed_roots)  # before its metadata is read
-    snapshot = resolve_table(source, scan.as_of, storage_options=storage_options)
+    raw = None if scan.filter is None else list(scan.filter)
+    snapshot = resolve_table(source, scan.as_of, storage_options=storage_options, filter=raw)
     schema = snapshot.schema
-    flt = canonical_filter(None if scan.filter is None else list(scan.filter), schema)
+    flt = snapshot.pruned_with or canonical_filter(raw, schema)  # the listing's, if pruned
     output = tuple(schema.names) if scan.columns is None else scan.columns
     unknown = [c for c in output if schema.get_field_index(c) < 0]
     if unknown:
@@ -253,19 +255,27 @@ def decode_table_object(
     )
     rows = decoded.num_rows
     partition = dict(file.partition)
+    # a number partition value: filled in place in the domain (no Arrow column, no copy)
+    constants: dict[str, DeviceColumn] = {}
+    try:
+        for f in read_schema:
+            if f.name not in names and f.name in partition:
+                column = _constant_column(f, partition[f.name], rows, domain)
+                if column is not None:
+                    constants[f.name] = column
+    except BaseException:
+        decoded.release()
+        raise
+    missing = [f for f in read_schema if f.name not in names and f.name not in constants]
     fill = [
         # one value repeated in Arrow, not a Python list of ``rows`` items
         pa.repeat(pa.array([partition[f.name]], type=f.type)[0], rows)
         if f.name in partition
         else pa.nulls(rows, type=f.type)
-        for f in read_schema
-        if f.name not in names
+        for f in missing
     ]
     extra = (
-        DeviceFrame.from_arrow(
-            pa.table(fill, names=[f.name for f in read_schema if f.name not in names]),
-            domain=domain,
-        )
+        DeviceFrame.from_arrow(pa.table(fill, names=[f.name for f in missing]), domain=domain)
         if fill
         else None
     )
@@ -275,6 +285,8 @@ def decode_table_object(
             column = decoded.column(names[f.name])
             if column.name != f.name:  # an Iceberg column renamed since the file was written
                 column = dataclasses.replace(column, field=column.field.with_name(f.name))
+        elif f.name in constants:
+            column = constants[f.name]
         else:
             assert extra is not None
             column = extra.column(f.name)
@@ -284,6 +296,19 @@ def decode_table_object(
     if extra is not None:
         extra.release()
     return frame
+
+
+def _constant_column(
+    field: pa.Field, value: Any, rows: int, domain: AllocationDomain
+) -> DeviceColumn | None:
+    """``rows`` copies of a partition's integer or floating-point ``value`` as a column
+    allocated in ``domain`` and filled there; None for any other type or a null."""
+    if value is None or not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
+        return None
+    data = domain.empty(rows, storage_dtype(field.type))
+    with domain.scope():
+        data.fill(value)
+    return DeviceColumn(field, rows, data)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,8 @@ query paths once on a tiny built-in table: the Parquet decode and the scan's
 Arrow result, the copy a source-cache hit makes, and every registered graph
 algorithm (:data:`nexus_cache.graph.registry.ALGORITHMS`) directed and
 undirected, weighted, with dense and with sparse vertex ids, int64 and int32
-columns (see :func:`_graph_runs`).
+columns (see :func:`_graph_runs`), each result copied as a cached run hands
+it out of the cache's memory (:meth:`GraphResult.copy`) and made Arrow.
 
 On CUDA it then runs every algorithm once more on an R-MAT graph of about a
 million edges (:func:`_warm_large`), for CuPy's launch shapes of real sizes.
@@ -252,7 +253,8 @@ def _run_graph(query: GraphQuery, frame: DeviceFrame, xp: Any) -> None:
         options=graph_options(query),
     )
     run = run_graph(None, plan, edges, **algorithm_params(query))
-    run.result.to_arrow()
+    # a cached run hands its result out of the cache's memory with this copy
+    run.result.copy().to_arrow()
 
 
 # CuPy compiles its reduction and scan kernels per launch shape, chosen from

@@ -50,41 +50,71 @@ def _listed_file(name: str, info: dict[str, Any]) -> bool:
     return kind == "file" or (link and os.path.isfile(name))
 
 
+def _scan_dir(directory: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
+    """``(files, directories)`` of one local directory, one ``os.scandir``: the
+    ``*.parquet`` files (or symbolic links to files) and the directories (not
+    behind links), hidden and ``_``-prefixed entries skipped; a directory that
+    cannot be read, or an entry that vanished, is left out. Nothing is stat'ed
+    but a link."""
+    files: list[os.DirEntry[str]] = []
+    dirs: list[os.DirEntry[str]] = []
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except OSError:
+        return files, dirs
+    for entry in entries:
+        if entry.name.startswith((".", "_")):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                dirs.append(entry)
+            elif entry.name.endswith(".parquet") and entry.is_file():
+                files.append(entry)
+        except OSError:  # vanished, or a dangling link
+            continue
+    return files, dirs
+
+
+def _sized(files: list[os.DirEntry[str]]) -> list[tuple[str, int]]:
+    """``(path, size)`` of listed files, one stat each (a link: its target's size);
+    a file that vanished is left out."""
+    out = []
+    for entry in files:
+        try:
+            out.append((entry.path, entry.stat().st_size))
+        except OSError:
+            continue
+    return out
+
+
 def _local_parquet(base: str) -> list[tuple[str, int]]:
     """``(path, size)`` of every ``*.parquet`` file under local directory ``base``,
-    as the fsspec listing finds them: a file, or a symbolic link to one (its
-    target's size); directories behind links are not entered, hidden and
-    ``_``-prefixed entries are skipped, a directory that cannot be read (or
-    an entry that vanished) is left out. One ``os.scandir`` per directory,
-    one stat per file."""
+    as the fsspec listing finds them (:func:`_scan_dir` in every directory, one
+    stat per file)."""
     found: list[tuple[str, int]] = []
     pending = [base]
     while pending:
-        directory = pending.pop()
-        try:
-            with os.scandir(directory) as listing:
-                entries = list(listing)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.startswith((".", "_")):
-                continue
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                elif entry.name.endswith(".parquet") and entry.is_file():
-                    found.append((entry.path, entry.stat().st_size))
-            except OSError:  # vanished, or a dangling link
-                continue
+        files, dirs = _scan_dir(pending.pop())
+        found.extend(_sized(files))
+        pending.extend(d.path for d in dirs)
     return found
 
 
-def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnapshot:
+def resolve_hive(
+    source: str, fs: Any, listing_fs: Any, path: str, filter: Any = None
+) -> TableSnapshot:
     base = path.rstrip("/") or path
     try:
         is_dir = listing_fs.isdir(base)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"source {source!r} cannot be listed ({exc}); check the path") from exc
+    if is_dir and fs is None and filter is not None:
+        from nexus_cache.tables._hive_pruned import resolve_pruned
+
+        pruned = resolve_pruned(source, base, filter)
+        if pruned is not None:
+            return pruned
     entries: list[tuple[str, int, str | None]]
     if is_dir and fs is None:  # local: one scandir per directory, hidden ones not entered
         entries = sorted((name, size, None) for name, size in _local_parquet(base))
@@ -106,13 +136,37 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
     if not entries:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
     segments = [_segments(name[len(base) :]) if is_dir else [] for name, _, _ in entries]
-    keys: list[str] = []
+    partition_fields, schema = _table_schema(source, entries[0][0], fs, _partition_types(segments))
+    return TableSnapshot(
+        kind="hive" if partition_fields else "parquet",
+        location=source,
+        version=None,
+        schema=schema,
+        partition_schema=pa.schema(partition_fields),
+        files=_data_files(entries, segments, partition_fields, fs),
+        filesystem=fs,
+    )
+
+
+def _partition_types(segments: list[list[tuple[str, str | None]]]) -> dict[str, pa.DataType]:
+    """Each partition key (in order of first appearance) and its type, inferred from
+    the ``key=value`` segments of every object's path."""
+    keys: dict[str, list[str | None]] = {}
     for pairs in segments:
         for key, _ in pairs:
-            if key not in keys:
-                keys.append(key)
-    types = {key: _infer([dict(p).get(key) for p in segments]) for key in keys}
-    first = entries[0][0]
+            keys.setdefault(key, [])
+    for pairs in segments:
+        values = dict(pairs)
+        for key, found in keys.items():
+            found.append(values.get(key))
+    return {key: _infer(values) for key, values in keys.items()}
+
+
+def _table_schema(
+    source: str, first: str, fs: Any, types: dict[str, pa.DataType]
+) -> tuple[list[pa.Field], pa.Schema]:
+    """``(partition fields, table schema)``: the schema of object ``first`` with the
+    partition columns it does not hold after its own."""
     try:
         data_schema = _read_schema(first, fs)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -120,17 +174,23 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
             f"{first!r} (in source {source!r}) is not readable Parquet ({exc}); remove it "
             "or point the query at Parquet data"
         ) from exc
-    partition_fields = [pa.field(k, types[k]) for k in keys if data_schema.get_field_index(k) < 0]
+    fields = [pa.field(k, t) for k, t in types.items() if data_schema.get_field_index(k) < 0]
+    return fields, pa.schema(list(data_schema) + fields)
+
+
+def _data_files(
+    entries: list[tuple[str, int, str | None]],
+    segments: list[list[tuple[str, str | None]]],
+    partition_fields: list[pa.Field],
+    fs: Any,
+) -> tuple[DataFile, ...]:
     typed: dict[tuple[tuple[str, str | None], ...], tuple[tuple[str, Any], ...]] = {}
     files = []
     for (name, size, etag), pairs in zip(entries, segments, strict=True):
         segment_key = tuple(pairs)
         partition = typed.get(segment_key)
         if partition is None:  # typed once per distinct partition directory
-            values = dict(pairs)
-            partition = tuple(
-                (f.name, _typed(values.get(f.name), f.type)) for f in partition_fields
-            )
+            partition = _typed_partition(pairs, partition_fields)
             typed[segment_key] = partition
         files.append(
             DataFile(
@@ -140,17 +200,14 @@ def resolve_hive(source: str, fs: Any, listing_fs: Any, path: str) -> TableSnaps
                 etag=etag if fs is not None else None,
             )
         )
-    partition_schema = pa.schema(partition_fields)
-    schema = pa.schema(list(data_schema) + partition_fields)
-    return TableSnapshot(
-        kind="hive" if partition_fields else "parquet",
-        location=source,
-        version=None,
-        schema=schema,
-        partition_schema=partition_schema,
-        files=tuple(files),
-        filesystem=fs,
-    )
+    return tuple(files)
+
+
+def _typed_partition(
+    pairs: list[tuple[str, str | None]], partition_fields: list[pa.Field]
+) -> tuple[tuple[str, Any], ...]:
+    values = dict(pairs)
+    return tuple((f.name, _typed(values.get(f.name), f.type)) for f in partition_fields)
 
 
 def _etag(info: dict[str, Any]) -> str | None:
@@ -170,11 +227,19 @@ def _segments(relative: str) -> list[tuple[str, str | None]]:
     """The ``key=value`` directory segments of a relative object path."""
     out = []
     for part in relative.strip("/").split("/")[:-1]:
-        key, sep, value = part.partition("=")
-        if sep and key:
-            decoded = unquote(value)
-            out.append((unquote(key), None if decoded == NULL_PARTITION else decoded))
+        found = _segment(part)
+        if found is not None:
+            out.append(found)
     return out
+
+
+def _segment(name: str) -> tuple[str, str | None] | None:
+    """``(key, value)`` of a ``key=value`` directory name (None: not one)."""
+    key, sep, value = name.partition("=")
+    if not (sep and key):
+        return None
+    decoded = unquote(value)
+    return unquote(key), None if decoded == NULL_PARTITION else decoded
 
 
 def _is_int32(text: str) -> bool:

@@ -26,6 +26,7 @@ __all__ = [
     "PlannedFile",
     "ScanPlan",
     "file_column_names",
+    "partition_test",
     "plan_scan",
     "prune_files",
     "prune_row_groups",
@@ -204,16 +205,23 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     return TableFilter(tuple(clauses), flt.schema)
 
 
-def _file_ranges(file: DataFile, cols: _Columns, partition: bool) -> dict[str, _Range]:
+def _partition_ranges(partition: tuple[tuple[str, Any], ...], cols: _Columns) -> dict[str, _Range]:
+    """The exact ranges of the filter's columns among ``partition``'s values."""
     out: dict[str, _Range] = {}
     canonical = cols.canonical
+    for name, value in partition:
+        if name in canonical:
+            typed = canonical[name](value)
+            if typed is not None or value is None:
+                out[name] = _Range(exact=True, low=typed)
+    return out
+
+
+def _file_ranges(file: DataFile, cols: _Columns, partition: bool) -> dict[str, _Range]:
     if partition:
-        for name, value in file.partition:
-            if name in canonical:
-                typed = canonical[name](value)
-                if typed is not None or value is None:
-                    out[name] = _Range(exact=True, low=typed)
-        return out
+        return _partition_ranges(file.partition, cols)
+    out: dict[str, _Range] = {}
+    canonical = cols.canonical
     if not (file.min_values or file.max_values or file.null_counts):
         return out  # no statistics recorded
     lows, highs, nulls = dict(file.min_values), dict(file.max_values), dict(file.null_counts)
@@ -237,11 +245,11 @@ def prune_files(
     if flt is None:
         return snapshot.files, 0, 0
     cols = _columns(flt)
+    possible = partition_test(flt)
     kept: list[DataFile] = []
     by_partition = by_statistics = 0
-    partitions: dict[Any, bool] = {}
     for file in snapshot.files:
-        if not _partition_possible(flt, file, cols, partitions):
+        if not possible(file.partition):
             by_partition += 1
         elif not _possible(flt, _file_ranges(file, cols, partition=False), cols):
             by_statistics += 1
@@ -250,19 +258,33 @@ def prune_files(
     return tuple(kept), by_partition, by_statistics
 
 
-def _partition_possible(
-    flt: TableFilter, file: DataFile, cols: _Columns, seen: dict[Any, bool]
-) -> bool:
-    """Whether ``file``'s partition values may satisfy ``flt``, memoised in ``seen``
-    by the values (unless one is unhashable)."""
-    try:
-        return seen[file.partition]
-    except KeyError:
-        found = _possible(flt, _file_ranges(file, cols, partition=True), cols)
-        seen[file.partition] = found
-        return found
-    except TypeError:  # an unhashable partition value: decided for this file alone
-        return _possible(flt, _file_ranges(file, cols, partition=True), cols)
+def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], bool]:
+    """Whether a partition's values (``(column, value)`` pairs, typed as the table's
+    partition schema says) may satisfy ``flt``: False only when no row of that
+    partition can (every row holds the partition's values, so a predicate on a
+    partition column is decided exactly; one on another column proves nothing).
+    The one decision of file pruning and of a Hive listing that skips
+    directories; memoised by the values (unless one is unhashable)."""
+    cols = _columns(flt)
+    seen: dict[Any, bool] = {}
+
+    def decide(partition: tuple[tuple[str, Any], ...]) -> bool:
+        known = _partition_ranges(partition, cols)
+        return not known or any(
+            all(_exact(p, known[p.column].low) for p in clause if p.column in known)
+            for clause in flt.clauses
+        )
+
+    def possible(partition: tuple[tuple[str, Any], ...]) -> bool:
+        try:
+            return seen[partition]
+        except KeyError:
+            found = seen[partition] = decide(partition)
+            return found
+        except TypeError:  # an unhashable partition value: decided for this one alone
+            return decide(partition)
+
+    return possible
 
 
 def file_column_names(table_schema: pa.Schema, file_schema: pa.Schema) -> dict[str, str]:
@@ -384,8 +406,8 @@ def plan_scan(
             planned.append(PlannedFile(file, groups))
     return ScanPlan(
         files=tuple(planned),
-        objects_planned=len(snapshot.files),
-        pruned_by_partition=by_partition,
+        objects_planned=len(snapshot.files) + snapshot.partitions_skipped,
+        pruned_by_partition=by_partition + snapshot.partitions_skipped,
         pruned_by_statistics=by_statistics,
         row_groups_total=total,
         row_groups_pruned=pruned,

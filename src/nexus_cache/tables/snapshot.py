@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from nexus_cache._roots import location_allowed
 from nexus_cache.errors import BackendUnavailableError, ConfigError
+
+if TYPE_CHECKING:
+    from nexus_cache.tables.filters import TableFilter
 
 __all__ = [
     "CATALOG_SCHEME",
@@ -77,6 +80,11 @@ class TableSnapshot:
     ``PARQUET:field_id`` metadata, so a renamed or added column maps to each
     file by id); ``partition_schema`` the partition columns and their types.
     ``filesystem`` is the fsspec filesystem of remote files (None: local).
+
+    A local Hive directory resolved with a filter lists only the partition
+    directories the filter may need: ``partitions_skipped`` counts those it did
+    not enter (their files are not in ``files``), ``pruned_with`` is that
+    filter, canonical (None: every data file is listed).
     """
 
     kind: str
@@ -86,6 +94,8 @@ class TableSnapshot:
     partition_schema: pa.Schema
     files: tuple[DataFile, ...]
     filesystem: Any = field(default=None, compare=False, repr=False)
+    partitions_skipped: int = 0
+    pruned_with: TableFilter | None = field(default=None, compare=False, repr=False)
 
     @property
     def locations(self) -> tuple[str, ...]:
@@ -121,6 +131,7 @@ def resolve_table(
     *,
     storage_options: Mapping[str, Any] | None = None,
     catalog: str | Mapping[str, Any] | None = None,
+    filter: Any = None,
 ) -> TableSnapshot:
     """The snapshot ``source`` names (its latest version, or ``as_of``).
 
@@ -132,6 +143,10 @@ def resolve_table(
     (``namespace.table``). ``iceberg://<catalog>/<namespace>.<table>`` names
     a catalog table too (see :func:`catalog_source`). ``as_of`` is a Delta
     version or an Iceberg snapshot id; Parquet and Hive data have no versions.
+
+    ``filter`` (pyarrow's ``filters`` convention) lets a local Hive directory's
+    listing skip the partition directories it rules out (see
+    :attr:`TableSnapshot.partitions_skipped`); other tables ignore it here.
     """
     named = catalog_source(source) if catalog is None else None
     if named is not None:
@@ -175,7 +190,7 @@ def resolve_table(
         )
     from nexus_cache.tables._hive import resolve_hive
 
-    return resolve_hive(source, fs, local, path)
+    return resolve_hive(source, fs, local, path, filter)
 
 
 def catalog_source(source: str) -> tuple[str, str] | None:

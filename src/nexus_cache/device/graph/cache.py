@@ -364,7 +364,7 @@ class GraphCacheSubdomain(CacheSubdomain):
                 with domain.scope():
                     result = get_spec(plan.algorithm).run(graph, **params)
                 del graph
-                owned = _to_attempt(result)
+                owned = result.copy()  # out of the cache domain, into the attempt's
                 del result
                 run_s = time.perf_counter() - started
                 drift = domain.used_bytes() - baseline
@@ -461,19 +461,6 @@ def _checked_params(plan: GraphPlan, params: Mapping[str, Any]) -> dict[str, Any
     if plan.include_edges and get_spec(plan.algorithm).include_edges:
         params["include_edges"] = True
     return params
-
-
-def _to_attempt(result: GraphResult) -> GraphResult:
-    """A copy of ``result`` allocated outside the cache domain (the attempt's memory)."""
-
-    def copy(array: Any) -> Any:
-        return array.copy()
-
-    columns = {name: copy(result[name]) for name in result}
-    valid = {name: copy(m) for name in result if (m := result.valid(name)) is not None}
-    result_type = type(result)
-    info = {k: _to_attempt(v) if isinstance(v, result_type) else v for k, v in result.info.items()}
-    return result_type(columns, valid=valid, info=info)
 
 
 def _run_uncached(

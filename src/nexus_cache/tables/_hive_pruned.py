@@ -1,0 +1,188 @@
+"""A local Hive directory listed with a filter: pruned partitions are never entered.
+
+The data files sit in the deepest partition directories (the *leaves*: the
+depth of the first object in path order). Every directory above the leaves
+is listed, so every ``key=value`` name of every level is seen; the leaves
+are decided by their partition values with the filter
+(:func:`~nexus_cache.tables.pruning.partition_test`, the decision file
+pruning makes) and only the kept ones are entered and their files stat'ed.
+
+The schema is the one the full listing gives, whatever the filter: the
+partition types are inferred from the names of every leaf as if each holds
+an object, then checked against the kept leaves that do; where a skipped
+leaf's name could change a key's type or presence (an empty ``day=x``
+beside ``day=1``), that leaf is looked into (one scandir, no stat). A kept
+leaf that holds directories, or a type that turns out otherwise than
+pruning assumed, falls back to the full listing (None). One assumption is
+made of a skipped leaf: like its kept siblings, it holds objects and no
+further partition directories.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from nexus_cache.tables._hive import (
+    _data_files,
+    _is_int32,
+    _partition_types,
+    _scan_dir,
+    _segment,
+    _sized,
+    _table_schema,
+    _typed_partition,
+)
+from nexus_cache.tables.snapshot import TableSnapshot
+
+__all__ = ["resolve_pruned"]
+
+_Pairs = list[tuple[str, str | None]]
+_Leaf = tuple[str, _Pairs]  # a path (a directory's ends with '/') and its segments
+
+
+class _Tree:
+    """The listings of one resolution, each directory scanned once."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]] = {}
+
+    def scan(self, directory: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
+        found = self._seen.get(directory)
+        if found is None:
+            found = self._seen[directory] = _scan_dir(directory)
+        return found
+
+    def listed(self, directory: str) -> bool:
+        return directory in self._seen
+
+    def first_object(self, directory: str, depth: int = 0) -> tuple[str, int] | None:
+        """The first object under ``directory`` in path order, and its depth."""
+        files, dirs = self.scan(directory)
+        ordered = sorted(
+            [(f.name, f.path, False) for f in files] + [(d.name + "/", d.path, True) for d in dirs]
+        )
+        for _, path, is_dir in ordered:
+            if not is_dir:
+                return path, depth
+            found = self.first_object(path, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def holds_object(self, directory: str) -> bool:
+        files, dirs = self.scan(directory)
+        return bool(files) or any(self.holds_object(d.path) for d in dirs)
+
+
+def _with(pairs: _Pairs, name: str) -> _Pairs:
+    found = _segment(name)
+    return pairs if found is None else [*pairs, found]
+
+
+def _evidence(segments: list[_Pairs]) -> list[tuple[str, pa.DataType, bool]]:
+    """Each key (in order of first appearance), its type, and whether it has a value
+    that is not null."""
+    types = _partition_types(segments)
+    present = {k for pairs in segments for k, v in pairs if v is not None}
+    return [(k, t, k in present) for k, t in types.items()]
+
+
+def _exact_leaves(
+    tree: _Tree, above: list[_Leaf], leaves: list[_Leaf]
+) -> tuple[list[_Leaf], dict[str, pa.DataType]]:
+    """The leaves whose names give the partition keys and types the objects give, and
+    those types: the leaves that may decide them are looked into (those listed
+    already first, then those whose value is not an integer) until the ones found
+    holding an object (and the objects ``above`` the leaves) witness every key and
+    type; an empty one is dropped. Most tables need one look, at the leaf that
+    the search for the first object listed already."""
+    every = _evidence(_ordered(above + leaves))
+    order = [leaf for leaf in leaves if tree.listed(leaf[0][:-1])]
+    if any(pa.types.is_string(t) and present for _, t, present in every):
+        order += [x for x in leaves if not all(v is None or _is_int32(v) for _, v in x[1])]
+    order += leaves
+    known = list(above)
+    looked: set[str] = set()
+    empty: set[str] = set()
+    for leaf in order:
+        if _evidence(_ordered(known)) == every:
+            break
+        if leaf[0] in looked:
+            continue
+        looked.add(leaf[0])
+        if tree.holds_object(leaf[0][:-1]):
+            known.append(leaf)
+        else:
+            empty.add(leaf[0])
+            every = _evidence(_ordered(above + [x for x in leaves if x[0] not in empty]))
+    if empty:
+        leaves = [leaf for leaf in leaves if leaf[0] not in empty]
+    return leaves, {k: t for k, t, _ in every}
+
+
+def _ordered(items: list[_Leaf]) -> list[_Pairs]:
+    """The segments of ``items`` in path order (a directory's path ends with '/')."""
+    return [pairs for _, pairs in sorted(items, key=lambda item: item[0])]
+
+
+def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
+    """The snapshot of local Hive directory ``base`` holding only the objects of the
+    partitions ``filter`` may need; None where the full listing must decide."""
+    from nexus_cache.tables.filters import canonical_filter
+    from nexus_cache.tables.pruning import partition_test
+
+    tree = _Tree()
+    first = tree.first_object(base)
+    if first is None or first[1] == 0:
+        return None  # no object (the full listing says so), or objects in the top directory
+    upper: list[tuple[os.DirEntry[str], _Pairs]] = []  # objects above the leaves
+    frontier: list[tuple[str, _Pairs]] = [(base, [])]
+    for _ in range(first[1]):
+        below: list[tuple[str, _Pairs]] = []
+        for directory, pairs in frontier:
+            files, dirs = tree.scan(directory)
+            upper.extend((f, pairs) for f in files)
+            below.extend((d.path, _with(pairs, d.name)) for d in dirs)
+        frontier = below
+    leaves: list[_Leaf] = [(path + "/", pairs) for path, pairs in frontier]
+    above: list[_Leaf] = [(f.path, pairs) for f, pairs in upper]
+    leaves, types = _exact_leaves(tree, above, leaves)
+    fields, schema = _table_schema(source, first[0], None, types)
+    if not fields:
+        return None
+    flt = canonical_filter(filter, schema)
+    if flt is None:
+        return None
+    possible = partition_test(flt)
+    entries: list[tuple[str, int, str | None]] = []
+    segments: list[_Pairs] = []
+    skipped = 0
+    for directory, pairs in leaves:
+        if not possible(_typed_partition(pairs, fields)):
+            skipped += 1
+            continue
+        files, dirs = tree.scan(directory[:-1])
+        if dirs:
+            return None  # a leaf holds directories: the layout is not what was assumed
+        for path, size in _sized(files):
+            entries.append((path, size, None))
+            segments.append(pairs)
+    for entry, pairs in upper:
+        for path, size in _sized([entry]):
+            entries.append((path, size, None))
+            segments.append(pairs)
+    order = sorted(range(len(entries)), key=lambda i: entries[i][0])
+    return TableSnapshot(
+        kind="hive",
+        location=source,
+        version=None,
+        schema=schema,
+        partition_schema=pa.schema(fields),
+        files=_data_files([entries[i] for i in order], [segments[i] for i in order], fields, None),
+        filesystem=None,
+        partitions_skipped=skipped,
+        pruned_with=flt,
+    )

@@ -1,0 +1,116 @@
+"""A filtered scan of a remote object reads its Parquet footer once.
+
+The footer read to prune row groups by their statistics is the one the decode
+uses: it is not fetched from the store again. The store is a real fsspec
+filesystem (in memory) that records every read; the decode window is set
+below the object's size, so the decode reads the object as a stream, as it
+does a large remote object.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from fsspec import register_implementation
+from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+from tests.service._helpers import make_service
+
+from nexus_cache.service import Scan
+
+ROWS, GROUP = 80_000, 10_000  # 8 row groups of 80 KiB a column; ts rising: a ts window prunes
+
+
+class _CountingFile(MemoryFile):
+    """A memory file that records the byte range of every read."""
+
+    reads: list[tuple[int, int]]
+
+    def read(self, size: int | None = -1) -> bytes:
+        start = self.tell()
+        data = super().read(size)
+        self.reads.append((start, start + len(data)))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _CountingFS(MemoryFileSystem):
+    """An in-memory store whose opened files record their reads (one list per path)."""
+
+    protocol = "nexus-counting-test"
+    root_marker = "/"
+    reads: ClassVar[dict[str, list[tuple[int, int]]]] = {}
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        return str(super()._strip_protocol(str(path).removeprefix(f"{cls.protocol}://")))
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        if "r" not in mode:
+            return super()._open(path, mode, **kwargs)
+        path = self._strip_protocol(path)
+        opened = _CountingFile(self, path, self.store[path].getvalue())
+        opened.reads = self.reads.setdefault(path, [])
+        return opened
+
+
+register_implementation(_CountingFS.protocol, _CountingFS, clobber=True)
+
+
+@pytest.fixture
+def remote_table() -> Iterator[tuple[str, str]]:
+    """``(source URL, object path)``: a Hive table of one partition in the counting store."""
+    fs = _CountingFS()
+    base = f"/t-{uuid.uuid4().hex}"
+    rng = np.random.default_rng(0)
+    table = pa.table(
+        {
+            "src": pa.array(rng.integers(0, 30, ROWS), pa.int64()),
+            "ts": pa.array(np.arange(ROWS), pa.int64()),
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=GROUP)
+    path = f"{base}/day=0/part-0.parquet"
+    fs.pipe(path, sink.getvalue())
+    try:
+        yield f"{_CountingFS.protocol}://{base}", path
+    finally:
+        fs.rm(base, recursive=True)
+        _CountingFS.reads.pop(path, None)
+
+
+def test_a_cold_filtered_read_of_a_remote_object_reads_its_footer_once(
+    remote_table: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, path = remote_table
+    monkeypatch.setenv("NEXUS_DECODE_WINDOW_BYTES", "1KiB")  # the object is a stream
+    size = _CountingFS().size(path)
+    flt = [("day", "=", 0), ("ts", ">=", 20_000), ("ts", "<", 40_000)]
+    query = Scan(source, ["src", "ts"], filter=flt)
+    reads = _CountingFS.reads.setdefault(path, [])
+    with make_service(tmp_path) as service:
+        service.plan(query)  # what planning reads (the table's schema) is not the decode's
+        planned = len(_tail_reads(reads, size))
+        result = service.execute(query)
+    assert sorted(result.table["ts"].to_pylist()) == list(range(20_000, 40_000))
+    assert result.diagnostics.table["entries"][0]["row_groups"] == [2, 3]
+    assert result.diagnostics.source_cache["status"] == "bypass"  # no proven identity: no cache
+    # execute plans again, then prunes with the footer and decodes with the same one
+    assert len(_tail_reads(reads, size)) == 2 * planned + 1, reads
+
+
+def _tail_reads(reads: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The reads that reach the object's end, where its footer is."""
+    return [r for r in reads if r[1] == size]
