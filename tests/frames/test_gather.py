@@ -57,3 +57,92 @@ def test_read_parquet_with_a_filter_equals_pyarrow(tmp_path) -> None:
         )
         with pytest.raises(ConfigError, match="nope"):
             read_parquet(str(path), domain=domain, lake=cache, filter=[("nope", "=", 1)])
+
+
+_NUMERIC = _TABLE.select(["i", "b", "t"])
+
+
+def _spans(table: pa.Table) -> list[tuple[int, int]]:
+    return [
+        (b.address, b.address + b.size)
+        for column in table.columns
+        for chunk in column.chunks
+        for b in chunk.buffers()
+        if b is not None and b.size
+    ]
+
+
+@pytest.mark.parametrize(("parallel", "staged"), [(False, False), (True, False), (False, True)])
+def test_gather_table_writes_every_frames_rows_into_one_column_each(
+    parallel: bool, staged: bool
+) -> None:
+    """The rows of several frames (some by index, one whole, one without nulls) come
+    out as one table equal to Arrow's take and concat, one chunk per column, in
+    buffers none of the frames holds. ``staged`` runs a device's way on the host:
+    gathered into one buffer of the domain, then copied out in one transfer."""
+    from nexus_cache.frames.gather import gather_table
+
+    domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
+    no_nulls = _NUMERIC.filter(pa.array([True, False, False, True, True]))
+    frames = [
+        DeviceFrame.from_arrow(t, domain=domain) for t in (_NUMERIC, no_nulls, _NUMERIC, _NUMERIC)
+    ]
+    picks = [[4, 0, 2], None, [], [1, 1, 3]]
+    rows = [None if p is None else np.array(p, dtype=np.int64) for p in picks]
+    allocations = domain.counters().allocations
+    got = gather_table(frames, rows, ["t", "i", "b"], domain, parallel=parallel, staged=staged)
+    assert domain.counters().allocations == allocations + staged  # the staging buffer
+    want = pa.concat_tables(
+        [
+            (t if p is None else t.take(pa.array(p, pa.int64()))).select(["t", "i", "b"])
+            for t, p in zip((_NUMERIC, no_nulls, _NUMERIC, _NUMERIC), picks, strict=True)
+        ]
+    ).combine_chunks()
+    assert got.equals(want)
+    assert all(c.num_chunks == 1 for c in got.columns)
+    frame_spans = [
+        (a.__array_interface__["data"][0], a.__array_interface__["data"][0] + a.nbytes)
+        for f in frames
+        for a in f.device_arrays()
+    ]
+    for start, stop in _spans(got):
+        assert all(stop <= lo or start >= hi for lo, hi in frame_spans), "shares a buffer"
+    for frame in frames:
+        frame.release()
+    assert domain.used_bytes() == 0  # the result holds nothing of the domain
+
+
+def test_gather_table_refuses_columns_it_cannot_write_into_one_buffer() -> None:
+    """Strings, dictionaries and a column whose type differs between frames are not
+    gatherable (the caller gathers frame by frame then)."""
+    from nexus_cache.frames.gather import gather_table, gatherable
+
+    domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
+    frame = DeviceFrame.from_arrow(_TABLE, domain=domain)
+    wider = DeviceFrame.from_arrow(pa.table({"i": pa.array([1], pa.int32())}), domain=domain)
+    assert gatherable([frame], ["i", "b", "t"])
+    assert not gatherable([frame], ["i", "s"])
+    assert not gatherable([frame], ["d"])
+    assert not gatherable([frame, wider], ["i"])
+    assert not gatherable([], ["i"])
+    with pytest.raises(ValueError, match="take_frame"):
+        gather_table([frame], [None], ["s"], domain)
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_failed_gather_leaves_nothing_allocated_while_its_error_lives(staged: bool) -> None:
+    """A frame's rows that cannot index (floats) fail the gather after another frame's
+    rows were written: the error is raised and, while it (and its traceback) is still
+    held, the domain holds no byte of the gather."""
+    from nexus_cache.frames.gather import gather_table
+
+    domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
+    frames = [DeviceFrame.from_arrow(_NUMERIC, domain=domain) for _ in range(2)]
+    used = domain.used_bytes()
+    rows = [np.array([0, 2], dtype=np.int64), np.array([0.5, 1.5])]
+    with pytest.raises(TypeError) as failure:
+        gather_table(frames, rows, ["t", "i"], domain, staged=staged)
+    assert failure.value.__traceback__ is not None
+    assert domain.used_bytes() == used
+    for frame in frames:
+        frame.release()

@@ -83,3 +83,30 @@ def test_filtered_scans_on_cuda_equal_the_host(tmp_path: Path) -> None:
             assert 0 < want.table.num_rows < 80_000
             statuses.append(got.diagnostics.source_cache["status"])
     assert statuses[1:] == ["hit", "hit"]  # one decoded source, many filters
+
+
+def test_numeric_filtered_scans_and_counts_on_cuda_equal_the_host(tmp_path: Path) -> None:
+    """Fixed-width output columns: each object's kept rows gathered on the device into
+    one buffer for the whole result, copied to the host in one transfer; a filtered
+    count counts the masks. Equal to the host backend's; the work domain holds
+    nothing afterwards."""
+    from nexus_cache.service import Count
+
+    table = _hive(tmp_path)
+    columns = ["src", "w", "year", "month"]
+    with (
+        QueryService(_config(tmp_path / "gpu", "cuda")) as gpu,
+        QueryService(
+            _config(tmp_path / "host", "host"), backend=HostBackend(device_total_bytes=2 << 30)
+        ) as host,
+    ):
+        gpu.execute(Scan(str(table), columns))  # whole objects in the source cache
+        for flt in [*FILTERS[:1], [("w", ">", 2.0)], [("src", "<", 500), ("w", ">=", 0.25)]]:
+            scan = Scan(str(table), columns, filter=flt)
+            got, want = gpu.execute(scan), host.execute(scan)
+            assert got.diagnostics.source_cache["status"] == "hit"
+            assert_same_rows(got.table, want.table)
+            assert all(c.num_chunks == 1 for c in got.table.columns)
+            counted = gpu.execute(Count(str(table), filter=flt))
+            assert counted.table["rows"].to_pylist() == [want.table.num_rows]
+        assert gpu._work[0].used_bytes() == 0

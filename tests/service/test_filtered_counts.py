@@ -103,6 +103,23 @@ def test_a_filtered_count_decodes_the_filter_columns_through_the_source_cache(
     assert plain.table["rows"].to_pylist() == [_want(hive, None)]
 
 
+def test_a_warm_filtered_count_gathers_nothing(hive: Path, tmp_path: Path) -> None:
+    """A filtered count over cached columns counts its masks: nothing is allocated in
+    the work domain (it used to gather every column the count read), and its rows
+    before and after the filter are reported."""
+    flt = [("kind", "!=", "block"), ("w", ">", 0.2)]
+    with make_service(tmp_path) as service:
+        service.execute(Count(str(hive), filter=[("w", "<", 0.3), ("kind", "=", "like")]))
+        domain = service._work[0]
+        before = domain.counters().allocations
+        warm = service.execute(Count(str(hive), filter=flt))
+        assert warm.diagnostics.source_cache["status"] == "hit"
+        assert domain.counters().allocations == before
+    assert warm.table["rows"].to_pylist() == [_want(hive, flt)]
+    assert warm.diagnostics.table["rows_after_filter"] == _want(hive, flt)
+    assert warm.diagnostics.table["rows_before_filter"] == _want(hive, None)
+
+
 def test_a_filtered_count_refuses_an_unknown_column_naming_the_filter(
     hive: Path, tmp_path: Path
 ) -> None:

@@ -10,22 +10,37 @@ through new offsets. :func:`filter_frame` keeps the rows a table filter
 Both may read a frame of one domain (a pinned cache entry) and build the new
 frame in another (the query's), so the result shares no buffer with the
 frame it was read from.
+
+:func:`gather_table` builds a query's host result from several frames at
+once: it counts each frame's kept rows, allocates every output column once
+and gathers each frame's rows straight into its slice (fixed-width and
+boolean columns; :func:`gatherable` says whether a set of frames qualifies).
+On the host the columns are allocated in Arrow's memory pool and wrapped
+without a copy; on a device they are gathered into one buffer of the domain
+and copied to the host in one transfer. Nothing is concatenated or copied
+again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+
+from nexus_cache._workers import run_tasks
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.frames._copy import copy_column
-from nexus_cache.frames.column import DeviceColumn
+from nexus_cache.frames._host import arrow_array
+from nexus_cache.frames.column import ColumnKind, DeviceColumn
 from nexus_cache.frames.frame import DeviceFrame
 
 if TYPE_CHECKING:
     from nexus_cache.tables import TableFilter
 
-__all__ = ["filter_frame", "take_frame"]
+__all__ = ["filter_frame", "gather_table", "gatherable", "take_frame"]
 
 
 def filter_frame(
@@ -74,11 +89,18 @@ def take_frame(
 def _gather(values: Any, indices: Any, xp: Any, domain: AllocationDomain) -> Any:
     """``values[indices]`` into a buffer ``domain`` allocates."""
     out = domain.empty((int(indices.size), *values.shape[1:]), values.dtype)
-    if out.size:
+    _take_into(values, indices, xp, out)
+    return out
+
+
+def _take_into(values: Any, indices: Any, xp: Any, out: Any) -> None:
+    """``values[indices]`` (every row when ``indices`` is None) written into ``out``."""
+    if indices is None:
+        out[...] = values
+    elif out.size:
         # NumPy buffers ``out`` unless told the indices need no check (they come
         # from nonzero or offsets, so they are in range); CuPy has no ``mode``
         xp.take(values, indices, axis=0, out=out, **_UNCHECKED.get(xp.__name__, {}))
-    return out
 
 
 #: NumPy's ``take`` into ``out`` without the buffered bounds check
@@ -113,3 +135,174 @@ def _take(
     positions = xp.arange(total, dtype=offsets.dtype) - new_offsets[rows] + starts[rows]
     data = _gather(column.data, positions, xp, domain)
     return DeviceColumn(column.field, n, data, new_offsets, validity)
+
+
+#: the layouts :func:`gather_table` writes into one preallocated column
+_GATHERED = (ColumnKind.FIXED, ColumnKind.BOOL)
+#: alignment of each column's section in the gathered buffer (Arrow's)
+_ALIGN = 64
+
+
+def gatherable(frames: Sequence[DeviceFrame], output: Sequence[str]) -> bool:
+    """Whether :func:`gather_table` can build ``output`` from ``frames``: at least one
+    frame, and each output column fixed-width or boolean, with one field (name,
+    type, nullability, metadata) and one storage dtype in every frame."""
+    if not frames:
+        return False
+    for name in output:
+        first = frames[0].column(name)
+        if first.kind not in _GATHERED:
+            return False
+        for frame in frames[1:]:
+            other = frame.column(name)
+            if not other.field.equals(first.field, check_metadata=True):
+                return False
+            if other.data.dtype != first.data.dtype:
+                return False
+    return True
+
+
+def gather_table(
+    frames: Sequence[DeviceFrame],
+    rows: Sequence[Any | None],
+    output: Sequence[str],
+    domain: AllocationDomain,
+    *,
+    parallel: bool = False,
+    staged: bool | None = None,
+) -> pa.Table:
+    """The ``rows`` of each frame (an integer array of ``domain.xp``; None: every row),
+    in frame order, with the ``output`` columns, as one host ``pyarrow.Table`` that
+    shares no buffer with ``frames``.
+
+    Each column is allocated once for all frames and each frame's rows are gathered
+    into its slice: on the host in Arrow's memory pool (the table wraps it without
+    a copy; booleans and validity are packed to bits), on a device in one buffer of
+    ``domain`` copied to the host in one transfer (``staged``: that way on the host
+    too; default: on a device only). ``parallel`` (host memory, not staged) runs the
+    gathers on the shared worker threads. :func:`gatherable` must hold
+    (:class:`ValueError` otherwise).
+    """
+    if not gatherable(frames, output):
+        raise ValueError(
+            f"columns {list(output)} are not one fixed-width or boolean field in every "
+            "frame; gather each frame with take_frame"
+        )
+    xp = domain.xp
+    counts = [f.num_rows if r is None else int(r.size) for f, r in zip(frames, rows, strict=True)]
+    total = sum(counts)
+    columns = [[f.column(name) for f in frames] for name in output]
+    # a section per column's values, one per column's validity where a frame has one;
+    # on the host the bytes that become bitmaps go to scratch, not into the result
+    words, flags = _Region(), _Region()
+    sections: list[tuple[_Section, _Section | None]] = []
+    for parts in columns:
+        dtype = parts[0].data.dtype
+        values = (flags if parts[0].kind is ColumnKind.BOOL else words).add(total, dtype)
+        nullable = any(c.validity is not None for c in parts)
+        sections.append((values, flags.add(total, _BOOL) if nullable else None))
+    direct = domain.host_memory if staged is None else not staged
+    device: Any = None
+    if direct:
+        result = pa.allocate_buffer(words.size)
+        words.buffer = np.frombuffer(result, np.uint8)
+        flags.buffer = np.empty(flags.size, np.uint8)
+    else:
+        device = domain.empty(words.size + flags.size, np.uint8)
+        words.buffer, flags.buffer = device[: words.size], device[words.size :]
+    try:
+        tasks: list[Callable[[], None]] = []
+        start = 0
+        for i, (count, indices) in enumerate(zip(counts, rows, strict=True)):
+            for parts, (values, validity) in zip(columns, sections, strict=True):
+                tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
+            start += count
+        run_tasks(tasks, parallel=parallel and direct)
+        if not direct:
+            result = pa.allocate_buffer(words.size + flags.size)
+            if result.size:
+                _to_host(device, np.frombuffer(result, np.uint8))  # the one transfer
+            both = np.frombuffer(result, np.uint8)
+            words.buffer, flags.buffer = both[: words.size], both[words.size :]
+    except BaseException as exc:
+        # what was allocated goes back now, though the failure's traceback lives on:
+        # the frames it holds let go of their views of the buffers
+        device = words.buffer = flags.buffer = None
+        traceback.clear_frames(exc.__traceback__)
+        raise
+    del device
+    arrays = [
+        arrow_array(
+            parts[0].type,
+            total,
+            values.view(0, total),
+            None,
+            None if validity is None else validity.view(0, total),
+            None,
+        )
+        for parts, (values, validity) in zip(columns, sections, strict=True)
+    ]
+    schema = pa.schema([parts[0].field for parts in columns], metadata=frames[0].schema.metadata)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+_BOOL = np.dtype(np.bool_)
+
+
+def _to_host(array: Any, out: np.ndarray) -> None:
+    """Copy ``array`` (NumPy or CuPy, as ``out``'s shape and dtype) into ``out``."""
+    if isinstance(array, np.ndarray):
+        np.copyto(out, array)
+    else:
+        array.get(out=out)
+
+
+class _Region:
+    """A byte buffer laid out in aligned sections before it is allocated."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.buffer: Any = None
+
+    def add(self, rows: int, dtype: np.dtype[Any]) -> _Section:
+        section = _Section(self, self.size, dtype)
+        self.size = -(-(self.size + rows * dtype.itemsize) // _ALIGN) * _ALIGN
+        return section
+
+
+class _Section:
+    """One column's values (or validity) in a :class:`_Region`."""
+
+    __slots__ = ("at", "dtype", "region")
+
+    def __init__(self, region: _Region, at: int, dtype: np.dtype[Any]) -> None:
+        self.region, self.at, self.dtype = region, at, dtype
+
+    def view(self, start: int, stop: int) -> Any:
+        """Rows ``[start, stop)`` of the section, as an array of its dtype."""
+        size = self.dtype.itemsize
+        return self.region.buffer[self.at + start * size : self.at + stop * size].view(self.dtype)
+
+
+def _gather_task(
+    column: DeviceColumn,
+    indices: Any,
+    xp: Any,
+    values: _Section,
+    validity: _Section | None,
+    start: int,
+    count: int,
+) -> Callable[[], None]:
+    """Gather one frame's rows of one column into rows ``[start, start + count)`` of
+    its output sections (validity all True where the frame has none)."""
+
+    def task() -> None:
+        _take_into(column.data, indices, xp, values.view(start, start + count))
+        if validity is not None:
+            valid = validity.view(start, start + count)
+            if column.validity is None:
+                valid.fill(True)
+            else:
+                _take_into(column.validity, indices, xp, valid)
+
+    return task

@@ -40,10 +40,12 @@ from nexus_cache.service._table_scan import (
     RowGroupChoice,
     TableRead,
     choose_row_groups,
+    count_table,
     decode_table_object,
     filter_frames,
     is_table_read,
     plan_table,
+    scan_table,
 )
 from nexus_cache.service.admission import Attempt, estimate_grant
 from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
@@ -222,9 +224,12 @@ def _run_count(run: _Run, query: Count) -> pa.Table:
     or with a filter the rows its mask keeps over the filter's decoded columns."""
     read = run.plan.source.table
     if read is not None and not _footers_count(read):
-        _load_source(run, query.scan)
+        _load_source(run, query.scan, filter=False)
         run.outcome.graph = NOT_APPLICABLE
-        rows = sum(f.num_rows for f in run.load.frames)
+        t0 = time.perf_counter()
+        run.outcome.rows = count_table(run.load.frames, read, run.domain)
+        run.outcome.timings["filter_s"] = time.perf_counter() - t0
+        rows = run.outcome.rows.rows_after
     else:
         t0 = time.perf_counter()
         rows = count_rows(run.ports.lakehouse, run.plan.source, run.outcome.reads)
@@ -246,9 +251,22 @@ def _footers_count(read: TableRead) -> bool:
 
 
 def _run_scan(run: _Run, query: Scan) -> pa.Table:
-    """The scanned columns as one Arrow table in host memory."""
-    _load_source(run, query)
+    """The scanned columns as one Arrow table in host memory. A table read's result is
+    built once from the frames (:func:`scan_table`) where its columns allow it."""
+    read = run.plan.source.table
+    _load_source(run, query, filter=False)
     run.outcome.graph = NOT_APPLICABLE
+    if read is not None:
+        t0 = time.perf_counter()
+        built = scan_table(run.load.frames, read, run.domain)
+        if built is not None:
+            table, run.outcome.rows = built
+            run.outcome.timings["filter_s"] = time.perf_counter() - t0
+            if not run.domain.host_memory:  # gathered on the device first, as large
+                run.budget.charge(table.nbytes, "filtering the scan")
+            run.budget.charge(table.nbytes, "the result table")
+            return table
+        _filter_frames(run, read)
     t0 = time.perf_counter()
     table = run.load.table(detach=run.domain.host_memory)
     run.outcome.timings["to_arrow_s"] = time.perf_counter() - t0
@@ -297,12 +315,13 @@ def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
     return result
 
 
-def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
+def _load_source(run: _Run, scan: Scan, *, whole: bool = False, filter: bool = True) -> None:
     """Fill ``run.load`` with the frames of ``scan``: copies of cached frames (a
     table read borrows them: its filter builds its own), or each object decoded
     (charged to the budget as it lands). A filtered table read decodes only the
     row groups its filter may need, unless ``whole`` (a graph's edges) or the
-    object's whole entry is resident."""
+    object's whole entry is resident. With ``filter``, a table read's frames are
+    then filtered (:func:`_filter_frames`)."""
     attempt, timings, budget = run.attempt, run.outcome.timings, run.budget
     table = run.plan.source.table
     files = (
@@ -381,13 +400,19 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False) -> None:
     timings["source_s"] = time.perf_counter() - t0
     own = [f for f in run.load.frames if f.domain is run.domain]  # not borrowed
     budget.charge(sum(int(f.nbytes) for f in own) - decoded, "copying cached frames")
-    if table is not None:
-        borrowed = len(own) < len(run.load.frames)
-        t0 = time.perf_counter()
-        run.outcome.rows = filter_frames(run.load.frames, table, run.domain)
-        timings["filter_s"] = time.perf_counter() - t0
-        if table.filter is not None or borrowed:  # the gathered rows are new buffers
-            budget.charge(run.load.nbytes, "filtering the scan")
+    if table is not None and filter:
+        _filter_frames(run, table)
+
+
+def _filter_frames(run: _Run, read: TableRead) -> None:
+    """Replace ``run.load``'s frames by their rows ``read``'s filter keeps, in
+    ``run.domain`` (:func:`filter_frames`), charged to the budget."""
+    borrowed = any(f.domain is not run.domain for f in run.load.frames)
+    t0 = time.perf_counter()
+    run.outcome.rows = filter_frames(run.load.frames, read, run.domain)
+    run.outcome.timings["filter_s"] = time.perf_counter() - t0
+    if read.filter is not None or borrowed:  # the gathered rows are new buffers
+        run.budget.charge(run.load.nbytes, "filtering the scan")
 
 
 def _entries(

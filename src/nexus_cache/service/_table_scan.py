@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -40,11 +40,12 @@ import pyarrow.parquet as pq
 
 from nexus_cache._lru import BoundedLRU
 from nexus_cache._roots import check_listed
+from nexus_cache._workers import run_tasks
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
 from nexus_cache.frames import DeviceColumn, DeviceFrame
 from nexus_cache.frames.column import storage_dtype
-from nexus_cache.frames.gather import filter_frame
+from nexus_cache.frames.gather import filter_frame, gather_table, gatherable
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
 from nexus_cache.service._lake import (
     OpenedObject,
@@ -57,13 +58,16 @@ from nexus_cache.service.queries import Scan
 from nexus_cache.tables import DataFile, ScanPlan, TableFilter, TableSnapshot
 
 __all__ = [
+    "PARALLEL_ROWS",
     "RowGroupChoice",
     "TableRead",
     "choose_row_groups",
+    "count_table",
     "decode_table_object",
     "filter_frames",
     "is_table_read",
     "plan_table",
+    "scan_table",
 ]
 
 
@@ -382,17 +386,11 @@ def filter_frames(
         empty = pa.schema([schema.field(n) for n in read.output]).empty_table()
         frames.append(DeviceFrame.from_arrow(_plain_fields(empty), domain=domain))
         return FilterCounts(0, 0)
-    from nexus_cache.tables.pruning import residual_filter
-
     output = list(read.output)
     for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
         kept = frame
-        # the predicates on partition columns are decided per file, not per row
-        flt = True if read.filter is None else residual_filter(read.filter, file)
-        if flt is False:  # not for a kept file (pruned by partition); the whole filter then
-            assert read.filter is not None
-            kept = filter_frame(frame, read.filter, output, domain)
-        elif flt is not True:
+        flt = _file_filter(read, file)
+        if flt is not None:
             kept = filter_frame(frame, flt, output, domain)
         elif frame.domain is not domain:  # every row kept, of a borrowed entry: a copy
             with frame.select(output) as selected:
@@ -403,6 +401,97 @@ def filter_frames(
             frames[i] = kept
             frame.release()
     return FilterCounts(before, sum(f.num_rows for f in frames))
+
+
+def _file_filter(read: TableRead, file: DataFile) -> TableFilter | None:
+    """What of ``read``'s filter the rows of ``file`` must pass (None: every row does):
+    the predicates on partition columns are decided per file, not per row."""
+    from nexus_cache.tables.pruning import residual_filter
+
+    flt = True if read.filter is None else residual_filter(read.filter, file)
+    if flt is True:
+        return None
+    if flt is False:  # not for a kept file (pruned by partition); the whole filter then
+        assert read.filter is not None
+        return read.filter
+    return flt
+
+
+#: rows of a host query from which its masks and gathers run on the worker threads
+#: (below it, handing work to a thread costs more than the second core saves)
+PARALLEL_ROWS = 1 << 20
+
+
+def scan_table(
+    frames: Sequence[DeviceFrame], read: TableRead, domain: AllocationDomain
+) -> tuple[pa.Table, FilterCounts] | None:
+    """``read``'s result from ``frames`` built once, as a host table: each frame's mask
+    on the domain's ``xp``, its kept rows counted, then every output column allocated
+    once and each frame's rows gathered straight into its slice
+    (:func:`~nexus_cache.frames.gather.gather_table`; no per-object table, no
+    concatenation, no copy after it). On the host, a query of :data:`PARALLEL_ROWS`
+    rows or more runs its masks and gathers on the shared worker threads. The frames
+    are read, not released. None when the output columns are not all fixed-width or
+    boolean of one type in every frame (:func:`filter_frames` then)."""
+    output = list(read.output)
+    if not gatherable(frames, output):
+        return None
+    xp = domain.xp
+    parallel = _parallel(frames, domain)
+    with domain.scope():
+        rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
+        table = gather_table(frames, rows, output, domain, parallel=parallel)
+    return table, FilterCounts(sum(f.num_rows for f in frames), table.num_rows)
+
+
+def count_table(
+    frames: Sequence[DeviceFrame], read: TableRead, domain: AllocationDomain
+) -> FilterCounts:
+    """The rows of ``frames`` and those ``read``'s filter keeps, from the masks alone:
+    nothing is gathered (a filtered count)."""
+    xp = domain.xp
+    with domain.scope():
+        kept = _per_frame(
+            frames, read, domain, lambda mask: xp.count_nonzero(mask), _parallel(frames, domain)
+        )
+    return FilterCounts(
+        sum(f.num_rows for f in frames),
+        sum(f.num_rows if k is None else int(k) for f, k in zip(frames, kept, strict=True)),
+    )
+
+
+def _parallel(frames: Sequence[DeviceFrame], domain: AllocationDomain) -> bool:
+    return domain.host_memory and sum(f.num_rows for f in frames) >= PARALLEL_ROWS
+
+
+def _per_frame(
+    frames: Sequence[DeviceFrame],
+    read: TableRead,
+    domain: AllocationDomain,
+    use: Callable[[Any], Any],
+    parallel: bool,
+) -> list[Any]:
+    """``use(mask)`` for each frame with rows to filter (None where every row is kept),
+    the frames' masks computed on the worker threads when ``parallel``."""
+    from nexus_cache.tables import filter_mask
+
+    xp = domain.xp
+    out: list[Any] = [None] * len(frames)
+
+    def task(i: int, frame: DeviceFrame, flt: TableFilter) -> Callable[[], None]:
+        def run() -> None:
+            columns = {c.name: c for c in frame.columns if c.name in flt.columns}
+            out[i] = use(filter_mask(flt, columns, frame.num_rows, xp))
+
+        return run
+
+    tasks = []
+    for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
+        flt = _file_filter(read, file)
+        if flt is not None:
+            tasks.append(task(i, frame, flt))
+    run_tasks(tasks, parallel=parallel)
+    return out
 
 
 def _plain_fields(table: pa.Table) -> pa.Table:
