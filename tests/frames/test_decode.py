@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 
 from nexus_cache.backends import HostBackend
 from nexus_cache.errors import BackendUnavailableError, ConfigError, FrameTypeError, LifecycleError
-from nexus_cache.frames import DecodeStats, decode_parquet, read_parquet, read_to_device
+from nexus_cache.frames import (
+    DecodeStats,
+    decode_parquet,
+    read_parquet,
+    read_to_device,
+)
+from nexus_cache.frames.decode import decoded_schema
 from nexus_cache.lakehouse import CacheStatus, LakehouseCache, LakehouseCacheConfig, ReadMode
 
 from ._tables import assert_same_table, tables
@@ -251,3 +257,26 @@ def test_slot_sizes_take_the_size_grammar(tmp_path: Path) -> None:
     source = _write(tmp_path / "t.parquet", _sample(100), row_group_size=50)
     frame = decode_parquet(str(source), domain=_domain(), slot_bytes="64KiB")
     assert frame.num_rows == 100
+
+
+@pytest.mark.parametrize("int96", [False, True])
+@pytest.mark.parametrize(
+    ("columns", "read_dictionary"),
+    [(None, None), (["name", "id", "name"], ["name"]), (["ts", "cat"], None), ([], None)],
+)
+def test_decoded_schema_is_the_schema_arrow_reads(
+    tmp_path: Path, columns: list[str] | None, read_dictionary: list[str] | None, int96: bool
+) -> None:
+    """The schema a decode gives (types, field and schema metadata, dictionary reads,
+    a name given twice read once) is the one Arrow's reader gives, with no row read."""
+    table = _sample(50)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"k": b"v"})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=20, use_deprecated_int96_timestamps=int96)
+    pf = pq.ParquetFile(path, read_dictionary=read_dictionary)
+    expected = pf.read(columns=columns).schema
+    assert decoded_schema(pf, columns).equals(expected, check_metadata=True)
+    frame = decode_parquet(
+        str(path), domain=_domain(), columns=columns, read_dictionary=read_dictionary
+    )
+    assert frame.to_arrow().schema.equals(expected, check_metadata=True)

@@ -114,3 +114,42 @@ def test_a_cold_filtered_read_of_a_remote_object_reads_its_footer_once(
 def _tail_reads(reads: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """The reads that reach the object's end, where its footer is."""
     return [r for r in reads if r[1] == size]
+
+
+def test_a_footer_known_for_the_object_is_not_parsed_again_by_the_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold filtered read of a local object whose footer an earlier query parsed
+    (same proven identity) prunes with that footer and decodes with it: no parse of
+    the object's footer through the lakehouse file."""
+    import os
+    import time
+
+    from nexus_cache.lakehouse import LakehouseFile
+
+    part = tmp_path / "t" / "day=0"
+    part.mkdir(parents=True)
+    table = pa.table({"src": np.arange(ROWS) % 30, "ts": np.arange(ROWS)})
+    pq.write_table(table, part / "part-0.parquet", row_group_size=GROUP)
+    past = time.time() - 60  # old enough for the lakehouse to prove its identity
+    os.utime(part / "part-0.parquet", (past, past))
+    query = Scan(str(tmp_path / "t"), ["src", "ts"], filter=[("ts", "<", 15_000)])
+    with make_service(tmp_path / "a") as service:
+        first = service.execute(query)
+    parses: list[object] = []
+    original = pq.ParquetFile
+
+    class _Spy(original):  # type: ignore[misc, valid-type]
+        def __init__(self, source: Any, *args: Any, **kwargs: Any) -> None:
+            if isinstance(source, LakehouseFile) and kwargs.get("metadata") is None:
+                parses.append(source)
+            super().__init__(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", _Spy)
+    with make_service(tmp_path / "b") as service:  # an empty source cache: a cold decode
+        second = service.execute(query)
+    assert second.diagnostics.source_cache["status"] == "miss-led"
+    assert second.diagnostics.table["entries"][0]["row_groups"] == [0, 1]
+    assert second.table.equals(first.table)
+    assert sorted(second.table["ts"].to_pylist()) == list(range(15_000))
+    assert parses == []

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from nexus_cache._env import read
 from nexus_cache.backends.base import (
@@ -146,6 +147,17 @@ class HostBackend(DeviceBackend):
             self._held[device_id] -= nbytes
 
 
+def _fresh_bytes(size: int) -> np.ndarray:
+    """``size`` writable bytes from Arrow's memory pool, as a NumPy array that owns them
+    (they go back to the pool when the array and every view of it die).
+
+    Not ``np.empty``: a block of this size comes from the C allocator's ``mmap`` (or a
+    heap it trims back after each free), so every page of every new block faulted on
+    its first write, about as long as copying the bytes in. Arrow's pool keeps freed
+    pages mapped for the next block."""
+    return np.frombuffer(pa.allocate_buffer(size), np.uint8)
+
+
 class HostAllocationDomain(AllocationDomain):
     """Tracking allocator for NumPy buffers of one simulated device. Thread-safe.
 
@@ -197,7 +209,7 @@ class HostAllocationDomain(AllocationDomain):
             else:
                 self._backend.take(self.device_id, size)
             self._used += size
-            buf = np.empty(size, np.uint8)
+            buf = _fresh_bytes(size)
             self._live[id(buf)] = (weakref.ref(buf), size)
         fin = weakref.finalize(buf, self._on_free, id(buf), size)
         fin.atexit = False

@@ -59,7 +59,15 @@ def decoded_schema(pf: pq.ParquetFile, columns: Sequence[str] | None) -> pa.Sche
 
 
 def _projected_schema(pf: pq.ParquetFile, wanted: Sequence[str] | None) -> pa.Schema:
-    schema: pa.Schema = pf.read_row_groups([], columns=wanted).schema
+    """The schema Arrow reads ``wanted`` (top-level names, known to the file) of ``pf``
+    with: its reader's schema, projected (a name given twice is read once), not an
+    empty read of the row groups."""
+    full = pf.schema_arrow
+    schema = (
+        full
+        if wanted is None
+        else pa.schema([full.field(n) for n in dict.fromkeys(wanted)], metadata=full.metadata)
+    )
     for f in schema:
         column_kind(f.type, f.name)
     return schema

@@ -355,6 +355,7 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False, filter: bool = T
                 run.ports.lakehouse, read_plan, scan.columns, run.domain, run.outcome.reads
             )
         else:
+            choice = choices.get(id(read_plan))
             frame = decode_table_object(
                 run.ports.lakehouse,
                 read_plan,
@@ -364,6 +365,7 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False, filter: bool = T
                 run.outcome.reads,
                 row_groups=groups,
                 opened=opened.pop(id(read_plan), None),
+                footer=None if choice is None else choice.footer,
             )
         timings["read_decode_s"] = timings.get("read_decode_s", 0.0) + time.perf_counter() - t
         decoded += int(frame.nbytes)

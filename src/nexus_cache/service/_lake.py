@@ -258,6 +258,7 @@ def decode_object(
     *,
     row_groups: Sequence[int] | None = None,
     opened: OpenedObject | None = None,
+    footer: pq.FileMetaData | None = None,
 ) -> DeviceFrame:
     """Read one planned object through the cache and decode it into ``domain``.
 
@@ -265,17 +266,19 @@ def decode_object(
     own Arrow schema (read from its footer) instead of ``columns``.
     ``row_groups``: decode only these (default: all). ``opened``: the object
     already opened by :func:`open_object` (its footer read); it is closed here.
-    The footer is read and parsed once: the decode reuses the parsed one.
+    ``footer``: the object's footer, parsed before (for the same proven identity),
+    used when no ``opened`` is given. The footer is read and parsed once: the decode
+    reuses the parsed one.
     Appends the read's diagnostics to ``diagnostics`` (an ``opened`` object's
     were appended when it was opened). Raises :class:`StalePlanError` when the
     plan no longer holds.
     """
     handle = _execute(cache, read_plan, diagnostics) if opened is None else opened.handle
     with handle, _parquet_errors(read_plan):
-        metadata = None if opened is None else opened.metadata
+        metadata = footer if opened is None else opened.metadata
         if file_columns is not None:
             if opened is None:
-                parquet = pq.ParquetFile(handle)
+                parquet = pq.ParquetFile(handle, metadata=metadata)  # None: parsed here
                 metadata, schema = parquet.metadata, parquet.schema_arrow
             else:
                 schema = opened.schema

@@ -229,10 +229,12 @@ def decode_table_object(
     *,
     row_groups: Sequence[int] | None = None,
     opened: OpenedObject | None = None,
+    footer: pq.FileMetaData | None = None,
 ) -> DeviceFrame:
     """One data file's projected columns as a frame in ``domain`` (see the module doc):
     of ``row_groups`` only when given (none at all: an empty frame of those columns);
-    ``opened``: the file already opened with its footer read (closed here)."""
+    ``opened``: the file already opened with its footer read (closed here); ``footer``:
+    its footer parsed before (:func:`choose_row_groups`), not parsed again."""
     from nexus_cache.tables.pruning import file_column_names
 
     schema = read.snapshot.schema
@@ -252,6 +254,7 @@ def decode_table_object(
         file_columns=pick,
         row_groups=row_groups,
         opened=opened,
+        footer=footer,
     )
     rows = decoded.num_rows
     partition = dict(file.partition)
@@ -320,6 +323,8 @@ class RowGroupChoice:
     opened: OpenedObject | None
     total: int
     kept: tuple[int, ...]
+    #: the object's parsed footer (its decode does not parse it again)
+    footer: pq.FileMetaData | None = None
 
     @property
     def groups(self) -> tuple[int, ...] | None:
@@ -360,7 +365,7 @@ def choose_row_groups(
         if opened is not None:
             opened.close()
         raise
-    return RowGroupChoice(opened, metadata.num_row_groups, kept)
+    return RowGroupChoice(opened, metadata.num_row_groups, kept, metadata)
 
 
 @dataclasses.dataclass(frozen=True)
