@@ -42,6 +42,12 @@ holds the columns in device memory and the mask and the gather run there
 (CuPy); a query's time ends when ``execute`` returns, that is once its
 result is complete and copied to a host Arrow table (the service's result),
 so it includes that copy. The peers run on the CPU as always.
+
+Ours runs as a service configured without ``evidence_dir`` (the default), so
+a result is hashed for its fingerprint only when someone reads it, and the
+benchmark does not. ``--evidence`` gives it an evidence directory: every
+result is then hashed and its sealed evidence written before ``execute``
+returns.
 """
 
 from __future__ import annotations
@@ -189,14 +195,21 @@ class Ours:
     """``QueryService.execute(Scan(...))`` on the host or CUDA backend; ``fresh()`` empties
     its caches."""
 
-    def __init__(self, source: Path, workdir: Path, cap: int, backend: str = "host") -> None:
+    def __init__(
+        self, source: Path, workdir: Path, cap: int, backend: str = "host", evidence: bool = False
+    ) -> None:
         from nexus_cache.lakehouse import LakehouseCacheConfig
         from nexus_cache.service import ServiceConfig
 
         lake = LakehouseCacheConfig(
             root=workdir / "lake", policy="fill_before_read", max_bytes=4 * cap + GIB
         )
-        self.config = ServiceConfig(backend=backend, cache_cap_bytes=cap, lakehouse=lake)
+        self.config = ServiceConfig(
+            backend=backend,
+            cache_cap_bytes=cap,
+            lakehouse=lake,
+            evidence_dir=workdir / "evidence" if evidence else None,
+        )
         self.source = str(source)
         self.service: Any = None
         self.last: Any = None
@@ -312,7 +325,7 @@ def bench(
     runners, skipped = peers(kind, source)
     for line in skipped:
         print(f"SKIP [{kind}] {line}")
-    ours = Ours(source, workdir, cap, args.backend)
+    ours = Ours(source, workdir, cap, args.backend, args.evidence)
     names = ["ours", *runners]
     cold: dict[str, list[float]] = {n: [] for n in names}
     warm: dict[str, list[float]] = {n: [] for n in names}
@@ -436,6 +449,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("host", "cuda"),
         default="host",
         help="ours on the host (NumPy) or on the GPU (CuPy); the peers run on the CPU",
+    )
+    p.add_argument(
+        "--evidence",
+        action="store_true",
+        help="ours writes sealed evidence (evidence_dir set), so every result is hashed "
+        "before execute returns; by default it writes none, as a service without "
+        "evidence_dir does",
     )
     args = p.parse_args(argv)
     args.decoded_gib = args.decoded_gib or (0.002 if args.quick else 0.5)

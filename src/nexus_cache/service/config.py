@@ -164,7 +164,9 @@ class ServiceConfig:
 
     ``devices=None`` serves every device of the backend, each with
     ``cache_cap_bytes`` (``None``: :data:`DEFAULT_CACHE_CAP_FRACTION` of its
-    managed capacity). ``evidence_dir=None`` keeps evidence in memory only.
+    managed capacity). ``evidence_dir=None`` seals evidence in memory only (its
+    digests are in each result's attempts); the result fingerprint is then left
+    out of it and computed when first read.
     """
 
     backend: str = "auto"

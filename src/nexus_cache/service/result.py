@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,12 @@ class Diagnostics:
     rows : int
         The result's row count.
     result_fingerprint : str
-        :func:`table_fingerprint` of the result.
+        :func:`table_fingerprint` of the result. Where the service writes no
+        evidence (no ``evidence_dir``) it is computed when first read (then
+        kept), so a query whose fingerprint nobody reads does not hash its
+        result; until then the diagnostics hold a reference to the result
+        table. Where the service writes evidence, the evidence records it and
+        it is computed before ``execute`` returns.
     algorithm : dict, optional
         A graph query's run facts.
     table : dict or None, optional
@@ -133,6 +139,59 @@ class Diagnostics:
         out = dataclasses.asdict(self)
         out["attempts"] = [a.to_dict() for a in self.attempts]
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled copy carries the digest, not the result table it is computed from
+        state = dict(self.__dict__)
+        state[_FINGERPRINT] = self.result_fingerprint
+        return state
+
+
+_FINGERPRINT = "_result_fingerprint"
+
+
+class _Deferred:
+    """The fingerprint of a result, computed once, when first asked for; it drops
+    the table once it has the digest. Thread-safe."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table: pa.Table | None = table
+        self._digest = ""
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            if self._table is not None:
+                from nexus_cache.service.fingerprint import table_fingerprint
+
+                self._digest = table_fingerprint(self._table)
+                self._table = None
+            return self._digest
+
+
+def _get_fingerprint(self: Diagnostics) -> str:
+    value = self.__dict__[_FINGERPRINT]
+    if isinstance(value, _Deferred):
+        value = value()
+        self.__dict__[_FINGERPRINT] = value
+    return str(value)
+
+
+def _set_fingerprint(self: Diagnostics, value: str) -> None:
+    # the dataclass's __init__ stores the field through this (object.__setattr__)
+    self.__dict__[_FINGERPRINT] = value
+
+
+# The field stays a plain ``str`` field of the dataclass (its __init__, fields(),
+# asdict(), eq and repr); a property behind it lets the service hand it over
+# deferred. Set after the decorator, which must not see a class attribute there.
+setattr(Diagnostics, "result_fingerprint", property(_get_fingerprint, _set_fingerprint))  # noqa: B010
+
+
+def defer_fingerprint(diagnostics: Diagnostics, table: pa.Table) -> None:
+    """Make ``diagnostics.result_fingerprint`` the fingerprint of ``table``, computed
+    when first read (the service's, where it writes no evidence)."""
+    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(table))
 
 
 @dataclasses.dataclass(frozen=True)

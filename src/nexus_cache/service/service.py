@@ -74,7 +74,7 @@ from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter
 from nexus_cache.service.fingerprint import table_fingerprint
 from nexus_cache.service.queries import Query, as_query
-from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
+from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult, defer_fingerprint
 from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 
 __all__ = ["QueryService", "is_query_id"]
@@ -416,10 +416,12 @@ class QueryService:
             graph_cache=statuses["graph_cache"],
             timings=dict(timings),
             rows=table.num_rows,
-            result_fingerprint=digest,
+            result_fingerprint=digest or "",
             algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
             table=statuses["table"],
         )
+        if digest is None:
+            defer_fingerprint(diagnostics, table)
         return QueryResult(table, diagnostics)
 
     def _run(
@@ -470,10 +472,14 @@ class QueryService:
         kind: str,
         error: BaseException | None,
         table: pa.Table | None = None,
-    ) -> str:
+    ) -> str | None:
         """Seal the attempt's evidence and add its record to ``run``; returns the
-        result fingerprint (or '')."""
-        fingerprint = table_fingerprint(table) if table is not None else ""
+        result fingerprint ('' without a result; None where the service writes no
+        evidence: nothing records it, so it is computed when first read)."""
+        fingerprint: str | None = ""
+        if table is not None:
+            written = self._evidence.directory is not None
+            fingerprint = table_fingerprint(table) if written else None
         ledger = self._caches.ledger(attempt.device_id).snapshot()
         message = None if error is None else f"{type(error).__name__}: {error}"
         doc = {
