@@ -155,7 +155,9 @@ def test_plain_flight_client_gets_the_result_and_its_diagnostics(
         diagnostics = json.loads(table.schema.metadata[b"nexus.diagnostics"])
         assert diagnostics["rows"] == expected.num_rows
         assert diagnostics["attempts"][0]["outcome"] == "ok"
-        assert len(diagnostics["result_fingerprint"]) == 64
+        # this server writes no evidence: nothing recorded the fingerprint, so it is
+        # left to the reader (the Python client computes it from these rows)
+        assert diagnostics["result_fingerprint"] is None
         info = client.get_flight_info(
             flight.FlightDescriptor.for_command(json.dumps(query).encode())
         )
@@ -543,3 +545,30 @@ def test_a_taken_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert cli.returncode == 2
     assert f"nexus-cache: error: cannot listen on grpc://127.0.0.1:{port}" in cli.stderr
     assert "Traceback" not in cli.stderr
+
+
+def test_the_fingerprint_travels_where_evidence_records_it_and_is_computed_where_not(
+    served: tuple[Server, dict[str, str]], lake: Path, tmp_path: Path
+) -> None:
+    """Without evidence the server sends no fingerprint and the client computes it
+    from the rows it received; a server writing evidence sends the one it sealed."""
+    from nexus_cache.service import Scan, table_fingerprint
+
+    query = Scan(str(lake / "facts.parquet"), columns=("order_id", "amount"))
+    server, _ = served
+    with Client(server.url) as client:
+        result = client.execute(query)
+    assert result.diagnostics.result_fingerprint == table_fingerprint(result.table)
+    evidence = tmp_path / "evidence"
+    recording = start_server(server_env(tmp_path, NEXUS_SERVICE_EVIDENCE_DIR=str(evidence)))
+    try:
+        plain = flight.connect(recording.url)
+        try:
+            table = plain.do_get(_ticket(query.to_dict())).read_all()
+        finally:
+            plain.close()
+    finally:
+        close_all([recording])
+    sent = json.loads(table.schema.metadata[b"nexus.diagnostics"])["result_fingerprint"]
+    (doc,) = [json.loads(p.read_text()) for p in evidence.glob("attempt-*.json")]
+    assert sent == doc["result"]["fingerprint"] == table_fingerprint(result.table)

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
 
 from nexus_cache.client._calls import Cancellable, interruptible
@@ -40,7 +41,7 @@ from nexus_cache.errors import ConfigError
 from nexus_cache.server.auth import bearer_header
 from nexus_cache.server.wire import QUERY_ID_HEADER, encode_ticket, split_diagnostics
 from nexus_cache.service.queries import Query, as_query
-from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult
+from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult, defer_fingerprint
 
 __all__ = ["Client"]
 
@@ -51,10 +52,18 @@ _SCHEMES = ("grpc://", "grpc+tcp://", "grpc+tls://")
 _CANCEL_TIMEOUT_S = 2.0
 
 
-def _diagnostics(document: Mapping[str, Any]) -> Diagnostics:
+def _diagnostics(document: Mapping[str, Any], table: pa.Table) -> Diagnostics:
     fields = dict(document)
     fields["attempts"] = tuple(AttemptRecord(**a) for a in fields["attempts"])
-    return Diagnostics(**fields)
+    # a server that writes no evidence leaves the fingerprint to whoever reads it:
+    # the same function of the table, computed here from the rows received
+    deferred = fields.get("result_fingerprint") is None
+    if deferred:
+        fields["result_fingerprint"] = ""
+    diagnostics = Diagnostics(**fields)
+    if deferred:
+        defer_fingerprint(diagnostics, table)
+    return diagnostics
 
 
 class Client:
@@ -162,7 +171,7 @@ class Client:
         with self._errors():
             table = interruptible(read, lambda: self._cancel(call_id))
         table, document = split_diagnostics(table)
-        return QueryResult(table, _diagnostics(document))
+        return QueryResult(table, _diagnostics(document, table))
 
     def plan(self, query: Query | Mapping[str, Any] | str) -> dict[str, Any]:
         """The server's plan of ``query`` (``get_flight_info``): objects, planned

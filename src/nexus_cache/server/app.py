@@ -277,7 +277,9 @@ class QueryFlightServer(flight.FlightServerBase):
             with self._watcher.watching(context, running.cancel):
                 result = self._execute(query, device, start, running)
             with _answering("do_get"):
-                diagnostics = result.diagnostics.to_dict()
+                # where nothing recorded the fingerprint yet, the client computes
+                # it from the rows it receives, only if it is read
+                diagnostics = result.diagnostics.to_dict(fingerprint=False)
                 schema = attach_diagnostics(result.table, diagnostics)
         except BaseException:
             self._leave(running)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 from typing import Any
@@ -135,8 +136,19 @@ class Diagnostics:
     algorithm: dict[str, Any] = dataclasses.field(default_factory=dict)
     table: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+    def to_dict(self, *, fingerprint: bool = True) -> dict[str, Any]:
+        """The diagnostics as plain data. ``fingerprint=False``: a result fingerprint
+        not computed yet is given as None rather than computed here (the server
+        sends it so; its client computes it from the table it received)."""
+        if fingerprint or not isinstance(self.__dict__[_FINGERPRINT], _Deferred):
+            out = dataclasses.asdict(self)
+        else:
+            out = {
+                f.name: copy.deepcopy(getattr(self, f.name))
+                for f in dataclasses.fields(self)
+                if f.name != "result_fingerprint"
+            }
+            out["result_fingerprint"] = None
         out["attempts"] = [a.to_dict() for a in self.attempts]
         return out
 
@@ -190,7 +202,8 @@ setattr(Diagnostics, "result_fingerprint", property(_get_fingerprint, _set_finge
 
 def defer_fingerprint(diagnostics: Diagnostics, table: pa.Table) -> None:
     """Make ``diagnostics.result_fingerprint`` the fingerprint of ``table``, computed
-    when first read (the service's, where it writes no evidence)."""
+    when first read (the service's, where it writes no evidence; a client's, for
+    the table it received where the server sent none)."""
     object.__setattr__(diagnostics, "result_fingerprint", _Deferred(table))
 
 
