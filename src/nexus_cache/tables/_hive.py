@@ -16,13 +16,17 @@ is the first object's, with the partition columns after its own.
 
 from __future__ import annotations
 
+import functools
 import os
+import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache.errors import ConfigError, SourceFormatError
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
@@ -31,6 +35,21 @@ __all__ = ["hidden_path", "resolve_hive"]
 #: the partition value Hive writes for a null
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+
+#: one object's ``key=value`` directory segments, in path order
+_Pairs = tuple[tuple[str, str | None], ...]
+#: a partition schema as its typing needs it: each column's name, and whether it is
+#: an integer column (:func:`_partition_shape`)
+_Shape = tuple[tuple[str, bool], ...]
+
+#: a local object's seconds since its last change from which its schema is kept: a
+#: write within the same tick of the filesystem's clock leaves size, mtime and inode
+#: as they were, so only a file older than that is known by them
+_SETTLED_S = 1.0
+#: the schemas of local first objects by ``(path, device, inode, size, mtime_ns)``:
+#: a repeated query of a table does not read its first object's footer again while
+#: that stat says it is the file read before
+_SCHEMAS: BoundedLRU[tuple[str, int, int, int, int], pa.Schema] = BoundedLRU(256)
 
 
 def hidden_path(relative: str) -> bool:
@@ -135,7 +154,7 @@ def resolve_hive(
         entries = [(base, int(info.get("size") or 0), _etag(info))]
     if not entries:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
-    segments = [_segments(name[len(base) :]) if is_dir else [] for name, _, _ in entries]
+    segments = [_segments(name[len(base) :]) if is_dir else () for name, _, _ in entries]
     partition_fields, schema = _table_schema(source, entries[0][0], fs, _partition_types(segments))
     return TableSnapshot(
         kind="hive" if partition_fields else "parquet",
@@ -148,9 +167,16 @@ def resolve_hive(
     )
 
 
-def _partition_types(segments: list[list[tuple[str, str | None]]]) -> dict[str, pa.DataType]:
+def _partition_types(segments: Sequence[_Pairs]) -> dict[str, pa.DataType]:
     """Each partition key (in order of first appearance) and its type, inferred from
     the ``key=value`` segments of every object's path."""
+    return dict(_types_of(tuple(segments)))
+
+
+@functools.lru_cache(maxsize=64)
+def _types_of(segments: tuple[_Pairs, ...]) -> tuple[tuple[str, pa.DataType], ...]:
+    """:func:`_partition_types`, remembered: a pure function of the names, which a
+    repeated listing of the same table gives again."""
     keys: dict[str, list[str | None]] = {}
     for pairs in segments:
         for key, _ in pairs:
@@ -159,7 +185,7 @@ def _partition_types(segments: list[list[tuple[str, str | None]]]) -> dict[str, 
         values = dict(pairs)
         for key, found in keys.items():
             found.append(values.get(key))
-    return {key: _infer(values) for key, values in keys.items()}
+    return tuple((key, _infer(values)) for key, values in keys.items())
 
 
 def _table_schema(
@@ -180,18 +206,14 @@ def _table_schema(
 
 def _data_files(
     entries: list[tuple[str, int, str | None]],
-    segments: list[list[tuple[str, str | None]]],
+    segments: list[_Pairs],
     partition_fields: list[pa.Field],
     fs: Any,
 ) -> tuple[DataFile, ...]:
-    typed: dict[tuple[tuple[str, str | None], ...], tuple[tuple[str, Any], ...]] = {}
+    shape = _partition_shape(partition_fields)
     files = []
     for (name, size, etag), pairs in zip(entries, segments, strict=True):
-        segment_key = tuple(pairs)
-        partition = typed.get(segment_key)
-        if partition is None:  # typed once per distinct partition directory
-            partition = _typed_partition(pairs, partition_fields)
-            typed[segment_key] = partition
+        partition = _typed_partition(pairs, shape)
         files.append(
             DataFile(
                 path=name if fs is None else fs.unstrip_protocol(name),
@@ -203,11 +225,18 @@ def _data_files(
     return tuple(files)
 
 
-def _typed_partition(
-    pairs: list[tuple[str, str | None]], partition_fields: list[pa.Field]
-) -> tuple[tuple[str, Any], ...]:
+def _partition_shape(partition_fields: Sequence[pa.Field]) -> _Shape:
+    """What typing a partition's values needs of the partition columns."""
+    return tuple((f.name, pa.types.is_integer(f.type)) for f in partition_fields)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _typed_partition(pairs: _Pairs, shape: _Shape) -> tuple[tuple[str, Any], ...]:
+    """The values of one object's segments typed as the partition columns say (a
+    column the path lacks: None); remembered, as a repeated listing names the same
+    directories again."""
     values = dict(pairs)
-    return tuple((f.name, _typed(values.get(f.name), f.type)) for f in partition_fields)
+    return tuple((name, _typed(values.get(name), integer)) for name, integer in shape)
 
 
 def _etag(info: dict[str, Any]) -> str | None:
@@ -217,22 +246,34 @@ def _etag(info: dict[str, Any]) -> str | None:
 
 
 def _read_schema(name: str, fs: Any) -> pa.Schema:
-    if fs is None:
-        return pq.read_schema(name)
-    with fs.open(name, "rb") as handle:
-        return pq.read_schema(handle)
+    """The schema of object ``name``; a local file's read again only when its stat
+    differs from the one it was read with (or it changed within :data:`_SETTLED_S`
+    before it was read)."""
+    if fs is not None:
+        with fs.open(name, "rb") as handle:
+            return pq.read_schema(handle)
+    st = os.stat(name)
+    key = (name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _SCHEMAS.get(key)
+    if found is not None:
+        return found
+    schema = pq.read_schema(name)
+    if time.time() - st.st_mtime_ns / 1e9 >= _SETTLED_S:
+        _SCHEMAS.put(key, schema)
+    return schema
 
 
-def _segments(relative: str) -> list[tuple[str, str | None]]:
+def _segments(relative: str) -> _Pairs:
     """The ``key=value`` directory segments of a relative object path."""
     out = []
     for part in relative.strip("/").split("/")[:-1]:
         found = _segment(part)
         if found is not None:
             out.append(found)
-    return out
+    return tuple(out)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _segment(name: str) -> tuple[str, str | None] | None:
     """``(key, value)`` of a ``key=value`` directory name (None: not one)."""
     key, sep, value = name.partition("=")
@@ -254,7 +295,7 @@ def _infer(values: list[str | None]) -> pa.DataType:
     return pa.string()
 
 
-def _typed(value: str | None, arrow_type: pa.DataType) -> Any:
+def _typed(value: str | None, integer: bool) -> Any:
     if value is None:
         return None
-    return int(value) if pa.types.is_integer(arrow_type) else value
+    return int(value) if integer else value

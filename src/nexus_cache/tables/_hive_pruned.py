@@ -20,6 +20,7 @@ further partition directories.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -28,6 +29,8 @@ import pyarrow as pa
 from nexus_cache.tables._hive import (
     _data_files,
     _is_int32,
+    _Pairs,
+    _partition_shape,
     _partition_types,
     _scan_dir,
     _segment,
@@ -39,7 +42,6 @@ from nexus_cache.tables.snapshot import TableSnapshot
 
 __all__ = ["resolve_pruned"]
 
-_Pairs = list[tuple[str, str | None]]
 _Leaf = tuple[str, _Pairs]  # a path (a directory's ends with '/') and its segments
 
 
@@ -79,15 +81,21 @@ class _Tree:
 
 def _with(pairs: _Pairs, name: str) -> _Pairs:
     found = _segment(name)
-    return pairs if found is None else [*pairs, found]
+    return pairs if found is None else (*pairs, found)
 
 
-def _evidence(segments: list[_Pairs]) -> list[tuple[str, pa.DataType, bool]]:
+def _evidence(segments: list[_Pairs]) -> tuple[tuple[str, pa.DataType, bool], ...]:
     """Each key (in order of first appearance), its type, and whether it has a value
     that is not null."""
+    return _evidence_of(tuple(segments))
+
+
+@functools.lru_cache(maxsize=64)
+def _evidence_of(segments: tuple[_Pairs, ...]) -> tuple[tuple[str, pa.DataType, bool], ...]:
+    """:func:`_evidence`, remembered: a pure function of the names."""
     types = _partition_types(segments)
     present = {k for pairs in segments for k, v in pairs if v is not None}
-    return [(k, t, k in present) for k, t in types.items()]
+    return tuple((k, t, k in present) for k, t in types.items())
 
 
 def _exact_leaves(
@@ -139,7 +147,7 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     if first is None or first[1] == 0:
         return None  # no object (the full listing says so), or objects in the top directory
     upper: list[tuple[os.DirEntry[str], _Pairs]] = []  # objects above the leaves
-    frontier: list[tuple[str, _Pairs]] = [(base, [])]
+    frontier: list[tuple[str, _Pairs]] = [(base, ())]
     for _ in range(first[1]):
         below: list[tuple[str, _Pairs]] = []
         for directory, pairs in frontier:
@@ -157,11 +165,12 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     if flt is None:
         return None
     possible = partition_test(flt)
+    shape = _partition_shape(fields)
     entries: list[tuple[str, int, str | None]] = []
     segments: list[_Pairs] = []
     skipped = 0
     for directory, pairs in leaves:
-        if not possible(_typed_partition(pairs, fields)):
+        if not possible(_typed_partition(pairs, shape)):
             skipped += 1
             continue
         files, dirs = tree.scan(directory[:-1])

@@ -11,6 +11,7 @@ Pure functions; thread-safe.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -157,18 +158,20 @@ def _decide(p: Predicate, value: Any) -> bool | None:
     if value is None:
         return False
     try:
-        return bool(
-            {
-                "=": value == p.value,
-                "!=": value != p.value,
-                "<": value < p.value,
-                "<=": value <= p.value,
-                ">": value > p.value,
-                ">=": value >= p.value,
-            }[p.op]
-        )
+        return bool(_COMPARE[p.op](value, p.value))
     except TypeError:
         return None
+
+
+#: each comparison operator of a canonical predicate (never ``==``)
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
@@ -265,15 +268,27 @@ def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], 
     partition column is decided exactly; one on another column proves nothing).
     The one decision of file pruning and of a Hive listing that skips
     directories; memoised by the values (unless one is unhashable)."""
-    cols = _columns(flt)
+    canonical = _columns(flt).canonical
+    clauses = [tuple((p.column, p) for p in clause) for clause in flt.clauses]
     seen: dict[Any, bool] = {}
 
     def decide(partition: tuple[tuple[str, Any], ...]) -> bool:
-        known = _partition_ranges(partition, cols)
-        return not known or any(
-            all(_exact(p, known[p.column].low) for p in clause if p.column in known)
-            for clause in flt.clauses
-        )
+        known: dict[str, Any] = {}  # the filter's columns among the values, canonical
+        for name, value in partition:
+            convert = canonical.get(name)
+            if convert is not None:
+                typed = convert(value)
+                if typed is not None or value is None:
+                    known[name] = typed
+        if not known:
+            return True
+        for clause in clauses:
+            for column, p in clause:
+                if column in known and _decide(p, known[column]) is False:
+                    break
+            else:
+                return True
+        return False
 
     def possible(partition: tuple[tuple[str, Any], ...]) -> bool:
         try:
