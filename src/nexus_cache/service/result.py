@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["AttemptRecord", "Diagnostics", "QueryResult", "tables_match"]
+__all__ = ["AttemptRecord", "Diagnostics", "QueryResult", "defer_fingerprint", "tables_match"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +202,30 @@ setattr(Diagnostics, "result_fingerprint", property(_get_fingerprint, _set_finge
 
 def defer_fingerprint(diagnostics: Diagnostics, table: pa.Table) -> None:
     """Make ``diagnostics.result_fingerprint`` the fingerprint of ``table``, computed
-    when first read (the service's, where it writes no evidence; a client's, for
-    the table it received where the server sent none)."""
+    when first read and then kept (the service's, where it writes no evidence; a
+    client's, for the table it received where the server sent none).
+
+    Until it is read, ``diagnostics`` holds ``table``; after, only the digest.
+    Thread-safe: concurrent first reads compute it once.
+
+    Parameters
+    ----------
+    diagnostics : Diagnostics
+        The diagnostics whose fingerprint to defer.
+    table : pyarrow.Table
+        The result the fingerprint is of.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from nexus_cache.service import table_fingerprint
+    >>> from nexus_cache.service.result import Diagnostics, defer_fingerprint
+    >>> table = pa.table({"x": [1, 2, 3]})
+    >>> d = Diagnostics("q", {}, 0, (), {}, {}, {}, {}, 3, "")
+    >>> defer_fingerprint(d, table)
+    >>> d.result_fingerprint == table_fingerprint(table)
+    True
+    """
     object.__setattr__(diagnostics, "result_fingerprint", _Deferred(table))
 
 
