@@ -4,7 +4,9 @@
 One run measures, beside ``QueryService.execute`` in this process:
 
 * **latency** of a warm one-row query seen by a client (p50, p99);
-  target: p50 at most 1 ms above in-process;
+  target: p50 at most 1 ms above in-process. The floor beside it: a bare
+  ``pyarrow.flight`` round trip of a one-row table (another process, no
+  service), timed in the same loop;
 * **streaming throughput** of a warm scan of ``--scan-gib`` GiB (default 1):
   end to end for both, and the stream alone (a plain Flight reader, from the
   first batch, which arrives once the query has executed, to the last);
@@ -47,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.flight as flight
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -183,7 +186,6 @@ def peer_tables(env: dict[str, str], paths: list[Path], repeats: int) -> list[fl
     """Per Arrow IPC file, the seconds a bare pyarrow.flight server (another process,
     no service) takes to stream its table to a client (median of ``repeats``):
     the transport's floor for a result of those bytes."""
-    import pyarrow.flight as flight
 
     process = subprocess.Popen(
         [sys.executable, "-c", _PEER_FILES],
@@ -234,7 +236,6 @@ def server_split(lines: list[str], query_ids: list[str]) -> tuple[float, float]:
 def stream_only(url: str, query: dict[str, Any], repeats: int) -> tuple[float, int]:
     """``(seconds, bytes)`` of the stream alone, best of ``repeats``: from the first
     batch's arrival (the query has executed by then) to the last's."""
-    import pyarrow.flight as flight
 
     client = flight.connect(url)
     best = (float("inf"), 0)
@@ -257,10 +258,10 @@ def stream_only(url: str, query: dict[str, Any], repeats: int) -> tuple[float, i
     return best
 
 
-def peer_stream(env: dict[str, str], rows: int, repeats: int) -> float:
-    """Seconds a bare pyarrow.flight server (another process, the same table
-    bytes, no service) takes to stream the table to a client: the ceiling."""
-    import pyarrow.flight as flight
+@contextlib.contextmanager
+def _peer(env: dict[str, str], rows: int) -> Iterator[Any]:
+    """A Flight client of a bare pyarrow.flight server (another process, no service)
+    whose every ``do_get`` streams a table of ``rows`` rows of 4 int64 columns."""
 
     process = subprocess.Popen(
         [sys.executable, "-c", _PEER_SERVER, str(rows)],
@@ -272,15 +273,25 @@ def peer_stream(env: dict[str, str], rows: int, repeats: int) -> float:
     try:
         assert process.stdout is not None
         client = flight.connect(f"grpc://127.0.0.1:{process.stdout.readline().strip()}")
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        process.communicate("", timeout=60)
+
+
+def peer_stream(env: dict[str, str], rows: int, repeats: int) -> float:
+    """Seconds a bare pyarrow.flight server (another process, the same table
+    bytes, no service) takes to stream the table to a client: the ceiling."""
+
+    with _peer(env, rows) as client:
         times = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
             client.do_get(flight.Ticket(b"all")).read_all()
             times.append(time.perf_counter() - t0)
-        client.close()
         return min(times[1:])
-    finally:
-        process.communicate("", timeout=60)
 
 
 # -- measurements ------------------------------------------------------------------------------
@@ -465,14 +476,18 @@ def main(argv: list[str] | None = None) -> int:
             _environment(env),
             QueryService(ServiceConfig.from_env()) as service,
             Client(server.url) as client,
+            _peer(env, 1) as bare,
         ):
             sides = {"local": service.execute, "remote": client.execute}
-            lat: dict[str, list[float]] = {"local": [], "remote": []}
+            # the floor: a bare pyarrow.flight round trip of a one-row table
+            ticket = flight.Ticket(b"one")
+            timed = {**sides, "bare": lambda _query: bare.do_get(ticket).read_all()}
+            lat: dict[str, list[float]] = {side: [] for side in timed}
             block = max(1, args.repeats // 10)
-            for run in sides.values():
+            for run in timed.values():
                 latency(lambda run=run: run(one), 0)  # warm-up
             for _ in range(10):
-                for side, run in sides.items():
+                for side, run in timed.items():
                     lat[side] += latency(lambda run=run: run(one), block)
             local_lat, remote_lat = lat["local"], lat["remote"]
             statuses = {}
@@ -495,10 +510,16 @@ def main(argv: list[str] | None = None) -> int:
         p50_r, p99_r = _percentile(remote_lat, 0.5) * 1e3, _percentile(remote_lat, 0.99) * 1e3
         print(f"one-row warm query, in-process: p50 {p50_l:.3f} ms, p99 {p99_l:.3f} ms")
         print(f"one-row warm query, server:     p50 {p50_r:.3f} ms, p99 {p99_r:.3f} ms")
+        p50_b = _percentile(lat["bare"], 0.5) * 1e3
         extra = p50_r - p50_l
         print(
             f"RATIO one-row p50 above in-process: {extra:.3f} ms "
             f"(target <= {TARGET_P50_EXTRA_MS} ms: {'met' if extra <= TARGET_P50_EXTRA_MS else 'MISSED'})"
+        )
+        print(
+            f"floor: a bare pyarrow.flight round trip of a one-row table, p50 {p50_b:.3f} ms; "
+            f"the server's fixed cost above it (p50 above in-process, less the floor): "
+            f"{extra - p50_b:.3f} ms"
         )
         t_local, t_remote = min(local_stream), min(remote_stream)
         gbps_local, gbps_remote = big_bytes / t_local / 1e9, big_bytes / t_remote / 1e9

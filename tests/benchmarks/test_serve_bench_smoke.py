@@ -29,6 +29,8 @@ def test_tiny_host_run_prints_every_figure(
         r"one-row warm query, in-process: p50 [\d.]+ ms, p99 [\d.]+ ms",
         r"one-row warm query, server: +p50 [\d.]+ ms, p99 [\d.]+ ms",
         r"RATIO one-row p50 above in-process: -?[\d.]+ ms",
+        r"floor: a bare pyarrow.flight round trip of a one-row table, p50 [\d.]+ ms; "
+        r"the server's fixed cost above it .*: -?[\d.]+ ms",
         r"warm scan of [\d.]+ GiB \(source cache hit / hit\): in-process [\d.]+ s",
         r"RATIO streaming of the result over loopback \(first batch to last\): [\d.]+ s",
         r"ceiling: a bare pyarrow.flight server streams the same bytes in [\d.]+ s",

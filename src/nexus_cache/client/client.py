@@ -10,8 +10,9 @@ the URL and saying why (not running, no TLS, an untrusted certificate, shutting
 down), a refused token :class:`ServerAuthError`, a call past its ``timeout``
 :class:`ServerTimeoutError`.
 
-Ctrl-C (``KeyboardInterrupt``) during a call is raised at once: the call runs
-in a thread of its own (:mod:`nexus_cache.client._calls`). ``execute`` names
+Ctrl-C (``KeyboardInterrupt``) during a call is raised at once: a call made
+from the main thread runs in a worker thread, kept from one call to the next
+(:mod:`nexus_cache.client._calls`). ``execute`` names
 each call with a random id (the header ``x-nexus-query-id``); interrupted, it
 cancels a result already streaming and asks the server, on a connection of
 its own, to cancel that query (the ``cancel`` action), so a process that goes

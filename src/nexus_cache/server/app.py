@@ -516,17 +516,22 @@ class _CallWatcher:
     """Sets a call's cancel event when its client cancels or goes away: one thread
     looks at every watched call every :data:`WATCH_INTERVAL_S`.
 
-    One thread for all calls, started with the first and ended when none is
-    left, so a query pays two lock acquisitions for its watch rather than a
-    thread of its own. A call's context is only looked at under the lock, and
-    :meth:`watching` takes it off under the lock before the handler returns:
-    never after gRPC has freed the call. Thread-safe.
+    One thread for all calls, started with the first and kept for the server's
+    life: while no call is watched it sleeps until one is (no look every
+    interval, and no thread started by a query that comes after a pause), so a
+    query pays two lock acquisitions for its watch, and a wake-up of the
+    thread only when it follows a pause. A call's context is only looked at
+    under the lock, and :meth:`watching` takes it off under the lock before the
+    handler returns: never after gRPC has freed the call. Thread-safe.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._calls: dict[object, tuple[Any, threading.Event]] = {}
         self._thread: threading.Thread | None = None
+        # the thread sleeps until a call is watched (rather than for an interval)
+        self._asleep = False
 
     @contextlib.contextmanager
     def watching(self, context: Any, cancel: threading.Event) -> Iterator[None]:
@@ -539,6 +544,9 @@ class _CallWatcher:
                     target=self._watch, name="nexus-cancel-watch", daemon=True
                 )
                 self._thread.start()
+            elif self._asleep:
+                self._asleep = False
+                self._wake.notify()
         try:
             yield
         finally:
@@ -546,12 +554,14 @@ class _CallWatcher:
                 del self._calls[key]
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(WATCH_INTERVAL_S)
-            with self._lock:
-                if not self._calls:
-                    self._thread = None  # the next call starts another
-                    return
+        with self._lock:
+            while True:
+                if self._calls:
+                    self._wake.wait(WATCH_INTERVAL_S)
+                else:
+                    self._asleep = True
+                    while self._asleep:
+                        self._wake.wait()
                 for context, cancel in self._calls.values():
                     if not cancel.is_set() and context.is_cancelled():
                         cancel.set()

@@ -1,0 +1,153 @@
+"""What a warm query costs in threads: the client's calls and the server's cancel
+watch start no thread per query, and still do what they are there for (Ctrl-C
+abandons a call at once, a client that went away cancels its query). A real
+server process on loopback; new threads are seen through ``threading.settrace``,
+which every thread started by ``threading`` installs as it begins."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from nexus_cache.client import Client
+from nexus_cache.client._calls import Cancellable, interruptible
+from nexus_cache.server.app import WATCH_INTERVAL_S, _CallWatcher
+from nexus_cache.service.datagen import fact_table, write_parquet
+
+from ._helpers import Server, close_all, server_env, start_server
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    root = tmp_path_factory.mktemp("threads")
+    write_parquet(fact_table(1000), root / "facts.parquet")
+    past = time.time() - 60  # older than local_min_age_s: the identity is provable
+    os.utime(root / "facts.parquet", (past, past))
+    server = start_server(server_env(root))
+    try:
+        yield server, root / "facts.parquet"
+    finally:
+        close_all([server])
+
+
+class _Started:
+    """The names of the threads started (through ``threading``) while in the block."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __enter__(self) -> list[str]:
+        def seen(*_: object) -> None:
+            self.names.append(threading.current_thread().name)
+            sys.settrace(None)  # once per thread: not for each call it makes
+
+        threading.settrace(seen)  # type: ignore[arg-type]
+        return self.names
+
+    def __exit__(self, *_: object) -> None:
+        threading.settrace(None)  # type: ignore[arg-type]
+
+
+def test_warm_client_calls_start_no_thread_of_their_own(served: tuple[Server, Path]) -> None:
+    server, facts = served
+    query = {"type": "count", "source": str(facts)}
+    with Client(server.url) as client:
+        assert client.execute(query).table.num_rows == 1  # cold, and the worker's start
+        rows: list[int] = []
+
+        def from_another_thread() -> None:
+            for _ in range(5):
+                rows.append(client.execute(query).table.num_rows)
+            rows.append(len(client.reports()))
+
+        with _Started() as started:
+            for _ in range(10):
+                assert client.execute(query).table.num_rows == 1  # the main thread
+            assert client.health()["status"] == "ready"
+            other = threading.Thread(target=from_another_thread, name="test-caller")
+            other.start()
+            other.join(60)
+        assert rows == [1, 1, 1, 1, 1, 1]
+    # the test's own thread only: the main thread's calls reuse one worker, and
+    # another thread's calls run in that thread
+    assert started == ["test-caller"]
+
+
+def test_ctrl_c_abandons_a_main_thread_call_and_the_next_call_is_not_held_up() -> None:
+    entered, release = threading.Event(), threading.Event()
+    abandoned: list[str] = []
+
+    class Stream:
+        cancelled = False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    stream = Stream()
+
+    def stuck(watch: Callable[[Cancellable], None]) -> str:
+        entered.set()
+        release.wait(60)
+        watch(stream)  # its first message arrives after the caller left
+        return "late"
+
+    def interrupt() -> None:
+        if entered.wait(30):
+            _thread.interrupt_main()  # what Ctrl-C raises in the main thread
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        interruptible(stuck, lambda: abandoned.append("cancel sent"))
+    assert time.monotonic() - started < 10
+    assert abandoned == ["cancel sent"]
+    try:
+        # the worker is still inside the abandoned call: the next one gets another
+        assert interruptible(lambda _watch: "next") == "next"
+        assert not release.is_set()
+    finally:
+        release.set()
+    # the abandoned call's stream is cancelled as soon as it is known
+    deadline = time.monotonic() + 10
+    while not stream.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stream.cancelled
+    # and a call's own error reaches its caller, the worker going on after it
+    with pytest.raises(ValueError, match="bad"):
+        interruptible(lambda _watch: (_ for _ in ()).throw(ValueError("bad")))
+    assert interruptible(lambda _watch: 3) == 3
+
+
+class _Context:
+    """A call's context as the watcher sees it: gRPC's ``is_cancelled()``."""
+
+    def __init__(self) -> None:
+        self.gone = threading.Event()
+
+    def is_cancelled(self) -> bool:
+        return self.gone.is_set()
+
+
+def test_the_cancel_watch_keeps_one_thread_across_pauses_and_still_cancels() -> None:
+    watcher = _CallWatcher()
+    first, first_cancel = _Context(), threading.Event()
+    with watcher.watching(first, first_cancel):
+        pass
+    # the server idle for a while, then queries again: no thread starts for them
+    time.sleep(4 * WATCH_INTERVAL_S)
+    with _Started() as started:
+        for _ in range(3):
+            context, cancel = _Context(), threading.Event()
+            with watcher.watching(context, cancel):
+                context.gone.set()  # its client went away while it executes
+                assert cancel.wait(10 * WATCH_INTERVAL_S + 5)
+            time.sleep(2 * WATCH_INTERVAL_S)
+    assert started == []
+    assert not first_cancel.is_set()
