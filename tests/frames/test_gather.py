@@ -146,3 +146,48 @@ def test_a_failed_gather_leaves_nothing_allocated_while_its_error_lives(staged: 
     assert domain.used_bytes() == used
     for frame in frames:
         frame.release()
+
+
+def test_gather_table_on_device_returns_the_gathered_buffer_as_a_frame() -> None:
+    """``on_device=True``: the same one pass into one buffer of the domain, returned as
+    a frame of that domain (no host table), equal to Arrow's take and concat, sharing
+    no buffer with the frames; releasing it leaves nothing allocated."""
+    from nexus_cache.frames.gather import gather_table
+
+    domain = HostBackend(device_total_bytes=1 << 26).create_domain(0)
+    no_nulls = _NUMERIC.filter(pa.array([True, False, False, True, True]))
+    sources = (_NUMERIC, no_nulls, _NUMERIC)
+    frames = [DeviceFrame.from_arrow(t, domain=domain) for t in sources]
+    picks = [[4, 0, 2], None, [1, 1, 3]]
+    rows = [None if p is None else np.array(p, dtype=np.int64) for p in picks]
+    allocations = domain.counters().allocations
+    used = domain.used_bytes()
+    got = gather_table(frames, rows, ["t", "i", "b"], domain, on_device=True)
+    assert isinstance(got, DeviceFrame)
+    assert got.domain is domain
+    assert domain.counters().allocations == allocations + 1  # one buffer for every column
+    assert domain.used_bytes() > used
+    want = pa.concat_tables(
+        [
+            (t if p is None else t.take(pa.array(p, pa.int64()))).select(["t", "i", "b"])
+            for t, p in zip(sources, picks, strict=True)
+        ]
+    ).combine_chunks()
+    assert got.to_arrow().equals(want)
+    assert got.column("b").data.dtype == np.bool_  # one bool per row, as frames hold them
+    assert got.column("i").validity is not None
+    frame_spans = [
+        (a.__array_interface__["data"][0], a.__array_interface__["data"][0] + a.nbytes)
+        for f in frames
+        for a in f.device_arrays()
+    ]
+    for array in got.device_arrays():
+        start = array.__array_interface__["data"][0]
+        stop = start + array.nbytes
+        assert all(stop <= lo or start >= hi for lo, hi in frame_spans), "shares a buffer"
+    for frame in frames:
+        frame.release()
+    assert got.to_arrow().equals(want)  # its own buffers outlive the frames'
+    got.release()
+    del got, array
+    assert domain.used_bytes() == 0

@@ -110,3 +110,42 @@ def test_numeric_filtered_scans_and_counts_on_cuda_equal_the_host(tmp_path: Path
             counted = gpu.execute(Count(str(table), filter=flt))
             assert counted.table["rows"].to_pylist() == [want.table.num_rows]
         assert gpu._work[0].used_bytes() == 0
+
+
+def test_device_results_on_cuda_are_cupy_arrays_equal_to_execute(tmp_path: Path) -> None:
+    """``execute_on_device`` on CUDA: the result's columns are CuPy arrays in device
+    memory of the service's working domain, equal to ``execute``'s table and to the
+    host backend's; the fingerprint equals ``execute``'s; the grant stays booked
+    until release and the working domain holds nothing afterwards."""
+    import cupy
+
+    table = _hive(tmp_path)
+    with (
+        QueryService(_config(tmp_path / "gpu", "cuda")) as gpu,
+        QueryService(
+            _config(tmp_path / "host", "host"), backend=HostBackend(device_total_bytes=2 << 30)
+        ) as host,
+    ):
+        for columns in (["src", "w", "year", "month"], ["src", "kind", "month"]):
+            gpu.execute(Scan(str(table), columns))  # whole objects in the source cache
+            for flt in [*FILTERS[:1], [("src", "<", 500), ("w", ">=", 0.25)]]:
+                scan = Scan(str(table), columns, filter=flt)
+                want = gpu.execute(scan)
+                with gpu.execute_on_device(scan) as result:
+                    assert result.diagnostics.source_cache["status"] == "hit"
+                    frame = result.frame
+                    assert frame.domain is gpu._work[0]
+                    assert all(
+                        isinstance(c.data, cupy.ndarray) and c.data.device.id == 0
+                        for c in frame.columns
+                    )
+                    snap = gpu.caches.ledger(0).snapshot()
+                    assert snap.grant_count == 1
+                    assert gpu._work[0].used_bytes() >= frame.nbytes
+                    got = result.to_arrow()
+                    fingerprint = result.diagnostics.result_fingerprint
+                assert got.equals(want.table)
+                assert fingerprint == want.diagnostics.result_fingerprint
+                assert_same_rows(got, host.execute(scan).table)
+                assert gpu.caches.ledger(0).snapshot().grant_count == 0
+        assert gpu._work[0].used_bytes() == 0

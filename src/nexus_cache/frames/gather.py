@@ -18,14 +18,16 @@ boolean columns; :func:`gatherable` says whether a set of frames qualifies).
 On the host the columns are allocated in Arrow's memory pool and wrapped
 without a copy; on a device they are gathered into one buffer of the domain
 and copied to the host in one transfer. Nothing is concatenated or copied
-again.
+again. With ``on_device=True`` the device path stops before that transfer: the
+gathered buffer is the result, returned as a :class:`DeviceFrame` of the
+domain (CuPy arrays on CUDA, NumPy on the host backend).
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -162,6 +164,32 @@ def gatherable(frames: Sequence[DeviceFrame], output: Sequence[str]) -> bool:
     return True
 
 
+@overload
+def gather_table(
+    frames: Sequence[DeviceFrame],
+    rows: Sequence[Any | None],
+    output: Sequence[str],
+    domain: AllocationDomain,
+    *,
+    parallel: bool = ...,
+    staged: bool | None = ...,
+    on_device: Literal[False] = ...,
+) -> pa.Table: ...
+
+
+@overload
+def gather_table(
+    frames: Sequence[DeviceFrame],
+    rows: Sequence[Any | None],
+    output: Sequence[str],
+    domain: AllocationDomain,
+    *,
+    parallel: bool = ...,
+    staged: bool | None = ...,
+    on_device: Literal[True],
+) -> DeviceFrame: ...
+
+
 def gather_table(
     frames: Sequence[DeviceFrame],
     rows: Sequence[Any | None],
@@ -170,7 +198,8 @@ def gather_table(
     *,
     parallel: bool = False,
     staged: bool | None = None,
-) -> pa.Table:
+    on_device: bool = False,
+) -> pa.Table | DeviceFrame:
     """The ``rows`` of each frame (an integer array of ``domain.xp``; None: every row),
     in frame order, with the ``output`` columns, as one host ``pyarrow.Table`` that
     shares no buffer with ``frames``.
@@ -182,6 +211,12 @@ def gather_table(
     too; default: on a device only). ``parallel`` (host memory, not staged) runs the
     gathers on the shared worker threads. :func:`gatherable` must hold
     (:class:`ValueError` otherwise).
+
+    ``on_device``: the same one pass into one buffer of ``domain`` (``staged`` is
+    then implied), returned as a :class:`DeviceFrame` of ``domain`` whose columns
+    are views of that buffer (values in the storage dtype, one ``bool`` per row for
+    booleans and validity), with no copy to the host. It shares no buffer with
+    ``frames``; release it when done.
     """
     if not gatherable(frames, output):
         raise ValueError(
@@ -201,7 +236,7 @@ def gather_table(
         values = (flags if parts[0].kind is ColumnKind.BOOL else words).add(total, dtype)
         nullable = any(c.validity is not None for c in parts)
         sections.append((values, flags.add(total, _BOOL) if nullable else None))
-    direct = domain.host_memory if staged is None else not staged
+    direct = not on_device and (domain.host_memory if staged is None else not staged)
     device: Any = None
     if direct:
         result = pa.allocate_buffer(words.size)
@@ -218,6 +253,8 @@ def gather_table(
                 tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
             start += count
         run_tasks(tasks, parallel=parallel and direct)
+        if on_device:
+            return _device_frame(frames, columns, sections, total, domain)
         if not direct:
             result = pa.allocate_buffer(words.size + flags.size)
             if result.size:
@@ -247,6 +284,27 @@ def gather_table(
 
 
 _BOOL = np.dtype(np.bool_)
+
+
+def _device_frame(
+    frames: Sequence[DeviceFrame],
+    columns: list[list[DeviceColumn]],
+    sections: list[tuple[_Section, _Section | None]],
+    total: int,
+    domain: AllocationDomain,
+) -> DeviceFrame:
+    """The gathered sections of the domain's buffer as a frame (views, no copy)."""
+    out = [
+        DeviceColumn(
+            parts[0].field,
+            total,
+            values.view(0, total),
+            None,
+            None if validity is None else validity.view(0, total),
+        )
+        for parts, (values, validity) in zip(columns, sections, strict=True)
+    ]
+    return DeviceFrame(out, num_rows=total, domain=domain, metadata=frames[0].schema.metadata)
 
 
 def _to_host(array: Any, out: np.ndarray) -> None:

@@ -3,7 +3,8 @@
 :class:`QueryService` admits query attempts under immutable grants through the
 device ledger and runs :class:`Scan`, :class:`Count` and :class:`GraphQuery`
 queries through the lakehouse, decoded-source and resident-graph caches,
-returning Arrow tables with diagnostics and sealed attempt evidence.
+returning Arrow tables (or, for a scan, a :class:`DeviceQueryResult` in device
+memory) with diagnostics and sealed attempt evidence.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from nexus_cache.service.config import ServiceConfig as ServiceConfig
     from nexus_cache.service.config import load_lakehouse_config as load_lakehouse_config
     from nexus_cache.service.config import load_lakehouse_root as load_lakehouse_root
+    from nexus_cache.service.device_result import DeviceQueryResult as DeviceQueryResult
     from nexus_cache.service.evidence import ADMISSION_COLUMNS as ADMISSION_COLUMNS
     from nexus_cache.service.evidence import EVIDENCE_FORMAT as EVIDENCE_FORMAT
     from nexus_cache.service.evidence import EvidenceReport as EvidenceReport
@@ -47,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "ServiceConfig": "nexus_cache.service.config",
     "load_lakehouse_config": "nexus_cache.service.config",
     "load_lakehouse_root": "nexus_cache.service.config",
+    "DeviceQueryResult": "nexus_cache.service.device_result",
     "ADMISSION_COLUMNS": "nexus_cache.service.evidence",
     "EVIDENCE_FORMAT": "nexus_cache.service.evidence",
     "EvidenceReport": "nexus_cache.service.evidence",

@@ -5,6 +5,12 @@ to ask for), so a retry after a stale plan or an exhausted grant never reuses
 what went wrong. Running charges what the attempt materializes to an
 :class:`AttemptBudget`; going past the grant raises
 :class:`GrantExhaustedError`, which the service retries with a larger grant.
+
+A scan run with ``device_result`` returns its result as a
+:class:`~nexus_cache.frames.DeviceFrame` of the attempt's domain instead of a
+host table: built by the same one-pass gather (or copied from the attempt's
+own frames where the gather does not apply), sharing no buffer with a cache
+entry, and released by the caller.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import pyarrow as pa
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
+from nexus_cache.frames import DeviceFrame
+from nexus_cache.frames.gather import gather_table, gatherable
 from nexus_cache.graph.stopping import stop_check
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan
 from nexus_cache.service._graph_port import (
@@ -177,27 +185,35 @@ def run_attempt(
     domain: AllocationDomain,
     ports: AttemptPorts,
     outcome: AttemptOutcome,
-) -> pa.Table:
+    *,
+    device_result: bool = False,
+) -> pa.Table | DeviceFrame:
     """Run ``plan`` as ``attempt`` under ``grant`` with device work in ``domain``
     (the attempt's), filling ``outcome`` as it goes (also on failure). Every
-    frame and pin the attempt took is released before this returns.
+    frame and pin the attempt took is released before this returns, except, with
+    ``device_result`` (a scan only), the result: a frame of ``domain`` holding no
+    pin and no buffer of a cache entry, which the caller releases.
 
     The attempt's cancel event is looked at before the run, before each
     object is decoded, before the graph algorithm and between its iterations
     (:mod:`nexus_cache.graph.stopping`); once set, the run stops there with
     :class:`QueryCancelledError`.
     """
-    run = _Run(plan, attempt, grant, domain, ports, outcome, AttemptBudget(grant), SourceLoad())
+    budget = AttemptBudget(grant)
+    run = _Run(plan, attempt, grant, domain, ports, outcome, budget, SourceLoad(), device_result)
     query = plan.query
     try:
         attempt.check_cancelled("before it ran")
+        if device_result and not isinstance(query, Scan):
+            raise TypeError(f"a device result is built for a Scan only, not {query.kind}")
         if isinstance(query, Count):
             table = _run_count(run, query)
         elif isinstance(query, Scan):
             table = _run_scan(run, query)
         else:
             table = _run_graph(run, query)
-        outcome.table = table
+        if isinstance(table, pa.Table):
+            outcome.table = table
         return table
     finally:
         run.load.release()
@@ -217,6 +233,8 @@ class _Run:
     outcome: AttemptOutcome
     budget: AttemptBudget
     load: SourceLoad
+    #: a scan's result stays in ``domain`` as a frame (no host table)
+    device_result: bool = False
 
 
 def _run_count(run: _Run, query: Count) -> pa.Table:
@@ -250,28 +268,61 @@ def _footers_count(read: TableRead) -> bool:
     return read.snapshot.kind in ("hive", "delta") and set(read.filter.columns) <= partitions
 
 
-def _run_scan(run: _Run, query: Scan) -> pa.Table:
-    """The scanned columns as one Arrow table in host memory. A table read's result is
-    built once from the frames (:func:`scan_table`) where its columns allow it."""
+def _run_scan(run: _Run, query: Scan) -> pa.Table | DeviceFrame:
+    """The scanned columns as one Arrow table in host memory (with
+    ``run.device_result``: as one frame of the attempt's domain). A table read's
+    result is built once from the frames (:func:`scan_table`) where its columns
+    allow it."""
     read = run.plan.source.table
     _load_source(run, query, filter=False)
     run.outcome.graph = NOT_APPLICABLE
     if read is not None:
         t0 = time.perf_counter()
-        built = scan_table(run.load.frames, read, run.domain)
+        built = scan_table(run.load.frames, read, run.domain, on_device=run.device_result)
         if built is not None:
             table, run.outcome.rows = built
             run.outcome.timings["filter_s"] = time.perf_counter() - t0
+            if isinstance(table, DeviceFrame):
+                return _charged(run, table)
             if not run.domain.host_memory:  # gathered on the device first, as large
                 run.budget.charge(table.nbytes, "filtering the scan")
             run.budget.charge(table.nbytes, "the result table")
             return table
         _filter_frames(run, read)
+    if run.device_result:
+        return _device_frame(run)
     t0 = time.perf_counter()
     table = run.load.table(detach=run.domain.host_memory)
     run.outcome.timings["to_arrow_s"] = time.perf_counter() - t0
     run.budget.charge(table.nbytes, "the result table")
     return table
+
+
+def _device_frame(run: _Run) -> DeviceFrame:
+    """The attempt's frames as one new frame of its domain, holding no pin: one frame
+    copied; several gathered whole in one pass where their columns allow it, else
+    combined as Arrow (types widened as a host result's are) and copied in."""
+    frames = run.load.frames
+    t0 = time.perf_counter()
+    if len(frames) == 1:
+        frame = frames[0].copy_into(run.domain)
+    elif gatherable(frames, frames[0].column_names):
+        rows = [None] * len(frames)
+        frame = gather_table(frames, rows, frames[0].column_names, run.domain, on_device=True)
+    else:
+        frame = DeviceFrame.from_arrow(run.load.table(detach=False), domain=run.domain)
+    run.outcome.timings["to_device_s"] = time.perf_counter() - t0
+    return _charged(run, frame)
+
+
+def _charged(run: _Run, frame: DeviceFrame) -> DeviceFrame:
+    """``frame`` (a device result) charged to the budget; released when it does not fit."""
+    try:
+        run.budget.charge(int(frame.nbytes), "the device result")
+    except BaseException:
+        frame.release()
+        raise
+    return frame
 
 
 def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:

@@ -58,6 +58,7 @@ __all__ = [
     "SourceOutcome",
     "SourcePort",
     "concat_objects",
+    "host_copy",
 ]
 
 #: what the frames were decoded with: part of every key, so a change of
@@ -99,7 +100,7 @@ class SourceLoad:
         not outlive the attempt."""
         tables = [f.to_arrow() for f in self.frames]
         table = tables[0] if len(tables) == 1 else concat_objects(tables)
-        return _copy(table) if detach else table
+        return host_copy(table) if detach else table
 
     def release(self) -> None:
         """Release every frame and checkout (unpinning hits). Idempotent."""
@@ -112,7 +113,7 @@ class SourceLoad:
         self.checkouts.clear()
 
 
-def _copy(table: pa.Table) -> pa.Table:
+def host_copy(table: pa.Table) -> pa.Table:
     """An independent copy of ``table``: each column's chunks concatenated into new
     buffers (one copy, one chunk per column). With a dictionary column, whose
     concatenation may keep a dictionary shared, through one Arrow IPC buffer."""

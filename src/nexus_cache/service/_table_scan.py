@@ -428,8 +428,12 @@ PARALLEL_ROWS = 1 << 20
 
 
 def scan_table(
-    frames: Sequence[DeviceFrame], read: TableRead, domain: AllocationDomain
-) -> tuple[pa.Table, FilterCounts] | None:
+    frames: Sequence[DeviceFrame],
+    read: TableRead,
+    domain: AllocationDomain,
+    *,
+    on_device: bool = False,
+) -> tuple[pa.Table | DeviceFrame, FilterCounts] | None:
     """``read``'s result from ``frames`` built once, as a host table: each frame's mask
     on the domain's ``xp``, its kept rows counted, then every output column allocated
     once and each frame's rows gathered straight into its slice
@@ -437,7 +441,10 @@ def scan_table(
     concatenation, no copy after it). On the host, a query of :data:`PARALLEL_ROWS`
     rows or more runs its masks and gathers on the shared worker threads. The frames
     are read, not released. None when the output columns are not all fixed-width or
-    boolean of one type in every frame (:func:`filter_frames` then)."""
+    boolean of one type in every frame (:func:`filter_frames` then).
+
+    ``on_device``: the result is the gathered buffer of ``domain`` as a
+    :class:`DeviceFrame` (no copy to the host; the caller releases it)."""
     output = list(read.output)
     if not gatherable(frames, output):
         return None
@@ -445,8 +452,12 @@ def scan_table(
     parallel = _parallel(frames, domain)
     with domain.scope():
         rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
-        table = gather_table(frames, rows, output, domain, parallel=parallel)
-    return table, FilterCounts(sum(f.num_rows for f in frames), table.num_rows)
+        result: pa.Table | DeviceFrame
+        if on_device:
+            result = gather_table(frames, rows, output, domain, on_device=True)
+        else:
+            result = gather_table(frames, rows, output, domain, parallel=parallel)
+    return result, FilterCounts(sum(f.num_rows for f in frames), result.num_rows)
 
 
 def count_table(

@@ -1,16 +1,34 @@
-"""What :meth:`QueryService.execute` returns: an Arrow table plus diagnostics."""
+"""What :meth:`QueryService.execute` returns: an Arrow table plus diagnostics.
+
+:class:`Diagnostics` are shared with :meth:`QueryService.execute_on_device`,
+whose result stays in device memory
+(:class:`~nexus_cache.service.device_result.DeviceQueryResult`).
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["AttemptRecord", "Diagnostics", "QueryResult", "defer_fingerprint", "tables_match"]
+from nexus_cache.errors import LifecycleError
+
+if TYPE_CHECKING:
+    from nexus_cache.frames import DeviceFrame
+
+__all__ = [
+    "AttemptRecord",
+    "Diagnostics",
+    "QueryResult",
+    "defer_device_fingerprint",
+    "defer_fingerprint",
+    "tables_match",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +181,12 @@ _FINGERPRINT = "_result_fingerprint"
 
 
 class _Deferred:
-    """The fingerprint of a result, computed once, when first asked for; it drops
-    the table once it has the digest. Thread-safe."""
+    """The fingerprint of a result, computed once, when first asked for, from the
+    table ``table()`` gives; it drops ``table`` once it has the digest (an error
+    of ``table()`` propagates, and the next read tries again). Thread-safe."""
 
-    def __init__(self, table: pa.Table) -> None:
-        self._table: pa.Table | None = table
+    def __init__(self, table: Callable[[], pa.Table]) -> None:
+        self._table: Callable[[], pa.Table] | None = table
         self._digest = ""
         self._lock = threading.Lock()
 
@@ -176,7 +195,7 @@ class _Deferred:
             if self._table is not None:
                 from nexus_cache.service.fingerprint import table_fingerprint
 
-                self._digest = table_fingerprint(self._table)
+                self._digest = table_fingerprint(self._table())
                 self._table = None
             return self._digest
 
@@ -226,7 +245,50 @@ def defer_fingerprint(diagnostics: Diagnostics, table: pa.Table) -> None:
     >>> d.result_fingerprint == table_fingerprint(table)
     True
     """
-    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(table))
+    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(lambda: table))
+
+
+def defer_device_fingerprint(diagnostics: Diagnostics, frame: DeviceFrame) -> None:
+    """Make ``diagnostics.result_fingerprint`` the fingerprint of the device result
+    ``frame``, computed from a host copy of it when first read and then kept. Read
+    after ``frame`` was released (and never before), it raises
+    :class:`LifecycleError` naming the fix.
+
+    Parameters
+    ----------
+    diagnostics : Diagnostics
+        The diagnostics whose fingerprint to defer.
+    frame : DeviceFrame
+        The result the fingerprint is of (a device result's frame).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from nexus_cache.backends import HostBackend
+    >>> from nexus_cache.frames import DeviceFrame
+    >>> from nexus_cache.service import table_fingerprint
+    >>> domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    >>> table = pa.table({"x": [1, 2, 3]})
+    >>> frame = DeviceFrame.from_arrow(table, domain=domain)
+    >>> d = Diagnostics("q", {}, 0, (), {}, {}, {}, {}, 3, "")
+    >>> defer_device_fingerprint(d, frame)
+    >>> d.result_fingerprint == table_fingerprint(table)
+    True
+    >>> frame.release()
+    """
+    query_id = diagnostics.query_id
+
+    def host() -> pa.Table:
+        if frame.released:
+            raise LifecycleError(
+                f"the device result of query {query_id} was released before its "
+                "result_fingerprint was read; read diagnostics.result_fingerprint before "
+                "release(), or set evidence_dir (NEXUS_SERVICE_EVIDENCE_DIR) so the service "
+                "records it before execute_on_device returns"
+            )
+        return frame.to_arrow()
+
+    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(host))
 
 
 @dataclasses.dataclass(frozen=True)

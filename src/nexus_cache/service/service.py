@@ -19,6 +19,11 @@ a larger grant after exhaustion), up to ``max_attempts`` in all. A set cancel
 event ends the query with :class:`QueryCancelledError`. Anything else ends the
 query.
 
+:meth:`QueryService.execute_on_device` runs a :class:`Scan` through the same
+attempts, but its result stays in the attempt's working domain as a
+:class:`~nexus_cache.service.device_result.DeviceQueryResult`, and step 4
+keeps the grant: it is released with the result.
+
 Thread-safe: queries may run concurrently from many threads. Not
 process-safe beyond what each cache states (the ledger governs one process).
 """
@@ -59,6 +64,7 @@ from nexus_cache.errors import (
     QueryCancelledError,
     StalePlanError,
 )
+from nexus_cache.frames import DeviceFrame, FrameOwner
 from nexus_cache.lakehouse import LakehouseCache
 from nexus_cache.service._attempt import (
     AttemptOutcome,
@@ -71,10 +77,17 @@ from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service.admission import Admission, Attempt, GrantMemory, check_cancelled
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
+from nexus_cache.service.device_result import DeviceQueryResult
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter
 from nexus_cache.service.fingerprint import table_fingerprint
-from nexus_cache.service.queries import Query, as_query
-from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult, defer_fingerprint
+from nexus_cache.service.queries import Query, Scan, as_query
+from nexus_cache.service.result import (
+    AttemptRecord,
+    Diagnostics,
+    QueryResult,
+    defer_device_fingerprint,
+    defer_fingerprint,
+)
 from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 
 __all__ = ["QueryService", "is_query_id"]
@@ -101,6 +114,23 @@ class _QueryRun:
     #: ``time.perf_counter()`` when the query began
     start: float
     records: list[AttemptRecord] = dataclasses.field(default_factory=list)
+    #: the result stays in device memory (:meth:`QueryService.execute_on_device`)
+    on_device: bool = False
+
+
+def _with_held(shutdown: DeviceShutdown, held: list[tuple[int, str]]) -> DeviceShutdown:
+    """``shutdown`` marked incomplete where device results of its device are unreleased."""
+    ids = [q for d, q in held if d == shutdown.device_id]
+    if not ids:
+        return shutdown
+    problem = (
+        f"{len(ids)} device result(s) still held (queries {', '.join(sorted(ids)[:5])}): "
+        "their grant and memory stay booked and the working domain is kept; release them "
+        "(result.release()) and call shutdown() again"
+    )
+    if shutdown.problem is not None:
+        problem = f"{shutdown.problem}; {problem}"
+    return dataclasses.replace(shutdown, problem=problem)
 
 
 def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
@@ -223,6 +253,9 @@ class QueryService:
         self._lock = threading.Lock()
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
+        # device results not yet released: their device and query id
+        self._held: dict[FrameOwner, tuple[int, str]] = {}
+        self._held_changed = threading.Condition()
 
     def __repr__(self) -> str:
         return f"QueryService({self._caches!r}, {self._lakehouse!r})"
@@ -303,6 +336,58 @@ class QueryService:
         the last transient error after ``max_attempts`` attempts, and any
         other error of the query (missing source, unknown column) at once.
         """
+        result = self._execute(query, device, cancel, query_id, on_device=False)
+        assert isinstance(result, QueryResult)
+        return result
+
+    def execute_on_device(
+        self,
+        query: Query | Mapping[str, Any] | str,
+        *,
+        device: int | None = None,
+        cancel: threading.Event | None = None,
+        query_id: str | None = None,
+    ) -> DeviceQueryResult:
+        """Run a :class:`Scan` as :meth:`execute` does, keeping its result in device memory.
+
+        The same admission, attempts, retries, cancellation, statuses,
+        diagnostics and evidence as :meth:`execute` (``device``, ``cancel`` and
+        ``query_id`` as there). The result's columns are built in the attempt's
+        working domain (CuPy arrays on CUDA, NumPy on the host backend) by the
+        one-pass gather that builds :meth:`execute`'s table, without the copy to
+        the host; they share no buffer with a cache entry, and the device work is
+        complete when this returns. The attempt's grant stays in the ledger until
+        the result, and every frame derived from its ``frame``, is released
+        (:meth:`DeviceQueryResult.release`, or the end of its ``with`` block).
+
+        The result fingerprint: where the service writes evidence, computed from
+        a host copy before this returns; otherwise when first read, from the
+        device result, which must not have been released by then.
+
+        Raises :class:`ConfigError` for a :class:`Count` or :class:`GraphQuery`
+        (their results are host tables: use :meth:`execute`), and what
+        :meth:`execute` raises.
+        """
+        query = as_query(query)
+        if not isinstance(query, Scan):
+            raise ConfigError(
+                f"execute_on_device runs Scan queries only, not a {query.kind} query; "
+                "use execute() for Count and GraphQuery (their results are host tables)"
+            )
+        result = self._execute(query, device, cancel, query_id, on_device=True)
+        assert isinstance(result, DeviceQueryResult)
+        return result
+
+    def _execute(
+        self,
+        query: Query | Mapping[str, Any] | str,
+        device: int | None,
+        cancel: threading.Event | None,
+        query_id: str | None,
+        *,
+        on_device: bool,
+    ) -> QueryResult | DeviceQueryResult:
+        """The attempt loop of :meth:`execute` and :meth:`execute_on_device`."""
         query = as_query(query)
         if device is not None and (
             isinstance(device, bool)
@@ -323,7 +408,12 @@ class QueryService:
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
         run = _QueryRun(
-            query, query_id or uuid.uuid4().hex[:16], device, cancel, time.perf_counter()
+            query,
+            query_id or uuid.uuid4().hex[:16],
+            device,
+            cancel,
+            time.perf_counter(),
+            on_device=on_device,
         )
         # by digest: a query's JSON may be large (a long ``in`` list)
         key = hashlib.sha256(json.dumps(query.to_dict(), sort_keys=True).encode()).hexdigest()
@@ -345,7 +435,7 @@ class QueryService:
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _attempt(self, run: _QueryRun, number: int, floor: int) -> QueryResult:
+    def _attempt(self, run: _QueryRun, number: int, floor: int) -> QueryResult | DeviceQueryResult:
         cfg = self.config
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -386,7 +476,7 @@ class QueryService:
         try:
             timings["admit_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            table = self._run(plan, attempt, grant, outcome)
+            table = self._run(plan, attempt, grant, outcome, run.on_device)
             timings["execute_s"] = time.perf_counter() - t0
         except BaseException as exc:
             last = number == self.config.max_attempts
@@ -400,10 +490,16 @@ class QueryService:
                 self._admission.release(grant)
             raise
         timings["total_s"] = time.perf_counter() - run.start
+        booked: DeviceFrame | None = None
         try:
             digest = self._seal(run, attempt, plan, outcome, "ok", None, table)
+            if isinstance(table, DeviceFrame):  # the grant goes with the result
+                booked = self._book(table, grant, run.query_id)
         finally:
-            self._admission.release(grant)
+            if booked is None:
+                if isinstance(table, DeviceFrame):
+                    self._drop(table, attempt.device_id)
+                self._admission.release(grant)
         self._admission.remember(plan.source.identity_keys, attempt.device_id)
         statuses = outcome.statuses(plan)
         diagnostics = Diagnostics(
@@ -420,15 +516,73 @@ class QueryService:
             algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
             table=statuses["table"],
         )
+        if booked is not None:
+            if digest is None:
+                defer_device_fingerprint(diagnostics, booked)
+            return DeviceQueryResult(booked, diagnostics)
+        assert isinstance(table, pa.Table)
         if digest is None:
             defer_fingerprint(diagnostics, table)
         return QueryResult(table, diagnostics)
 
     def _run(
-        self, plan: AttemptPlan, attempt: Attempt, grant: Grant, outcome: AttemptOutcome
-    ) -> pa.Table:
-        with self._working(attempt.device_id) as domain:
-            return run_attempt(plan, attempt, grant, domain, self._ports, outcome)
+        self,
+        plan: AttemptPlan,
+        attempt: Attempt,
+        grant: Grant,
+        outcome: AttemptOutcome,
+        on_device: bool,
+    ) -> pa.Table | DeviceFrame:
+        """Run the attempt in its device's work domain. A device result (``on_device``)
+        keeps borrowing the domain until it is released (:meth:`_book`), and its
+        device work is complete when this returns."""
+        device_id = attempt.device_id
+        with self._working(device_id) as domain:
+            result = run_attempt(
+                plan, attempt, grant, domain, self._ports, outcome, device_result=on_device
+            )
+            if isinstance(result, DeviceFrame):
+                try:
+                    self.backend.synchronize(device_id)
+                except BaseException:
+                    result.release()
+                    raise
+                with self._lock:
+                    self._running[device_id] += 1  # the result's share, until it goes
+            return result
+
+    def _book(self, frame: DeviceFrame, grant: Grant, query_id: str) -> DeviceFrame:
+        """``frame`` (a device result) owned by a new :class:`FrameOwner` that holds
+        ``grant``: when the result and every frame derived from it are released, the
+        grant goes back and the result's share of the work domain is returned."""
+        device_id = grant.device_id
+
+        def give_back() -> None:
+            try:
+                self._admission.release(grant)
+            finally:
+                self._leave(device_id)
+                with self._held_changed:
+                    self._held.pop(owner, None)
+                    self._held_changed.notify_all()
+
+        owner = FrameOwner(give_back)
+        with self._held_changed:
+            self._held[owner] = (device_id, query_id)
+        try:
+            booked = frame.with_owner(owner)
+        except BaseException:
+            with self._held_changed:
+                self._held.pop(owner, None)
+            raise
+        frame.release()  # the same buffers, now held by ``booked`` alone
+        return booked
+
+    def _drop(self, frame: DeviceFrame, device_id: int) -> None:
+        """Release a device result that never reached its caller, and its share of the
+        work domain."""
+        frame.release()
+        self._leave(device_id)
 
     @contextlib.contextmanager
     def _working(self, device_id: int) -> Iterator[AllocationDomain]:
@@ -440,10 +594,15 @@ class QueryService:
         try:
             yield domain
         finally:
-            with self._lock:
-                self._running[device_id] -= 1
-                if self._running[device_id] == 0:
-                    domain.release_unused()
+            self._leave(device_id)
+
+    def _leave(self, device_id: int) -> None:
+        """One borrower of ``device_id``'s work domain (an attempt, a device result)
+        left; the last one returns its free blocks to the device."""
+        with self._lock:
+            self._running[device_id] -= 1
+            if self._running[device_id] == 0:
+                self._work[device_id].release_unused()
 
     def warm_up(self) -> float:
         """Compile and load every kernel the queries use, on every served device;
@@ -471,15 +630,21 @@ class QueryService:
         outcome: AttemptOutcome,
         kind: str,
         error: BaseException | None,
-        table: pa.Table | None = None,
+        table: pa.Table | DeviceFrame | None = None,
     ) -> str | None:
         """Seal the attempt's evidence and add its record to ``run``; returns the
         result fingerprint ('' without a result; None where the service writes no
-        evidence: nothing records it, so it is computed when first read)."""
+        evidence: nothing records it, so it is computed when first read). A device
+        result is hashed from a host copy."""
         fingerprint: str | None = ""
         if table is not None:
             written = self._evidence.directory is not None
-            fingerprint = table_fingerprint(table) if written else None
+            if written:
+                host = table.to_arrow() if isinstance(table, DeviceFrame) else table
+                fingerprint = table_fingerprint(host)
+                del host
+            else:
+                fingerprint = None
         ledger = self._caches.ledger(attempt.device_id).snapshot()
         message = None if error is None else f"{type(error).__name__}: {error}"
         doc = {
@@ -519,12 +684,18 @@ class QueryService:
     # -- lifetime ----------------------------------------------------------------------
 
     def shutdown(self, timeout: float = 10.0) -> list[DeviceShutdown]:
-        """Refuse new queries; drain the graph caches, then the source caches, then
-        release each device's allocation-domain owner; close the lakehouse cache.
+        """Refuse new queries; wait up to ``timeout`` for unreleased device results
+        (:meth:`execute_on_device`); drain the graph caches, then the source caches,
+        then release each device's allocation-domain owner; close the lakehouse cache.
+
+        A device result still held after ``timeout`` keeps its grant, its memory and
+        its device's working domain: that device's :class:`DeviceShutdown` says so
+        (``complete`` is False), and the result stays readable and releasable.
 
         Idempotent: later calls return the first complete result (an incomplete
-        one, with pins still held, is retried). ``timeout`` must be a finite
-        number of seconds >= 0 (:class:`ConfigError`, before anything is shut).
+        one, with pins or device results still held, is retried). ``timeout`` must
+        be a finite number of seconds >= 0 (:class:`ConfigError`, before anything
+        is shut).
         """
         if (
             isinstance(timeout, bool)
@@ -536,21 +707,32 @@ class QueryService:
                 f"shutdown timeout={timeout!r} is not accepted; use a finite number of "
                 "seconds >= 0"
             )
+        deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
             if self._shutdown is not None and all(d.complete for d in self._shutdown):
                 return self._shutdown
-            self._shutdown = self._caches.shutdown(timeout)
-            self._lakehouse.close(wait=True, timeout=timeout)
-            for domain in self._work.values():
-                if not domain.closed:
-                    domain.release_unused()
-                    try:
-                        domain.close()
-                    except LifecycleError:
-                        # something of an attempt is still referenced (an error's
-                        # traceback); the domain stays open and frees it later
-                        pass
+        with self._held_changed:  # not under self._lock: a release takes it
+            self._held_changed.wait_for(
+                lambda: not self._held, max(0.0, deadline - time.monotonic())
+            )
+            held = list(self._held.values())
+        with self._lock:
+            if self._shutdown is not None and all(d.complete for d in self._shutdown):
+                return self._shutdown
+            shut = self._caches.shutdown(max(0.0, deadline - time.monotonic()))
+            self._lakehouse.close(wait=True, timeout=max(0.0, deadline - time.monotonic()))
+            for device_id, domain in self._work.items():
+                if domain.closed or any(d == device_id for d, _ in held):
+                    continue  # a live device result's memory stays where it is
+                domain.release_unused()
+                try:
+                    domain.close()
+                except LifecycleError:
+                    # something of an attempt is still referenced (an error's
+                    # traceback); the domain stays open and frees it later
+                    pass
+            self._shutdown = [_with_held(d, held) for d in shut]
             return self._shutdown
 
     @property
