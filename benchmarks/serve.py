@@ -186,17 +186,7 @@ def peer_tables(env: dict[str, str], paths: list[Path], repeats: int) -> list[fl
     """Per Arrow IPC file, the seconds a bare pyarrow.flight server (another process,
     no service) takes to stream its table to a client (median of ``repeats``):
     the transport's floor for a result of those bytes."""
-
-    process = subprocess.Popen(
-        [sys.executable, "-c", _PEER_FILES],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        client = flight.connect(f"grpc://127.0.0.1:{process.stdout.readline().strip()}")
+    with _peer(env, _PEER_FILES) as client:
         figures = []
         for path in paths:
             ticket = flight.Ticket(str(path).encode())
@@ -207,10 +197,7 @@ def peer_tables(env: dict[str, str], paths: list[Path], repeats: int) -> list[fl
                 client.do_get(ticket).read_all()
                 times.append(time.perf_counter() - t0)
             figures.append(statistics.median(times))
-        client.close()
         return figures
-    finally:
-        process.communicate("", timeout=60)
 
 
 _LOG_SPLIT = re.compile(
@@ -259,12 +246,14 @@ def stream_only(url: str, query: dict[str, Any], repeats: int) -> tuple[float, i
 
 
 @contextlib.contextmanager
-def _peer(env: dict[str, str], rows: int) -> Iterator[Any]:
+def _peer(env: dict[str, str], script: str, *args: str) -> Iterator[Any]:
     """A Flight client of a bare pyarrow.flight server (another process, no service)
-    whose every ``do_get`` streams a table of ``rows`` rows of 4 int64 columns."""
+    that ``script`` runs with ``args`` (:data:`_PEER_SERVER`: every ``do_get``
+    streams a table of ``args[0]`` rows of 4 int64 columns; :data:`_PEER_FILES`:
+    the Arrow IPC file a ticket names)."""
 
     process = subprocess.Popen(
-        [sys.executable, "-c", _PEER_SERVER, str(rows)],
+        [sys.executable, "-c", script, *args],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -285,7 +274,7 @@ def peer_stream(env: dict[str, str], rows: int, repeats: int) -> float:
     """Seconds a bare pyarrow.flight server (another process, the same table
     bytes, no service) takes to stream the table to a client: the ceiling."""
 
-    with _peer(env, rows) as client:
+    with _peer(env, _PEER_SERVER, str(rows)) as client:
         times = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
@@ -476,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             _environment(env),
             QueryService(ServiceConfig.from_env()) as service,
             Client(server.url) as client,
-            _peer(env, 1) as bare,
+            _peer(env, _PEER_SERVER, "1") as bare,
         ):
             sides = {"local": service.execute, "remote": client.execute}
             # the floor: a bare pyarrow.flight round trip of a one-row table

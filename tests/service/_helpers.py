@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from nexus_cache.backends import HostBackend
 from nexus_cache.lakehouse import LakehouseCacheConfig
@@ -31,6 +35,23 @@ def age_files(root: Path) -> None:
     for path in root.rglob("*"):
         if path.is_file():
             os.utime(path, (past, past))
+
+
+def write_year_month_hive(
+    root: Path, table_for: Callable[[int], pa.Table], row_group_size: int
+) -> Path:
+    """``root/year=Y/month=M/part-0.parquet`` for years 2024-2025 and months 1-3
+    (two int partition levels, six objects): the n-th object (n = 1..6) holds
+    ``table_for(n)``; every file aged (see :func:`age_files`). Returns ``root``."""
+    n = 0
+    for year in (2024, 2025):
+        for month in (1, 2, 3):
+            part = root / f"year={year}" / f"month={month}"
+            part.mkdir(parents=True)
+            n += 1
+            pq.write_table(table_for(n), part / "part-0.parquet", row_group_size=row_group_size)
+    age_files(root)
+    return root
 
 
 def make_lake(root: Path, scale: int = 8, fact_rows: int = 4000) -> Lake:

@@ -8,7 +8,6 @@ import json
 import pickle
 import threading
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from ._helpers import make_lake, make_service
 
 
 @pytest.fixture
-def hashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the real fingerprint's calls (by number of rows hashed)."""
     calls: list[int] = []
     real = fingerprint_module.table_fingerprint
@@ -31,7 +30,7 @@ def hashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     monkeypatch.setattr(fingerprint_module, "table_fingerprint", counting)
     monkeypatch.setattr("nexus_cache.service.service.table_fingerprint", counting)
-    yield calls
+    return calls
 
 
 def test_without_evidence_the_result_is_hashed_only_when_its_fingerprint_is_read(

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import age_files, make_lake, make_service
+from tests.service._helpers import age_files, make_lake, make_service, write_year_month_hive
 from tests.tables._compare import assert_same_rows
 
 import nexus_cache.service._attempt as attempt_module
@@ -47,16 +47,7 @@ def _edges(n: int, seed: int) -> pa.Table:
 @pytest.fixture
 def hive(tmp_path: Path) -> Path:
     """edges/year=Y/month=M/part-0.parquet: two int partition levels, 6 objects."""
-    root = tmp_path / "edges"
-    seed = 0
-    for year in (2024, 2025):
-        for month in (1, 2, 3):
-            part = root / f"year={year}" / f"month={month}"
-            part.mkdir(parents=True)
-            seed += 1
-            pq.write_table(_edges(300, seed), part / "part-0.parquet", row_group_size=100)
-    age_files(root)
-    return root
+    return write_year_month_hive(tmp_path / "edges", lambda n: _edges(300, n), 100)
 
 
 def _dataset(root: Path, flt: Any, columns: list[str]) -> pa.Table:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import age_files, make_service
+from tests.service._helpers import age_files, make_service, write_year_month_hive
 
 from nexus_cache.errors import ConfigError
 from nexus_cache.service import Count, Scan, as_query
@@ -30,16 +30,7 @@ def _rows(n: int, seed: int) -> pa.Table:
 
 @pytest.fixture
 def hive(tmp_path: Path) -> Path:
-    root = tmp_path / "lake" / "edges"
-    seed = 0
-    for year in (2024, 2025):
-        for month in (1, 2, 3):
-            part = root / f"year={year}" / f"month={month}"
-            part.mkdir(parents=True)
-            seed += 1
-            pq.write_table(_rows(100 + seed, seed), part / "part-0.parquet", row_group_size=40)
-    age_files(root)
-    return root
+    return write_year_month_hive(tmp_path / "lake" / "edges", lambda n: _rows(100 + n, n), 40)
 
 
 def _want(root: Path, flt: Any) -> int:
