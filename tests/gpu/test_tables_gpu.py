@@ -149,3 +149,46 @@ def test_device_results_on_cuda_are_cupy_arrays_equal_to_execute(tmp_path: Path)
                 assert_same_rows(got, host.execute(scan).table)
                 assert gpu.caches.ledger(0).snapshot().grant_count == 0
         assert gpu._work[0].used_bytes() == 0
+
+
+def _dataset(root: Path, flt: Any, columns: list[str]) -> pa.Table:
+    import pyarrow.dataset as ds
+
+    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+    return dataset.to_table(filter=pq.filters_to_expression(flt), columns=columns)
+
+
+#: several objects each: one that keeps no row, objects kept whole, nulls
+DEVICE_FILTERS: list[Any] = [
+    [("w", "<", 0.5), ("src", ">=", 100)],
+    [[("year", "=", 2024), ("w", "<", 0.3)], [("year", "=", 2025), ("w", ">", 2.0)]],
+    [[("month", "=", 1)], [("w", "<", 0.5)]],
+    [("w", "not in", [0.5, None]), ("src", "!=", 7)],
+    [("src", ">", 5000)],
+]
+
+
+def test_warm_filtered_scans_on_cuda_equal_pyarrow_dataset(tmp_path: Path) -> None:
+    """Warm filtered scans over several objects (one keeping no row, objects kept
+    whole, nulls): host and device results equal pyarrow.dataset's rows (and each
+    other, in order); a filtered count counts them; nothing is left in the work
+    domain."""
+    from nexus_cache.service import Count
+
+    table = _hive(tmp_path)
+    columns = ["src", "w", "year", "month"]
+    with QueryService(_config(tmp_path / "gpu", "cuda")) as gpu:
+        gpu.execute(Scan(str(table), columns))  # whole objects in the source cache
+        work = gpu._work[0]
+        for flt in DEVICE_FILTERS:
+            scan = Scan(str(table), columns, filter=flt)
+            want = _dataset(table, flt, columns)
+            got = gpu.execute(scan)
+            assert got.diagnostics.source_cache["status"] == "hit"
+            assert_same_rows(got.table, want)
+            with gpu.execute_on_device(scan) as result:
+                on_device = result.to_arrow()
+            assert on_device.equals(got.table)
+            counted = gpu.execute(Count(str(table), filter=flt))
+            assert counted.table["rows"].to_pylist() == [want.num_rows]
+        assert work.used_bytes() == 0
