@@ -28,7 +28,14 @@ from tests.tables._compare import assert_same_rows
 
 import nexus_cache.service._attempt as attempt_module
 from nexus_cache.errors import ConfigError, LifecycleError, QueryCancelledError
-from nexus_cache.service import Count, DeviceQueryResult, GraphQuery, QueryService, Scan
+from nexus_cache.service import (
+    Count,
+    DeviceQueryResult,
+    GraphQuery,
+    QueryService,
+    Scan,
+    table_fingerprint,
+)
 
 
 def _edges(n: int, seed: int) -> pa.Table:
@@ -356,3 +363,28 @@ def test_other_query_kinds_are_refused_naming_what_is_supported(tmp_path: Path, 
         with pytest.raises(ConfigError, match=f"Scan queries only, not a {kind} query"):
             service.execute_on_device(query)
         assert _booked(service) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("evidence", [True, False], ids=["evidence", "deferred"])
+@pytest.mark.parametrize("flt", [[("n", ">", 100)], [("n", "=", 1)]], ids=["empty", "one-row"])
+def test_the_fingerprint_of_a_dictionary_result_is_the_one_of_its_table_and_executes(
+    tmp_path: Path, evidence: bool, flt: Any
+) -> None:
+    """From a warm source cache, an empty device result keeps a dictionary column's
+    dictionary where its host copy and execute's table do not: the fingerprint is of
+    the values, so every path gives the same."""
+    data = tmp_path / "data"
+    data.mkdir()
+    codes = pa.array(["x", "y", "x", None, "y"]).dictionary_encode()
+    pq.write_table(pa.table({"d": codes, "n": [1, None, 3, 4, None]}), data / "a.parquet")
+    age_files(data)
+    scan = Scan(str(data / "a.parquet"), columns=["d", "n"], filter=flt)
+    overrides = {} if evidence else {"evidence_dir": None}
+    with make_service(tmp_path, **overrides) as service:
+        service.execute(Scan(scan.source, columns=["d"], filter=[("n", "=", 3)]))  # warm
+        with service.execute_on_device(scan) as result:
+            table = result.to_arrow()
+            digest = result.diagnostics.result_fingerprint
+        executed = service.execute(scan)
+    assert table.equals(executed.table)
+    assert digest == table_fingerprint(table) == executed.diagnostics.result_fingerprint
