@@ -11,6 +11,7 @@ the fingerprint equals ``execute``'s.
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 import threading
@@ -388,3 +389,47 @@ def test_the_fingerprint_of_a_dictionary_result_is_the_one_of_its_table_and_exec
         executed = service.execute(scan)
     assert table.equals(executed.table)
     assert digest == table_fingerprint(table) == executed.diagnostics.result_fingerprint
+
+
+def test_diagnostics_whose_fingerprint_was_released_unread_still_print_and_copy(
+    hive: Path, tmp_path: Path
+) -> None:
+    from nexus_cache.backends import HostBackend
+    from nexus_cache.cluster.client import ClusterDiagnostics
+    from nexus_cache.frames import DeviceFrame
+    from nexus_cache.service.result import defer_device_fingerprint
+
+    scan = Scan(str(hive), columns=["src"], filter=[("w", "<", 0.5)])
+    with make_service(tmp_path, evidence_dir=None) as service:
+        result = service.execute_on_device(scan)
+        result.release()
+    domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    frame = DeviceFrame.from_arrow(pa.table({"x": [1, 2]}), domain=domain)
+    cluster = ClusterDiagnostics("q", {}, 0, (), {}, {}, {}, {}, 2, "", worker="tcp://w:1")
+    defer_device_fingerprint(cluster, frame)
+    frame.release()
+    for diagnostics in (result.diagnostics, cluster):
+        shown = repr(diagnostics)
+        assert shown.startswith(f"{type(diagnostics).__name__}(query_id=")
+        assert "result_fingerprint=<released before it was read>" in shown
+        assert str(diagnostics) == shown
+        for copied in (copy.copy(diagnostics), copy.deepcopy(diagnostics)):
+            assert type(copied) is type(diagnostics)
+            assert copied.rows == diagnostics.rows
+            assert copied.to_dict(fingerprint=False) == diagnostics.to_dict(fingerprint=False)
+            with pytest.raises(LifecycleError, match="released before its result_fingerprint"):
+                copied.result_fingerprint  # noqa: B018
+    assert "worker='tcp://w:1'" in repr(cluster)
+
+
+def test_a_copy_of_unread_diagnostics_reads_the_same_fingerprint(
+    hive: Path, tmp_path: Path
+) -> None:
+    scan = Scan(str(hive), columns=["src"], filter=[("w", "<", 0.5)])
+    with make_service(tmp_path, evidence_dir=None) as service:
+        want = service.execute(scan).diagnostics.result_fingerprint
+        with service.execute_on_device(scan) as result:
+            shallow, deep = copy.copy(result.diagnostics), copy.deepcopy(result.diagnostics)
+            assert shallow.result_fingerprint == want
+        assert deep.result_fingerprint == want  # computed once, shared by the copies
+        assert result.diagnostics.result_fingerprint == want
