@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -433,3 +434,19 @@ def test_a_copy_of_unread_diagnostics_reads_the_same_fingerprint(
             assert shallow.result_fingerprint == want
         assert deep.result_fingerprint == want  # computed once, shared by the copies
         assert result.diagnostics.result_fingerprint == want
+
+
+def test_a_result_refuses_pickle_and_copy_naming_what_to_pickle(
+    hive: Path, tmp_path: Path
+) -> None:
+    scan = Scan(str(hive), columns=["src"], filter=[("w", "<", 0.5)])
+    with make_service(tmp_path) as service:
+        with service.execute_on_device(scan) as result:
+            for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+                with pytest.raises(TypeError, match=r"pickle result.to_arrow\(\) and result.diag"):
+                    attempt(result)
+            want = result.to_arrow()
+            # its diagnostics and its host copy do pickle
+            assert pickle.loads(pickle.dumps(result.diagnostics)) == result.diagnostics
+            assert pickle.loads(pickle.dumps(want)).equals(want)
+        assert _booked(service) == (0, 0, 0)
