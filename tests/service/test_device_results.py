@@ -11,8 +11,10 @@ the fingerprint equals ``execute``'s.
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -28,7 +30,14 @@ from tests.tables._compare import assert_same_rows
 
 import nexus_cache.service._attempt as attempt_module
 from nexus_cache.errors import ConfigError, LifecycleError, QueryCancelledError
-from nexus_cache.service import Count, DeviceQueryResult, GraphQuery, QueryService, Scan
+from nexus_cache.service import (
+    Count,
+    DeviceQueryResult,
+    GraphQuery,
+    QueryService,
+    Scan,
+    table_fingerprint,
+)
 
 
 def _edges(n: int, seed: int) -> pa.Table:
@@ -355,4 +364,89 @@ def test_other_query_kinds_are_refused_naming_what_is_supported(tmp_path: Path, 
     with make_service(tmp_path) as service:
         with pytest.raises(ConfigError, match=f"Scan queries only, not a {kind} query"):
             service.execute_on_device(query)
+        assert _booked(service) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("evidence", [True, False], ids=["evidence", "deferred"])
+@pytest.mark.parametrize("flt", [[("n", ">", 100)], [("n", "=", 1)]], ids=["empty", "one-row"])
+def test_the_fingerprint_of_a_dictionary_result_is_the_one_of_its_table_and_executes(
+    tmp_path: Path, evidence: bool, flt: Any
+) -> None:
+    """From a warm source cache, an empty device result keeps a dictionary column's
+    dictionary where its host copy and execute's table do not: the fingerprint is of
+    the values, so every path gives the same."""
+    data = tmp_path / "data"
+    data.mkdir()
+    codes = pa.array(["x", "y", "x", None, "y"]).dictionary_encode()
+    pq.write_table(pa.table({"d": codes, "n": [1, None, 3, 4, None]}), data / "a.parquet")
+    age_files(data)
+    scan = Scan(str(data / "a.parquet"), columns=["d", "n"], filter=flt)
+    overrides = {} if evidence else {"evidence_dir": None}
+    with make_service(tmp_path, **overrides) as service:
+        service.execute(Scan(scan.source, columns=["d"], filter=[("n", "=", 3)]))  # warm
+        with service.execute_on_device(scan) as result:
+            table = result.to_arrow()
+            digest = result.diagnostics.result_fingerprint
+        executed = service.execute(scan)
+    assert table.equals(executed.table)
+    assert digest == table_fingerprint(table) == executed.diagnostics.result_fingerprint
+
+
+def test_diagnostics_whose_fingerprint_was_released_unread_still_print_and_copy(
+    hive: Path, tmp_path: Path
+) -> None:
+    from nexus_cache.backends import HostBackend
+    from nexus_cache.cluster.client import ClusterDiagnostics
+    from nexus_cache.frames import DeviceFrame
+    from nexus_cache.service.result import defer_device_fingerprint
+
+    scan = Scan(str(hive), columns=["src"], filter=[("w", "<", 0.5)])
+    with make_service(tmp_path, evidence_dir=None) as service:
+        result = service.execute_on_device(scan)
+        result.release()
+    domain = HostBackend(device_total_bytes=1 << 20).create_domain(0)
+    frame = DeviceFrame.from_arrow(pa.table({"x": [1, 2]}), domain=domain)
+    cluster = ClusterDiagnostics("q", {}, 0, (), {}, {}, {}, {}, 2, "", worker="tcp://w:1")
+    defer_device_fingerprint(cluster, frame)
+    frame.release()
+    for diagnostics in (result.diagnostics, cluster):
+        shown = repr(diagnostics)
+        assert shown.startswith(f"{type(diagnostics).__name__}(query_id=")
+        assert "result_fingerprint=<released before it was read>" in shown
+        assert str(diagnostics) == shown
+        for copied in (copy.copy(diagnostics), copy.deepcopy(diagnostics)):
+            assert type(copied) is type(diagnostics)
+            assert copied.rows == diagnostics.rows
+            assert copied.to_dict(fingerprint=False) == diagnostics.to_dict(fingerprint=False)
+            with pytest.raises(LifecycleError, match="released before its result_fingerprint"):
+                copied.result_fingerprint  # noqa: B018
+    assert "worker='tcp://w:1'" in repr(cluster)
+
+
+def test_a_copy_of_unread_diagnostics_reads_the_same_fingerprint(
+    hive: Path, tmp_path: Path
+) -> None:
+    scan = Scan(str(hive), columns=["src"], filter=[("w", "<", 0.5)])
+    with make_service(tmp_path, evidence_dir=None) as service:
+        want = service.execute(scan).diagnostics.result_fingerprint
+        with service.execute_on_device(scan) as result:
+            shallow, deep = copy.copy(result.diagnostics), copy.deepcopy(result.diagnostics)
+            assert shallow.result_fingerprint == want
+        assert deep.result_fingerprint == want  # computed once, shared by the copies
+        assert result.diagnostics.result_fingerprint == want
+
+
+def test_a_result_refuses_pickle_and_copy_naming_what_to_pickle(
+    hive: Path, tmp_path: Path
+) -> None:
+    scan = Scan(str(hive), columns=["src"], filter=[("w", "<", 0.5)])
+    with make_service(tmp_path) as service:
+        with service.execute_on_device(scan) as result:
+            for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+                with pytest.raises(TypeError, match=r"pickle result.to_arrow\(\) and result.diag"):
+                    attempt(result)
+            want = result.to_arrow()
+            # its diagnostics and its host copy do pickle
+            assert pickle.loads(pickle.dumps(result.diagnostics)) == result.diagnostics
+            assert pickle.loads(pickle.dumps(want)).equals(want)
         assert _booked(service) == (0, 0, 0)

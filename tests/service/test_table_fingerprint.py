@@ -85,3 +85,18 @@ def test_a_large_table_hashed_on_threads_matches_one_thread() -> None:
     small = [table_fingerprint(p) for p in parts]  # each below the threshold
     assert len(set(small)) == len(parts)
     assert table_fingerprint(pa.concat_tables(parts)) == table_fingerprint(table)
+
+
+def test_a_dictionary_column_counts_by_its_values_not_its_dictionary() -> None:
+    def coded(indices: list[int], dictionary: list[str]) -> pa.Table:
+        values = pa.array(dictionary, pa.string())
+        array = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), values)
+        return pa.table({"d": array})
+
+    base = table_fingerprint(coded([0, 1, 0], ["x", "y"]))
+    assert table_fingerprint(coded([1, 0, 1], ["y", "x"])) == base  # reordered
+    assert table_fingerprint(coded([0, 1, 0], ["x", "y", "unused"])) == base
+    assert table_fingerprint(coded([], ["x", "y"])) == table_fingerprint(coded([], []))
+    assert table_fingerprint(coded([0, 1, 1], ["x", "y"])) != base
+    # the schema still tells a dictionary column from a plain one
+    assert table_fingerprint(pa.table({"d": ["x", "y", "x"]})) != base

@@ -265,3 +265,31 @@ def test_a_local_directory_lists_what_the_fsspec_listing_of_its_url_lists(
     assert got == want
     assert [Path(p).name for p, _, _ in got] == ["linked.parquet", "p.parquet", "p.parquet"]
     assert got[0][1] == (outside / "x.parquet").stat().st_size
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["+2", "1"],  # Arrow reads no '+': a string column
+        ["0x1f", "2"],  # hex: int32
+        ["0xFFFFFFFF", "0x80000000"],  # a 32-bit pattern: -1 and -2**31
+        ["0x0000000001", "1"],  # more than 8 hex digits: a string column
+        ["-0x1", "1"],
+        ["-00012", "2147483647", "-2147483648"],
+        ["2147483648", "1"],
+    ],
+    ids=lambda names: ",".join(names),
+)
+@pytest.mark.parametrize("pruned", [False, True], ids=["full", "pruned"])
+def test_partition_values_are_typed_as_pyarrow_dataset_types_them(
+    tmp_path: Path, names: list[str], pruned: bool
+) -> None:
+    for i, name in enumerate(names):
+        (tmp_path / f"k={name}").mkdir()
+        pq.write_table(pa.table({"x": [i]}), tmp_path / f"k={name}" / "p.parquet")
+    want = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    kept = [("x", ">=", 0)]  # a filter on a data column: every partition is kept
+    snap = resolve_table(str(tmp_path), filter=[("k", "in", [None])] if pruned else None)
+    assert snap.partition_schema.field("k").type == want.schema.field("k").type
+    assert_same_rows(read_table(resolve_table(str(tmp_path), filter=kept), filter=kept), want)
+    assert_same_rows(read_table(resolve_table(str(tmp_path))), want)

@@ -23,7 +23,7 @@ ENV_REDIS_URL = REDIS_URL_VARIABLE.name
 _POLL_S = 0.2
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)  # Diagnostics' repr, which never raises
 class ClusterDiagnostics(Diagnostics):
     """:class:`Diagnostics` plus where the query ran: ``worker`` (its address as
     Dask names it) and ``lost_workers`` (workers that left while running it,

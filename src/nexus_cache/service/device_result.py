@@ -16,6 +16,7 @@ import threading
 import warnings
 import weakref
 from types import TracebackType
+from typing import Any
 
 import pyarrow as pa
 
@@ -154,6 +155,13 @@ class DeviceQueryResult:
             self._finalizer.detach()
         if frame is not None:
             frame.release()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"the device result of query {self._diagnostics.query_id} holds device memory "
+            "and cannot be pickled or copied; pickle result.to_arrow() and "
+            "result.diagnostics instead"
+        )
 
     def __enter__(self) -> DeviceQueryResult:
         return self

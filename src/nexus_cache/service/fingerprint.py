@@ -41,8 +41,10 @@ def table_fingerprint(table: pa.Table) -> str:
     fixed-width values or string bytes: the value bytes, the lengths of
     string and binary values (so offsets and slices do not matter), and the
     validity where the column has nulls (the values under a null are not
-    hashed). A column of another type (dictionary, nested) is hashed through
-    its Arrow IPC form. The column digests and the row count are hashed with
+    hashed). A dictionary column is hashed by its values (the schema names its
+    dictionary type), whatever its dictionary holds besides them or in what
+    order. A column of another type (nested) is hashed through its Arrow IPC
+    form. The column digests and the row count are hashed with
     the schema (field metadata excluded). Columns of a large table are
     hashed on a few threads (SHA-256 releases the GIL).
 
@@ -90,6 +92,11 @@ def _hash_pool() -> concurrent.futures.ThreadPoolExecutor:
 def _column_digest(column: pa.ChunkedArray) -> bytes:
     """One column's digest (see :func:`table_fingerprint`): the same for any chunking."""
     arrow_type = column.type
+    if pa.types.is_dictionary(arrow_type):
+        # by its values, not its dictionary: unused or reordered dictionary entries (an
+        # empty result keeps its source's dictionary, or not) are no different answer
+        arrow_type = arrow_type.value_type
+        column = pa.chunked_array([c.dictionary_decode() for c in column.chunks], arrow_type)
     if not _hashed_in_place(arrow_type):
         return _ipc_digest(column)
     values = hashlib.sha256()

@@ -70,7 +70,7 @@ class AttemptRecord:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Diagnostics:
     """How a query ran, taken from its last attempt (``attempts`` lists them all).
 
@@ -175,6 +175,37 @@ class Diagnostics:
         state = dict(self.__dict__)
         state[_FINGERPRINT] = self.result_fingerprint
         return state
+
+    def __repr__(self) -> str:
+        # never raises: a device result's fingerprint that can no longer be computed
+        # (released before it was read) is shown as such
+        parts = []
+        for f in dataclasses.fields(self):
+            try:
+                value = getattr(self, f.name)
+            except LifecycleError:
+                value = _Unreadable()
+            parts.append(f"{f.name}={value!r}")
+        return f"{type(self).__qualname__}({', '.join(parts)})"
+
+    def __copy__(self) -> Diagnostics:
+        # shares a fingerprint not computed yet (computed once, for both), so a copy
+        # neither hashes the result nor fails where its device result was released
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Diagnostics:
+        new = object.__new__(type(self))
+        for name, value in self.__dict__.items():
+            shared = isinstance(value, _Deferred)
+            new.__dict__[name] = value if shared else copy.deepcopy(value, memo)
+        return new
+
+
+class _Unreadable:
+    def __repr__(self) -> str:
+        return "<released before it was read>"
 
 
 _FINGERPRINT = "_result_fingerprint"

@@ -9,7 +9,8 @@ like the file (its target's size): the caller checks every location
 against its ``allowed_roots`` after resolving links. ``key=value``
 directory segments become partition columns, typed as
 ``pyarrow.dataset.partitioning(flavor="hive")`` infers them: ``int32`` when
-every value is a 32-bit integer, else ``string``;
+every value is a 32-bit integer as Arrow casts text (:func:`_int32`), else
+``string``;
 ``__HIVE_DEFAULT_PARTITION__`` is a null; values are URI-decoded. The schema
 is the first object's, with the partition columns after its own.
 """
@@ -35,6 +36,7 @@ __all__ = ["hidden_path", "resolve_hive"]
 #: the partition value Hive writes for a null
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 #: one object's ``key=value`` directory segments, in path order
 _Pairs = tuple[tuple[str, str | None], ...]
@@ -283,9 +285,27 @@ def _segment(name: str) -> tuple[str, str | None] | None:
     return unquote(key), None if decoded == NULL_PARTITION else decoded
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _int32(text: str) -> int | None:
+    """The value of partition text ``text`` as an ``int32``, read as Arrow casts text
+    to ``int32`` (the inference of ``pyarrow.dataset`` partitioning): ASCII decimal
+    digits with an optional ``-`` (no ``+``), or ``0x`` and 1 to 8 hex digits (a bit
+    pattern: ``0xFFFFFFFF`` is -1); None when it is not one."""
+    if text[:2] in ("0x", "0X"):
+        digits = text[2:]
+        if not (0 < len(digits) <= 8 and all(c in _HEX for c in digits)):
+            return None
+        value = int(digits, 16)
+        return value - (1 << 32) if value > _INT32[1] else value
+    body = text[1:] if text[:1] == "-" else text
+    if not (body and body.isascii() and body.isdigit()):
+        return None
+    value = int(text)
+    return value if _INT32[0] <= value <= _INT32[1] else None
+
+
 def _is_int32(text: str) -> bool:
-    body = text[1:] if text[:1] in "+-" else text
-    return bool(body) and body.isascii() and body.isdigit() and _INT32[0] <= int(text) <= _INT32[1]
+    return _int32(text) is not None
 
 
 def _infer(values: list[str | None]) -> pa.DataType:
@@ -298,4 +318,4 @@ def _infer(values: list[str | None]) -> pa.DataType:
 def _typed(value: str | None, integer: bool) -> Any:
     if value is None:
         return None
-    return int(value) if integer else value
+    return _int32(value) if integer else value
