@@ -468,3 +468,44 @@ def test_a_forked_child_that_exits_normally_neither_warns_nor_releases(
         "after": 0,
         "complete": True,
     }
+
+
+def test_a_result_returned_by_a_query_running_at_shutdown_is_reported_by_the_next_one(
+    hive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not waited for (it was running, not held, when shutdown began), but once it
+    is held a later shutdown() waits for it and reports it; after its release the
+    shutdown completes and closes the working domain."""
+    decoding, resume = threading.Event(), threading.Event()
+    real = attempt_module.decode_table_object
+
+    def slow_decode(*args: Any, **kwargs: Any) -> Any:
+        frame = real(*args, **kwargs)
+        decoding.set()
+        resume.wait(10)
+        return frame
+
+    monkeypatch.setattr(attempt_module, "decode_table_object", slow_decode)
+    service = make_service(tmp_path)
+    got: dict[str, Any] = {}
+
+    def query() -> None:
+        got["result"] = service.execute_on_device(_scan(hive), query_id="late")
+
+    runner = threading.Thread(target=query)
+    runner.start()
+    assert decoding.wait(10)
+    service.shutdown(timeout=0.2)
+    resume.set()
+    runner.join(20)
+    result = got["result"]
+    assert result.frame.num_rows > 0
+    (held,) = service.shutdown(timeout=0.2)
+    assert not held.complete
+    assert "1 device result(s) still held (queries late)" in str(held.problem)
+    assert not service._work[0].closed
+    result.release()
+    assert _books(service) == NOTHING
+    (done,) = service.shutdown(timeout=5.0)
+    assert done.complete
+    assert service._work[0].closed

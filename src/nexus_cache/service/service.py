@@ -727,7 +727,9 @@ class QueryService:
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
-            if self._shutdown is not None and all(d.complete for d in self._shutdown):
+            # a query running at the first shutdown may have returned a device result
+            # since: while one is held, the shutdown is not over
+            if self._shutdown is not None and self._complete(bool(self._held)):
                 return self._shutdown
         with self._held_changed:  # not under self._lock: a release takes it
             self._held_changed.wait_for(
@@ -735,7 +737,7 @@ class QueryService:
             )
             held = list(self._held.values())
         with self._lock:
-            if self._shutdown is not None and all(d.complete for d in self._shutdown):
+            if self._shutdown is not None and self._complete(bool(held)):
                 return self._shutdown
             shut = self._caches.shutdown(max(0.0, deadline - time.monotonic()))
             self._lakehouse.close(wait=True, timeout=max(0.0, deadline - time.monotonic()))
@@ -751,6 +753,12 @@ class QueryService:
                     pass
             self._shutdown = [_with_held(d, held) for d in shut]
             return self._shutdown
+
+    def _complete(self, holding: bool) -> bool:
+        """Whether the last shutdown was complete and no device result is held now."""
+        return (
+            self._shutdown is not None and not holding and all(d.complete for d in self._shutdown)
+        )
 
     @property
     def closed(self) -> bool:
