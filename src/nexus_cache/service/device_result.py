@@ -12,6 +12,7 @@ collected, with a :class:`ResourceWarning`.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 import weakref
@@ -39,7 +40,13 @@ class DeviceQueryResult:
     released when it is collected, with a :class:`ResourceWarning`.
 
     Thread-safety: reading ``frame`` from several threads is safe; release it
-    once, from one place, after every reader is done.
+    once, from one place, after every reader is done. A :meth:`release` racing a
+    reader does not crash it: the reader gets its rows or :class:`LifecycleError`.
+
+    Fork: a process forked from the one holding the result inherits the object,
+    not the memory. In the child, :meth:`release` and the child's exit give
+    nothing back (the parent still owns the grant and the memory) and warn
+    nothing; on the host backend the child may read its copy of ``frame``.
 
     Parameters
     ----------
@@ -81,7 +88,9 @@ class DeviceQueryResult:
         self._diagnostics = diagnostics
         self._lock = threading.Lock()
         # Safety net: a result dropped unreleased lets its memory go, and says so.
-        self._finalizer = weakref.finalize(self, _forgotten, frame, diagnostics.query_id)
+        self._finalizer = weakref.finalize(
+            self, _forgotten, frame, diagnostics.query_id, os.getpid()
+        )
 
     def __repr__(self) -> str:
         if self._frame is None:
@@ -175,8 +184,12 @@ class DeviceQueryResult:
         self.release()
 
 
-def _forgotten(frame: DeviceFrame, query_id: str) -> None:
-    """The finalizer of a result dropped unreleased: warn, then release it."""
+def _forgotten(frame: DeviceFrame, query_id: str, pid: int) -> None:
+    """The finalizer of a result dropped unreleased: warn, then release it. In a
+    process forked from the one that got the result (its exit runs the finalizers
+    it inherited), nothing: the result is the parent's."""
+    if os.getpid() != pid:
+        return
     warnings.warn(
         f"the device result of query {query_id} was dropped without release(); its "
         "memory was booked until now. Call result.release() or use it in a with block",

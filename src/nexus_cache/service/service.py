@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -253,8 +254,8 @@ class QueryService:
         self._lock = threading.Lock()
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
-        # device results not yet released: their device and query id
-        self._held: dict[FrameOwner, tuple[int, str]] = {}
+        # a device result's settlement -> its device and query id, until it is settled
+        self._held: dict[Callable[[], None], tuple[int, str]] = {}
         self._held_changed = threading.Condition()
 
     def __repr__(self) -> str:
@@ -477,7 +478,6 @@ class QueryService:
             timings["admit_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             table = self._run(plan, attempt, grant, outcome, run.on_device)
-            timings["execute_s"] = time.perf_counter() - t0
         except BaseException as exc:
             last = number == self.config.max_attempts
             kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
@@ -489,37 +489,54 @@ class QueryService:
             finally:
                 self._admission.release(grant)
             raise
-        timings["total_s"] = time.perf_counter() - run.start
+        # Until a device result reaches the caller, anything that fails (a Ctrl-C
+        # included) gives its frame, its grant and its share of the working domain
+        # back here, at once and exactly once (``settle`` is idempotent; once the
+        # result's frame holds it, its release runs it instead).
         booked: DeviceFrame | None = None
+        settle: Callable[[], None] | None = None
         try:
+            timings["execute_s"] = time.perf_counter() - t0
+            timings["total_s"] = time.perf_counter() - run.start
             digest = self._seal(run, attempt, plan, outcome, "ok", None, table)
+            self._admission.remember(plan.source.identity_keys, attempt.device_id)
+            statuses = outcome.statuses(plan)
+            diagnostics = Diagnostics(
+                query_id=run.query_id,
+                query=run.query.to_dict(),
+                device_id=attempt.device_id,
+                attempts=tuple(run.records),
+                lakehouse=statuses["lakehouse"],
+                source_cache=statuses["source_cache"],
+                graph_cache=statuses["graph_cache"],
+                timings=dict(timings),
+                rows=table.num_rows,
+                result_fingerprint=digest or "",
+                algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
+                table=statuses["table"],
+            )
             if isinstance(table, DeviceFrame):  # the grant goes with the result
-                booked = self._book(table, grant, run.query_id)
+                settle = self._settlement(grant)
+                with self._held_changed:  # until settled: shutdown() waits for it
+                    self._held[settle] = (attempt.device_id, run.query_id)
+                booked = table.with_owner(FrameOwner(settle))
+                table.release()  # the same buffers, now held by ``booked`` alone
+                if digest is None:
+                    defer_device_fingerprint(diagnostics, booked)
+                return DeviceQueryResult(booked, diagnostics)
+        except BaseException:
+            if isinstance(table, DeviceFrame):
+                table.release()
+            if booked is not None:
+                booked.release()
+            if settle is not None:
+                settle()
+            raise
         finally:
-            if booked is None:
+            if settle is None:  # not booked: the frame and the grant go back now
                 if isinstance(table, DeviceFrame):
                     self._drop(table, attempt.device_id)
                 self._admission.release(grant)
-        self._admission.remember(plan.source.identity_keys, attempt.device_id)
-        statuses = outcome.statuses(plan)
-        diagnostics = Diagnostics(
-            query_id=run.query_id,
-            query=run.query.to_dict(),
-            device_id=attempt.device_id,
-            attempts=tuple(run.records),
-            lakehouse=statuses["lakehouse"],
-            source_cache=statuses["source_cache"],
-            graph_cache=statuses["graph_cache"],
-            timings=dict(timings),
-            rows=table.num_rows,
-            result_fingerprint=digest or "",
-            algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
-            table=statuses["table"],
-        )
-        if booked is not None:
-            if digest is None:
-                defer_device_fingerprint(diagnostics, booked)
-            return DeviceQueryResult(booked, diagnostics)
         assert isinstance(table, pa.Table)
         if digest is None:
             defer_fingerprint(diagnostics, table)
@@ -551,32 +568,32 @@ class QueryService:
                     self._running[device_id] += 1  # the result's share, until it goes
             return result
 
-    def _book(self, frame: DeviceFrame, grant: Grant, query_id: str) -> DeviceFrame:
-        """``frame`` (a device result) owned by a new :class:`FrameOwner` that holds
-        ``grant``: when the result and every frame derived from it are released, the
-        grant goes back and the result's share of the work domain is returned."""
+    def _settlement(self, grant: Grant) -> Callable[[], None]:
+        """What gives a device result's ``grant`` and its share of the work domain back
+        and ends its entry in ``_held``: once (later calls do nothing). In a process
+        forked from this one it does nothing: the parent owns the grant and the
+        memory, and the child's copy of the service (its locks too) is not used."""
         device_id = grant.device_id
+        pid = os.getpid()
+        lock = threading.Lock()
+        pending = [True]
 
-        def give_back() -> None:
+        def settle() -> None:
+            if os.getpid() != pid:
+                return
+            with lock:
+                if not pending:
+                    return
+                pending.clear()
             try:
                 self._admission.release(grant)
             finally:
                 self._leave(device_id)
                 with self._held_changed:
-                    self._held.pop(owner, None)
+                    self._held.pop(settle, None)
                     self._held_changed.notify_all()
 
-        owner = FrameOwner(give_back)
-        with self._held_changed:
-            self._held[owner] = (device_id, query_id)
-        try:
-            booked = frame.with_owner(owner)
-        except BaseException:
-            with self._held_changed:
-                self._held.pop(owner, None)
-            raise
-        frame.release()  # the same buffers, now held by ``booked`` alone
-        return booked
+        return settle
 
     def _drop(self, frame: DeviceFrame, device_id: int) -> None:
         """Release a device result that never reached its caller, and its share of the
@@ -710,7 +727,9 @@ class QueryService:
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
-            if self._shutdown is not None and all(d.complete for d in self._shutdown):
+            # a query running at the first shutdown may have returned a device result
+            # since: while one is held, the shutdown is not over
+            if self._shutdown is not None and self._complete(bool(self._held)):
                 return self._shutdown
         with self._held_changed:  # not under self._lock: a release takes it
             self._held_changed.wait_for(
@@ -718,7 +737,7 @@ class QueryService:
             )
             held = list(self._held.values())
         with self._lock:
-            if self._shutdown is not None and all(d.complete for d in self._shutdown):
+            if self._shutdown is not None and self._complete(bool(held)):
                 return self._shutdown
             shut = self._caches.shutdown(max(0.0, deadline - time.monotonic()))
             self._lakehouse.close(wait=True, timeout=max(0.0, deadline - time.monotonic()))
@@ -734,6 +753,12 @@ class QueryService:
                     pass
             self._shutdown = [_with_held(d, held) for d in shut]
             return self._shutdown
+
+    def _complete(self, holding: bool) -> bool:
+        """Whether the last shutdown was complete and no device result is held now."""
+        return (
+            self._shutdown is not None and not holding and all(d.complete for d in self._shutdown)
+        )
 
     @property
     def closed(self) -> bool:
