@@ -70,7 +70,7 @@ def _books(service: QueryService) -> tuple[int, int, int, int, int]:
         snap.grant_count,
         snap.grant_bytes,
         service._work[0].used_bytes(),
-        service._running[0],
+        service._work.borrowers(0),
         len(service._held),
     )
 

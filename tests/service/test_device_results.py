@@ -222,7 +222,7 @@ def test_a_failure_after_the_result_was_built_releases_it_and_the_grant(
             service.execute_on_device(scan)
         gc.collect()
         assert _booked(service) == (0, 0, 0)
-        assert service._running[0] == 0
+        assert service._work.borrowers(0) == 0
     finally:
         shutdown = service.shutdown(timeout=5.0)
     assert all(d.complete for d in shutdown)

@@ -125,7 +125,7 @@ def test_an_interrupted_warm_up_releases_what_it_allocated(
     assert ran == [1]
     gc.collect()
     assert service._work[0].used_bytes() == 0
-    assert service._running == {0: 0}
+    assert service._work.borrowers(0) == 0
     monkeypatch.undo()
     assert service.warm_up() > 0  # the service is still usable
 
@@ -270,7 +270,7 @@ def test_a_failed_step_leaves_the_service_s_domain_and_ledger_as_they_were(
         service.warm_up()
     assert _leftovers(service, tmp_path) == before  # with the exception still held
     assert service.caches.ledger(0).snapshot() == ledger
-    assert service._running == {0: 0}
+    assert service._work.borrowers(0) == 0
     del failed
     monkeypatch.undo()
     assert service.warm_up() > 0  # the service is still usable

@@ -30,23 +30,21 @@ process-safe beyond what each cache states (the ledger governs one process).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import math
-import os
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
 
-from nexus_cache.backends import AllocationDomain, DeviceBackend, select_backend
+from nexus_cache.backends import DeviceBackend, select_backend
 from nexus_cache.device import (
     MANAGED_CAPACITY_FRACTION,
     SOURCE_WAIT_TIMEOUT_S,
@@ -75,7 +73,9 @@ from nexus_cache.service._attempt import (
     run_attempt,
 )
 from nexus_cache.service._graph_port import GraphPort
+from nexus_cache.service._held import HeldResults, marked
 from nexus_cache.service._source_port import SourcePort
+from nexus_cache.service._work import WorkDomains
 from nexus_cache.service.admission import Admission, Attempt, GrantMemory, check_cancelled
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.device_result import DeviceQueryResult
@@ -117,21 +117,6 @@ class _QueryRun:
     records: list[AttemptRecord] = dataclasses.field(default_factory=list)
     #: the result stays in device memory (:meth:`QueryService.execute_on_device`)
     on_device: bool = False
-
-
-def _with_held(shutdown: DeviceShutdown, held: list[tuple[int, str]]) -> DeviceShutdown:
-    """``shutdown`` marked incomplete where device results of its device are unreleased."""
-    ids = [q for d, q in held if d == shutdown.device_id]
-    if not ids:
-        return shutdown
-    problem = (
-        f"{len(ids)} device result(s) still held (queries {', '.join(sorted(ids)[:5])}): "
-        "their grant and memory stay booked and the working domain is kept; release them "
-        "(result.release()) and call shutdown() again"
-    )
-    if shutdown.problem is not None:
-        problem = f"{shutdown.problem}; {problem}"
-    return dataclasses.replace(shutdown, problem=problem)
 
 
 def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
@@ -243,20 +228,13 @@ class QueryService:
             raise
         sources = SourcePort(self._caches, SOURCE_WAIT_TIMEOUT_S)
         self._ports = AttemptPorts(self._lakehouse, sources, GraphPort(self._caches))
-        # One working domain per device for what attempts allocate (decoded
-        # frames, copies of cached frames, graphs built uncached), so nothing
-        # lands in a library's default pool. Freed blocks go back to the
-        # device whenever no attempt is running.
-        backend_ = self._caches.backend
-        self._work = {d: backend_.create_domain(d) for d in self._caches.device_ids}
-        self._running = dict.fromkeys(self._work, 0)
         self._on_planned = on_planned
         self._lock = threading.Lock()
+        # what attempts allocate, per device; the lock is shutdown's (see WorkDomains)
+        self._work = WorkDomains(self._caches.backend, self._caches.device_ids, self._lock)
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
-        # a device result's settlement -> its device and query id, until it is settled
-        self._held: dict[Callable[[], None], tuple[int, str]] = {}
-        self._held_changed = threading.Condition()
+        self._held = HeldResults()  # device results handed out, until released
 
     def __repr__(self) -> str:
         return f"QueryService({self._caches!r}, {self._lakehouse!r})"
@@ -516,9 +494,7 @@ class QueryService:
                 table=statuses["table"],
             )
             if isinstance(table, DeviceFrame):  # the grant goes with the result
-                settle = self._settlement(grant)
-                with self._held_changed:  # until settled: shutdown() waits for it
-                    self._held[settle] = (attempt.device_id, run.query_id)
+                settle = self._book(grant, run.query_id)
                 booked = table.with_owner(FrameOwner(settle))
                 table.release()  # the same buffers, now held by ``booked`` alone
                 if digest is None:
@@ -535,7 +511,8 @@ class QueryService:
         finally:
             if settle is None:  # not booked: the frame and the grant go back now
                 if isinstance(table, DeviceFrame):
-                    self._drop(table, attempt.device_id)
+                    table.release()
+                    self._work.leave(attempt.device_id)
                 self._admission.release(grant)
         assert isinstance(table, pa.Table)
         if digest is None:
@@ -554,7 +531,7 @@ class QueryService:
         keeps borrowing the domain until it is released (:meth:`_book`), and its
         device work is complete when this returns."""
         device_id = attempt.device_id
-        with self._working(device_id) as domain:
+        with self._work.borrow(device_id) as domain:
             result = run_attempt(
                 plan, attempt, grant, domain, self._ports, outcome, device_result=on_device
             )
@@ -564,62 +541,22 @@ class QueryService:
                 except BaseException:
                     result.release()
                     raise
-                with self._lock:
-                    self._running[device_id] += 1  # the result's share, until it goes
+                self._work.stay(device_id)  # the result's share, until it goes
             return result
 
-    def _settlement(self, grant: Grant) -> Callable[[], None]:
-        """What gives a device result's ``grant`` and its share of the work domain back
-        and ends its entry in ``_held``: once (later calls do nothing). In a process
-        forked from this one it does nothing: the parent owns the grant and the
-        memory, and the child's copy of the service (its locks too) is not used."""
+    def _book(self, grant: Grant, query_id: str) -> Callable[[], None]:
+        """Hold a device result's ``grant`` and its share of the work domain until the
+        returned settlement runs (once; see :class:`HeldResults`); shutdown() waits
+        for it meanwhile."""
         device_id = grant.device_id
-        pid = os.getpid()
-        lock = threading.Lock()
-        pending = [True]
 
-        def settle() -> None:
-            if os.getpid() != pid:
-                return
-            with lock:
-                if not pending:
-                    return
-                pending.clear()
+        def give_back() -> None:
             try:
                 self._admission.release(grant)
             finally:
-                self._leave(device_id)
-                with self._held_changed:
-                    self._held.pop(settle, None)
-                    self._held_changed.notify_all()
+                self._work.leave(device_id)
 
-        return settle
-
-    def _drop(self, frame: DeviceFrame, device_id: int) -> None:
-        """Release a device result that never reached its caller, and its share of the
-        work domain."""
-        frame.release()
-        self._leave(device_id)
-
-    @contextlib.contextmanager
-    def _working(self, device_id: int) -> Iterator[AllocationDomain]:
-        """Lend ``device_id``'s work domain; its free blocks go back to the device when
-        the last borrower leaves (on every exception too)."""
-        domain = self._work[device_id]
-        with self._lock:
-            self._running[device_id] += 1
-        try:
-            yield domain
-        finally:
-            self._leave(device_id)
-
-    def _leave(self, device_id: int) -> None:
-        """One borrower of ``device_id``'s work domain (an attempt, a device result)
-        left; the last one returns its free blocks to the device."""
-        with self._lock:
-            self._running[device_id] -= 1
-            if self._running[device_id] == 0:
-                self._work[device_id].release_unused()
+        return self._held.book(give_back, device_id, query_id)
 
     def warm_up(self) -> float:
         """Compile and load every kernel the queries use, on every served device;
@@ -637,7 +574,7 @@ class QueryService:
         """
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
-        return warm_up_devices(self.backend, self._caches.device_ids, self._working)
+        return warm_up_devices(self.backend, self._caches.device_ids, self._work.borrow)
 
     def _seal(
         self,
@@ -731,11 +668,8 @@ class QueryService:
             # since: while one is held, the shutdown is not over
             if self._shutdown is not None and self._complete(bool(self._held)):
                 return self._shutdown
-        with self._held_changed:  # not under self._lock: a release takes it
-            self._held_changed.wait_for(
-                lambda: not self._held, max(0.0, deadline - time.monotonic())
-            )
-            held = list(self._held.values())
+        # not under self._lock: a release takes it
+        held = self._held.wait(deadline - time.monotonic())
         with self._lock:
             if self._shutdown is not None and self._complete(bool(held)):
                 return self._shutdown
@@ -751,7 +685,7 @@ class QueryService:
                     # something of an attempt is still referenced (an error's
                     # traceback); the domain stays open and frees it later
                     pass
-            self._shutdown = [_with_held(d, held) for d in shut]
+            self._shutdown = [marked(d, held) for d in shut]
             return self._shutdown
 
     def _complete(self, holding: bool) -> bool:
