@@ -70,10 +70,21 @@ def main() -> int:
     p.add_argument("--size-mib", type=int, default=1024)
     p.add_argument("--out", type=Path, default=Path("."))
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument(
+        "--batch-mib",
+        default="",
+        help="comma-separated heap batch sizes to profile each (default: the engine's own)",
+    )
     args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    from nexus_cache.frames import _page_engine
+
+    batches = [int(b) << 20 for b in args.batch_mib.split(",") if b] or [
+        _page_engine.HEAP_BATCH_BYTES
+    ]
     from cold_read import make_dictionary_heavy
     from nexus_cache.backends import select_backend
-    from nexus_cache.frames import DecodeStats, read_parquet
+    from nexus_cache.frames import read_parquet
     from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
     from source_cache import MIB, make_parquet
 
@@ -98,37 +109,53 @@ def main() -> int:
                 ).release()
 
             read()  # kernels loaded
-            s = DecodeStats()
-            started = time.perf_counter()
-            read(s)
-            wall = time.perf_counter() - started
-            started = time.perf_counter()
-            read()
-            plain = time.perf_counter() - started
-            report = [
-                f"{label}: {path.stat().st_size / 1e9:.2f} GB on disk; plain read {plain:.3f} s, "
-                f"with stages {wall:.3f} s; stages "
-                + ", ".join(f"{k} {v:.3f}" for k, v in s.gpu_stages.items())
-                + f"; {s.row_groups} row groups; paths {sorted(set(s.paths.values()))}"
-            ]
-            started = time.perf_counter()
-            timings = _events(read)
-            report.append(f"under events: {time.perf_counter() - started:.3f} s wall")
-            total = sum(sum(v) for v in timings.values())
-            report.append(f"device time in timed calls: {total / 1e3:.3f} s")
-            for name, ms in sorted(timings.items(), key=lambda kv: -sum(kv[1])):
-                report.append(f"  {name:<40} {len(ms):>6} calls {sum(ms):>10.1f} ms")
-            prof = cProfile.Profile()
-            prof.enable()
-            read()
-            prof.disable()
-            text = io.StringIO()
-            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(35)
-            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(35)
-            out = "\n".join(report)
-            print(out, flush=True)
-            (args.out / f"profile-{label}.txt").write_text(out + "\n\n" + text.getvalue())
+            host = []
+            for _ in range(3):
+                started = time.perf_counter()
+                read_parquet(str(path), domain=domain, lake=lake, engine="host").release()
+                host.append(time.perf_counter() - started)
+            print(f"{label}: host pool read {min(host):.3f} s (best of 3)", flush=True)
+            for batch in batches:
+                _page_engine.HEAP_BATCH_BYTES = batch
+                _profile(f"{label}-batch{batch >> 20}", path, read, args.out)
     return 0
+
+
+def _profile(label: str, path: Path, read: Callable[..., None], out_dir: Path) -> None:
+    """Time, event-profile and cProfile one GPU read of ``path``."""
+    from nexus_cache.frames import DecodeStats
+
+    read()
+    s = DecodeStats()
+    started = time.perf_counter()
+    read(s)
+    wall = time.perf_counter() - started
+    started = time.perf_counter()
+    read()
+    plain = time.perf_counter() - started
+    report = [
+        f"{label}: {path.stat().st_size / 1e9:.2f} GB on disk; plain read {plain:.3f} s, "
+        f"with stages {wall:.3f} s; stages "
+        + ", ".join(f"{k} {v:.3f}" for k, v in s.gpu_stages.items())
+        + f"; {s.row_groups} row groups; paths {sorted(set(s.paths.values()))}"
+    ]
+    started = time.perf_counter()
+    timings = _events(read)
+    report.append(f"under events: {time.perf_counter() - started:.3f} s wall")
+    total = sum(sum(v) for v in timings.values())
+    report.append(f"device time in timed calls: {total / 1e3:.3f} s")
+    for name, ms in sorted(timings.items(), key=lambda kv: -sum(kv[1])):
+        report.append(f"  {name:<40} {len(ms):>6} calls {sum(ms):>10.1f} ms")
+    prof = cProfile.Profile()
+    prof.enable()
+    read()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(35)
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(35)
+    out = "\n".join(report)
+    print(out, flush=True)
+    (out_dir / f"profile-{label}.txt").write_text(out + "\n\n" + text.getvalue())
 
 
 if __name__ == "__main__":
