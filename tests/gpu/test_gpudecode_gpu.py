@@ -580,3 +580,33 @@ def test_the_cold_read_benchmarks_file_decodes_every_column_on_device(
     assert set(stats.paths.values()) == {"gpu"}, stats.paths
     assert_same_table(got, pq.read_table(path))
     assert got.equals(on_the_host(path.read_bytes(), tmp_path))
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy"])
+def test_row_groups_merged_per_column_equal_pyarrow_on_device(
+    domain: Any, tmp_path: Path, compression: str
+) -> None:
+    """Six row groups, each with its own dictionaries (one column falls back to
+    PLAIN in each): every column's chunks decoded as one by the engine."""
+    from tests.frames.gpudecode.test_device_plan import _mixed_table
+
+    raw = write(_mixed_table(3000), row_group_size=500, compression=compression)
+    got, stats = _read_with_gpu_engine(raw, domain, tmp_path)
+    assert set(stats.paths.values()) == {"gpu"}, stats.paths
+    assert _bits(got).equals(_bits(pq.read_table(io.BytesIO(raw))))
+
+
+@pytest.mark.parametrize("value_type", [pa.int64(), pa.string()], ids=str)
+def test_an_index_past_its_own_row_groups_dictionary_is_refused_on_device(
+    domain: Any, value_type: pa.DataType
+) -> None:
+    from tests.frames.gpudecode.test_merged_columns import _items, _with_index_past_its_dictionary
+
+    from nexus_cache.frames.gpudecode.device import decode_chunks_on_device
+
+    _, items = _items(_with_index_past_its_dictionary(value_type))
+    with pytest.raises(SourceFormatError, match="of one of row groups 0, 1"):
+        decode_chunks_on_device(items, domain, columns=[[0, 1]])
+    # the device still decodes afterwards
+    (got,) = decode_chunks_on_device(items[:1], domain)
+    assert got.length == 1000

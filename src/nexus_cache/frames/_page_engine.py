@@ -33,7 +33,7 @@ from nexus_cache.frames._builder import check_dictionary_length
 from nexus_cache.frames._variables import DECODE_ENGINE, ENGINES
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
 from nexus_cache.frames.frame import _to_host
-from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device
+from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device, mergeable
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
@@ -262,11 +262,25 @@ def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> Devi
 
 #: Row groups are decoded together, one heap for several, until their chunks
 #: hold this many bytes (compressed and decompressed, what the heap takes):
-#: each heap costs a few reads back, one nvCOMP call per codec and one
-#: round of launches per chunk, whatever its size, so small row groups are
-#: best batched; a row group larger than this is decoded alone. A domain
-#: with a limit gets at most an eighth of it.
-HEAP_BATCH_BYTES = 256 << 20
+#: each heap costs a few reads back, one stream check and one nvCOMP call
+#: per codec, and one round of launches per column (its chunks of the heap's
+#: row groups decoded as one), so the fewer heaps the better: every page of a
+#: batch is walked, decompressed and decoded by the same launches, which
+#: keeps the device busy where one row group's pages would not. A row group
+#: larger than this is decoded alone. A domain with a limit gets at most an
+#: eighth of it, and no heap takes more than a quarter of the device's free
+#: memory.
+HEAP_BATCH_BYTES = 4 << 30
+
+
+def _free_device_bytes() -> int | None:
+    """The current device's free memory, or None where CuPy cannot say."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    except (ImportError, AttributeError, RuntimeError):
+        return None
 
 
 def _batches(
@@ -301,8 +315,9 @@ def decode_page_columns(
     :data:`HEAP_BATCH_BYTES` at a time (:func:`decode_chunks_on_device`: one
     heap, its pieces copied through ``transfer``'s pinned staging when given,
     one nvCOMP call per codec with one codec per algorithm for the whole
-    call; its stage times added to ``stages`` when given); ``decode`` decodes
-    one chunk at a time instead."""
+    call, each column's chunks of the batch decoded as one where
+    :func:`~.gpudecode.device.mergeable` allows; its stage times added to
+    ``stages`` when given); ``decode`` decodes one chunk at a time instead."""
     names = [f.name for f in schema if f.name in plan.gpu]
     pieces: dict[str, list[DeviceChunk]] = {name: [] for name in names}
     if decode is None:
@@ -312,16 +327,32 @@ def decode_page_columns(
         # of itself in one heap
         limit = getattr(domain, "limit_bytes", None)
         budget = HEAP_BATCH_BYTES if not limit else min(HEAP_BATCH_BYTES, limit // 8)
+        free = _free_device_bytes()
+        if free is not None:
+            budget = min(budget, free // 4)
         row_groups = [[plan.gpu[name][k] for name in names] for k in range(groups)]
         for batch in _batches(row_groups, budget):
+            # items row group by row group; each column's chunks of the batch
+            # decoded as one where they may be (one round of launches a column)
+            owners: list[str] = []
+            columns: list[list[int]] = []
+            for j, name in enumerate(names):
+                mine = [k * len(names) + j for k in range(len(batch))]
+                if mergeable([row_group[j][1] for row_group in batch]):
+                    columns.append(mine)
+                else:
+                    columns.extend([i] for i in mine)
+                owners.extend([name] * (len(columns) - len(owners)))
             got = decode_chunks_on_device(
-                [c for row_group in batch for c in row_group], domain, transfer, stages, codecs
+                [c for row_group in batch for c in row_group],
+                domain,
+                transfer,
+                stages,
+                codecs,
+                columns=columns,
             )
-            for k in range(len(batch)):
-                for name, piece in zip(
-                    names, got[k * len(names) : (k + 1) * len(names)], strict=True
-                ):
-                    pieces[name].append(piece)
+            for name, piece in zip(owners, got, strict=True):
+                pieces[name].append(piece)
     else:
         for name in names:
             pieces[name] = [

@@ -262,22 +262,27 @@ def plain_fixed(heap, page_values, dense_base, n_pages, dense, total):
         dense[k] = np.frombuffer(value, dense.dtype)[0]
 
 
-def dict_gather(indices, dictionary, size, dense, error, total):
+def dict_gather(indices, dictionary, first, base, size, n_pages, dense, error, total):
     for k in range(int(total)):
-        if indices[k] >= size:
+        p = _last_at_most(first, int(n_pages), k)
+        if indices[k] >= size[p]:
             error[0] = 1
             dense[k] = 0
             continue
-        dense[k] = dictionary[indices[k]]
+        dense[k] = dictionary[int(base[p]) + int(indices[k])]
 
 
-def dict_strings(indices, d_start, d_length, size, starts, lengths, error, total):
+def dict_strings(
+    indices, d_start, d_length, first, base, size, n_pages, starts, lengths, error, total
+):
     for k in range(int(total)):
-        if indices[k] >= size:
+        p = _last_at_most(first, int(n_pages), k)
+        if indices[k] >= size[p]:
             error[0] = 1
             starts[k] = lengths[k] = 0
             continue
-        starts[k], lengths[k] = d_start[indices[k]], d_length[indices[k]]
+        at = int(base[p]) + int(indices[k])
+        starts[k], lengths[k] = d_start[at], d_length[at]
 
 
 class Tile:

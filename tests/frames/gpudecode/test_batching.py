@@ -67,9 +67,9 @@ def _plan(raw: bytes) -> tuple[Any, pa.Schema]:
 def _decode(raw: bytes, transfer: Any, calls: list[int], domain: Any = None) -> pa.Table:
     real = _engine.decode_chunks_on_device
 
-    def counted(items: Any, *args: Any) -> Any:
+    def counted(items: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(len(items))
-        return real(items, *args)
+        return real(items, *args, **kwargs)
 
     plan, schema = _plan(raw)
     with pytest.MonkeyPatch.context() as mp:

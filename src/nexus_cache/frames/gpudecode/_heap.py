@@ -13,11 +13,12 @@ domain). Used by one thread at a time.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,7 @@ class _DataPage:
     rows: int
     levels: tuple[int, int]  # [start, end) in the heap
     values: tuple[int, int]
+    dictionary: int = -1  # its chunk's dictionary, an index of _Chunk.dictionaries; -1: none
 
 
 class _Heap:
@@ -208,6 +210,13 @@ class _Heap:
             return np.zeros(0, np.uint32)
         return np.asarray(self.gather(offsets).get(), np.uint32)
 
+    def merge(self, groups: Sequence[Sequence[int]]) -> None:
+        """Make each group of :attr:`chunks` (indices, in row order: one column's
+        chunks of consecutive row groups) one chunk (:meth:`_Chunk.merged`), so
+        the decode steps launch once per column for all of them, not once per
+        column chunk. ``chunks`` becomes one chunk a group, in group order."""
+        self.chunks = [_Chunk.merged([self.chunks[i] for i in group]) for group in groups]
+
     def release(self) -> None:
         """Drop the heap's buffer and its chunks' plans (their error flags too), so
         the device bytes go back at once, even while a traceback keeps this
@@ -234,7 +243,10 @@ def _gather(cp: Any, data: Any, size: int, offsets: Sequence[int]) -> Any:
 
 
 class _Chunk:
-    """One chunk's plan over the heap: its data pages' sections and dictionary."""
+    """One chunk's plan over the heap: its data pages' sections and dictionary
+    pages. A merged chunk (:meth:`merged`) is one column's chunks of several
+    row groups, decoded as one: their data pages one after another, each
+    naming its own row group's dictionary."""
 
     def __init__(
         self,
@@ -249,16 +261,48 @@ class _Chunk:
         # would wait for the garbage collector instead of going back when the
         # decode returns.
         self.cp, self.spec = heap.cp, spec
+        self.specs = [spec]  # a merged chunk's: every part's, in row order
         self.heap, self.size = heap.data, heap.size
         self.error = error  # int32[1]: set by a kernel that finds a stream malformed
         self.data_pages: list[_DataPage] = []
-        self.dictionary: tuple[Page, int, int] | None = None  # page, values start, end
+        # dictionary pages (page, values start, end): one per chunk at most,
+        # one per row group in a merged chunk
+        self.dictionaries: list[tuple[Page, int, int]] = []
         for p, (levels, values) in zip(placed, sections, strict=True):
             h = p.page.header
             if h.type == PageType.DICTIONARY_PAGE:
-                self.dictionary = (p.page, *values)
+                self.dictionaries.append((p.page, *values))
             else:
-                self.data_pages.append(_DataPage(p.page, h.num_values, levels, values))
+                self.data_pages.append(
+                    _DataPage(p.page, h.num_values, levels, values, len(self.dictionaries) - 1)
+                )
+
+    @classmethod
+    def merged(cls, parts: Sequence[_Chunk]) -> _Chunk:
+        """``parts`` (one column's chunks, in row order, over one heap) as one chunk:
+        their data pages one after another, each page's dictionary index shifted
+        past the dictionaries of the parts before its own. Kernels flag errors
+        in the first part's error flag. One part is returned as it is."""
+        if len(parts) == 1:
+            return parts[0]
+        out = copy.copy(parts[0])
+        out.specs, out.data_pages, out.dictionaries = [], [], []
+        for part in parts:
+            shift = len(out.dictionaries)
+            out.specs.extend(part.specs)
+            out.dictionaries.extend(part.dictionaries)
+            out.data_pages.extend(
+                replace(d, dictionary=d.dictionary + shift) if d.dictionary >= 0 else d
+                for d in part.data_pages
+            )
+        return out
+
+    def where(self, offset: int) -> str:
+        """The file, column, row group and byte of ``offset`` (a page's), for messages."""
+        for spec in self.specs:
+            if spec.start <= offset < spec.start + spec.size:
+                return spec.where(offset)
+        return self.spec.where(offset)
 
     def gather(self, offsets: Sequence[int]) -> Any:
         """:func:`_gather` of the heap."""
@@ -266,9 +310,13 @@ class _Chunk:
 
     def malformed(self, what: str) -> SourceFormatError:
         """The error for a stream of this chunk a kernel found malformed."""
-        return SourceFormatError(
-            f"{self.spec.where(self.spec.start)}: {what} is malformed; the file is corrupt"
-        )
+        spec = self.spec
+        if len(self.specs) == 1:
+            where = spec.where(spec.start)
+        else:
+            groups = ", ".join(str(s.row_group) for s in self.specs)
+            where = f"{spec.source!r}, column {spec.column!r} of one of row groups {groups}"
+        return SourceFormatError(f"{where}: {what} is malformed; the file is corrupt")
 
     def expand(self, streams: Sequence[tuple[int, int, int, int]], out: Any = None) -> Any:
         """``hybrid_runs`` + ``hybrid_expand`` of ``streams`` (start, end, bit width,

@@ -1,5 +1,6 @@
-"""The decode steps of a row group's chunks on the device, with as few reads
-back as the data allows.
+"""The decode steps of a heap's chunks on the device (a merged chunk: one
+column's chunks of several row groups), with as few reads back as the data
+allows.
 
 :func:`decode_all` decodes every chunk of a :class:`._heap._Heap` in three
 phases, each ending in one read back for all the chunks together:
@@ -198,7 +199,7 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
         nulls = p.page.header.num_nulls
         if nulls is not None and p.rows - int(count) != nulls:
             raise SourceFormatError(
-                f"{spec.where(p.page.offset)}: the levels hold {p.rows - int(count)} nulls, "
+                f"{c.where(p.page.offset)}: the levels hold {p.rows - int(count)} nulls, "
                 f"the header says {nulls}; the file is corrupt"
             )
     nonnull = int(ends[-1]) if len(ends) else 0
@@ -211,34 +212,39 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
     dtype = np.dtype(np.int32) if as_dictionary else storage_dtype(spec.arrow_type)
     dense = cp.zeros(max(nonnull, 1), dtype)[:nonnull]
     dictionary = values = None
+    sizes = _i64([page.header.num_values for page, _, _ in c.dictionaries])
     if as_dictionary:
         values = _dictionary_values(c)
         # the identity: the gather checks each index against the dictionary's size
         dictionary = cp.arange(max(values.rows, 1), dtype=np.int32)[: values.rows]
-    elif c.dictionary is not None:
-        page, v0, v1 = c.dictionary
-        size = page.header.num_values
-        dictionary = cp.zeros(max(size, 1), dtype)[:size]
+        sizes = _i64([values.rows] * len(c.dictionaries))
+    elif c.dictionaries:
+        # every row group's dictionary, one after another, in one launch
+        total = int(sizes.sum())
+        dictionary = cp.zeros(max(total, 1), dtype)[:total]
+        entries = [(page, v0, v1, int(page.header.num_values)) for page, v0, v1 in c.dictionaries]
         if spec.physical_type == "BOOLEAN":
-            if (size + 7) // 8 > v1 - v0:
-                raise _bad(c, page, f"{size} PLAIN booleans run past the page")
-            dictionary[...] = c.packed_runs([v0], [size]).astype(np.bool_)
+            for page, v0, v1, n in entries:
+                if (n + 7) // 8 > v1 - v0:
+                    raise _bad(c, page, f"{n} PLAIN booleans run past the page")
+            dictionary[...] = c.packed_runs(
+                [e[1] for e in entries], [e[3] for e in entries]
+            ).astype(np.bool_)
         else:
-            _plain_fixed(c, [(page, v0, v1, size)], dictionary)
+            _plain_fixed(c, entries, dictionary)
     for is_dict, members in groups:
         g0 = int(dense_base[members[0]])
         g1 = int(dense_base[members[-1]] + counts[members[-1]])
         part = dense[g0:g1]
         table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
         if is_dict:
-            if dictionary is None:  # the support check refuses this
-                raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
             indices = _indices(c, table, [heads.get(i, 0) for i in members])
+            pages = _page_dictionaries(c, members, dense_base, sizes)
             _launch(
                 "dict_gather",
                 dtype.itemsize,
                 g1 - g0,
-                (indices, dictionary, np.int64(len(dictionary)), part, c.error, np.int64(g1 - g0)),
+                (indices, dictionary, *pages, part, c.error, np.int64(g1 - g0)),
             )
         elif as_dictionary:  # the support check refuses this
             raise _bad(c, table[0][0], "a PLAIN page in a chunk read as a dictionary")
@@ -259,7 +265,27 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
 
 
 def _bad(c: _Chunk, page: Page, what: str) -> SourceFormatError:
-    return SourceFormatError(f"{c.spec.where(page.offset)}: {what}; the file is corrupt")
+    return SourceFormatError(f"{c.where(page.offset)}: {what}; the file is corrupt")
+
+
+def _page_dictionaries(
+    c: _Chunk, members: Sequence[int], dense_base: np.ndarray, sizes: np.ndarray
+) -> tuple[Any, Any, Any, np.int32]:
+    """The page table of ``dict_gather`` / ``dict_strings`` for the data pages
+    ``members`` of a group (their values one after another): each page's
+    first value in the group, and its dictionary's first entry and size among
+    the chunk's dictionaries (``sizes``: theirs, one after another), in one
+    upload. SourceFormatError for a page whose row group has no dictionary."""
+    bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    which = []
+    for i in members:
+        d = c.data_pages[i].dictionary
+        if d < 0:  # the support check refuses this
+            raise _bad(c, c.data_pages[i].page, "a dictionary-encoded page without a dictionary")
+        which.append(d)
+    first = dense_base[list(members)] - dense_base[members[0]]
+    uploaded = _upload(c.cp, _i64(first), bases[which], sizes[which])
+    return (*uploaded, np.int32(len(members)))
 
 
 #: one page of a group: (page, values start, values end, non-null values)
@@ -365,13 +391,12 @@ def _string_rows(
     starts = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
     lengths = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
     dict_starts, dict_lengths = _dictionary_strings(c)
+    sizes = _i64([page.header.num_values for page, _, _ in c.dictionaries])
     for is_dict, members in groups:
         g0 = int(dense_base[members[0]])
         g1 = int(dense_base[members[-1]] + counts[members[-1]])
         table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
         if is_dict:
-            if dict_starts is None or dict_lengths is None:  # the support check refuses this
-                raise _bad(c, table[0][0], "a dictionary-encoded page without a dictionary")
             indices = _indices(c, table, [heads.get(i, 0) for i in members])
             _launch(
                 "dict_strings",
@@ -381,7 +406,7 @@ def _string_rows(
                     indices,
                     dict_starts,
                     dict_lengths,
-                    np.int64(len(dict_starts)),
+                    *_page_dictionaries(c, members, dense_base, sizes),
                     starts[g0:g1],
                     lengths[g0:g1],
                     c.error,
@@ -408,25 +433,25 @@ def _offsets(cp: Any, lengths: Any) -> Any:
 
 
 def _dictionary_strings(c: _Chunk) -> tuple[Any, Any]:
-    """``plain_lengths`` of the chunk's dictionary page: each entry's start in the
-    heap and length (both None without a dictionary page)."""
-    if c.dictionary is None:
-        return None, None
+    """``plain_lengths`` of the chunk's dictionary pages (a merged chunk's, one
+    after another, in one launch): each entry's start in the heap and length
+    (empty without a dictionary page)."""
     cp = c.cp
-    page, v0, v1 = c.dictionary
-    size = page.header.num_values
+    table = [(page, v0, v1, page.header.num_values) for page, v0, v1 in c.dictionaries]
+    size = sum(t[3] for t in table)
     starts = cp.zeros(max(size, 1), np.int64)[:size]
     lengths = cp.zeros(max(size, 1), np.int64)[:size]
-    _string_table(c, [(page, v0, v1, size)], starts, lengths)
+    if table:
+        _string_table(c, table, starts, lengths)
     return starts, lengths
 
 
 def _dictionary_values(c: _Chunk) -> _Strings:
-    """The dictionary of a chunk read as one: its dictionary page's strings up
-    to their offsets (none without a dictionary page: a chunk of no values)."""
+    """The dictionary of a chunk read as one (never merged: at most one
+    dictionary page): its dictionary page's strings up to their offsets (none
+    without a dictionary page: a chunk of no values)."""
+    assert len(c.dictionaries) <= 1, "a chunk read as a dictionary is decoded alone"
     starts, lengths = _dictionary_strings(c)
-    if starts is None:
-        starts = lengths = c.cp.zeros(1, np.int64)[:0]
     return _Strings(int(starts.size), starts, _offsets(c.cp, lengths), None)
 
 
@@ -436,7 +461,7 @@ def _string_bytes(c: _Chunk, s: _Strings, total: int, arrow_type: Any) -> Device
     dtype = storage_dtype(arrow_type)
     if dtype == np.int32 and total > _INT32_MAX:
         raise FrameTypeError(
-            f"{c.spec.where(c.spec.start)}: more than 2 GiB of string bytes in one chunk; "
+            f"{c.where(c.spec.start)}: more than 2 GiB of string bytes in one chunk; "
             "read the column as large_string / large_binary"
         )
     data = c.cp.zeros(max(total, 1), np.uint8)[:total]

@@ -2,7 +2,8 @@
 
 :func:`decode_chunks_on_device` runs the steps of :mod:`.reference` with
 the kernels of :mod:`.kernels`, for several chunks at once (the page
-engine passes a row group's). The host reads the page headers and packs
+engine passes a batch of row groups' chunks, and has each column's chunks
+of the batch decoded as one: ``columns``). The host reads the page headers and packs
 the chunks into one *heap* (:mod:`.layout`): one host-to-device copy
 (through the caller's pinned staging when given), then one batched nvCOMP
 call per codec decompresses every compressed page section on the device
@@ -11,13 +12,15 @@ decompressed them while packing), and one read brings back every v1
 page's level length (:mod:`._heap`). Then the device expands the levels,
 computes positions by a prefix sum, decodes the pages' values and scatters
 them to rows (:mod:`._steps`), every chunk phase by phase, with one read
-back per phase for all the chunks together: four small reads a row group
-in all, however many chunks and pages (five where nvCOMP decompresses
+back per phase for all the chunks together: four small reads a heap
+in all, however many chunks, row groups and pages (five where nvCOMP decompresses
 Snappy or LZ4 pages: the flags of their stream check, :mod:`.stream_check`).
 Pages are decoded in *groups*, the longest runs of consecutive pages of one
 kind (dictionary-encoded or PLAIN), each group with one launch per kernel
 over a page table (a writer that falls back from the dictionary gives two
-groups).
+groups per row group); a merged chunk's dictionary-encoded pages each
+name their own row group's dictionary, so one launch serves them all, and
+each index is checked against its own dictionary's size.
 
 Every device allocation, temporaries included, is made inside
 ``domain.scope()``, so the domain charges it. A malformed stream found by a
@@ -34,13 +37,17 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from nexus_cache.errors import FrameTypeError
 from nexus_cache.frames.gpudecode._heap import DeviceChunk, _Heap
 from nexus_cache.frames.gpudecode._steps import decode_all
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, read_pages
-from nexus_cache.frames.gpudecode.support import unsupported_reason
+from nexus_cache.frames.gpudecode.support import is_dictionary_of_bytes, unsupported_reason
 
-__all__ = ["DeviceChunk", "decode_chunk_on_device", "decode_chunks_on_device"]
+__all__ = ["DeviceChunk", "decode_chunk_on_device", "decode_chunks_on_device", "mergeable"]
+
+_INT32_MAX = (1 << 31) - 1
 
 
 def decode_chunk_on_device(
@@ -62,13 +69,19 @@ def decode_chunks_on_device(
     transfer: Any = None,
     stages: dict[str, float] | None = None,
     codecs: dict[Any, Any] | None = None,
+    columns: Sequence[Sequence[int]] | None = None,
 ) -> list[DeviceChunk]:
     """Decode the column chunks of ``items`` (bytes, spec, pages or None), one
     heap for all of them (a row group's: one copy to the device, one nvCOMP
     call per codec), into buffers of ``domain``.
 
     Each result equals :func:`.reference.decode_chunk` of its chunk, on the
-    device. ``transfer`` (a :class:`~nexus_cache.frames.Transfer` into
+    device. ``columns``: groups of indices of ``items``, each one column's
+    chunks of consecutive row groups (see :func:`mergeable`), each decoded
+    as one chunk (one round of launches for the group, not one per chunk)
+    into one result, equal to the group's chunks joined; the results are
+    then one per group, in group order (default: one per item).
+    ``transfer`` (a :class:`~nexus_cache.frames.Transfer` into
     ``domain``): the heap is copied through its pinned staging and the
     decode runs on its stream; without one, a plain copy on the current
     stream. ``stages``: seconds by stage (``pack``, ``transfer``,
@@ -94,6 +107,8 @@ def decode_chunks_on_device(
         heap = None
         try:
             heap = _Heap(cp, resolved, transfer, stages, codecs)
+            if columns is not None:
+                heap.merge(columns)
             out = decode_all(heap.chunks)
             # Complete when it returns, like the host path: a caller may use the
             # buffers from any stream.
@@ -110,6 +125,22 @@ def decode_chunks_on_device(
         finally:
             if heap is not None:
                 heap.release()
+
+
+def mergeable(specs: Sequence[ChunkSpec]) -> bool:
+    """Whether one column's chunks ``specs`` (of consecutive row groups) may be
+    decoded as one chunk (``columns`` of :func:`decode_chunks_on_device`): not
+    when the column is read as a dictionary (each row group's dictionary is
+    joined as the host joins them), nor when its strings could pass the 2 GiB
+    that 32-bit offsets hold (their pages' decompressed sizes bound them)."""
+    if not specs:
+        return False
+    t = specs[0].arrow_type
+    if is_dictionary_of_bytes(t):
+        return False
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return sum(s.uncompressed_size for s in specs) <= _INT32_MAX
+    return True
 
 
 def _clear_chain(exc: BaseException) -> None:

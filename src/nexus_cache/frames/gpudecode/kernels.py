@@ -250,31 +250,43 @@ extern "C" __global__ void plain_fixed(
 """
 
 _DICT_GATHER = r"""
-// One thread per dense value: the dictionary entry its index names.
+// One thread per dense value: the entry its index names in its page's
+// dictionary. The dictionaries of a merged chunk's row groups lie one after
+// another in `dictionary`: page p's values start at dense value
+// page_first[p] (ascending, page_first[0] == 0), and its dictionary is
+// entries [page_base[p], page_base[p] + page_size[p]).
 extern "C" __global__ void dict_gather(
     const unsigned int* __restrict__ indices,
     const ELEM_T* __restrict__ dictionary,
-    const long long dict_size,
+    const long long* __restrict__ page_first,
+    const long long* __restrict__ page_base,
+    const long long* __restrict__ page_size,
+    const int n_pages,
     ELEM_T* __restrict__ dense,
     int* __restrict__ error,
     const long long total)
 {
     long long stride = (long long)blockDim.x * gridDim.x;
     for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < total; k += stride) {
+        const long long p = last_at_most(page_first, n_pages, k);
         unsigned int index = indices[k];
-        if (index >= dict_size) { atomicExch(error, 1); dense[k] = 0; continue; }
-        dense[k] = dictionary[index];
+        if (index >= page_size[p]) { atomicExch(error, 1); dense[k] = 0; continue; }
+        dense[k] = dictionary[page_base[p] + index];
     }
 }
 """
 
 _DICT_STRINGS = r"""
-// One thread per dense value: the (start, length) of the dictionary string.
+// One thread per dense value: the (start, length) of the dictionary string its
+// index names, its page's dictionary found as dict_gather finds it.
 extern "C" __global__ void dict_strings(
     const unsigned int* __restrict__ indices,
     const long long* __restrict__ dict_start,
     const long long* __restrict__ dict_length,
-    const long long dict_size,
+    const long long* __restrict__ page_first,
+    const long long* __restrict__ page_base,
+    const long long* __restrict__ page_size,
+    const int n_pages,
     long long* __restrict__ dense_start,
     long long* __restrict__ dense_length,
     int* __restrict__ error,
@@ -282,15 +294,16 @@ extern "C" __global__ void dict_strings(
 {
     long long stride = (long long)blockDim.x * gridDim.x;
     for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < total; k += stride) {
+        const long long p = last_at_most(page_first, n_pages, k);
         unsigned int index = indices[k];
-        if (index >= dict_size) {
+        if (index >= page_size[p]) {
             atomicExch(error, 1);
             dense_start[k] = 0;
             dense_length[k] = 0;
             continue;
         }
-        dense_start[k] = dict_start[index];
-        dense_length[k] = dict_length[index];
+        dense_start[k] = dict_start[page_base[p] + index];
+        dense_length[k] = dict_length[page_base[p] + index];
     }
 }
 """
@@ -390,8 +403,8 @@ _SOURCES = {
     "hybrid_expand": _LAST_AT_MOST + _HYBRID_EXPAND,
     "levels_validity": _LEVELS_VALIDITY,
     "plain_fixed": _LAST_AT_MOST + _PLAIN_FIXED,
-    "dict_gather": _DICT_GATHER,
-    "dict_strings": _DICT_STRINGS,
+    "dict_gather": _LAST_AT_MOST + _DICT_GATHER,
+    "dict_strings": _LAST_AT_MOST + _DICT_STRINGS,
     "plain_lengths": TILE_SOURCE + _PLAIN_LENGTHS,
     "scatter_values": _SCATTER_VALUES,
     "copy_strings": _COPY_STRINGS,
