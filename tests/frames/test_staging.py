@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from nexus_cache.frames._slots import fill_part, plan_fills
 from nexus_cache.frames.gpudecode.layout import HeapLayout
 from nexus_cache.frames.staging import Transfer, _CudaTransfer
 
@@ -57,9 +58,12 @@ class _Event:
             self.stream.run_to(self.mark)
 
 
-def _cuda_transfer(slot_bytes: int, slots: int) -> tuple[_CudaTransfer, list[int]]:
+def _cuda_transfer(
+    slot_bytes: int, slots: int, part_bytes: int = 1 << 30
+) -> tuple[_CudaTransfer, list[int]]:
     """A ``_CudaTransfer`` over host slots and the stand-in runtime; the list
-    collects the size of every copy queued."""
+    collects the size of every copy queued. A slot's run is written by one
+    thread per ``part_bytes`` (the default: one thread)."""
     stream, copies = _Stream(), []
 
     def memcpy_async(dst: int, src: int, k: int, kind: int, stream_ptr: int) -> None:
@@ -84,7 +88,8 @@ def _cuda_transfer(slot_bytes: int, slots: int) -> tuple[_CudaTransfer, list[int
         release=stream.synchronize,
     )
     domain = SimpleNamespace(host_memory=False)
-    return _CudaTransfer(domain, staging, timing=False), copies  # type: ignore[arg-type]
+    transfer = _CudaTransfer(domain, staging, timing=False, part_bytes=part_bytes)  # type: ignore[arg-type]
+    return transfer, copies
 
 
 class _Device:
@@ -109,10 +114,17 @@ def _layout(seed: int, count: int) -> HeapLayout:
     return layout
 
 
-@pytest.mark.parametrize(("seed", "slots"), [(1, 2), (2, 3), (3, 2)])
-def test_pinned_pieces_go_in_one_copy_per_slot_and_land_exact(seed: int, slots: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "slots", "part_bytes"),
+    [(1, 2, 1 << 30), (2, 3, 1 << 30), (3, 2, 1 << 30), (5, 2, 1000), (6, 3, 512)],
+)
+def test_pinned_pieces_go_in_one_copy_per_slot_and_land_exact(
+    seed: int, slots: int, part_bytes: int
+) -> None:
+    # part_bytes under the slot size: each slot's run is written by several
+    # threads at once, and must land the same
     slot = 4096
-    transfer, copies = _cuda_transfer(slot, slots)
+    transfer, copies = _cuda_transfer(slot, slots, part_bytes)
     layout = _layout(seed, 60)
     first = np.arange(1000, dtype=np.uint8)
     earlier = _Device(first.nbytes)
@@ -137,8 +149,9 @@ def test_pinned_pieces_go_in_one_copy_per_slot_and_land_exact(seed: int, slots: 
     transfer.close()
 
 
-def test_pieces_out_of_order_or_past_the_image_are_refused() -> None:
-    transfer, copies = _cuda_transfer(4096, 2)
+@pytest.mark.parametrize("part_bytes", [1 << 30, 1024])
+def test_pieces_out_of_order_or_past_the_image_are_refused(part_bytes: int) -> None:
+    transfer, copies = _cuda_transfer(4096, 2, part_bytes)
     device = _Device(100)
     for pieces, nbytes in [([(10, b"abc"), (11, b"d")], 20), ([(90, b"x" * 20)], 100)]:
         with pytest.raises(ValueError, match="overlaps the one before it"):
@@ -166,3 +179,89 @@ def test_host_pieces_are_one_copy_with_zeros_between() -> None:
     assert dst[: layout.host_size].tobytes() == layout.host_image().tobytes()
     assert (dst[layout.host_size :] == 0xEE).all()
     assert (transfer.stats.h2d_copies, transfer.stats.h2d_bytes) == (1, layout.host_size)
+
+
+def _run_plan(
+    pieces: list[tuple[int, Any]], nbytes: int, used: int, slot: int, part: int, parts: int
+) -> tuple[np.ndarray, list[Any]]:
+    """The image a ring of two slots sends when ``plan_fills`` is executed (every
+    part written, then each run copied out), and the plan."""
+    ring = [np.full(slot, 0xEE, np.uint8) for _ in range(2)]
+    image = np.full(nbytes, 0xDD, np.uint8)
+    current, fills = 0, list(plan_fills(pieces, nbytes, used, slot, part, parts))
+    for i, fill in enumerate(fills):
+        assert fill.next_slot == (i > 0 or used >= slot)
+        current = (current + fill.next_slot) % 2
+        assert fill.slot_at == (0 if fill.next_slot else used)
+        assert 0 < fill.size <= slot - fill.slot_at
+        # the parts are disjoint, in order, and cover the run exactly
+        at = fill.slot_at
+        for ops in fill.parts:
+            assert ops
+            for offset, src, start, k in ops:
+                assert (offset, k > 0) == (at, True)
+                assert src is None or 0 <= start <= start + k <= memoryview(src).nbytes
+                at += k
+            fill_part(ring[current], ops)
+        assert at == fill.slot_at + fill.size
+        end = fill.slot_at + fill.size
+        image[fill.image_at : fill.image_at + fill.size] = ring[current][fill.slot_at : end]
+    assert sum(f.size for f in fills) == nbytes
+    return image, fills
+
+
+def _pieces(seed: int, slot: int) -> tuple[list[tuple[int, Any]], int]:
+    """Random pieces: some empty, some smaller than a slot, some spanning several,
+    gaps of zero to two slots between them."""
+    rng = np.random.default_rng(seed)
+    pieces, at = [], int(rng.integers(0, 2 * slot))
+    for _ in range(int(rng.integers(0, 40))):
+        size = int(rng.choice([0, 1, 7, slot - 1, slot, slot + 1, 3 * slot + 5]))
+        pieces.append((at, rng.integers(0, 256, size, dtype=np.uint8).tobytes()))
+        at += size + int(rng.choice([0, 0, 1, 13, slot, 2 * slot]))
+    return pieces, at + int(rng.integers(0, 3))
+
+
+_EDGES = [
+    ([], 0),  # empty
+    ([(0, b"x")], 1),  # one byte
+    ([], 1),  # one zero
+    ([(0, bytes(range(256)) * 4)], 1024),  # exactly a slot
+    ([(0, bytes(range(256)) * 4)], 1025),  # a slot and a zero
+    ([(1023, b"ab")], 1025),  # a piece across a slot boundary
+    ([(5, b"")], 10),  # an empty piece
+]
+
+
+@pytest.mark.parametrize("used", [0, 1, 1023, 1024])
+@pytest.mark.parametrize(("part", "parts"), [(1 << 20, 4), (100, 1), (100, 3), (1, 4)])
+@pytest.mark.parametrize("case", list(range(12)) + [f"edge{i}" for i in range(len(_EDGES))])
+def test_slot_plan_writes_the_single_threaded_image(
+    case: Any, used: int, part: int, parts: int
+) -> None:
+    slot = 1024
+    if isinstance(case, int):
+        pieces, nbytes = _pieces(case, slot)
+    else:
+        pieces, nbytes = _EDGES[int(case[4:])]
+    expected = np.full(nbytes, 0xEE, np.uint8)
+    Transfer(SimpleNamespace()).pieces_to_device(pieces, nbytes, expected)  # type: ignore[arg-type]
+    image, fills = _run_plan(pieces, nbytes, used, slot, part, parts)
+    assert image.tobytes() == expected.tobytes()
+    # one run per slot the image touches; a run is cut into parts of at least
+    # ``part`` bytes, at most ``parts`` of them
+    first = slot - used if used < slot else slot
+    assert len(fills) == (0 if nbytes == 0 else 1 + -(-max(0, nbytes - first) // slot))
+    for fill in fills:
+        assert len(fill.parts) == max(1, min(parts, fill.size // part))
+
+
+def test_slot_plan_checks_pieces_when_it_reaches_them() -> None:
+    # the runs before a malformed piece are planned (and may be sent) first
+    plan = plan_fills([(0, bytes(3000)), (2000, b"x")], 5000, 0, 1024, 100, 4)
+    assert next(plan).size == 1024
+    assert next(plan).size == 1024
+    with pytest.raises(ValueError, match="overlaps the one before it"):
+        next(plan)
+    with pytest.raises(ValueError, match="runs past the image"):
+        list(plan_fills([(10, b"abc")], 12, 0, 1024, 100, 4))

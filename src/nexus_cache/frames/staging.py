@@ -15,7 +15,12 @@ On CUDA, host buffers go to the device through a ring of reusable pinned
 Many small host buffers bound for one device buffer (the pages of a
 decoder's heap) go as one image (:meth:`Transfer.pieces_to_device`): each
 piece copied into the slot at its place, the gaps zeroed, and one
-asynchronous copy per slot filled, instead of one per piece.
+asynchronous copy per slot filled, instead of one per piece. A large image's
+slot is written by several threads at once (the shared pool of
+:mod:`nexus_cache._workers`, one thread per 2 MiB of the slot's run, at most
+the pool's size; :func:`._slots.plan_fills` says which bytes each writes),
+while the copy engine drains the slot written before; an image under 4 MiB
+is written by the calling thread.
 
 A :class:`PinnedStaging` (slots, stream, events) is reused across transfers:
 ``PinnedStaging.acquire`` hands one out of a small per-device pool and
@@ -33,13 +38,16 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from nexus_cache._sizes import parse_size
+from nexus_cache._workers import WORKERS, run_tasks
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
+from nexus_cache.frames._slots import fill_part, image_pieces, plan_fills
 
 __all__ = [
     "DEFAULT_SLOT_BYTES",
@@ -56,6 +64,9 @@ __all__ = [
 DEFAULT_SLOT_BYTES = 32 << 20
 DEFAULT_SLOTS = 3
 _POOL_KEEP = 2  # idle stagings kept per device
+#: A slot's run of an image is written by one thread per this many bytes (at
+#: most the shared pool's threads): an image under twice this is one thread's.
+_PART_BYTES = 2 << 20
 
 
 @dataclass
@@ -63,7 +74,9 @@ class TransferStats:
     """What one transfer moved. ``h2d_seconds`` is, on CUDA, the sum of the
     copy engine's busy time (CUDA events around each copy, when timing was
     asked for); on the host, the time of the copies. ``staging_seconds`` is
-    host time spent filling pinned slots (zero on the host backend).
+    the calling thread's wall time spent filling pinned slots, waits for a
+    free slot included (the threads that fill a slot together count once;
+    zero on the host backend).
     """
 
     h2d_bytes: int = 0
@@ -119,7 +132,7 @@ class Transfer:
         started = time.perf_counter()
         view = _bytes_of(dst, nbytes)
         at = 0
-        for offset, src in _image(pieces, nbytes):
+        for offset, src in image_pieces(pieces, nbytes):
             view[at:offset] = 0
             view[offset : offset + src.size] = src
             at = offset + src.size
@@ -168,20 +181,6 @@ def _bytes_of(dst: Any, nbytes: int) -> Any:
     if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:
         raise ValueError(f"destination of {dst.nbytes} B does not take {nbytes} B contiguously")
     return dst.reshape(-1).view(np.uint8)
-
-
-def _image(pieces: Sequence[tuple[int, Any]], nbytes: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Each piece as ``(offset, uint8 array)``, checked to lie in order within ``nbytes``."""
-    at = 0
-    for offset, piece in pieces:
-        src = np.frombuffer(piece, np.uint8)
-        if offset < at or offset + src.size > nbytes:
-            raise ValueError(
-                f"a piece of {src.size} B at {offset} overlaps the one before it (which ends "
-                f"at {at}) or runs past the image's {nbytes} B"
-            )
-        at = offset + src.size
-        yield offset, src
 
 
 class PinnedStaging:
@@ -234,9 +233,16 @@ class PinnedStaging:
 class _CudaTransfer(Transfer):
     host_memory = False
 
-    def __init__(self, domain: AllocationDomain, staging: PinnedStaging, timing: bool) -> None:
+    def __init__(
+        self,
+        domain: AllocationDomain,
+        staging: PinnedStaging,
+        timing: bool,
+        part_bytes: int = _PART_BYTES,
+    ) -> None:
         super().__init__(domain)
         self._staging = staging
+        self._part_bytes = part_bytes
         self._cp = staging.cupy
         self._timing = timing
         self._timed: list[tuple[Any, Any]] = []
@@ -302,55 +308,35 @@ class _CudaTransfer(Transfer):
         self.stats.h2d_copies += 1
 
     def pieces_to_device(self, pieces: Sequence[tuple[int, Any]], nbytes: int, dst: Any) -> None:
-        # The image is written into the slots in order, and each slot's run of
-        # it goes in one copy: when the slot is full (before the next slot is
-        # waited for) and at the end.
+        # The image is written into the slots in order (plan_fills), each
+        # slot's run by a few threads at once when it is large, and goes in
+        # one copy once written; the next slot is written while it is copied.
         if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:
             raise ValueError(f"destination of {dst.nbytes} B does not take {nbytes} B")
-        dst_ptr = int(dst.data.ptr)
+        staging, dst_ptr = self._staging, int(dst.data.ptr)
         started = time.perf_counter()
-        run = (0, self._used)  # (image offset, slot offset) where the slot's run starts
-        at = 0
+        plan = plan_fills(
+            pieces, nbytes, self._used, staging.slot_bytes, self._part_bytes, WORKERS
+        )
         try:
-            for offset, src in _image(pieces, nbytes):
-                run = self._stage(None, offset - at, at, run, dst_ptr)
-                run = self._stage(src, src.size, offset, run, dst_ptr)
-                at = offset + src.size
-            run = self._stage(None, nbytes - at, at, run, dst_ptr)
+            for fill in plan:
+                if fill.next_slot:
+                    self._next_slot()
+                slot = staging.buffers[self._slot]
+                run_tasks(
+                    [partial(fill_part, slot, ops) for ops in fill.parts],
+                    parallel=len(fill.parts) > 1,
+                )
+                self._used = fill.slot_at + fill.size
+                self._memcpy(dst_ptr + fill.image_at, fill.slot_at, fill.size)
         except BaseException:
-            # the copies queued so far are done before the error reaches the
-            # caller, who may then free ``dst`` at once
-            self._staging.stream.synchronize()
+            # every task has finished (run_tasks waits), and the copies queued
+            # so far are done before the error reaches the caller, who may
+            # then free ``dst`` and the pieces at once
+            staging.stream.synchronize()
             raise
         self.stats.staging_seconds += time.perf_counter() - started
-        if self._used > run[1]:
-            self._memcpy(dst_ptr + run[0], run[1], self._used - run[1])
         self.stats.h2d_bytes += nbytes
-
-    def _stage(
-        self, src: np.ndarray | None, n: int, at: int, run: tuple[int, int], dst_ptr: int
-    ) -> tuple[int, int]:
-        """Write ``src`` (None: ``n`` zeros) into the slots as image bytes from ``at``;
-        a slot filled has its run copied and the next slot is taken. Returns
-        where the current slot's run starts."""
-        staging, pos = self._staging, 0
-        while pos < n:
-            room = staging.slot_bytes - self._used
-            if room == 0:
-                if self._used > run[1]:
-                    self._memcpy(dst_ptr + run[0], run[1], self._used - run[1])
-                self._next_slot()
-                run = (at + pos, 0)
-                continue
-            k = min(room, n - pos)
-            slot = staging.buffers[self._slot][self._used : self._used + k]
-            if src is None:
-                slot.fill(0)
-            else:
-                np.copyto(slot, src[pos : pos + k])
-            self._used += k
-            pos += k
-        return run
 
     def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
         if nbytes > int(dst.nbytes) or not dst.flags.c_contiguous:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
+import sys
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +24,9 @@ from nexus_cache.frames.gpudecode import (
     decode_chunk,
     read_pages,
 )
-from nexus_cache.frames.gpudecode._thrift import MAX_DEPTH, ThriftError, read_struct
+from nexus_cache.frames.gpudecode._thrift import MAX_DEPTH, ThriftError, read_fields, read_struct
+
+_pages = importlib.import_module("nexus_cache.frames.gpudecode.pages")
 
 # A compact-protocol writer for the tests' own headers.
 I32, BINARY, LIST, MAP, STRUCT, TRUE, FALSE = 5, 8, 9, 11, 12, 1, 2
@@ -251,3 +256,125 @@ def test_random_bytes_raise_source_format_error_only(data: bytes, values: int) -
         read_pages(data, _spec(len(data), values, inflated=4096))
     except SourceFormatError:
         pass
+
+
+def _general(buf: bytes) -> tuple[Any, int] | None:
+    """The general reader's ``(header, offset past it)``, None where it refuses."""
+    try:
+        fields, body = read_fields(memoryview(buf), 0, len(buf), _pages._HEADER)
+        return _pages._header(fields, body), body
+    except ThriftError:
+        return None
+
+
+def test_pyarrow_page_headers_take_the_common_path_and_read_the_same() -> None:
+    # every page header pyarrow writes (v1, v2, dictionary; statistics): the
+    # common reader reads it, exactly as the general one does
+    for chunk, spec in _CHUNKS:
+        data = memoryview(chunk)
+        for page in read_pages(chunk, spec):
+            at = page.offset - spec.start
+            common = _pages._common_header(data, at)
+            assert common is not None
+            header, body = common
+            assert header == page.header
+            assert (header, body - at) == _general(chunk[at:])
+
+
+_GOOD = [0, 1, 2, 3, 300, 1 << 20, (1 << 31) - 1]
+_BAD = [1 << 31, -1, -(1 << 31)]
+
+
+@st.composite
+def _headers(draw: st.DrawFn) -> bytes:
+    """Page headers of the common shape, and near it: a field absent, out of
+    range, of the wrong type or in the long form; unknown fields; nested
+    headers for another page type, twice, or with statistics; cut or with a
+    byte changed (each flaw now and then, so most headers are good)."""
+
+    def flaw() -> bool:
+        return draw(st.integers(0, 15)) == 7
+
+    def field(fid: int) -> list[tuple[int, int, bytes]]:
+        if not flaw():
+            return [_i32(fid, draw(st.sampled_from(_GOOD)))]
+        how = draw(st.sampled_from(["absent", "binary", "true", "struct", "bad"]))
+        if how == "absent":
+            return []
+        if how == "binary":
+            return [(fid, BINARY, _varint(2) + b"ab")]
+        if how == "true":
+            return [(fid, TRUE, b"")]
+        if how == "struct":
+            return [(fid, STRUCT, _struct())]
+        return [_i32(fid, draw(st.sampled_from(_BAD)))]
+
+    kind = draw(st.sampled_from([0, 2, 3])) if not flaw() else draw(st.sampled_from([1, 7, -1]))
+    stats = _struct((1, BINARY, _varint(3) + b"max"), (3, 6, _zz(7)), (7, TRUE, b""))
+    sub: list[tuple[int, int, bytes]] = []
+    for fid in range(1, 7):
+        sub += field(fid)
+    sub += draw(st.sampled_from([[], [(7, TRUE, b"")], [(7, FALSE, b"")], [_i32(7, 1)]]))
+    if draw(st.booleans()):
+        sub.append((8, STRUCT, stats))
+    elif flaw():
+        sub.append((9, 6, _zz(3)))  # an i64
+    if draw(st.booleans()):
+        sub.insert(0, (5, STRUCT, stats))
+        sub.sort(key=lambda f: f[0])
+    top = [_i32(1, kind), *field(2), *field(3)]
+    if draw(st.booleans()):
+        top.append(_i32(4, draw(st.sampled_from(_GOOD + _BAD))))  # a crc
+    nested = [{0: 5, 2: 7, 3: 8}.get(kind, 6)]
+    if flaw():
+        nested = draw(st.lists(st.sampled_from([5, 6, 7, 8, 40]), max_size=2, unique=True))
+    top += [(fid, STRUCT, _struct(*sub)) for fid in sorted(nested)]
+    raw = bytearray(_struct(*top))
+    if flaw():  # a long-form id: the general reader's
+        raw[0] = I32
+        raw[1:1] = _zz(1)
+    if flaw():
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    if raw and flaw():
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    return bytes(raw) + bytes(draw(st.integers(0, 3)))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(raw=_headers())
+def test_the_common_header_reader_agrees_with_the_general_one(raw: bytes) -> None:
+    common = _pages._common_header(memoryview(raw), 0)
+    if common is not None:  # where it reads one, it is the general reader's
+        assert common == _general(raw)
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_common_page_headers_take_a_few_calls_a_page(version: str) -> None:
+    # pyarrow's headers (statistics in them): one call for the header and one
+    # for its statistics, not a call per field or per nested struct
+    out = io.BytesIO()
+    rng = np.random.default_rng(5)
+    values = pa.array(rng.integers(0, 100, 20_000), mask=rng.random(20_000) < 0.1)
+    pq.write_table(
+        pa.table({"i": values}),
+        out,
+        data_page_size=1024,
+        data_page_version=version,
+        compression="snappy",
+    )
+    raw = out.getvalue()
+    spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "calls.parquet")
+    chunk = raw[spec.start : spec.start + spec.size]
+    calls = [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            calls[0] += 1
+
+    sys.setprofile(count)
+    try:
+        pages = read_pages(chunk, spec)
+    finally:
+        sys.setprofile(None)
+    assert len(pages) > 10
+    assert calls[0] / len(pages) <= 12, f"{calls[0] / len(pages):.1f} calls a page"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,15 +43,15 @@ from nexus_cache.frames.gpudecode.support import CODECS
 __all__ = ["HeapLayout", "PlacedPage", "layout_chunk", "level_offsets", "page_sections_at"]
 
 
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+_STEP = ALIGNMENT - 1  # a place is rounded up to a multiple of ALIGNMENT
+_DATA_PAGE_V2 = int(PageType.DATA_PAGE_V2)
 
 
-@dataclass(frozen=True)
-class PlacedPage:
+class PlacedPage(NamedTuple):
     """One page in the heap: its body (a v1 or dictionary page whole, decompressed;
     a v2 page's values) at ``[body, body_end)``, and a v2 page's definition
-    levels at ``[levels, levels + levels_size)``."""
+    levels at ``[levels, levels + levels_size)``. Immutable (a named tuple: a
+    heap holds thousands, made fast)."""
 
     page: Page
     body: int
@@ -83,8 +84,8 @@ class HeapLayout:
     _pending: list[tuple[int, int, str, int, int, int]] = field(default_factory=list)
 
     def _put(self, data: bytes | memoryview) -> int:
-        at = _align(self.host_size)
-        size = memoryview(data).nbytes
+        at = (self.host_size + _STEP) // ALIGNMENT * ALIGNMENT
+        size = len(data) if type(data) is bytes else memoryview(data).nbytes
         if size:
             self.pieces.append((at, data))
         self.host_size = at + size
@@ -105,23 +106,22 @@ class HeapLayout:
         for a page that fails host decompression or contradicts its header."""
         codec = CODECS[spec.codec]
         placed: list[PlacedPage] = []
+        pending, chunk, put = self._pending, len(self.chunks), self._put
         for page in pages:
             h = page.header
             levels = levels_size = 0
             section = page.payload
             size = h.uncompressed_size
             compressed = codec is not None
-            if h.type == PageType.DATA_PAGE_V2:
+            if h.type == _DATA_PAGE_V2:
                 levels_size = h.def_bytes
-                levels = self._put(page.payload[h.rep_bytes : h.rep_bytes + h.def_bytes])
-                section = page.payload[h.rep_bytes + h.def_bytes :]
-                size = h.uncompressed_size - h.rep_bytes - h.def_bytes
+                levels = put(section[h.rep_bytes : h.rep_bytes + levels_size])
+                section = section[h.rep_bytes + levels_size :]
+                size -= h.rep_bytes + levels_size
                 compressed = compressed and h.is_compressed
             if compressed and algorithm is not None and size > 0:
-                at = self._put(section)
-                self._pending.append(
-                    (len(self.chunks), len(placed), algorithm, at, len(section), size)
-                )
+                # the page's place in the output region is fixed in finish
+                pending.append((chunk, len(placed), algorithm, put(section), len(section), size))
                 placed.append(PlacedPage(page, 0, 0, levels, levels_size))
                 continue
             try:
@@ -130,20 +130,20 @@ class HeapLayout:
                 raise SourceFormatError(
                     f"{spec.where(page.offset)}: {exc}; the file is corrupt"
                 ) from exc
-            at = self._put(body)
+            at = put(body)
             placed.append(PlacedPage(page, at, at + len(body), levels, levels_size))
         self.chunks.append(placed)
 
     def finish(self) -> None:
         """Place the decompressed sections after the host's bytes; fix ``size``."""
-        cursor = _align(self.host_size)
+        cursor = (self.host_size + _STEP) // ALIGNMENT * ALIGNMENT
+        chunks, jobs = self.chunks, self.jobs
         for chunk, index, algorithm, source, in_size, size in self._pending:
-            p = self.chunks[chunk][index]
-            self.jobs.setdefault(algorithm, []).append((source, in_size, cursor, size))
-            self.chunks[chunk][index] = PlacedPage(
-                p.page, cursor, cursor + size, p.levels, p.levels_size
-            )
-            cursor = _align(cursor + size)
+            placed = chunks[chunk]
+            p = placed[index]
+            jobs.setdefault(algorithm, []).append((source, in_size, cursor, size))
+            placed[index] = PlacedPage(p.page, cursor, cursor + size, p.levels, p.levels_size)
+            cursor = (cursor + size + _STEP) // ALIGNMENT * ALIGNMENT
         self._pending.clear()
         self.size = max(cursor, 1)
 

@@ -4,10 +4,14 @@
 it starts, how long it is, its codec, physical type and levels) and
 :func:`read_pages` walks the chunk's bytes into pages: each page's Thrift
 header decoded (:mod:`._thrift`) and its payload as a slice of the chunk.
-Nothing is decompressed or decoded here. Malformed bytes raise
-:class:`~nexus_cache.errors.SourceFormatError` naming the file, the column
-and the byte offset in the file; the walk reads each byte at most once and
-always advances, so hostile input cannot make it loop. Stateless and
+A header of the common shape (what writers such as PyArrow write) is read
+by one loop over local variables (:func:`_common_header`); any other, and
+any it finds wrong, by the general reader, which names what is wrong; both
+give the same header. Nothing is decompressed or decoded here. Malformed
+bytes raise :class:`~nexus_cache.errors.SourceFormatError` naming the file,
+the column and the byte offset in the file; the walk reads each byte at most
+twice (the common reader, then the general one) and always advances, so
+hostile input cannot make it loop. Stateless and
 thread-safe.
 """
 
@@ -25,6 +29,7 @@ from nexus_cache.frames.gpudecode._thrift import (
     BOOL,
     I32,
     ThriftError,
+    _skip_struct,
     compile_schema,
     read_fields,
 )
@@ -232,6 +237,125 @@ def _sub(value: Any, what: str, offset: int) -> list[Any]:
     return value  # type: ignore[no-any-return]
 
 
+def _common_header(buf: Any, pos: int) -> tuple[PageHeader, int] | None:
+    """The page header at ``buf[pos]`` and the offset past it, when it has the
+    common shape (short-form field ids; 32-bit integers, one nested header
+    for the page's type, statistics and booleans in it) and every field
+    :func:`_header` checks is valid; else None, and the general reader
+    (:func:`read_fields`, :func:`_header`) reads it (and names what is wrong).
+    The same header as the general reader's, in one loop over local variables
+    without a call per field."""
+    kind_ = usize = csize = None
+    which = 0  # the nested header's field id
+    s1 = s2 = s3 = s4 = s5 = s6 = s7 = None
+    fid = 0
+    try:
+        while True:  # the PageHeader
+            head = buf[pos]
+            pos += 1
+            kind = head & 0x0F
+            if kind == 0:
+                break
+            if head < 0x10:
+                return None
+            fid += head >> 4
+            if kind == 5:  # an i32: a zigzag varint (crc and unknown ones read past)
+                b = buf[pos]
+                pos += 1
+                v = b & 0x7F
+                shift = 7
+                while b >= 0x80:
+                    if shift >= 35:
+                        return None
+                    b = buf[pos]
+                    pos += 1
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                v = (v >> 1) ^ -(v & 1)
+                if fid == 1:
+                    kind_ = v
+                elif fid == 2:
+                    usize = v
+                elif fid == 3:
+                    csize = v
+                continue
+            if kind != 12 or which or fid not in (5, 7, 8):
+                return None
+            which, sub = fid, 0
+            while True:  # the nested header
+                head = buf[pos]
+                pos += 1
+                kind = head & 0x0F
+                if kind == 0:
+                    break
+                if head < 0x10:
+                    return None
+                sub += head >> 4
+                if kind == 5:
+                    b = buf[pos]
+                    pos += 1
+                    v = b & 0x7F
+                    shift = 7
+                    while b >= 0x80:
+                        if shift >= 35:
+                            return None
+                        b = buf[pos]
+                        pos += 1
+                        v |= (b & 0x7F) << shift
+                        shift += 7
+                    v = (v >> 1) ^ -(v & 1)
+                    if sub == 1:
+                        s1 = v
+                    elif sub == 2:
+                        s2 = v
+                    elif sub == 3:
+                        s3 = v
+                    elif sub == 4:
+                        s4 = v
+                    elif sub == 5:
+                        s5 = v
+                    elif sub == 6:
+                        s6 = v
+                elif kind == 1 or kind == 2:  # a boolean's value is its type
+                    if sub == 7:
+                        s7 = kind == 1
+                elif kind == 12:  # statistics
+                    pos = _skip_struct(buf, pos, len(buf), 3)
+                else:
+                    return None
+    except (IndexError, ThriftError):
+        return None
+    if (
+        kind_ is None
+        or usize is None
+        or csize is None
+        or not (0 <= usize < _I32_END and 0 <= csize < _I32_END and s1 is not None)
+        or not (0 <= s1 < _I32_END and s2 is not None and 0 <= s2 < _I32_END)
+    ):
+        return None
+    if kind_ == _DATA_PAGE and which == 5:
+        if s3 is None or s4 is None or not (0 <= s3 < _I32_END and 0 <= s4 < _I32_END):
+            return None
+        return PageHeader(kind_, usize, csize, s1, s2, s3, s4), pos
+    if kind_ == _DICTIONARY_PAGE and which == 7:
+        return PageHeader(kind_, usize, csize, s1, s2), pos
+    if (
+        kind_ != _DATA_PAGE_V2
+        or which != 8
+        or s3 is None
+        or s4 is None
+        or s5 is None
+        or s6 is None
+        or not (0 <= s3 < _I32_END and 0 <= s4 < _I32_END)
+        or not (0 <= s5 < _I32_END and 0 <= s6 < _I32_END)
+        or s5 + s6 > csize
+        or s5 + s6 > usize
+    ):
+        return None
+    compressed = True if s7 is None else s7
+    return PageHeader(kind_, usize, csize, s1, s4, None, None, s2, s3, s5, s6, compressed), pos
+
+
 def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
     """Every page of the column chunk whose bytes are ``chunk`` (exactly
     ``spec.size`` bytes from ``spec.start`` of the file), in order.
@@ -251,14 +375,11 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
     pos = values = inflated = 0
     size, start, limit = len(data), spec.start, spec.uncompressed_size
     while pos < size:
-        try:
-            fields, body = read_fields(data, pos, size, _HEADER)
-            header = _header(fields, body)
-        except ThriftError as exc:
-            raise SourceFormatError(
-                f"{spec.where(spec.start + pos)}: unreadable page header ({exc} of the "
-                "column chunk); the file is truncated or corrupt"
-            ) from exc
+        common = _common_header(data, pos)
+        if common is not None:
+            header, body = common
+        else:
+            header, body = _general_header(data, pos, size, spec)
         end = body + header.compressed_size
         if end > size:
             raise SourceFormatError(
@@ -282,3 +403,16 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
             f"{spec.num_values}; the file is corrupt"
         )
     return pages
+
+
+def _general_header(data: Any, pos: int, size: int, spec: ChunkSpec) -> tuple[PageHeader, int]:
+    """The page header at ``data[pos]`` by the general reader; SourceFormatError
+    naming where and what when it is malformed."""
+    try:
+        fields, body = read_fields(data, pos, size, _HEADER)
+        return _header(fields, body), body
+    except ThriftError as exc:
+        raise SourceFormatError(
+            f"{spec.where(spec.start + pos)}: unreadable page header ({exc} of the "
+            "column chunk); the file is truncated or corrupt"
+        ) from exc

@@ -1,0 +1,126 @@
+"""How an image (host pieces at offsets, zeros between) is cut into the runs of
+a ring of pinned staging slots, and each run into parts that threads fill.
+
+Pure host code: :func:`plan_fills` says which bytes of which piece (or which
+zeros) go to which offset of which slot; the CUDA transfer
+(:mod:`nexus_cache.frames.staging`) executes it, filling one slot's parts on
+several threads while the copy engine drains the slot filled before. A slot
+holds one run of the image, copied to the device in one copy. The pieces are
+checked as they are reached (in increasing order, none past the image), so
+the runs before a malformed piece are planned, and may be sent, before it
+raises ValueError. Stateless and thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Op", "SlotFill", "fill_part", "image_pieces", "plan_fills"]
+
+#: One write into a slot: ``(slot offset, bytes-like (None: zeros), its first
+#: byte to write, count)``.
+Op = tuple[int, Any, int, int]
+
+
+class SlotFill(NamedTuple):
+    """One slot's run of the image: bytes ``[image_at, image_at + size)`` of the
+    image at ``[slot_at, slot_at + size)`` of the slot, written by ``parts``
+    (disjoint ranges of the run, in order, each a list of :data:`Op`).
+    ``next_slot``: take the ring's next slot before writing (else the run
+    continues the current slot, after the bytes it holds)."""
+
+    next_slot: bool
+    slot_at: int
+    image_at: int
+    size: int
+    parts: list[list[Op]]
+
+
+def image_pieces(
+    pieces: Sequence[tuple[int, Any]], nbytes: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Each piece as ``(offset, uint8 array)``, checked to lie in order within
+    ``nbytes`` (ValueError when it does not, raised when that piece is reached)."""
+    at = 0
+    for offset, piece in pieces:
+        src = np.frombuffer(piece, np.uint8)
+        if offset < at or offset + src.size > nbytes:
+            raise _misplaced(src.size, offset, at, nbytes)
+        at = offset + src.size
+        yield offset, src
+
+
+def _segments(pieces: Sequence[tuple[int, Any]], nbytes: int) -> Iterator[tuple[int, int, Any]]:
+    """The image as non-empty ``(offset, size, bytes-like or None: zeros)``, in
+    order, covering ``[0, nbytes)``; each piece checked as it is reached."""
+    at = 0
+    for offset, piece in pieces:
+        size = memoryview(piece).nbytes
+        if offset < at or offset + size > nbytes:
+            raise _misplaced(size, offset, at, nbytes)
+        if offset > at:
+            yield at, offset - at, None
+        if size:
+            yield offset, size, piece
+        at = offset + size
+    if nbytes > at:
+        yield at, nbytes - at, None
+
+
+def _misplaced(size: int, offset: int, at: int, nbytes: int) -> ValueError:
+    return ValueError(
+        f"a piece of {size} B at {offset} overlaps the one before it (which ends "
+        f"at {at}) or runs past the image's {nbytes} B"
+    )
+
+
+def plan_fills(
+    pieces: Sequence[tuple[int, Any]],
+    nbytes: int,
+    used: int,
+    slot_bytes: int,
+    part_bytes: int,
+    max_parts: int,
+) -> Iterator[SlotFill]:
+    """The slot runs that write the first ``nbytes`` of the image of ``pieces``
+    (``(offset, bytes-like)`` in increasing order, zeros between) into a ring of
+    ``slot_bytes`` slots whose current slot holds ``used`` bytes already. A run
+    of ``size`` bytes is cut into ``min(max_parts, size // part_bytes)`` parts
+    of about equal size (at least one), so a small image is one part a slot.
+    Lazy: a run is planned when asked for."""
+    segments = _segments(pieces, nbytes)
+    seg_at, seg_size, seg_src = 0, 0, None  # the current segment
+    image_at, slot_at, next_slot = 0, used, used >= slot_bytes
+    if next_slot:
+        slot_at = 0
+    while image_at < nbytes:
+        size = min(slot_bytes - slot_at, nbytes - image_at)
+        count = max(1, min(max_parts, size // part_bytes))
+        parts: list[list[Op]] = []
+        lo = image_at
+        for j in range(1, count + 1):
+            hi = image_at + size * j // count
+            ops: list[Op] = []
+            while lo < hi:
+                if lo >= seg_at + seg_size:
+                    seg_at, seg_size, seg_src = next(segments)
+                k = min(hi, seg_at + seg_size) - lo
+                ops.append((slot_at + lo - image_at, seg_src, lo - seg_at, k))
+                lo += k
+            parts.append(ops)
+        yield SlotFill(next_slot, slot_at, image_at, size, parts)
+        image_at += size
+        slot_at, next_slot = 0, True
+
+
+def fill_part(slot: np.ndarray, ops: Sequence[Op]) -> None:
+    """Write ``ops`` into ``slot`` (a uint8 array; NumPy's copies release the GIL)."""
+    copy, frombuffer, u8 = np.copyto, np.frombuffer, np.uint8
+    for at, src, start, k in ops:
+        if src is None:
+            slot[at : at + k].fill(0)
+        else:
+            copy(slot[at : at + k], frombuffer(src, u8, k, start))
