@@ -3,7 +3,7 @@
 NumPy's comparisons, ``nonzero`` and ``take`` release the GIL, so the mask and
 gather of a large host query can use more than one core. :func:`run_tasks`
 runs a batch of such callables on one process-wide pool (``os.cpu_count()``
-threads, at most 4), or inline when asked to (small work, where handing it to
+threads, at most 8), or inline when asked to (small work, where handing it to
 a thread costs more than it saves). Every task of a batch has finished when
 it returns, on an exception too, so a caller may release what the tasks read.
 Thread-safe; a forked child starts a pool of its own.
@@ -18,8 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 __all__ = ["WORKERS", "run_tasks"]
 
-#: threads of the shared pool: the machine's cores, at most 4
-WORKERS = max(1, min(os.cpu_count() or 1, 4))
+#: threads of the shared pool: the machine's cores, at most 8 (a GPU host's
+#: copies into pinned staging keep eight busy; a query's masks want fewer)
+WORKERS = max(1, min(os.cpu_count() or 1, 8))
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None

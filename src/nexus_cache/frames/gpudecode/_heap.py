@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -103,8 +103,9 @@ def _scratch(cp: Any, *shapes: tuple[int, Any]) -> list[Any]:
     ]
 
 
-@dataclass(frozen=True)
-class _DataPage:
+class _DataPage(NamedTuple):
+    # a named tuple, not a dataclass: a heap makes thousands, and a frozen
+    # dataclass's construction costs several times as much
     page: Page
     rows: int
     levels: tuple[int, int]  # [start, end) in the heap
@@ -268,14 +269,15 @@ class _Chunk:
         # dictionary pages (page, values start, end): one per chunk at most,
         # one per row group in a merged chunk
         self.dictionaries: list[tuple[Page, int, int]] = []
+        dictionary_page, data, dictionary = int(PageType.DICTIONARY_PAGE), self.data_pages, -1
         for p, (levels, values) in zip(placed, sections, strict=True):
-            h = p.page.header
-            if h.type == PageType.DICTIONARY_PAGE:
-                self.dictionaries.append((p.page, *values))
+            page = p.page
+            h = page.header
+            if h.type == dictionary_page:
+                self.dictionaries.append((page, *values))
+                dictionary += 1
             else:
-                self.data_pages.append(
-                    _DataPage(p.page, h.num_values, levels, values, len(self.dictionaries) - 1)
-                )
+                data.append(_DataPage(page, h.num_values, levels, values, dictionary))
 
     @classmethod
     def merged(cls, parts: Sequence[_Chunk]) -> _Chunk:
