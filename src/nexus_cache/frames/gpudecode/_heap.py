@@ -40,6 +40,11 @@ __all__ = ["DeviceChunk"]
 _log = logging.getLogger("nexus_cache.frames")
 
 _THREADS = 256
+#: threads of a block that walks one page or stream (:data:`BLOCK_KERNELS`): one
+#: walks, the others only load its tiles, so fewer threads let more blocks (more
+#: pages walked at once) stay resident on an SM, whose shared memory fits
+#: about thirteen tiles while 256-thread blocks stop at eight
+_WALK_THREADS = 128
 _MAX_BLOCKS = 65535 * 8
 
 
@@ -61,9 +66,11 @@ def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, .
         return
     # one thread per item, or one block per item (a page or a section) for
     # the kernels that walk it tile by tile
-    per_block = 1 if name in BLOCK_KERNELS else _THREADS
+    walks = name in BLOCK_KERNELS
+    per_block = 1 if walks else _THREADS
     blocks = min((items + per_block - 1) // per_block, _MAX_BLOCKS)
-    kernel_function(name, element_bytes)((blocks,), (_THREADS,), args)
+    threads = _WALK_THREADS if walks else _THREADS
+    kernel_function(name, element_bytes)((blocks,), (threads,), args)
 
 
 def _i64(values: Sequence[int] | np.ndarray) -> np.ndarray:
