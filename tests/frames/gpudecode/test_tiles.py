@@ -165,8 +165,9 @@ def test_garbage_in_a_later_tile_is_refused(codec: str) -> None:
 
 
 def test_the_walking_kernels_get_one_block_per_item(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_launch``: one block per page or section for the kernels that walk one
-    tile by tile, one thread per item for the others."""
+    """``_launch``: one block of 128 threads per page or section for the kernels
+    that walk one tile by tile (more such blocks fit an SM than of 256), one
+    thread per item for the others."""
     grids: dict[str, tuple[int, int]] = {}
 
     def record(name: str, element_bytes: int | None = None) -> Any:
@@ -179,6 +180,6 @@ def test_the_walking_kernels_get_one_block_per_item(monkeypatch: pytest.MonkeyPa
     for name in (*BLOCK_KERNELS, "hybrid_runs"):
         _heap._launch(name, None, 600, ())
     assert {name: grids[name] for name in BLOCK_KERNELS} == dict.fromkeys(
-        BLOCK_KERNELS, (600, 256)
+        BLOCK_KERNELS, (600, 128)
     )
     assert grids["hybrid_runs"] == (3, 256)
