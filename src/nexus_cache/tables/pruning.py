@@ -292,12 +292,12 @@ def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], 
 
     def possible(partition: tuple[tuple[str, Any], ...]) -> bool:
         try:
-            return seen[partition]
-        except KeyError:
-            found = seen[partition] = decide(partition)
-            return found
+            found = seen.get(partition)  # no KeyError raised per new partition
         except TypeError:  # an unhashable partition value: decided for this one alone
             return decide(partition)
+        if found is None:
+            found = seen[partition] = decide(partition)
+        return found
 
     return possible
 
