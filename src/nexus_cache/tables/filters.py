@@ -26,8 +26,9 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
@@ -87,6 +88,17 @@ class TableFilter:
     def columns(self) -> tuple[str, ...]:
         """The columns the filter reads, sorted."""
         return tuple(sorted({p.column for clause in self.clauses for p in clause}))
+
+    @functools.cached_property
+    def column_types(self) -> Mapping[str, pa.DataType]:
+        """Each column the filter reads and its type in ``schema``."""
+        return MappingProxyType({n: self.schema.field(n).type for n in self.columns})
+
+    @functools.cached_property
+    def converters(self) -> Mapping[str, Callable[[Any], Any]]:
+        """Each column the filter reads and the function that makes a value found in a
+        table's metadata or a footer canonical for its type (None: it cannot be one)."""
+        return MappingProxyType({n: _canonical_of(t) for n, t in self.column_types.items()})
 
     def to_json(self) -> list[list[list[Any]]]:
         """The canonical filter as JSON lists (OR of ANDs); :func:`canonical_filter`

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_of, _canonical_value
+from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_value
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
 __all__ = [
@@ -87,9 +87,7 @@ class _Columns:
 
 
 def _columns(flt: TableFilter) -> _Columns:
-    names = flt.columns
-    types = {n: flt.schema.field(n).type for n in names}
-    return _Columns(names, types, {n: _canonical_of(t) for n, t in types.items()})
+    return _Columns(flt.columns, flt.column_types, flt.converters)
 
 
 def _possible(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
