@@ -266,27 +266,28 @@ def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], 
     partition column is decided exactly; one on another column proves nothing).
     The one decision of file pruning and of a Hive listing that skips
     directories; memoised by the values (unless one is unhashable)."""
-    canonical = _columns(flt).canonical
-    clauses = [tuple((p.column, p) for p in clause) for clause in flt.clauses]
+    converters = flt.converters
+    # each column's predicates, with the index of the clause each belongs to
+    by_column: dict[str, list[tuple[int, Predicate]]] = {}
+    for i, clause in enumerate(flt.clauses):
+        for p in clause:
+            by_column.setdefault(p.column, []).append((i, p))
+    every = (1 << len(flt.clauses)) - 1
     seen: dict[Any, bool] = {}
 
     def decide(partition: tuple[tuple[str, Any], ...]) -> bool:
-        known: dict[str, Any] = {}  # the filter's columns among the values, canonical
+        dead = 0  # the clauses a partition value decides false, one bit each
         for name, value in partition:
-            convert = canonical.get(name)
-            if convert is not None:
-                typed = convert(value)
-                if typed is not None or value is None:
-                    known[name] = typed
-        if not known:
-            return True
-        for clause in clauses:
-            for column, p in clause:
-                if column in known and _decide(p, known[column]) is False:
-                    break
-            else:
-                return True
-        return False
+            predicates = by_column.get(name)
+            if predicates is None:
+                continue
+            typed = converters[name](value)
+            if typed is None and value is not None:
+                continue  # not a value of the column's type: no proof
+            for i, p in predicates:
+                if _decide(p, typed) is False:
+                    dead |= 1 << i
+        return dead != every
 
     def possible(partition: tuple[tuple[str, Any], ...]) -> bool:
         try:
