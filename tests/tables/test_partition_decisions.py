@@ -75,3 +75,42 @@ def test_each_partition_is_decided_as_clause_by_clause(seed: int) -> None:
             ):
                 assert test(partition) == _reference(flt, partition), (clauses, partition)
                 assert test(partition) == _reference(flt, partition)  # remembered
+
+
+class _Counted(int):
+    """A partition value that counts the comparisons made with it."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        type(self).compared += 1
+        return int(self) == other
+
+    __hash__ = int.__hash__
+
+
+def test_a_repeated_filter_decides_each_partition_once() -> None:
+    partitions = [(("day", _Counted(d)),) for d in range(8)]
+    raw = [("day", "in", [2, 5]), ("w", ">", 0.5)]
+    _Counted.compared = 0
+    first = partition_test(canonical_filter(raw, _SCHEMA))  # type: ignore[arg-type]
+    kept = [first(p) for p in partitions]
+    decided = _Counted.compared
+    assert decided > 0
+    assert kept == [d in (2, 5) for d in range(8)]
+    # the next query's filter, made again from its text: no partition decided again
+    again = partition_test(canonical_filter([("w", ">", 0.5), ("day", "in", [5, 2])], _SCHEMA))  # type: ignore[arg-type]
+    again_kept = [again(p) for p in partitions]
+    assert _Counted.compared == decided
+    assert again_kept == kept
+
+
+def test_the_same_filter_on_another_schema_is_decided_for_it() -> None:
+    ints = pa.schema([("day", pa.int32())])
+    texts = pa.schema([("day", pa.string())])
+    on_ints = partition_test(canonical_filter([("day", "in", [1])], ints))  # type: ignore[arg-type]
+    on_texts = partition_test(canonical_filter([("day", "in", ["1"])], texts))  # type: ignore[arg-type]
+    assert on_ints((("day", 1),)) is True
+    assert on_ints((("day", 2),)) is False
+    assert on_texts((("day", "1"),)) is True
+    assert on_texts((("day", 1),)) is True  # an int is no string value: no proof

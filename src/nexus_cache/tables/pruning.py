@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_value
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
@@ -33,6 +34,10 @@ __all__ = [
     "prune_row_groups",
     "residual_filter",
 ]
+
+
+#: a partition's values -> whether a row of it may satisfy a filter
+_PartitionTest = Callable[[tuple[tuple[str, Any], ...]], bool]
 
 
 @dataclass(frozen=True)
@@ -259,13 +264,32 @@ def prune_files(
     return tuple(kept), by_partition, by_statistics
 
 
-def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], bool]:
+#: partition tests by the filter's key and schema (held, so its id names it alone): a
+#: pure function of the filter and the values, so a repeated filter decides a partition
+#: once; each test remembers up to :data:`_DECIDED` partitions
+_TESTS: BoundedLRU[tuple[str, int], tuple[pa.Schema, _PartitionTest]] = BoundedLRU(64)
+_DECIDED = 1 << 16
+
+
+def partition_test(flt: TableFilter) -> _PartitionTest:
     """Whether a partition's values (``(column, value)`` pairs, typed as the table's
     partition schema says) may satisfy ``flt``: False only when no row of that
     partition can (every row holds the partition's values, so a predicate on a
     partition column is decided exactly; one on another column proves nothing).
     The one decision of file pruning and of a Hive listing that skips
-    directories; memoised by the values (unless one is unhashable)."""
+    directories; memoised by the values (unless one is unhashable), and for the
+    filter (the same test for the same canonical filter on the same schema)."""
+    name = (flt.key, id(flt.schema))
+    found = _TESTS.get(name)
+    if found is not None and found[0] is flt.schema:
+        return found[1]
+    test = _partition_test(flt)
+    _TESTS.put(name, (flt.schema, test))
+    return test
+
+
+def _partition_test(flt: TableFilter) -> _PartitionTest:
+    """:func:`partition_test`, made now."""
     converters = flt.converters
     # each column's predicates, with the index of the clause each belongs to
     by_column: dict[str, list[tuple[int, Predicate]]] = {}
@@ -295,7 +319,9 @@ def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], 
         except TypeError:  # an unhashable partition value: decided for this one alone
             return decide(partition)
         if found is None:
-            found = seen[partition] = decide(partition)
+            found = decide(partition)
+            if len(seen) < _DECIDED:
+                seen[partition] = found
         return found
 
     return possible
