@@ -177,6 +177,14 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+#: residual filters by the filter's key and schema (held, so its id names it alone) and
+#: the partition's values: a pure function of them, so a repeated filter's files
+#: (and the masks built with the same filter object) need no new one
+_RESIDUALS: BoundedLRU[tuple[str, int, Any], tuple[pa.Schema, TableFilter | bool]] = BoundedLRU(
+    4096
+)
+
+
 def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     """What of ``flt`` is left to test row by row in ``file``, its partition values known.
 
@@ -184,8 +192,23 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     none, so it is decided here: a clause with a false one is dropped, a true
     one leaves its clause. Returns True when every row of the file satisfies
     ``flt`` (a clause is left empty), False when none does, else the filter of
-    the remaining predicates over the same schema.
+    the remaining predicates over the same schema. Remembered for the filter
+    and the partition's values (the same object for a repeated filter).
     """
+    name = (flt.key, id(flt.schema), file.partition)
+    try:
+        found = _RESIDUALS.get(name)
+    except TypeError:  # an unhashable partition value: made for this file alone
+        return _residual(flt, file)
+    if found is not None and found[0] is flt.schema:
+        return found[1]
+    left = _residual(flt, file)
+    _RESIDUALS.put(name, (flt.schema, left))
+    return left
+
+
+def _residual(flt: TableFilter, file: DataFile) -> TableFilter | bool:
+    """:func:`residual_filter`, made now."""
     known = _file_ranges(file, _columns(flt), partition=True)
     clauses: list[tuple[Predicate, ...]] = []
     for clause in flt.clauses:
