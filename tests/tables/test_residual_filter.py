@@ -96,3 +96,19 @@ def test_rows_kept_equal_the_whole_filters_on_every_file() -> None:
                 assert got.equals(want), (raw, day, kind)
                 seen.add(left if isinstance(left, bool) else "rows")
     assert seen == {True, False, "rows"}  # every outcome was compared
+
+
+def test_a_repeated_filter_gets_the_residual_made_before_for_each_partition() -> None:
+    raw = [("day", "in", [1, 2]), ("w", ">", 0.5)]
+    flt = canonical_filter(raw, _SCHEMA)
+    one, two, three = _file(1, "a"), _file(2, "a"), _file(3, "a")
+    left = residual_filter(flt, one)
+    again = canonical_filter([("w", ">", 0.5), ("day", "in", [2, 1])], _SCHEMA)
+    assert residual_filter(again, _file(1, "a")) is left  # another file, the same values
+    assert residual_filter(again, two) is not left  # another day: its own
+    assert residual_filter(again, two).to_json() == [[["w", ">", 0.5]]]  # type: ignore[union-attr]
+    assert residual_filter(again, three) is False
+    # the same text on another schema: decided for that schema
+    texts = pa.schema([("day", pa.string()), ("kind", pa.string()), ("w", pa.float64())])
+    on_texts = canonical_filter([("day", "in", ["1", "2"]), ("w", ">", 0.5)], texts)
+    assert residual_filter(on_texts, DataFile("/t/p.parquet", 10, (("day", "1"),))) is not left

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = ["Grant", "LedgerSnapshot"]
@@ -41,4 +41,8 @@ class LedgerSnapshot:
     refusals: int
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # every field by its name; its values are plain (no deep copy as asdict makes)
+        return {name: getattr(self, name) for name in _SNAPSHOT_FIELDS}
+
+
+_SNAPSHOT_FIELDS = tuple(f.name for f in fields(LedgerSnapshot))

@@ -47,6 +47,7 @@ class DeviceFrame:
         "_domain",
         "_finalizer",
         "_metadata",
+        "_names",
         "_num_rows",
         "_owner",
     )
@@ -67,6 +68,8 @@ class DeviceFrame:
                     f"column {column.name!r} has {column.length} rows, the frame {num_rows}"
                 )
         self._columns: tuple[DeviceColumn, ...] | None = columns
+        #: each column name and the index of its first column, made when first needed
+        self._names: dict[str, int] | None = None
         self._num_rows = num_rows
         self._domain = domain
         self._metadata = dict(metadata) if metadata else None
@@ -125,7 +128,7 @@ class DeviceFrame:
 
     @property
     def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
+        return [c.field.name for c in self.columns]
 
     @property
     def schema(self) -> pa.Schema:
@@ -154,12 +157,22 @@ class DeviceFrame:
 
     def column(self, key: str | int) -> DeviceColumn:
         """The column at an index, or the first one of a name."""
+        columns = self.columns
         if isinstance(key, int):
-            return self.columns[key]
-        for column in self.columns:
-            if column.name == key:
-                return column
-        raise KeyError(f"no column {key!r}; columns: {self.column_names}")
+            return columns[key]
+        names = self._names
+        if names is None:  # the columns never change: looked up by name from now on
+            names = {}
+            for i, column in enumerate(columns):
+                names.setdefault(column.field.name, i)
+            self._names = names
+        try:
+            found = names.get(key)
+        except TypeError:  # unhashable: no column's name
+            found = None
+        if found is None:
+            raise KeyError(f"no column {key!r}; columns: {self.column_names}")
+        return columns[found]
 
     # -- derived frames -------------------------------------------------------------
 

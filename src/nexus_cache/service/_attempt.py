@@ -76,12 +76,13 @@ class AttemptPlan:
     source: SourcePlan
     grant_bytes: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "query": self.query.to_dict(),
-            "source": self.source.to_dict(),
-            "grant_bytes": self.grant_bytes,
-        }
+    def to_dict(self, *, query: bool = True) -> dict[str, Any]:
+        """The plan as JSON values; without ``query``, less the query's dict (a
+        caller that holds it adds it)."""
+        out: dict[str, Any] = {"query": self.query.to_dict()} if query else {}
+        out["source"] = self.source.to_dict()
+        out["grant_bytes"] = self.grant_bytes
+        return out
 
 
 def plan_attempt(

@@ -39,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import (
     CheckoutStatus,
@@ -148,6 +149,32 @@ class SourcePort:
     def __init__(self, caches: DeviceResidentCaches, wait_timeout_s: float) -> None:
         self._caches = caches
         self._timeout = wait_timeout_s
+        #: the keys made before, by what each is made of (a key is immutable; making
+        #: one validates it and hashes its fingerprint): a repeated scan makes none
+        self._keys: BoundedLRU[tuple[Any, ...], SourceFrameKey] = BoundedLRU(4096)
+
+    def _key(
+        self,
+        read_plan: ReadPlan,
+        columns: Sequence[str] | None,
+        batch_rows: int,
+        decode_options: tuple[tuple[str, Any], ...],
+    ) -> SourceFrameKey:
+        """The whole-object key of ``read_plan``'s object (its identity key, the
+        projected ``columns``, the batch boundary, the decode options)."""
+        names = None if columns is None else tuple(columns)
+        made_of = (read_plan.key, names, batch_rows, decode_options)
+        key = self._keys.get(made_of)
+        if key is None or key.location != read_plan.source:
+            key = SourceFrameKey(
+                (read_plan.key,),
+                columns=names or (),
+                batch_rows=batch_rows,
+                decode_options=(_DECODER, ("all_columns", names is None), *decode_options),
+                location=read_plan.source,
+            )
+            self._keys.put(made_of, key)
+        return key
 
     def load(
         self,
@@ -196,13 +223,7 @@ class SourcePort:
                             else identity_problem(read_plan)
                         )
                     continue
-                key = SourceFrameKey(
-                    (read_plan.key,),
-                    columns=tuple(columns or ()),
-                    batch_rows=batch_rows,
-                    decode_options=(_DECODER, ("all_columns", columns is None), *decode_options),
-                    location=read_plan.source,
-                )
+                key = self._key(read_plan, columns, batch_rows, decode_options)
                 groups = None
                 checkout = (
                     None

@@ -506,10 +506,13 @@ class AdmissionLog:
 
     def record(self, row: Mapping[str, Any]) -> None:
         values = {**row, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        line = "\t".join(_cell(values.get(c)) for c in ADMISSION_COLUMNS) + "\n"
+        path = self._path
+        line = None  # formatted only where it is written
+        if path is not None:
+            line = "\t".join(_cell(values.get(c)) for c in ADMISSION_COLUMNS) + "\n"
         with self._lock:
-            if self._path is not None:
-                _append(self._path, line.encode())
+            if path is not None and line is not None:
+                _append(path, line.encode())
             self.lines.append(values)
             if len(self.lines) > ADMISSION_MEMORY_LINES:
                 # a memmove of the list's pointers: microseconds per decision

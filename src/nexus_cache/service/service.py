@@ -117,6 +117,12 @@ class _QueryRun:
     records: list[AttemptRecord] = dataclasses.field(default_factory=list)
     #: the result stays in device memory (:meth:`QueryService.execute_on_device`)
     on_device: bool = False
+    #: ``query.to_dict()``, made once (the grant memory's key, every attempt's
+    #: evidence and the diagnostics read it; none changes it)
+    query_dict: dict[str, Any] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.query_dict = self.query.to_dict()
 
 
 def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
@@ -395,7 +401,7 @@ class QueryService:
             on_device=on_device,
         )
         # by digest: a query's JSON may be large (a long ``in`` list)
-        key = hashlib.sha256(json.dumps(query.to_dict(), sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps(run.query_dict, sort_keys=True).encode()).hexdigest()
         floor = self._needs.floor(key)
         short = False  # an attempt ran past its grant
         for number in range(1, self.config.max_attempts + 1):
@@ -476,12 +482,12 @@ class QueryService:
         try:
             timings["execute_s"] = time.perf_counter() - t0
             timings["total_s"] = time.perf_counter() - run.start
-            digest = self._seal(run, attempt, plan, outcome, "ok", None, table)
-            self._admission.remember(plan.source.identity_keys, attempt.device_id)
             statuses = outcome.statuses(plan)
+            digest = self._seal(run, attempt, plan, outcome, "ok", None, table, statuses)
+            self._admission.remember(plan.source.identity_keys, attempt.device_id)
             diagnostics = Diagnostics(
                 query_id=run.query_id,
-                query=run.query.to_dict(),
+                query=run.query_dict,
                 device_id=attempt.device_id,
                 attempts=tuple(run.records),
                 lakehouse=statuses["lakehouse"],
@@ -585,11 +591,13 @@ class QueryService:
         kind: str,
         error: BaseException | None,
         table: pa.Table | DeviceFrame | None = None,
+        statuses: dict[str, Any] | None = None,
     ) -> str | None:
         """Seal the attempt's evidence and add its record to ``run``; returns the
         result fingerprint ('' without a result; None where the service writes no
         evidence: nothing records it, so it is computed when first read). A device
-        result is hashed from a host copy."""
+        result is hashed from a host copy. ``statuses``: ``outcome.statuses(plan)``
+        where the caller made them already."""
         fingerprint: str | None = ""
         if table is not None:
             written = self._evidence.directory is not None
@@ -606,10 +614,10 @@ class QueryService:
             "query_id": attempt.query_id,
             "outcome": kind,
             "error": message,
-            "plan": plan.to_dict(),
+            "plan": {**plan.to_dict(query=False), "query": run.query_dict},
             "device_id": attempt.device_id,
             "backend": self._caches.backend.name,
-            "statuses": outcome.statuses(plan),
+            "statuses": outcome.statuses(plan) if statuses is None else statuses,
             "ledger": ledger.to_dict(),
             "used_bytes": outcome.used_bytes,
             "timings": dict(outcome.timings),

@@ -77,24 +77,39 @@ def _scan_dir(directory: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[
     behind links), hidden and ``_``-prefixed entries skipped; a directory that
     cannot be read, or an entry that vanished, is left out. Nothing is stat'ed
     but a link."""
+    files, dirs, _ = _listing(directory)
+    return files, dirs
+
+
+def _listing(
+    directory: str,
+) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]], bool]:
+    """:func:`_scan_dir`, and whether the listing depends on more than the
+    directory's own entries: a ``*.parquet`` name that is a symbolic link (its
+    target, not the directory, decides whether it is listed), or an entry that
+    vanished while it was listed."""
     files: list[os.DirEntry[str]] = []
     dirs: list[os.DirEntry[str]] = []
+    volatile = False
     try:
         with os.scandir(directory) as listing:
             entries = list(listing)
     except OSError:
-        return files, dirs
+        return files, dirs, volatile
     for entry in entries:
         if entry.name.startswith((".", "_")):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
                 dirs.append(entry)
-            elif entry.name.endswith(".parquet") and entry.is_file():
-                files.append(entry)
+            elif entry.name.endswith(".parquet"):
+                volatile = volatile or entry.is_symlink()
+                if entry.is_file():
+                    files.append(entry)
         except OSError:  # vanished, or a dangling link
+            volatile = True
             continue
-    return files, dirs
+    return files, dirs, volatile
 
 
 def _sized(files: list[os.DirEntry[str]]) -> list[tuple[str, int]]:
@@ -195,13 +210,25 @@ def _table_schema(
 ) -> tuple[list[pa.Field], pa.Schema]:
     """``(partition fields, table schema)``: the schema of object ``first`` with the
     partition columns it does not hold after its own."""
+    return _with_partitions(_data_schema(source, first, fs), types)
+
+
+def _data_schema(source: str, first: str, fs: Any) -> pa.Schema:
+    """The schema of object ``first`` of ``source`` (:func:`_read_schema`);
+    :class:`SourceFormatError` naming it when it is not readable Parquet."""
     try:
-        data_schema = _read_schema(first, fs)
+        return _read_schema(first, fs)
     except (pa.ArrowInvalid, OSError) as exc:
         raise SourceFormatError(
             f"{first!r} (in source {source!r}) is not readable Parquet ({exc}); remove it "
             "or point the query at Parquet data"
         ) from exc
+
+
+def _with_partitions(
+    data_schema: pa.Schema, types: dict[str, pa.DataType]
+) -> tuple[list[pa.Field], pa.Schema]:
+    """:func:`_table_schema` of a first object's ``data_schema``."""
     fields = [pa.field(k, t) for k, t in types.items() if data_schema.get_field_index(k) < 0]
     return fields, pa.schema(list(data_schema) + fields)
 

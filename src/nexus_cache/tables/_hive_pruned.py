@@ -16,27 +16,41 @@ leaf that holds directories, or a type that turns out otherwise than
 pruning assumed, falls back to the full listing (None). One assumption is
 made of a skipped leaf: like its kept siblings, it holds objects and no
 further partition directories.
+
+What the directories above the leaves say (the first object, the leaves and
+their names, the objects above them, the partition types) depends on no
+filter: it is kept by the stat of every directory listed for it, taken before
+each listing (device, inode, mtime and ctime: a directory's entry added,
+removed or renamed changes them), and listed again when one differs. As with
+a first object's schema, a directory that changed within
+:data:`~nexus_cache.tables._hive._SETTLED_S` before it was listed, or that
+holds a symbolic link, is not kept. The kept leaves are listed and their
+objects stat'ed on every resolution.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache.tables._hive import (
+    _SETTLED_S,
     _data_files,
+    _data_schema,
     _is_int32,
+    _listing,
     _Pairs,
     _partition_shape,
     _partition_types,
-    _scan_dir,
     _segment,
     _sized,
-    _table_schema,
     _typed_partition,
+    _with_partitions,
 )
 from nexus_cache.tables.snapshot import TableSnapshot
 
@@ -45,16 +59,39 @@ __all__ = ["resolve_pruned"]
 _Leaf = tuple[str, _Pairs]  # a path (a directory's ends with '/') and its segments
 
 
+#: what proves a directory's listing unchanged: ``(device, inode, mtime_ns, ctime_ns)``
+_DirStat = tuple[int, int, int, int]
+
+
+def _dir_stat(directory: str) -> _DirStat | None:
+    """``directory``'s :data:`_DirStat`; None when it cannot be stat'ed."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
 class _Tree:
-    """The listings of one resolution, each directory scanned once."""
+    """The listings of one resolution, each directory scanned once, with the stat each
+    directory had before it was listed (:attr:`proof`; None once one cannot prove its
+    listing: not stat'ed, changed within :data:`_SETTLED_S`, or holding a link)."""
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]] = {}
+        self.proof: dict[str, _DirStat] | None = {}
 
     def scan(self, directory: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
         found = self._seen.get(directory)
         if found is None:
-            found = self._seen[directory] = _scan_dir(directory)
+            before = _dir_stat(directory) if self.proof is not None else None
+            files, dirs, volatile = _listing(directory)
+            found = self._seen[directory] = files, dirs
+            if self.proof is not None:
+                if before is None or volatile or not _settled(before):
+                    self.proof = None
+                else:
+                    self.proof[directory] = before
         return found
 
     def listed(self, directory: str) -> bool:
@@ -136,6 +173,95 @@ def _ordered(items: list[_Leaf]) -> list[_Pairs]:
     return [pairs for _, pairs in sorted(items, key=lambda item: item[0])]
 
 
+def _settled(stat: _DirStat) -> bool:
+    """Whether a directory last changed :data:`_SETTLED_S` or longer ago: a later
+    change of its entries then gives it another mtime and ctime."""
+    return time.time() - max(stat[2], stat[3]) / 1e9 >= _SETTLED_S
+
+
+class _Layout:
+    """What the directories above a Hive directory's leaves say, whatever the filter:
+    its first object, the leaves (after :func:`_exact_leaves`) and the objects above
+    them with their segments, and the partition types; ``proof``: every directory
+    listed for it, with its stat from before the listing."""
+
+    __slots__ = ("_typed", "first", "leaves", "proof", "types", "upper")
+
+    def __init__(
+        self,
+        first: str,
+        leaves: tuple[_Leaf, ...],
+        upper: tuple[tuple[str, _Pairs], ...],
+        types: dict[str, pa.DataType],
+        proof: tuple[tuple[str, _DirStat], ...],
+    ) -> None:
+        self.first = first
+        self.leaves = leaves
+        self.upper = upper
+        self.types = types
+        self.proof = proof
+        self._typed: tuple[pa.Schema, list[pa.Field], pa.Schema, tuple[Any, ...]] | None = None
+
+    def holds(self) -> bool:
+        """Whether every directory it was listed from has the stat it had then."""
+        return all(_dir_stat(directory) == stat for directory, stat in self.proof)
+
+    def typed(self, data_schema: pa.Schema) -> tuple[list[pa.Field], pa.Schema, tuple[Any, ...]]:
+        """``(partition fields, table schema, each leaf's typed partition values)`` with
+        the first object's ``data_schema``; remembered for the last one given."""
+        found = self._typed
+        if found is None or found[0] is not data_schema:
+            fields, schema = _with_partitions(data_schema, self.types)
+            shape = _partition_shape(fields)
+            values = tuple(_typed_partition(pairs, shape) for _, pairs in self.leaves)
+            found = self._typed = (data_schema, fields, schema, values)
+        return found[1], found[2], found[3]
+
+
+#: the layouts of local Hive directories by path, kept while :meth:`_Layout.holds`
+_LAYOUTS: BoundedLRU[str, _Layout] = BoundedLRU(64)
+
+
+def _layout(base: str, tree: _Tree) -> _Layout | None:
+    """The layout of ``base``: the one kept while it holds, else listed now with
+    ``tree`` (and kept when every directory listed proves its listing); None when
+    ``base`` holds no object or holds objects at its top."""
+    known = _LAYOUTS.get(base)
+    if known is not None and known.holds():
+        tree.proof = None  # what it lists now proves nothing kept
+        return known
+    first = tree.first_object(base)
+    if first is None or first[1] == 0:
+        return None  # no object (the full listing says so), or objects in the top directory
+    upper: list[tuple[str, _Pairs]] = []  # objects above the leaves
+    frontier: list[tuple[str, _Pairs]] = [(base, ())]
+    for _ in range(first[1]):
+        below: list[tuple[str, _Pairs]] = []
+        for directory, pairs in frontier:
+            files, dirs = tree.scan(directory)
+            upper.extend((f.path, pairs) for f in files)
+            below.extend((d.path, _with(pairs, d.name)) for d in dirs)
+        frontier = below
+    leaves: list[_Leaf] = [(path + "/", pairs) for path, pairs in frontier]
+    above: list[_Leaf] = list(upper)
+    leaves, types = _exact_leaves(tree, above, leaves)
+    proof = tree.proof
+    layout = _Layout(
+        first[0], tuple(leaves), tuple(upper), types, () if proof is None else tuple(proof.items())
+    )
+    if proof is not None:
+        _LAYOUTS.put(base, layout)
+    return layout
+
+
+def _size(path: str) -> int | None:
+    """The size of the file on ``path`` (a link: its target's); None when it vanished."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
 def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     """The snapshot of local Hive directory ``base`` holding only the objects of the
     partitions ``filter`` may need; None where the full listing must decide."""
@@ -143,34 +269,21 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     from nexus_cache.tables.pruning import partition_test
 
     tree = _Tree()
-    first = tree.first_object(base)
-    if first is None or first[1] == 0:
-        return None  # no object (the full listing says so), or objects in the top directory
-    upper: list[tuple[os.DirEntry[str], _Pairs]] = []  # objects above the leaves
-    frontier: list[tuple[str, _Pairs]] = [(base, ())]
-    for _ in range(first[1]):
-        below: list[tuple[str, _Pairs]] = []
-        for directory, pairs in frontier:
-            files, dirs = tree.scan(directory)
-            upper.extend((f, pairs) for f in files)
-            below.extend((d.path, _with(pairs, d.name)) for d in dirs)
-        frontier = below
-    leaves: list[_Leaf] = [(path + "/", pairs) for path, pairs in frontier]
-    above: list[_Leaf] = [(f.path, pairs) for f, pairs in upper]
-    leaves, types = _exact_leaves(tree, above, leaves)
-    fields, schema = _table_schema(source, first[0], None, types)
+    layout = _layout(base, tree)
+    if layout is None:
+        return None
+    fields, schema, typed = layout.typed(_data_schema(source, layout.first, None))
     if not fields:
         return None
     flt = canonical_filter(filter, schema)
     if flt is None:
         return None
     possible = partition_test(flt)
-    shape = _partition_shape(fields)
     entries: list[tuple[str, int, str | None]] = []
     segments: list[_Pairs] = []
     skipped = 0
-    for directory, pairs in leaves:
-        if not possible(_typed_partition(pairs, shape)):
+    for (directory, pairs), values in zip(layout.leaves, typed, strict=True):
+        if not possible(values):
             skipped += 1
             continue
         files, dirs = tree.scan(directory[:-1])
@@ -179,9 +292,10 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
         for path, size in _sized(files):
             entries.append((path, size, None))
             segments.append(pairs)
-    for entry, pairs in upper:
-        for path, size in _sized([entry]):
-            entries.append((path, size, None))
+    for path, pairs in layout.upper:
+        found = _size(path)
+        if found is not None:
+            entries.append((path, found, None))
             segments.append(pairs)
     order = sorted(range(len(entries)), key=lambda i: entries[i][0])
     return TableSnapshot(

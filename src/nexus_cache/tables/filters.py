@@ -22,16 +22,19 @@ Pure functions; thread-safe.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.types as pat
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache.errors import ConfigError
 
 __all__ = [
@@ -75,27 +78,39 @@ class Predicate:
 @dataclass(frozen=True)
 class TableFilter:
     """A canonical filter: an OR of ANDs of :class:`Predicate` (both levels sorted,
-    without repeats), typed for ``schema``'s columns."""
+    without repeats), typed for ``schema``'s columns. Immutable: its columns, key
+    and digest are computed once, when first read."""
 
     clauses: tuple[tuple[Predicate, ...], ...]
     schema: pa.Schema
 
-    @property
+    @functools.cached_property
     def columns(self) -> tuple[str, ...]:
         """The columns the filter reads, sorted."""
         return tuple(sorted({p.column for clause in self.clauses for p in clause}))
+
+    @functools.cached_property
+    def column_types(self) -> Mapping[str, pa.DataType]:
+        """Each column the filter reads and its type in ``schema``."""
+        return MappingProxyType({n: self.schema.field(n).type for n in self.columns})
+
+    @functools.cached_property
+    def converters(self) -> Mapping[str, Callable[[Any], Any]]:
+        """Each column the filter reads and the function that makes a value found in a
+        table's metadata or a footer canonical for its type (None: it cannot be one)."""
+        return MappingProxyType({n: _canonical_of(t) for n, t in self.column_types.items()})
 
     def to_json(self) -> list[list[list[Any]]]:
         """The canonical filter as JSON lists (OR of ANDs); :func:`canonical_filter`
         of it gives this filter again."""
         return [[p.to_json() for p in clause] for clause in self.clauses]
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         """Compact JSON of :meth:`to_json`: the same text for every spelling of one filter."""
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=True)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """SHA-256 (hex) of :attr:`key`, for cache keys and evidence."""
         return hashlib.sha256(self.key.encode("ascii")).hexdigest()
@@ -178,17 +193,63 @@ def _is_predicate(item: Any) -> bool:
     return isinstance(item, (list, tuple)) and len(item) >= 1 and isinstance(item[0], str)
 
 
+#: canonical filters by the exact text of the plain filter they were made of (see
+#: :func:`_plain_text`), with the schema they were made for: a repeated query's
+#: filter is not checked and typed again
+_CANONICAL: BoundedLRU[str, TableFilter] = BoundedLRU(256)
+#: the most lists and values a filter remembered by :data:`_CANONICAL` holds
+_REMEMBERED_ITEMS = 1024
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_text(filters: Any) -> str | None:
+    """A text naming ``filters`` exactly, each value with its type (``repr`` of lists
+    and tuples of ``str``, ``int``, ``float``, ``bool`` and ``None`` alone, of these
+    exact types: ``1``, ``1.0``, ``True`` and ``'1'`` differ); None for anything
+    else, or more than :data:`_REMEMBERED_ITEMS` items."""
+    items = 0
+    pending = [filters]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is list or kind is tuple:
+            items += len(item) + 1
+            if items > _REMEMBERED_ITEMS:
+                return None
+            pending.extend(item)
+        elif kind not in _PLAIN_SCALARS:
+            return None
+    return repr(filters)
+
+
 def canonical_filter(filters: Any, schema: pa.Schema) -> TableFilter | None:
     """``filters`` (pyarrow's convention, or a :class:`TableFilter`) checked against
     ``schema`` and made canonical; None for no filter (``None``).
 
     :class:`ConfigError` naming the predicate for an unknown column or operator,
     a value the column's type cannot be compared with, or a malformed filter.
+    A filter of plain values made canonical for an equal schema before is the
+    one made then (:data:`_CANONICAL`; a refused one is checked again).
     """
     if filters is None:
         return None
     if isinstance(filters, TableFilter):
         filters = filters.to_json()
+    text = _plain_text(filters)
+    if text is not None:
+        known = _CANONICAL.get(text)
+        if known is not None and (
+            known.schema is schema or known.schema.equals(schema, check_metadata=True)
+        ):
+            return known
+    made = _canonical(filters, schema)
+    if text is not None:
+        _CANONICAL.put(text, made)
+    return made
+
+
+def _canonical(filters: Any, schema: pa.Schema) -> TableFilter:
+    """:func:`canonical_filter` of a filter that is not None, made now."""
     if isinstance(filters, (str, bytes)) or not isinstance(filters, (list, tuple)):
         raise _refuse(
             filters,

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_of, _canonical_value
+from nexus_cache._lru import BoundedLRU
+from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_value
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
 __all__ = [
@@ -33,6 +34,10 @@ __all__ = [
     "prune_row_groups",
     "residual_filter",
 ]
+
+
+#: a partition's values -> whether a row of it may satisfy a filter
+_PartitionTest = Callable[[tuple[tuple[str, Any], ...]], bool]
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,7 @@ class _Columns:
 
 
 def _columns(flt: TableFilter) -> _Columns:
-    names = flt.columns
-    types = {n: flt.schema.field(n).type for n in names}
-    return _Columns(names, types, {n: _canonical_of(t) for n, t in types.items()})
+    return _Columns(flt.columns, flt.column_types, flt.converters)
 
 
 def _possible(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
@@ -174,6 +177,14 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+#: residual filters by the filter's key and schema (held, so its id names it alone) and
+#: the partition's values: a pure function of them, so a repeated filter's files
+#: (and the masks built with the same filter object) need no new one
+_RESIDUALS: BoundedLRU[tuple[str, int, Any], tuple[pa.Schema, TableFilter | bool]] = BoundedLRU(
+    4096
+)
+
+
 def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     """What of ``flt`` is left to test row by row in ``file``, its partition values known.
 
@@ -181,8 +192,23 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     none, so it is decided here: a clause with a false one is dropped, a true
     one leaves its clause. Returns True when every row of the file satisfies
     ``flt`` (a clause is left empty), False when none does, else the filter of
-    the remaining predicates over the same schema.
+    the remaining predicates over the same schema. Remembered for the filter
+    and the partition's values (the same object for a repeated filter).
     """
+    name = (flt.key, id(flt.schema), file.partition)
+    try:
+        found = _RESIDUALS.get(name)
+    except TypeError:  # an unhashable partition value: made for this file alone
+        return _residual(flt, file)
+    if found is not None and found[0] is flt.schema:
+        return found[1]
+    left = _residual(flt, file)
+    _RESIDUALS.put(name, (flt.schema, left))
+    return left
+
+
+def _residual(flt: TableFilter, file: DataFile) -> TableFilter | bool:
+    """:func:`residual_filter`, made now."""
     known = _file_ranges(file, _columns(flt), partition=True)
     clauses: list[tuple[Predicate, ...]] = []
     for clause in flt.clauses:
@@ -261,43 +287,65 @@ def prune_files(
     return tuple(kept), by_partition, by_statistics
 
 
-def partition_test(flt: TableFilter) -> Callable[[tuple[tuple[str, Any], ...]], bool]:
+#: partition tests by the filter's key and schema (held, so its id names it alone): a
+#: pure function of the filter and the values, so a repeated filter decides a partition
+#: once; each test remembers up to :data:`_DECIDED` partitions
+_TESTS: BoundedLRU[tuple[str, int], tuple[pa.Schema, _PartitionTest]] = BoundedLRU(64)
+_DECIDED = 1 << 16
+
+
+def partition_test(flt: TableFilter) -> _PartitionTest:
     """Whether a partition's values (``(column, value)`` pairs, typed as the table's
     partition schema says) may satisfy ``flt``: False only when no row of that
     partition can (every row holds the partition's values, so a predicate on a
     partition column is decided exactly; one on another column proves nothing).
     The one decision of file pruning and of a Hive listing that skips
-    directories; memoised by the values (unless one is unhashable)."""
-    canonical = _columns(flt).canonical
-    clauses = [tuple((p.column, p) for p in clause) for clause in flt.clauses]
+    directories; memoised by the values (unless one is unhashable), and for the
+    filter (the same test for the same canonical filter on the same schema)."""
+    name = (flt.key, id(flt.schema))
+    found = _TESTS.get(name)
+    if found is not None and found[0] is flt.schema:
+        return found[1]
+    test = _partition_test(flt)
+    _TESTS.put(name, (flt.schema, test))
+    return test
+
+
+def _partition_test(flt: TableFilter) -> _PartitionTest:
+    """:func:`partition_test`, made now."""
+    converters = flt.converters
+    # each column's predicates, with the index of the clause each belongs to
+    by_column: dict[str, list[tuple[int, Predicate]]] = {}
+    for i, clause in enumerate(flt.clauses):
+        for p in clause:
+            by_column.setdefault(p.column, []).append((i, p))
+    every = (1 << len(flt.clauses)) - 1
     seen: dict[Any, bool] = {}
 
     def decide(partition: tuple[tuple[str, Any], ...]) -> bool:
-        known: dict[str, Any] = {}  # the filter's columns among the values, canonical
+        dead = 0  # the clauses a partition value decides false, one bit each
         for name, value in partition:
-            convert = canonical.get(name)
-            if convert is not None:
-                typed = convert(value)
-                if typed is not None or value is None:
-                    known[name] = typed
-        if not known:
-            return True
-        for clause in clauses:
-            for column, p in clause:
-                if column in known and _decide(p, known[column]) is False:
-                    break
-            else:
-                return True
-        return False
+            predicates = by_column.get(name)
+            if predicates is None:
+                continue
+            typed = converters[name](value)
+            if typed is None and value is not None:
+                continue  # not a value of the column's type: no proof
+            for i, p in predicates:
+                if _decide(p, typed) is False:
+                    dead |= 1 << i
+        return dead != every
 
     def possible(partition: tuple[tuple[str, Any], ...]) -> bool:
         try:
-            return seen[partition]
-        except KeyError:
-            found = seen[partition] = decide(partition)
-            return found
+            found = seen.get(partition)  # no KeyError raised per new partition
         except TypeError:  # an unhashable partition value: decided for this one alone
             return decide(partition)
+        if found is None:
+            found = decide(partition)
+            if len(seen) < _DECIDED:
+                seen[partition] = found
+        return found
 
     return possible
 

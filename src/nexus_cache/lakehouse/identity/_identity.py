@@ -26,6 +26,8 @@ import stat
 import time
 from typing import Any
 
+from nexus_cache._lru import BoundedLRU
+
 __all__ = [
     "ContentIdentity",
     "Resolution",
@@ -203,19 +205,58 @@ def _clean(value: Any) -> str | None:
     return None if text in ("", "null", "None") else text
 
 
-def _local_resolution(path: str, min_age_s: float, now: float | None) -> Resolution:
+#: local identities by every value they are made of: ``(real path, host, device, inode,
+#: size, mtime_ns)``. A pure function of them (its key a SHA-256 of their JSON), so a
+#: repeated plan of an unchanged file takes the identity made before.
+_LOCAL: BoundedLRU[tuple[str, str, int, int, int, int], SourceIdentity] = BoundedLRU(4096)
+
+
+#: ``os.open`` flags that open a path without reading it (Linux: ``O_PATH``), or None
+_PATH_ONLY = getattr(os, "O_PATH", None)
+
+
+def _real_stat(path: str) -> tuple[str, os.stat_result]:
+    """``(real path, stat)`` of the file on ``path``: its symbolic links resolved, as
+    ``os.path.realpath`` resolves them. On Linux one ``open(O_PATH)`` of ``path`` gives
+    both, of the one object it opened: the ``fstat`` of the descriptor and the path
+    ``/proc/self/fd`` names for it (four system calls, where ``realpath`` takes one
+    ``lstat`` per component). Elsewhere, or where that path is not an absolute one of
+    a file still linked, ``realpath`` then ``stat``."""
+    if _PATH_ONLY is not None:
+        try:
+            fd = os.open(path, _PATH_ONLY | os.O_CLOEXEC)
+        except OSError:
+            pass  # the fallback raises what stat finds (no such file, a loop, ...)
+        else:
+            try:
+                st = os.fstat(fd)
+                real = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                real = ""  # no /proc: the fallback
+            finally:
+                os.close(fd)
+            if real.startswith("/") and not real.endswith(" (deleted)"):
+                return real, st
     real = os.path.realpath(path)
-    st = os.stat(real)
+    return real, os.stat(real)
+
+
+def _local_resolution(path: str, min_age_s: float, now: float | None) -> Resolution:
+    real, st = _real_stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise IsADirectoryError(f"{path!r} is not a regular file; the cache reads files only")
     age = (time.time() if now is None else now) - st.st_mtime_ns / 1e9
     if age < min_age_s:
         return Resolution(st.st_size, None, "local_file_too_new")
-    identity = SourceIdentity(
-        domain=StorageDomain("file", socket.gethostname(), f"dev:{st.st_dev}"),
-        content=ContentIdentity(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino),
-        location=f"file://{real}",
-    )
+    made_of = (real, socket.gethostname(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    identity = _LOCAL.get(made_of)
+    if identity is None:
+        identity = SourceIdentity(
+            domain=StorageDomain("file", made_of[1], f"dev:{st.st_dev}"),
+            content=ContentIdentity(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino),
+            location=f"file://{real}",
+        )
+        _LOCAL.put(made_of, identity)
     return Resolution(st.st_size, identity)
 
 

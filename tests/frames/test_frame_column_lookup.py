@@ -1,0 +1,51 @@
+"""A frame's column by name: the first column of that name (looked up by a name
+index made once, the columns being immutable), a ``KeyError`` naming the columns
+for any other key, a ``LifecycleError`` once the frame is released; projections
+and derived frames look up their own columns."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from nexus_cache.backends import HostBackend
+from nexus_cache.errors import LifecycleError
+from nexus_cache.frames import DeviceFrame
+
+
+def _frame() -> DeviceFrame:
+    domain = HostBackend(device_total_bytes=64 << 20).create_domain(0)
+    table = pa.Table.from_arrays(
+        [pa.array([1, 2]), pa.array([0.5, 1.5]), pa.array([3, 4])], names=["a", "b", "a"]
+    )
+    return DeviceFrame.from_arrow(table, domain=domain)
+
+
+def test_a_name_gives_its_first_column_and_an_index_any() -> None:
+    frame = _frame()
+    for _ in range(2):  # before and after the name index is made
+        assert frame.column("a") is frame.columns[0]
+        assert frame.column("b") is frame.columns[1]
+        assert frame.column(2) is frame.columns[2]
+    assert frame.column_names == ["a", "b", "a"]
+    frame.release()
+
+
+@pytest.mark.parametrize("key", ["c", ("a",), ["a"]], ids=["missing", "tuple", "list"])
+def test_any_other_key_is_a_key_error_naming_the_columns(key: object) -> None:
+    frame = _frame()
+    frame.column("a")
+    with pytest.raises(KeyError, match=r"columns: \['a', 'b', 'a'\]"):
+        frame.column(key)  # type: ignore[arg-type]
+    frame.release()
+
+
+def test_a_projection_looks_up_its_own_columns_and_a_released_frame_none() -> None:
+    frame = _frame()
+    frame.column("a")
+    with frame.select(["b", 2]) as picked:
+        assert picked.column_names == ["b", "a"]
+        assert picked.column("a") is frame.columns[2]
+    frame.release()
+    with pytest.raises(LifecycleError):
+        frame.column("b")
