@@ -3,22 +3,30 @@
 Attempts allocate what they make (decoded frames, copies of cached frames,
 graphs built uncached) in their device's working domain, so nothing lands in
 a library's default pool; a device result (``execute_on_device``) keeps its
-attempt's share until it is released. When the last borrower of a device
-leaves, the domain's free blocks go back to the device (on every exception
-too). The borrower counts are kept under the lock the service gives, the one
-its shutdown holds while it closes the domains, so a leaving borrower never
-returns blocks of a domain being closed. Thread-safe.
+attempt's share until it is released. Once the last borrower of a device has
+left, and none has come for :data:`IDLE_RELEASE_S`, the domain's free blocks
+go back to the device (after an exception too): queries that follow one
+another reuse the blocks of the one before (an RMM pool handed back after
+every query made each allocation of the next a ``cudaMalloc``, about 45 us
+each, some 30 a filtered scan), and an idle device gets them back within
+half a second. The borrower counts are kept under the lock the service
+gives, the one its shutdown holds while it closes the domains, so a release
+never touches a domain being closed. Thread-safe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterable, Iterator
 
 from nexus_cache.backends import AllocationDomain, DeviceBackend
 
-__all__ = ["WorkDomains"]
+__all__ = ["IDLE_RELEASE_S", "WorkDomains"]
+
+#: seconds a working domain keeps its free blocks after its last borrower left
+IDLE_RELEASE_S = 0.5
 
 
 class WorkDomains:
@@ -29,6 +37,8 @@ class WorkDomains:
     ) -> None:
         self._domains = {d: backend.create_domain(d) for d in device_ids}
         self._borrowers = dict.fromkeys(self._domains, 0)
+        self._left_at = dict.fromkeys(self._domains, 0.0)  # when the last borrower left
+        self._timers: dict[int, threading.Timer] = {}  # one pending release a device
         self._lock = lock
 
     def __getitem__(self, device_id: int) -> AllocationDomain:
@@ -58,9 +68,37 @@ class WorkDomains:
             self._borrowers[device_id] += 1
 
     def leave(self, device_id: int) -> None:
-        """One borrower of ``device_id``'s domain left; the last one returns its free
-        blocks to the device."""
+        """One borrower of ``device_id``'s domain left; after the last one, the free
+        blocks go back to the device once the domain has had no borrower for
+        :data:`IDLE_RELEASE_S` (a timer thread, one at a time per device)."""
         with self._lock:
             self._borrowers[device_id] -= 1
             if self._borrowers[device_id] == 0:
-                self._domains[device_id].release_unused()
+                self._left_at[device_id] = time.monotonic()
+                if device_id not in self._timers:
+                    self._schedule(device_id, IDLE_RELEASE_S)
+
+    def _schedule(self, device_id: int, delay: float) -> None:
+        """A release of ``device_id``'s free blocks in ``delay`` seconds (lock held)."""
+        timer = threading.Timer(delay, self._release_if_idle, (device_id,))
+        timer.daemon = True
+        self._timers[device_id] = timer
+        timer.start()
+
+    def _release_if_idle(self, device_id: int) -> None:
+        with self._lock:
+            self._timers.pop(device_id, None)
+            domain = self._domains[device_id]
+            if domain.closed or self._borrowers[device_id]:
+                return  # closed by shutdown; or borrowed again: its last leave schedules
+            wait = self._left_at[device_id] + IDLE_RELEASE_S - time.monotonic()
+            if wait > 0:  # borrowed and left again since this was scheduled
+                self._schedule(device_id, wait)
+                return
+            domain.release_unused()
+
+    def cancel_releases(self) -> None:
+        """Stop the pending releases (shutdown, which returns the blocks itself; lock held)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()

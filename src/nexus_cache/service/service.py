@@ -683,6 +683,7 @@ class QueryService:
                 return self._shutdown
             shut = self._caches.shutdown(max(0.0, deadline - time.monotonic()))
             self._lakehouse.close(wait=True, timeout=max(0.0, deadline - time.monotonic()))
+            self._work.cancel_releases()
             for device_id, domain in self._work.items():
                 if domain.closed or any(d == device_id for d, _ in held):
                     continue  # a live device result's memory stays where it is

@@ -1,0 +1,94 @@
+"""The working domain keeps its free blocks between back-to-back queries and gives
+them back once the device has been idle for ``IDLE_RELEASE_S`` (and at shutdown)."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tests.service._helpers import make_service
+
+from nexus_cache.service import Scan
+
+_work = importlib.import_module("nexus_cache.service._work")
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": np.arange(50_000), "b": np.arange(50_000.0)}), path)
+    return path
+
+
+def _releases(service: object) -> int:
+    return int(service._work[0].counters().releases)  # type: ignore[attr-defined]
+
+
+def _until(check: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_back_to_back_queries_reuse_the_free_blocks(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 60.0)
+    service = make_service(tmp_path / "svc")
+    try:
+        for _ in range(3):
+            assert service.execute(Scan(str(source), ["a", "b"])).table.num_rows == 50_000
+        # none handed back between them: the next query allocates from the blocks
+        assert _releases(service) == 0
+        assert service._work.borrowers(0) == 0
+    finally:
+        service.shutdown()
+    assert service._work[0].closed
+    assert not service._work._timers  # shutdown cancelled the pending release
+
+
+def test_an_idle_device_gets_the_free_blocks_back(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.05)
+    service = make_service(tmp_path / "svc")
+    try:
+        service.execute(Scan(str(source), ["a"]))
+        assert _until(lambda: _releases(service) == 1)
+        assert service._work[0].counters().held_bytes == 0
+        # one release per idle spell, not one per timer
+        service.execute(Scan(str(source), ["b"]))
+        assert _until(lambda: _releases(service) == 2)
+        time.sleep(0.2)
+        assert _releases(service) == 2
+    finally:
+        service.shutdown()
+
+
+def test_a_query_during_the_wait_postpones_the_release(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.3)
+    service = make_service(tmp_path / "svc")
+    try:
+        service.execute(Scan(str(source), ["a"]))
+        left = time.monotonic()
+        time.sleep(0.2)
+        with service._work.borrow(0):  # a query's attempt, as the service lends it
+            time.sleep(0.2)  # the first timer fires now, while the domain is borrowed
+            assert _releases(service) == 0
+        second = time.monotonic()
+        assert _until(lambda: _releases(service) == 1)
+        # not before the idle spell that began at the second leave was over
+        assert time.monotonic() - second >= 0.25
+        assert time.monotonic() - left >= 0.6
+    finally:
+        service.shutdown()
