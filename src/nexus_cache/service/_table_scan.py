@@ -45,6 +45,7 @@ from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import ConfigError
 from nexus_cache.frames import DeviceColumn, DeviceFrame
 from nexus_cache.frames.column import storage_dtype
+from nexus_cache.frames.compact import kept_rows
 from nexus_cache.frames.gather import filter_frame, gather_table, gatherable
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
 from nexus_cache.service._lake import (
@@ -451,7 +452,10 @@ def scan_table(
     xp = domain.xp
     parallel = _parallel(frames, domain)
     with domain.scope():
-        rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
+        if domain.host_memory:
+            rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
+        else:  # every mask first, then their rows with one wait for the device
+            rows = kept_rows(_per_frame(frames, read, domain, lambda mask: mask, False), xp)
         result: pa.Table | DeviceFrame
         if on_device:
             result = gather_table(frames, rows, output, domain, on_device=True)
@@ -470,6 +474,10 @@ def count_table(
         kept = _per_frame(
             frames, read, domain, lambda mask: xp.count_nonzero(mask), _parallel(frames, domain)
         )
+        counted = [k for k in kept if k is not None]
+        if counted and not domain.host_memory:  # one wait for the device, not one a frame
+            values = iter(xp.stack(counted).get().tolist())
+            kept = [None if k is None else next(values) for k in kept]
     return FilterCounts(
         sum(f.num_rows for f in frames),
         sum(f.num_rows if k is None else int(k) for f, k in zip(frames, kept, strict=True)),
