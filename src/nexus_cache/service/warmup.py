@@ -3,8 +3,9 @@
 On CUDA the first run of each code path compiles GPU kernels: CuPy's own
 (elementwise, reductions, sorts, sparse products; kept in memory and in
 CuPy's kernel cache on disk) and the package's (the BFS pull step and the
-pair intersections, and the Parquet page-decode kernels when
-``NEXUS_DECODE_ENGINE`` is ``gpu`` or ``auto``, through the program cache). On a fresh machine that
+pair intersections, the filtered scans' row compaction, and the Parquet
+page-decode kernels when ``NEXUS_DECODE_ENGINE`` is ``gpu`` or ``auto``,
+through the program cache). On a fresh machine that
 costs seconds per query. :func:`warm_up_devices` pays it up front: on each
 device it loads the package's kernels for every index type, then runs the
 query paths once on a tiny built-in table: the Parquet decode and the scan's
@@ -46,6 +47,7 @@ import pyarrow.parquet as pq
 from nexus_cache.backends import AllocationDomain, DeviceBackend
 from nexus_cache.device import plan_graph_run, run_graph
 from nexus_cache.frames import DeviceFrame, decode_parquet, preload_decode_kernels
+from nexus_cache.frames.compact import kept_rows
 from nexus_cache.graph import KernelLoad, preload_kernels
 from nexus_cache.graph.registry import ALGORITHMS, AlgorithmSpec
 from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options
@@ -346,6 +348,9 @@ def _warm_up_device(
         if backend.kind.cuda_kernels:
             kernels.extend(preload_kernels())
             steps.append("graph kernels")
+            # a filtered scan's kept rows: the compact kernel and CuPy's scan of a mask
+            kept_rows([backend.xp.ones(4, dtype=bool)], backend.xp)
+            steps.append("filtered rows")
             # the page-decode kernels, where the decode engine would use them
             decode_kernels = preload_decode_kernels(domain)
             if decode_kernels is not None:
