@@ -15,10 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
 from tests.frames.gpudecode import _emulator
 from tests.frames.gpudecode._check import assert_same, device_piece
 from tests.frames.gpudecode.test_device_plan import _mixed_table
-from tests.frames.gpudecode.test_reference import write
+from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode import chunk_spec, read_pages
@@ -167,3 +168,24 @@ def test_which_columns_are_merged(value_type: pa.DataType, sizes: list[int], mer
 
     specs = [SimpleNamespace(arrow_type=value_type, uncompressed_size=n) for n in sizes]
     assert _device.mergeable(specs) is merged
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(table=tables(), options=WRITE_OPTIONS)
+def test_merged_columns_of_generated_tables_equal_pyarrow(
+    emulated_device: Any, table: pa.Table, options: dict[str, Any]
+) -> None:
+    # row groups of 50 rows where the options ask for them: many chunks a column
+    raw = write(table, **options)
+    pf, items = _items(raw)
+    if not items:
+        return
+    got = _device.decode_chunks_on_device(items, _emulator.Domain(), columns=_by_column(pf))
+    expected = pf.read()
+    for j, piece in enumerate(got):
+        name = pf.schema_arrow.names[j]
+        assert_same(device_piece(piece), expected.column(name).combine_chunks(), name)
