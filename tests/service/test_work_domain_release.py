@@ -4,6 +4,7 @@ them back once the device has been idle for ``IDLE_RELEASE_S`` (and at shutdown)
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -90,5 +91,43 @@ def test_a_query_during_the_wait_postpones_the_release(
         # not before the idle spell that began at the second leave was over
         assert time.monotonic() - second >= 0.25
         assert time.monotonic() - left >= 0.6
+    finally:
+        service.shutdown()
+
+
+def _query_and_wait(service: object, source: str, conn: object) -> None:
+    """In a forked child: one query, then whether its free blocks went back."""
+    try:
+        service.execute(Scan(source, ["a"]))  # type: ignore[attr-defined]
+        released = _until(lambda: _releases(service) == 1, timeout=5.0)
+        conn.send((released, service._work[0].counters().held_bytes))  # type: ignore[attr-defined]
+    except BaseException as exc:
+        conn.send(repr(exc))  # type: ignore[attr-defined]
+
+
+def test_a_forked_child_gets_its_free_blocks_back_once_idle(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release pending at the fork has no thread in the child: the child's own
+    query schedules its release all the same."""
+    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.3)
+    service = make_service(tmp_path / "svc")
+    try:
+        service.execute(Scan(str(source), ["a", "b"]))
+        assert service._work._timers  # the parent's release is pending
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe()
+        child = context.Process(target=_query_and_wait, args=(service, str(source), theirs))
+        child.start()
+        try:
+            assert ours.poll(30), "the child's query hung"
+            assert ours.recv() == (True, 0)
+            child.join(20)
+            assert child.exitcode == 0
+        finally:
+            if child.is_alive():
+                child.kill()
+                child.join()
+        assert _until(lambda: _releases(service) == 1)  # the parent's own, as before
     finally:
         service.shutdown()

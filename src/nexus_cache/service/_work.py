@@ -75,7 +75,11 @@ class WorkDomains:
             self._borrowers[device_id] -= 1
             if self._borrowers[device_id] == 0:
                 self._left_at[device_id] = time.monotonic()
-                if device_id not in self._timers:
+                pending = self._timers.get(device_id)
+                # a pending timer's thread lives until it has taken the lock (or been
+                # cancelled, which forgets it); one that does not is a parent's, copied
+                # by fork into a child where its thread never ran: that would never fire
+                if pending is None or not pending.is_alive():
                     self._schedule(device_id, IDLE_RELEASE_S)
 
     def _schedule(self, device_id: int, delay: float) -> None:
