@@ -35,6 +35,7 @@ class WorkDomains:
     def __init__(
         self, backend: DeviceBackend, device_ids: Iterable[int], lock: threading.Lock
     ) -> None:
+        self._backend = backend
         self._domains = {d: backend.create_domain(d) for d in device_ids}
         self._borrowers = dict.fromkeys(self._domains, 0)
         self._left_at = dict.fromkeys(self._domains, 0.0)  # when the last borrower left
@@ -99,7 +100,10 @@ class WorkDomains:
             if wait > 0:  # borrowed and left again since this was scheduled
                 self._schedule(device_id, wait)
                 return
-            domain.release_unused()
+            # the timer's thread has no device of its own: the pool goes back from
+            # its device, as it would from a query's thread
+            with self._backend.device_scope(device_id):
+                domain.release_unused()
 
     def cancel_releases(self) -> None:
         """Stop the pending releases (shutdown, which returns the blocks itself; lock held)."""
