@@ -291,7 +291,7 @@ def _common_header(buf: Any, pos: int) -> tuple[PageHeader, int] | None:
                 if head < 0x10:
                     return None
                 sub += head >> 4
-                if kind == 5:
+                if kind == 5:  # the varint read inline, as above: no call per field
                     b = buf[pos]
                     pos += 1
                     v = b & 0x7F
