@@ -320,9 +320,9 @@ def decode_page_columns(
     ``stages`` when given); ``decode`` decodes one chunk at a time instead."""
     names = [f.name for f in schema if f.name in plan.gpu]
     pieces: dict[str, list[DeviceChunk]] = {name: [] for name in names}
-    if decode is None:
+    if decode is None and names:  # (no column for the GPU: nothing to size, no CuPy to ask)
         codecs: dict[Any, Any] = {}  # one nvCOMP codec per algorithm for the whole file
-        groups = len(plan.gpu[names[0]]) if names else 0
+        groups = len(plan.gpu[names[0]])
         # a small domain (a cache cap, a grant) takes no more than an eighth
         # of itself in one heap
         limit = getattr(domain, "limit_bytes", None)
@@ -353,7 +353,7 @@ def decode_page_columns(
             )
             for name, piece in zip(owners, got, strict=True):
                 pieces[name].append(piece)
-    else:
+    elif decode is not None:
         for name in names:
             pieces[name] = [
                 decode(data, spec, domain, pages) for data, spec, pages in plan.gpu[name]

@@ -70,6 +70,24 @@ def test_host_engine_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
 
 
+def test_a_host_decode_asks_no_device_for_its_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no column for the GPU there is no heap to size: CuPy is not asked (on a
+    machine without it, a failed import on every read)."""
+    import importlib
+
+    engine = importlib.import_module("nexus_cache.frames._page_engine")
+
+    def asked() -> int:
+        raise AssertionError("the device's free memory was asked for a host decode")
+
+    monkeypatch.setattr(engine, "_free_device_bytes", asked)
+    for setting in ("host", "auto"):
+        frame, _ = _decode(tmp_path, engine=setting)
+        assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
+
+
 def test_auto_on_a_host_domain_decodes_on_the_host(tmp_path: Path) -> None:
     frame, stats = _decode(tmp_path, engine="auto")
     assert set(stats.paths.values()) == {"host: the domain's memory is host memory"}
