@@ -53,7 +53,7 @@ def test_back_to_back_queries_reuse_the_free_blocks(
     finally:
         service.shutdown()
     assert service._work[0].closed
-    assert not service._work._timers  # shutdown cancelled the pending release
+    assert not service._work.release_pending(0)  # shutdown cancelled the pending release
 
 
 def test_an_idle_device_gets_the_free_blocks_back(
@@ -114,7 +114,7 @@ def test_a_forked_child_gets_its_free_blocks_back_once_idle(
     service = make_service(tmp_path / "svc")
     try:
         service.execute(Scan(str(source), ["a", "b"]))
-        assert service._work._timers  # the parent's release is pending
+        assert service._work.release_pending(0)  # the parent's release is pending
         context = multiprocessing.get_context("fork")
         ours, theirs = context.Pipe()
         child = context.Process(target=_query_and_wait, args=(service, str(source), theirs))
@@ -131,3 +131,24 @@ def test_a_forked_child_gets_its_free_blocks_back_once_idle(
         assert _until(lambda: _releases(service) == 1)  # the parent's own, as before
     finally:
         service.shutdown()
+
+
+def test_one_releaser_thread_serves_every_service(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.02)
+    services = [make_service(tmp_path / f"svc{k}") for k in range(4)]
+    try:
+        for _ in range(3):
+            for service in services:
+                service.execute(Scan(str(source), ["a"]))
+            assert _until(lambda: all(_releases(s) >= 1 for s in services))
+        names = [t.name for t in threading.enumerate()]
+        # no thread per release: one for the process, however many services and spells
+        assert names.count("nexus-work-release") == 1, names
+        assert not any(n.startswith("Thread-") and "_release" in n for n in names), names
+    finally:
+        for service in services:
+            service.shutdown()

@@ -17,16 +17,79 @@ never touches a domain being closed. Thread-safe.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from nexus_cache.backends import AllocationDomain, DeviceBackend
 
 __all__ = ["IDLE_RELEASE_S", "WorkDomains"]
 
+_log = logging.getLogger("nexus_cache.service")
+
 #: seconds a working domain keeps its free blocks after its last borrower left
 IDLE_RELEASE_S = 0.5
+
+
+class _Releaser:
+    """One daemon thread for every working domain of the process: it runs each
+    scheduled release when its time comes. A thread per release (a timer) cost
+    a thread start on each query after an idle spell; this one starts once (and
+    again in a forked child, where the parent's does not exist)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[tuple[int, int], tuple[float, Callable[[], None]]] = {}
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, key: tuple[int, int], deadline: float, run: Callable[[], None]) -> None:
+        """Run ``run`` at ``deadline`` (``time.monotonic``), in place of any release
+        ``key`` had scheduled."""
+        with self._cond:
+            self._due[key] = (deadline, run)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="nexus-work-release", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def cancel(self, key: tuple[int, int]) -> None:
+        with self._cond:
+            self._due.pop(key, None)
+
+    def pending(self, key: tuple[int, int]) -> bool:
+        with self._cond:
+            return key in self._due
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    ready = [k for k, (at, _) in self._due.items() if at <= now]
+                    if ready:
+                        break
+                    soonest = min((at for at, _ in self._due.values()), default=None)
+                    self._cond.wait(None if soonest is None else soonest - now)
+                runs = [self._due.pop(k)[1] for k in ready]
+            for run in runs:  # outside the condition: a release takes its service's lock
+                try:
+                    run()
+                except Exception:  # one failed release must not end the others'
+                    _log.exception("giving a working domain's free blocks back failed")
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's thread and pending releases are not ours."""
+        self._cond = threading.Condition()
+        self._due = {}
+        self._thread = None
+
+
+_RELEASER = _Releaser()
+os.register_at_fork(after_in_child=_RELEASER.after_fork)
 
 
 class WorkDomains:
@@ -39,7 +102,6 @@ class WorkDomains:
         self._domains = {d: backend.create_domain(d) for d in device_ids}
         self._borrowers = dict.fromkeys(self._domains, 0)
         self._left_at = dict.fromkeys(self._domains, 0.0)  # when the last borrower left
-        self._timers: dict[int, threading.Timer] = {}  # one pending release a device
         self._lock = lock
 
     def __getitem__(self, device_id: int) -> AllocationDomain:
@@ -71,42 +133,36 @@ class WorkDomains:
     def leave(self, device_id: int) -> None:
         """One borrower of ``device_id``'s domain left; after the last one, the free
         blocks go back to the device once the domain has had no borrower for
-        :data:`IDLE_RELEASE_S` (a timer thread, one at a time per device)."""
+        :data:`IDLE_RELEASE_S` (by the process's one releaser thread)."""
         with self._lock:
             self._borrowers[device_id] -= 1
             if self._borrowers[device_id] == 0:
-                self._left_at[device_id] = time.monotonic()
-                pending = self._timers.get(device_id)
-                # a pending timer's thread lives until it has taken the lock (or been
-                # cancelled, which forgets it); one that does not is a parent's, copied
-                # by fork into a child where its thread never ran: that would never fire
-                if pending is None or not pending.is_alive():
-                    self._schedule(device_id, IDLE_RELEASE_S)
+                now = time.monotonic()
+                self._left_at[device_id] = now
+                _RELEASER.schedule(
+                    (id(self), device_id), now + IDLE_RELEASE_S, self._releaser(device_id)
+                )
 
-    def _schedule(self, device_id: int, delay: float) -> None:
-        """A release of ``device_id``'s free blocks in ``delay`` seconds (lock held)."""
-        timer = threading.Timer(delay, self._release_if_idle, (device_id,))
-        timer.daemon = True
-        self._timers[device_id] = timer
-        timer.start()
+    def release_pending(self, device_id: int) -> bool:
+        """Whether a release of ``device_id``'s free blocks is scheduled."""
+        return _RELEASER.pending((id(self), device_id))
+
+    def _releaser(self, device_id: int) -> Callable[[], None]:
+        return lambda: self._release_if_idle(device_id)
 
     def _release_if_idle(self, device_id: int) -> None:
         with self._lock:
-            self._timers.pop(device_id, None)
             domain = self._domains[device_id]
             if domain.closed or self._borrowers[device_id]:
                 return  # closed by shutdown; or borrowed again: its last leave schedules
-            wait = self._left_at[device_id] + IDLE_RELEASE_S - time.monotonic()
-            if wait > 0:  # borrowed and left again since this was scheduled
-                self._schedule(device_id, wait)
-                return
-            # the timer's thread has no device of its own: the pool goes back from
+            if time.monotonic() < self._left_at[device_id] + IDLE_RELEASE_S:
+                return  # left again since: that leave's release is scheduled
+            # the releaser thread has no device of its own: the pool goes back from
             # its device, as it would from a query's thread
             with self._backend.device_scope(device_id):
                 domain.release_unused()
 
     def cancel_releases(self) -> None:
-        """Stop the pending releases (shutdown, which returns the blocks itself; lock held)."""
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        """Forget the pending releases (shutdown, which returns the blocks itself)."""
+        for device_id in self._domains:
+            _RELEASER.cancel((id(self), device_id))
