@@ -12,6 +12,8 @@ Pure functions; thread-safe.
 from __future__ import annotations
 
 import operator
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -369,6 +371,58 @@ def file_column_names(table_schema: pa.Schema, file_schema: pa.Schema) -> dict[s
     return out
 
 
+class _FooterStats:
+    """What pruning reads of one parsed footer, read from it once: its Arrow
+    schema, its leaf columns by path, and each column's statistics per row group
+    (by the Arrow type they are read as)."""
+
+    def __init__(self, metadata: pq.FileMetaData) -> None:
+        self.arrow_schema = metadata.schema.to_arrow_schema()
+        self.index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+        self._ranges: dict[tuple[int, str], tuple[_Range | None, ...]] = {}
+
+    def ranges(
+        self, metadata: pq.FileMetaData, column: int, arrow_type: pa.DataType
+    ) -> tuple[_Range | None, ...]:
+        """Leaf ``column``'s statistics in each row group, read as ``arrow_type``."""
+        key = (column, str(arrow_type))
+        found = self._ranges.get(key)
+        if found is None:
+            found = tuple(
+                _statistics(g.column(column), arrow_type, g.num_rows)
+                for g in (metadata.row_group(i) for i in range(metadata.num_row_groups))
+            )
+            self._ranges[key] = found
+        return found
+
+
+#: each live footer's statistics, by the footer object: a footer the caller keeps
+#: (the service keeps one per object's proven identity) comes back as the same
+#: object, so its pruning reads nothing of it again. An entry goes when its
+#: footer does (a weak reference), so this keeps no footer alive.
+_FOOTER_STATS: dict[int, tuple[weakref.ref[pq.FileMetaData], _FooterStats]] = {}
+# reentrant: a footer freed by the garbage collector while it is held runs `forget`
+_FOOTER_STATS_LOCK = threading.RLock()
+
+
+def _footer_stats(metadata: pq.FileMetaData) -> _FooterStats:
+    key = id(metadata)
+    with _FOOTER_STATS_LOCK:
+        found = _FOOTER_STATS.get(key)
+        if found is not None and found[0]() is metadata:
+            return found[1]
+    made = _FooterStats(metadata)
+
+    def forget(ref: weakref.ref[pq.FileMetaData], key: int = key) -> None:
+        with _FOOTER_STATS_LOCK:
+            if key in _FOOTER_STATS and _FOOTER_STATS[key][0] is ref:
+                del _FOOTER_STATS[key]
+
+    with _FOOTER_STATS_LOCK:
+        _FOOTER_STATS[key] = (weakref.ref(metadata, forget), made)
+    return made
+
+
 def prune_row_groups(
     metadata: pq.FileMetaData,
     flt: TableFilter | None,
@@ -379,23 +433,26 @@ def prune_row_groups(
     every = tuple(range(metadata.num_row_groups))
     if flt is None:
         return every
-    names = file_column_names(flt.schema, metadata.schema.to_arrow_schema())
-    index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+    footer = _footer_stats(metadata)
+    names = file_column_names(flt.schema, footer.arrow_schema)
     cols = _columns(flt)
     fixed = _file_ranges(file, cols, partition=True) if file is not None else {}
+    # each filter column: its statistics per row group, or what stands for them
+    per_column: list[tuple[str, _Range | None, tuple[_Range | None, ...] | None]] = []
+    for name in flt.columns:
+        if name in fixed:
+            continue
+        j = footer.index.get(names.get(name, ""))
+        if j is None:
+            if name not in names:  # not in this file: every row reads as null
+                per_column.append((name, _Range(exact=True, low=None), None))
+            continue
+        per_column.append((name, None, footer.ranges(metadata, j, flt.schema.field(name).type)))
     kept = []
     for i in every:
-        group = metadata.row_group(i)
         ranges = dict(fixed)
-        for name in flt.columns:
-            if name in ranges:
-                continue
-            j = index.get(names.get(name, ""))
-            if j is None:
-                if name not in names:  # not in this file: every row reads as null
-                    ranges[name] = _Range(exact=True, low=None)
-                continue
-            found = _statistics(group.column(j), flt.schema.field(name).type, group.num_rows)
+        for name, whole, by_group in per_column:
+            found = whole if by_group is None else by_group[i]
             if found is not None:
                 ranges[name] = found
         if _possible(flt, ranges, cols):
