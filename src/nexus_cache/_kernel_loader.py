@@ -42,6 +42,7 @@ __all__ = [
     "KernelLoad",
     "compile_cubin",
     "device_arch",
+    "grid_blocks",
     "kernel_function",
     "kernel_loads",
 ]
@@ -106,6 +107,17 @@ _loads: list[KernelLoad] = []
 _caches: dict[str, Any] = {}
 # Programs built by cached_compile since import: it builds one only on a miss
 _built = [0]
+
+
+def grid_blocks(items: int, per_block: int, most: int = 65535 * 8) -> int:
+    """The blocks of a grid-stride launch over ``items`` items, ``per_block`` to a
+    block (one block at least), capped at ``most``: every kernel of ours strides
+    over what a capped grid does not reach.
+
+    >>> grid_blocks(1000, 256), grid_blocks(1, 256), grid_blocks(10**12, 1)
+    (4, 1, 524280)
+    """
+    return max(1, min((items + per_block - 1) // per_block, most))
 
 
 def kernel_loads() -> tuple[KernelLoad, ...]:

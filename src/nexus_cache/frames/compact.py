@@ -37,7 +37,6 @@ extern "C" __global__ void compact_rows(
 """
 
 _THREADS = 256
-_MAX_BLOCKS = 65535 * 8
 
 #: ``compact(mask, position, out)``: ``out[position[i] - 1] = i`` where ``mask[i]``
 Compact = Callable[[Any, Any, Any], None]
@@ -70,9 +69,8 @@ def _kept_rows(masks: Sequence[Any | None], xp: Any, compact: Compact) -> list[A
 
 
 def _cuda_compact(mask: Any, position: Any, out: Any) -> None:
-    from nexus_cache._kernel_loader import kernel_function
+    from nexus_cache._kernel_loader import grid_blocks, kernel_function
 
     n = int(mask.size)
-    blocks = min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
     kernel = kernel_function("compact_rows", COMPACT_SOURCE, "compact_rows")
-    kernel((blocks,), (_THREADS,), (mask, position, out, np.int64(n)))
+    kernel((grid_blocks(n, _THREADS),), (_THREADS,), (mask, position, out, np.int64(n)))

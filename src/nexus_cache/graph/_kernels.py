@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from nexus_cache._kernel_loader import grid_blocks
+
 __all__ = [
     "INTERSECT_SOURCE",
     "PULL_SOURCE",
@@ -197,7 +199,7 @@ def intersect_counts(indptr: Any, indices: Any, first: Any, second: Any) -> Any:
         return counts
     kernel = _kernel("pair_intersections", indptr.dtype, indices.dtype)
     threads = 256
-    blocks = min((n_pairs * 32 + threads - 1) // threads, 65535 * 16)
+    blocks = grid_blocks(n_pairs * 32, threads, most=65535 * 16)
     kernel((blocks,), (threads,), (indptr, indices, first, second, np.int64(n_pairs), counts))
     return counts
 
@@ -211,7 +213,7 @@ def pull_step(indptr: Any, indices: Any, frontier: Any, dist: Any, pred: Any, le
         return
     kernel = _kernel("bfs_pull", indptr.dtype, indices.dtype)
     threads = 256
-    blocks = min((n + threads - 1) // threads, 65535 * 8)
+    blocks = grid_blocks(n, threads)
     kernel(
         (blocks,),
         (threads,),

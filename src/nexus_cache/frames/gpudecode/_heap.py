@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from nexus_cache._kernel_loader import grid_blocks
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.kernels import BLOCK_KERNELS, kernel_function
 from nexus_cache.frames.gpudecode.layout import (
@@ -40,12 +41,12 @@ __all__ = ["DeviceChunk"]
 _log = logging.getLogger("nexus_cache.frames")
 
 _THREADS = 256
+_MAX_BLOCKS = 65535 * 8
 #: threads of a block that walks one page or stream (:data:`BLOCK_KERNELS`): one
 #: walks, the others only load its tiles, so fewer threads let more blocks (more
 #: pages walked at once) stay resident on an SM, whose shared memory fits
 #: about thirteen tiles while 256-thread blocks stop at eight
 _WALK_THREADS = 128
-_MAX_BLOCKS = 65535 * 8
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def _launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, .
     # the kernels that walk it tile by tile
     walks = name in BLOCK_KERNELS
     per_block = 1 if walks else _THREADS
-    blocks = min((items + per_block - 1) // per_block, _MAX_BLOCKS)
+    blocks = grid_blocks(items, per_block, _MAX_BLOCKS)
     threads = _WALK_THREADS if walks else _THREADS
     kernel_function(name, element_bytes)((blocks,), (threads,), args)
 
