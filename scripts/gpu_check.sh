@@ -23,18 +23,22 @@
 # in the device call's carry): rmm-cu13, librmm-cu13, rapids-logger, kvikio-cu13,
 # libkvikio-cu13 (RMM domains, KvikIO reads), nvidia-nvcomp-cu13 and
 # nvidia-libnvcomp-cu13 (GPU decompression), dask, distributed, tornado, zict,
-# tblib, partd, locket (the cluster's GPU test) and redis.
+# tblib, partd, locket (the cluster's GPU test) and redis. The tables step's
+# CPU peers travel in .whl-peers/ (polars and polars-runtime-32, about 55 MB): too
+# much to carry with .whl in one call, so a call carrying .whl-peers follows one
+# carrying .whl on the same warm machine, whose /tmp/site and .whl it keeps.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-if compgen -G ".whl/*.whl" >/dev/null; then
-  # By name from .whl/, so pip picks the wheel built for this machine's Python.
+for wheels in .whl .whl-peers; do
+  compgen -G "$wheels/*.whl" >/dev/null || continue
+  # By name, so pip picks the wheel built for this machine's Python.
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site --find-links .whl \
-    $(ls .whl | grep '\.whl$' | sed -E 's/-[0-9].*//' | sort -u) || exit 1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+    --target /tmp/site --find-links "$wheels" \
+    $(ls "$wheels" | grep '\.whl$' | sed -E 's/-[0-9].*//' | sort -u) || exit 1
+done
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
 
 declare -A limit=([decoder]=240 [cold_read]=300 [warmup]=300 [serve]=240 [tests]=540
