@@ -337,7 +337,7 @@ def _typed(value: Any, arrow_type: pa.DataType, item: Sequence[Any], allow_null:
             raise _refuse(raw, f"{value!r} is not a number (column type {arrow_type})")
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise _refuse(raw, f"{value!r} is not a finite number")
+                raise _refuse(raw, f"{value!r} is not a finite number; use a finite one")
             if not value.is_integer():
                 return value
             value = int(value)
@@ -349,7 +349,7 @@ def _typed(value: Any, arrow_type: pa.DataType, item: Sequence[Any], allow_null:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _refuse(raw, f"{value!r} is not a number (column type {arrow_type})")
         if not math.isfinite(value):
-            raise _refuse(raw, f"{value!r} is not a finite number")
+            raise _refuse(raw, f"{value!r} is not a finite number; use a finite one")
         return float(value)
     if pat.is_string(base) or pat.is_large_string(base):
         if isinstance(value, str):
