@@ -16,7 +16,7 @@ import pytest
 
 from nexus_cache.cli.main import main
 from nexus_cache.errors import ConfigError, GraphInputError, SourceFormatError
-from nexus_cache.service import Count, GraphQuery, Scan, ServiceConfig
+from nexus_cache.service import Count, GraphQuery, Scan, ServiceConfig, as_query
 
 from ._helpers import make_service, use_host_cli
 
@@ -381,3 +381,19 @@ def test_a_lakehouse_root_that_holds_something_else_exits_2(
         assert "NEXUS_LAKEHOUSE_CACHE_ROOT" in err
         assert err.count("\n") == 1
     assert sorted(p.name for p in other.iterdir()) == ["entries", "tmp"]  # left untouched
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_filter_value_is_refused_when_the_query_is_made(value: float) -> None:
+    # JSON carries no NaN or infinity: such a query could not reach a server (the
+    # client's encoder raised a bare ValueError naming no filter) nor be evidence.
+    for flt in ([("w", "<", value)], [[("w", "in", [1.0, value])]]):
+        for make in (Scan, Count):
+            with pytest.raises(ConfigError) as raised:
+                make("/data/t", filter=flt)
+            assert "predicate" in str(raised.value)
+            assert "finite" in str(raised.value)
+    graph = GraphQuery(Scan("/data/t", ["src", "dst"]), "src", "dst", "pagerank").to_dict()
+    graph["edges"]["filter"] = [["w", ">", value]]
+    with pytest.raises(ConfigError, match="finite"):
+        as_query(json.dumps(graph))  # a ticket's text: Python's json reads NaN, Infinity

@@ -267,6 +267,47 @@ def test_a_hive_data_file_linked_out_of_allowed_roots_is_refused_not_skipped(
     assert_same_rows(got, _dataset(root, [("year", "=", 2025)]))
 
 
+def test_an_iceberg_manifest_list_outside_allowed_roots_is_refused_unread(
+    tmp_path: Path,
+) -> None:
+    """Metadata under a root that names a manifest list outside it: refused before the
+    list is read, as a data file outside is (the data files here all lie under it)."""
+    pytest.importorskip("pyiceberg")
+    pytest.importorskip("sqlalchemy")
+    import json
+
+    from pyiceberg.catalog import load_catalog
+
+    warehouse = tmp_path / "lake"
+    warehouse.mkdir()
+    catalog = load_catalog(
+        "t", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=warehouse.as_uri()
+    )
+    catalog.create_namespace("ns")
+    ice = catalog.create_table("ns.e", schema=_edges(1, 0).schema)
+    ice.append(_edges(40, 1))
+    ice = catalog.load_table("ns.e")
+    want = ice.scan().to_arrow()
+    metadata_path = Path(ice.metadata_location.removeprefix("file://"))
+    metadata = json.loads(metadata_path.read_text())
+    (snapshot,) = metadata["snapshots"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = outside / "snap-list.avro"
+    os.replace(snapshot["manifest-list"].removeprefix("file://"), moved)
+    snapshot["manifest-list"] = moved.as_uri()
+    metadata_path.write_text(json.dumps(metadata))
+    age_files(tmp_path)
+    with make_service(tmp_path / "open") as service:  # no roots: the list is read
+        assert_same_rows(service.execute(Scan(str(metadata_path))).table, want)
+    with (
+        make_service(tmp_path, allowed_roots=[str(warehouse)]) as service,
+        pytest.raises(ConfigError, match="outside allowed_roots") as raised,
+    ):
+        service.execute(Scan(str(metadata_path), filter=[("w", "<", 0.5)]))
+    assert "snap-list.avro" in str(raised.value)
+
+
 def test_delta_scans_equal_deltalake_at_every_version(tmp_path: Path) -> None:
     deltalake = pytest.importorskip("deltalake")
     table = tmp_path / "lake" / "d"

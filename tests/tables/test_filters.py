@@ -164,6 +164,23 @@ def test_the_cli_expression_reads_values_as_the_columns_type(
 
 
 @pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("s in 'a,b',c", ["a,b", "c"]),
+        ('s in "x, y" , z,"a\'b,c"', ["x, y", "z", "a'b,c"]),
+        ("s not in 'a,b' ,'c d'", ["a,b", "c d"]),
+        ("s in 'null',null,''", ["null", None, ""]),
+        ("s in q\"x,'a", ['q"x', "'a"]),  # a quote inside a word, or one never closed
+        ("s in 'a'b,c", ["'a'b", "c"]),  # the quote is not followed by a comma
+    ],
+)
+def test_a_quoted_in_item_keeps_its_commas(text: str, want: list[object]) -> None:
+    got = parse_filter_arg(text, SCHEMA)
+    assert got[2] == want
+    assert canonical_filter([got], SCHEMA) is not None
+
+
+@pytest.mark.parametrize(
     ("text", "word"),
     [
         ("x=1", "no column"),

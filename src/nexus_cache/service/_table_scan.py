@@ -178,7 +178,13 @@ def plan_table(
     if allowed_roots is not None and catalog_source(source) is None:
         check_listed(source, (), allowed_roots)  # before its metadata is read
     raw = None if scan.filter is None else list(scan.filter)
-    snapshot = resolve_table(source, scan.as_of, storage_options=storage_options, filter=raw)
+    snapshot = resolve_table(
+        source,
+        scan.as_of,
+        storage_options=storage_options,
+        filter=raw,
+        allowed_roots=allowed_roots,
+    )
     schema = snapshot.schema
     flt = snapshot.pruned_with or canonical_filter(raw, schema)  # the listing's, if pruned
     output = tuple(schema.names) if scan.columns is None else scan.columns

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
@@ -174,6 +175,12 @@ def _filter_value(value: Any, shown: Any, name: str) -> Any:
     """A JSON scalar, or a list of them as a tuple (hashable)."""
     if isinstance(value, (list, tuple)):
         return tuple(_filter_value(v, shown, name) for v in value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(
+            f"{name} predicate {shown!r}: value {value!r} is not accepted; NaN and "
+            "infinities are not JSON numbers (a query travels as JSON): use a finite "
+            "number, or leave the bound out"
+        )
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise ConfigError(

@@ -14,11 +14,12 @@ reads as null in older files and a renamed one still maps to its data.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache._roots import check_listed
 from nexus_cache.errors import BackendUnavailableError, ConfigError, SourceFormatError
 from nexus_cache.tables._said import said
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
@@ -46,6 +47,7 @@ def resolve_iceberg(
     path: str,
     as_of: int | None,
     storage_options: Mapping[str, Any] | None,
+    allowed_roots: Sequence[str] | None = None,
 ) -> TableSnapshot:
     _pyiceberg(source)
     from pyiceberg.table import StaticTable
@@ -61,11 +63,14 @@ def resolve_iceberg(
             f"Iceberg table {source!r}: its metadata {metadata!r} cannot be read "
             f"({type(exc).__name__}: {said(exc)}); check the file (corrupt or truncated)"
         ) from exc
-    return _snapshot(source, table, fs, as_of)
+    return _snapshot(source, table, fs, as_of, allowed_roots=allowed_roots)
 
 
 def resolve_catalog_table(
-    identifier: str, catalog: str | Mapping[str, Any], as_of: int | None
+    identifier: str,
+    catalog: str | Mapping[str, Any],
+    as_of: int | None,
+    allowed_roots: Sequence[str] | None = None,
 ) -> TableSnapshot:
     _pyiceberg(identifier)
     from pyiceberg.catalog import load_catalog
@@ -90,7 +95,7 @@ def resolve_catalog_table(
         import fsspec
 
         fs = fsspec.core.url_to_fs(location)[0]
-    return _snapshot(identifier, table, fs, as_of, location=location)
+    return _snapshot(identifier, table, fs, as_of, location, allowed_roots)
 
 
 def _newest_metadata(source: str, fs: Any, path: str) -> str:
@@ -119,7 +124,12 @@ def _version(name: str) -> str | None:
 
 
 def _snapshot(
-    source: str, table: Any, fs: Any, as_of: int | None, location: str | None = None
+    source: str,
+    table: Any,
+    fs: Any,
+    as_of: int | None,
+    location: str | None = None,
+    allowed_roots: Sequence[str] | None = None,
 ) -> TableSnapshot:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
     from pyiceberg.transforms import IdentityTransform
@@ -133,6 +143,8 @@ def _snapshot(
                 f"as_of={as_of}: Iceberg table {source!r} has no such snapshot (its latest: "
                 f"{known or 'none'}); name an existing snapshot id"
             )
+    if allowed_roots is not None:
+        _check_manifests(location or source, table, as_of, allowed_roots)
     try:
         scan = table.scan(snapshot_id=as_of)
         iceberg_schema = scan.projection()
@@ -176,6 +188,28 @@ def _snapshot(
         files=files,
         filesystem=fs,
     )
+
+
+def _check_manifests(
+    source: str, table: Any, as_of: int | None, allowed_roots: Sequence[str]
+) -> None:
+    """Refuse the snapshot unless its manifest list, then each manifest it lists, lies
+    under ``allowed_roots``, each checked before it is read (metadata may name any
+    path, as it may for data files)."""
+    snapshot = (
+        table.metadata.snapshot_by_id(as_of) if as_of is not None else table.current_snapshot()
+    )
+    if snapshot is None:
+        return
+    check_listed(source, (str(snapshot.manifest_list),), allowed_roots)
+    try:
+        manifests = snapshot.manifests(table.io)
+    except Exception as exc:
+        raise SourceFormatError(
+            f"Iceberg table {source!r}: its manifest list cannot be read "
+            f"({type(exc).__name__}: {said(exc)}); check the metadata directory"
+        ) from exc
+    check_listed(source, tuple(str(m.manifest_path) for m in manifests), allowed_roots)
 
 
 def _plain(f: pa.Field) -> pa.Field:

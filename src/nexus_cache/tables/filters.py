@@ -337,7 +337,7 @@ def _typed(value: Any, arrow_type: pa.DataType, item: Sequence[Any], allow_null:
             raise _refuse(raw, f"{value!r} is not a number (column type {arrow_type})")
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise _refuse(raw, f"{value!r} is not a finite number")
+                raise _refuse(raw, f"{value!r} is not a finite number; use a finite one")
             if not value.is_integer():
                 return value
             value = int(value)
@@ -349,7 +349,7 @@ def _typed(value: Any, arrow_type: pa.DataType, item: Sequence[Any], allow_null:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _refuse(raw, f"{value!r} is not a number (column type {arrow_type})")
         if not math.isfinite(value):
-            raise _refuse(raw, f"{value!r} is not a finite number")
+            raise _refuse(raw, f"{value!r} is not a finite number; use a finite one")
         return float(value)
     if pat.is_string(base) or pat.is_large_string(base):
         if isinstance(value, str):
@@ -434,7 +434,7 @@ def parse_filter_arg(text: str, schema: pa.Schema) -> list[Any]:
         head, sep, rest = stripped.partition(f" {op_word} ")
         if sep and head.strip() and " " not in head.strip():
             column = head.strip()
-            items = [part.strip() for part in rest.split(",")]
+            items = _split_items(rest)
             arrow_type = _arg_column_type(text, column, schema)
             values = [_arg_value(text, part, arrow_type, allow_null=True) for part in items]
             predicate = [column, op_word, values]
@@ -453,6 +453,35 @@ def parse_filter_arg(text: str, schema: pa.Schema) -> list[Any]:
         f"--filter {text!r}: not an expression; write col=value, col!=value, col<value, "
         "col<=value, col>value, col>=value or 'col in a,b,c'"
     )
+
+
+def _split_items(text: str) -> list[str]:
+    """The comma-separated items of an ``in`` list, blanks around each dropped; an item
+    that starts with a quote and whose same quote is followed by a comma or the end
+    keeps its commas (its quotes stay on, for :func:`_arg_value` to remove)."""
+    items: list[str] = []
+    start = 0
+    while True:
+        head = len(text) - len(text[start:].lstrip())
+        if text[head : head + 1] in ("'", '"'):
+            close = text.find(text[head], head + 1)
+            while close != -1:
+                after = len(text) - len(text[close + 1 :].lstrip())
+                if after == len(text) or text[after] == ",":
+                    items.append(text[head : close + 1])
+                    if after == len(text):
+                        return items
+                    start = after + 1
+                    break
+                close = text.find(text[head], close + 1)
+            if close != -1:
+                continue
+        comma = text.find(",", start)
+        if comma == -1:
+            items.append(text[start:].strip())
+            return items
+        items.append(text[start:comma].strip())
+        start = comma + 1
 
 
 def _arg_column_type(text: str, column: str, schema: pa.Schema) -> pa.DataType:

@@ -14,7 +14,7 @@ table of theirs is resolved. Thread-safe (nothing shared is mutated).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +132,7 @@ def resolve_table(
     storage_options: Mapping[str, Any] | None = None,
     catalog: str | Mapping[str, Any] | None = None,
     filter: Any = None,
+    allowed_roots: Sequence[str] | None = None,
 ) -> TableSnapshot:
     """The snapshot ``source`` names (its latest version, or ``as_of``).
 
@@ -147,6 +148,10 @@ def resolve_table(
     ``filter`` (pyarrow's ``filters`` convention) lets a local Hive directory's
     listing skip the partition directories it rules out (see
     :attr:`TableSnapshot.partitions_skipped`); other tables ignore it here.
+
+    With ``allowed_roots``, an Iceberg table's manifest list and manifests must
+    lie under them (:class:`ConfigError` naming the first outside, before it is
+    read); the data files are the caller's to check (:attr:`TableSnapshot.locations`).
     """
     named = catalog_source(source) if catalog is None else None
     if named is not None:
@@ -154,7 +159,7 @@ def resolve_table(
     if catalog is not None:
         from nexus_cache.tables._iceberg import resolve_catalog_table
 
-        return resolve_catalog_table(source, catalog, as_of)
+        return resolve_catalog_table(source, catalog, as_of, allowed_roots)
     from nexus_cache.lakehouse import resolve_source
 
     options = None if storage_options is None else dict(storage_options)
@@ -182,7 +187,7 @@ def resolve_table(
     if kind == "iceberg":
         from nexus_cache.tables._iceberg import resolve_iceberg
 
-        return resolve_iceberg(source, fs, local, path, as_of, options)
+        return resolve_iceberg(source, fs, local, path, as_of, options, allowed_roots)
     if as_of is not None:
         raise ConfigError(
             f"as_of={as_of!r}: source {source!r} is Parquet data, which has no versions; "
