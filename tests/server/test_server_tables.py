@@ -153,14 +153,16 @@ def test_filtered_counts_through_the_client_and_the_cli(
     assert other.table["rows"].to_pylist() == [dataset.count_rows(filter=other_filter)]
     assert by_year.diagnostics.source_cache["status"] == "bypass"  # footers of kept files
     assert by_year.table["rows"].to_pylist() == [100]
-    args = ["scan", str(hive), "--count", "--filter", "year=2025", "--filter", "w<0.3", "--json"]
-    for extra, where in ((["--server", server.url], env), ([], server_env(tmp_path / "local"))):
-        done = run_cli(where, *args, *extra)
-        assert done.returncode == 0, done.stderr
-        doc = json.loads(done.stdout)
-        assert doc["columns"] == ["rows"]
-        assert doc["head"] == [{"rows": want}]
-        assert doc["diagnostics"]["query"]["type"] == "count"
+    filters = ["--filter", "year=2025", "--filter", "w<0.3", "--json"]
+    places = ((["--server", server.url], env), ([], server_env(tmp_path / "local")))
+    for command in (["scan", str(hive), "--count"], ["count", str(hive)]):
+        for extra, where in places:
+            done = run_cli(where, *command, *filters, *extra)
+            assert done.returncode == 0, done.stderr
+            doc = json.loads(done.stdout)
+            assert doc["columns"] == ["rows"]
+            assert doc["head"] == [{"rows": want}]
+            assert doc["diagnostics"]["query"]["type"] == "count"
     bad = run_cli(env, "scan", str(hive), "--count", "--columns", "src")
     assert bad.returncode == 2
     assert "--columns" in bad.stderr

@@ -33,6 +33,8 @@ _AREAS = (
     "cluster",
     "serve",
 )
+#: commands registered by another area's module
+_ALIASES = {"count": "scan"}
 
 
 def _version() -> str:
@@ -73,7 +75,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for area in _AREAS if command not in _AREAS else (command,):
+    for area in _AREAS if command is None else (command,):
         try:
             module = importlib.import_module(f"nexus_cache.cli.{area}")
         except ModuleNotFoundError as exc:
@@ -91,7 +93,7 @@ def _command(argv: Sequence[str]) -> str | None:
         if arg in ("-h", "--help"):
             return None
         if not arg.startswith("-"):
-            return arg if arg in _AREAS else None
+            return arg if arg in _AREAS else _ALIASES.get(arg)
     return None
 
 

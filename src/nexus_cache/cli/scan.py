@@ -1,4 +1,5 @@
-"""``nexus-cache scan URL``: read Parquet through the query service and its caches.
+"""``nexus-cache scan URL``: read Parquet through the query service and its caches;
+``nexus-cache count URL``: count its rows (those a filter keeps).
 
 URL is anything the lakehouse cache reads (a local path, ``file://``,
 ``s3://``), one object or a directory. Without ``--out`` the first rows are
@@ -71,6 +72,31 @@ def register(subparsers: Any) -> None:
     add_table_options(parser)
     add_output_options(parser)
     parser.set_defaults(func=_run)
+
+    count = subparsers.add_parser(
+        "count",
+        help="count the rows of Parquet (a file, a directory or a table); with --filter, "
+        "those it keeps",
+        description=(
+            "Count rows through the query service, as `scan URL --count` does: without "
+            "--filter from the Parquet footers (nothing decoded), with --filter over the "
+            "filter's decoded columns (a source-cache hit when a scan read them). Settings "
+            "come from the environment (NEXUS_LAKEHOUSE_*, NEXUS_DEVICE_BACKEND, "
+            "NEXUS_SERVICE_*)."
+        ),
+    )
+    count.add_argument("url", metavar="URL", help="Parquet object, directory or table")
+    add_table_options(count)
+    count.add_argument(
+        "--device",
+        type=count_option("--device"),
+        default=None,
+        metavar="ID",
+        help="run on this device id (default: as scan chooses)",
+    )
+    add_json_option(count)
+    add_server_option(count)
+    count.set_defaults(func=_run, count=True, columns=None, out=None, limit=20)
 
 
 def add_table_options(parser: argparse.ArgumentParser) -> None:
