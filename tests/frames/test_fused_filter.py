@@ -214,7 +214,8 @@ def test_every_op_on_every_type_equals_filter_mask(name: str, op: str, nulls: bo
         filters = [flt] * len(frames)
         want = _reference(frames, filters, ["int64", name])
         got, _, _ = _run(frames, filters, ["int64", name], on_device=False, chunk_rows=32)
-        assert got is not None and _identical(got, want), flt.key
+        assert got is not None
+        assert _identical(got, want), flt.key
 
 
 def test_every_row_kept_no_row_kept_and_many_objects() -> None:
