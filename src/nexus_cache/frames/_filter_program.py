@@ -82,11 +82,13 @@ class FilterProgram:
     """One filter's instructions over the columns ``slots`` names (in slot order):
     ``instructions`` (n x :data:`INSTRUCTION_WORDS`, int64; an ``in`` list's offset
     is into ``constants``) and ``constants`` (int64 words: each list's values, as
-    int64, uint64 or float64 bits by its compare code)."""
+    int64, uint64 or float64 bits by its compare code); ``lists``: which
+    instructions hold such an offset."""
 
     slots: tuple[str, ...]
     instructions: np.ndarray
     constants: np.ndarray
+    lists: np.ndarray
 
 
 #: programs by the filter's key and the dtypes of the columns it reads (False: the
@@ -136,7 +138,8 @@ def _program(flt: TableFilter, dtypes: Mapping[str, np.dtype[Any]]) -> FilterPro
             rows.append(words)
     instructions = np.array(rows, dtype=np.int64).reshape(len(rows), INSTRUCTION_WORDS)
     table = np.concatenate(constants) if constants else np.zeros(0, np.int64)
-    return FilterProgram(tuple(flt.columns), instructions, table)
+    lists = (instructions[:, 1] == _OP["in"]) | (instructions[:, 1] == _OP["not in"])
+    return FilterProgram(tuple(flt.columns), instructions, table, lists)
 
 
 def _instruction(p: Predicate, dtype: np.dtype[Any]) -> tuple[list[int], np.ndarray | None] | None:

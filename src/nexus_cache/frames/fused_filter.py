@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.frames._filter_program import FilterProgram, filter_program
-from nexus_cache.frames.column import ColumnKind
+from nexus_cache.frames.column import ColumnKind, DeviceColumn
 from nexus_cache.frames.frame import DeviceFrame
 from nexus_cache.frames.gather import GatherLayout, gather_into, gatherable
 
@@ -414,26 +414,33 @@ class _Packed:
 
 def _programs(
     frames: Sequence[DeviceFrame], filters: Sequence[TableFilter | None]
-) -> list[FilterProgram | None] | None:
-    """Each frame's filter program (None: every row kept); None when one filter
-    cannot run in the kernel."""
+) -> tuple[list[FilterProgram | None], list[dict[str, DeviceColumn]]] | None:
+    """Each frame's filter program (None: every row kept) and its columns by name;
+    None when one filter cannot run in the kernel."""
     out: list[FilterProgram | None] = []
+    named: list[dict[str, DeviceColumn]] = []
+    made: dict[tuple[int, tuple[Any, ...]], FilterProgram | None] = {}
     for frame, flt in zip(frames, filters, strict=True):
+        columns = {c.name: c for c in frame.columns}
+        named.append(columns)
         if flt is None:
             out.append(None)
             continue
-        columns = {c.name: c for c in frame.columns if c.name in flt.columns}
-        program = filter_program(flt, columns)
+        key = (id(flt), tuple(columns[n].data.dtype if n in columns else n for n in flt.columns))
+        program = made[key] if key in made else filter_program(flt, columns)
         if program is None:
             return None
+        made[key] = program
         out.append(program)
-    return out
+    return out, named
 
 
 def _pack(
     frames: Sequence[DeviceFrame],
     programs: Sequence[FilterProgram | None],
+    named: Sequence[dict[str, DeviceColumn]],
     output: Sequence[str],
+    kinds: Sequence[tuple[int, bool, bool]],
     address: Callable[[Any], int],
     chunk_rows: int,
 ) -> _Packed:
@@ -447,15 +454,16 @@ def _pack(
     placed: dict[int, tuple[int, int]] = {}  # program -> (first instruction, count)
     n_instructions = n_constants = 0
     rows = 0
-    for frame, program in zip(frames, programs, strict=True):
+    for frame, program, columns in zip(frames, programs, named, strict=True):
         n = frame.num_rows
         start, length = -1, 0
         if program is not None:
             known = placed.get(id(program))
             if known is None:
-                words = program.instructions.copy()
-                ins = (words[:, 1] == 6) | (words[:, 1] == 7)  # in, not in: relocate
-                words[ins, 4] += n_constants
+                words = program.instructions
+                if n_constants and program.constants.size:  # its in lists: relocated
+                    words = words.copy()
+                    words[program.lists, 4] += n_constants
                 known = placed[id(program)] = (n_instructions, len(words))
                 instructions.append(words)
                 constants.append(program.constants)
@@ -465,16 +473,15 @@ def _pack(
         objects += [n, rows, start, length, len(slots) // 2, len(addresses) // 2]
         if program is not None:
             for name in program.slots:
-                column = frame.column(name)
+                column = columns[name]
                 validity = column.validity
                 slots += [address(column.data), 0 if validity is None else address(validity)]
         for name in output:
-            column = frame.column(name)
+            column = columns[name]
             validity = column.validity
             addresses += [address(column.data), 0 if validity is None else address(validity)]
         chunks.append(chunks[-1] + -(-n // chunk_rows))
         rows += n
-    layout = [_output_kind(frames, name) for name in output]
     parts = [
         np.array(objects, np.int64),
         np.array(chunks, np.int64),
@@ -482,7 +489,7 @@ def _pack(
         np.concatenate(instructions).ravel() if instructions else np.zeros(0, np.int64),
         np.concatenate(constants) if constants else np.zeros(0, np.int64),
         np.array(addresses, np.int64),
-        np.array([w for kind in layout for w in kind], np.int64),
+        np.array([w for kind in kinds for w in kind], np.int64),
     ]
     header = np.zeros(HEADER_WORDS, np.int64)
     header[0] = len(frames)
@@ -543,10 +550,11 @@ def _fused_scan(
 ) -> pa.Table | DeviceFrame | None:
     if len(output) > MAX_OUTPUTS or not gatherable(frames, output):
         return None
-    programs = _programs(frames, filters)
-    if programs is None:
+    planned = _programs(frames, filters)
+    if planned is None:
         return None
-    packed = _pack(frames, programs, output, kernels.address, chunk_rows)
+    kinds = [_output_kind(frames, name) for name in output]
+    packed = _pack(frames, *planned, output, kinds, kernels.address, chunk_rows)
     xp = domain.xp
     table: Any = None
     mask: Any = None
@@ -563,7 +571,6 @@ def _fused_scan(
             kernels.launch("fused_filter_count")((blocks,), (THREADS,), args)
             kernels.launch("fused_offsets")((1,), (THREADS,), (counts, chunks))
             total = int(counts[packed.chunks :].get()[0])  # the one wait
-        kinds = [_output_kind(frames, name) for name in output]
 
         def fill(layout: GatherLayout) -> None:
             if layout.offsets() != section_offsets(kinds, total):  # pragma: no cover
@@ -587,10 +594,10 @@ def _fused_count(
     kernels: FusedKernels,
     chunk_rows: int,
 ) -> int | None:
-    programs = _programs(frames, filters)
-    if programs is None:
+    planned = _programs(frames, filters)
+    if planned is None:
         return None
-    packed = _pack(frames, programs, (), kernels.address, chunk_rows)
+    packed = _pack(frames, *planned, (), (), kernels.address, chunk_rows)
     if not packed.chunks:
         return 0
     table: Any = None
