@@ -181,8 +181,15 @@ def test_a_fresh_process_after_warm_up_reads_the_program_cache(tmp_path: Path) -
         check=True,
     )
     programs_listed = {e["program"] for e in json.loads(listed.stdout)}
-    # the graph kernels, and the filtered scans' row compaction
-    assert programs_listed == {"nexus_bfs_pull", "nexus_pair_intersections", "nexus_compact_rows"}
+    # the graph kernels, the filtered scans' row compaction and the fused filter's kernels
+    assert programs_listed == {
+        "nexus_bfs_pull",
+        "nexus_pair_intersections",
+        "nexus_compact_rows",
+        "nexus_fused_filter_count",
+        "nexus_fused_offsets",
+        "nexus_fused_gather",
+    }
 
 
 _WARMUP_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "warmup.py"

@@ -192,3 +192,117 @@ def test_warm_filtered_scans_on_cuda_equal_pyarrow_dataset(tmp_path: Path) -> No
             counted = gpu.execute(Count(str(table), filter=flt))
             assert counted.table["rows"].to_pylist() == [want.num_rows]
         assert work.used_bytes() == 0
+
+
+class _CountedKernels:
+    """The fused filter's CUDA kernels, each launch counted."""
+
+    def __init__(self, kernels: Any) -> None:
+        import collections
+
+        self.kernels = kernels
+        self.launches: collections.Counter[str] = collections.Counter()
+
+    def address(self, array: Any) -> int:
+        return int(self.kernels.address(array))
+
+    def launch(self, name: str) -> Any:
+        function = self.kernels.launch(name)
+
+        def run(grid: Any, block: Any, args: Any) -> None:
+            self.launches[name] += 1
+            function(grid, block, args)
+
+        return run
+
+
+def test_the_fused_filter_on_cuda_equals_the_host_in_three_launches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warm numeric filtered scans (several objects, nulls, one keeping no row) take the
+    fused filter on CUDA: one launch of each kernel a query (no gather when nothing is
+    kept), one for a count (the one wait is checked on CI, through the kernels'
+    ports); the results equal the host backend's."""
+    import importlib
+
+    from nexus_cache.service import Count
+
+    fused = importlib.import_module("nexus_cache.frames.fused_filter")
+    counted = _CountedKernels(fused._CUDA)
+    monkeypatch.setattr(fused, "_CUDA", counted)
+    table = _hive(tmp_path)
+    columns = ["src", "w", "year", "month"]
+    with (
+        QueryService(_config(tmp_path / "gpu", "cuda")) as gpu,
+        QueryService(
+            _config(tmp_path / "host", "host"), backend=HostBackend(device_total_bytes=2 << 30)
+        ) as host,
+    ):
+        gpu.execute(Scan(str(table), columns))  # whole objects in the source cache
+        for flt in DEVICE_FILTERS:
+            scan = Scan(str(table), columns, filter=flt)
+            want = host.execute(scan).table
+            counted.launches.clear()
+            got = gpu.execute(scan)
+            assert_same_rows(got.table, want)
+            kept = 1 if want.num_rows else 0
+            assert dict(counted.launches) == {
+                "fused_filter_count": 1,
+                "fused_offsets": 1,
+                **({"fused_gather": 1} if kept else {}),
+            }
+            with gpu.execute_on_device(scan) as result:
+                on_device = result.to_arrow()
+            assert on_device.equals(got.table)
+            counted.launches.clear()
+            counts = gpu.execute(Count(str(table), filter=flt))
+            assert counts.table["rows"].to_pylist() == [want.num_rows]
+            assert dict(counted.launches) == {"fused_filter_count": 1}
+        assert gpu._work[0].used_bytes() == 0
+
+
+def test_random_fused_filters_on_cuda_equal_filter_mask_and_gather_table() -> None:
+    """The CI comparison of tests/frames/test_fused_filter.py with the real kernels:
+    random filters over every type, nullable or not, many objects, small chunks."""
+    import importlib
+
+    import cupy
+    from tests.frames import test_fused_filter as ci
+
+    from nexus_cache.backends.cuda import CudaBackend
+    from nexus_cache.frames import DeviceFrame
+    from nexus_cache.tables import canonical_filter
+
+    fused = importlib.import_module("nexus_cache.frames.fused_filter")
+    domain = CudaBackend().create_domain(0)
+    for seed in range(6):
+        for nulls in (False, True):
+            rng = np.random.default_rng(seed)
+            sizes = [int(rng.choice([0, 1, 63, 64, 65, 3000])) for _ in range(5)]
+            frames = ci._frames(seed, sizes, nulls)
+            on_gpu = [DeviceFrame.from_arrow(f.to_arrow(), domain=domain) for f in frames]
+            output = ["int64", "float32", "bool", "uint8", "ts"]
+            sample = frames[int(np.argmax(sizes))].to_arrow()
+            for _ in range(8):
+                flt = canonical_filter(ci._random_filter(rng, sample), frames[0].schema)
+                filters = [None if rng.random() < 0.15 else flt for _ in frames]
+                want = ci._reference(frames, filters, output)
+                for chunk_rows in (64, fused.CHUNK_ROWS):
+                    with domain.scope():
+                        got = fused._fused_scan(
+                            on_gpu, filters, output, domain, False, fused._CUDA, chunk_rows
+                        )
+                        device = fused._fused_scan(
+                            on_gpu, filters, output, domain, True, fused._CUDA, chunk_rows
+                        )
+                        count = fused._fused_count(
+                            on_gpu, filters, domain, fused._CUDA, chunk_rows
+                        )
+                    assert ci._identical(got, want), flt.key
+                    assert isinstance(device.columns[0].data, cupy.ndarray)
+                    assert ci._identical(device.to_arrow(), want), flt.key
+                    device.release()
+                    assert count == want.num_rows
+            for frame in on_gpu:
+                frame.release()
+    assert domain.used_bytes() == 0

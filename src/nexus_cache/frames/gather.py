@@ -42,7 +42,14 @@ from nexus_cache.frames.frame import DeviceFrame
 if TYPE_CHECKING:
     from nexus_cache.tables import TableFilter
 
-__all__ = ["filter_frame", "gather_table", "gatherable", "take_frame"]
+__all__ = [
+    "GatherLayout",
+    "filter_frame",
+    "gather_into",
+    "gather_table",
+    "gatherable",
+    "take_frame",
+]
 
 
 def filter_frame(
@@ -226,61 +233,129 @@ def gather_table(
     xp = domain.xp
     counts = [f.num_rows if r is None else int(r.size) for f, r in zip(frames, rows, strict=True)]
     total = sum(counts)
-    columns = [[f.column(name) for f in frames] for name in output]
-    # a section per column's values, one per column's validity where a frame has one;
-    # on the host the bytes that become bitmaps go to scratch, not into the result
-    words, flags = _Region(), _Region()
-    sections: list[tuple[_Section, _Section | None]] = []
-    for parts in columns:
-        dtype = parts[0].data.dtype
-        values = (flags if parts[0].kind is ColumnKind.BOOL else words).add(total, dtype)
-        nullable = any(c.validity is not None for c in parts)
-        sections.append((values, flags.add(total, _BOOL) if nullable else None))
-    direct = not on_device and (domain.host_memory if staged is None else not staged)
-    device: Any = None
-    if direct:
-        result = pa.allocate_buffer(words.size)
-        words.buffer = np.frombuffer(result, np.uint8)
-        flags.buffer = np.empty(flags.size, np.uint8)
-    else:
-        device = domain.empty(words.size + flags.size, np.uint8)
-        words.buffer, flags.buffer = device[: words.size], device[words.size :]
-    try:
+
+    def fill(layout: GatherLayout, parallel: bool) -> None:
         tasks: list[Callable[[], None]] = []
         start = 0
         for i, (count, indices) in enumerate(zip(counts, rows, strict=True)):
-            for parts, (values, validity) in zip(columns, sections, strict=True):
+            for parts, (values, validity) in zip(layout.columns, layout.sections, strict=True):
                 tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
             start += count
-        run_tasks(tasks, parallel=parallel and direct)
-        if on_device:
-            return _device_frame(frames, columns, sections, total, domain)
-        if not direct:
-            result = pa.allocate_buffer(words.size + flags.size)
-            if result.size:
-                _to_host(device, np.frombuffer(result, np.uint8))  # the one transfer
-            both = np.frombuffer(result, np.uint8)
-            words.buffer, flags.buffer = both[: words.size], both[words.size :]
+        run_tasks(tasks, parallel=parallel)
+
+    direct = not on_device and (domain.host_memory if staged is None else not staged)
+    if not direct:
+        return gather_into(frames, output, total, domain, lambda lay: fill(lay, False), on_device)
+    layout = GatherLayout(frames, output, total)
+    words, flags = layout.words, layout.flags
+    result = pa.allocate_buffer(words.size)
+    words.buffer = np.frombuffer(result, np.uint8)
+    flags.buffer = np.empty(flags.size, np.uint8)
+    try:
+        fill(layout, parallel)
     except BaseException as exc:
         # what was allocated goes back now, though the failure's traceback lives on:
         # the frames it holds let go of their views of the buffers
-        device = words.buffer = flags.buffer = None
+        words.buffer = flags.buffer = None
+        traceback.clear_frames(exc.__traceback__)
+        raise
+    return layout.table(frames)
+
+
+class GatherLayout:
+    """The sections of a gathered result: each output column's values and (where a
+    frame has one) validity, for ``total`` rows, in two regions of aligned sections
+    (``words`` for fixed-width values, ``flags`` for booleans and validity; on a
+    device one buffer holds ``words`` then ``flags``). :func:`gather_into` lays out
+    its buffer with one."""
+
+    def __init__(self, frames: Sequence[DeviceFrame], output: Sequence[str], total: int) -> None:
+        self.total = total
+        #: the one buffer of both regions, once :func:`gather_into` allocated it
+        self.buffer: Any = None
+        self.columns = [[f.column(name) for f in frames] for name in output]
+        self.words, self.flags = _Region(), _Region()
+        self.sections: list[tuple[_Section, _Section | None]] = []
+        for parts in self.columns:
+            dtype = parts[0].data.dtype
+            region = self.flags if parts[0].kind is ColumnKind.BOOL else self.words
+            values = region.add(total, dtype)
+            nullable = any(c.validity is not None for c in parts)
+            self.sections.append((values, self.flags.add(total, _BOOL) if nullable else None))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the one buffer holding both regions."""
+        return self.words.size + self.flags.size
+
+    def offsets(self) -> list[tuple[int, int]]:
+        """Each output column's byte offsets in the one buffer: its values' and its
+        validity's (-1: none)."""
+        words = self.words.size
+
+        def at(section: _Section) -> int:
+            return section.at + (words if section.region is self.flags else 0)
+
+        return [(at(v), -1 if m is None else at(m)) for v, m in self.sections]
+
+    def table(self, frames: Sequence[DeviceFrame]) -> pa.Table:
+        """The host table of the filled sections (host buffers; no copy of the values)."""
+        total = self.total
+        arrays = [
+            arrow_array(
+                parts[0].type,
+                total,
+                values.view(0, total),
+                None,
+                None if validity is None else validity.view(0, total),
+                None,
+            )
+            for parts, (values, validity) in zip(self.columns, self.sections, strict=True)
+        ]
+        fields = [parts[0].field for parts in self.columns]
+        return pa.Table.from_arrays(
+            arrays, schema=pa.schema(fields, metadata=frames[0].schema.metadata)
+        )
+
+
+def gather_into(
+    frames: Sequence[DeviceFrame],
+    output: Sequence[str],
+    total: int,
+    domain: AllocationDomain,
+    fill: Callable[[GatherLayout], None],
+    on_device: bool = False,
+) -> pa.Table | DeviceFrame:
+    """:func:`gather_table`'s result of ``total`` rows of the ``output`` columns of
+    ``frames``, its sections written by ``fill``: one buffer of ``domain`` is laid
+    out (:class:`GatherLayout`, its regions' ``buffer`` set to the two parts of it),
+    ``fill(layout)`` writes every row of every section, then the buffer is the
+    result (``on_device``: a :class:`DeviceFrame` of views of it) or is copied to a
+    host table in one transfer. What was allocated is released on every exception.
+    :func:`gatherable` must hold."""
+    layout = GatherLayout(frames, output, total)
+    words, flags = layout.words, layout.flags
+    device: Any = domain.empty(layout.nbytes, np.uint8)
+    layout.buffer = device
+    words.buffer, flags.buffer = device[: words.size], device[words.size :]
+    try:
+        fill(layout)
+        if on_device:
+            return _device_frame(frames, layout.columns, layout.sections, total, domain)
+        result = pa.allocate_buffer(layout.nbytes)
+        if result.size:
+            _to_host(device, np.frombuffer(result, np.uint8))  # the one transfer
+        both = np.frombuffer(result, np.uint8)
+        words.buffer, flags.buffer = both[: words.size], both[words.size :]
+    except BaseException as exc:
+        # what was allocated goes back now, though the failure's traceback lives on:
+        # the frames it holds let go of their views of the buffers
+        device = layout.buffer = words.buffer = flags.buffer = None
         traceback.clear_frames(exc.__traceback__)
         raise
     del device
-    arrays = [
-        arrow_array(
-            parts[0].type,
-            total,
-            values.view(0, total),
-            None,
-            None if validity is None else validity.view(0, total),
-            None,
-        )
-        for parts, (values, validity) in zip(columns, sections, strict=True)
-    ]
-    schema = pa.schema([parts[0].field for parts in columns], metadata=frames[0].schema.metadata)
-    return pa.Table.from_arrays(arrays, schema=schema)
+    layout.buffer = None
+    return layout.table(frames)
 
 
 _BOOL = np.dtype(np.bool_)

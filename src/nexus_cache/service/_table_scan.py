@@ -26,6 +26,11 @@ filter may need, under a key that names them (all of them: the whole
 entry's key); a graph's edges are always read whole. After the
 checkout the filter runs as a mask on the domain's array module (NumPy on
 the host, CuPy on CUDA), the rows are gathered and the output columns kept.
+On a device, a filter whose every predicate reads a fixed-width or boolean
+column, with fixed-width or boolean output columns, runs as one fused pass
+over all the query's objects instead (:mod:`nexus_cache.frames.fused_filter`:
+three kernel launches and one wait for the device; a filtered count one
+launch); any other keeps the generic mask.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from nexus_cache.errors import ConfigError
 from nexus_cache.frames import DeviceColumn, DeviceFrame
 from nexus_cache.frames.column import storage_dtype
 from nexus_cache.frames.compact import kept_rows
+from nexus_cache.frames.fused_filter import fused_count, fused_scan
 from nexus_cache.frames.gather import filter_frame, gather_table, gatherable
 from nexus_cache.lakehouse import LakehouseCache, ReadDiagnostics, ReadPlan, resolve_source
 from nexus_cache.service._lake import (
@@ -448,7 +454,9 @@ def scan_table(
     concatenation, no copy after it). On the host, a query of :data:`PARALLEL_ROWS`
     rows or more runs its masks and gathers on the shared worker threads. The frames
     are read, not released. None when the output columns are not all fixed-width or
-    boolean of one type in every frame (:func:`filter_frames` then).
+    boolean of one type in every frame (:func:`filter_frames` then). On a device the
+    fused filter runs the query where it can (the same result in three launches and
+    one wait: :func:`~nexus_cache.frames.fused_filter.fused_scan`).
 
     ``on_device``: the result is the gathered buffer of ``domain`` as a
     :class:`DeviceFrame` (no copy to the host; the caller releases it)."""
@@ -457,7 +465,13 @@ def scan_table(
         return None
     xp = domain.xp
     parallel = _parallel(frames, domain)
+    before = sum(f.num_rows for f in frames)
     with domain.scope():
+        if not domain.host_memory:  # the common filter: three launches, one wait
+            filters = [_file_filter(read, file) for file in read.files]
+            fused = fused_scan(frames, filters, output, domain, on_device=on_device)
+            if fused is not None:
+                return fused, FilterCounts(before, fused.num_rows)
         if domain.host_memory:
             rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
         else:  # every mask first, then their rows with one wait for the device
@@ -467,16 +481,22 @@ def scan_table(
             result = gather_table(frames, rows, output, domain, on_device=True)
         else:
             result = gather_table(frames, rows, output, domain, parallel=parallel)
-    return result, FilterCounts(sum(f.num_rows for f in frames), result.num_rows)
+    return result, FilterCounts(before, result.num_rows)
 
 
 def count_table(
     frames: Sequence[DeviceFrame], read: TableRead, domain: AllocationDomain
 ) -> FilterCounts:
     """The rows of ``frames`` and those ``read``'s filter keeps, from the masks alone:
-    nothing is gathered (a filtered count)."""
+    nothing is gathered (a filtered count). On a device the fused filter counts them
+    where it can (one launch, one read back)."""
     xp = domain.xp
     with domain.scope():
+        if not domain.host_memory:  # the common filter: one launch, one read back
+            filters = [_file_filter(read, file) for file in read.files]
+            fused = fused_count(frames, filters, domain)
+            if fused is not None:
+                return FilterCounts(sum(f.num_rows for f in frames), fused)
         kept = _per_frame(
             frames, read, domain, lambda mask: xp.count_nonzero(mask), _parallel(frames, domain)
         )

@@ -3,7 +3,7 @@
 On CUDA the first run of each code path compiles GPU kernels: CuPy's own
 (elementwise, reductions, sorts, sparse products; kept in memory and in
 CuPy's kernel cache on disk) and the package's (the BFS pull step and the
-pair intersections, the filtered scans' row compaction, and the Parquet
+pair intersections, the filtered scans' row compaction and fused filter, and the Parquet
 page-decode kernels when ``NEXUS_DECODE_ENGINE`` is ``gpu`` or ``auto``,
 through the program cache). On a fresh machine that
 costs seconds per query. :func:`warm_up_devices` pays it up front: on each
@@ -48,6 +48,7 @@ from nexus_cache.backends import AllocationDomain, DeviceBackend
 from nexus_cache.device import plan_graph_run, run_graph
 from nexus_cache.frames import DeviceFrame, decode_parquet, preload_decode_kernels
 from nexus_cache.frames.compact import kept_rows
+from nexus_cache.frames.fused_filter import fused_count, fused_scan, preload_fused_kernels
 from nexus_cache.graph import KernelLoad, preload_kernels
 from nexus_cache.graph.registry import ALGORITHMS, AlgorithmSpec
 from nexus_cache.service._graph_port import algorithm_params, edge_input, graph_options
@@ -308,6 +309,20 @@ def _copy_like_a_hit(frame: DeviceFrame, domain: AllocationDomain) -> None:
     copy.release()
 
 
+def _fused_filter_once(frame: DeviceFrame, domain: AllocationDomain) -> None:
+    """One fused filtered scan (a device result, released) and count of the table."""
+    from nexus_cache.tables import canonical_filter
+
+    flt = canonical_filter(
+        [[("src", ">=", 1), ("maybe", "in", [1, 4, None])], [("weight", "<", 1.0)]],
+        frame.schema,
+    )
+    result = fused_scan([frame], [flt], ["src", "weight", "flag", "maybe"], domain, on_device=True)
+    if isinstance(result, DeviceFrame):
+        result.release()
+    fused_count([frame], [flt], domain)
+
+
 def warm_up_device(
     backend: DeviceBackend, device_id: int, domain: AllocationDomain
 ) -> DeviceWarmUp:
@@ -351,6 +366,9 @@ def _warm_up_device(
             # a filtered scan's kept rows: the compact kernel and CuPy's scan of a mask
             kept_rows([backend.xp.ones(4, dtype=bool)], backend.xp)
             steps.append("filtered rows")
+            # the fused filter's kernels (a filtered scan or count of numeric columns)
+            kernels.extend(preload_fused_kernels())
+            steps.append("fused filter kernels")
             # the page-decode kernels, where the decode engine would use them
             decode_kernels = preload_decode_kernels(domain)
             if decode_kernels is not None:
@@ -363,6 +381,9 @@ def _warm_up_device(
             steps.append("scan result")
             _copy_like_a_hit(frame, domain)
             steps.append("source copy")
+            if backend.kind.cuda_kernels:
+                _fused_filter_once(frame, domain)
+                steps.append("fused filter")
             for label, query in _graph_runs():
                 _run_graph(query, frame, backend.xp)
                 steps.append(label)
