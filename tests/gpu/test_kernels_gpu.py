@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from nexus_cache.frames.fused_filter import FUSED_KERNELS
 from nexus_cache.graph import GraphOptions, bfs, build_graph, jaccard, kernel_loads
 from nexus_cache.lakehouse import LakehouseCacheConfig
 from nexus_cache.service import QueryService, ServiceConfig
@@ -127,8 +128,9 @@ def test_warm_up_leaves_no_byte_charged_or_allocated(tmp_path: Path, program_dir
         gc.collect()
         for device in report.devices:
             names = {k.kernel.split("(")[0] for k in device.kernels}
-            assert names == {"bfs_pull", "pair_intersections"}
-            assert len(device.kernels) == 8  # 2 kernels x 2 offset x 2 vertex dtypes
+            assert names == {"bfs_pull", "pair_intersections", *FUSED_KERNELS}
+            # 2 graph kernels x 2 offset x 2 vertex dtypes, and the fused filter's three
+            assert len(device.kernels) == 8 + len(FUSED_KERNELS)
         for row in (r.to_dict() for r in service.device_cache_reports()):
             assert row["grant_count"] == 0
             assert row["cache_charged_bytes"] == 0

@@ -257,7 +257,10 @@ def test_the_fused_filter_on_cuda_equals_the_host_in_three_launches(
             counted.launches.clear()
             counts = gpu.execute(Count(str(table), filter=flt))
             assert counts.table["rows"].to_pylist() == [want.num_rows]
-            assert dict(counted.launches) == {"fused_filter_count": 1}
+            # a count the footers answer (every row group pruned, or a filter pruning
+            # decides alone) decodes nothing and launches nothing
+            footers = counts.diagnostics.source_cache["status"] == "bypass"
+            assert dict(counted.launches) == ({} if footers else {"fused_filter_count": 1})
         assert gpu._work[0].used_bytes() == 0
 
 
