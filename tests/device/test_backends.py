@@ -178,6 +178,34 @@ def test_host_domain_adopts_a_decoders_buffer_as_it_is_and_nothing_else() -> Non
     assert backend.mem_info(0).free_bytes == 1 << 20
 
 
+def test_a_failed_host_allocation_leaves_no_live_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host memory refusing a block (MemoryError) books nothing as live: the bytes
+    taken from the simulated device stay with the domain as a free block, as a pool
+    keeps one, and the domain still closes."""
+    import nexus_cache.backends.host as host
+
+    backend = HostBackend(device_total_bytes=1 << 20)
+    domain = backend.create_domain(0)
+
+    def refused(size: int) -> np.ndarray:
+        raise MemoryError(f"no {size} bytes")
+
+    monkeypatch.setattr(host, "_fresh_bytes", refused)
+    with pytest.raises(MemoryError):
+        domain.empty(1000, np.uint8)
+    counters = domain.counters()
+    assert counters.used_bytes == 0
+    assert counters.allocations == 0
+    assert counters.held_bytes == 1024
+    monkeypatch.undo()
+    again = domain.empty(1000, np.uint8)  # the held block is reused
+    assert backend.mem_info(0).free_bytes == (1 << 20) - 1024
+    del again
+    assert domain.release_unused() == 1024
+    domain.close()
+    assert backend.mem_info(0).free_bytes == 1 << 20
+
+
 def test_host_device_out_of_memory_is_capacity_error() -> None:
     domain = HostBackend(device_total_bytes=4096).create_domain(0)
     keep = domain.empty(4000, np.uint8)
