@@ -114,8 +114,28 @@ def check_limit(backend: DeviceBackend) -> None:
     domain.close()
 
 
+def check_adopts_host_memory_only_where_it_lives(backend: DeviceBackend) -> None:
+    """A decoded host buffer becomes an allocation of a host-memory domain as it is;
+    a device domain takes none (the caller copies it in)."""
+    import pyarrow as pa
+
+    domain = backend.create_domain(0)
+    decoded = np.frombuffer(pa.allocate_buffer(1000), np.uint8)
+    taken = domain.adopt(decoded)
+    if domain.host_memory:
+        assert taken is decoded
+        assert domain.allocation_bytes(taken) == 1024
+    else:
+        assert taken is None
+        assert domain.counters().used_bytes == 0
+    del taken, decoded
+    assert domain.counters().used_bytes == 0
+    domain.close()
+
+
 CONTRACT = (
     check_measures_rounded_allocations,
+    check_adopts_host_memory_only_where_it_lives,
     check_freed_blocks_are_held_until_released,
     check_refuses_foreign_arrays,
     check_close_refuses_while_live_then_refuses_allocations,

@@ -138,6 +138,74 @@ def test_domain_refuses_foreign_arrays_and_close_while_live() -> None:
         domain.empty(8, np.uint8)
 
 
+def test_host_domain_adopts_a_decoders_buffer_as_it_is_and_nothing_else() -> None:
+    """``adopt`` books a host array nothing else owns (a view of an Arrow buffer) as
+    an allocation of the domain, rounded as ``empty`` rounds, freed with its last
+    view; it takes no array it cannot own whole and never a closed domain's."""
+    import pyarrow as pa
+
+    backend = HostBackend(device_total_bytes=1 << 20)
+    domain = backend.create_domain(0)
+    decoded = np.frombuffer(pa.allocate_buffer(800), np.float64)  # 800 B -> 1024
+    with domain.scope() as scope:
+        taken = domain.adopt(decoded)
+    assert taken is decoded  # the same memory: no copy
+    assert scope.allocations == 1
+    assert scope.allocated_bytes == 1024
+    assert domain.allocation_bytes(taken[10:20]) == 1024
+    assert domain.measured_bytes([taken, taken[1:]]) == 1024
+    assert backend.mem_info(0).free_bytes == (1 << 20) - 1024
+    assert domain.adopt(decoded) is None  # booked once
+    owned = np.arange(100, dtype=np.int64)
+    refused = [
+        np.frombuffer(b"x" * 64, np.uint8),  # read-only
+        owned[::2],  # not contiguous
+        owned[10:],  # a view of a NumPy array: that array owns the memory
+        np.frombuffer(pa.allocate_buffer(0), np.uint8),  # empty
+        [1, 2, 3],  # not an array
+    ]
+    assert [domain.adopt(a) for a in refused] == [None] * len(refused)
+    assert domain.counters().used_bytes == 1024
+    view = taken[3:]
+    del taken, decoded
+    assert domain.counters().used_bytes == 1024  # a view keeps it
+    del view
+    assert domain.counters().used_bytes == 0
+    assert domain.counters().held_bytes == 1024  # held as a freed block, as empty's
+    domain.close()
+    with pytest.raises(LifecycleError, match="closed"):
+        domain.adopt(np.frombuffer(pa.allocate_buffer(64), np.uint8))
+    assert backend.mem_info(0).free_bytes == 1 << 20
+
+
+def test_a_failed_host_allocation_leaves_no_live_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host memory refusing a block (MemoryError) books nothing as live: the bytes
+    taken from the simulated device stay with the domain as a free block, as a pool
+    keeps one, and the domain still closes."""
+    import nexus_cache.backends.host as host
+
+    backend = HostBackend(device_total_bytes=1 << 20)
+    domain = backend.create_domain(0)
+
+    def refused(size: int) -> np.ndarray:
+        raise MemoryError(f"no {size} bytes")
+
+    monkeypatch.setattr(host, "_fresh_bytes", refused)
+    with pytest.raises(MemoryError):
+        domain.empty(1000, np.uint8)
+    counters = domain.counters()
+    assert counters.used_bytes == 0
+    assert counters.allocations == 0
+    assert counters.held_bytes == 1024
+    monkeypatch.undo()
+    again = domain.empty(1000, np.uint8)  # the held block is reused
+    assert backend.mem_info(0).free_bytes == (1 << 20) - 1024
+    del again
+    assert domain.release_unused() == 1024
+    domain.close()
+    assert backend.mem_info(0).free_bytes == 1 << 20
+
+
 def test_host_device_out_of_memory_is_capacity_error() -> None:
     domain = HostBackend(device_total_bytes=4096).create_domain(0)
     keep = domain.empty(4000, np.uint8)

@@ -22,6 +22,7 @@ from nexus_cache.backends import HostBackend
 from nexus_cache.errors import BackendUnavailableError, ConfigError, FrameTypeError, LifecycleError
 from nexus_cache.frames import (
     DecodeStats,
+    DeviceFrame,
     decode_parquet,
     read_parquet,
     read_to_device,
@@ -99,7 +100,9 @@ def test_decode_through_a_lakehouse_root_equals_read_table(
     assert again.lakehouse.cache_status is CacheStatus.HIT
     assert stats.row_groups == (5 if row_groups is None else len(row_groups))
     assert stats.rows == frame.num_rows
-    assert stats.transfer.h2d_bytes >= frame.nbytes - 2 * len(frame.columns) * 8
+    # every byte was copied in, or (a whole fixed-width column) taken as Arrow decoded it
+    moved = stats.transfer.h2d_bytes + stats.transfer.adopted_bytes
+    assert moved >= frame.nbytes - 2 * len(frame.columns) * 8
 
 
 def test_decoded_frame_is_fully_accounted_in_the_domain(tmp_path: Path) -> None:
@@ -114,6 +117,63 @@ def test_decoded_frame_is_fully_accounted_in_the_domain(tmp_path: Path) -> None:
     frame.release()
     gc.collect()
     assert domain.counters().used_bytes == 0
+
+
+def test_a_host_decode_takes_the_fixed_width_columns_arrow_decoded_without_a_copy(
+    tmp_path: Path,
+) -> None:
+    """A read decoded inline (a few row groups) hands each column over in one piece:
+    on the host backend a whole fixed-width column's piece becomes the frame's buffer
+    as Arrow decoded it (booked in the domain as an allocation of its size, gone with
+    the frame), with no second copy; the rest is copied in. Same frame either way."""
+    source = _write(tmp_path / "t.parquet", _sample(), row_group_size=1000)
+    domain = _domain()
+    stats = DecodeStats()
+    columns = ["id", "x", "ts", "name"]
+    frame = decode_parquet(
+        str(source), domain=domain, columns=columns, row_groups=[3, 1], stats=stats
+    )
+    expected = pq.ParquetFile(source).read_row_groups([3, 1], columns=columns)
+    assert_same_table(frame.to_arrow(), expected)
+    assert stats.row_groups == 2
+    # id and ts (no nulls) and x's values (its validity is unpacked, so copied) are taken
+    assert stats.transfer.adopted_bytes == 3 * 2000 * 8
+    taken = [frame.column(c).data for c in ("id", "x", "ts")]
+    assert all(a.flags.writeable for a in taken)
+    gc.collect()
+    # booked exactly as allocations of the domain: the frame is all that is live
+    assert domain.counters().used_bytes == domain.measured_bytes(frame.device_arrays())
+    copy = frame.copy_into(domain)  # a cache entry's copy: its own buffers
+    assert not any(np.shares_memory(a, b) for a in taken for b in copy.device_arrays())
+    assert_same_table(copy.to_arrow(), expected)
+    copy.release()
+    del taken
+    frame.release()
+    gc.collect()
+    assert domain.counters().used_bytes == 0
+    domain.close()  # nothing left behind
+    # a dictionary column comes in a piece per row group (each its dictionary):
+    # every column is then built from row-group pieces, copied in
+    stats = DecodeStats()
+    columns.append("cat")
+    frame = decode_parquet(
+        str(source), domain=_domain(), columns=columns, row_groups=[3, 1], stats=stats
+    )
+    assert_same_table(
+        frame.to_arrow(), pq.ParquetFile(source).read_row_groups([3, 1], columns=columns)
+    )
+    assert stats.transfer.adopted_bytes == 0
+
+
+def test_a_frame_from_a_callers_arrow_table_is_a_copy(tmp_path: Path) -> None:
+    """Only a decoder's own buffers are taken as they are: a frame built from a table
+    the caller holds never shares its memory."""
+    table = _sample(1000).select(["id", "ts"])
+    frame = DeviceFrame.from_arrow(table, domain=_domain())
+    for name in ("id", "ts"):
+        values = np.frombuffer(table.column(name).chunk(0).buffers()[1], np.uint8)
+        assert not np.shares_memory(frame.column(name).data, values)
+    frame.release()
 
 
 @settings(

@@ -153,3 +153,72 @@ def test_a_footer_known_for_the_object_is_not_parsed_again_by_the_decode(
     assert second.table.equals(first.table)
     assert sorted(second.table["ts"].to_pylist()) == list(range(15_000))
     assert parses == []
+
+
+def test_a_decode_with_a_known_footer_opens_no_reader_over_the_lakehouse_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold filtered read of a local object whose footer is known takes the object's
+    Arrow schema from that footer and reads its bytes through the entry's memory map:
+    no Arrow reader over the Python file object, with or without the footer."""
+    import os
+    import time
+
+    from nexus_cache.lakehouse import LakehouseFile
+
+    part = tmp_path / "t" / "day=0"
+    part.mkdir(parents=True)
+    table = pa.table({"src": np.arange(ROWS) % 30, "ts": np.arange(ROWS)})
+    pq.write_table(table, part / "part-0.parquet", row_group_size=GROUP)
+    past = time.time() - 60  # old enough for the lakehouse to prove its identity
+    os.utime(part / "part-0.parquet", (past, past))
+    query = Scan(str(tmp_path / "t"), ["ts"], filter=[("ts", ">=", 65_000)])
+    with make_service(tmp_path / "a") as service:
+        first = service.execute(query)
+    readers: list[object] = []
+    original = pq.ParquetFile
+
+    class _Spy(original):  # type: ignore[misc, valid-type]
+        def __init__(self, source: Any, *args: Any, **kwargs: Any) -> None:
+            if isinstance(source, LakehouseFile):
+                readers.append(source)
+            super().__init__(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", _Spy)
+    with make_service(tmp_path / "b") as service:  # an empty source cache: a cold decode
+        second = service.execute(query)
+    assert second.diagnostics.source_cache["status"] == "miss-led"
+    assert second.diagnostics.table["entries"][0]["row_groups"] == [6, 7]
+    assert second.table.equals(first.table)
+    assert second.table["ts"].to_pylist() == list(range(65_000, ROWS))
+    assert readers == []
+
+
+def test_a_footers_arrow_schema_is_the_one_its_reader_gives(tmp_path: Path) -> None:
+    """The schema a decode with a known footer picks its columns from (the footer's,
+    no reader opened) is the schema an Arrow reader of the file gives: types, time
+    zones, dictionary columns, nesting and metadata alike."""
+    import datetime
+    import decimal
+
+    table = pa.table(
+        {
+            "i8": pa.array([1, None, 3], pa.int8()),
+            "u64": pa.array([1, 2, 3], pa.uint64()),
+            "f16": pa.array(np.array([1, 2, 3], np.float16)),
+            "ts": pa.array([1, 2, 3], pa.timestamp("ms", tz="Europe/Paris")),
+            "ns": pa.array([1, 2, 3], pa.timestamp("ns")),
+            "day": pa.array([datetime.date(2026, 12, d) for d in (1, 2, 3)]),
+            "dec": pa.array([decimal.Decimal("1.25")] * 3, pa.decimal128(9, 2)),
+            "s": pa.array(["a", None, "c"], pa.large_string()),
+            "cat": pa.array(["x", "y", "x"]).dictionary_encode(),
+            "l": pa.array([[1], [], None], pa.list_(pa.int32())),
+            "st": pa.array([{"a": 1}, {"a": 2}, None]),
+        }
+    ).replace_schema_metadata({"owner": "tests"})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    footer = pq.ParquetFile(path).metadata
+    assert footer.schema.to_arrow_schema().equals(
+        pq.ParquetFile(path, metadata=footer).schema_arrow, check_metadata=True
+    )

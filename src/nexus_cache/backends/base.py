@@ -154,6 +154,15 @@ class AllocationDomain(abc.ABC):
     def copy_in(self, array: Any) -> Any:
         """A copy of ``array`` (host or device) allocated in the domain."""
 
+    def adopt(self, array: Any) -> Any | None:
+        """``array`` itself, booked as an allocation of this domain (no copy), or None
+        where the domain cannot take it: it then goes in by a copy. The caller hands
+        over a buffer nothing else reads, writes or frees (one a decoder allocated
+        for it alone). Device domains take none (their memory comes from their own
+        pool); the host domain takes a writable, contiguous NumPy array that owns
+        its view of the memory."""
+        return None
+
     @abc.abstractmethod
     def root_of(self, array: Any) -> Any:
         """The array that owns ``array``'s allocation (itself unless a view)."""

@@ -203,18 +203,48 @@ class HostAllocationDomain(AllocationDomain):
             return np.empty(dims, dt)
         size = round_allocation(nbytes)
         with self._lock:
-            self.require_open()
-            if self._cached >= size:
-                self._cached -= size  # reuse freed blocks, as a pool would
-            else:
-                self._backend.take(self.device_id, size)
-            self._used += size
-            buf = _fresh_bytes(size)
-            self._live[id(buf)] = (weakref.ref(buf), size)
+            buf = self._book(size, _fresh_bytes)
+        return buf[:nbytes].view(dt).reshape(dims)
+
+    def adopt(self, array: Any) -> np.ndarray | None:
+        """``array`` booked as an allocation of this domain, as :meth:`empty` books
+        one of its size (rounded), with no copy; None unless it is a writable,
+        C-contiguous, non-empty NumPy array that is its own root (no NumPy array
+        below it: e.g. a view of a buffer Arrow decoded), not booked already. Its
+        bytes count as freed when it and every view of it are gone."""
+        if (
+            not isinstance(array, np.ndarray)
+            or not array.nbytes
+            or not array.flags.writeable
+            or not array.flags.c_contiguous
+            or isinstance(array.base, np.ndarray)
+        ):
+            return None
+        with self._lock:
+            known = self._live.get(id(array))
+            if known is not None and known[0]() is array:
+                return None
+            return self._book(round_allocation(int(array.nbytes)), lambda _size: array)
+
+    def _book(self, size: int, allocate: Any) -> np.ndarray:
+        """Book ``size`` bytes and the array ``allocate(size)`` gives for them (under
+        the lock); its finalizer frees them."""
+        self.require_open()
+        if self._cached >= size:
+            self._cached -= size  # reuse freed blocks, as a pool would
+        else:
+            self._backend.take(self.device_id, size)
+        try:
+            buf = allocate(size)
+        except BaseException:
+            self._cached += size
+            raise
+        self._used += size
+        self._live[id(buf)] = (weakref.ref(buf), size)
         fin = weakref.finalize(buf, self._on_free, id(buf), size)
         fin.atexit = False
         self.count_allocation(size)
-        return buf[:nbytes].view(dt).reshape(dims)
+        return buf
 
     def copy_in(self, array: Any) -> np.ndarray:
         src = np.asarray(array)

@@ -14,7 +14,11 @@ are shifted on the device past the dictionaries before it, and the
 dictionaries are concatenated once.
 
 Every allocation goes through the domain (``domain.empty``) inside the
-transfer's device scope.
+transfer's device scope. A builder made with ``adopt=True`` (its pieces are
+buffers a decoder allocated for it alone) offers a piece that holds a whole
+fixed-width column to the domain as the column's buffer
+(``Transfer.adopt``): the host domain takes it as it is, with no allocation
+and no copy; a device domain takes none, and the piece is copied as any.
 """
 
 from __future__ import annotations
@@ -44,9 +48,16 @@ def check_dictionary_length(field: pa.Field, length: int) -> None:
 
 
 class ColumnBuilder:
-    """Builds one column of ``total`` rows from pieces added in row order."""
+    """Builds one column of ``total`` rows from pieces added in row order.
 
-    def __init__(self, field: pa.Field, total: int, transfer: Transfer) -> None:
+    ``adopt``: the pieces are buffers decoded for this builder alone (nothing
+    else reads, writes or frees them), so a fixed-width piece of all ``total``
+    rows may become the column's buffer as it is (:meth:`Transfer.adopt`).
+    """
+
+    def __init__(
+        self, field: pa.Field, total: int, transfer: Transfer, *, adopt: bool = False
+    ) -> None:
         self._field = field
         self._kind = column_kind(field.type, field.name)
         self._total = total
@@ -67,6 +78,8 @@ class ColumnBuilder:
                 self._offsets = domain.empty(total + 1, storage_dtype(field.type))
                 self._offsets[:1] = 0
                 self._data = None
+            elif adopt and total and self._kind is ColumnKind.FIXED:
+                self._data = None  # the first piece may be the whole column (see add)
             else:
                 self._data = domain.empty(total, storage_dtype(field.type))
 
@@ -80,6 +93,15 @@ class ColumnBuilder:
         if self._kind is ColumnKind.BINARY:
             self._add_bytes(piece, row)
         else:
+            if self._data is None:  # adopt=True: a piece of every row is taken as it is
+                self._data = transfer.adopt(piece.data) if n == self._total else None
+                if self._data is not None:
+                    self._row = n
+                    return
+                with transfer.device():
+                    self._data = transfer.domain.empty(
+                        self._total, storage_dtype(self._field.type)
+                    )
             transfer.to_device(piece.data, self._data[row : row + n])
         if self._kind is ColumnKind.DICTIONARY:
             self._add_dictionary(piece, row)

@@ -107,7 +107,9 @@ def _chunk_sizes(pf: pq.ParquetFile, group: int) -> dict[str, int]:
 class RowGroupPool:
     """Decodes ``columns`` of ``groups`` of a Parquet file on ``threads`` threads;
     iterate it for ``(rows, pieces)`` per row group, in the order of ``groups``
-    (pieces in the order of ``columns``).
+    (pieces in the order of ``columns``; a read decoded inline, below, gives one
+    ``(rows, pieces)`` for all its row groups where Arrow gave each column in one
+    piece). Every piece is a buffer decoded for this pool's caller alone.
 
     The unit of work is one column of one row group, handed out in row-group
     order: the threads finish row group *i* first, so the caller copies it
@@ -196,12 +198,21 @@ class RowGroupPool:
     def _inline(self) -> Iterator[Decoded]:
         """The row groups read in the iterating thread (see ``INLINE_BYTES``): one
         Arrow call for them all (its threads take row groups and columns alike),
-        then each row group's rows as zero-copy slices."""
+        then every row as one item where each column came in one piece (a host
+        domain takes such a piece as the column's buffer, with no copy), else each
+        row group's rows as zero-copy slices (a dictionary column keeps its row
+        groups' dictionaries apart)."""
         if self._stop.is_set() or not self._groups:
             return
         started = time.perf_counter()
         table = self._footer.read_row_groups(self._groups, columns=self._columns, use_threads=True)
         self._on_decoded(time.perf_counter() - started)
+        if all(column.num_chunks == 1 for column in table.columns):
+            yield (
+                table.num_rows,
+                [host_piece(table.column(i), c) for i, c in enumerate(self._columns)],
+            )
+            return
         at = 0
         for group in self._groups:
             if self._stop.is_set():

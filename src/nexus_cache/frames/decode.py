@@ -263,7 +263,8 @@ def decode_parquet(
     builders: list[ColumnBuilder] = []
     on_device: dict[str, Any] = {}
     try:
-        builders.extend(ColumnBuilder(f, total, transfer) for f in host_fields)
+        # the decoded pieces are this decode's alone: a host domain takes them as they are
+        builders.extend(ColumnBuilder(f, total, transfer, adopt=True) for f in host_fields)
         on_device.update(
             decode_page_columns(
                 plan,
@@ -283,9 +284,9 @@ def decode_parquet(
             rows, pieces = item
             for i, piece in enumerate(pieces):
                 builders[i].add(piece)
-            stats.row_groups += 1
             stats.rows += rows
             stats.host_bytes += sum(_piece_bytes(p) for p in pieces)
+        stats.row_groups += len(groups)
         built = iter([b.finish() for b in builders])
         result = [on_device[f.name] if f.name in on_device else next(built) for f in schema]
         transfer.finish()

@@ -83,9 +83,12 @@ class TransferStats:
     h2d_copies: int = 0
     h2d_seconds: float = 0.0
     staging_seconds: float = 0.0
+    #: host buffers the domain took as they are, with no copy (:meth:`Transfer.adopt`)
+    adopted_bytes: int = 0
 
     def add(self, other: TransferStats) -> None:
         """Accumulate ``other`` into these figures."""
+        self.adopted_bytes += other.adopted_bytes
         self.h2d_bytes += other.h2d_bytes
         self.h2d_copies += other.h2d_copies
         self.h2d_seconds += other.h2d_seconds
@@ -114,6 +117,15 @@ class Transfer:
         """Allocate in the domain (and, on CUDA, queue work on the transfer's stream)."""
         with self.domain.scope():
             yield
+
+    def adopt(self, host: np.ndarray) -> Any | None:
+        """``host`` itself as an array of the domain, with no copy, where the domain
+        takes it (the host backend's; see ``AllocationDomain.adopt``: nothing else
+        may read, write or free it), else None: copy it in."""
+        taken = self.domain.adopt(host)
+        if taken is not None:
+            self.stats.adopted_bytes += int(host.nbytes)
+        return taken
 
     def to_device(self, host: np.ndarray, dst: Any) -> None:
         """Copy ``host`` into the contiguous device array ``dst`` of the same bytes."""

@@ -277,11 +277,13 @@ def decode_object(
     with handle, _parquet_errors(read_plan):
         metadata = footer if opened is None else opened.metadata
         if file_columns is not None:
-            if opened is None:
-                parquet = pq.ParquetFile(handle, metadata=metadata)  # None: parsed here
-                metadata, schema = parquet.metadata, parquet.schema_arrow
-            else:
+            if opened is not None:
                 schema = opened.schema
+            elif metadata is not None:  # the schema a reader of this footer gives, no reader
+                schema = metadata.schema.to_arrow_schema()
+            else:
+                parquet = pq.ParquetFile(handle)  # the footer, read and parsed here
+                metadata, schema = parquet.metadata, parquet.schema_arrow
             columns = list(file_columns(schema))
         if metadata is not None:
             handle.seek(0)
