@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from nexus_cache.errors import SourceFormatError
 from nexus_cache.tables import _hive_pruned, read_table, resolve_table
 
 from ._compare import assert_same_rows
@@ -234,3 +235,38 @@ def test_a_first_object_rewritten_in_place_decides_the_partitions_again(
     assert second.schema.names == ["x", "y", "day"]
     assert [Path(f.path).parent.name for f in second.files] == ["day=0", "day=5"]
     assert_same_rows(read_table(second, filter=flt), _reference(root, flt))
+
+
+def test_a_local_table_is_told_apart_without_fsspec(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fsspec.implementations.local import LocalFileSystem
+
+    root = _table(tmp_path / "t")
+    flt = [("day", "=", 3)]
+    resolve_table(str(root), filter=flt)
+    asked: list[str] = []
+    for name in ("isdir", "exists", "ls", "info"):
+        real = getattr(LocalFileSystem, name)
+
+        def counting(
+            self: Any, *args: Any, _real: Any = real, _name: str = name, **kw: Any
+        ) -> Any:
+            asked.append(_name)
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(LocalFileSystem, name, counting)
+    again = resolve_table(str(root), filter=flt)
+    assert asked == []  # the kind of a local source is asked of the operating system
+    assert again.kind == "hive"
+    assert [Path(f.path).parent.name for f in again.files] == ["day=3"]
+    # what tells a Delta or an Iceberg table apart is seen at the next resolution
+    (root / "metadata").mkdir()
+    assert resolve_table(str(root), filter=flt).kind == "hive"  # metadata/ with no version
+    (root / "metadata" / "v1.metadata.json").write_text("{}")
+    with pytest.raises(SourceFormatError, match="Iceberg table"):
+        resolve_table(str(root), filter=flt)  # read as Iceberg now (a corrupt one)
+    (root / "metadata" / "v1.metadata.json").unlink()
+    (root / "_delta_log").mkdir()
+    with pytest.raises(SourceFormatError, match="Delta table"):
+        resolve_table(str(root), filter=flt)  # read as Delta now (an empty log)
