@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from nexus_cache.errors import SourceFormatError
 from nexus_cache.tables import _hive_pruned, read_table, resolve_table
 
 from ._compare import assert_same_rows
@@ -179,3 +180,93 @@ def test_a_directory_holding_a_linked_object_is_listed_again(
     scanned.clear()
     resolve_table(str(root), filter=[("day", "=", 2)])
     assert {"t", "day=0"} <= set(scanned)
+
+
+@pytest.fixture
+def decided(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The filters whose partition test is made while the test runs."""
+    from nexus_cache.tables import pruning
+
+    made: list[Any] = []
+    real = pruning.partition_test
+
+    def counting(flt: Any) -> Any:
+        made.append(flt)
+        return real(flt)
+
+    monkeypatch.setattr(pruning, "partition_test", counting)
+    return made
+
+
+def test_a_repeated_filter_decides_no_partition_again(
+    tmp_path: Path, settled: None, decided: list[Any]
+) -> None:
+    root = _table(tmp_path / "t")
+    one, two = [("day", "in", [1, 2])], [("day", ">=", 6), ("x", ">", 0)]
+    first = resolve_table(str(root), filter=one)
+    resolve_table(str(root), filter=two)
+    assert len(decided) == 2
+    decided.clear()
+    # each filter's kept partitions come from the layout's memory: no test is made,
+    # and the snapshot is the one the first resolution gave
+    again, twice = resolve_table(str(root), filter=one), resolve_table(str(root), filter=two)
+    assert decided == []
+    assert again.files == first.files
+    assert again.partitions_skipped == first.partitions_skipped == 6
+    assert [Path(f.path).parent.name for f in twice.files] == ["day=6", "day=7"]
+    assert twice.partitions_skipped == 6
+    assert_same_rows(read_table(twice, filter=two), _reference(root, two))
+
+
+def test_a_first_object_rewritten_in_place_decides_the_partitions_again(
+    tmp_path: Path, settled: None, decided: list[Any]
+) -> None:
+    root = _table(tmp_path / "t")
+    flt = [("day", "in", [0, 5])]
+    assert len(resolve_table(str(root), filter=flt).files) == 2
+    _next_tick(tmp_path / "clock", _changed_last(root))
+    # the same name rewritten: no directory changes, the first object's schema does
+    wider = pa.table({"x": pa.array([1], pa.int64()), "y": pa.array([2.5])})
+    _write(root, "day=0/p.parquet", table=wider)
+    os.utime(root / "day=0/p.parquet", ns=(1, 1))  # old enough for its schema to be kept
+    decided.clear()
+    second = resolve_table(str(root), filter=flt)
+    assert len(decided) == 1  # a new schema: its filter and decisions are made anew
+    assert second.schema.names == ["x", "y", "day"]
+    assert [Path(f.path).parent.name for f in second.files] == ["day=0", "day=5"]
+    assert_same_rows(read_table(second, filter=flt), _reference(root, flt))
+
+
+def test_a_local_table_is_told_apart_without_fsspec(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fsspec.implementations.local import LocalFileSystem
+
+    root = _table(tmp_path / "t")
+    flt = [("day", "=", 3)]
+    resolve_table(str(root), filter=flt)
+    asked: list[str] = []
+    for name in ("isdir", "exists", "ls", "info"):
+        real = getattr(LocalFileSystem, name)
+
+        def counting(
+            self: Any, *args: Any, _real: Any = real, _name: str = name, **kw: Any
+        ) -> Any:
+            asked.append(_name)
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(LocalFileSystem, name, counting)
+    again = resolve_table(str(root), filter=flt)
+    assert asked == []  # the kind of a local source is asked of the operating system
+    assert again.kind == "hive"
+    assert [Path(f.path).parent.name for f in again.files] == ["day=3"]
+    # what tells a Delta or an Iceberg table apart is seen at the next resolution
+    (root / "metadata").mkdir()
+    assert resolve_table(str(root), filter=flt).kind == "hive"  # metadata/ with no version
+    (root / "metadata" / "v1.metadata.json").write_text("{}")
+    with pytest.raises(SourceFormatError, match="Iceberg table"):
+        resolve_table(str(root), filter=flt)  # read as Iceberg now (a corrupt one)
+    (root / "metadata" / "v1.metadata.json").unlink()
+    (root / "_delta_log").mkdir()
+    with pytest.raises(SourceFormatError, match="Delta table"):
+        resolve_table(str(root), filter=flt)  # read as Delta now (an empty log)

@@ -142,7 +142,7 @@ def resolve_hive(
 ) -> TableSnapshot:
     base = path.rstrip("/") or path
     try:
-        is_dir = listing_fs.isdir(base)
+        is_dir = os.path.isdir(base) if fs is None else listing_fs.isdir(base)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"source {source!r} cannot be listed ({exc}); check the path") from exc
     if is_dir and fs is None and filter is not None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -53,6 +53,9 @@ from nexus_cache.tables._hive import (
     _with_partitions,
 )
 from nexus_cache.tables.snapshot import TableSnapshot
+
+if TYPE_CHECKING:
+    from nexus_cache.tables.filters import TableFilter
 
 __all__ = ["resolve_pruned"]
 
@@ -185,7 +188,7 @@ class _Layout:
     them with their segments, and the partition types; ``proof``: every directory
     listed for it, with its stat from before the listing."""
 
-    __slots__ = ("_typed", "first", "leaves", "proof", "types", "upper")
+    __slots__ = ("_decided", "_typed", "first", "leaves", "proof", "types", "upper")
 
     def __init__(
         self,
@@ -201,6 +204,11 @@ class _Layout:
         self.types = types
         self.proof = proof
         self._typed: tuple[pa.Schema, list[pa.Field], pa.Schema, tuple[Any, ...]] | None = None
+        #: the leaves each canonical filter keeps, by the filter's key (the filter
+        #: itself held: it names the table schema, which gives the typed values)
+        self._decided: BoundedLRU[str, tuple[TableFilter, tuple[int, ...]]] = BoundedLRU(
+            _DECIDED_FILTERS
+        )
 
     def holds(self) -> bool:
         """Whether every directory it was listed from has the stat it had then."""
@@ -217,6 +225,26 @@ class _Layout:
             found = self._typed = (data_schema, fields, schema, values)
         return found[1], found[2], found[3]
 
+    def kept(self, flt: TableFilter, typed: tuple[Any, ...]) -> tuple[int, ...]:
+        """The indices of the leaves whose partition values (``typed``, of
+        :meth:`typed` for ``flt``'s schema) ``flt`` may need; remembered per canonical
+        filter. A pure function of this layout and the filter: the filter's schema
+        (checked equal when the filter is made canonical) fixes the partition fields,
+        and with them the typed values of this layout's leaves."""
+        decided = self._decided
+        found = decided.get(flt.key)
+        if found is not None and found[0] is flt:
+            return found[1]
+        from nexus_cache.tables.pruning import partition_test
+
+        possible = partition_test(flt)
+        kept = tuple(i for i, values in enumerate(typed) if possible(values))
+        decided.put(flt.key, (flt, kept))
+        return kept
+
+
+#: the filters whose kept leaves one layout remembers (:meth:`_Layout.kept`)
+_DECIDED_FILTERS = 256
 
 #: the layouts of local Hive directories by path, kept while :meth:`_Layout.holds`
 _LAYOUTS: BoundedLRU[str, _Layout] = BoundedLRU(64)
@@ -266,7 +294,6 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     """The snapshot of local Hive directory ``base`` holding only the objects of the
     partitions ``filter`` may need; None where the full listing must decide."""
     from nexus_cache.tables.filters import canonical_filter
-    from nexus_cache.tables.pruning import partition_test
 
     tree = _Tree()
     layout = _layout(base, tree)
@@ -278,14 +305,11 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     flt = canonical_filter(filter, schema)
     if flt is None:
         return None
-    possible = partition_test(flt)
+    kept = layout.kept(flt, typed)
     entries: list[tuple[str, int, str | None]] = []
     segments: list[_Pairs] = []
-    skipped = 0
-    for (directory, pairs), values in zip(layout.leaves, typed, strict=True):
-        if not possible(values):
-            skipped += 1
-            continue
+    for i in kept:
+        directory, pairs = layout.leaves[i]
         files, dirs = tree.scan(directory[:-1])
         if dirs:
             return None  # a leaf holds directories: the layout is not what was assumed
@@ -306,6 +330,6 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
         partition_schema=pa.schema(fields),
         files=_data_files([entries[i] for i in order], [segments[i] for i in order], fields, None),
         filesystem=None,
-        partitions_skipped=skipped,
+        partitions_skipped=len(layout.leaves) - len(kept),
         pruned_with=flt,
     )

@@ -14,6 +14,7 @@ table of theirs is resolved. Thread-safe (nothing shared is mutated).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -172,14 +173,12 @@ def resolve_table(
     if fs is None:
         import os
 
-        import fsspec
-
         path = os.path.abspath(os.path.expanduser(path))
-
-        local = fsspec.filesystem("file")
+        local = _local_fs()
+        kind = _detect_local(path)
     else:
         local = fs
-    kind = _detect(local, path)
+        kind = _detect(local, path)
     if kind == "delta":
         from nexus_cache.tables._delta import resolve_delta
 
@@ -214,6 +213,39 @@ def catalog_source(source: str) -> tuple[str, str] | None:
             "iceberg://<catalog>/<namespace>.<table>, e.g. iceberg://prod/sales.orders"
         )
     return name, identifier
+
+
+@functools.cache
+def _local_fs() -> Any:
+    """fsspec's local filesystem (one instance: it holds no state of a path)."""
+    import fsspec
+
+    return fsspec.filesystem("file")
+
+
+def _detect_local(path: str) -> str:
+    """:func:`_detect` of a local path, asked of the operating system directly (what
+    fsspec's local filesystem asks it, without its layers)."""
+    import os
+
+    base = path.rstrip("/") or path
+    if base.endswith(".metadata.json"):
+        return "iceberg"
+    if not os.path.isdir(base):
+        return "parquet"
+    if os.path.isdir(os.path.join(base, "_delta_log")):
+        return "delta"
+    metadata = os.path.join(base, "metadata")
+    if os.path.isdir(metadata):
+        if os.path.exists(os.path.join(metadata, "version-hint.text")):
+            return "iceberg"
+        try:
+            names = os.listdir(metadata)
+        except OSError:
+            names = []
+        if any(n.endswith(".metadata.json") for n in names):
+            return "iceberg"
+    return "hive"
 
 
 def _detect(fs: Any, path: str) -> str:
