@@ -1,9 +1,9 @@
 """The working domain keeps its free blocks between back-to-back queries and gives
-them back once the device has been idle for ``IDLE_RELEASE_S`` (and at shutdown)."""
+them back once the device has been idle for the service's ``idle_release_s`` (and at
+shutdown)."""
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import time
 from pathlib import Path
@@ -15,8 +15,6 @@ import pytest
 from tests.service._helpers import make_service
 
 from nexus_cache.service import Scan
-
-_work = importlib.import_module("nexus_cache.service._work")
 
 
 @pytest.fixture
@@ -39,11 +37,8 @@ def _until(check: object, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_back_to_back_queries_reuse_the_free_blocks(
-    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 60.0)
-    service = make_service(tmp_path / "svc")
+def test_back_to_back_queries_reuse_the_free_blocks(tmp_path: Path, source: Path) -> None:
+    service = make_service(tmp_path / "svc", idle_release_s=60.0)
     try:
         for _ in range(3):
             assert service.execute(Scan(str(source), ["a", "b"])).table.num_rows == 50_000
@@ -56,11 +51,8 @@ def test_back_to_back_queries_reuse_the_free_blocks(
     assert not service._work.release_pending(0)  # shutdown cancelled the pending release
 
 
-def test_an_idle_device_gets_the_free_blocks_back(
-    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.05)
-    service = make_service(tmp_path / "svc")
+def test_an_idle_device_gets_the_free_blocks_back(tmp_path: Path, source: Path) -> None:
+    service = make_service(tmp_path / "svc", idle_release_s=0.05)
     try:
         service.execute(Scan(str(source), ["a"]))
         assert _until(lambda: _releases(service) == 1)
@@ -74,11 +66,8 @@ def test_an_idle_device_gets_the_free_blocks_back(
         service.shutdown()
 
 
-def test_a_query_during_the_wait_postpones_the_release(
-    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.3)
-    service = make_service(tmp_path / "svc")
+def test_a_query_during_the_wait_postpones_the_release(tmp_path: Path, source: Path) -> None:
+    service = make_service(tmp_path / "svc", idle_release_s=0.3)
     try:
         service.execute(Scan(str(source), ["a"]))
         left = time.monotonic()
@@ -105,13 +94,10 @@ def _query_and_wait(service: object, source: str, conn: object) -> None:
         conn.send(repr(exc))  # type: ignore[attr-defined]
 
 
-def test_a_forked_child_gets_its_free_blocks_back_once_idle(
-    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_forked_child_gets_its_free_blocks_back_once_idle(tmp_path: Path, source: Path) -> None:
     """A release pending at the fork has no thread in the child: the child's own
     query schedules its release all the same."""
-    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.3)
-    service = make_service(tmp_path / "svc")
+    service = make_service(tmp_path / "svc", idle_release_s=0.3)
     try:
         service.execute(Scan(str(source), ["a", "b"]))
         assert service._work.release_pending(0)  # the parent's release is pending
@@ -133,13 +119,10 @@ def test_a_forked_child_gets_its_free_blocks_back_once_idle(
         service.shutdown()
 
 
-def test_one_releaser_thread_serves_every_service(
-    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_one_releaser_thread_serves_every_service(tmp_path: Path, source: Path) -> None:
     import threading
 
-    monkeypatch.setattr(_work, "IDLE_RELEASE_S", 0.02)
-    services = [make_service(tmp_path / f"svc{k}") for k in range(4)]
+    services = [make_service(tmp_path / f"svc{k}", idle_release_s=0.02) for k in range(4)]
     try:
         for _ in range(3):
             for service in services:
@@ -152,3 +135,34 @@ def test_one_releaser_thread_serves_every_service(
     finally:
         for service in services:
             service.shutdown()
+
+
+def test_idle_release_zero_hands_the_blocks_back_after_every_query(
+    tmp_path: Path, source: Path
+) -> None:
+    service = make_service(tmp_path / "svc", idle_release_s=0)
+    try:
+        for k in range(1, 3):
+            service.execute(Scan(str(source), ["a"]))
+            assert _until(lambda k=k: _releases(service) == k)
+            assert service._work[0].counters().held_bytes == 0
+    finally:
+        service.shutdown()
+
+
+def test_the_idle_release_defaults_to_five_seconds_and_is_validated(tmp_path: Path) -> None:
+    from nexus_cache.errors import ConfigError
+    from nexus_cache.service import ServiceConfig
+
+    assert ServiceConfig().idle_release_s == 5.0
+    config = ServiceConfig.load(environ={"NEXUS_SERVICE_IDLE_RELEASE_S": "0.25"})
+    assert config.idle_release_s == 0.25
+    assert ServiceConfig.from_json(config.to_json()).idle_release_s == 0.25
+    for bad in (-1, float("nan"), float("inf"), "soon"):
+        with pytest.raises(ConfigError, match="idle_release_s"):
+            ServiceConfig(idle_release_s=bad)
+    service = make_service(tmp_path / "svc")
+    try:
+        assert service._work._idle_s == 5.0
+    finally:
+        service.shutdown()

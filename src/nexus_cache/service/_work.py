@@ -4,14 +4,16 @@ Attempts allocate what they make (decoded frames, copies of cached frames,
 graphs built uncached) in their device's working domain, so nothing lands in
 a library's default pool; a device result (``execute_on_device``) keeps its
 attempt's share until it is released. Once the last borrower of a device has
-left, and none has come for :data:`IDLE_RELEASE_S`, the domain's free blocks
-go back to the device (after an exception too): queries that follow one
-another reuse the blocks of the one before (an RMM pool handed back after
-every query made each allocation of the next a ``cudaMalloc``, about 45 us
-each, some 30 a filtered scan), and an idle device gets them back within
-half a second. The borrower counts are kept under the lock the service
-gives, the one its shutdown holds while it closes the domains, so a release
-never touches a domain being closed. Thread-safe.
+left, and none has come for the service's ``idle_release_s`` (default
+:data:`IDLE_RELEASE_S`), the domain's free blocks go back to the device (after
+an exception too): queries that follow one another reuse the blocks of the
+one before (an RMM pool handed back after every query made each allocation
+of the next a ``cudaMalloc``, about 45 us each, some 30 a filtered scan; a
+pool built again after an idle spell cost the next query milliseconds), and
+an idle device gets them back within those seconds. The borrower counts are
+kept under the lock the service gives, the one its shutdown holds while it
+closes the domains, so a release never touches a domain being closed.
+Thread-safe.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ __all__ = ["IDLE_RELEASE_S", "WorkDomains"]
 
 _log = logging.getLogger("nexus_cache.service")
 
-#: seconds a working domain keeps its free blocks after its last borrower left
-IDLE_RELEASE_S = 0.5
+#: seconds a working domain keeps its free blocks after its last borrower left, unless
+#: the service says otherwise (``ServiceConfig.idle_release_s``)
+IDLE_RELEASE_S = 5.0
 
 
 class _Releaser:
@@ -93,12 +96,18 @@ os.register_at_fork(after_in_child=_RELEASER.after_fork)
 
 
 class WorkDomains:
-    """One working domain per device of ``device_ids``, with its borrowers counted."""
+    """One working domain per device of ``device_ids``, with its borrowers counted;
+    each domain's free blocks go back ``idle_release_s`` after its last borrower left."""
 
     def __init__(
-        self, backend: DeviceBackend, device_ids: Iterable[int], lock: threading.Lock
+        self,
+        backend: DeviceBackend,
+        device_ids: Iterable[int],
+        lock: threading.Lock,
+        idle_release_s: float = IDLE_RELEASE_S,
     ) -> None:
         self._backend = backend
+        self._idle_s = idle_release_s
         self._domains = {d: backend.create_domain(d) for d in device_ids}
         self._borrowers = dict.fromkeys(self._domains, 0)
         self._left_at = dict.fromkeys(self._domains, 0.0)  # when the last borrower left
@@ -133,14 +142,14 @@ class WorkDomains:
     def leave(self, device_id: int) -> None:
         """One borrower of ``device_id``'s domain left; after the last one, the free
         blocks go back to the device once the domain has had no borrower for
-        :data:`IDLE_RELEASE_S` (by the process's one releaser thread)."""
+        ``idle_release_s`` (by the process's one releaser thread)."""
         with self._lock:
             self._borrowers[device_id] -= 1
             if self._borrowers[device_id] == 0:
                 now = time.monotonic()
                 self._left_at[device_id] = now
                 _RELEASER.schedule(
-                    (id(self), device_id), now + IDLE_RELEASE_S, self._releaser(device_id)
+                    (id(self), device_id), now + self._idle_s, self._releaser(device_id)
                 )
 
     def release_pending(self, device_id: int) -> bool:
@@ -155,7 +164,7 @@ class WorkDomains:
             domain = self._domains[device_id]
             if domain.closed or self._borrowers[device_id]:
                 return  # closed by shutdown; or borrowed again: its last leave schedules
-            if time.monotonic() < self._left_at[device_id] + IDLE_RELEASE_S:
+            if time.monotonic() < self._left_at[device_id] + self._idle_s:
                 return  # left again since: that leave's release is scheduled
             # the releaser thread has no device of its own: the pool goes back from
             # its device, as it would from a query's thread

@@ -94,6 +94,16 @@ VARIABLES = (
         field="admission_timeout_s",
     ),
     Variable(
+        "NEXUS_SERVICE_IDLE_RELEASE_S",
+        "float",
+        "Seconds a device's working memory keeps its freed blocks after the last query "
+        "on it ended (0: hand them back at once).",
+        default="5",
+        minimum=0,
+        unit="seconds",
+        field="idle_release_s",
+    ),
+    Variable(
         "NEXUS_SERVICE_MAX_ATTEMPTS",
         "int",
         "Attempts per query, the first included, on transient failures.",
@@ -123,6 +133,7 @@ _TOP_KEYS = (
     "backend",
     "evidence_dir",
     "admission_timeout_s",
+    "idle_release_s",
     "max_attempts",
     "grant_expansion",
     "min_grant_bytes",
@@ -175,6 +186,9 @@ class ServiceConfig:
     lakehouse: LakehouseCacheConfig = dataclasses.field(default_factory=LakehouseCacheConfig)
     evidence_dir: Path | None = None
     admission_timeout_s: float = 30.0
+    #: seconds each device's working memory keeps its freed blocks once the last
+    #: query on it ended, so that the next query reuses them (0: at once)
+    idle_release_s: float = 5.0
     max_attempts: int = 3
     grant_expansion: float = 8.0
     min_grant_bytes: int = 1 << 20
@@ -244,6 +258,11 @@ class ServiceConfig:
                 self.admission_timeout_s, "admission_timeout_s", minimum=0, unit="seconds"
             ),
         )
+        set_(
+            self,
+            "idle_release_s",
+            parse_number(self.idle_release_s, "idle_release_s", minimum=0, unit="seconds"),
+        )
         set_(self, "max_attempts", parse_whole(self.max_attempts, "max_attempts", minimum=1))
         set_(
             self,
@@ -305,6 +324,7 @@ class ServiceConfig:
             "lakehouse": self.lakehouse.to_dict(),
             "evidence_dir": None if self.evidence_dir is None else str(self.evidence_dir),
             "admission_timeout_s": self.admission_timeout_s,
+            "idle_release_s": self.idle_release_s,
             "max_attempts": self.max_attempts,
             "grant_expansion": self.grant_expansion,
             "min_grant_bytes": self.min_grant_bytes,

@@ -237,7 +237,12 @@ class QueryService:
         self._on_planned = on_planned
         self._lock = threading.Lock()
         # what attempts allocate, per device; the lock is shutdown's (see WorkDomains)
-        self._work = WorkDomains(self._caches.backend, self._caches.device_ids, self._lock)
+        self._work = WorkDomains(
+            self._caches.backend,
+            self._caches.device_ids,
+            self._lock,
+            self.config.idle_release_s,
+        )
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
         self._held = HeldResults()  # device results handed out, until released
