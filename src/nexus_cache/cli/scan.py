@@ -87,13 +87,7 @@ def register(subparsers: Any) -> None:
     )
     count.add_argument("url", metavar="URL", help="Parquet object, directory or table")
     add_table_options(count)
-    count.add_argument(
-        "--device",
-        type=count_option("--device"),
-        default=None,
-        metavar="ID",
-        help="run on this device id (default: as scan chooses)",
-    )
+    _add_device_option(count)
     add_json_option(count)
     add_server_option(count)
     count.set_defaults(func=_run, count=True, columns=None, out=None, limit=20)
@@ -136,14 +130,7 @@ def table_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     """``--device``, ``--out``, ``--limit`` and ``--json``, shared by ``scan`` and ``graph``."""
-    parser.add_argument(
-        "--device",
-        type=count_option("--device"),
-        default=None,
-        metavar="ID",
-        help="run on this device id (default: the device whose caches hold the source, "
-        "else the one with the most free memory)",
-    )
+    _add_device_option(parser)
     parser.add_argument(
         "--out",
         default=None,
@@ -159,6 +146,17 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     )
     add_json_option(parser)
     add_server_option(parser)
+
+
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        type=count_option("--device"),
+        default=None,
+        metavar="ID",
+        help="run on this device id (default: the device whose caches hold the source, "
+        "else the one with the most free memory)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
