@@ -52,6 +52,7 @@ from nexus_cache.service._table_scan import (
     decode_table_object,
     filter_frames,
     is_table_read,
+    needs_no_mask,
     plan_table,
     scan_table,
 )
@@ -150,7 +151,8 @@ class AttemptOutcome:
     #: rows before and after a table read's filter (None: no table read)
     rows: FilterCounts | None = None
     #: a table read's objects: the row groups each frame holds, and what the
-    #: footer's statistics pruned where it was read (None: no table read)
+    #: footer's statistics pruned (and proved wholly kept) where it was read
+    #: (None: no table read)
     entries: list[dict[str, Any]] | None = None
 
     def statuses(self, plan: AttemptPlan) -> dict[str, Any]:
@@ -173,6 +175,8 @@ class AttemptOutcome:
             **read.to_dict(),
             "row_groups_total": sum(e["row_groups_total"] or 0 for e in entries),
             "row_groups_pruned": sum(e["row_groups_pruned"] or 0 for e in entries),
+            "row_groups_all_true": sum(e["row_groups_all_true"] or 0 for e in entries),
+            "objects_mask_skipped": sum(bool(e["mask_skipped"]) for e in entries),
             "rows_before_filter": None if rows is None else rows.rows_before,
             "rows_after_filter": None if rows is None else rows.rows_after,
             "entries": entries,
@@ -236,19 +240,30 @@ class _Run:
     load: SourceLoad
     #: a scan's result stays in ``domain`` as a frame (no host table)
     device_result: bool = False
+    #: a table read's frames whose every row the statistics prove kept: no mask
+    unmasked: list[bool] = dataclasses.field(default_factory=list)
 
 
 def _run_count(run: _Run, query: Count) -> pa.Table:
     """The rows of the source: from the Parquet footers (no decode, no device cache),
-    or with a filter the rows its mask keeps over the filter's decoded columns."""
+    or with a filter the rows its mask keeps over the filter's decoded columns. A
+    filter the footers' statistics prove true for every row of each kept row group
+    is counted from those row groups' row counts, with no decode either."""
     read = run.plan.source.table
     if read is not None and not _footers_count(read):
-        _load_source(run, query.scan, filter=False)
-        run.outcome.graph = NOT_APPLICABLE
-        t0 = time.perf_counter()
-        run.outcome.rows = count_table(run.load.frames, read, run.domain)
-        run.outcome.timings["filter_s"] = time.perf_counter() - t0
-        rows = run.outcome.rows.rows_after
+        choices: dict[int, RowGroupChoice] = {}
+        rows_proven = _statistics_count(run, read, choices)
+        if rows_proven is not None:
+            run.outcome.source, run.outcome.graph = BYPASS_COUNT, NOT_APPLICABLE
+            run.outcome.rows = FilterCounts(rows_proven, rows_proven)
+            rows = rows_proven
+        else:
+            _load_source(run, query.scan, filter=False, choices=choices)
+            run.outcome.graph = NOT_APPLICABLE
+            t0 = time.perf_counter()
+            run.outcome.rows = count_table(run.load.frames, read, run.domain, run.unmasked)
+            run.outcome.timings["filter_s"] = time.perf_counter() - t0
+            rows = run.outcome.rows.rows_after
     else:
         t0 = time.perf_counter()
         rows = count_rows(run.ports.lakehouse, run.plan.source, run.outcome.reads)
@@ -257,6 +272,51 @@ def _run_count(run: _Run, query: Count) -> pa.Table:
     table = pa.table({"rows": pa.array([rows], pa.int64())})
     run.budget.charge(table.nbytes, "the count")
     return table
+
+
+def _statistics_count(
+    run: _Run, read: TableRead, choices: dict[int, RowGroupChoice]
+) -> int | None:
+    """A filtered count from the kept objects' footers alone: the rows of their kept
+    row groups, when the statistics prove that every row of each satisfies the
+    filter (:func:`needs_no_mask`); None otherwise. Each footer read is left in
+    ``choices`` (its object open, for its decode) either way."""
+    from nexus_cache.tables.pruning import may_prove_all_true
+
+    assert read.filter is not None
+    if not may_prove_all_true(read.filter, read.snapshot.partition_schema.names):
+        return None
+    plans = run.plan.source.plans
+    t0 = time.perf_counter()
+    try:
+        for read_plan, file in zip(plans, read.files, strict=True):
+            run.attempt.check_cancelled("while reading its source's footers")
+            choice = choose_row_groups(
+                run.ports.lakehouse, read_plan, file, read, run.outcome.reads
+            )
+            choices[id(read_plan)] = choice
+            if not needs_no_mask(choice.groups, choice):
+                return None  # the objects left open are decoded from, or closed
+    except BaseException:
+        _close_opened(choices)
+        raise
+    finally:
+        run.outcome.timings["footer_s"] = time.perf_counter() - t0
+    _close_opened(choices)
+    run.outcome.entries = _entries(
+        plans, [c.groups for c in choices.values()], choices, [True] * len(plans)
+    )
+    rows = 0
+    for choice in choices.values():
+        assert choice.footer is not None
+        rows += sum(choice.footer.row_group(i).num_rows for i in choice.kept)
+    return rows
+
+
+def _close_opened(choices: Mapping[int, RowGroupChoice]) -> None:
+    for choice in choices.values():
+        if choice.opened is not None:
+            choice.opened.close()
 
 
 def _footers_count(read: TableRead) -> bool:
@@ -279,7 +339,9 @@ def _run_scan(run: _Run, query: Scan) -> pa.Table | DeviceFrame:
     run.outcome.graph = NOT_APPLICABLE
     if read is not None:
         t0 = time.perf_counter()
-        built = scan_table(run.load.frames, read, run.domain, on_device=run.device_result)
+        built = scan_table(
+            run.load.frames, read, run.domain, on_device=run.device_result, unmasked=run.unmasked
+        )
         if built is not None:
             table, run.outcome.rows = built
             run.outcome.timings["filter_s"] = time.perf_counter() - t0
@@ -367,13 +429,23 @@ def _run_graph(run: _Run, query: GraphQuery) -> pa.Table:
     return result
 
 
-def _load_source(run: _Run, scan: Scan, *, whole: bool = False, filter: bool = True) -> None:
+def _load_source(
+    run: _Run,
+    scan: Scan,
+    *,
+    whole: bool = False,
+    filter: bool = True,
+    choices: Mapping[int, RowGroupChoice] | None = None,
+) -> None:
     """Fill ``run.load`` with the frames of ``scan``: copies of cached frames (a
     table read borrows them: its filter builds its own), or each object decoded
     (charged to the budget as it lands). A filtered table read decodes only the
     row groups its filter may need, unless ``whole`` (a graph's edges) or the
     object's whole entry is resident. With ``filter``, a table read's frames are
-    then filtered (:func:`_filter_frames`)."""
+    then filtered (:func:`_filter_frames`). ``choices``: footers already read, by
+    ``id`` of the object's read plan (an object left open in one is decoded from it,
+    or closed). Sets ``run.unmasked``: the frames that need no mask
+    (:func:`needs_no_mask`)."""
     attempt, timings, budget = run.attempt, run.outcome.timings, run.budget
     table = run.plan.source.table
     files = (
@@ -382,11 +454,18 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False, filter: bool = T
         else dict(zip(map(id, run.plan.source.plans), table.files, strict=True))
     )
     decoded = 0
-    choices: dict[int, RowGroupChoice] = {}
+    read_before = dict(choices or {})
+    choices = dict(read_before)  # a whole entry's hit has its footer's proof too
     opened: dict[int, OpenedObject] = {}  # footers read, not yet decoded
+    for name, choice in read_before.items():
+        if choice.opened is not None:
+            opened[name] = choice.opened
 
     def narrow(read_plan: ReadPlan) -> tuple[int, ...] | None:
         assert table is not None
+        choice = read_before.get(id(read_plan))
+        if choice is not None:
+            return choice.groups
         attempt.check_cancelled("while reading its source's footers")
         t = time.perf_counter()
         choice = choose_row_groups(
@@ -450,7 +529,12 @@ def _load_source(run: _Run, scan: Scan, *, whole: bool = False, filter: bool = T
         for left in opened.values():  # a footer read, then a hit on the narrowed entry
             left.close()
         if table is not None:
-            run.outcome.entries = _entries(run.plan.source.plans, run.load.holds, choices)
+            plans = run.plan.source.plans
+            run.unmasked[:] = [  # a whole entry's hit reads no footer: its mask runs
+                needs_no_mask(held, choices.get(id(p)))
+                for p, held in zip(plans, run.load.holds, strict=False)
+            ]
+            run.outcome.entries = _entries(plans, run.load.holds, choices, run.unmasked)
     timings["source_s"] = time.perf_counter() - t0
     own = [f for f in run.load.frames if f.domain is run.domain]  # not borrowed
     budget.charge(sum(int(f.nbytes) for f in own) - decoded, "copying cached frames")
@@ -463,7 +547,8 @@ def _filter_frames(run: _Run, read: TableRead) -> None:
     ``run.domain`` (:func:`filter_frames`), charged to the budget."""
     borrowed = any(f.domain is not run.domain for f in run.load.frames)
     t0 = time.perf_counter()
-    run.outcome.rows = filter_frames(run.load.frames, read, run.domain)
+    unmasked = run.unmasked if len(run.unmasked) == len(run.load.frames) else None
+    run.outcome.rows = filter_frames(run.load.frames, read, run.domain, unmasked)
     run.outcome.timings["filter_s"] = time.perf_counter() - t0
     if read.filter is not None or borrowed:  # the gathered rows are new buffers
         run.budget.charge(run.load.nbytes, "filtering the scan")
@@ -473,12 +558,14 @@ def _entries(
     plans: Sequence[ReadPlan],
     holds: Sequence[tuple[int, ...] | None],
     choices: Mapping[int, RowGroupChoice],
+    unmasked: Sequence[bool],
 ) -> list[dict[str, Any]]:
     """Per object of a table read: the row groups its frame holds (``all``, or the
-    list the filter kept) and, where its footer was read, its row groups and how
-    many the statistics pruned (None: not read, its whole entry served)."""
+    list the filter kept); where its footer was read, its row groups, how many the
+    statistics pruned and how many of those kept they prove wholly kept (None: not
+    read, its whole entry served); and whether its rows needed no mask."""
     out = []
-    for read_plan, held in zip(plans, holds, strict=False):  # holds: objects loaded so far
+    for i, (read_plan, held) in enumerate(zip(plans, holds, strict=False)):  # loaded so far
         choice = choices.get(id(read_plan))
         out.append(
             {
@@ -486,6 +573,8 @@ def _entries(
                 "row_groups": "all" if held is None else list(held),
                 "row_groups_total": None if choice is None else choice.total,
                 "row_groups_pruned": None if choice is None else choice.total - len(choice.kept),
+                "row_groups_all_true": None if choice is None else len(choice.all_true),
+                "mask_skipped": i < len(unmasked) and unmasked[i],
             }
         )
     return out

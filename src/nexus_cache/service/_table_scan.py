@@ -26,6 +26,9 @@ filter may need, under a key that names them (all of them: the whole
 entry's key); a graph's edges are always read whole. After the
 checkout the filter runs as a mask on the domain's array module (NumPy on
 the host, CuPy on CUDA), the rows are gathered and the output columns kept.
+An object whose frame holds only row groups that the footer's statistics
+prove wholly kept (:func:`needs_no_mask`) is not masked: its rows are all
+kept, as those of a file whose partition values decide the filter.
 On a device, a filter whose every predicate reads a fixed-width or boolean
 column, with fixed-width or boolean output columns, runs as one fused pass
 over all the query's objects instead (:mod:`nexus_cache.frames.fused_filter`:
@@ -73,6 +76,7 @@ __all__ = [
     "decode_table_object",
     "filter_frames",
     "is_table_read",
+    "needs_no_mask",
     "plan_table",
     "scan_table",
 ]
@@ -338,6 +342,8 @@ class RowGroupChoice:
     kept: tuple[int, ...]
     #: the object's parsed footer (its decode does not parse it again)
     footer: pq.FileMetaData | None = None
+    #: the kept row groups whose statistics prove every row satisfies the filter
+    all_true: tuple[int, ...] = ()
 
     @property
     def groups(self) -> tuple[int, ...] | None:
@@ -362,7 +368,7 @@ def choose_row_groups(
     partition values) may satisfy ``read``'s filter, from its footer: one known
     for its identity, else read by opening the object, which then stays open for
     the decode (:func:`decode_table_object`'s ``opened``)."""
-    from nexus_cache.tables.pruning import prune_row_groups
+    from nexus_cache.tables.pruning import split_row_groups
 
     key = read_plan.key  # None: no proven identity, the bytes may change under the name
     metadata = None if key is None else _FOOTERS.get(key)
@@ -373,12 +379,25 @@ def choose_row_groups(
         if key is not None:
             _FOOTERS.put(key, metadata)
     try:
-        kept = prune_row_groups(metadata, read.filter, file)
+        kept, all_true = split_row_groups(metadata, read.filter, file)
     except BaseException:
         if opened is not None:
             opened.close()
         raise
-    return RowGroupChoice(opened, metadata.num_row_groups, kept, metadata)
+    return RowGroupChoice(opened, metadata.num_row_groups, kept, metadata, all_true)
+
+
+def needs_no_mask(held: tuple[int, ...] | None, choice: RowGroupChoice | None) -> bool:
+    """Whether every row of an object's frame satisfies the filter without a mask:
+    the frame holds row groups ``held`` (None: all of the object's) and each is one
+    ``choice``'s statistics prove wholly kept. A frame of an entry holding other row
+    groups (the whole object, decoded by an unfiltered scan) needs its mask; so does
+    one whose footer was not read (``choice`` None)."""
+    if choice is None:
+        return False
+    rows = range(choice.total) if held is None else held
+    proven = set(choice.all_true)
+    return all(i in proven for i in rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,14 +409,19 @@ class FilterCounts:
 
 
 def filter_frames(
-    frames: list[DeviceFrame], read: TableRead, domain: AllocationDomain
+    frames: list[DeviceFrame],
+    read: TableRead,
+    domain: AllocationDomain,
+    unmasked: Sequence[bool] | None = None,
 ) -> FilterCounts:
     """Apply ``read``'s filter to ``frames`` in place (mask on the domain's ``xp``, then
     one gather per output column into ``domain``) and keep the output columns; the
     frames replaced are released. A frame of another domain (a source-cache entry
     borrowed, not copied) is always replaced by one in ``domain``: gathered, or its
     output columns copied when every row is kept, so no result shares its buffers.
-    With no frame (every file pruned), one empty frame of the output columns is added."""
+    With no frame (every file pruned), one empty frame of the output columns is added.
+    ``unmasked``: per frame, True where every row is kept with no mask
+    (:func:`needs_no_mask`)."""
     before = sum(f.num_rows for f in frames)
     if not frames:
         schema = read.snapshot.schema
@@ -405,9 +429,9 @@ def filter_frames(
         frames.append(DeviceFrame.from_arrow(_plain_fields(empty), domain=domain))
         return FilterCounts(0, 0)
     output = list(read.output)
-    for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
+    filters = _frame_filters(read, unmasked)
+    for i, (frame, flt) in enumerate(zip(frames, filters, strict=True)):
         kept = frame
-        flt = _file_filter(read, file)
         if flt is not None:
             kept = filter_frame(frame, flt, output, domain)
         elif frame.domain is not domain:  # every row kept, of a borrowed entry: a copy
@@ -419,6 +443,15 @@ def filter_frames(
             frames[i] = kept
             frame.release()
     return FilterCounts(before, sum(f.num_rows for f in frames))
+
+
+def _frame_filters(read: TableRead, unmasked: Sequence[bool] | None) -> list[TableFilter | None]:
+    """What each frame's rows must pass (None: every row does): ``unmasked[i]`` where
+    frame ``i`` needs no mask (:func:`needs_no_mask`), else its file's residual."""
+    filters = [_file_filter(read, file) for file in read.files]
+    if unmasked is not None:
+        filters = [None if skip else f for f, skip in zip(filters, unmasked, strict=True)]
+    return filters
 
 
 def _file_filter(read: TableRead, file: DataFile) -> TableFilter | None:
@@ -446,6 +479,7 @@ def scan_table(
     domain: AllocationDomain,
     *,
     on_device: bool = False,
+    unmasked: Sequence[bool] | None = None,
 ) -> tuple[pa.Table | DeviceFrame, FilterCounts] | None:
     """``read``'s result from ``frames`` built once, as a host table: each frame's mask
     on the domain's ``xp``, its kept rows counted, then every output column allocated
@@ -459,23 +493,24 @@ def scan_table(
     one wait: :func:`~nexus_cache.frames.fused_filter.fused_scan`).
 
     ``on_device``: the result is the gathered buffer of ``domain`` as a
-    :class:`DeviceFrame` (no copy to the host; the caller releases it)."""
+    :class:`DeviceFrame` (no copy to the host; the caller releases it). ``unmasked``:
+    per frame, True where every row is kept with no mask (:func:`needs_no_mask`)."""
     output = list(read.output)
     if not gatherable(frames, output):
         return None
     xp = domain.xp
     parallel = _parallel(frames, domain)
     before = sum(f.num_rows for f in frames)
+    filters = _frame_filters(read, unmasked)
     with domain.scope():
         if not domain.host_memory:  # the common filter: three launches, one wait
-            filters = [_file_filter(read, file) for file in read.files]
             fused = fused_scan(frames, filters, output, domain, on_device=on_device)
             if fused is not None:
                 return fused, FilterCounts(before, fused.num_rows)
         if domain.host_memory:
-            rows = _per_frame(frames, read, domain, lambda mask: xp.nonzero(mask)[0], parallel)
+            rows = _per_frame(frames, filters, domain, lambda mask: xp.nonzero(mask)[0], parallel)
         else:  # every mask first, then their rows with one wait for the device
-            rows = kept_rows(_per_frame(frames, read, domain, lambda mask: mask, False), xp)
+            rows = kept_rows(_per_frame(frames, filters, domain, lambda mask: mask, False), xp)
         result: pa.Table | DeviceFrame
         if on_device:
             result = gather_table(frames, rows, output, domain, on_device=True)
@@ -485,20 +520,24 @@ def scan_table(
 
 
 def count_table(
-    frames: Sequence[DeviceFrame], read: TableRead, domain: AllocationDomain
+    frames: Sequence[DeviceFrame],
+    read: TableRead,
+    domain: AllocationDomain,
+    unmasked: Sequence[bool] | None = None,
 ) -> FilterCounts:
     """The rows of ``frames`` and those ``read``'s filter keeps, from the masks alone:
     nothing is gathered (a filtered count). On a device the fused filter counts them
-    where it can (one launch, one read back)."""
+    where it can (one launch, one read back). ``unmasked``: per frame, True where
+    every row is kept with no mask (:func:`needs_no_mask`)."""
     xp = domain.xp
+    filters = _frame_filters(read, unmasked)
     with domain.scope():
         if not domain.host_memory:  # the common filter: one launch, one read back
-            filters = [_file_filter(read, file) for file in read.files]
             fused = fused_count(frames, filters, domain)
             if fused is not None:
                 return FilterCounts(sum(f.num_rows for f in frames), fused)
         kept = _per_frame(
-            frames, read, domain, lambda mask: xp.count_nonzero(mask), _parallel(frames, domain)
+            frames, filters, domain, lambda mask: xp.count_nonzero(mask), _parallel(frames, domain)
         )
         counted = [k for k in kept if k is not None]
         if counted and not domain.host_memory:  # one wait for the device, not one a frame
@@ -516,12 +555,12 @@ def _parallel(frames: Sequence[DeviceFrame], domain: AllocationDomain) -> bool:
 
 def _per_frame(
     frames: Sequence[DeviceFrame],
-    read: TableRead,
+    filters: Sequence[TableFilter | None],
     domain: AllocationDomain,
     use: Callable[[Any], Any],
     parallel: bool,
 ) -> list[Any]:
-    """``use(mask)`` for each frame with rows to filter (None where every row is kept),
+    """``use(mask)`` for each frame with a filter (None where every row is kept),
     the frames' masks computed on the worker threads when ``parallel``."""
     from nexus_cache.tables import filter_mask
 
@@ -536,8 +575,7 @@ def _per_frame(
         return run
 
     tasks = []
-    for i, (frame, file) in enumerate(zip(frames, read.files, strict=True)):
-        flt = _file_filter(read, file)
+    for i, (frame, flt) in enumerate(zip(frames, filters, strict=True)):
         if flt is not None:
             tasks.append(task(i, frame, flt))
     run_tasks(tasks, parallel=parallel)

@@ -86,8 +86,10 @@ class Diagnostics:
     snapshot ``kind`` and ``version`` read, the canonical ``filter`` and its
     ``filter_digest``, the ``projected_columns`` decoded, the pruning counts
     (``objects_planned``, ``pruned_by_partition``, ``pruned_by_statistics``,
-    ``row_groups_pruned`` of ``row_groups_total``) and ``rows_before_filter``
-    / ``rows_after_filter``; None for other scans.
+    ``row_groups_pruned`` of ``row_groups_total``, ``row_groups_all_true``: kept
+    row groups whose statistics prove every row passes, ``objects_mask_skipped``:
+    objects read with no mask for it), ``rows_before_filter`` /
+    ``rows_after_filter`` and the per-object ``entries``; None for other scans.
 
     Parameters
     ----------

@@ -3,9 +3,14 @@
 :func:`prune_files` drops the data files whose partition values (exact) or
 recorded column bounds (Delta statistics, Iceberg manifest bounds) show that
 no row can satisfy the filter. :func:`prune_row_groups` does the same for
-the row groups of one Parquet file, from its footer's statistics.
+the row groups of one Parquet file, from its footer's statistics, and
+:func:`split_row_groups` also names the kept row groups whose statistics
+prove that every row satisfies the filter (no mask is needed for them).
 :func:`plan_scan` does both and counts what it skipped. A predicate is only
-ever proven false, never assumed true: a missing bound keeps the file.
+ever proven false, never assumed true: a missing bound keeps the file; it is
+proven true only from exact statistics of an integer, date, timestamp or
+boolean column with no null (never a float, whose bounds ignore NaN, nor a
+string, binary or decimal, whose bounds may be truncated or rounded).
 Pure functions; thread-safe.
 """
 
@@ -14,7 +19,7 @@ from __future__ import annotations
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +35,13 @@ __all__ = [
     "PlannedFile",
     "ScanPlan",
     "file_column_names",
+    "may_prove_all_true",
     "partition_test",
     "plan_scan",
     "prune_files",
     "prune_row_groups",
     "residual_filter",
+    "split_row_groups",
 ]
 
 
@@ -51,6 +58,8 @@ class _Range:
     high: Any = None
     nulls: int | None = None  # None: unknown
     rows: int | None = None
+    #: ``low`` and ``high`` are the exact least and greatest values (not truncated)
+    exact_bounds: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,73 @@ def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
         return floating or not (low == high and low in values)
     except TypeError:  # a bound of another kind than the value: no proof
         return True
+
+
+def _certain(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
+    """True when every row with these column ranges satisfies ``flt``: some clause
+    whose every predicate is proven true (:func:`_surely`)."""
+    types = cols.types
+    return any(
+        all(_surely(p, ranges.get(p.column), types[p.column]) for p in clause)
+        for clause in flt.clauses
+    )
+
+
+def _provable(arrow_type: pa.DataType) -> bool:
+    """Whether a column of this type has exact statistics: integers, dates,
+    timestamps and booleans (never floats: their bounds ignore NaN)."""
+    return (
+        pat.is_integer(arrow_type)
+        or pat.is_date(arrow_type)
+        or pat.is_timestamp(arrow_type)
+        or pat.is_boolean(arrow_type)
+    )
+
+
+def may_prove_all_true(flt: TableFilter, exact_columns: Sequence[str] = ()) -> bool:
+    """Whether statistics could ever prove that every row of a row group satisfies
+    ``flt``: some clause reads only columns of ``exact_columns`` (partition columns,
+    decided per file) or of a type with exact statistics (:func:`_provable`)."""
+    types, exact = flt.column_types, set(exact_columns)
+    return any(
+        all(p.column in exact or _provable(types[p.column]) for p in clause)
+        for clause in flt.clauses
+    )
+
+
+def _surely(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
+    """True only when every row of a column known as ``known`` satisfies ``p``."""
+    if known is None:
+        return False
+    if known.exact:
+        return _decide(p, known.low) is True
+    low, high = known.low, known.high
+    if (
+        not known.exact_bounds
+        or known.nulls != 0
+        or low is None
+        or high is None
+        or not _provable(arrow_type)
+    ):
+        return False
+    try:
+        if p.op in ("<", "<=", ">", ">="):
+            # every row within [low, high]: the farthest bound decides
+            return bool(_COMPARE[p.op](high if p.op[0] == "<" else low, p.value))
+        if p.op == "=":
+            return bool(low == high == p.value)
+        if p.op == "!=":
+            return bool(p.value < low or p.value > high)
+        values = [v for v in p.value if v is not None]
+        if p.op == "not in":
+            return not any(low <= v <= high for v in values)
+        # 'in': every value of [low, high] (a few integers at most) in the list
+        if high - low >= len(values):
+            return False
+        found = set(values)
+        return all(v in found for v in range(low, high + 1))
+    except TypeError:  # a bound of another kind than the value: no proof
+        return False
 
 
 def _exact(p: Predicate, value: Any) -> bool:
@@ -430,9 +506,21 @@ def prune_row_groups(
 ) -> tuple[int, ...]:
     """The row groups of a file (its footer ``metadata``) that may hold a row
     satisfying ``flt``; ``file``'s partition values count as exact columns."""
+    return split_row_groups(metadata, flt, file)[0]
+
+
+def split_row_groups(
+    metadata: pq.FileMetaData,
+    flt: TableFilter | None,
+    file: DataFile | None = None,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(kept, all true)``: the row groups of a file (its footer ``metadata``) that
+    may hold a row satisfying ``flt`` (:func:`prune_row_groups`), and those of them
+    whose every row provably does (from exact statistics and ``file``'s partition
+    values; see the module doc). Without a filter every row group is both."""
     every = tuple(range(metadata.num_row_groups))
     if flt is None:
-        return every
+        return every, every
     footer = _footer_stats(metadata)
     names = file_column_names(flt.schema, footer.arrow_schema)
     cols = _columns(flt)
@@ -448,7 +536,7 @@ def prune_row_groups(
                 per_column.append((name, _Range(exact=True, low=None), None))
             continue
         per_column.append((name, None, footer.ranges(metadata, j, flt.schema.field(name).type)))
-    kept = []
+    kept, certain = [], []
     for i in every:
         ranges = dict(fixed)
         for name, whole, by_group in per_column:
@@ -457,7 +545,9 @@ def prune_row_groups(
                 ranges[name] = found
         if _possible(flt, ranges, cols):
             kept.append(i)
-    return tuple(kept)
+            if _certain(flt, ranges, cols):
+                certain.append(i)
+    return tuple(kept), tuple(certain)
 
 
 _PARQUET_UNITS = {"MILLIS": "ms", "MICROS": "us", "NANOS": "ns"}
@@ -471,6 +561,12 @@ def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> _Range | None
     nulls = int(stats.null_count) if stats.has_null_count else None
     if not stats.has_min_max:
         return _Range(nulls=nulls, rows=rows)
+    # pyarrow exposes whether a bound was truncated in some versions; where it does
+    # not, integer, date, timestamp and boolean bounds are exact (the only ones used
+    # for a proof: see _surely)
+    exact = bool(getattr(stats, "is_min_value_exact", True)) and bool(
+        getattr(stats, "is_max_value_exact", True)
+    )
     base = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
     if pat.is_timestamp(base):
         unit = _timestamp_unit(stats)
@@ -483,7 +579,7 @@ def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> _Range | None
     else:
         low = _canonical_value(stats.min, arrow_type)
         high = _canonical_value(stats.max, arrow_type)
-    return _Range(low=low, high=high, nulls=nulls, rows=rows)
+    return _Range(low=low, high=high, nulls=nulls, rows=rows, exact_bounds=exact)
 
 
 def _timestamp_unit(stats: Any) -> str | None:
