@@ -306,3 +306,20 @@ def test_filtered_scans_route_to_one_worker_and_share_its_decoded_source(running
     for result, flt in ((first, first_filter), (second, second_filter)):
         want = pq.read_table(source, columns=list(columns), filters=flt)
         assert sorted(result.table.to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
+
+
+def test_the_worker_list_never_reads_empty_while_the_client_refreshes_its_own(
+    running, monkeypatch
+):
+    """The client's periodic refresh of its cached scheduler info asks for no worker:
+    read between a fetch and its use, that copy lists none. ``workers()`` reads the
+    scheduler's own answer instead."""
+    _, _, _, nexus = running
+    client = nexus._client
+    want = nexus.workers()
+    assert len(want) == 3
+    # what the periodic refresh leaves behind, there before every read
+    refresh = client._update_scheduler_info
+    monkeypatch.setattr(client, "_update_scheduler_info", lambda n_workers=0: refresh(n_workers=0))
+    for _ in range(20):
+        assert nexus.workers() == want

@@ -94,10 +94,14 @@ class ClusterQueryClient:
 
     def workers(self) -> list[str]:
         """The addresses of the live workers, as the scheduler knows them now."""
+        client = self._client
         try:
-            info = self._client.scheduler_info(n_workers=-1)  # every worker, not the first 5
+            # the scheduler's answer itself: Client.scheduler_info() returns the client's
+            # cached copy, which its periodic refresh (asking for no worker) may replace
+            # with an empty worker list between the fetch and the read
+            info = client.sync(client.scheduler.identity, n_workers=-1)
         except TypeError:  # distributed before n_workers: it lists them all
-            info = self._client.scheduler_info()
+            info = client.sync(client.scheduler.identity)
         return sorted(info.get("workers", {}))
 
     def worker_for(self, query: Query | Mapping[str, Any] | str) -> str:
