@@ -133,9 +133,47 @@ def check_adopts_host_memory_only_where_it_lives(backend: DeviceBackend) -> None
     domain.close()
 
 
+def check_disowns_host_memory_only_where_it_lives(backend: DeviceBackend) -> None:
+    """A host-memory domain gives a live allocation away: off its books (used and
+    held), its bytes back to the device, its memory still the array's; a device
+    domain gives none (the allocation stays booked). Neither gives a view, a
+    foreign array or an allocation twice."""
+    domain = backend.create_domain(0)
+    free = backend.mem_info(0).free_bytes  # the simulated device's (host) only
+    array = domain.empty(1000, np.uint8)  # 1024 B booked
+    array.fill(7)
+    root = domain.root_of(array)
+    assert domain.disown(_outside(backend, 1000)) is None
+    assert domain.disown(root[1:]) is None  # a view
+    other = backend.create_domain(0)
+    assert other.disown(root) is None  # not its allocation
+    other.close()
+    taken = domain.disown(root)
+    if domain.host_memory:
+        assert taken is root
+        counters = domain.counters()
+        assert (counters.used_bytes, counters.held_bytes) == (0, 0)  # not a free block
+        assert backend.mem_info(0).free_bytes == free
+        with pytest.raises(LifecycleError):
+            domain.allocation_bytes(array)
+        assert domain.disown(root) is None  # given once
+        domain.close()  # nothing of it is live in the domain now
+        assert np.asarray(array).tolist() == [7] * 1000
+        del taken, root, array
+        assert backend.mem_info(0).free_bytes == free  # the device never held it again
+    else:
+        assert taken is None
+        assert domain.allocation_bytes(array) == 1024
+        assert domain.counters().used_bytes == 1024
+        del taken, root, array
+        assert domain.counters().used_bytes == 0
+        domain.close()
+
+
 CONTRACT = (
     check_measures_rounded_allocations,
     check_adopts_host_memory_only_where_it_lives,
+    check_disowns_host_memory_only_where_it_lives,
     check_freed_blocks_are_held_until_released,
     check_refuses_foreign_arrays,
     check_close_refuses_while_live_then_refuses_allocations,

@@ -163,6 +163,17 @@ class AllocationDomain(abc.ABC):
         its view of the memory."""
         return None
 
+    def disown(self, array: Any) -> Any | None:
+        """``array`` (an allocation of this domain, the array :meth:`root_of` gives)
+        taken off the domain's books, the inverse of :meth:`adopt`, or None where
+        the domain cannot give it away: it then stays an allocation of the domain.
+        Its bytes count as freed, but the memory is neither freed nor kept for reuse:
+        it belongs to whatever references it from now on (host buffers an Arrow
+        result wraps, kept alive by their reference count). The caller hands over
+        a buffer nothing else writes. Device domains give none (their memory goes
+        back to their own pool); the host domain gives any live allocation."""
+        return None
+
     @abc.abstractmethod
     def root_of(self, array: Any) -> Any:
         """The array that owns ``array``'s allocation (itself unless a view)."""

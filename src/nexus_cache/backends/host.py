@@ -179,7 +179,8 @@ class HostAllocationDomain(AllocationDomain):
         self._backend = backend
         # Reentrant: a buffer finalizer can fire in a thread that holds the lock.
         self._lock = threading.RLock()
-        self._live: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
+        #: each live allocation's root array (weakly), rounded size and finalizer
+        self._live: dict[int, tuple[weakref.ref[np.ndarray], int, weakref.finalize]] = {}
         self._used = 0
         self._cached = 0
 
@@ -226,6 +227,24 @@ class HostAllocationDomain(AllocationDomain):
                 return None
             return self._book(round_allocation(int(array.nbytes)), lambda _size: array)
 
+    def disown(self, array: Any) -> np.ndarray | None:
+        """``array``, a live allocation's root, off the books with no copy: its bytes
+        leave ``used`` and go back to the simulated device (not to the freed blocks
+        kept for reuse), and its memory, Arrow's, lives on as long as anything
+        references it. None for anything else (a view, an array not booked here)."""
+        if not isinstance(array, np.ndarray):
+            return None
+        with self._lock:
+            known = self._live.get(id(array))
+            if known is None or known[0]() is not array:
+                return None
+            del self._live[id(array)]
+            _ref, size, fin = known
+            fin.detach()  # its death frees nothing of this domain now
+            self._used -= size
+            self._backend.give_back(self.device_id, size)
+        return array
+
     def _book(self, size: int, allocate: Any) -> np.ndarray:
         """Book ``size`` bytes and the array ``allocate(size)`` gives for them (under
         the lock); its finalizer frees them."""
@@ -240,9 +259,9 @@ class HostAllocationDomain(AllocationDomain):
             self._cached += size
             raise
         self._used += size
-        self._live[id(buf)] = (weakref.ref(buf), size)
         fin = weakref.finalize(buf, self._on_free, id(buf), size)
         fin.atexit = False
+        self._live[id(buf)] = (weakref.ref(buf), size, fin)
         self.count_allocation(size)
         return buf
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from nexus_cache._workers import run_tasks
 from nexus_cache.backends import AllocationDomain
+from nexus_cache.errors import LifecycleError
 from nexus_cache.frames._copy import copy_column
 from nexus_cache.frames._host import arrow_array
 from nexus_cache.frames.column import ColumnKind, DeviceColumn
@@ -181,6 +182,7 @@ def gather_table(
     parallel: bool = ...,
     staged: bool | None = ...,
     on_device: Literal[False] = ...,
+    hand_over: bool = ...,
 ) -> pa.Table: ...
 
 
@@ -194,6 +196,7 @@ def gather_table(
     parallel: bool = ...,
     staged: bool | None = ...,
     on_device: Literal[True],
+    hand_over: bool = ...,
 ) -> DeviceFrame: ...
 
 
@@ -206,6 +209,7 @@ def gather_table(
     parallel: bool = False,
     staged: bool | None = None,
     on_device: bool = False,
+    hand_over: bool = False,
 ) -> pa.Table | DeviceFrame:
     """The ``rows`` of each frame (an integer array of ``domain.xp``; None: every row),
     in frame order, with the ``output`` columns, as one host ``pyarrow.Table`` that
@@ -224,6 +228,15 @@ def gather_table(
     are views of that buffer (values in the storage dtype, one ``bool`` per row for
     booleans and validity), with no copy to the host. It shares no buffer with
     ``frames``; release it when done.
+
+    ``hand_over`` (host memory, not staged, not ``on_device``): the frames are the
+    caller's alone (decoded or copied for it, in ``domain``, shared with no cache
+    entry) and released once the result is built. A fixed-width output column of
+    which every frame keeps every row then becomes the result's buffers as it is,
+    one chunk per frame, with no copy: ``domain`` disowns each allocation behind
+    it (:meth:`~nexus_cache.backends.AllocationDomain.disown`; its bytes leave the
+    domain's books, its memory lives on in the result's Arrow buffers). Validity is
+    packed to bits; booleans and every other column are gathered as above.
     """
     if not gatherable(frames, output):
         raise ValueError(
@@ -246,6 +259,12 @@ def gather_table(
     direct = not on_device and (domain.host_memory if staged is None else not staged)
     if not direct:
         return gather_into(frames, output, total, domain, lambda lay: fill(lay, False), on_device)
+    handed = _handed_over(frames, rows, output, domain) if hand_over else []
+    if handed:
+        # the others gathered first: a failure there leaves every allocation booked
+        rest = [name for name in output if name not in handed]
+        gathered = gather_table(frames, rows, rest, domain, parallel=parallel) if rest else None
+        return _hand_over(frames, output, handed, gathered, domain)
     layout = GatherLayout(frames, output, total)
     words, flags = layout.words, layout.flags
     result = pa.allocate_buffer(words.size)
@@ -260,6 +279,83 @@ def gather_table(
         traceback.clear_frames(exc.__traceback__)
         raise
     return layout.table(frames)
+
+
+def _handed_over(
+    frames: Sequence[DeviceFrame],
+    rows: Sequence[Any | None],
+    output: Sequence[str],
+    domain: AllocationDomain,
+) -> list[str]:
+    """The ``output`` columns :func:`gather_table`'s ``hand_over`` gives away: where
+    every frame is of ``domain`` and keeps every row, the fixed-width ones whose
+    every frame holds a contiguous buffer of its own allocation in ``domain``."""
+    if not domain.host_memory or any(r is not None for r in rows):
+        return []
+    if any(f.domain is not domain for f in frames):
+        return []
+    return [
+        name
+        for name in dict.fromkeys(output)
+        if all(_own_buffer(f.column(name), domain) for f in frames)
+    ]
+
+
+def _own_buffer(column: DeviceColumn, domain: AllocationDomain) -> bool:
+    """Whether ``column`` is fixed-width with a contiguous buffer (or none: no rows)
+    that ``domain`` allocated."""
+    if column.kind is not ColumnKind.FIXED:
+        return False
+    data = column.data
+    if not data.size:
+        return True
+    if not data.flags.c_contiguous:
+        return False
+    try:
+        domain.allocation_bytes(data)
+    except LifecycleError:
+        return False
+    return True
+
+
+def _hand_over(
+    frames: Sequence[DeviceFrame],
+    output: Sequence[str],
+    handed: Sequence[str],
+    gathered: pa.Table | None,
+    domain: AllocationDomain,
+) -> pa.Table:
+    """The result table: the ``handed`` columns' buffers as they are, one chunk per
+    frame, their allocations disowned by ``domain`` (a buffer it does not give away
+    is copied); the other ``output`` columns from ``gathered``. Nothing here fails
+    once the first allocation is disowned but Arrow wrapping a buffer."""
+    disowned: set[int] = set()
+    columns: dict[str, pa.ChunkedArray] = {}
+    for name in handed:
+        chunks = []
+        for frame in frames:
+            column = frame.column(name)
+            if not column.length:
+                continue
+            data = column.data
+            root = domain.root_of(data)
+            if id(root) not in disowned:
+                if domain.disown(root) is None:
+                    data = data.copy()  # still the domain's: never aliased
+                else:
+                    disowned.add(id(root))
+            chunks.append(
+                arrow_array(column.type, column.length, data, None, column.validity, None)
+            )
+        columns[name] = pa.chunked_array(chunks, type=frames[0].column(name).type)
+    rest = iter(() if gathered is None else gathered.columns)  # the others, in order
+    fields, arrays = [], []
+    for name in output:
+        fields.append(frames[0].column(name).field)
+        arrays.append(columns[name] if name in columns else next(rest))
+    return pa.Table.from_arrays(
+        arrays, schema=pa.schema(fields, metadata=frames[0].schema.metadata)
+    )
 
 
 class GatherLayout:

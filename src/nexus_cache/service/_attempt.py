@@ -339,8 +339,13 @@ def _run_scan(run: _Run, query: Scan) -> pa.Table | DeviceFrame:
     run.outcome.graph = NOT_APPLICABLE
     if read is not None:
         t0 = time.perf_counter()
-        built = scan_table(
-            run.load.frames, read, run.domain, on_device=run.device_result, unmasked=run.unmasked
+        built = scan_table(  # the frames of run.domain are its own: released after
+            run.load.frames,
+            read,
+            run.domain,
+            on_device=run.device_result,
+            unmasked=run.unmasked,
+            own=True,
         )
         if built is not None:
             table, run.outcome.rows = built

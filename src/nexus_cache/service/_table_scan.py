@@ -480,6 +480,7 @@ def scan_table(
     *,
     on_device: bool = False,
     unmasked: Sequence[bool] | None = None,
+    own: bool = False,
 ) -> tuple[pa.Table | DeviceFrame, FilterCounts] | None:
     """``read``'s result from ``frames`` built once, as a host table: each frame's mask
     on the domain's ``xp``, its kept rows counted, then every output column allocated
@@ -494,7 +495,12 @@ def scan_table(
 
     ``on_device``: the result is the gathered buffer of ``domain`` as a
     :class:`DeviceFrame` (no copy to the host; the caller releases it). ``unmasked``:
-    per frame, True where every row is kept with no mask (:func:`needs_no_mask`)."""
+    per frame, True where every row is kept with no mask (:func:`needs_no_mask`).
+    ``own``: the frames of ``domain`` are the caller's alone (its own decode or copy,
+    shared with no cache entry) and released once the result is built: on the host,
+    when every frame needs no mask, their fixed-width output columns become the
+    result's buffers with no copy (``gather_table``'s ``hand_over``; a frame of
+    another domain, a borrowed entry, is always copied)."""
     output = list(read.output)
     if not gatherable(frames, output):
         return None
@@ -515,7 +521,7 @@ def scan_table(
         if on_device:
             result = gather_table(frames, rows, output, domain, on_device=True)
         else:
-            result = gather_table(frames, rows, output, domain, parallel=parallel)
+            result = gather_table(frames, rows, output, domain, parallel=parallel, hand_over=own)
     return result, FilterCounts(before, result.num_rows)
 
 
