@@ -183,6 +183,8 @@ def _reference_value(name: str, value: Any, schema: pa.Schema) -> Any:
         return pa.scalar(value, t)  # uint64 max is no int64 literal
     if pa.types.is_integer(t):
         return pa.scalar(value, pa.float64())  # not float32: int32's extremes fit float64
+    if t == pa.float32():  # the value rounded to float32 (docs/tables.md); pyarrow: float64
+        return pa.scalar(value, pa.float32())
     return value
 
 
@@ -351,6 +353,34 @@ def test_in_compares_floats_as_equals_does(tmp_path: Path, flt: Any, kept: int) 
     root = tmp_path / "t"
     (root / "p=0").mkdir(parents=True)
     pq.write_table(pa.table({"w": [0.0, -0.0, 1.0, None]}), root / "p=0" / "part-0.parquet")
+    age_files(root)
+    with make_service(tmp_path / "svc") as service:
+        scan = service.execute(Scan(str(root), ("w",), filter=flt)).table
+        count = service.execute(Count(str(root), filter=flt)).table
+    assert scan.num_rows == kept
+    assert count["rows"].to_pylist() == [kept]
+
+
+@pytest.mark.parametrize(
+    ("flt", "kept"),
+    [
+        ([("w", "=", 0.1)], 3),
+        ([("w", "<=", 0.1)], 3),
+        ([("w", ">=", 0.1)], 4),
+        ([("w", "<", 0.1)], 0),
+        ([("w", "in", [0.1, 7.0])], 3),
+        ([("w", "!=", 0.1)], 1),
+    ],
+)
+def test_a_float32_row_group_is_pruned_with_the_value_rounded_as_the_mask_does(
+    tmp_path: Path, flt: Any, kept: int
+) -> None:
+    """A float32 column compares with the value rounded to float32 (0.1 reads as
+    0.1f): a row group holding 0.1f alone is kept, as the masked one's 0.1f rows are."""
+    root = tmp_path / "t"
+    (root / "p=0").mkdir(parents=True)
+    w = pa.array([0.1, 0.1, 0.1, 0.5], pa.float32())  # row groups [0.1f, 0.1f], [0.1f, 0.5f]
+    pq.write_table(pa.table({"w": w}), root / "p=0" / "part-0.parquet", row_group_size=2)
     age_files(root)
     with make_service(tmp_path / "svc") as service:
         scan = service.execute(Scan(str(root), ("w",), filter=flt)).table
