@@ -323,7 +323,7 @@ def _explain(seed: int, flt: Any, columns: list[str], got: pa.Table, want: pa.Ta
     )
 
 
-_CASES = int(os.environ.get("NEXUS_FILTER_FUZZ_CASES", "12"))
+_CASES = int(os.environ.get("NEXUS_FILTER_FUZZ_CASES", "40"))
 
 
 @pytest.mark.parametrize("seed", range(_CASES))
