@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
@@ -136,6 +137,8 @@ def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
     if low is None or high is None:
         return True
     floating = pat.is_floating(arrow_type)
+    if floating:
+        p = _as_compared(p, arrow_type)
     try:
         if p.op == "=":
             return bool(low <= p.value <= high)
@@ -155,6 +158,26 @@ def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
         return floating or not (low == high and low in values)
     except TypeError:  # a bound of another kind than the value: no proof
         return True
+
+
+def _as_compared(p: Predicate, arrow_type: pa.DataType) -> Predicate:
+    """``p`` with its values as the row mask compares them: rounded to float32 for
+    a float32 column (``tables.mask``; 0.1 reads as 0.1f), else as they are."""
+    base = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
+    if not pat.is_float32(base):
+        return p
+
+    def rounded(v: Any) -> Any:
+        if v is None or abs(v) > _FLOAT32_MAX:
+            return v
+        return float(np.float32(v))
+
+    if p.op in ("in", "not in"):
+        return Predicate(p.column, p.op, tuple(rounded(v) for v in p.value))
+    return Predicate(p.column, p.op, rounded(p.value))
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _certain(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
