@@ -153,7 +153,7 @@ def _instruction(p: Predicate, dtype: np.dtype[Any]) -> tuple[list[int], np.ndar
         holds_null = bool(p.value) and p.value[-1] is None
         values = [v for v in p.value if v is not None]
         compare = _compare_code(dtype, values)
-        table = _constants(values, dtype, compare)
+        table = _constants(values, dtype, compare, listed=True)
         if table is None:
             return None
         return [0, op, load, compare, 0, 0, HOLDS_NULL if holds_null else 0, 0], table
@@ -172,11 +172,15 @@ def _compare_code(dtype: np.dtype[Any], values: list[Any]) -> int:
     return _UNSIGNED if dtype == np.uint64 else _SIGNED
 
 
-def _constants(values: list[Any], dtype: np.dtype[Any], compare: int) -> np.ndarray | None:
+def _constants(
+    values: list[Any], dtype: np.dtype[Any], compare: int, listed: bool = False
+) -> np.ndarray | None:
     """``values`` as sorted int64 words of their compare type (None: one does not fit
-    the way NumPy would compare it)."""
+    the way the mask compares it). An ``in`` list (``listed``) of a float32 column is
+    rounded to float32, as pyarrow's ``is_in`` casts it; a comparison's value is not
+    (pyarrow and the mask compare in float64)."""
     if compare == _DOUBLE:
-        if dtype == np.float32:
+        if dtype == np.float32 and listed:
             if any(abs(float(v)) > _FLOAT32_MAX for v in values):
                 return None
             doubles = np.array(values, dtype=np.float32).astype(np.float64)

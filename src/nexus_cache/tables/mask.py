@@ -166,7 +166,11 @@ def _values_mask(column: MaskColumn, op: str, value: Any, xp: Any) -> Any:
         return _string_mask(column, op, value, xp)
     data = column.data
     if op == "in":
-        return _in_sorted(data, value, xp)
+        return _in_sorted(data, value, xp)  # the list in the column's type, as is_in
+    if data.dtype.kind == "f" and data.dtype.itemsize < 8:
+        # a comparison in float64, as pyarrow's: 0.1 equals no float32 (NumPy would
+        # round the Python float to the array's type)
+        data = data.astype(np.float64)
     return _compare(data, op, value)
 
 

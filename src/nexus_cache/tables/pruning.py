@@ -161,10 +161,11 @@ def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
 
 
 def _as_compared(p: Predicate, arrow_type: pa.DataType) -> Predicate:
-    """``p`` with its values as the row mask compares them: rounded to float32 for
-    a float32 column (``tables.mask``; 0.1 reads as 0.1f), else as they are."""
+    """``p`` with its values as the row mask compares them: an ``in`` list of a
+    float32 column rounded to float32 (``tables.mask``, as pyarrow's ``is_in``: 0.1
+    reads as 0.1f); a comparison's value as it is (compared in float64)."""
     base = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
-    if not pat.is_float32(base):
+    if not pat.is_float32(base) or p.op not in ("in", "not in"):
         return p
 
     def rounded(v: Any) -> Any:
@@ -172,9 +173,7 @@ def _as_compared(p: Predicate, arrow_type: pa.DataType) -> Predicate:
             return v
         return float(np.float32(v))
 
-    if p.op in ("in", "not in"):
-        return Predicate(p.column, p.op, tuple(rounded(v) for v in p.value))
-    return Predicate(p.column, p.op, rounded(p.value))
+    return Predicate(p.column, p.op, tuple(rounded(v) for v in p.value))
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
