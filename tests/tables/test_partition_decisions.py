@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from nexus_cache.tables import canonical_filter
+from nexus_cache.tables._ranges import decide_predicate
 from nexus_cache.tables.filters import TableFilter, _canonical_value
-from nexus_cache.tables.pruning import _decide, partition_test
+from nexus_cache.tables.pruning import partition_test
 
 _SCHEMA = pa.schema([("day", pa.int32()), ("kind", pa.string()), ("w", pa.float64())])
 _OPS = ["=", "!=", "<", "<=", ">", ">=", "in", "not in"]
@@ -30,7 +31,10 @@ def _reference(flt: TableFilter, partition: tuple[tuple[str, Any], ...]) -> bool
     if not known:
         return True
     for clause in flt.clauses:
-        if all(p.column not in known or _decide(p, known[p.column]) is not False for p in clause):
+        if all(
+            p.column not in known or decide_predicate(p, known[p.column]) is not False
+            for p in clause
+        ):
             return True
     return False
 

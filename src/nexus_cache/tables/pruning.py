@@ -16,19 +16,26 @@ Pure functions; thread-safe.
 
 from __future__ import annotations
 
-import operator
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 from nexus_cache._lru import BoundedLRU
+from nexus_cache.tables._ranges import (
+    ColumnRange,
+    FilterColumns,
+    decide_predicate,
+    filter_columns,
+    may_prove_all_true,
+    may_satisfy,
+    surely_satisfies,
+)
 from nexus_cache.tables.filters import Predicate, TableFilter, _canonical_value
 from nexus_cache.tables.snapshot import DataFile, TableSnapshot
 
@@ -48,19 +55,6 @@ __all__ = [
 
 #: a partition's values -> whether a row of it may satisfy a filter
 _PartitionTest = Callable[[tuple[tuple[str, Any], ...]], bool]
-
-
-@dataclass(frozen=True)
-class _Range:
-    """What is known of one column within a file or row group."""
-
-    exact: bool = False  # every row holds ``low`` (a partition value; None: all null)
-    low: Any = None
-    high: Any = None
-    nulls: int | None = None  # None: unknown
-    rows: int | None = None
-    #: ``low`` and ``high`` are the exact least and greatest values (not truncated)
-    exact_bounds: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,190 +85,6 @@ class ScanPlan:
             "row_groups_total": self.row_groups_total,
             "row_groups_pruned": self.row_groups_pruned,
         }
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """What pruning needs of a filter's columns, found once per filter rather than
-    once per file: their types and each type's value converter."""
-
-    names: tuple[str, ...]
-    types: Mapping[str, pa.DataType]
-    canonical: Mapping[str, Callable[[Any], Any]]
-
-
-def _columns(flt: TableFilter) -> _Columns:
-    return _Columns(flt.columns, flt.column_types, flt.converters)
-
-
-def _possible(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
-    """False when no row with these column ranges can satisfy ``flt``."""
-    if not ranges:
-        return True  # nothing known: no proof
-    types = cols.types
-    return any(
-        all(_maybe(p, ranges.get(p.column), types[p.column]) for p in clause)
-        for clause in flt.clauses
-    )
-
-
-def _maybe(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
-    if known is None:
-        return True
-    if known.exact:
-        return _exact(p, known.low)
-    in_list = p.op in ("in", "not in")
-    has_null_value = in_list and bool(p.value) and p.value[-1] is None
-    all_null = known.rows is not None and known.nulls is not None and known.nulls >= known.rows
-    some_null = known.nulls is None or known.nulls > 0
-    if p.op == "not in" and some_null and not has_null_value:
-        return True  # a null row satisfies 'not in' a list without null
-    if p.op == "in" and has_null_value and some_null:
-        return True
-    if all_null:
-        return False
-    low, high = known.low, known.high
-    if low is None or high is None:
-        return True
-    floating = pat.is_floating(arrow_type)
-    if floating:
-        p = _as_compared(p, arrow_type)
-    try:
-        if p.op == "=":
-            return bool(low <= p.value <= high)
-        if p.op == "!=":
-            return floating or not low == high == p.value
-        if p.op == "<":
-            return bool(low < p.value)
-        if p.op == "<=":
-            return bool(low <= p.value)
-        if p.op == ">":
-            return bool(high > p.value)
-        if p.op == ">=":
-            return bool(high >= p.value)
-        values = [v for v in p.value if v is not None]
-        if p.op == "in":
-            return any(low <= v <= high for v in values)
-        return floating or not (low == high and low in values)
-    except TypeError:  # a bound of another kind than the value: no proof
-        return True
-
-
-def _as_compared(p: Predicate, arrow_type: pa.DataType) -> Predicate:
-    """``p`` with its values as the row mask compares them: an ``in`` list of a
-    float32 column rounded to float32 (``tables.mask``, as pyarrow's ``is_in``: 0.1
-    reads as 0.1f); a comparison's value as it is (compared in float64)."""
-    base = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
-    if not pat.is_float32(base) or p.op not in ("in", "not in"):
-        return p
-
-    def rounded(v: Any) -> Any:
-        if v is None or abs(v) > _FLOAT32_MAX:
-            return v
-        return float(np.float32(v))
-
-    return Predicate(p.column, p.op, tuple(rounded(v) for v in p.value))
-
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def _certain(flt: TableFilter, ranges: Mapping[str, _Range], cols: _Columns) -> bool:
-    """True when every row with these column ranges satisfies ``flt``: some clause
-    whose every predicate is proven true (:func:`_surely`)."""
-    types = cols.types
-    return any(
-        all(_surely(p, ranges.get(p.column), types[p.column]) for p in clause)
-        for clause in flt.clauses
-    )
-
-
-def _provable(arrow_type: pa.DataType) -> bool:
-    """Whether a column of this type has exact statistics: integers, dates,
-    timestamps and booleans (never floats: their bounds ignore NaN)."""
-    return (
-        pat.is_integer(arrow_type)
-        or pat.is_date(arrow_type)
-        or pat.is_timestamp(arrow_type)
-        or pat.is_boolean(arrow_type)
-    )
-
-
-def may_prove_all_true(flt: TableFilter, exact_columns: Sequence[str] = ()) -> bool:
-    """Whether statistics could ever prove that every row of a row group satisfies
-    ``flt``: some clause reads only columns of ``exact_columns`` (partition columns,
-    decided per file) or of a type with exact statistics (:func:`_provable`)."""
-    types, exact = flt.column_types, set(exact_columns)
-    return any(
-        all(p.column in exact or _provable(types[p.column]) for p in clause)
-        for clause in flt.clauses
-    )
-
-
-def _surely(p: Predicate, known: _Range | None, arrow_type: pa.DataType) -> bool:
-    """True only when every row of a column known as ``known`` satisfies ``p``."""
-    if known is None:
-        return False
-    if known.exact:
-        return _decide(p, known.low) is True
-    low, high = known.low, known.high
-    if (
-        not known.exact_bounds
-        or known.nulls != 0
-        or low is None
-        or high is None
-        or not _provable(arrow_type)
-    ):
-        return False
-    try:
-        if p.op in ("<", "<=", ">", ">="):
-            # every row within [low, high]: the farthest bound decides
-            return bool(_COMPARE[p.op](high if p.op[0] == "<" else low, p.value))
-        if p.op == "=":
-            return bool(low == high == p.value)
-        if p.op == "!=":
-            return bool(p.value < low or p.value > high)
-        values = [v for v in p.value if v is not None]
-        if p.op == "not in":
-            return not any(low <= v <= high for v in values)
-        # 'in': every value of [low, high] (a few integers at most) in the list
-        if high - low >= len(values):
-            return False
-        found = set(values)
-        return all(v in found for v in range(low, high + 1))
-    except TypeError:  # a bound of another kind than the value: no proof
-        return False
-
-
-def _exact(p: Predicate, value: Any) -> bool:
-    """``p`` on a column whose every row holds ``value`` (None: null); True when
-    the value cannot be compared (no proof)."""
-    decided = _decide(p, value)
-    return True if decided is None else decided
-
-
-def _decide(p: Predicate, value: Any) -> bool | None:
-    """``p`` on a column whose every row holds ``value``; None when undecided."""
-    if p.op in ("in", "not in"):
-        found = value in p.value
-        return found if p.op == "in" else not found
-    if value is None:
-        return False
-    try:
-        return bool(_COMPARE[p.op](value, p.value))
-    except TypeError:
-        return None
-
-
-#: each comparison operator of a canonical predicate (never ``==``)
-_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "=": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 
 
 #: residual filters by the filter's key and schema (held, so its id names it alone) and
@@ -309,13 +119,13 @@ def residual_filter(flt: TableFilter, file: DataFile) -> TableFilter | bool:
 
 def _residual(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     """:func:`residual_filter`, made now."""
-    known = _file_ranges(file, _columns(flt), partition=True)
+    known = _file_ranges(file, filter_columns(flt), partition=True)
     clauses: list[tuple[Predicate, ...]] = []
     for clause in flt.clauses:
         left: list[Predicate] = []
         for p in clause:
             found = known.get(p.column)
-            decided = None if found is None else _decide(p, found.low)
+            decided = None if found is None else decide_predicate(p, found.low)
             if decided is False:
                 break
             if decided is None:
@@ -334,22 +144,24 @@ def _residual(flt: TableFilter, file: DataFile) -> TableFilter | bool:
     return TableFilter(tuple(clauses), flt.schema)
 
 
-def _partition_ranges(partition: tuple[tuple[str, Any], ...], cols: _Columns) -> dict[str, _Range]:
+def _partition_ranges(
+    partition: tuple[tuple[str, Any], ...], cols: FilterColumns
+) -> dict[str, ColumnRange]:
     """The exact ranges of the filter's columns among ``partition``'s values."""
-    out: dict[str, _Range] = {}
+    out: dict[str, ColumnRange] = {}
     canonical = cols.canonical
     for name, value in partition:
         if name in canonical:
             typed = canonical[name](value)
             if typed is not None or value is None:
-                out[name] = _Range(exact=True, low=typed)
+                out[name] = ColumnRange(exact=True, low=typed)
     return out
 
 
-def _file_ranges(file: DataFile, cols: _Columns, partition: bool) -> dict[str, _Range]:
+def _file_ranges(file: DataFile, cols: FilterColumns, partition: bool) -> dict[str, ColumnRange]:
     if partition:
         return _partition_ranges(file.partition, cols)
-    out: dict[str, _Range] = {}
+    out: dict[str, ColumnRange] = {}
     canonical = cols.canonical
     if not (file.min_values or file.max_values or file.null_counts):
         return out  # no statistics recorded
@@ -360,7 +172,7 @@ def _file_ranges(file: DataFile, cols: _Columns, partition: bool) -> dict[str, _
         high = convert(highs.get(name))
         if low is None and high is None and name not in nulls:
             continue
-        out[name] = _Range(low=low, high=high, nulls=nulls.get(name), rows=file.row_count)
+        out[name] = ColumnRange(low=low, high=high, nulls=nulls.get(name), rows=file.row_count)
     return out
 
 
@@ -373,14 +185,14 @@ def prune_files(
     (every file of one partition gets the same answer)."""
     if flt is None:
         return snapshot.files, 0, 0
-    cols = _columns(flt)
+    cols = filter_columns(flt)
     possible = partition_test(flt)
     kept: list[DataFile] = []
     by_partition = by_statistics = 0
     for file in snapshot.files:
         if not possible(file.partition):
             by_partition += 1
-        elif not _possible(flt, _file_ranges(file, cols, partition=False), cols):
+        elif not may_satisfy(flt, _file_ranges(file, cols, partition=False), cols):
             by_statistics += 1
         else:
             kept.append(file)
@@ -432,7 +244,7 @@ def _partition_test(flt: TableFilter) -> _PartitionTest:
             if typed is None and value is not None:
                 continue  # not a value of the column's type: no proof
             for i, p in predicates:
-                if _decide(p, typed) is False:
+                if decide_predicate(p, typed) is False:
                     dead |= 1 << i
         return dead != every
 
@@ -477,11 +289,11 @@ class _FooterStats:
     def __init__(self, metadata: pq.FileMetaData) -> None:
         self.arrow_schema = metadata.schema.to_arrow_schema()
         self.index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
-        self._ranges: dict[tuple[int, str], tuple[_Range | None, ...]] = {}
+        self._ranges: dict[tuple[int, str], tuple[ColumnRange | None, ...]] = {}
 
     def ranges(
         self, metadata: pq.FileMetaData, column: int, arrow_type: pa.DataType
-    ) -> tuple[_Range | None, ...]:
+    ) -> tuple[ColumnRange | None, ...]:
         """Leaf ``column``'s statistics in each row group, read as ``arrow_type``."""
         key = (column, str(arrow_type))
         found = self._ranges.get(key)
@@ -545,17 +357,17 @@ def split_row_groups(
         return every, every
     footer = _footer_stats(metadata)
     names = file_column_names(flt.schema, footer.arrow_schema)
-    cols = _columns(flt)
+    cols = filter_columns(flt)
     fixed = _file_ranges(file, cols, partition=True) if file is not None else {}
     # each filter column: its statistics per row group, or what stands for them
-    per_column: list[tuple[str, _Range | None, tuple[_Range | None, ...] | None]] = []
+    per_column: list[tuple[str, ColumnRange | None, tuple[ColumnRange | None, ...] | None]] = []
     for name in flt.columns:
         if name in fixed:
             continue
         j = footer.index.get(names.get(name, ""))
         if j is None:
             if name not in names:  # not in this file: every row reads as null
-                per_column.append((name, _Range(exact=True, low=None), None))
+                per_column.append((name, ColumnRange(exact=True, low=None), None))
             continue
         per_column.append((name, None, footer.ranges(metadata, j, flt.schema.field(name).type)))
     kept, certain = [], []
@@ -565,9 +377,9 @@ def split_row_groups(
             found = whole if by_group is None else by_group[i]
             if found is not None:
                 ranges[name] = found
-        if _possible(flt, ranges, cols):
+        if may_satisfy(flt, ranges, cols):
             kept.append(i)
-            if _certain(flt, ranges, cols):
+            if surely_satisfies(flt, ranges, cols):
                 certain.append(i)
     return tuple(kept), tuple(certain)
 
@@ -576,16 +388,16 @@ _PARQUET_UNITS = {"MILLIS": "ms", "MICROS": "us", "NANOS": "ns"}
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
-def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> _Range | None:
+def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> ColumnRange | None:
     stats = chunk.statistics
     if stats is None:
         return None
     nulls = int(stats.null_count) if stats.has_null_count else None
     if not stats.has_min_max:
-        return _Range(nulls=nulls, rows=rows)
+        return ColumnRange(nulls=nulls, rows=rows)
     # pyarrow exposes whether a bound was truncated in some versions; where it does
     # not, integer, date, timestamp and boolean bounds are exact (the only ones used
-    # for a proof: see _surely)
+    # for a proof: see _ranges.surely_satisfies)
     exact = bool(getattr(stats, "is_min_value_exact", True)) and bool(
         getattr(stats, "is_max_value_exact", True)
     )
@@ -593,7 +405,7 @@ def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> _Range | None
     if pat.is_timestamp(base):
         unit = _timestamp_unit(stats)
         if unit is None:
-            return _Range(nulls=nulls, rows=rows)
+            return ColumnRange(nulls=nulls, rows=rows)
         low, high = (
             _rescale(int(stats.min_raw), unit, base.unit, up=False),
             _rescale(int(stats.max_raw), unit, base.unit, up=True),
@@ -601,7 +413,7 @@ def _statistics(chunk: Any, arrow_type: pa.DataType, rows: int) -> _Range | None
     else:
         low = _canonical_value(stats.min, arrow_type)
         high = _canonical_value(stats.max, arrow_type)
-    return _Range(low=low, high=high, nulls=nulls, rows=rows, exact_bounds=exact)
+    return ColumnRange(low=low, high=high, nulls=nulls, rows=rows, exact_bounds=exact)
 
 
 def _timestamp_unit(stats: Any) -> str | None:
