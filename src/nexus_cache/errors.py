@@ -198,7 +198,8 @@ class SourceWaitTimeoutError(NexusCacheError, TimeoutError):
 
 
 class CacheClosedError(NexusCacheError, ValueError):
-    """An operation on a cache object after its ``close()``; open a new one."""
+    """An operation on a cache object (or a server client) after its ``close()``;
+    open a new one."""
 
 
 class LockUsageError(NexusCacheError, RuntimeError):

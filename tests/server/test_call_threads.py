@@ -14,10 +14,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from nexus_cache.client import Client
 from nexus_cache.client._calls import Cancellable, interruptible
+from nexus_cache.errors import CacheClosedError
 from nexus_cache.server.app import WATCH_INTERVAL_S, _CallWatcher
 from nexus_cache.service.datagen import fact_table, write_parquet
 
@@ -123,6 +125,74 @@ def test_ctrl_c_abandons_a_main_thread_call_and_the_next_call_is_not_held_up() -
     with pytest.raises(ValueError, match="bad"):
         interruptible(lambda _watch: (_ for _ in ()).throw(ValueError("bad")))
     assert interruptible(lambda _watch: 3) == 3
+
+
+def test_an_interrupt_waits_a_moment_for_the_call_it_cancelled_to_return() -> None:
+    # A CLI exits right after the interrupt: a worker still inside gRPC then can
+    # crash the process in gRPC's teardown. The cancel makes the call return
+    # soon, and the interrupt waits for that (a moment at most).
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def cancelled_soon(_watch: Callable[[Cancellable], None]) -> None:
+        entered.set()
+        release.wait(60)  # as a do_get waits for the server's answer
+        time.sleep(0.2)  # the call unwinds after the server's cancel
+        returned.set()
+
+    def interrupt() -> None:
+        if entered.wait(30):
+            _thread.interrupt_main()
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        interruptible(cancelled_soon, release.set)  # on_abandon: the server's cancel
+    assert returned.is_set()
+
+
+class _Flight:
+    """A Flight connection whose ``do_action`` blocks until released; it records
+    whether it was closed under a running call (which crashes a real one)."""
+
+    def __init__(self) -> None:
+        self.inside, self.release = threading.Event(), threading.Event()
+        self.running = 0
+        self.closed = False
+        self.closed_while_running = False
+
+    def do_action(self, _action: object, _options: object) -> list[object]:
+        self.running += 1
+        self.inside.set()
+        self.release.wait(60)
+        self.running -= 1
+
+        class Result:
+            body = pa.py_buffer(b'{"status": "ready"}')
+
+        return [Result()]
+
+    def close(self) -> None:
+        self.closed_while_running |= self.running > 0
+        self.closed = True
+
+
+def test_close_under_a_running_call_closes_the_connection_when_the_call_returns() -> None:
+    client = Client("grpc://127.0.0.1:1")
+    client._flight.close()
+    flight = client._flight = _Flight()  # type: ignore[assignment]
+    answers: list[object] = []
+    caller = threading.Thread(target=lambda: answers.append(client.health()))
+    caller.start()
+    assert flight.inside.wait(30)
+    client.close()
+    client.close()  # twice is as once
+    assert not flight.closed
+    flight.release.set()
+    caller.join(30)
+    assert answers == [{"status": "ready"}]
+    assert flight.closed
+    assert not flight.closed_while_running
+    with pytest.raises(CacheClosedError, match="closed; make a new Client"):
+        client.health()
 
 
 class _Context:

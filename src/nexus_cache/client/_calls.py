@@ -11,7 +11,9 @@ sending and drops the result); one that has not is cancelled the moment its
 first message arrives, since pyarrow offers no way to cancel a call before
 then. ``on_abandon`` runs as the call is abandoned: the client asks the server
 there to cancel the query (its ``cancel`` action), so a process that goes on
-after the interrupt does not leave it running.
+after the interrupt does not leave it running. The interrupt then waits a
+moment (at most ``_SETTLE_S``) for the cancelled call to return: a process
+that exits while a worker is still inside gRPC can crash in gRPC's teardown.
 
 The worker is one daemon thread, started by the main thread's first call and
 kept for the next ones (starting a thread per call cost a warm query about as
@@ -36,6 +38,8 @@ _T = TypeVar("_T")
 
 # how often the waiting thread wakes (a signal interrupts the wait anyway)
 _WAKE_S = 0.25
+# how long an interrupt waits for the call it abandoned (and cancelled) to return
+_SETTLE_S = 1.0
 
 
 class Cancellable(Protocol):
@@ -81,6 +85,11 @@ class _Call(Generic[_T]):
     @property
     def finished(self) -> bool:
         return self._done.is_set()
+
+    def settle(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the call to return (its value is dropped)."""
+        if self._done.wait(timeout):
+            self._value = self._error = None
 
     def abandon(self) -> None:
         with self._lock:
@@ -185,6 +194,7 @@ def interruptible(
         call.abandon()
         if on_abandon is not None:
             on_abandon()
+        call.settle(_SETTLE_S)
         raise
     _give_back(worker)
     return value

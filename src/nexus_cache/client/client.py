@@ -19,6 +19,9 @@ its own, to cancel that query (the ``cancel`` action), so a process that goes
 on after the interrupt (a notebook) leaves nothing running.
 
 A client is thread-safe (gRPC channels are); one per process is enough.
+``close()`` while a call still runs (one that an interrupt abandoned, or one
+of another thread) closes the connection once the last such call returns:
+closing a Flight connection under a running call crashes the process.
 """
 
 from __future__ import annotations
@@ -28,23 +31,26 @@ import json
 import logging
 import os
 import secrets
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from nexus_cache.client._calls import Cancellable, interruptible
 from nexus_cache.client._errors import translated
-from nexus_cache.errors import ConfigError
+from nexus_cache.errors import CacheClosedError, ConfigError
 from nexus_cache.server.auth import bearer_header
 from nexus_cache.server.wire import QUERY_ID_HEADER, encode_ticket, split_diagnostics
 from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult, defer_fingerprint
 
 __all__ = ["Client"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("nexus_cache.client")
 
@@ -142,6 +148,10 @@ class Client:
             raise ConfigError(f"server URL {url!r} cannot be used ({exc})") from None
         self._headers = [bearer_header(token.strip())] if token is not None else []
         self._options = flight.FlightCallOptions(headers=self._headers, timeout=timeout)
+        # calls running on self._flight, and whether close() waits for them
+        self._use_lock = threading.Lock()
+        self._running = 0
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -170,7 +180,7 @@ class Client:
             return reader.read_all()
 
         with self._errors():
-            table = interruptible(read, lambda: self._cancel(call_id))
+            table = interruptible(self._using(read), lambda: self._cancel(call_id))
         table, document = split_diagnostics(table)
         return QueryResult(table, _diagnostics(document, table))
 
@@ -215,7 +225,9 @@ class Client:
         """
         descriptor = flight.FlightDescriptor.for_command(encode_ticket(as_query(query).to_dict()))
         with self._errors():
-            info = interruptible(lambda _: self._flight.get_flight_info(descriptor, self._options))
+            info = interruptible(
+                self._using(lambda _: self._flight.get_flight_info(descriptor, self._options))
+            )
         return dict(json.loads(info.app_metadata))
 
     # -- actions ---------------------------------------------------------------------
@@ -336,7 +348,9 @@ class Client:
     def _action(self, name: str, body: bytes = b"") -> Any:
         action = flight.Action(name, body)
         with self._errors():
-            results = interruptible(lambda _: list(self._flight.do_action(action, self._options)))
+            results = interruptible(
+                self._using(lambda _: list(self._flight.do_action(action, self._options)))
+            )
         return json.loads(results[0].body.to_pybytes())
 
     def _cancel(self, call_id: str) -> None:
@@ -363,6 +377,29 @@ class Client:
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         return translated(self.url, self._timeout)
 
+    def _using(self, work: Callable[[Callable[[Cancellable], None]], _T]) -> Callable[..., _T]:
+        """``work``, counted as a call on the connection while it runs, so that
+        :meth:`close` leaves the connection open until it returns. A call begun
+        after ``close()`` raises :class:`CacheClosedError`."""
+
+        def counted(watch: Callable[[Cancellable], None]) -> _T:
+            with self._use_lock:
+                if self._closed:
+                    raise CacheClosedError(
+                        f"the client of {self.url} is closed; make a new Client to call it"
+                    )
+                self._running += 1
+            try:
+                return work(watch)
+            finally:
+                with self._use_lock:
+                    self._running -= 1
+                    last = self._closed and self._running == 0
+                if last:
+                    self._flight.close()
+
+        return counted
+
     def close(self) -> None:
         """Close the connection; the client makes no call after it.
 
@@ -372,6 +409,12 @@ class Client:
         >>> client = Client("grpc://127.0.0.1:8815")
         >>> client.close()
         """
+        with self._use_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._running:
+                return  # the last running call closes it
         self._flight.close()
 
     def __enter__(self) -> Client:
