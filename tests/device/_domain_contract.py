@@ -7,6 +7,7 @@ machine (``tests/gpu/test_device_gpu.py``).
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -170,10 +171,48 @@ def check_disowns_host_memory_only_where_it_lives(backend: DeviceBackend) -> Non
         domain.close()
 
 
+def check_shares_host_memory_only_where_it_lives(backend: DeviceBackend) -> None:
+    """A host-memory domain books a read-only twin of another domain's Arrow-backed
+    allocation with no copy, each living on its own; a device domain shares none.
+    Neither shares a view, nor memory that is not a reference-counted buffer."""
+    import pyarrow as pa
+
+    domain, other = backend.create_domain(0), backend.create_domain(0)
+    root = other.root_of(other.empty(1000, np.uint8))  # 1024 B booked by other
+    root.fill(5)
+    assert domain.share(root[8:]) is None  # a view
+    assert domain.share(_outside(backend, 64)) is None  # its own memory, not Arrow's
+    twin = domain.share(root)
+    if domain.host_memory:
+        assert twin is not root
+        assert np.shares_memory(twin, root)
+        assert not twin.flags.writeable
+        assert domain.allocation_bytes(twin) == 1024
+        decoded = np.frombuffer(pa.allocate_buffer(100), np.uint8)  # Arrow's, no domain's
+        shared = domain.share(decoded)
+        assert domain.allocation_bytes(shared) == 512
+        del shared, decoded
+        del root  # the twin keeps the memory: other's books are clear
+        gc.collect()
+        assert other.counters().used_bytes == 0
+        assert twin.tolist() == [5] * 1024
+        assert domain.counters().used_bytes == 1024
+        del twin
+    else:
+        assert twin is None
+        del root
+    gc.collect()
+    assert domain.counters().used_bytes == 0
+    assert other.counters().used_bytes == 0
+    domain.close()
+    other.close()
+
+
 CONTRACT = (
     check_measures_rounded_allocations,
     check_adopts_host_memory_only_where_it_lives,
     check_disowns_host_memory_only_where_it_lives,
+    check_shares_host_memory_only_where_it_lives,
     check_freed_blocks_are_held_until_released,
     check_refuses_foreign_arrays,
     check_close_refuses_while_live_then_refuses_allocations,

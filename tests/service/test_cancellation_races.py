@@ -212,9 +212,9 @@ def test_a_decode_leader_cancelled_as_it_publishes_leaves_whole_frames_to_its_fo
             assert release.wait(30)
         return real_decode(*args, **kwargs)
 
-    def publish_and_cancel(self: Any, value: Any) -> Any:
+    def publish_and_cancel(self: Any, value: Any, **kwargs: Any) -> Any:
         leader_cancel.set()  # while the leader publishes its first frame
-        return real_publish(self, value)
+        return real_publish(self, value, **kwargs)
 
     monkeypatch.setattr(attempt_module, "decode_object", held_first_decode)
     monkeypatch.setattr(claim_module.SourceClaim, "publish", publish_and_cancel)

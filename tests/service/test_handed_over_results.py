@@ -116,6 +116,40 @@ def test_a_cold_proven_read_hands_its_columns_over_and_the_result_outlives_all(
     assert first.table.column("src").to_pylist() == want.column("src").to_pylist()
 
 
+def _entry_roots(service: Any) -> list[np.ndarray]:
+    """The arrays the source cache's domain books (its entries' allocations)."""
+    domain = _cache_domain(service)
+    with domain._lock:
+        return [r for r in (ref() for ref, _size, _fin in domain._live.values()) if r is not None]
+
+
+def test_a_cold_read_shares_its_decode_with_the_entry_and_each_lives_on_its_own(
+    hive: Path, tmp_path: Path
+) -> None:
+    want = _dataset(hive, WINDOW, COLUMNS)
+    with make_service(tmp_path / "svc", idle_release_s=60.0) as service:
+        first = service.execute(Scan(str(hive), COLUMNS, filter=WINDOW))
+        assert first.diagnostics.source_cache["status"] == "miss-led"
+        # the entry holds no copy: its arrays are read-only views of the decode the
+        # result was handed
+        roots = _entry_roots(service)
+        for chunk in first.table.column("src").chunks:
+            data = np.frombuffer(chunk.buffers()[1], np.uint8)
+            (shared,) = [r for r in roots if np.shares_memory(r, data)]
+            assert not shared.flags.writeable
+        del roots, shared, data
+        # the result gone, the entry still answers: a warm read and another filter
+        del first
+        gc.collect()
+        warm = service.execute(Scan(str(hive), COLUMNS, filter=WINDOW))
+        assert warm.diagnostics.source_cache["status"] == "hit"
+        assert_same_rows(warm.table, want)
+        narrower = [("ts", ">=", 250), ("ts", "<", 300)]
+        other = service.execute(Scan(str(hive), COLUMNS, filter=narrower))
+        assert_same_rows(other.table, _dataset(hive, narrower, COLUMNS))
+        assert _work(service).counters().used_bytes == 0
+
+
 def test_a_warm_read_copies_and_never_takes_the_cache_entry(hive: Path, tmp_path: Path) -> None:
     want = _dataset(hive, WINDOW, COLUMNS)
     with make_service(tmp_path / "svc", idle_release_s=60.0) as service:

@@ -174,6 +174,17 @@ class AllocationDomain(abc.ABC):
         back to their own pool); the host domain gives any live allocation."""
         return None
 
+    def share(self, array: Any) -> Any | None:
+        """A new array over ``array``'s memory (an allocation of another domain, the
+        array :meth:`root_of` gives there), booked as an allocation of this domain
+        with no copy and read-only, or None where the domain cannot share it: the
+        caller then copies it in. Sharing is safe only for memory that nobody
+        writes and nothing reuses while any array references it. Device domains
+        share none (a pool reuses freed memory); the host domain shares an array
+        whose memory is a reference-counted Arrow buffer, which lives as long as
+        either array (or any view of them) does."""
+        return None
+
     @abc.abstractmethod
     def root_of(self, array: Any) -> Any:
         """The array that owns ``array``'s allocation (itself unless a view)."""

@@ -147,6 +147,10 @@ class HostBackend(DeviceBackend):
             self._held[device_id] -= nbytes
 
 
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
 def _fresh_bytes(size: int) -> np.ndarray:
     """``size`` writable bytes from Arrow's memory pool, as a NumPy array that owns them
     (they go back to the pool when the array and every view of it die).
@@ -244,6 +248,28 @@ class HostAllocationDomain(AllocationDomain):
             self._used -= size
             self._backend.give_back(self.device_id, size)
         return array
+
+    def share(self, array: Any) -> np.ndarray | None:
+        """A read-only twin of ``array`` over the same Arrow buffer, booked here as
+        :meth:`adopt` books one (rounded), with no copy; None unless ``array`` is a
+        non-empty, C-contiguous, writable NumPy array directly over a ``pyarrow.Buffer``
+        (what :meth:`empty` allocates and what Arrow decodes). The twin holds the
+        buffer, not ``array``: each lives, and is counted freed, on its own."""
+        if (
+            not isinstance(array, np.ndarray)
+            or not array.nbytes
+            or not array.flags.c_contiguous
+            or not array.flags.writeable  # not a file's mapped pages, say
+            or not isinstance(array.base, pa.Buffer)
+        ):
+            return None
+        buffer = array.base
+        twin = np.ndarray(
+            array.shape, array.dtype, buffer=buffer, offset=_address(array) - buffer.address
+        )
+        twin.flags.writeable = False
+        with self._lock:
+            return self._book(round_allocation(int(array.nbytes)), lambda _size: twin)
 
     def _book(self, size: int, allocate: Any) -> np.ndarray:
         """Book ``size`` bytes and the array ``allocate(size)`` gives for them (under

@@ -34,7 +34,10 @@ class DeviceValue(Protocol):
       measure them and prove them unreachable at teardown.
 
     Copies must not share buffers with the original: the cache's copy and the
-    attempt's value have independent lifetimes.
+    attempt's value have independent lifetimes. A value may also offer
+    ``share_into(domain)`` (a :class:`~nexus_cache.frames.DeviceFrame` does):
+    the same memory booked by ``domain``, read-only, or None; the source cache
+    uses it only where the publisher promises nothing writes the value again.
     """
 
     @property

@@ -7,6 +7,10 @@ copied whole again (a source-cache hit of a resident frame) is laid out
 exactly like its copy, so the copy is a single device-to-device memcpy of
 the block. Slices of strings take the per-buffer path, which rebases their
 offsets and copies only the bytes their rows use.
+
+Between host domains a frame can also be shared instead of copied
+(:func:`share_columns`): its buffers are Arrow's reference-counted memory,
+which nothing writes or reuses while referenced.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 from nexus_cache.backends import AllocationDomain, round_allocation
 from nexus_cache.frames.column import DeviceColumn
 
-__all__ = ["copy_column", "copy_columns", "copy_stream"]
+__all__ = ["copy_column", "copy_columns", "copy_stream", "share_columns"]
 
 
 class _Streams(threading.local):
@@ -149,5 +153,35 @@ def copy_columns(
                 np.copyto(dst, src)
             elif src.nbytes:
                 dst.data.copy_from_device_async(src.data, src.nbytes, stream)
+    it = iter(views)
+    return [_rebuild(c, it) for c in columns]
+
+
+def share_columns(
+    columns: Sequence[DeviceColumn], source: AllocationDomain, domain: AllocationDomain
+) -> list[DeviceColumn] | None:
+    """``columns`` (allocated by ``source``) as read-only views of the same memory,
+    booked by ``domain`` (:meth:`~nexus_cache.backends.AllocationDomain.share`), or
+    None where ``domain`` cannot share one of their allocations (the caller copies).
+    Buffers that share an allocation share one twin of it."""
+    if not all(c.compact for c in columns):
+        return None
+    twins: dict[int, Any] = {}
+    views = []
+    for buf in (b for c in columns for b in _buffers(c)):
+        if not buf.nbytes:
+            views.append(np.empty(buf.shape, buf.dtype))
+            continue
+        if not buf.flags.c_contiguous:
+            return None
+        root = source.root_of(buf)
+        twin = twins.get(id(root))
+        if twin is None:
+            twin = domain.share(root)
+            if twin is None:
+                return None  # the twins made so far are dropped, and freed with it
+            twins[id(root)] = twin
+        at = _address(buf) - _address(root)
+        views.append(twin.view(np.uint8)[at : at + buf.nbytes].view(buf.dtype).reshape(buf.shape))
     it = iter(views)
     return [_rebuild(c, it) for c in columns]

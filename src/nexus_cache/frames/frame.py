@@ -13,7 +13,7 @@ import pyarrow as pa
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import LifecycleError
 from nexus_cache.frames._builder import build_column
-from nexus_cache.frames._copy import copy_columns, copy_stream
+from nexus_cache.frames._copy import copy_columns, copy_stream, share_columns
 from nexus_cache.frames._host import arrow_array
 from nexus_cache.frames.column import DeviceColumn, column_kind
 from nexus_cache.frames.owner import FrameOwner
@@ -225,6 +225,24 @@ class DeviceFrame:
             stream.synchronize()
         return DeviceFrame(
             columns, num_rows=self._num_rows, domain=domain, metadata=self._metadata, owner=owner
+        )
+
+    def share_into(self, domain: AllocationDomain) -> DeviceFrame | None:
+        """The same rows booked by ``domain`` with no copy, or None where that cannot
+        be (then :meth:`copy_into`). Only between host-memory domains, for a
+        compact frame whose every buffer is Arrow's memory (a decode's, or a host
+        domain's allocation): nothing writes such a buffer once built, and nothing
+        reuses its memory while any array references it, so the two frames read
+        the same bytes with lifetimes of their own. The new frame's buffers are
+        read-only. A source-cache entry of a host decode is made this way.
+        """
+        if not (self._domain.host_memory and domain.host_memory):
+            return None
+        columns = share_columns(self.columns, self._domain, domain)
+        if columns is None:
+            return None
+        return DeviceFrame(
+            columns, num_rows=self._num_rows, domain=domain, metadata=self._metadata
         )
 
     # -- back to Arrow -----------------------------------------------------------------

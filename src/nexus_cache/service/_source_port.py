@@ -280,7 +280,9 @@ class SourcePort:
             except StalePlanError:
                 result.abandon("stale lakehouse plan")  # our plan, not the key, is bad
                 raise
-            return result.publish(frame)  # a DeviceFrame is a device-cache value
+            # a DeviceFrame is a device-cache value; this decode is ours alone and
+            # never written again, so a host entry may share its memory
+            return result.publish(frame, share=True)
 
 
 def concat_objects(tables: list[pa.Table]) -> pa.Table:

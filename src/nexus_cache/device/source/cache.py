@@ -342,7 +342,12 @@ class SourceCacheSubdomain(CacheSubdomain):
     # -- leader outcomes (called by SourceClaim) -------------------------------------------
 
     def _complete(
-        self, flight: DecodeFlight, key: SourceFrameKey, value: DeviceValue, started: float
+        self,
+        flight: DecodeFlight,
+        key: SourceFrameKey,
+        value: DeviceValue,
+        started: float,
+        share: bool = False,
     ) -> tuple[bool, str]:
         fingerprint = key.fingerprint
         retained, detail, nbytes, measured = False, "not retained", 0, 0
@@ -350,7 +355,7 @@ class SourceCacheSubdomain(CacheSubdomain):
         try:
             nbytes = int(value.nbytes)
             self._events.record("load", fingerprint, nbytes=nbytes, seconds=copy_started - started)
-            retained, detail, measured = self._retain(key, value, nbytes)
+            retained, detail, measured = self._retain(key, value, nbytes, share)
         finally:  # whatever happens (even a value that is no DeviceValue), waiters wake
             seconds = time.monotonic() - copy_started
             if retained:
@@ -371,15 +376,19 @@ class SourceCacheSubdomain(CacheSubdomain):
         return retained, detail
 
     def _retain(
-        self, key: SourceFrameKey, value: DeviceValue, nbytes: int
+        self, key: SourceFrameKey, value: DeviceValue, nbytes: int, share: bool
     ) -> tuple[bool, str, int]:
-        """Reserve, copy into the cache domain, reconcile, publish; never raises for capacity."""
+        """Reserve, copy (or share: ``DeviceFrame.share_into``) into the cache domain,
+        reconcile, publish; never raises for capacity."""
         try:
             entry = self.reserve(key, nbytes)
         except (CapacityError, AdmissionClosedError, LifecycleError) as exc:
             return False, f"not retained: {type(exc).__name__}: {exc}", 0
         try:
-            cached = value.copy_into(self._factory.domain)
+            sharing = getattr(value, "share_into", None) if share else None
+            cached = None if sharing is None else sharing(self._factory.domain)
+            if cached is None:
+                cached = value.copy_into(self._factory.domain)
             entry.attach(cached, cached.device_arrays())
             del cached
         except BaseException as exc:  # allocation failure, a value that cannot copy, Ctrl-C

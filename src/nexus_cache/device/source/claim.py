@@ -65,8 +65,8 @@ LEADER_LOCAL_ERRORS: tuple[type[BaseException], ...] = (
 class ClaimOutcomes:
     """What the owning cache does when a claim resolves (built by the cache)."""
 
-    #: ``(flight, key, value, started) -> (retained, detail)``
-    publish: Callable[[DecodeFlight, SourceFrameKey, Any, float], tuple[bool, str]]
+    #: ``(flight, key, value, started, share) -> (retained, detail)``
+    publish: Callable[[DecodeFlight, SourceFrameKey, Any, float, bool], tuple[bool, str]]
     #: ``(flight, key, error)``
     fail: Callable[[DecodeFlight, SourceFrameKey, BaseException], None]
     #: ``(flight, key, reason)``
@@ -122,7 +122,7 @@ class SourceClaim:
     def resolved(self) -> bool:
         return self._resolved
 
-    def publish(self, value: DeviceValue) -> SourceCheckout:
+    def publish(self, value: DeviceValue, *, share: bool = False) -> SourceCheckout:
         """Offer the decoded ``value`` to the cache and wake the followers.
 
         Returns the leader's checkout of its own ``value`` (no pin). Never
@@ -130,6 +130,12 @@ class SourceClaim:
         say why. Returns only once every follower waiting now has its own
         copy (or a pin on the resident entry), so the caller may release
         ``value`` as soon as it has it back.
+
+        ``share``: the caller promises that nothing writes ``value``'s buffers
+        from now on; where the value can share its memory with the cache's
+        domain (``share_into``: a host decode's Arrow buffers), the entry is
+        made with no copy, with read-only buffers. Otherwise, and by default,
+        the entry is a copy.
         """
         self._resolve()
         key = self._key
@@ -144,7 +150,7 @@ class SourceClaim:
                 retained=False,
             )
             return SourceCheckout(value, diag, None)
-        retained, detail = self._outcomes.publish(self._flight, key, value, self._started)
+        retained, detail = self._outcomes.publish(self._flight, key, value, self._started, share)
         diag = SourceDiagnostics(
             key.fingerprint,
             CheckoutStatus.LEADER,
