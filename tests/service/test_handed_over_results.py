@@ -137,6 +137,9 @@ def test_a_cold_read_shares_its_decode_with_the_entry_and_each_lives_on_its_own(
             data = np.frombuffer(chunk.buffers()[1], np.uint8)
             (shared,) = [r for r in roots if np.shares_memory(r, data)]
             assert not shared.flags.writeable
+            # nor can the result's reader write into the entry through it
+            assert not chunk.buffers()[1].is_mutable
+            assert not data.flags.writeable
         del roots, shared, data
         # the result gone, the entry still answers: a warm read and another filter
         del first

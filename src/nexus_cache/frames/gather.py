@@ -344,6 +344,10 @@ def _hand_over(
                     data = data.copy()  # still the domain's: never aliased
                 else:
                     disowned.add(id(root))
+            # read-only: the memory may also be a source-cache entry's (a shared
+            # decode), and Arrow then hands out immutable buffers only
+            data = data.view()
+            data.flags.writeable = False
             chunks.append(
                 arrow_array(column.type, column.length, data, None, column.validity, None)
             )
