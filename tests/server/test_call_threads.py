@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from nexus_cache.client import Client
-from nexus_cache.client._calls import Cancellable, interruptible
+from nexus_cache.client._calls import Cancellable, abandoned_calls, interruptible
 from nexus_cache.errors import CacheClosedError
 from nexus_cache.server.app import WATCH_INTERVAL_S, _CallWatcher
 from nexus_cache.service.datagen import fact_table, write_parquet
@@ -147,6 +147,36 @@ def test_an_interrupt_waits_a_moment_for_the_call_it_cancelled_to_return() -> No
     with pytest.raises(KeyboardInterrupt):
         interruptible(cancelled_soon, release.set)  # on_abandon: the server's cancel
     assert returned.is_set()
+    assert abandoned_calls() == 0
+
+
+def test_a_call_that_outlasts_the_wait_is_counted_until_it_returns() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def deaf(_watch: Callable[[Cancellable], None]) -> None:
+        entered.set()
+        release.wait(60)  # a server that answers neither the query nor the cancel
+
+    def interrupt() -> None:
+        if entered.wait(30):
+            _thread.interrupt_main()
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    before = abandoned_calls()
+    with pytest.raises(KeyboardInterrupt):
+        interruptible(deaf)
+    assert abandoned_calls() == before + 1  # what the CLI exits on without teardown
+    release.set()
+    assert _wait(lambda: abandoned_calls() == before)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 class _Flight:

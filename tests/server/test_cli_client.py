@@ -217,6 +217,60 @@ def test_client_execute_raises_keyboard_interrupt_at_once(
         end_processes([python])
 
 
+# A Flight server that takes every query and never answers, nor a cancel: the
+# CLI's call is still inside gRPC when the CLI exits.
+_DEAF_SERVER = """
+import sys, threading, time
+from pathlib import Path
+import pyarrow.flight as flight
+
+class Deaf(flight.FlightServerBase):
+    def do_get(self, context, ticket):
+        Path(sys.argv[1]).write_text("called")
+        threading.Event().wait(600)
+
+    def do_action(self, context, action):
+        threading.Event().wait(600)
+
+server = Deaf("grpc://127.0.0.1:0")
+print(server.port, flush=True)
+server.serve()
+"""
+
+
+def test_ctrl_c_exits_130_at_once_while_the_server_answers_nothing(
+    lake: Path, tmp_path: Path
+) -> None:
+    called = tmp_path / "called"
+    deaf = subprocess.Popen(
+        [sys.executable, "-c", _DEAF_SERVER, str(called)], stdout=subprocess.PIPE, text=True
+    )
+    cli = None
+    try:
+        assert deaf.stdout is not None
+        port = int(deaf.stdout.readline())
+        command = ["scan", str(lake / "ring.parquet"), "--server", f"grpc://127.0.0.1:{port}"]
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "nexus_cache.cli.main", *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert wait_until(called.exists, 60)
+        interrupted = time.monotonic()
+        cli.send_signal(signal.SIGINT)
+        code = cli.wait(timeout=30)
+        took = time.monotonic() - interrupted
+        _out, err = cli.communicate(timeout=30)
+        # the cancel (2 s at most) and the wait for the call (1 s) are all it takes;
+        # no crash in gRPC's teardown under the call that never returned
+        assert code == 130, err
+        assert took < 6, f"exit {took:.1f} s after SIGINT"
+        assert "Traceback" not in err
+    finally:
+        end_processes([cli, deaf])
+
+
 # A notebook: Ctrl-C interrupts a query, the process goes on (here: waits on
 # stdin). The client's debug line names the id it sent the query under.
 _NOTEBOOK = f"""

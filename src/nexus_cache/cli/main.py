@@ -18,7 +18,7 @@ from typing import NoReturn
 from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for, literal
 from nexus_cache.cli._remote import quiet_grpc
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "entry", "main"]
 
 # sub-command modules under nexus_cache.cli, in help order
 _AREAS = (
@@ -137,5 +137,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code_for(exc)
 
 
+def entry() -> NoReturn:
+    """The ``nexus-cache`` console script: exit with :func:`main`'s status.
+
+    After a Ctrl-C that gave up a server call still running (its worker thread
+    inside gRPC, past the moment the interrupt waits for it), the process exits
+    at once, its output flushed, without the interpreter's teardown: gRPC can
+    crash there under a live call.
+    """
+    code = main()
+    calls = sys.modules.get("nexus_cache.client._calls")  # not imported: no call made
+    if code == EXIT_INTERRUPTED and calls is not None and calls.abandoned_calls():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe, a closed stream
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Cancellable", "interruptible"]
+__all__ = ["Cancellable", "abandoned_calls", "interruptible"]
 
 _T = TypeVar("_T")
 
@@ -73,7 +73,11 @@ class _Call(Generic[_T]):
         except BaseException as exc:  # handed to the waiting thread
             self._error = exc
         finally:
-            self._done.set()
+            with self._lock:
+                self._done.set()
+                abandoned = self._abandoned
+            if abandoned:
+                _count_abandoned(-1)
 
     def watch(self, stream: Cancellable) -> None:
         with self._lock:
@@ -95,6 +99,9 @@ class _Call(Generic[_T]):
         with self._lock:
             self._abandoned = True
             stream = self._stream
+            running = not self._done.is_set()
+            if running:
+                _count_abandoned(1)
         if stream is not None:
             stream.cancel()
 
@@ -136,13 +143,31 @@ class _Worker:
 _lock = threading.Lock()
 # the worker waiting for the main thread's next call (None: none yet, or in a call)
 _idle: _Worker | None = None
+# calls abandoned by an interrupt that have not returned yet
+_abandoned = 0
+_abandoned_lock = threading.Lock()
+
+
+def _count_abandoned(step: int) -> None:
+    global _abandoned
+    with _abandoned_lock:
+        _abandoned += step
+
+
+def abandoned_calls() -> int:
+    """How many calls an interrupt abandoned are still running in a worker thread
+    (inside gRPC: a process that exits now should skip the interpreter's teardown,
+    during which gRPC can crash under a live call)."""
+    with _abandoned_lock:
+        return _abandoned
 
 
 def _forget_worker() -> None:
     """In a forked child: the parent's worker thread is not there (and its lock may
     have been held by a thread that is not there either)."""
-    global _idle, _lock
+    global _idle, _lock, _abandoned, _abandoned_lock
     _idle, _lock = None, threading.Lock()
+    _abandoned, _abandoned_lock = 0, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
