@@ -250,8 +250,16 @@ def test_ctrl_c_exits_130_at_once_while_the_server_answers_nothing(
         assert deaf.stdout is not None
         port = int(deaf.stdout.readline())
         command = ["scan", str(lake / "ring.parquet"), "--server", f"grpc://127.0.0.1:{port}"]
+        torn_down = tmp_path / "torn-down"
+        # the console script, with an exit hook that the interpreter's teardown runs
+        script = (
+            "import atexit, pathlib, sys\n"
+            "atexit.register(pathlib.Path(sys.argv.pop(1)).touch)\n"
+            "from nexus_cache.cli.main import entry\n"
+            "entry()\n"
+        )
         cli = subprocess.Popen(
-            [sys.executable, "-m", "nexus_cache.cli.main", *command],
+            [sys.executable, "-c", script, str(torn_down), *command],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -267,6 +275,7 @@ def test_ctrl_c_exits_130_at_once_while_the_server_answers_nothing(
         assert code == 130, err
         assert took < 6, f"exit {took:.1f} s after SIGINT"
         assert "Traceback" not in err
+        assert not torn_down.exists()  # exited with the call live: no teardown
     finally:
         end_processes([cli, deaf])
 
