@@ -131,6 +131,18 @@ def _one_line(cli: subprocess.CompletedProcess[str]) -> str:
 # -- Ctrl-C -------------------------------------------------------------------------------------
 
 
+def _ctrl_c_exits(cli: subprocess.Popen[str], within: float) -> None:
+    """SIGINT ``cli``: it exits with 130 within ``within`` s, no traceback."""
+    interrupted = time.monotonic()
+    cli.send_signal(signal.SIGINT)
+    code = cli.wait(timeout=30)
+    took = time.monotonic() - interrupted
+    _out, err = cli.communicate(timeout=30)
+    assert code == 130, err
+    assert took < within, f"exit {took:.1f} s after SIGINT"
+    assert "Traceback" not in err
+
+
 def test_ctrl_c_on_a_server_client_exits_130_at_once_and_the_server_cancels(
     served: tuple[Server, dict[str, str]], lake: Path
 ) -> None:
@@ -150,14 +162,7 @@ def test_ctrl_c_on_a_server_client_exits_130_at_once_and_the_server_cancels(
     try:
         # the PageRank holds its grant and iterates on the server
         assert wait_until(lambda: admission_decisions(evidence)[before:] == ["admitted"], 60)
-        interrupted = time.monotonic()
-        cli.send_signal(signal.SIGINT)
-        code = cli.wait(timeout=30)
-        took = time.monotonic() - interrupted
-        _out, err = cli.communicate(timeout=30)
-        assert code == 130, err
-        assert took < 5, f"exit {took:.1f} s after SIGINT"  # about 0.2 s when quiet
-        assert "Traceback" not in err
+        _ctrl_c_exits(cli, within=5)  # about 0.2 s when quiet
         # the server cancelled that very query: its evidence, its log line (by the
         # query id) and its grant say so
         assert wait_until(lambda: len(set(evidence.glob("attempt-*.json")) - attempts) == 1)
@@ -265,16 +270,9 @@ def test_ctrl_c_exits_130_at_once_while_the_server_answers_nothing(
             text=True,
         )
         assert wait_until(called.exists, 60)
-        interrupted = time.monotonic()
-        cli.send_signal(signal.SIGINT)
-        code = cli.wait(timeout=30)
-        took = time.monotonic() - interrupted
-        _out, err = cli.communicate(timeout=30)
         # the cancel (2 s at most) and the wait for the call (1 s) are all it takes;
         # no crash in gRPC's teardown under the call that never returned
-        assert code == 130, err
-        assert took < 6, f"exit {took:.1f} s after SIGINT"
-        assert "Traceback" not in err
+        _ctrl_c_exits(cli, within=6)
         assert not torn_down.exists()  # exited with the call live: no teardown
     finally:
         end_processes([cli, deaf])
