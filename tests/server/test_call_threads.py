@@ -20,7 +20,7 @@ import pytest
 from nexus_cache.client import Client
 from nexus_cache.client._calls import Cancellable, abandoned_calls, interruptible
 from nexus_cache.errors import CacheClosedError
-from nexus_cache.server.app import WATCH_INTERVAL_S, _CallWatcher
+from nexus_cache.server._watch import WATCH_INTERVAL_S, CallWatcher
 from nexus_cache.service.datagen import fact_table, write_parquet
 
 from ._helpers import Server, close_all, server_env, start_server
@@ -236,7 +236,7 @@ class _Context:
 
 
 def test_the_cancel_watch_keeps_one_thread_across_pauses_and_still_cancels() -> None:
-    watcher = _CallWatcher()
+    watcher = CallWatcher()
     first, first_cancel = _Context(), threading.Event()
     with watcher.watching(first, first_cancel):
         pass

@@ -596,6 +596,7 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 # device, frame and graph code, fsspec, the other commands' modules
 _NOT_NEEDED = (
     "nexus_cache.service.service",
+    "nexus_cache.service._runner",
     "nexus_cache.service.warmup",
     "nexus_cache.lakehouse",
     "nexus_cache.device",

@@ -175,17 +175,17 @@ def test_diagnostics_ride_in_the_schema_metadata_and_come_off_again() -> None:
 def test_results_stream_in_batches_of_a_few_mib_whatever_their_chunks() -> None:
     import numpy as np
 
-    from nexus_cache.server.app import _coalesced
+    from nexus_cache.server._stream import coalesced
 
     table = pa.Table.from_batches(
         pa.table({"a": np.arange(1000), "b": np.arange(1000.0)}).to_batches(max_chunksize=70)
     )
-    batches = list(_coalesced(table, 300))
+    batches = list(coalesced(table, 300))
     assert [b.num_rows for b in batches] == [350, 350, 300]
     assert pa.Table.from_batches(batches).equals(table)
-    assert [b.num_rows for b in _coalesced(table.combine_chunks(), 400)] == [400, 400, 200]
+    assert [b.num_rows for b in coalesced(table.combine_chunks(), 400)] == [400, 400, 200]
     empty = pa.Table.from_batches([table.to_batches()[0].slice(0, 0)] * 3)
-    assert list(_coalesced(empty, 10)) == []  # the stream still carries the schema
+    assert list(coalesced(empty, 10)) == []  # the stream still carries the schema
 
 
 def test_the_trim_gives_freed_heap_pages_back_to_the_system() -> None:

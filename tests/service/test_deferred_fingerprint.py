@@ -29,7 +29,7 @@ def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(table)
 
     monkeypatch.setattr(fingerprint_module, "table_fingerprint", counting)
-    monkeypatch.setattr("nexus_cache.service.service.table_fingerprint", counting)
+    monkeypatch.setattr("nexus_cache.service._runner.table_fingerprint", counting)
     return calls
 
 

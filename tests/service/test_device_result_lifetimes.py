@@ -30,6 +30,7 @@ import pytest
 from tests.service._helpers import MIB, make_service, write_year_month_hive
 
 import nexus_cache.service._attempt as attempt_module
+import nexus_cache.service._runner as runner_module
 import nexus_cache.service._table_scan as table_scan_module
 import nexus_cache.service.service as service_module
 from nexus_cache.errors import AdmissionError, LifecycleError
@@ -230,9 +231,9 @@ STEPS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., An
     "sealing": (EvidenceWriter, "seal", _after),
     "booking": (DeviceFrame, "with_owner", _after),
     "noting the source's device": (Admission, "remember", _instead),
-    "diagnostics": (service_module, "Diagnostics", _instead),
-    "deferring the fingerprint": (service_module, "defer_device_fingerprint", _instead),
-    "wrapping the result": (service_module, "DeviceQueryResult", _instead),
+    "diagnostics": (runner_module, "Diagnostics", _instead),
+    "deferring the fingerprint": (runner_module, "defer_device_fingerprint", _instead),
+    "wrapping the result": (runner_module, "DeviceQueryResult", _instead),
 }
 
 

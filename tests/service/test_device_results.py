@@ -217,7 +217,7 @@ def test_a_failure_after_the_result_was_built_releases_it_and_the_grant(
     scan = Scan(str(hive), columns=["src", "w"], filter=[("w", "<", 0.5)])
     service = make_service(tmp_path)
     try:
-        monkeypatch.setattr("nexus_cache.service.service.table_fingerprint", interrupted)
+        monkeypatch.setattr("nexus_cache.service._runner.table_fingerprint", interrupted)
         with pytest.raises(KeyboardInterrupt):
             service.execute_on_device(scan)
         gc.collect()

@@ -37,8 +37,6 @@ The server keeps serving.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -54,9 +52,12 @@ import pyarrow.flight as flight
 from nexus_cache.errors import (
     AdmissionError,
     ConfigError,
-    NexusCacheError,
     QueryCancelledError,
 )
+from nexus_cache.server._answers import USER_ERRORS, answering, flight_error
+from nexus_cache.server._running import RunningQuery
+from nexus_cache.server._stream import BATCH_BYTES, ResultStream
+from nexus_cache.server._watch import WATCH_INTERVAL_S, CallWatcher
 from nexus_cache.server.auth import BasicHandshake, BearerTokenMiddlewareFactory
 from nexus_cache.server.callid import MIDDLEWARE_KEY, CallIdMiddlewareFactory, call_id
 from nexus_cache.server.metrics import ServerMetrics
@@ -70,54 +71,6 @@ from nexus_cache.service.service import is_query_id
 __all__ = ["WATCH_INTERVAL_S", "QueryFlightServer"]
 
 log = logging.getLogger("nexus_cache.server")
-
-# Bytes per streamed batch: large enough that per-batch overhead vanishes,
-# small enough that a cancelled client is noticed within a few milliseconds.
-_BATCH_BYTES = 8 << 20
-#: how often a running query's call is looked at for a client that went away
-WATCH_INTERVAL_S = 0.05
-_USER_ERRORS = (NexusCacheError, FileNotFoundError, NotADirectoryError, PermissionError)
-
-
-def _flight_error(exc: BaseException, *, internal: bool = False) -> flight.FlightError:
-    """The Flight error a client gets for ``exc``: its one line, and its class and
-    line as JSON in ``extra_info``. Never a traceback."""
-    message, info = encode_error(exc)
-    if isinstance(exc, QueryCancelledError):
-        return flight.FlightCancelledError(message, extra_info=info)
-    if internal:
-        return flight.FlightInternalError(message, extra_info=info)
-    return flight.FlightServerError(message, extra_info=info)
-
-
-@contextlib.contextmanager
-def _answering(call: str) -> Iterator[None]:
-    """A handler's errors as Flight errors: Flight's own as they are, the query's
-    with their one line, an unexpected one logged here with its traceback and
-    sent as an internal error (pyarrow would send the traceback)."""
-    try:
-        yield
-    except flight.FlightError:
-        raise
-    except _USER_ERRORS as exc:
-        raise _flight_error(exc) from None
-    except Exception as exc:
-        log.exception("%s failed unexpectedly", call)
-        raise _flight_error(exc, internal=True) from None
-
-
-@dataclasses.dataclass(eq=False)
-class _Running:
-    """A query in the server, from its ticket to its last batch."""
-
-    query_id: str
-    ticket: bytes
-    started: float  # time.monotonic()
-    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
-    #: waiting (for a running-query slot), executing or streaming
-    state: str = "waiting"
-    #: cancelled by the server stopping (not by its client)
-    by_server: bool = False
 
 
 class QueryFlightServer(flight.FlightServerBase):
@@ -162,9 +115,9 @@ class QueryFlightServer(flight.FlightServerBase):
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         # the queries waiting for a slot, executing or streaming
-        self._queries: set[_Running] = set()
+        self._queries: set[RunningQuery] = set()
         self._finished = 0
-        self._watcher = _CallWatcher()
+        self._watcher = CallWatcher()
         self._stopping = False
         self._started = time.monotonic()
         super().__init__(
@@ -209,7 +162,7 @@ class QueryFlightServer(flight.FlightServerBase):
             running.cancel.set()
         return len(queries)
 
-    def _enter(self, ticket: bytes, wanted: str | None) -> _Running:
+    def _enter(self, ticket: bytes, wanted: str | None) -> RunningQuery:
         """Count a query in; its id (``wanted``, the client's, unless a running query
         has it) names it in the log whatever happens."""
         with self._lock:
@@ -220,11 +173,11 @@ class QueryFlightServer(flight.FlightServerBase):
             if wanted is not None and self._find(wanted) is not None:
                 log.info("query id %s is already running; the new query gets its own", wanted)
                 wanted = None
-            running = _Running(wanted or uuid.uuid4().hex[:16], ticket, time.monotonic())
+            running = RunningQuery(wanted or uuid.uuid4().hex[:16], ticket, time.monotonic())
             self._queries.add(running)
         return running
 
-    def _find(self, query_id: str) -> _Running | None:
+    def _find(self, query_id: str) -> RunningQuery | None:
         """The running query ``query_id`` (the caller holds the lock)."""
         return next((r for r in self._queries if r.query_id == query_id), None)
 
@@ -245,7 +198,7 @@ class QueryFlightServer(flight.FlightServerBase):
         running.cancel.set()
         return {"query_id": query_id, "found": True, "state": running.state}
 
-    def _leave(self, running: _Running) -> None:
+    def _leave(self, running: RunningQuery) -> None:
         with self._idle:
             self._queries.discard(running)
             self._finished += 1
@@ -264,11 +217,11 @@ class QueryFlightServer(flight.FlightServerBase):
             )
         except ConfigError as exc:
             log.info("refused ticket: %s", encode_error(exc)[0])
-            raise _flight_error(exc) from None
+            raise flight_error(exc) from None
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
         start = time.perf_counter()
-        with _answering("do_get"):
+        with answering("do_get"):
             query, device = self._query(ticket.ticket)
         running = self._enter(ticket.ticket, call_id(context))
         if self._board is not None:
@@ -276,7 +229,7 @@ class QueryFlightServer(flight.FlightServerBase):
         try:
             with self._watcher.watching(context, running.cancel):
                 result = self._execute(query, device, start, running)
-            with _answering("do_get"):
+            with answering("do_get"):
                 # where nothing recorded the fingerprint yet, the client computes
                 # it from the rows it receives, only if it is read
                 diagnostics = result.diagnostics.to_dict(fingerprint=False)
@@ -286,12 +239,12 @@ class QueryFlightServer(flight.FlightServerBase):
             raise
         running.state = "streaming"
         executed = time.perf_counter()
-        if result.table.nbytes <= _BATCH_BYTES:
+        if result.table.nbytes <= BATCH_BYTES:
             # one batch: nothing to stop early, and Arrow's own stream writes it
             # without a call back into Python
             self._finish(query, diagnostics, (start, executed, None), "ok", running)
             return flight.RecordBatchStream(result.table.replace_schema_metadata(schema.metadata))
-        stream = _ResultStream(
+        stream = ResultStream(
             result.table,
             context,
             running,
@@ -318,7 +271,7 @@ class QueryFlightServer(flight.FlightServerBase):
                     "later or raise NEXUS_SERVER_MAX_RUNNING_QUERIES"
                 )
 
-    def _execute(self, query: Any, device: int | None, start: float, running: _Running) -> Any:
+    def _execute(self, query: Any, device: int | None, start: float, running: RunningQuery) -> Any:
         try:
             self._slot(running.cancel)
             running.state = "executing"
@@ -357,10 +310,10 @@ class QueryFlightServer(flight.FlightServerBase):
                 self._metrics.observe(query.kind, outcome, elapsed, None)
             if self._board is not None:
                 self._board.finished(running.cancel, outcome, elapsed, None, message)
-            if isinstance(exc, _USER_ERRORS):  # QueryCancelledError included
-                raise _flight_error(exc) from None
+            if isinstance(exc, USER_ERRORS):  # QueryCancelledError included
+                raise flight_error(exc) from None
             log.exception("query %s failed unexpectedly", running.query_id)
-            raise _flight_error(exc, internal=True) from None
+            raise flight_error(exc, internal=True) from None
 
     def _finish(
         self,
@@ -368,7 +321,7 @@ class QueryFlightServer(flight.FlightServerBase):
         diag: dict[str, Any],
         stamps: tuple[float, float, float | None],
         outcome: str,
-        running: _Running,
+        running: RunningQuery,
     ) -> None:
         """Log, count and board a query whose result was made. ``stamps``: the
         ticket's arrival, the result ready to send, and the stream's end (None: a
@@ -403,7 +356,7 @@ class QueryFlightServer(flight.FlightServerBase):
     def get_flight_info(
         self, context: Any, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
-        with _answering("get_flight_info"):
+        with answering("get_flight_info"):
             raw, plan, schema = self._described(descriptor)
             return flight.FlightInfo(
                 schema,
@@ -415,7 +368,7 @@ class QueryFlightServer(flight.FlightServerBase):
             )
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
-        with _answering("get_schema"):
+        with answering("get_schema"):
             return flight.SchemaResult(self._described(descriptor)[2])
 
     def _described(self, descriptor: flight.FlightDescriptor) -> tuple[bytes, Any, pa.Schema]:
@@ -458,7 +411,7 @@ class QueryFlightServer(flight.FlightServerBase):
         return list(ACTIONS.items())
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
-        with _answering(f"action {action.type!r}"):
+        with answering(f"action {action.type!r}"):
             yield self._action(action)
 
     def _action(self, action: flight.Action) -> flight.Result:
@@ -510,146 +463,3 @@ def _rss_bytes() -> int | None:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-class _CallWatcher:
-    """Sets a call's cancel event when its client cancels or goes away: one thread
-    looks at every watched call every :data:`WATCH_INTERVAL_S`.
-
-    One thread for all calls, started with the first and kept for the server's
-    life: while no call is watched it sleeps until one is (no look every
-    interval, and no thread started by a query that comes after a pause), so a
-    query pays two lock acquisitions for its watch, and a wake-up of the
-    thread only when it follows a pause. A call's context is only looked at
-    under the lock, and :meth:`watching` takes it off under the lock before the
-    handler returns: never after gRPC has freed the call. Thread-safe.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._calls: dict[object, tuple[Any, threading.Event]] = {}
-        self._thread: threading.Thread | None = None
-        # the thread sleeps until a call is watched (rather than for an interval)
-        self._asleep = False
-
-    @contextlib.contextmanager
-    def watching(self, context: Any, cancel: threading.Event) -> Iterator[None]:
-        """Watch ``context`` for as long as the block runs."""
-        key = object()
-        with self._lock:
-            self._calls[key] = (context, cancel)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._watch, name="nexus-cancel-watch", daemon=True
-                )
-                self._thread.start()
-            elif self._asleep:
-                self._asleep = False
-                self._wake.notify()
-        try:
-            yield
-        finally:
-            with self._lock:
-                del self._calls[key]
-
-    def _watch(self) -> None:
-        with self._lock:
-            while True:
-                if self._calls:
-                    self._wake.wait(WATCH_INTERVAL_S)
-                else:
-                    self._asleep = True
-                    while self._asleep:
-                        self._wake.wait()
-                for context, cancel in self._calls.values():
-                    if not cancel.is_set() and context.is_cancelled():
-                        cancel.set()
-
-
-class _ResultStream:
-    """Yields a result's batches, stopping when the client cancelled or went away
-    or the query was cancelled (``running.cancel``: a server stopping, the
-    ``cancel`` action, the status page); the latter ends the stream with a
-    Flight error, so a client still reading never takes the batches sent so far
-    for the whole result.
-
-    ``done(outcome)`` runs exactly once: at the end of the stream, when it is
-    stopped early, or when gRPC drops it unread (``__del__``).
-    """
-
-    def __init__(
-        self,
-        table: pa.Table,
-        context: Any,
-        running: _Running,
-        done: Callable[[str], None],
-    ) -> None:
-        per_row = max(1, table.nbytes // max(1, table.num_rows))
-        self._batches = _coalesced(table, max(1, _BATCH_BYTES // per_row))
-        self._rows = table.num_rows
-        self._sent = 0
-        self._context = context
-        self._running = running
-        self._done: Callable[[str], None] | None = done
-
-    def __iter__(self) -> _ResultStream:
-        return self
-
-    def __next__(self) -> pa.RecordBatch:
-        if self._context.is_cancelled():  # nobody left to tell
-            self._close("cancelled")
-            raise StopIteration
-        if self._running.cancel.is_set():
-            self._close("cancelled")
-            # The client is still reading: a plain end of stream would hand it
-            # the batches sent so far as if they were the whole result.
-            cut = f"the result was cut short after {self._sent} of {self._rows} rows"
-            raise _flight_error(
-                QueryCancelledError(
-                    f"the server is stopping: {cut} and is withdrawn; run the query again "
-                    "against a running server"
-                    if self._running.by_server
-                    else f"query {self._running.query_id} was cancelled on the server (its "
-                    f"cancel action or the status page): {cut} and is withdrawn"
-                )
-            )
-        try:
-            batch = next(self._batches)
-        except StopIteration:
-            self._close("ok")
-            raise
-        self._sent += batch.num_rows
-        return batch
-
-    def _close(self, outcome: str) -> None:
-        done, self._done = getattr(self, "_done", None), None
-        self._batches = iter(())  # the table's memory goes with the last reference
-        if done is not None:
-            done(outcome)
-
-    def __del__(self) -> None:
-        self._close("cancelled")
-
-
-def _coalesced(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
-    """``table`` as batches of about ``rows`` rows: small chunks (a scan's
-    ``batch_rows``) are joined, since each Flight message costs about as much as
-    copying a few MiB, and large ones split."""
-    group: list[pa.RecordBatch] = []
-    count = 0
-    for batch in table.to_batches(max_chunksize=rows):
-        group.append(batch)
-        count += batch.num_rows
-        if count >= rows:
-            yield _joined(group)
-            group, count = [], 0
-    if group:
-        yield _joined(group)
-
-
-def _joined(group: list[pa.RecordBatch]) -> pa.RecordBatch:
-    if len(group) == 1:
-        return group[0]
-    batches = pa.Table.from_batches(group).combine_chunks().to_batches()
-    return batches[0] if batches else group[0]  # none: the group had no row

@@ -24,15 +24,16 @@ attempts, but its result stays in the attempt's working domain as a
 :class:`~nexus_cache.service.device_result.DeviceQueryResult`, and step 4
 keeps the grant: it is released with the result.
 
+This module is the public surface (arguments, access, warm-up, shutdown);
+the attempt loop, the booking of a device result's grant and the sealing of
+evidence are :class:`~nexus_cache.service._runner.QueryRunner`'s.
+
 Thread-safe: queries may run concurrently from many threads. Not
 process-safe beyond what each cache states (the ledger governs one process).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import math
 import re
 import threading
@@ -42,8 +43,6 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-import pyarrow as pa
-
 from nexus_cache.backends import DeviceBackend, select_backend
 from nexus_cache.device import (
     MANAGED_CAPACITY_FRACTION,
@@ -52,48 +51,29 @@ from nexus_cache.device import (
     DeviceProfile,
     DeviceResidentCaches,
     DeviceShutdown,
-    Grant,
 )
 from nexus_cache.errors import (
-    AdmissionError,
     CacheSecurityError,
     ConfigError,
-    GrantExhaustedError,
     LifecycleError,
-    QueryCancelledError,
-    StalePlanError,
 )
-from nexus_cache.frames import DeviceFrame, FrameOwner
 from nexus_cache.lakehouse import LakehouseCache
-from nexus_cache.service._attempt import (
-    AttemptOutcome,
-    AttemptPlan,
-    AttemptPorts,
-    plan_attempt,
-    run_attempt,
-)
+from nexus_cache.service._attempt import AttemptPlan, AttemptPorts, plan_attempt
 from nexus_cache.service._graph_port import GraphPort
 from nexus_cache.service._held import HeldResults, marked
+from nexus_cache.service._runner import QueryRunner
 from nexus_cache.service._source_port import SourcePort
 from nexus_cache.service._work import WorkDomains
-from nexus_cache.service.admission import Admission, Attempt, GrantMemory, check_cancelled
+from nexus_cache.service.admission import Admission
 from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION, ENV_EVIDENCE_DIR, ServiceConfig
 from nexus_cache.service.device_result import DeviceQueryResult
 from nexus_cache.service.evidence import AdmissionLog, EvidenceWriter
-from nexus_cache.service.fingerprint import table_fingerprint
 from nexus_cache.service.queries import Query, Scan, as_query
-from nexus_cache.service.result import (
-    AttemptRecord,
-    Diagnostics,
-    QueryResult,
-    defer_device_fingerprint,
-    defer_fingerprint,
-)
+from nexus_cache.service.result import QueryResult
 from nexus_cache.service.warmup import WarmUpReport, warm_up_devices
 
 __all__ = ["QueryService", "is_query_id"]
 
-_TRANSIENT = (StalePlanError, GrantExhaustedError)
 # a caller's query id: it names evidence files, so nothing a path could misread
 _QUERY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -101,28 +81,6 @@ _QUERY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 def is_query_id(value: object) -> bool:
     """Whether ``value`` may name a query: 1 to 64 letters, digits, ``-`` or ``_``."""
     return isinstance(value, str) and _QUERY_ID.fullmatch(value) is not None
-
-
-@dataclasses.dataclass
-class _QueryRun:
-    """One call of :meth:`QueryService.execute`: the query and its attempts' records."""
-
-    query: Query
-    query_id: str
-    #: the device every attempt is pinned to, or None (admission places each)
-    device: int | None
-    cancel: threading.Event | None
-    #: ``time.perf_counter()`` when the query began
-    start: float
-    records: list[AttemptRecord] = dataclasses.field(default_factory=list)
-    #: the result stays in device memory (:meth:`QueryService.execute_on_device`)
-    on_device: bool = False
-    #: ``query.to_dict()``, made once (the grant memory's key, every attempt's
-    #: evidence and the diagnostics read it; none changes it)
-    query_dict: dict[str, Any] = dataclasses.field(init=False)
-
-    def __post_init__(self) -> None:
-        self.query_dict = self.query.to_dict()
 
 
 def _profiles(config: ServiceConfig, backend: DeviceBackend) -> list[DeviceProfile]:
@@ -218,7 +176,7 @@ class QueryService:
         try:
             self._lakehouse = LakehouseCache(self.config.lakehouse)
             try:
-                self._evidence = EvidenceWriter(self.config.evidence_dir)
+                evidence = EvidenceWriter(self.config.evidence_dir)
                 log = AdmissionLog(self.config.evidence_dir)
             except CacheSecurityError:
                 raise
@@ -228,13 +186,11 @@ class QueryService:
                     f"({ENV_EVIDENCE_DIR}) cannot be used: {' '.join(str(exc).split())}"
                 ) from exc
             self._admission = Admission(log, self.config.admission_timeout_s, self._caches)
-            self._needs = GrantMemory()
         except BaseException:
             self._caches.shutdown()
             raise
         sources = SourcePort(self._caches, SOURCE_WAIT_TIMEOUT_S)
-        self._ports = AttemptPorts(self._lakehouse, sources, GraphPort(self._caches))
-        self._on_planned = on_planned
+        ports = AttemptPorts(self._lakehouse, sources, GraphPort(self._caches))
         self._lock = threading.Lock()
         # what attempts allocate, per device; the lock is shutdown's (see WorkDomains)
         self._work = WorkDomains(
@@ -246,6 +202,18 @@ class QueryService:
         self._closed = False
         self._shutdown: list[DeviceShutdown] | None = None
         self._held = HeldResults()  # device results handed out, until released
+        # each query's attempts, over what the service owns
+        self._runner = QueryRunner(
+            self.config,
+            self._caches,
+            self._lakehouse,
+            self._admission,
+            evidence,
+            ports,
+            self._work,
+            self._held,
+            on_planned,
+        )
 
     def __repr__(self) -> str:
         return f"QueryService({self._caches!r}, {self._lakehouse!r})"
@@ -397,177 +365,9 @@ class QueryService:
             )
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
-        run = _QueryRun(
-            query,
-            query_id or uuid.uuid4().hex[:16],
-            device,
-            cancel,
-            time.perf_counter(),
-            on_device=on_device,
+        return self._runner.run(
+            query, query_id or uuid.uuid4().hex[:16], device, cancel, on_device=on_device
         )
-        # by digest: a query's JSON may be large (a long ``in`` list)
-        key = hashlib.sha256(json.dumps(run.query_dict, sort_keys=True).encode()).hexdigest()
-        floor = self._needs.floor(key)
-        short = False  # an attempt ran past its grant
-        for number in range(1, self.config.max_attempts + 1):
-            check_cancelled(cancel, run.query_id, "before its next attempt")
-            try:
-                result = self._attempt(run, number, floor)
-            except _TRANSIENT as exc:
-                if number == self.config.max_attempts:
-                    raise
-                if isinstance(exc, GrantExhaustedError):
-                    floor = 2 * max(exc.needed_bytes, run.records[-1].grant_bytes)
-                    short = True
-                continue
-            if short:  # its estimate fell short: the next run asks for what this one used
-                self._needs.learn(key, run.records[-1].used_bytes)
-            return result
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _attempt(self, run: _QueryRun, number: int, floor: int) -> QueryResult | DeviceQueryResult:
-        cfg = self.config
-        timings: dict[str, float] = {}
-        t0 = time.perf_counter()
-        plan = plan_attempt(
-            self._lakehouse,
-            run.query,
-            expansion=cfg.grant_expansion,
-            min_grant=cfg.min_grant_bytes,
-            floor=floor,
-            storage_options=cfg.storage_options,
-            allowed_roots=cfg.allowed_roots,
-        )
-        timings["plan_s"] = time.perf_counter() - t0
-        if self._on_planned is not None:
-            self._on_planned(plan)
-        attempt = self._admission.place(
-            run.query_id,
-            number,
-            plan.grant_bytes,
-            source_keys=plan.source.identity_keys,
-            device=run.device,
-            floor=floor,
-            min_grant=cfg.min_grant_bytes,
-            cancel=run.cancel,
-        )
-        plan = dataclasses.replace(plan, grant_bytes=attempt.grant_bytes)
-        outcome = AttemptOutcome(timings=timings)
-        t0 = time.perf_counter()
-        try:
-            grant = self._admission.admit(attempt)
-        except (AdmissionError, QueryCancelledError) as exc:
-            timings["admit_s"] = time.perf_counter() - t0
-            kind = "cancelled" if isinstance(exc, QueryCancelledError) else "refused"
-            self._seal(run, attempt, plan, outcome, kind, exc)
-            raise
-        # The evidence's ledger snapshot is taken while the grant is still held;
-        # the grant is released whatever sealing does (an interrupt included).
-        try:
-            timings["admit_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            table = self._run(plan, attempt, grant, outcome, run.on_device)
-        except BaseException as exc:
-            last = number == self.config.max_attempts
-            kind = "retried" if isinstance(exc, _TRANSIENT) and not last else "failed"
-            try:
-                if isinstance(exc, QueryCancelledError):
-                    kind = "cancelled"
-                    self._admission.cancelled(attempt, exc)
-                self._seal(run, attempt, plan, outcome, kind, exc)
-            finally:
-                self._admission.release(grant)
-            raise
-        # Until a device result reaches the caller, anything that fails (a Ctrl-C
-        # included) gives its frame, its grant and its share of the working domain
-        # back here, at once and exactly once (``settle`` is idempotent; once the
-        # result's frame holds it, its release runs it instead).
-        booked: DeviceFrame | None = None
-        settle: Callable[[], None] | None = None
-        try:
-            timings["execute_s"] = time.perf_counter() - t0
-            timings["total_s"] = time.perf_counter() - run.start
-            statuses = outcome.statuses(plan)
-            digest = self._seal(run, attempt, plan, outcome, "ok", None, table, statuses)
-            self._admission.remember(plan.source.identity_keys, attempt.device_id)
-            diagnostics = Diagnostics(
-                query_id=run.query_id,
-                query=run.query_dict,
-                device_id=attempt.device_id,
-                attempts=tuple(run.records),
-                lakehouse=statuses["lakehouse"],
-                source_cache=statuses["source_cache"],
-                graph_cache=statuses["graph_cache"],
-                timings=dict(timings),
-                rows=table.num_rows,
-                result_fingerprint=digest or "",
-                algorithm={} if outcome.graph is None else dict(outcome.graph.algorithm),
-                table=statuses["table"],
-            )
-            if isinstance(table, DeviceFrame):  # the grant goes with the result
-                settle = self._book(grant, run.query_id)
-                booked = table.with_owner(FrameOwner(settle))
-                table.release()  # the same buffers, now held by ``booked`` alone
-                if digest is None:
-                    defer_device_fingerprint(diagnostics, booked)
-                return DeviceQueryResult(booked, diagnostics)
-        except BaseException:
-            if isinstance(table, DeviceFrame):
-                table.release()
-            if booked is not None:
-                booked.release()
-            if settle is not None:
-                settle()
-            raise
-        finally:
-            if settle is None:  # not booked: the frame and the grant go back now
-                if isinstance(table, DeviceFrame):
-                    table.release()
-                    self._work.leave(attempt.device_id)
-                self._admission.release(grant)
-        assert isinstance(table, pa.Table)
-        if digest is None:
-            defer_fingerprint(diagnostics, table)
-        return QueryResult(table, diagnostics)
-
-    def _run(
-        self,
-        plan: AttemptPlan,
-        attempt: Attempt,
-        grant: Grant,
-        outcome: AttemptOutcome,
-        on_device: bool,
-    ) -> pa.Table | DeviceFrame:
-        """Run the attempt in its device's work domain. A device result (``on_device``)
-        keeps borrowing the domain until it is released (:meth:`_book`), and its
-        device work is complete when this returns."""
-        device_id = attempt.device_id
-        with self._work.borrow(device_id) as domain:
-            result = run_attempt(
-                plan, attempt, grant, domain, self._ports, outcome, device_result=on_device
-            )
-            if isinstance(result, DeviceFrame):
-                try:
-                    self.backend.synchronize(device_id)
-                except BaseException:
-                    result.release()
-                    raise
-                self._work.stay(device_id)  # the result's share, until it goes
-            return result
-
-    def _book(self, grant: Grant, query_id: str) -> Callable[[], None]:
-        """Hold a device result's ``grant`` and its share of the work domain until the
-        returned settlement runs (once; see :class:`HeldResults`); shutdown() waits
-        for it meanwhile."""
-        device_id = grant.device_id
-
-        def give_back() -> None:
-            try:
-                self._admission.release(grant)
-            finally:
-                self._work.leave(device_id)
-
-        return self._held.book(give_back, device_id, query_id)
 
     def warm_up(self) -> float:
         """Compile and load every kernel the queries use, on every served device;
@@ -586,67 +386,6 @@ class QueryService:
         if self._closed:
             raise LifecycleError("the query service was shut down; create a new one")
         return warm_up_devices(self.backend, self._caches.device_ids, self._work.borrow)
-
-    def _seal(
-        self,
-        run: _QueryRun,
-        attempt: Attempt,
-        plan: AttemptPlan,
-        outcome: AttemptOutcome,
-        kind: str,
-        error: BaseException | None,
-        table: pa.Table | DeviceFrame | None = None,
-        statuses: dict[str, Any] | None = None,
-    ) -> str | None:
-        """Seal the attempt's evidence and add its record to ``run``; returns the
-        result fingerprint ('' without a result; None where the service writes no
-        evidence: nothing records it, so it is computed when first read). A device
-        result is hashed from a host copy. ``statuses``: ``outcome.statuses(plan)``
-        where the caller made them already."""
-        fingerprint: str | None = ""
-        if table is not None:
-            written = self._evidence.directory is not None
-            if written:
-                host = table.to_arrow() if isinstance(table, DeviceFrame) else table
-                fingerprint = table_fingerprint(host)
-                del host
-            else:
-                fingerprint = None
-        ledger = self._caches.ledger(attempt.device_id).snapshot()
-        message = None if error is None else f"{type(error).__name__}: {error}"
-        doc = {
-            "attempt_id": attempt.attempt_id,
-            "query_id": attempt.query_id,
-            "outcome": kind,
-            "error": message,
-            "plan": {**plan.to_dict(query=False), "query": run.query_dict},
-            "device_id": attempt.device_id,
-            "backend": self._caches.backend.name,
-            "statuses": outcome.statuses(plan) if statuses is None else statuses,
-            "ledger": ledger.to_dict(),
-            "used_bytes": outcome.used_bytes,
-            "timings": dict(outcome.timings),
-            "result": None
-            if table is None
-            else {
-                "rows": table.num_rows,
-                "columns": table.column_names,
-                "fingerprint": fingerprint,
-            },
-        }
-        sealed = self._evidence.seal(doc)
-        run.records.append(
-            AttemptRecord(
-                attempt_id=attempt.attempt_id,
-                device_id=attempt.device_id,
-                grant_bytes=plan.grant_bytes,
-                used_bytes=outcome.used_bytes,
-                outcome=kind,
-                error=message,
-                evidence_digest=sealed["seal"]["digest"],
-            )
-        )
-        return fingerprint
 
     # -- lifetime ----------------------------------------------------------------------
 
