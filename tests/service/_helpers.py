@@ -54,6 +54,23 @@ def write_year_month_hive(
     return root
 
 
+def sql_catalog(warehouse: Path) -> Any:
+    """A pyiceberg SQL catalog on SQLite in ``warehouse`` (made here), with the
+    namespace ``ns``; the test is skipped without pyiceberg and SQLAlchemy."""
+    import pytest
+
+    pytest.importorskip("pyiceberg")
+    pytest.importorskip("sqlalchemy")
+    from pyiceberg.catalog import load_catalog
+
+    warehouse.mkdir()
+    catalog = load_catalog(
+        "t", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=warehouse.as_uri()
+    )
+    catalog.create_namespace("ns")
+    return catalog
+
+
 def make_lake(root: Path, scale: int = 8, fact_rows: int = 4000) -> Lake:
     """An R-MAT edge table and a fact table, each a multi-row-group Parquet file."""
     lake = root / "lake"

@@ -10,6 +10,8 @@ does a large remote object.
 from __future__ import annotations
 
 import io
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,36 +118,48 @@ def _tail_reads(reads: list[tuple[int, int]], size: int) -> list[tuple[int, int]
     return [r for r in reads if r[1] == size]
 
 
+def _local_table(root: Path) -> None:
+    """One partition of ``ROWS`` rows under ``root``, old enough for the lakehouse to
+    prove its identity."""
+    part = root / "day=0"
+    part.mkdir(parents=True)
+    table = pa.table({"src": np.arange(ROWS) % 30, "ts": np.arange(ROWS)})
+    pq.write_table(table, part / "part-0.parquet", row_group_size=GROUP)
+    past = time.time() - 60
+    os.utime(part / "part-0.parquet", (past, past))
+
+
+def _lakehouse_readers(monkeypatch: pytest.MonkeyPatch, *, parsing: bool) -> list[object]:
+    """The lakehouse files an Arrow ``ParquetFile`` is opened over from now on (with
+    ``parsing``: only those opened without a known footer, which parse it)."""
+    from nexus_cache.lakehouse import LakehouseFile
+
+    opened: list[object] = []
+    original = pq.ParquetFile
+
+    class _Spy(original):  # type: ignore[misc, valid-type]
+        def __init__(self, source: Any, *args: Any, **kwargs: Any) -> None:
+            if isinstance(source, LakehouseFile) and not (
+                parsing and kwargs.get("metadata") is not None
+            ):
+                opened.append(source)
+            super().__init__(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", _Spy)
+    return opened
+
+
 def test_a_footer_known_for_the_object_is_not_parsed_again_by_the_decode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cold filtered read of a local object whose footer an earlier query parsed
     (same proven identity) prunes with that footer and decodes with it: no parse of
     the object's footer through the lakehouse file."""
-    import os
-    import time
-
-    from nexus_cache.lakehouse import LakehouseFile
-
-    part = tmp_path / "t" / "day=0"
-    part.mkdir(parents=True)
-    table = pa.table({"src": np.arange(ROWS) % 30, "ts": np.arange(ROWS)})
-    pq.write_table(table, part / "part-0.parquet", row_group_size=GROUP)
-    past = time.time() - 60  # old enough for the lakehouse to prove its identity
-    os.utime(part / "part-0.parquet", (past, past))
+    _local_table(tmp_path / "t")
     query = Scan(str(tmp_path / "t"), ["src", "ts"], filter=[("ts", "<", 15_000)])
     with make_service(tmp_path / "a") as service:
         first = service.execute(query)
-    parses: list[object] = []
-    original = pq.ParquetFile
-
-    class _Spy(original):  # type: ignore[misc, valid-type]
-        def __init__(self, source: Any, *args: Any, **kwargs: Any) -> None:
-            if isinstance(source, LakehouseFile) and kwargs.get("metadata") is None:
-                parses.append(source)
-            super().__init__(source, *args, **kwargs)
-
-    monkeypatch.setattr(pq, "ParquetFile", _Spy)
+    parses = _lakehouse_readers(monkeypatch, parsing=True)
     with make_service(tmp_path / "b") as service:  # an empty source cache: a cold decode
         second = service.execute(query)
     assert second.diagnostics.source_cache["status"] == "miss-led"
@@ -161,30 +175,11 @@ def test_a_decode_with_a_known_footer_opens_no_reader_over_the_lakehouse_file(
     """A cold filtered read of a local object whose footer is known takes the object's
     Arrow schema from that footer and reads its bytes through the entry's memory map:
     no Arrow reader over the Python file object, with or without the footer."""
-    import os
-    import time
-
-    from nexus_cache.lakehouse import LakehouseFile
-
-    part = tmp_path / "t" / "day=0"
-    part.mkdir(parents=True)
-    table = pa.table({"src": np.arange(ROWS) % 30, "ts": np.arange(ROWS)})
-    pq.write_table(table, part / "part-0.parquet", row_group_size=GROUP)
-    past = time.time() - 60  # old enough for the lakehouse to prove its identity
-    os.utime(part / "part-0.parquet", (past, past))
+    _local_table(tmp_path / "t")
     query = Scan(str(tmp_path / "t"), ["ts"], filter=[("ts", ">=", 65_000)])
     with make_service(tmp_path / "a") as service:
         first = service.execute(query)
-    readers: list[object] = []
-    original = pq.ParquetFile
-
-    class _Spy(original):  # type: ignore[misc, valid-type]
-        def __init__(self, source: Any, *args: Any, **kwargs: Any) -> None:
-            if isinstance(source, LakehouseFile):
-                readers.append(source)
-            super().__init__(source, *args, **kwargs)
-
-    monkeypatch.setattr(pq, "ParquetFile", _Spy)
+    readers = _lakehouse_readers(monkeypatch, parsing=False)
     with make_service(tmp_path / "b") as service:  # an empty source cache: a cold decode
         second = service.execute(query)
     assert second.diagnostics.source_cache["status"] == "miss-led"

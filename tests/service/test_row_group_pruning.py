@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import age_files, make_service
+from tests.service._helpers import age_files, make_service, sql_catalog
 from tests.tables._compare import assert_same_rows
 
 from nexus_cache.service import GraphQuery, Scan
@@ -184,16 +184,8 @@ def test_delta_files_are_pruned_by_row_group(tmp_path: Path) -> None:
 
 
 def test_iceberg_files_are_pruned_by_row_group(tmp_path: Path) -> None:
-    pytest.importorskip("pyiceberg")
-    pytest.importorskip("sqlalchemy")
-    from pyiceberg.catalog import load_catalog
-
     warehouse = tmp_path / "lake"
-    warehouse.mkdir()
-    catalog = load_catalog(
-        "t", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=warehouse.as_uri()
-    )
-    catalog.create_namespace("ns")
+    catalog = sql_catalog(warehouse)
     data = _rows(0, 4)
     ice = catalog.create_table(
         "ns.e", schema=data.schema, properties={"write.parquet.row-group-limit": str(GROUP)}

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from tests.service._helpers import age_files, make_service, write_year_month_hive
+from tests.service._helpers import age_files, make_service, sql_catalog, write_year_month_hive
 from tests.tables._compare import assert_same_rows
 
 from nexus_cache.errors import ConfigError
@@ -272,18 +272,10 @@ def test_an_iceberg_manifest_list_outside_allowed_roots_is_refused_unread(
 ) -> None:
     """Metadata under a root that names a manifest list outside it: refused before the
     list is read, as a data file outside is (the data files here all lie under it)."""
-    pytest.importorskip("pyiceberg")
-    pytest.importorskip("sqlalchemy")
     import json
 
-    from pyiceberg.catalog import load_catalog
-
     warehouse = tmp_path / "lake"
-    warehouse.mkdir()
-    catalog = load_catalog(
-        "t", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=warehouse.as_uri()
-    )
-    catalog.create_namespace("ns")
+    catalog = sql_catalog(warehouse)
     ice = catalog.create_table("ns.e", schema=_edges(1, 0).schema)
     ice.append(_edges(40, 1))
     ice = catalog.load_table("ns.e")
@@ -331,16 +323,8 @@ def test_delta_scans_equal_deltalake_at_every_version(tmp_path: Path) -> None:
 
 
 def test_iceberg_scans_equal_pyiceberg_at_every_snapshot(tmp_path: Path) -> None:
-    pytest.importorskip("pyiceberg")
-    pytest.importorskip("sqlalchemy")
-    from pyiceberg.catalog import load_catalog
-
     warehouse = tmp_path / "lake"
-    warehouse.mkdir()
-    catalog = load_catalog(
-        "t", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=warehouse.as_uri()
-    )
-    catalog.create_namespace("ns")
+    catalog = sql_catalog(warehouse)
     ice = catalog.create_table("ns.e", schema=_edges(1, 0).schema)
     ice.append(_edges(40, 1))
     ice.append(_edges(40, 2))

@@ -147,10 +147,6 @@ class HostBackend(DeviceBackend):
             self._held[device_id] -= nbytes
 
 
-def _address(array: np.ndarray) -> int:
-    return int(array.__array_interface__["data"][0])
-
-
 def _fresh_bytes(size: int) -> np.ndarray:
     """``size`` writable bytes from Arrow's memory pool, as a NumPy array that owns them
     (they go back to the pool when the array and every view of it die).
@@ -264,9 +260,8 @@ class HostAllocationDomain(AllocationDomain):
         ):
             return None
         buffer = array.base
-        twin = np.ndarray(
-            array.shape, array.dtype, buffer=buffer, offset=_address(array) - buffer.address
-        )
+        offset = int(array.__array_interface__["data"][0]) - buffer.address
+        twin = np.ndarray(array.shape, array.dtype, buffer=buffer, offset=offset)
         twin.flags.writeable = False
         with self._lock:
             return self._book(round_allocation(int(array.nbytes)), lambda _size: twin)

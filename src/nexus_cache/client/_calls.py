@@ -91,9 +91,10 @@ class _Call(Generic[_T]):
         return self._done.is_set()
 
     def settle(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s for the call to return (its value is dropped)."""
+        """Wait up to ``timeout`` s for the call to return (its value and stream are
+        dropped: an interrupt's traceback keeps the call)."""
         if self._done.wait(timeout):
-            self._value = self._error = None
+            self._value = self._error = self._stream = None
 
     def abandon(self) -> None:
         with self._lock:
