@@ -51,6 +51,7 @@ from nexus_cache.service.result import (
     Diagnostics,
     QueryResult,
     defer_device_fingerprint,
+    defer_evidence_digest,
     defer_fingerprint,
 )
 
@@ -334,16 +335,17 @@ class QueryRunner:
                 "fingerprint": fingerprint,
             },
         }
-        sealed = self._evidence.seal(doc)
-        run.records.append(
-            AttemptRecord(
-                attempt_id=attempt.attempt_id,
-                device_id=attempt.device_id,
-                grant_bytes=plan.grant_bytes,
-                used_bytes=outcome.used_bytes,
-                outcome=kind,
-                error=message,
-                evidence_digest=sealed["seal"]["digest"],
-            )
+        digest = self._evidence.digest(doc)
+        record = AttemptRecord(
+            attempt_id=attempt.attempt_id,
+            device_id=attempt.device_id,
+            grant_bytes=plan.grant_bytes,
+            used_bytes=outcome.used_bytes,
+            outcome=kind,
+            error=message,
+            evidence_digest=digest if isinstance(digest, str) else "",
         )
+        if not isinstance(digest, str):
+            defer_evidence_digest(record, digest)
+        run.records.append(record)
         return fingerprint

@@ -32,7 +32,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -108,6 +108,15 @@ class EvidenceWriter:
     @property
     def directory(self) -> Path | None:
         return self._dir
+
+    def digest(self, doc: Mapping[str, Any]) -> str | Callable[[], str]:
+        """The seal's digest of ``doc``: sealed and published now (:meth:`seal`) where
+        documents are written; where they are not, a function that seals ``doc``
+        alone (not chained: nothing records the chain) when first called, so an
+        attempt whose digest nobody reads does not serialise its document."""
+        if self._dir is not None:
+            return str(self.seal(doc)["seal"]["digest"])
+        return lambda: seal_digest({**doc, "format": EVIDENCE_FORMAT, "previous_digest": None})
 
     def seal(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         """Link ``doc`` to the previous attempt, seal it, publish it; returns it sealed."""

@@ -26,6 +26,7 @@ __all__ = [
     "Diagnostics",
     "QueryResult",
     "defer_device_fingerprint",
+    "defer_evidence_digest",
     "defer_fingerprint",
     "tables_match",
 ]
@@ -48,7 +49,10 @@ class AttemptRecord:
     error : str or None
         The error that ended it, when one did.
     evidence_digest : str
-        The SHA-256 seal of its evidence document.
+        The SHA-256 seal of its evidence document. Where the service writes no
+        evidence (no ``evidence_dir``), nothing records the document, so it is
+        sealed alone (not chained to the attempt before) when this is first read,
+        and then kept.
 
     Examples
     --------
@@ -68,6 +72,12 @@ class AttemptRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled copy carries the digest, not the document it is computed from
+        state = dict(self.__dict__)
+        state[_DIGEST] = self.evidence_digest
+        return state
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -211,45 +221,64 @@ class _Unreadable:
 
 
 _FINGERPRINT = "_result_fingerprint"
+_DIGEST = "_evidence_digest"
 
 
 class _Deferred:
-    """The fingerprint of a result, computed once, when first asked for, from the
-    table ``table()`` gives; it drops ``table`` once it has the digest (an error
-    of ``table()`` propagates, and the next read tries again). Thread-safe."""
+    """A digest computed once, when first asked for, by ``compute``; it drops
+    ``compute`` (and what it holds) once it has the digest (an error of
+    ``compute`` propagates, and the next read tries again). Thread-safe."""
 
-    def __init__(self, table: Callable[[], pa.Table]) -> None:
-        self._table: Callable[[], pa.Table] | None = table
+    def __init__(self, compute: Callable[[], str]) -> None:
+        self._compute: Callable[[], str] | None = compute
         self._digest = ""
         self._lock = threading.Lock()
 
     def __call__(self) -> str:
         with self._lock:
-            if self._table is not None:
-                from nexus_cache.service.fingerprint import table_fingerprint
-
-                self._digest = table_fingerprint(self._table())
-                self._table = None
+            if self._compute is not None:
+                self._digest = self._compute()
+                self._compute = None
             return self._digest
 
 
-def _get_fingerprint(self: Diagnostics) -> str:
-    value = self.__dict__[_FINGERPRINT]
-    if isinstance(value, _Deferred):
-        value = value()
-        self.__dict__[_FINGERPRINT] = value
-    return str(value)
+def _deferrable(cls: type, name: str, slot: str) -> None:
+    """Make ``cls``'s ``str`` field ``name`` (stored as ``slot``) take a
+    :class:`_Deferred`, resolved and kept when first read. The field stays a
+    plain field of the dataclass (its __init__, fields(), asdict(), eq and
+    repr); set after the decorator, which must not see a class attribute there."""
+
+    def get(self: Any) -> str:
+        value = self.__dict__[slot]
+        if isinstance(value, _Deferred):
+            value = value()
+            self.__dict__[slot] = value
+        return str(value)
+
+    def put(self: Any, value: str) -> None:
+        # the dataclass's __init__ stores the field through this (object.__setattr__)
+        self.__dict__[slot] = value
+
+    setattr(cls, name, property(get, put))
 
 
-def _set_fingerprint(self: Diagnostics, value: str) -> None:
-    # the dataclass's __init__ stores the field through this (object.__setattr__)
-    self.__dict__[_FINGERPRINT] = value
+_deferrable(Diagnostics, "result_fingerprint", _FINGERPRINT)
+_deferrable(AttemptRecord, "evidence_digest", _DIGEST)
 
 
-# The field stays a plain ``str`` field of the dataclass (its __init__, fields(),
-# asdict(), eq and repr); a property behind it lets the service hand it over
-# deferred. Set after the decorator, which must not see a class attribute there.
-setattr(Diagnostics, "result_fingerprint", property(_get_fingerprint, _set_fingerprint))  # noqa: B010
+def _fingerprint_of(table: Callable[[], pa.Table]) -> Callable[[], str]:
+    def compute() -> str:
+        from nexus_cache.service.fingerprint import table_fingerprint
+
+        return table_fingerprint(table())
+
+    return compute
+
+
+def defer_evidence_digest(record: AttemptRecord, digest: Callable[[], str]) -> None:
+    """Make ``record.evidence_digest`` what ``digest()`` returns, computed when first
+    read and then kept (thread-safe: concurrent first reads compute it once)."""
+    object.__setattr__(record, "evidence_digest", _Deferred(digest))
 
 
 def defer_fingerprint(diagnostics: Diagnostics, table: pa.Table) -> None:
@@ -278,7 +307,8 @@ def defer_fingerprint(diagnostics: Diagnostics, table: pa.Table) -> None:
     >>> d.result_fingerprint == table_fingerprint(table)
     True
     """
-    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(lambda: table))
+    deferred = _Deferred(_fingerprint_of(lambda: table))
+    object.__setattr__(diagnostics, "result_fingerprint", deferred)
 
 
 def defer_device_fingerprint(diagnostics: Diagnostics, frame: DeviceFrame) -> None:
@@ -321,7 +351,7 @@ def defer_device_fingerprint(diagnostics: Diagnostics, frame: DeviceFrame) -> No
             )
         return frame.to_arrow()
 
-    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(host))
+    object.__setattr__(diagnostics, "result_fingerprint", _Deferred(_fingerprint_of(host)))
 
 
 @dataclasses.dataclass(frozen=True)
