@@ -270,3 +270,59 @@ def test_a_local_table_is_told_apart_without_fsspec(
     (root / "_delta_log").mkdir()
     with pytest.raises(SourceFormatError, match="Delta table"):
         resolve_table(str(root), filter=flt)  # read as Delta now (an empty log)
+
+
+def test_a_repeated_filter_lists_none_of_its_partitions_again(
+    tmp_path: Path, settled: None, scanned: list[str]
+) -> None:
+    root = _table(tmp_path / "t")
+    flt = [("day", "in", [1, 2]), ("x", ">", 0)]
+    first = resolve_table(str(root), filter=flt)
+    resolve_table(str(root), filter=flt)  # the layout kept: its kept leaves listed once more
+    scanned.clear()
+    again = resolve_table(str(root), filter=flt)
+    # the kept leaves' stats prove their listings: nothing is listed, each object stat'ed
+    assert scanned == []
+    assert again == first
+    assert_same_rows(read_table(again, filter=flt), _reference(root, flt))
+
+
+@pytest.mark.parametrize("change", ["added", "removed", "rewritten", "renamed over"])
+def test_an_object_changed_in_a_kept_partition_between_two_queries_is_seen(
+    tmp_path: Path, settled: None, scanned: list[str], change: str
+) -> None:
+    root = _table(tmp_path / "t")
+    flt = [("day", ">=", 6)]
+    for _ in range(2):
+        assert len(resolve_table(str(root), filter=flt).files) == 2
+    _next_tick(tmp_path / "clock", _changed_last(root))
+    longer = pa.table({"x": pa.array(range(600, 620), pa.int64())})
+    if change == "added":
+        _write(root, "day=6/q.parquet", start=660)
+    elif change == "removed":
+        (root / "day=7" / "p.parquet").unlink()
+    elif change == "rewritten":  # the same name and inode: no directory changes, its size does
+        _write(root, "day=6/p.parquet", table=longer)
+    else:
+        _write(root, "day=6/.new.parquet", table=longer)
+        os.replace(root / "day=6/.new.parquet", root / "day=6/p.parquet")
+    scanned.clear()
+    second = resolve_table(str(root), filter=flt)
+    expected = _reference(root, flt)
+    assert sum(f.size for f in second.files) == sum(
+        os.path.getsize(p) for p in root.glob("day=[67]/*.parquet")
+    )
+    assert_same_rows(read_table(second, filter=flt), expected)
+    if change != "rewritten":
+        assert scanned  # a leaf whose entries changed is listed again
+
+
+def test_a_partition_changed_just_now_is_listed_on_every_query(
+    tmp_path: Path, scanned: list[str]
+) -> None:
+    root = _table(tmp_path / "t")  # just written: not settled
+    flt = [("day", "=", 3)]
+    for _ in range(3):
+        scanned.clear()
+        resolve_table(str(root), filter=flt)
+        assert "day=3" in scanned

@@ -25,7 +25,12 @@ removed or renamed changes them), and listed again when one differs. As with
 a first object's schema, a directory that changed within
 :data:`~nexus_cache.tables._hive._SETTLED_S` before it was listed, or that
 holds a symbolic link, is not kept. The kept leaves are listed and their
-objects stat'ed on every resolution.
+objects stat'ed when a filter first resolves; the layout then keeps that
+snapshot for the filter (its raw form as given) while the same proof holds
+for the kept leaves: each leaf's stat from before it was listed (settled, no
+link), the first object's schema, and every object's size, stat'ed again on
+each resolution. A repeated filter so skips the listing of its leaves and
+building its snapshot, not the stat of its objects.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
@@ -188,7 +193,7 @@ class _Layout:
     them with their segments, and the partition types; ``proof``: every directory
     listed for it, with its stat from before the listing."""
 
-    __slots__ = ("_decided", "_typed", "first", "leaves", "proof", "types", "upper")
+    __slots__ = ("_decided", "_resolved", "_typed", "first", "leaves", "proof", "types", "upper")
 
     def __init__(
         self,
@@ -209,6 +214,26 @@ class _Layout:
         self._decided: BoundedLRU[str, tuple[TableFilter, tuple[int, ...]]] = BoundedLRU(
             _DECIDED_FILTERS
         )
+        #: the snapshots resolved with it, by source and raw filter (:meth:`recall`)
+        self._resolved: BoundedLRU[tuple[str, str], _Resolved] = BoundedLRU(_DECIDED_FILTERS)
+
+    def recall(self, key: tuple[str, str], data_schema: pa.Schema) -> TableSnapshot | None:
+        """The snapshot :meth:`remember` kept for ``key`` while its proof holds: the
+        same first object's schema, each kept leaf's stat, every object's size."""
+        found = self._resolved.get(key)
+        if found is None:
+            return None
+        known = found.data_schema
+        if known is not data_schema and not known.equals(data_schema, check_metadata=True):
+            return None
+        if any(_dir_stat(directory) != stat for directory, stat in found.leaves):
+            return None
+        if any(_size(f.path) != f.size for f in found.snapshot.files):
+            return None
+        return found.snapshot
+
+    def remember(self, key: tuple[str, str], resolved: _Resolved) -> None:
+        self._resolved.put(key, resolved)
 
     def holds(self) -> bool:
         """Whether every directory it was listed from has the stat it had then."""
@@ -241,6 +266,36 @@ class _Layout:
         kept = tuple(i for i, values in enumerate(typed) if possible(values))
         decided.put(flt.key, (flt, kept))
         return kept
+
+
+class _Resolved(NamedTuple):
+    """A filtered resolution kept by its layout: the first object's schema it was
+    made with, each kept leaf's stat from before it was listed, and the snapshot."""
+
+    data_schema: pa.Schema
+    leaves: tuple[tuple[str, _DirStat], ...]
+    snapshot: TableSnapshot
+
+
+#: the longest raw filter (its ``repr``) a layout keeps a resolution for
+_MAX_FILTER_KEY = 4096
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _filter_key(filter: Any) -> str | None:
+    """``repr`` of a raw filter made of lists, tuples and plain scalars only (exact
+    types: a subclass may print as something it is not), where it is short; None
+    otherwise (such a filter is resolved afresh each time)."""
+    pending, seen = [filter], 0
+    while pending:
+        item = pending.pop()
+        seen += 1
+        if type(item) in (list, tuple):
+            pending.extend(item)
+        elif type(item) not in _PLAIN or seen > _MAX_FILTER_KEY:
+            return None
+    key = repr(filter)
+    return key if len(key) <= _MAX_FILTER_KEY else None
 
 
 #: the filters whose kept leaves one layout remembers (:meth:`_Layout.kept`)
@@ -299,7 +354,14 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     layout = _layout(base, tree)
     if layout is None:
         return None
-    fields, schema, typed = layout.typed(_data_schema(source, layout.first, None))
+    data_schema = _data_schema(source, layout.first, None)
+    raw_key = _filter_key(filter)
+    key = None if raw_key is None else (source, raw_key)
+    if key is not None:
+        known = layout.recall(key, data_schema)
+        if known is not None:
+            return known
+    fields, schema, typed = layout.typed(data_schema)
     if not fields:
         return None
     flt = canonical_filter(filter, schema)
@@ -308,11 +370,21 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     kept = layout.kept(flt, typed)
     entries: list[tuple[str, int, str | None]] = []
     segments: list[_Pairs] = []
+    proof: list[tuple[str, _DirStat]] | None = [] if key is not None else None
     for i in kept:
         directory, pairs = layout.leaves[i]
-        files, dirs = tree.scan(directory[:-1])
+        leaf = directory[:-1]
+        # the leaf's stat before its listing proves that listing later (not one
+        # listed before this stat, nor one holding a link, nor one changed lately)
+        before = _dir_stat(leaf) if proof is not None and not tree.listed(leaf) else None
+        files, dirs = tree.scan(leaf)
         if dirs:
             return None  # a leaf holds directories: the layout is not what was assumed
+        if proof is not None:
+            if before is None or not _settled(before) or any(f.is_symlink() for f in files):
+                proof = None
+            else:
+                proof.append((leaf, before))
         for path, size in _sized(files):
             entries.append((path, size, None))
             segments.append(pairs)
@@ -322,7 +394,7 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
             entries.append((path, found, None))
             segments.append(pairs)
     order = sorted(range(len(entries)), key=lambda i: entries[i][0])
-    return TableSnapshot(
+    snapshot = TableSnapshot(
         kind="hive",
         location=source,
         version=None,
@@ -333,3 +405,6 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
         partitions_skipped=len(layout.leaves) - len(kept),
         pruned_with=flt,
     )
+    if key is not None and proof is not None:
+        layout.remember(key, _Resolved(data_schema, tuple(proof), snapshot))
+    return snapshot
