@@ -127,7 +127,7 @@ _ZEROS = memoryview(bytes(_SMALL_OP))
 def fill_part(slot: np.ndarray, ops: Sequence[Op]) -> None:
     """Write ``ops`` into ``slot`` (a uint8 array; NumPy's copies release the GIL)."""
     copy, frombuffer, u8 = np.copyto, np.frombuffer, np.uint8
-    view, small, zeros = memoryview(slot), _SMALL_OP, _ZEROS
+    view, small, zeros = memoryview(slot.data), _SMALL_OP, _ZEROS
     for at, src, start, k in ops:
         if k < small:
             source = zeros if src is None else memoryview(src)
