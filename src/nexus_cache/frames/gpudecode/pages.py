@@ -4,13 +4,15 @@
 it starts, how long it is, its codec, physical type and levels) and
 :func:`read_pages` walks the chunk's bytes into pages: each page's Thrift
 header decoded (:mod:`._thrift`) and its payload as a slice of the chunk.
-A header of the common shape (what writers such as PyArrow write) is read
-by one loop over local variables (:func:`_common_header`); any other, and
-any it finds wrong, by the general reader, which names what is wrong; both
-give the same header. Nothing is decompressed or decoded here. Malformed
-bytes raise :class:`~nexus_cache.errors.SourceFormatError` naming the file,
-the column and the byte offset in the file; the walk reads each byte at most
-twice (the common reader, then the general one) and always advances, so
+A v1 data page header as PyArrow writes it is matched by one regular
+expression (:func:`_data_v1_header`, its statistics skipped); a header of
+the common shape by one loop over local variables (:func:`_common_header`);
+any other, and any these find wrong, by the general reader, which names
+what is wrong; all give the same header. Nothing is decompressed or decoded
+here. Malformed bytes raise :class:`~nexus_cache.errors.SourceFormatError`
+naming the file, the column and the byte offset in the file; the walk reads
+each byte at most three times (the match, the common reader, the general
+one) and always advances, so
 hostile input cannot make it loop. Stateless and
 thread-safe.
 """
