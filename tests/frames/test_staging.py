@@ -265,3 +265,50 @@ def test_slot_plan_checks_pieces_when_it_reaches_them() -> None:
         next(plan)
     with pytest.raises(ValueError, match="runs past the image"):
         list(plan_fills([(10, b"abc")], 12, 0, 1024, 100, 4))
+
+
+def test_small_pieces_and_gaps_are_plain_copies_and_land_exact() -> None:
+    # an image of thousands of small pieces (pages) and gaps: each written by
+    # a plain buffer copy, without a NumPy call each; large pieces and views
+    # of other formats still through NumPy; the bytes as the host joins them
+    import sys
+
+    from nexus_cache.frames import _slots
+
+    rng = np.random.default_rng(11)
+    file = rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    view = memoryview(file)
+    pieces: list[tuple[int, Any]] = []
+    at = 0
+    for i in range(2000):
+        size = int(rng.integers(1, 300))
+        start = int(rng.integers(0, len(file) - size))
+        pieces.append((at, view[start : start + size] if i % 2 else file[start : start + size]))
+        at += size + int(rng.integers(0, 16))
+    small_end = at
+    big = _slots._SMALL_OP + 3
+    pieces.append((at, view[:big]))  # a large piece
+    at += big + 5
+    pieces.append((at, memoryview(bytes(range(16))).cast("I")))  # not a byte view
+    nbytes = at + 16 + 7
+    expected = np.full(nbytes, 0xEE, np.uint8)
+    Transfer(SimpleNamespace()).pieces_to_device(pieces, nbytes, expected)  # type: ignore[arg-type]
+    image, _ = _run_plan(pieces, nbytes, 0, 1 << 22, 1 << 30, 1)
+    assert image.tobytes() == expected.tobytes()
+
+    (fill,) = plan_fills(pieces[:2000], small_end, 0, 1 << 22, 1 << 30, 1)
+    slot = np.zeros(1 << 22, np.uint8)
+    numpy_calls = [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        numpy = getattr(arg, "__module__", None) == "numpy"
+        if event == "c_call" and (numpy or getattr(arg, "__qualname__", "") == "ndarray.fill"):
+            numpy_calls[0] += 1
+
+    sys.setprofile(count)
+    try:
+        fill_part(slot, fill.parts[0])
+    finally:
+        sys.setprofile(None)
+    assert slot[:small_end].tobytes() == expected[:small_end].tobytes()
+    assert numpy_calls[0] == 0, f"{numpy_calls[0]} NumPy calls for 2000 small pieces"

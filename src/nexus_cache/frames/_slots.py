@@ -116,10 +116,24 @@ def plan_fills(
         slot_at, next_slot = 0, True
 
 
+#: A write of fewer bytes than this is a plain buffer copy (holding the GIL for
+#: a few microseconds at most), not a NumPy one, whose setup costs more than
+#: such a copy: an image of thousands of pages has thousands of small pieces
+#: and gaps. Larger ones go through NumPy, which releases the GIL.
+_SMALL_OP = 64 << 10
+_ZEROS = memoryview(bytes(_SMALL_OP))
+
+
 def fill_part(slot: np.ndarray, ops: Sequence[Op]) -> None:
     """Write ``ops`` into ``slot`` (a uint8 array; NumPy's copies release the GIL)."""
     copy, frombuffer, u8 = np.copyto, np.frombuffer, np.uint8
+    view, small, zeros = memoryview(slot.data), _SMALL_OP, _ZEROS
     for at, src, start, k in ops:
+        if k < small:
+            source = zeros if src is None else memoryview(src)
+            if source.format == "B" and source.ndim == 1:
+                view[at : at + k] = source[start : start + k]
+                continue
         if src is None:
             slot[at : at + k].fill(0)
         else:

@@ -350,8 +350,9 @@ def test_the_common_header_reader_agrees_with_the_general_one(raw: bytes) -> Non
 
 @pytest.mark.parametrize("version", ["1.0", "2.0"])
 def test_common_page_headers_take_a_few_calls_a_page(version: str) -> None:
-    # pyarrow's headers (statistics in them): one call for the header and one
-    # for its statistics, not a call per field or per nested struct
+    # pyarrow's headers (statistics in them): a few calls a header (a v1 data
+    # page's: one match, its groups, three lookups of known varints, one skip
+    # of the statistics), not a call per field or per nested struct
     out = io.BytesIO()
     rng = np.random.default_rng(5)
     values = pa.array(rng.integers(0, 100, 20_000), mask=rng.random(20_000) < 0.1)
@@ -377,4 +378,70 @@ def test_common_page_headers_take_a_few_calls_a_page(version: str) -> None:
     finally:
         sys.setprofile(None)
     assert len(pages) > 10
-    assert calls[0] / len(pages) <= 12, f"{calls[0] / len(pages):.1f} calls a page"
+    assert calls[0] / len(pages) <= 20, f"{calls[0] / len(pages):.1f} calls a page"
+
+
+def test_pyarrow_v1_data_page_headers_take_the_one_match_path_and_read_the_same() -> None:
+    # every v1 data page header pyarrow writes (statistics or not) is read by
+    # the one-match reader, exactly as the general reader reads it; any other
+    # page header is left to the common reader
+    seen = 0
+    for chunk, spec in _CHUNKS:
+        data = memoryview(chunk)
+        for page in read_pages(chunk, spec):
+            at = page.offset - spec.start
+            fast = _pages._data_v1_header(data, at, len(data))
+            if page.header.type != PageType.DATA_PAGE:
+                assert fast is None
+                continue
+            seen += 1
+            assert fast is not None
+            header, body = fast
+            assert header == page.header
+            assert (header, body - at) == _general(chunk[at:])
+    assert seen >= 5
+
+
+@st.composite
+def _v1_headers(draw: st.DrawFn) -> bytes:
+    """v1 data page headers of the shape pyarrow writes, and near it: any
+    value in or out of range (a varint of up to six bytes), statistics or
+    none (their own fields of any type), fields added after them, cut, or a
+    byte changed."""
+    value = st.sampled_from([*_GOOD, *_BAD, 1 << 34, -(1 << 34)])
+    stats = draw(
+        st.sampled_from(
+            [
+                None,
+                _struct((1, BINARY, _varint(3) + b"max"), (3, 6, _zz(7)), (7, TRUE, b"")),
+                _struct((5, BINARY, _varint(8) + bytes(8)), (6, BINARY, _varint(0))),
+                _struct((2, LIST, bytes([0x15]) + _zz(4))),
+            ]
+        )
+    )
+    sub = [_i32(fid, draw(value)) for fid in range(1, 5)]
+    if stats is not None:
+        sub.append((5, STRUCT, stats))
+    if draw(st.integers(0, 7)) == 0:
+        sub.append(_i32(draw(st.sampled_from([6, 7, 9])), 1))
+    top = [_i32(1, draw(st.sampled_from([0, 0, 0, 2, 3]))), _i32(2, draw(value))]
+    top += [_i32(3, draw(value)), (5, STRUCT, _struct(*sub))]
+    if draw(st.integers(0, 7)) == 0:
+        top.append((8, STRUCT, _struct()))
+    raw = bytearray(_struct(*top))
+    if draw(st.integers(0, 5)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    if raw and draw(st.integers(0, 5)) == 0:
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    return bytes(raw) + bytes(draw(st.integers(0, 3)))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(raw=_v1_headers())
+def test_the_one_match_reader_agrees_with_the_common_and_general_ones(raw: bytes) -> None:
+    # where it reads a header it is exactly the general reader's (and the
+    # common reader's); what either refuses or leaves, it leaves too
+    fast = _pages._data_v1_header(memoryview(raw), 0, len(raw))
+    if fast is not None:
+        assert fast == _general(raw)
+        assert fast == _pages._common_header(memoryview(raw), 0)

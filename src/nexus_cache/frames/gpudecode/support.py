@@ -30,6 +30,7 @@ Stateless and thread-safe.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.types as pat
@@ -107,8 +108,58 @@ def footer_reason(spec: ChunkSpec) -> str | None:
     return _type_reason(spec)
 
 
+#: a page header's fields :func:`pages_reason` looks at: its type, encoding,
+#: definition level encoding and repetition levels' length
+_SHAPE = itemgetter(0, 4, 5, 10)
+_HEADER = itemgetter(0)
+_DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3  # PageType's, as plain ints
+
+
 def pages_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
-    """Why the page headers rule the chunk out, or None."""
+    """Why the page headers rule the chunk out, or None.
+
+    A chunk's pages have few distinct shapes (type and encodings): each is
+    checked once, and only where one fails, or the dictionary page is not the
+    first and only one, are the pages walked in order for the first reason."""
+    headers = list(map(_HEADER, pages))
+    types = list(map(_HEADER, headers))
+    dictionaries = types.count(_DICTIONARY_PAGE)
+    if dictionaries == 0 or (dictionaries == 1 and types[0] == _DICTIONARY_PAGE):
+        shapes = set(map(_SHAPE, headers))
+        if all(_shape_fits(spec, shape, dictionaries == 1) for shape in shapes):
+            return None
+    return _first_reason(spec, pages)
+
+
+def _shape_fits(
+    spec: ChunkSpec, shape: tuple[int, int, int | None, int], dictionary: bool
+) -> bool:
+    """Whether a page of ``shape`` (:data:`_SHAPE`) passes every check of
+    :func:`_first_reason` that does not depend on the pages before it, in a
+    chunk whose first page is its one dictionary page (``dictionary``) or
+    that has none."""
+    kind, encoding, def_encoding, rep_bytes = shape
+    if kind == _DICTIONARY_PAGE:
+        return encoding in (Encoding.PLAIN, Encoding.PLAIN_DICTIONARY)
+    if kind not in (_DATA_PAGE, _DATA_PAGE_V2):
+        return False
+    keyed = encoding in (Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY)
+    if keyed:
+        if not dictionary:
+            return False
+    elif encoding != Encoding.PLAIN and not (
+        encoding == Encoding.RLE and spec.physical_type == "BOOLEAN"
+    ):
+        return False
+    if not keyed and is_dictionary_of_bytes(spec.arrow_type):
+        return False
+    if kind == _DATA_PAGE:
+        return not spec.max_def or def_encoding == Encoding.RLE
+    return not rep_bytes
+
+
+def _first_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
+    """:func:`pages_reason` by walking the pages in order: the first reason."""
     values_encodings = {Encoding.PLAIN, Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY}
     if spec.physical_type == "BOOLEAN":
         values_encodings.add(Encoding.RLE)
