@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,48 @@ def test_the_idle_release_defaults_to_five_seconds_and_is_validated(tmp_path: Pa
         assert service._work._idle_s == 5.0
     finally:
         service.shutdown()
+
+
+def test_a_later_deadline_does_not_wake_the_releaser_and_an_earlier_one_does() -> None:
+    """The releaser sleeps until its soonest deadline: moving a release later (every
+    query's leave does) leaves it asleep, a release due sooner wakes it, and each
+    runs when due."""
+    import threading
+
+    from nexus_cache.service._work import _Releaser
+
+    releaser = _Releaser()
+    ran: dict[str, float] = {}
+    done = threading.Event()
+    waits: list[float | None] = []
+    cond = releaser._cond
+    real_wait = cond.wait
+
+    def counting(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return real_wait(timeout)
+
+    cond.wait = counting  # type: ignore[method-assign]
+    start = time.monotonic()
+
+    def run(name: str) -> Callable[[], None]:
+        def mark() -> None:
+            ran[name] = time.monotonic() - start
+            if len(ran) == 2:
+                done.set()
+
+        return mark
+
+    releaser.schedule(("a", 0), start + 2.0, run("a"))
+    deadline = time.monotonic() + 5
+    while not waits and time.monotonic() < deadline:
+        time.sleep(0.005)
+    asleep = len(waits)
+    for later in (2.1, 2.2, 2.3):  # a query leaving again, each time
+        releaser.schedule(("a", 0), start + later, run("a"))
+    time.sleep(0.05)
+    assert len(waits) == asleep  # not woken: its deadline only moved later
+    releaser.schedule(("b", 0), start + 0.5, run("b"))  # due sooner: wakes it
+    assert done.wait(5)
+    assert 0.5 <= ran["b"] < 2.0
+    assert ran["a"] >= 2.3

@@ -51,13 +51,19 @@ class _Releaser:
         """Run ``run`` at ``deadline`` (``time.monotonic``), in place of any release
         ``key`` had scheduled."""
         with self._cond:
+            soonest = min((at for at, _ in self._due.values()), default=None)
             self._due[key] = (deadline, run)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="nexus-work-release", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            # Woken only for a deadline before the one it sleeps until: a query's
+            # leave moves its release later, and a wake per query would take the
+            # GIL from the query's thread for nothing (the thread wakes at the old
+            # deadline, finds nothing due, and sleeps until the new one).
+            if soonest is None or deadline < soonest:
+                self._cond.notify()
 
     def cancel(self, key: tuple[int, int]) -> None:
         with self._cond:
