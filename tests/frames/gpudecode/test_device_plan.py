@@ -135,10 +135,12 @@ def test_the_heap_holds_each_page_as_the_reference_cuts_it(
         jobs += sum(len(j) for j in layout.jobs.values())
         heap = _heap_of(layout, spec)
         (placed,) = layout.chunks
-        lengths = [int.from_bytes(heap[o : o + 4], "little") for o in level_offsets(placed, spec)]
-        for page, ((l0, l1), (v0, v1)) in zip(
-            pages, page_sections_at(placed, spec, lengths), strict=True
-        ):
+        lengths = [
+            int.from_bytes(heap[o : o + 4], "little")
+            for o in level_offsets(placed, spec).tolist()
+        ]
+        sections = page_sections_at(placed, spec, lengths)
+        for page, l0, l1, v0, v1 in zip(pages, *(f.tolist() for f in sections), strict=True):
             assert (heap[l0:l1], heap[v0:v1]) == page_sections(page, spec)
     # (a v2 page that does not shrink is stored uncompressed: no job)
     assert bool(jobs) == (device_decompression and codec != "none")
