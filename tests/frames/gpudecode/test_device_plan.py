@@ -136,8 +136,7 @@ def test_the_heap_holds_each_page_as_the_reference_cuts_it(
         heap = _heap_of(layout, spec)
         (placed,) = layout.chunks
         lengths = [
-            int.from_bytes(heap[o : o + 4], "little")
-            for o in level_offsets(placed, spec).tolist()
+            int.from_bytes(heap[o : o + 4], "little") for o in level_offsets(placed, spec).tolist()
         ]
         sections = page_sections_at(placed, spec, lengths)
         for page, l0, l1, v0, v1 in zip(pages, *(f.tolist() for f in sections), strict=True):
