@@ -23,6 +23,7 @@ import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -146,7 +147,8 @@ def page_table(pages: Sequence[Page]) -> PageTable:
     Python loop a page)."""
     n = len(pages)
     headers = list(map(_HEADER_OF, pages))
-    rows = np.array(list(map(_TABLED, headers)), np.int64).reshape(n, 8).T.copy()
+    fields = chain.from_iterable(map(_TABLED, headers))
+    rows = np.fromiter(fields, np.int64, 8 * n).reshape(n, 8).T.copy()
     kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed = rows
     nulls = np.full(n, -1, np.int64)
     for i in np.flatnonzero(kind == _DATA_PAGE_V2).tolist():  # v2 pages: few writers make them
