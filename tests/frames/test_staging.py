@@ -265,6 +265,14 @@ def test_slot_plan_checks_pieces_when_it_reaches_them() -> None:
         next(plan)
     with pytest.raises(ValueError, match="runs past the image"):
         list(plan_fills([(10, b"abc")], 12, 0, 1024, 100, 4))
+    # a malformed piece the image never reaches is refused too, after the runs
+    # before it, not dropped
+    plan = plan_fills([(0, b"ab"), (1, b"c")], 2, 0, 1024, 100, 4)
+    assert next(plan).size == 2
+    with pytest.raises(ValueError, match="overlaps the one before it"):
+        next(plan)
+    with pytest.raises(ValueError, match="runs past the image"):
+        list(plan_fills([(0, b"ab"), (2, b"c")], 2, 0, 1024, 100, 4))
 
 
 def test_small_pieces_and_gaps_are_plain_copies_and_land_exact() -> None:

@@ -103,7 +103,9 @@ class PagePlan:
     """The columns the page decoder takes (name -> its chunks, one per row group,
     as (bytes, spec, pages)) and every column's path for ``DecodeStats.paths``:
     ``"gpu"``, ``"gpu (host decompression)"`` (nvCOMP missing, or lacking the
-    codec), or ``"host: "`` and the reason."""
+    codec), or ``"host: "`` and the reason. The pages of ``gpu`` are those
+    :func:`plan_page_columns` checked supported: :func:`decode_page_columns`
+    does not check them again."""
 
     gpu: dict[str, list[tuple[Any, ChunkSpec, list[Page]]]] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
@@ -350,6 +352,7 @@ def decode_page_columns(
                 stages,
                 codecs,
                 columns=columns,
+                checked=True,  # plan_page_columns checked these pages
             )
             for name, piece in zip(owners, got, strict=True):
                 pieces[name].append(piece)

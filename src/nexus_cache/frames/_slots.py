@@ -53,21 +53,51 @@ def image_pieces(
         yield offset, src
 
 
-def _segments(pieces: Sequence[tuple[int, Any]], nbytes: int) -> Iterator[tuple[int, int, Any]]:
-    """The image as non-empty ``(offset, size, bytes-like or None: zeros)``, in
-    order, covering ``[0, nbytes)``; each piece checked as it is reached."""
-    at = 0
-    for offset, piece in pieces:
-        size = memoryview(piece).nbytes
-        if offset < at or offset + size > nbytes:
-            raise _misplaced(size, offset, at, nbytes)
-        if offset > at:
-            yield at, offset - at, None
-        if size:
-            yield offset, size, piece
-        at = offset + size
-    if nbytes > at:
-        yield at, nbytes - at, None
+class _Segments(NamedTuple):
+    """The image as non-empty segments, in order, covering ``[0, limit)``: each
+    ``[start, end)`` of the image, and the piece it is (an index of
+    ``sources``; -1: zeros, ``sources[-1]`` being None). ``limit``: where the
+    first malformed piece (``error``) would begin to be needed, else the
+    image's end."""
+
+    start: np.ndarray
+    end: np.ndarray
+    source: np.ndarray
+    sources: list[Any]
+    limit: int
+    error: ValueError | None
+
+
+def _segments(pieces: Sequence[tuple[int, Any]], nbytes: int) -> _Segments:
+    """The segments of the image (pieces and the zeros between them), found by
+    array operations, not a step a piece; a malformed piece (out of order or
+    past the image) ends them, its error kept for when the plan reaches it."""
+    n = len(pieces)
+    sources = [piece for _, piece in pieces]
+    offset = np.fromiter((at for at, _ in pieces), np.int64, n)
+    size = np.fromiter((memoryview(piece).nbytes for piece in sources), np.int64, n)
+    end = offset + size
+    before = np.concatenate([[0], end[:-1]])  # where the pieces before each end
+    bad = np.flatnonzero((offset < before) | (end > nbytes))
+    error = None
+    if bad.size:
+        k = int(bad[0])
+        error = _misplaced(int(size[k]), int(offset[k]), int(before[k]), nbytes)
+        n, limit = k, int(before[k])
+    else:
+        limit = nbytes
+    # each piece's gap, then the piece; then the zeros to the end
+    starts = np.stack([before[:n], offset[:n]], axis=1).reshape(-1)
+    ends = np.stack([offset[:n], end[:n]], axis=1).reshape(-1)
+    which = np.stack([np.full(n, -1), np.arange(n)], axis=1).reshape(-1)
+    tail = int(end[n - 1]) if n else 0
+    if error is None and nbytes > tail:
+        starts = np.append(starts, tail)
+        ends = np.append(ends, nbytes)
+        which = np.append(which, -1)
+    keep = ends > starts
+    sources.append(None)
+    return _Segments(starts[keep], ends[keep], which[keep], sources, limit, error)
 
 
 def _misplaced(size: int, offset: int, at: int, nbytes: int) -> ValueError:
@@ -90,30 +120,45 @@ def plan_fills(
     ``slot_bytes`` slots whose current slot holds ``used`` bytes already. A run
     of ``size`` bytes is cut into ``min(max_parts, size // part_bytes)`` parts
     of about equal size (at least one), so a small image is one part a slot.
-    Lazy: a run is planned when asked for."""
+    Lazy: a run is planned when asked for (each part's writes found by a
+    binary search of the image's segments, not a step a piece); a malformed
+    piece raises ValueError when the run that needs it is asked for."""
     segments = _segments(pieces, nbytes)
-    seg_at, seg_size, seg_src = 0, 0, None  # the current segment
+    seg_start, seg_end, sources = segments.start, segments.end, segments.sources
     image_at, slot_at, next_slot = 0, used, used >= slot_bytes
     if next_slot:
         slot_at = 0
     while image_at < nbytes:
         size = min(slot_bytes - slot_at, nbytes - image_at)
+        if image_at + size > segments.limit:
+            assert segments.error is not None
+            raise segments.error
         count = max(1, min(max_parts, size // part_bytes))
         parts: list[list[Op]] = []
         lo = image_at
         for j in range(1, count + 1):
             hi = image_at + size * j // count
-            ops: list[Op] = []
-            while lo < hi:
-                if lo >= seg_at + seg_size:
-                    seg_at, seg_size, seg_src = next(segments)
-                k = min(hi, seg_at + seg_size) - lo
-                ops.append((slot_at + lo - image_at, seg_src, lo - seg_at, k))
-                lo += k
-            parts.append(ops)
+            first = int(np.searchsorted(seg_end, lo, "right"))
+            last = int(np.searchsorted(seg_start, hi, "left"))
+            at = np.maximum(seg_start[first:last], lo)
+            stop = np.minimum(seg_end[first:last], hi)
+            parts.append(
+                list(
+                    zip(
+                        (at + (slot_at - image_at)).tolist(),
+                        map(sources.__getitem__, segments.source[first:last].tolist()),
+                        (at - seg_start[first:last]).tolist(),
+                        (stop - at).tolist(),
+                        strict=True,
+                    )
+                )
+            )
+            lo = hi
         yield SlotFill(next_slot, slot_at, image_at, size, parts)
         image_at += size
         slot_at, next_slot = 0, True
+    if segments.error is not None:  # a malformed piece past the image's end
+        raise segments.error
 
 
 #: A write of fewer bytes than this is a plain buffer copy (holding the GIL for

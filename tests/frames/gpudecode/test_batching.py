@@ -266,3 +266,27 @@ def test_page_tables_go_up_in_one_upload_per_step(monkeypatch: pytest.MonkeyPatc
     assert all(u == 1 and a <= 2 for u, a in steps["packed_runs"]), steps["packed_runs"]
     # gather: the byte indices (one upload) and the gathered bytes
     assert all(u <= 1 and a <= 2 for u, a in steps["gather"]), steps["gather"]
+
+
+@pytest.mark.usefixtures("emulated_device")
+def test_the_plans_pages_are_checked_once_not_again_by_the_device_decoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # plan_page_columns checks every chunk's pages; the device decoder, handed
+    # the plan's pages, does not walk them again (a caller's own pages still are)
+    raw = write(_table(), row_group_size=500, compression="snappy")
+    walks: list[str] = []
+    real = _device.unsupported_reason
+
+    def counted(spec: Any, pages: Any = None) -> Any:
+        walks.append(spec.column)
+        return real(spec, pages)
+
+    monkeypatch.setattr(_device, "unsupported_reason", counted)
+    got = _decode(raw, None, [])
+    assert got.equals(pq.read_table(io.BytesIO(raw)))
+    assert walks == []
+    plan, _ = _plan(raw)
+    data, spec, pages = plan.gpu["s"][0]
+    _device.decode_chunks_on_device([(data, spec, pages)], _emulator.Domain())
+    assert walks == ["s"]

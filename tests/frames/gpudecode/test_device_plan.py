@@ -135,13 +135,112 @@ def test_the_heap_holds_each_page_as_the_reference_cuts_it(
         jobs += sum(len(j) for j in layout.jobs.values())
         heap = _heap_of(layout, spec)
         (placed,) = layout.chunks
-        lengths = [int.from_bytes(heap[o : o + 4], "little") for o in level_offsets(placed, spec)]
-        for page, ((l0, l1), (v0, v1)) in zip(
-            pages, page_sections_at(placed, spec, lengths), strict=True
-        ):
+        lengths = [
+            int.from_bytes(heap[o : o + 4], "little") for o in level_offsets(placed, spec).tolist()
+        ]
+        sections = page_sections_at(placed, spec, lengths)
+        for page, l0, l1, v0, v1 in zip(pages, *(f.tolist() for f in sections), strict=True):
             assert (heap[l0:l1], heap[v0:v1]) == page_sections(page, spec)
     # (a v2 page that does not shrink is stored uncompressed: no job)
     assert bool(jobs) == (device_decompression and codec != "none")
+
+
+def _layout_page_by_page(
+    items: list[tuple[ChunkSpec, list[Page]]], algorithm: str | None
+) -> tuple[list[tuple[int, bytes]], int, int, dict[str, list[Any]], list[list[Any]]]:
+    """The heap layout placed one page at a time (the planner the array one
+    replaced), as plain values: pieces, host size, size, jobs, and every
+    page's (body, body end, levels, levels size)."""
+    from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
+    from nexus_cache.frames.gpudecode.reference import decompress_section
+
+    def up(n: int) -> int:
+        return -(-n // ALIGNMENT) * ALIGNMENT
+
+    pieces: list[tuple[int, bytes]] = []
+    host = 0
+
+    def put(data: Any) -> int:
+        nonlocal host
+        at, size = up(host), memoryview(data).nbytes
+        if size:
+            pieces.append((at, bytes(data)))
+        host = at + size
+        return at
+
+    places: list[list[Any]] = []
+    pending = []
+    for spec, pages in items:
+        codec = PYARROW_CODECS[spec.codec]
+        placed = []
+        for page in pages:
+            h, section = page.header, page.payload
+            size, levels, levels_size, compressed = h.uncompressed_size, 0, 0, codec is not None
+            if h.type == 3:
+                levels_size = h.def_bytes
+                levels = put(section[h.rep_bytes : h.rep_bytes + levels_size])
+                section = section[h.rep_bytes + levels_size :]
+                size -= h.rep_bytes + levels_size
+                compressed = compressed and h.is_compressed
+            if compressed and algorithm is not None and size > 0:
+                pending.append((placed, len(placed), put(section), len(section), size))
+                placed.append([0, 0, levels, levels_size])
+                continue
+            body = decompress_section(section, size, codec if compressed else None)
+            at = put(body)
+            placed.append([at, at + len(body), levels, levels_size])
+        places.append(placed)
+    jobs: dict[str, list[Any]] = {}
+    cursor = up(host)
+    for placed, i, source, in_size, size in pending:
+        assert algorithm is not None
+        jobs.setdefault(algorithm, []).append((source, in_size, cursor, size))
+        placed[i][:2] = [cursor, cursor + size]
+        cursor = up(cursor + size)
+    return pieces, host, max(cursor, 1), jobs, places
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+@pytest.mark.parametrize("device_decompression", [True, False])
+def test_the_array_layout_places_every_page_as_the_page_by_page_one(
+    codec: str, version: str, device_decompression: bool
+) -> None:
+    # several chunks in one heap (every column of two row groups, v1 and v2
+    # pages, dictionary pages, an empty chunk): the same pieces, jobs and
+    # places as placing the pages one at a time
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+    from nexus_cache.frames.gpudecode.layout import HeapLayout
+
+    table = _mixed_table(700)
+    raw = write(
+        table, compression=codec, data_page_version=version, data_page_size=512, row_group_size=400
+    )
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    items = []
+    for g in range(pf.metadata.num_row_groups):
+        for j in range(pf.metadata.num_columns):
+            spec = chunk_spec(pf, g, j, "t.parquet")
+            items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+    items.append((items[0][0], []))  # a chunk of no pages
+    algorithm = PYARROW_CODECS[items[0][0].codec] if device_decompression else None
+    layout = HeapLayout()
+    for spec, pages in items:
+        layout.add(spec, pages, algorithm)
+    layout.finish()
+    pieces, host, size, jobs, places = _layout_page_by_page(items, algorithm)
+    assert [(at, bytes(p)) for at, p in layout.pieces] == pieces
+    assert (layout.host_size, layout.size) == (host, size)
+    assert {a: [tuple(j) for j in js] for a, js in layout.jobs.items()} == jobs
+    got = [
+        np.stack([c.body, c.body_end, c.levels, c.levels_size], axis=1).tolist()
+        for c in layout.chunks
+    ]
+    assert got == places
 
 
 def test_a_page_that_inflates_wrong_is_refused_while_packing() -> None:

@@ -27,8 +27,9 @@ from nexus_cache._kernel_loader import grid_blocks
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.kernels import BLOCK_KERNELS, kernel_function
 from nexus_cache.frames.gpudecode.layout import (
+    ChunkPlaces,
     HeapLayout,
-    PlacedPage,
+    Sections,
     level_offsets,
     page_sections_at,
 )
@@ -36,9 +37,10 @@ from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused, decompress_batch,
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
 from nexus_cache.frames.gpudecode.stream_check import refuse_corrupt_streams
 
-__all__ = ["DeviceChunk"]
+__all__ = ["DataPages", "DeviceChunk"]
 
 _log = logging.getLogger("nexus_cache.frames")
+_DICTIONARY_PAGE = int(PageType.DICTIONARY_PAGE)
 
 _THREADS = 256
 _MAX_BLOCKS = 65535 * 8
@@ -111,14 +113,41 @@ def _scratch(cp: Any, *shapes: tuple[int, Any]) -> list[Any]:
     ]
 
 
-class _DataPage(NamedTuple):
-    # a named tuple, not a dataclass: a heap makes thousands, and a frozen
-    # dataclass's construction costs several times as much
-    page: Page
-    rows: int
-    levels: tuple[int, int]  # [start, end) in the heap
-    values: tuple[int, int]
-    dictionary: int = -1  # its chunk's dictionary, an index of _Chunk.dictionaries; -1: none
+class DataPages(NamedTuple):
+    """A chunk's data pages as arrays (int64, one entry a page, in page order):
+    rows (the header's value count), their definition levels and values
+    ``[start, end)`` in the heap, the chunk's dictionary each names (an index
+    of ``_Chunk.dictionaries``; -1: none), the values' encoding, a v2 page's
+    null count (-1: none), and where its header starts in the file (for
+    messages). The decode steps read every page's fields from these, by
+    array operations, not a Python object a page."""
+
+    rows: np.ndarray
+    levels_start: np.ndarray
+    levels_end: np.ndarray
+    values_start: np.ndarray
+    values_end: np.ndarray
+    dictionary: np.ndarray
+    encoding: np.ndarray
+    nulls: np.ndarray
+    offset: np.ndarray
+
+    def __len__(self) -> int:  # the pages, not the fields
+        return int(self.rows.size)
+
+    @classmethod
+    def joined(cls, parts: Sequence[DataPages], shifts: Sequence[int]) -> DataPages:
+        """``parts`` one after another, each part's dictionary indices (those
+        >= 0) shifted by its ``shifts``."""
+        fields = [np.concatenate(f) for f in zip(*parts, strict=True)]
+        dictionary = np.concatenate(
+            [
+                np.where(p.dictionary >= 0, p.dictionary + k, -1)
+                for p, k in zip(parts, shifts, strict=True)
+            ]
+        )
+        fields[cls._fields.index("dictionary")] = dictionary
+        return cls(*fields)
 
 
 class _Heap:
@@ -157,15 +186,15 @@ class _Heap:
             level_offsets(placed, spec)
             for (spec, _), placed in zip(items, layout.chunks, strict=True)
         ]
-        lengths = self.peek([o for offsets in wanted for o in offsets])
+        lengths = self.peek(np.concatenate(wanted)).astype(np.int64)
         self.chunks: list[_Chunk] = []
         errors = self.cp.zeros(len(items), np.int32)  # every chunk's error flag, one allocation
         at = 0
         for k, ((spec, _), placed, offsets) in enumerate(
             zip(items, layout.chunks, wanted, strict=True)
         ):
-            sections = page_sections_at(placed, spec, lengths[at : at + len(offsets)].tolist())
-            at += len(offsets)
+            sections = page_sections_at(placed, spec, lengths[at : at + offsets.size])
+            at += offsets.size
             self.chunks.append(_Chunk(self, spec, placed, sections, errors[k : k + 1]))
 
     def _fill(
@@ -209,11 +238,11 @@ class _Heap:
         self.stages[name] = self.stages.get(name, 0.0) + now - self.started
         self.started = now
 
-    def gather(self, offsets: Sequence[int]) -> Any:
+    def gather(self, offsets: Sequence[int] | np.ndarray) -> Any:
         """:func:`_gather` of this heap."""
         return _gather(self.cp, self.data, self.size, offsets)
 
-    def peek(self, offsets: Sequence[int]) -> np.ndarray:
+    def peek(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
         """:meth:`gather`, read back (one copy)."""
         if len(offsets) == 0:
             return np.zeros(0, np.uint32)
@@ -236,7 +265,7 @@ class _Heap:
         self.data = None
 
 
-def _gather(cp: Any, data: Any, size: int, offsets: Sequence[int]) -> Any:
+def _gather(cp: Any, data: Any, size: int, offsets: Sequence[int] | np.ndarray) -> Any:
     """The little-endian uint32 at each offset of the heap ``data`` (``size``
     bytes; zero past it), as a device array (read it back with others in one
     copy). One upload (the byte indices), one gather."""
@@ -261,8 +290,8 @@ class _Chunk:
         self,
         heap: _Heap,
         spec: ChunkSpec,
-        placed: Sequence[PlacedPage],
-        sections: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+        placed: ChunkPlaces,
+        sections: Sections,
         error: Any,
     ) -> None:
         # The heap's buffer and size, not the heap: a chunk that pointed back at
@@ -273,19 +302,28 @@ class _Chunk:
         self.specs = [spec]  # a merged chunk's: every part's, in row order
         self.heap, self.size = heap.data, heap.size
         self.error = error  # int32[1]: set by a kernel that finds a stream malformed
-        self.data_pages: list[_DataPage] = []
         # dictionary pages (page, values start, end): one per chunk at most,
         # one per row group in a merged chunk
-        self.dictionaries: list[tuple[Page, int, int]] = []
-        dictionary_page, data, dictionary = int(PageType.DICTIONARY_PAGE), self.data_pages, -1
-        for p, (levels, values) in zip(placed, sections, strict=True):
-            page = p.page
-            h = page.header
-            if h.type == dictionary_page:
-                self.dictionaries.append((page, *values))
-                dictionary += 1
-            else:
-                data.append(_DataPage(page, h.num_values, levels, values, dictionary))
+        table = placed.table
+        is_dictionary = table.type == _DICTIONARY_PAGE
+        self.dictionaries: list[tuple[Page, int, int]] = [
+            (placed.pages[i], sections.values_start[i].item(), sections.values_end[i].item())
+            for i in np.flatnonzero(is_dictionary).tolist()
+        ]
+        data = np.flatnonzero(~is_dictionary)
+        # each data page's dictionary: the last one before it (-1: none yet)
+        dictionary = np.cumsum(is_dictionary) - 1
+        self.data_pages = DataPages(
+            table.num_values[data],
+            sections.levels_start[data],
+            sections.levels_end[data],
+            sections.values_start[data],
+            sections.values_end[data],
+            dictionary[data],
+            table.encoding[data],
+            table.nulls[data],
+            table.offset[data],
+        )
 
     @classmethod
     def merged(cls, parts: Sequence[_Chunk]) -> _Chunk:
@@ -296,22 +334,13 @@ class _Chunk:
         if len(parts) == 1:
             return parts[0]
         out = copy.copy(parts[0])
-        out.specs, out.data_pages, out.dictionaries = [], [], []
+        out.specs, out.dictionaries = [], []
+        shifts = []
         for part in parts:
-            shift = len(out.dictionaries)
+            shifts.append(len(out.dictionaries))
             out.specs.extend(part.specs)
             out.dictionaries.extend(part.dictionaries)
-            if not shift:
-                out.data_pages.extend(part.data_pages)
-                continue
-            # built directly: dataclasses.replace costs ~5 us a page, and a
-            # heap has thousands
-            out.data_pages.extend(
-                _DataPage(d.page, d.rows, d.levels, d.values, d.dictionary + shift)
-                if d.dictionary >= 0
-                else d
-                for d in part.data_pages
-            )
+        out.data_pages = DataPages.joined([p.data_pages for p in parts], shifts)
         return out
 
     def where(self, offset: int) -> str:
@@ -321,7 +350,7 @@ class _Chunk:
                 return spec.where(offset)
         return self.spec.where(offset)
 
-    def gather(self, offsets: Sequence[int]) -> Any:
+    def gather(self, offsets: Sequence[int] | np.ndarray) -> Any:
         """:func:`_gather` of the heap."""
         return _gather(self.cp, self.heap, self.size, offsets)
 
@@ -335,29 +364,38 @@ class _Chunk:
             where = f"{spec.source!r}, column {spec.column!r} of one of row groups {groups}"
         return SourceFormatError(f"{where}: {what} is malformed; the file is corrupt")
 
-    def expand(self, streams: Sequence[tuple[int, int, int, int]], out: Any = None) -> Any:
-        """``hybrid_runs`` + ``hybrid_expand`` of ``streams`` (start, end, bit width,
-        count) of the heap: every value, uint32, streams one after another."""
+    def expand(
+        self,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        widths: np.ndarray,
+        counts: np.ndarray,
+        out: Any = None,
+    ) -> Any:
+        """``hybrid_runs`` + ``hybrid_expand`` of the streams ``[starts, ends)`` of
+        the heap (int64 arrays, one entry a stream) of bit ``widths`` and
+        ``counts`` values: every value, uint32, streams one after another."""
         cp = self.cp
-        counts = _i64([s[3] for s in streams])
+        counts = _i64(counts)
         total = int(counts.sum())
         if out is None:
             out = cp.zeros(max(total, 1), np.uint32)[:total]
         if total == 0:
             return out
-        capacity = _i64([s[1] - s[0] + 1 for s in streams])
-        run_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
-        out_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        n_runs, n = int(capacity.sum()), len(streams)
+        starts, ends = _i64(starts), _i64(ends)
+        capacity = ends - starts + 1
+        run_base = np.cumsum(capacity) - capacity
+        out_base = np.cumsum(counts) - counts
+        n_runs, n = int(capacity.sum()), int(counts.size)
         # the page table in one upload, the runs' scratch in one allocation
         starts, ends, counts_d, base, out_base_d, widths = _upload(
             cp,
-            _i64([s[0] for s in streams]),
-            _i64([s[1] for s in streams]),
+            starts,
+            ends,
             counts,
             run_base,
             out_base,
-            np.array([s[2] for s in streams], np.int32),
+            np.asarray(widths, np.int32).reshape(-1),
         )
         run_start, run_value, run_count, run_packed = _scratch(
             cp, (n_runs, np.int64), (n_runs, np.int64), (n, np.int32), (n_runs, np.uint8)
@@ -411,7 +449,9 @@ class _Chunk:
             ),
         )
 
-    def packed_runs(self, starts: Sequence[int], counts: Sequence[int]) -> Any:
+    def packed_runs(
+        self, starts: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray
+    ) -> Any:
         """PLAIN booleans: ``hybrid_expand`` over one bit-packed run per page
         (``packed_run``), all pages in one launch."""
         cp, n = self.cp, len(starts)

@@ -31,26 +31,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from nexus_cache.errors import FrameTypeError, SourceFormatError
 from nexus_cache.frames.column import storage_dtype
 from nexus_cache.frames.gpudecode._heap import (
+    DataPages,
     DeviceChunk,
     _Chunk,
-    _DataPage,
     _i64,
     _launch,
     _upload,
 )
-from nexus_cache.frames.gpudecode.pages import Encoding, Page
+from nexus_cache.frames.gpudecode.pages import Encoding
 from nexus_cache.frames.gpudecode.support import is_dictionary_of_bytes
 
 __all__ = ["decode_all"]
 
-_DICTIONARY = (Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY)
+_DICTIONARY = np.array([Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY], np.int64)
+#: the encodings whose values start with a header read back (a bit width, a length)
+_HEADED = np.array([*_DICTIONARY, Encoding.RLE], np.int64)
+_RLE = int(Encoding.RLE)
 _PLAIN_BYTES = {"INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8}
 _INT32_MAX = (1 << 31) - 1
 
@@ -58,23 +61,24 @@ _INT32_MAX = (1 << 31) - 1
 @dataclass
 class _Levels:
     """One chunk after phase 1: validity and positions on the device; which
-    pages' first bytes it reads back (``headed``)."""
+    pages' first bytes it reads back (``headed``: their indices)."""
 
     valid: Any
     position: Any
     rows: int
     bounds: np.ndarray
-    headed: list[int]
+    headed: np.ndarray
 
 
 def _levels(c: _Chunk) -> tuple[_Levels, list[Any]]:
     """Phase 1 of a chunk: launches only; returns the device values to read back
     (page ends, the error flag, the heads), in that order."""
-    cp, spec = c.cp, c.spec
-    rows = sum(p.rows for p in c.data_pages)
-    bounds = np.cumsum([0] + [p.rows for p in c.data_pages]).astype(np.int64)
+    cp, spec, pages = c.cp, c.spec, c.data_pages
+    rows = int(pages.rows.sum())
+    bounds = np.concatenate([[0], np.cumsum(pages.rows)]).astype(np.int64)
     if spec.max_def:
-        levels = c.expand([(*p.levels, 1, p.rows) for p in c.data_pages])
+        ones = np.ones(len(pages), np.int32)
+        levels = c.expand(pages.levels_start, pages.levels_end, ones, pages.rows)
         valid = cp.zeros(max(rows, 1), np.uint8)[:rows]
         _launch(
             "levels_validity",
@@ -89,13 +93,9 @@ def _levels(c: _Chunk) -> tuple[_Levels, list[Any]]:
     # the positions at the page ends (a page of no rows ends where the one
     # before it ends; fixed on the host)
     last = cp.asarray(np.maximum(bounds[1:] - 1, 0))
-    ends = position[last] + 1 if rows else cp.zeros(len(c.data_pages), np.int64)
-    headed = [
-        i
-        for i, p in enumerate(c.data_pages)
-        if p.page.header.encoding in (*_DICTIONARY, Encoding.RLE)
-    ]
-    heads = c.gather([c.data_pages[i].values[0] for i in headed])
+    ends = position[last] + 1 if rows else cp.zeros(len(pages), np.int64)
+    headed = np.flatnonzero(np.isin(pages.encoding, _HEADED))
+    heads = c.gather(pages.values_start[headed])
     reads = [ends, c.error.astype(np.int64), heads.astype(np.int64)]
     return _Levels(valid, position, rows, bounds, headed), reads
 
@@ -129,8 +129,9 @@ def decode_all(chunks: Sequence[_Chunk]) -> list[DeviceChunk]:
         if error[0]:
             raise c.malformed("a definition level")
         ends = np.where(lv.bounds[1:] > 0, ends, 0).astype(np.int64)
-        by_page = dict(zip(lv.headed, (int(h) for h in heads), strict=True))
-        results.append(_values(c, lv, ends, by_page))
+        head = np.zeros(len(c.data_pages), np.int64)
+        head[lv.headed] = heads
+        results.append(_values(c, lv, ends, head))
     strings = [k for k, r in enumerate(results) if isinstance(r, (_Strings, _Dictionary))]
     reads = []
     for k in strings:
@@ -155,19 +156,68 @@ def decode_all(chunks: Sequence[_Chunk]) -> list[DeviceChunk]:
     return results
 
 
-def _groups(pages: Sequence[_DataPage], counts: np.ndarray) -> list[tuple[bool, list[int]]]:
+def _groups(pages: DataPages, counts: np.ndarray) -> list[tuple[bool, np.ndarray]]:
     """The longest runs of consecutive pages with values that share an encoding
     kind: ``(dictionary-encoded, page indices)`` each."""
-    out: list[tuple[bool, list[int]]] = []
-    for i, p in enumerate(pages):
-        if not counts[i]:
-            continue
-        kind = p.page.header.encoding in _DICTIONARY
-        if out and out[-1][0] == kind:
-            out[-1][1].append(i)
-        else:
-            out.append((kind, [i]))
-    return out
+    with_values = np.flatnonzero(counts)
+    if not with_values.size:
+        return []
+    kind = np.isin(pages.encoding[with_values], _DICTIONARY)
+    cuts = np.flatnonzero(kind[1:] != kind[:-1]) + 1
+    return [
+        (bool(kind[at]), members)
+        for at, members in zip([0, *cuts.tolist()], np.split(with_values, cuts), strict=True)
+    ]
+
+
+class _Rows(NamedTuple):
+    """Some pages of a chunk (a group's, or its dictionary pages), as arrays:
+    where each header starts in the file, its values ``[start, end)`` in the
+    heap, its non-null values and their encoding."""
+
+    offset: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    nonnull: np.ndarray
+    encoding: np.ndarray
+
+    def __len__(self) -> int:  # the pages, not the fields
+        return int(self.nonnull.size)
+
+    def at(self, k: int) -> _Rows:
+        """Page ``k`` alone."""
+        return _Rows(*(f[k : k + 1] for f in self))
+
+
+def _group_rows(pages: DataPages, members: np.ndarray, counts: np.ndarray) -> _Rows:
+    return _Rows(
+        pages.offset[members],
+        pages.values_start[members],
+        pages.values_end[members],
+        counts[members],
+        pages.encoding[members],
+    )
+
+
+def _dictionary_rows(c: _Chunk) -> _Rows:
+    """The chunk's dictionary pages (their entries as the count)."""
+    d = c.dictionaries
+    return _Rows(
+        _i64([page.offset for page, _, _ in d]),
+        _i64([v0 for _, v0, _ in d]),
+        _i64([v1 for _, _, v1 in d]),
+        _i64([page.header.num_values for page, _, _ in d]),
+        _i64([page.header.encoding for page, _, _ in d]),
+    )
+
+
+def _first_bad(c: _Chunk, rows: _Rows, bad: np.ndarray, what: Any) -> None:
+    """SourceFormatError for the first page of ``rows`` where ``bad`` holds
+    (``what(k)``: its message), if any."""
+    found = np.flatnonzero(bad)
+    if found.size:
+        k = int(found[0])
+        raise _bad(c, int(rows.offset[k]), what(k))
 
 
 @dataclass
@@ -189,30 +239,33 @@ class _Dictionary:
     values: _Strings
 
 
-def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> Any:
+def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: np.ndarray) -> Any:
     """Phase 2 of a chunk (``ends``: its positions at the page ends; ``heads``:
-    its pages' first values bytes): a DeviceChunk, or a :class:`_Strings`."""
-    cp, spec, rows = c.cp, c.spec, lv.rows
+    its pages' first values bytes, 0 where not read): a DeviceChunk, or a
+    :class:`_Strings`."""
+    cp, spec, rows, pages = c.cp, c.spec, lv.rows, c.data_pages
     dense_base = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     counts = ends - dense_base
-    for p, count in zip(c.data_pages, counts, strict=True):
-        nulls = p.page.header.num_nulls
-        if nulls is not None and p.rows - int(count) != nulls:
-            raise SourceFormatError(
-                f"{c.where(p.page.offset)}: the levels hold {p.rows - int(count)} nulls, "
-                f"the header says {nulls}; the file is corrupt"
-            )
+    nulls = pages.rows - counts
+    wrong = np.flatnonzero((pages.nulls >= 0) & (nulls != pages.nulls))
+    if wrong.size:
+        k = int(wrong[0])
+        raise SourceFormatError(
+            f"{c.where(int(pages.offset[k]))}: the levels hold {int(nulls[k])} nulls, "
+            f"the header says {int(pages.nulls[k])}; the file is corrupt"
+        )
     nonnull = int(ends[-1]) if len(ends) else 0
     # no validity when every row holds a value (known from the counts)
     validity = None if nonnull == rows else lv.valid.astype(np.bool_)
-    groups = _groups(c.data_pages, counts)
+    groups = _groups(pages, counts)
     as_dictionary = is_dictionary_of_bytes(spec.arrow_type)
     if spec.physical_type == "BYTE_ARRAY" and not as_dictionary:
         return _string_rows(c, lv, heads, groups, (dense_base, counts), nonnull, validity)
     dtype = np.dtype(np.int32) if as_dictionary else storage_dtype(spec.arrow_type)
     dense = cp.zeros(max(nonnull, 1), dtype)[:nonnull]
     dictionary = values = None
-    sizes = _i64([page.header.num_values for page, _, _ in c.dictionaries])
+    entries = _dictionary_rows(c)
+    sizes = entries.nonnull
     if as_dictionary:
         values = _dictionary_values(c)
         # the identity: the gather checks each index against the dictionary's size
@@ -222,34 +275,34 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
         # every row group's dictionary, one after another, in one launch
         total = int(sizes.sum())
         dictionary = cp.zeros(max(total, 1), dtype)[:total]
-        entries = [(page, v0, v1, int(page.header.num_values)) for page, v0, v1 in c.dictionaries]
         if spec.physical_type == "BOOLEAN":
-            for page, v0, v1, n in entries:
-                if (n + 7) // 8 > v1 - v0:
-                    raise _bad(c, page, f"{n} PLAIN booleans run past the page")
-            dictionary[...] = c.packed_runs(
-                [e[1] for e in entries], [e[3] for e in entries]
-            ).astype(np.bool_)
+            _first_bad(
+                c,
+                entries,
+                (entries.nonnull + 7) // 8 > entries.end - entries.start,
+                lambda k: f"{int(entries.nonnull[k])} PLAIN booleans run past the page",
+            )
+            dictionary[...] = c.packed_runs(entries.start, entries.nonnull).astype(np.bool_)
         else:
             _plain_fixed(c, entries, dictionary)
     for is_dict, members in groups:
         g0 = int(dense_base[members[0]])
         g1 = int(dense_base[members[-1]] + counts[members[-1]])
         part = dense[g0:g1]
-        table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
+        table = _group_rows(pages, members, counts)
         if is_dict:
-            indices = _indices(c, table, [heads.get(i, 0) for i in members])
-            pages = _page_dictionaries(c, members, dense_base, sizes)
+            indices = _indices(c, table, heads[members])
+            dictionaries = _page_dictionaries(c, members, dense_base, sizes)
             _launch(
                 "dict_gather",
                 dtype.itemsize,
                 g1 - g0,
-                (indices, dictionary, *pages, part, c.error, np.int64(g1 - g0)),
+                (indices, dictionary, *dictionaries, part, c.error, np.int64(g1 - g0)),
             )
         elif as_dictionary:  # the support check refuses this
-            raise _bad(c, table[0][0], "a PLAIN page in a chunk read as a dictionary")
+            raise _bad(c, int(table.offset[0]), "a PLAIN page in a chunk read as a dictionary")
         elif spec.physical_type == "BOOLEAN":
-            part[...] = _booleans(c, table, [heads.get(i, 0) for i in members]).astype(np.bool_)
+            part[...] = _booleans(c, table, heads[members]).astype(np.bool_)
         else:
             _plain_fixed(c, table, part)
     out = cp.zeros(max(rows, 1), dtype)[:rows]
@@ -264,47 +317,47 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: dict[int, int]) -> 
     return DeviceChunk(rows, out, None, validity)
 
 
-def _bad(c: _Chunk, page: Page, what: str) -> SourceFormatError:
-    return SourceFormatError(f"{c.where(page.offset)}: {what}; the file is corrupt")
+def _bad(c: _Chunk, offset: int, what: str) -> SourceFormatError:
+    return SourceFormatError(f"{c.where(offset)}: {what}; the file is corrupt")
 
 
 def _page_dictionaries(
-    c: _Chunk, members: Sequence[int], dense_base: np.ndarray, sizes: np.ndarray
+    c: _Chunk, members: np.ndarray, dense_base: np.ndarray, sizes: np.ndarray
 ) -> tuple[Any, Any, Any, np.int32]:
     """The page table of ``dict_gather`` / ``dict_strings`` for the data pages
     ``members`` of a group (their values one after another): each page's
     first value in the group, and its dictionary's first entry and size among
     the chunk's dictionaries (``sizes``: theirs, one after another), in one
     upload. SourceFormatError for a page whose row group has no dictionary."""
-    bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    which = []
-    for i in members:
-        d = c.data_pages[i].dictionary
-        if d < 0:  # the support check refuses this
-            raise _bad(c, c.data_pages[i].page, "a dictionary-encoded page without a dictionary")
-        which.append(d)
-    first = dense_base[list(members)] - dense_base[members[0]]
-    uploaded = _upload(c.cp, _i64(first), bases[which], sizes[which])
+    bases = np.cumsum(sizes) - sizes
+    which = c.data_pages.dictionary[members]
+    missing = np.flatnonzero(which < 0)
+    if missing.size:  # the support check refuses this
+        offset = int(c.data_pages.offset[members[int(missing[0])]])
+        raise _bad(c, offset, "a dictionary-encoded page without a dictionary")
+    first = dense_base[members] - dense_base[members[0]]
+    uploaded = _upload(c.cp, _i64(first), _i64(bases[which]), _i64(sizes[which]))
     return (*uploaded, np.int32(len(members)))
 
 
-#: one page of a group: (page, values start, values end, non-null values)
-_Row = tuple[Page, int, int, int]
-
-
-def _plain_fixed(c: _Chunk, table: Sequence[_Row], out: Any) -> None:
+def _plain_fixed(c: _Chunk, table: _Rows, out: Any) -> None:
     """``plain_fixed`` over every page of ``table`` (their values one after
     another in ``out``), one launch."""
     width = _PLAIN_BYTES[c.spec.physical_type]
-    for page, v0, v1, count in table:
-        if count * width > v1 - v0:
-            raise _bad(
-                c, page, f"{count} PLAIN values need {count * width} bytes, the page has {v1 - v0}"
-            )
-    counts = _i64([t[3] for t in table])
-    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    counts = table.nonnull
+    room = table.end - table.start
+    _first_bad(
+        c,
+        table,
+        counts * width > room,
+        lambda k: (
+            f"{int(counts[k])} PLAIN values need {int(counts[k]) * width} bytes, "
+            f"the page has {int(room[k])}"
+        ),
+    )
+    base = np.cumsum(counts) - counts
     total = int(counts.sum())
-    starts, base_d = _upload(c.cp, _i64([t[1] for t in table]), base)  # one upload
+    starts, base_d = _upload(c.cp, _i64(table.start), _i64(base))  # one upload
     _launch(
         "plain_fixed",
         width,
@@ -320,51 +373,58 @@ def _plain_fixed(c: _Chunk, table: Sequence[_Row], out: Any) -> None:
     )
 
 
-def _booleans(c: _Chunk, table: Sequence[_Row], heads: Sequence[int]) -> Any:
+def _booleans(c: _Chunk, table: _Rows, heads: np.ndarray) -> Any:
     """Every page of ``table`` is PLAIN, or every one RLE (a group holds one encoding
     kind; booleans have two non-dictionary encodings, so split them here)."""
-    rle = [t[0].header.encoding == Encoding.RLE for t in table]
-    if all(rle):
-        streams = []
-        for (page, v0, v1, count), head in zip(table, heads, strict=True):
-            if v1 - v0 < 4 or 4 + int(head) > v1 - v0:
-                raise _bad(c, page, "an RLE boolean stream runs past the page")
-            streams.append((v0 + 4, v0 + 4 + int(head), 1, count))
-        return c.expand(streams)
-    if not any(rle):
-        for page, v0, v1, count in table:
-            if (count + 7) // 8 > v1 - v0:
-                raise _bad(c, page, f"{count} PLAIN booleans run past the page")
-        return c.packed_runs([t[1] for t in table], [t[3] for t in table])
+    rle = table.encoding == _RLE
+    room = table.end - table.start
+    if rle.all():
+        _first_bad(
+            c,
+            table,
+            (room < 4) | (4 + heads > room),
+            lambda k: "an RLE boolean stream runs past the page",
+        )
+        start = table.start + 4
+        return c.expand(start, start + heads, np.ones(len(table), np.int32), table.nonnull)
+    if not rle.any():
+        _first_bad(
+            c,
+            table,
+            (table.nonnull + 7) // 8 > room,
+            lambda k: f"{int(table.nonnull[k])} PLAIN booleans run past the page",
+        )
+        return c.packed_runs(table.start, table.nonnull)
     # PLAIN and RLE pages mixed in one run (no writer does this): one at a time
     return c.cp.concatenate(
-        [_booleans(c, [row], [head]) for row, head in zip(table, heads, strict=True)]
+        [_booleans(c, table.at(k), heads[k : k + 1]) for k in range(len(table))]
     )
 
 
-def _indices(c: _Chunk, table: Sequence[_Row], heads: Sequence[int]) -> Any:
+def _indices(c: _Chunk, table: _Rows, heads: np.ndarray) -> Any:
     """The dictionary indices of every page of ``table``, one after another."""
-    streams = []
-    for (page, v0, v1, count), head in zip(table, heads, strict=True):
-        if v1 <= v0:
-            raise _bad(c, page, "a dictionary-encoded page lacks its bit width")
-        streams.append((v0 + 1, v1, int(head) & 0xFF, count))
-    return c.expand(streams)
+    _first_bad(
+        c,
+        table,
+        table.end <= table.start,
+        lambda k: "a dictionary-encoded page lacks its bit width",
+    )
+    return c.expand(table.start + 1, table.end, heads & 0xFF, table.nonnull)
 
 
-def _string_table(c: _Chunk, table: Sequence[_Row], starts: Any, lengths: Any) -> None:
+def _string_table(c: _Chunk, table: _Rows, starts: Any, lengths: Any) -> None:
     """``plain_lengths`` over every page of ``table``, one launch (one thread a page)."""
     cp = c.cp
-    counts = _i64([t[3] for t in table])
-    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    counts = _i64(table.nonnull)
+    base = np.cumsum(counts) - counts
     _launch(
         "plain_lengths",
         None,
         len(table),
         (
             c.heap,
-            cp.asarray(_i64([t[1] for t in table])),
-            cp.asarray(_i64([t[2] for t in table])),
+            cp.asarray(_i64(table.start)),
+            cp.asarray(_i64(table.end)),
             cp.asarray(base),
             cp.asarray(counts),
             starts,
@@ -378,8 +438,8 @@ def _string_table(c: _Chunk, table: Sequence[_Row], starts: Any, lengths: Any) -
 def _string_rows(
     c: _Chunk,
     lv: _Levels,
-    heads: dict[int, int],
-    groups: list[tuple[bool, list[int]]],
+    heads: np.ndarray,
+    groups: list[tuple[bool, np.ndarray]],
     pages: tuple[np.ndarray, np.ndarray],
     nonnull: int,
     validity: Any,
@@ -391,13 +451,13 @@ def _string_rows(
     starts = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
     lengths = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
     dict_starts, dict_lengths = _dictionary_strings(c)
-    sizes = _i64([page.header.num_values for page, _, _ in c.dictionaries])
+    sizes = _dictionary_rows(c).nonnull
     for is_dict, members in groups:
         g0 = int(dense_base[members[0]])
         g1 = int(dense_base[members[-1]] + counts[members[-1]])
-        table = [(c.data_pages[i].page, *c.data_pages[i].values, int(counts[i])) for i in members]
+        table = _group_rows(c.data_pages, members, counts)
         if is_dict:
-            indices = _indices(c, table, [heads.get(i, 0) for i in members])
+            indices = _indices(c, table, heads[members])
             _launch(
                 "dict_strings",
                 None,
@@ -437,11 +497,11 @@ def _dictionary_strings(c: _Chunk) -> tuple[Any, Any]:
     after another, in one launch): each entry's start in the heap and length
     (empty without a dictionary page)."""
     cp = c.cp
-    table = [(page, v0, v1, page.header.num_values) for page, v0, v1 in c.dictionaries]
-    size = sum(t[3] for t in table)
+    table = _dictionary_rows(c)
+    size = int(table.nonnull.sum())
     starts = cp.zeros(max(size, 1), np.int64)[:size]
     lengths = cp.zeros(max(size, 1), np.int64)[:size]
-    if table:
+    if len(table):
         _string_table(c, table, starts, lengths)
     return starts, lengths
 

@@ -70,6 +70,7 @@ def decode_chunks_on_device(
     stages: dict[str, float] | None = None,
     codecs: dict[Any, Any] | None = None,
     columns: Sequence[Sequence[int]] | None = None,
+    checked: bool = False,
 ) -> list[DeviceChunk]:
     """Decode the column chunks of ``items`` (bytes, spec, pages or None), one
     heap for all of them (a row group's: one copy to the device, one nvCOMP
@@ -89,15 +90,19 @@ def decode_chunks_on_device(
     the next. ``codecs``: a cache of nvCOMP codecs the caller keeps for
     one thread's decode of one file (see :func:`.nvcomp.decompress_batch`).
     Raises FrameTypeError for a chunk the decoder does not support
-    (check :func:`.unsupported_reason` first) and SourceFormatError for
-    malformed data; the buffers made so far are not kept past the error.
+    (check :func:`.unsupported_reason` first; ``checked``: the caller did,
+    on these very pages, and they are not checked again) and
+    SourceFormatError for malformed data; the buffers made so far are not kept past the error.
     The heap is freed when the call returns."""
     import cupy as cp
 
     resolved = []
     for chunk, spec, pages in items:
-        pages = read_pages(chunk, spec) if pages is None else pages
-        reason = unsupported_reason(spec, pages)
+        if pages is None:
+            pages = read_pages(chunk, spec)
+            reason = unsupported_reason(spec, pages)
+        else:
+            reason = None if checked else unsupported_reason(spec, pages)
         if reason is not None:
             raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
         resolved.append((spec, pages))

@@ -17,8 +17,9 @@ starts at a multiple of :data:`.nvcomp.ALIGNMENT`:
 
 A :class:`HeapLayout` holds one chunk or several (the device decoder lays
 out a whole row group's chunks in one heap: one copy, one nvCOMP call per
-codec). :func:`page_sections_at` then finds each page's ``(definition
-levels, values)`` in the heap from the few bytes it needs (a v1 page's
+codec), each chunk's places as arrays (:class:`ChunkPlaces`).
+:func:`page_sections_at` then finds each page's ``(definition levels,
+values)`` in the heap from the few bytes it needs (a v1 page's
 4-byte level length, at :func:`level_offsets`), read back by the caller:
 the device decoder reads every chunk's in one gather, the host tests from
 a heap filled with PyArrow's decompression, checked against the NumPy
@@ -30,34 +31,65 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
-from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
+from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageTable, PageType, page_table
 from nexus_cache.frames.gpudecode.reference import decompress_section
 from nexus_cache.frames.gpudecode.support import CODECS
 
-__all__ = ["HeapLayout", "PlacedPage", "layout_chunk", "level_offsets", "page_sections_at"]
+__all__ = [
+    "ChunkPlaces",
+    "HeapLayout",
+    "Sections",
+    "layout_chunk",
+    "level_offsets",
+    "page_sections_at",
+]
 
 
 _STEP = ALIGNMENT - 1  # a place is rounded up to a multiple of ALIGNMENT
+_DATA_PAGE = int(PageType.DATA_PAGE)
 _DATA_PAGE_V2 = int(PageType.DATA_PAGE_V2)
+_PAYLOAD_OF = itemgetter(2)
 
 
-class PlacedPage(NamedTuple):
-    """One page in the heap: its body (a v1 or dictionary page whole, decompressed;
-    a v2 page's values) at ``[body, body_end)``, and a v2 page's definition
-    levels at ``[levels, levels + levels_size)``. Immutable (a named tuple: a
-    heap holds thousands, made fast)."""
+class ChunkPlaces(NamedTuple):
+    """One chunk's pages in the heap, as arrays (int64, one entry a page, in page
+    order): each page's body (a v1 or dictionary page whole, decompressed; a
+    v2 page's values) at ``[body, body_end)``, and a v2 page's definition
+    levels at ``[levels, levels + levels_size)``; ``table``: the pages'
+    headers (:func:`.pages.page_table`)."""
 
-    page: Page
-    body: int
-    body_end: int
-    levels: int = 0
-    levels_size: int = 0
+    pages: Sequence[Page]
+    table: PageTable
+    body: np.ndarray
+    body_end: np.ndarray
+    levels: np.ndarray
+    levels_size: np.ndarray
+
+
+class Sections(NamedTuple):
+    """Every page's ``[levels start, levels end)`` and ``[values start, values
+    end)`` in the heap (int64 arrays, in page order)."""
+
+    levels_start: np.ndarray
+    levels_end: np.ndarray
+    values_start: np.ndarray
+    values_end: np.ndarray
+
+
+def _aligned(n: Any) -> Any:
+    """``n`` (an int or an int64 array) rounded up to a multiple of ALIGNMENT."""
+    return (n + _STEP) // ALIGNMENT * ALIGNMENT
+
+
+def _nbytes(data: bytes | memoryview) -> int:
+    return len(data) if type(data) is bytes else memoryview(data).nbytes
 
 
 @dataclass
@@ -73,23 +105,43 @@ class HeapLayout:
     The pieces are not joined on the host: the caller copies each straight
     from the file's bytes into its place in the pinned staging
     (``Transfer.pieces_to_device``: one device copy per slot), so a page is
-    copied once on the host, not three times (joined, grown, staged)."""
+    copied once on the host, not three times (joined, grown, staged). A
+    chunk whose every page is one compressed section for nvCOMP (the common
+    case) is placed by array arithmetic, without a Python step a page."""
 
     pieces: list[tuple[int, bytes | memoryview]] = field(default_factory=list)
     host_size: int = 0
     size: int = 0
     jobs: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
-    chunks: list[list[PlacedPage]] = field(default_factory=list)
-    # (chunk, page, algorithm, in offset, in size, out size) awaiting an output slot
-    _pending: list[tuple[int, int, str, int, int, int]] = field(default_factory=list)
+    chunks: list[ChunkPlaces] = field(default_factory=list)
+    # (chunk, its pages, algorithm, in offsets, in sizes, out sizes) awaiting
+    # output slots, one entry a chunk
+    _pending: list[tuple[int, np.ndarray, str, np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=list
+    )
 
     def _put(self, data: bytes | memoryview) -> int:
-        at = (self.host_size + _STEP) // ALIGNMENT * ALIGNMENT
-        size = len(data) if type(data) is bytes else memoryview(data).nbytes
+        at = _aligned(self.host_size)
+        size = _nbytes(data)
         if size:
             self.pieces.append((at, data))
         self.host_size = at + size
-        return at
+        return at  # type: ignore[no-any-return]
+
+    def _put_all(self, payloads: list[Any], sizes: np.ndarray) -> np.ndarray:
+        """:meth:`_put` of every one of ``payloads`` (of ``sizes`` bytes), one after
+        another: their places."""
+        steps = _aligned(sizes)
+        at = _aligned(self.host_size) + np.cumsum(steps) - steps
+        if at.size:
+            self.host_size = int(at[-1] + sizes[-1])
+        if sizes.all():
+            self.pieces.extend(zip(at.tolist(), payloads, strict=True))
+        else:
+            self.pieces.extend(
+                (a, p) for a, p, n in zip(at.tolist(), payloads, sizes.tolist(), strict=True) if n
+            )
+        return at  # type: ignore[no-any-return]
 
     def host_image(self) -> np.ndarray:
         """The first ``host_size`` bytes of the heap, joined on the host (for a
@@ -105,45 +157,84 @@ class HeapLayout:
         ``algorithm``, or (None) decompressed here by PyArrow. SourceFormatError
         for a page that fails host decompression or contradicts its header."""
         codec = CODECS[spec.codec]
-        placed: list[PlacedPage] = []
-        pending, chunk, put = self._pending, len(self.chunks), self._put
-        for page in pages:
+        table = page_table(pages)
+        n = len(pages)
+        body, body_end = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        levels, levels_size = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        chunk = len(self.chunks)
+        if (
+            codec is not None
+            and algorithm is not None
+            and not (table.type == _DATA_PAGE_V2).any()
+            and table.uncompressed_size.all()
+        ):
+            # every page one section for nvCOMP: placed by array arithmetic
+            payloads = list(map(_PAYLOAD_OF, pages))
+            sizes = np.fromiter(map(_nbytes, payloads), np.int64, n)
+            at = self._put_all(payloads, sizes)
+            if n:
+                self._pending.append(
+                    (chunk, np.arange(n), algorithm, at, sizes, table.uncompressed_size)
+                )
+        else:
+            self._add_pages(spec, pages, table, algorithm, (body, body_end, levels, levels_size))
+        self.chunks.append(ChunkPlaces(pages, table, body, body_end, levels, levels_size))
+
+    def _add_pages(
+        self,
+        spec: ChunkSpec,
+        pages: Sequence[Page],
+        table: PageTable,
+        algorithm: str | None,
+        places: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """:meth:`add` a page at a time (v2 pages, host decompression),
+        writing each page's places into ``places``."""
+        codec = CODECS[spec.codec]
+        body, body_end, levels, levels_size = places
+        pending: list[tuple[int, int, int, int]] = []  # page, in offset, in size, out size
+        put = self._put
+        for i, page in enumerate(pages):
             h = page.header
-            levels = levels_size = 0
             section = page.payload
             size = h.uncompressed_size
             compressed = codec is not None
             if h.type == _DATA_PAGE_V2:
-                levels_size = h.def_bytes
-                levels = put(section[h.rep_bytes : h.rep_bytes + levels_size])
-                section = section[h.rep_bytes + levels_size :]
-                size -= h.rep_bytes + levels_size
+                levels_size[i] = h.def_bytes
+                levels[i] = put(section[h.rep_bytes : h.rep_bytes + h.def_bytes])
+                section = section[h.rep_bytes + h.def_bytes :]
+                size -= h.rep_bytes + h.def_bytes
                 compressed = compressed and h.is_compressed
             if compressed and algorithm is not None and size > 0:
                 # the page's place in the output region is fixed in finish
-                pending.append((chunk, len(placed), algorithm, put(section), len(section), size))
-                placed.append(PlacedPage(page, 0, 0, levels, levels_size))
+                pending.append((i, put(section), len(section), size))
                 continue
             try:
-                body = decompress_section(section, size, codec if compressed else None)
+                data = decompress_section(section, size, codec if compressed else None)
             except ValueError as exc:
                 raise SourceFormatError(
                     f"{spec.where(page.offset)}: {exc}; the file is corrupt"
                 ) from exc
-            at = put(body)
-            placed.append(PlacedPage(page, at, at + len(body), levels, levels_size))
-        self.chunks.append(placed)
+            at = put(data)
+            body[i], body_end[i] = at, at + len(data)
+        if pending and algorithm is not None:
+            index, source, in_size, size_ = np.array(pending, np.int64).reshape(-1, 4).T
+            self._pending.append((len(self.chunks), index, algorithm, source, in_size, size_))
 
     def finish(self) -> None:
         """Place the decompressed sections after the host's bytes; fix ``size``."""
-        cursor = (self.host_size + _STEP) // ALIGNMENT * ALIGNMENT
+        cursor = _aligned(self.host_size)
         chunks, jobs = self.chunks, self.jobs
         for chunk, index, algorithm, source, in_size, size in self._pending:
-            placed = chunks[chunk]
-            p = placed[index]
-            jobs.setdefault(algorithm, []).append((source, in_size, cursor, size))
-            placed[index] = PlacedPage(p.page, cursor, cursor + size, p.levels, p.levels_size)
-            cursor = (cursor + size + _STEP) // ALIGNMENT * ALIGNMENT
+            steps = _aligned(size)
+            out = cursor + np.cumsum(steps) - steps
+            cursor += int(steps.sum())
+            jobs.setdefault(algorithm, []).extend(
+                zip(source.tolist(), in_size.tolist(), out.tolist(), size.tolist(), strict=True)
+            )
+            places = chunks[chunk]
+            places.body[index] = out
+            places.body_end[index] = out + size
         self._pending.clear()
         self.size = max(cursor, 1)
 
@@ -156,42 +247,46 @@ def layout_chunk(spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None) 
     return out
 
 
-def level_offsets(pages: Sequence[PlacedPage], spec: ChunkSpec) -> list[int]:
+def level_offsets(places: ChunkPlaces, spec: ChunkSpec) -> np.ndarray:
     """Where the 4-byte level length of each v1 data page of a chunk is (in
-    page order): what :func:`page_sections_at` peeks."""
+    page order, int64): what :func:`page_sections_at` peeks."""
     if not spec.max_def:
-        return []
-    return [p.body for p in pages if p.page.header.type == PageType.DATA_PAGE]
+        return np.zeros(0, np.int64)
+    return places.body[places.table.type == _DATA_PAGE]
 
 
-def page_sections_at(
-    pages: Sequence[PlacedPage], spec: ChunkSpec, lengths: Sequence[int]
-) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """``((levels start, end), (values start, end))`` in the heap of every page
-    of a chunk, as :func:`.reference.page_sections` cuts them (empty levels
-    where that gives none); ``lengths``: the values read (peeked) at
-    :func:`level_offsets`."""
-    v1 = [
-        i for i, p in enumerate(pages) if p.page.header.type == PageType.DATA_PAGE and spec.max_def
-    ]
-    by_page = dict(zip(v1, lengths, strict=True))
-    out = []
-    for i, p in enumerate(pages):
-        h = p.page.header
-        if h.type == PageType.DATA_PAGE_V2:
-            out.append(((p.levels, p.levels + p.levels_size), (p.body, p.body_end)))
-        elif i in by_page:
-            if p.body_end - p.body < 4:
-                raise _corrupt(spec, p, "a data page ends before its definition levels")
-            length = int(by_page[i])
-            if p.body + 4 + length > p.body_end:
-                raise _corrupt(spec, p, f"definition levels of {length} bytes run past the page")
-            start = p.body + 4
-            out.append(((start, start + length), (start + length, p.body_end)))
-        else:
-            out.append(((p.body, p.body), (p.body, p.body_end)))
-    return out
+def page_sections_at(places: ChunkPlaces, spec: ChunkSpec, lengths: Any) -> Sections:
+    """Every page's levels and values in the heap (:class:`Sections`), as
+    :func:`.reference.page_sections` cuts them (empty levels where that gives
+    none); ``lengths``: the values read (peeked) at :func:`level_offsets`.
+    SourceFormatError names the first page whose levels do not fit."""
+    body, body_end, kind = places.body, places.body_end, places.table.type
+    levels_start, levels_end = body.copy(), body.copy()
+    values_start = body.copy()
+    v2 = np.flatnonzero(kind == _DATA_PAGE_V2)
+    if v2.size:
+        levels_start[v2] = places.levels[v2]
+        levels_end[v2] = places.levels[v2] + places.levels_size[v2]
+    if spec.max_def:
+        v1 = np.flatnonzero(kind == _DATA_PAGE)
+        length = np.asarray(lengths, np.int64).reshape(-1)
+        if length.size != v1.size:
+            raise ValueError(f"{length.size} level lengths for {v1.size} v1 data pages")
+        start = body[v1] + 4
+        short = body_end[v1] - body[v1] < 4
+        bad = np.flatnonzero(short | (start + length > body_end[v1]))
+        if bad.size:
+            k = int(bad[0])
+            page = places.pages[int(v1[k])]
+            if short[k]:
+                raise _corrupt(spec, page, "a data page ends before its definition levels")
+            what = f"definition levels of {int(length[k])} bytes run past the page"
+            raise _corrupt(spec, page, what)
+        levels_start[v1] = start
+        levels_end[v1] = start + length
+        values_start[v1] = start + length
+    return Sections(levels_start, levels_end, values_start, body_end.copy())
 
 
-def _corrupt(spec: ChunkSpec, p: PlacedPage, what: str) -> SourceFormatError:
-    return SourceFormatError(f"{spec.where(p.page.offset)}: {what}; the file is corrupt")
+def _corrupt(spec: ChunkSpec, page: Page, what: str) -> SourceFormatError:
+    return SourceFormatError(f"{spec.where(page.offset)}: {what}; the file is corrupt")

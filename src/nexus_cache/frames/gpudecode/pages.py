@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -42,9 +46,11 @@ __all__ = [
     "Encoding",
     "Page",
     "PageHeader",
+    "PageTable",
     "PageType",
     "chunk_spec",
     "encoding_name",
+    "page_table",
     "read_pages",
 ]
 
@@ -110,6 +116,47 @@ class Page(NamedTuple):
     header: PageHeader
     offset: int
     payload: memoryview
+
+
+class PageTable(NamedTuple):
+    """A chunk's page headers as arrays (int64, one entry a page, in page order):
+    what the heap layout and the decode steps read of every page, taken out
+    of the headers once per chunk. ``nulls``: a v2 page's ``num_nulls``, -1
+    for other pages; ``offset``: where the page's header starts in the file."""
+
+    type: np.ndarray
+    uncompressed_size: np.ndarray
+    compressed_size: np.ndarray
+    num_values: np.ndarray
+    encoding: np.ndarray
+    def_bytes: np.ndarray
+    rep_bytes: np.ndarray
+    is_compressed: np.ndarray
+    nulls: np.ndarray
+    offset: np.ndarray
+
+
+#: the fields of a PageHeader that are ints in every header, in PageTable's order
+_TABLED = itemgetter(0, 1, 2, 3, 4, 9, 10, 11)
+_HEADER_OF = itemgetter(0)
+_OFFSET_OF = itemgetter(1)
+
+
+def page_table(pages: Sequence[Page]) -> PageTable:
+    """The :class:`PageTable` of ``pages`` (one pass over the headers in C, no
+    Python loop a page)."""
+    n = len(pages)
+    headers = list(map(_HEADER_OF, pages))
+    fields = chain.from_iterable(map(_TABLED, headers))
+    rows = np.fromiter(fields, np.int64, 8 * n).reshape(n, 8).T.copy()
+    kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed = rows
+    nulls = np.full(n, -1, np.int64)
+    for i in np.flatnonzero(kind == _DATA_PAGE_V2).tolist():  # v2 pages: few writers make them
+        nulls[i] = headers[i].num_nulls
+    offset = np.fromiter(map(_OFFSET_OF, pages), np.int64, n)
+    return PageTable(
+        kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed, nulls, offset
+    )
 
 
 @dataclass(frozen=True)
