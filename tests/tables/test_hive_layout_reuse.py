@@ -326,3 +326,28 @@ def test_a_partition_changed_just_now_is_listed_on_every_query(
         scanned.clear()
         resolve_table(str(root), filter=flt)
         assert "day=3" in scanned
+
+
+@pytest.mark.parametrize("link", ["dangling", "to a directory"])
+def test_a_kept_partition_whose_link_gets_a_file_target_is_seen(
+    tmp_path: Path, settled: None, link: str
+) -> None:
+    """A ``*.parquet`` link in a kept partition that is not listed (its target missing,
+    or a directory) is listed once its target becomes a file, though the
+    partition's own stat is unchanged: a repeated filter does not keep its snapshot."""
+    root = _table(tmp_path / "t")
+    target = tmp_path / "target.parquet"
+    if link == "to a directory":
+        target.mkdir()
+    (root / "day=6" / "q.parquet").symlink_to(target)
+    flt = [("day", ">=", 6)]
+    for _ in range(2):
+        first = resolve_table(str(root), filter=flt)
+        assert len(first.files) == 2
+        assert_same_rows(read_table(first, filter=flt), _reference(root, flt))
+    if link == "to a directory":
+        target.rmdir()
+    pq.write_table(pa.table({"x": pa.array([600, 601], pa.int64())}), target)
+    second = resolve_table(str(root), filter=flt)
+    assert len(second.files) == 3
+    assert_same_rows(read_table(second, filter=flt), _reference(root, flt))

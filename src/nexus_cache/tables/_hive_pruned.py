@@ -87,6 +87,7 @@ class _Tree:
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]] = {}
+        self._volatile: set[str] = set()
         self.proof: dict[str, _DirStat] | None = {}
 
     def scan(self, directory: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
@@ -95,6 +96,8 @@ class _Tree:
             before = _dir_stat(directory) if self.proof is not None else None
             files, dirs, volatile = _listing(directory)
             found = self._seen[directory] = files, dirs
+            if volatile:
+                self._volatile.add(directory)
             if self.proof is not None:
                 if before is None or volatile or not _settled(before):
                     self.proof = None
@@ -104,6 +107,11 @@ class _Tree:
 
     def listed(self, directory: str) -> bool:
         return directory in self._seen
+
+    def volatile(self, directory: str) -> bool:
+        """Whether ``directory``'s listing depends on more than its own entries (a
+        ``*.parquet`` link, dangling ones included; an entry that vanished)."""
+        return directory in self._volatile
 
     def first_object(self, directory: str, depth: int = 0) -> tuple[str, int] | None:
         """The first object under ``directory`` in path order, and its depth."""
@@ -381,7 +389,7 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
         if dirs:
             return None  # a leaf holds directories: the layout is not what was assumed
         if proof is not None:
-            if before is None or not _settled(before) or any(f.is_symlink() for f in files):
+            if before is None or not _settled(before) or tree.volatile(leaf):
                 proof = None
             else:
                 proof.append((leaf, before))
