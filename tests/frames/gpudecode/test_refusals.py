@@ -179,3 +179,30 @@ def test_a_refused_page_leaves_nothing_in_the_domain(
     assert_same(device_piece(got), pq.read_table(io.BytesIO(raw)).column("x").chunk(0), "x")
     del got
     assert domain.used_bytes() == 0
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+@pytest.mark.parametrize("kind", [pa.int64(), pa.string()])
+def test_a_page_of_nulls_whose_index_bit_width_is_past_32_is_refused(
+    version: str, kind: pa.DataType, emulated_device: Any
+) -> None:
+    """A dictionary-encoded page of nulls only still starts its values with the
+    indices' bit width; PyArrow refuses one past 32 though no index follows."""
+    table = pa.table({"x": pa.array([None] * 5, kind)})
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="none", data_page_version=version)
+    raw = out.getvalue()
+    chunk, spec = _chunk(raw)
+    assert_same(decode_chunk(chunk, spec), table.column("x").combine_chunks(), "x")
+    assert chunk[-1] == 0  # the data page's last byte: its values, the bit width (0)
+    for width in (33, 0x80, 0xFF):
+        bad = bytearray(raw)
+        bad[spec.start + spec.size - 1] = width
+        bad_chunk, _ = _chunk(bytes(bad))
+        _pyarrow_refuses(bytes(bad), "bit_width")
+        with pytest.raises(SourceFormatError, match=f"bit width {width} is outside"):
+            decode_chunk(bad_chunk, spec)
+        domain = _emulator.Domain()
+        with pytest.raises(SourceFormatError, match=f"bit width {width} is outside"):
+            _device.decode_chunks_on_device([(bad_chunk, spec, None)], domain)
+        assert domain.used_bytes() == 0

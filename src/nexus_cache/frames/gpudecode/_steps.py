@@ -45,6 +45,7 @@ from nexus_cache.frames.gpudecode._heap import (
     _launch,
     _upload,
 )
+from nexus_cache.frames.gpudecode._hybrid import MAX_BIT_WIDTH
 from nexus_cache.frames.gpudecode.pages import Encoding
 from nexus_cache.frames.gpudecode.support import is_dictionary_of_bytes
 
@@ -253,6 +254,15 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: np.ndarray) -> Any:
         raise SourceFormatError(
             f"{c.where(int(pages.offset[k]))}: the levels hold {int(nulls[k])} nulls, "
             f"the header says {int(pages.nulls[k])}; the file is corrupt"
+        )
+    widths = np.where(np.isin(pages.encoding, _DICTIONARY), heads & 0xFF, 0)
+    # every dictionary-encoded page's bit width, a page of nulls' too (PyArrow
+    # refuses one past 32 where no index follows); ``heads``: 0 where not read
+    wide = np.flatnonzero((widths > MAX_BIT_WIDTH) & (pages.values_end > pages.values_start))
+    if wide.size:
+        k = int(wide[0])
+        raise _bad(
+            c, int(pages.offset[k]), f"bit width {int(widths[k])} is outside 0..{MAX_BIT_WIDTH}"
         )
     nonnull = int(ends[-1]) if len(ends) else 0
     # no validity when every row holds a value (known from the counts)

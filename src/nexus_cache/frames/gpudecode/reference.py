@@ -180,10 +180,12 @@ def _plain(values: bytes, count: int, spec: ChunkSpec, base: int) -> Any:
 
 
 def _indices(values: bytes, count: int, size: int) -> np.ndarray:
-    if not count:
-        return np.zeros(0, np.int64)
     if not values:
+        if not count:
+            return np.zeros(0, np.int64)
         raise _Bad("a dictionary-encoded page lacks its bit width")
+    # the bit width is checked even where no index follows (a page of nulls), as
+    # PyArrow checks it
     indices = hybrid_expand(values[1:], hybrid_runs(values[1:], values[0], count))
     if indices.size and int(indices.max()) >= size:
         raise _Bad(f"a dictionary index {int(indices.max())} is past the {size} entries")
