@@ -212,3 +212,36 @@ def test_a_later_deadline_does_not_wake_the_releaser_and_an_earlier_one_does() -
     assert done.wait(5)
     assert 0.5 <= ran["b"] < 2.0
     assert ran["a"] >= 2.3
+
+
+def test_a_release_due_past_the_longest_wait_keeps_the_releaser_running() -> None:
+    """A release due further off than a thread's wait can take (a service's
+    ``idle_release_s`` of 1e12) neither ends the releaser thread (an uncaught
+    OverflowError) nor holds back a release due sooner."""
+    import threading
+
+    from nexus_cache.service._work import _Releaser
+
+    releaser = _Releaser()
+    waits: list[float | None] = []
+    waiting = threading.Event()
+    cond = releaser._cond
+    real_wait = cond.wait
+
+    def counting(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        waiting.set()
+        return real_wait(timeout)
+
+    cond.wait = counting  # type: ignore[method-assign]
+    releaser.schedule(("patient", 0), time.monotonic() + 1e12, lambda: None)
+    assert waiting.wait(5)
+    thread = releaser._thread
+    assert thread is not None
+    assert all(t is None or t <= threading.TIMEOUT_MAX for t in waits), waits
+    ran = threading.Event()
+    releaser.schedule(("quick", 0), time.monotonic() + 0.05, ran.set)
+    assert ran.wait(5)
+    assert releaser._thread is thread
+    assert thread.is_alive()
+    assert releaser.pending(("patient", 0))

@@ -36,6 +36,10 @@ _log = logging.getLogger("nexus_cache.service")
 IDLE_RELEASE_S = 5.0
 
 
+#: the longest the releaser waits at once (then it looks at its deadlines again)
+_LONGEST_WAIT_S = 3600.0
+
+
 class _Releaser:
     """One daemon thread for every working domain of the process: it runs each
     scheduled release when its time comes. A thread per release (a timer) cost
@@ -82,7 +86,11 @@ class _Releaser:
                     if ready:
                         break
                     soonest = min((at for at, _ in self._due.values()), default=None)
-                    self._cond.wait(None if soonest is None else soonest - now)
+                    # a wait past _LONGEST_WAIT_S (an idle_release_s of years) is
+                    # taken in steps: threading's waits overflow past TIMEOUT_MAX
+                    self._cond.wait(
+                        None if soonest is None else min(soonest - now, _LONGEST_WAIT_S)
+                    )
                 runs = [self._due.pop(k)[1] for k in ready]
             for run in runs:  # outside the condition: a release takes its service's lock
                 try:
