@@ -320,3 +320,31 @@ def test_small_pieces_and_gaps_are_plain_copies_and_land_exact() -> None:
         sys.setprofile(None)
     assert slot[:small_end].tobytes() == expected[:small_end].tobytes()
     assert numpy_calls[0] == 0, f"{numpy_calls[0]} NumPy calls for 2000 small pieces"
+
+
+@pytest.mark.parametrize(
+    ("slot", "part", "parts"), [(150 << 10, 1 << 30, 1), (1 << 20, 40 << 10, 8)]
+)
+def test_a_small_write_deep_in_a_long_gap_lands_zeros(slot: int, part: int, parts: int) -> None:
+    """A gap longer than a plain copy's zeros (a heap's room for decompressed
+    pages), cut by a slot's end or a part's so that a short write starts far
+    into it: zeros land there, as the host joins the pieces."""
+    from nexus_cache.frames import _slots
+
+    gap = 3 * _slots._SMALL_OP + 123
+    pieces: list[tuple[int, Any]] = [(0, b"a" * 10), (10 + gap, b"b" * 10), (30 + gap, b"c")]
+    nbytes = 31 + gap + 7
+    expected = np.full(nbytes, 0xEE, np.uint8)
+    Transfer(SimpleNamespace()).pieces_to_device(pieces, nbytes, expected)  # type: ignore[arg-type]
+    image, fills = _run_plan(pieces, nbytes, 0, slot, part, parts)
+    assert image.tobytes() == expected.tobytes()
+    # the plan does make such a write: fewer bytes than a plain copy's zeros,
+    # starting past them
+    short = [
+        (start, k)
+        for fill in fills
+        for ops in fill.parts
+        for _, src, start, k in ops
+        if src is None and k < _slots._SMALL_OP and start + k > _slots._SMALL_OP
+    ]
+    assert short

@@ -175,7 +175,10 @@ def fill_part(slot: np.ndarray, ops: Sequence[Op]) -> None:
     view, small, zeros = memoryview(slot.data), _SMALL_OP, _ZEROS
     for at, src, start, k in ops:
         if k < small:
-            source = zeros if src is None else memoryview(src)
+            if src is None:  # zeros, wherever in its gap the write starts
+                view[at : at + k] = zeros[:k]
+                continue
+            source = memoryview(src)
             if source.format == "B" and source.ndim == 1:
                 view[at : at + k] = source[start : start + k]
                 continue
