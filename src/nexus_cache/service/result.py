@@ -52,7 +52,8 @@ class AttemptRecord:
         The SHA-256 seal of its evidence document. Where the service writes no
         evidence (no ``evidence_dir``), nothing records the document, so it is
         sealed alone (not chained to the attempt before) when this is first read,
-        and then kept.
+        and then kept; the document shares the diagnostics' dicts, so edits made
+        to them before that first read are sealed with it.
 
     Examples
     --------
