@@ -87,31 +87,31 @@ class _Tree:
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]] = {}
-        self._volatile: set[str] = set()
+        self._proven: dict[str, _DirStat] = {}
         self.proof: dict[str, _DirStat] | None = {}
 
     def scan(self, directory: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
         found = self._seen.get(directory)
         if found is None:
-            before = _dir_stat(directory) if self.proof is not None else None
+            before = _dir_stat(directory)
             files, dirs, volatile = _listing(directory)
             found = self._seen[directory] = files, dirs
-            if volatile:
-                self._volatile.add(directory)
-            if self.proof is not None:
-                if before is None or volatile or not _settled(before):
-                    self.proof = None
-                else:
+            if before is not None and not volatile and _settled(before):
+                self._proven[directory] = before
+                if self.proof is not None:
                     self.proof[directory] = before
+            else:
+                self.proof = None
         return found
 
     def listed(self, directory: str) -> bool:
         return directory in self._seen
 
-    def volatile(self, directory: str) -> bool:
-        """Whether ``directory``'s listing depends on more than its own entries (a
-        ``*.parquet`` link, dangling ones included; an entry that vanished)."""
-        return directory in self._volatile
+    def proven(self, directory: str) -> _DirStat | None:
+        """The stat ``directory`` had before it was listed, where that stat proves the
+        listing (settled, and no ``*.parquet`` link, dangling ones included, nor an
+        entry that vanished while listed); None otherwise."""
+        return self._proven.get(directory)
 
     def first_object(self, directory: str, depth: int = 0) -> tuple[str, int] | None:
         """The first object under ``directory`` in path order, and its depth."""
@@ -382,14 +382,12 @@ def resolve_pruned(source: str, base: str, filter: Any) -> TableSnapshot | None:
     for i in kept:
         directory, pairs = layout.leaves[i]
         leaf = directory[:-1]
-        # the leaf's stat before its listing proves that listing later (not one
-        # listed before this stat, nor one holding a link, nor one changed lately)
-        before = _dir_stat(leaf) if proof is not None and not tree.listed(leaf) else None
         files, dirs = tree.scan(leaf)
         if dirs:
             return None  # a leaf holds directories: the layout is not what was assumed
         if proof is not None:
-            if before is None or not _settled(before) or tree.volatile(leaf):
+            before = tree.proven(leaf)  # its stat before its listing proves it later
+            if before is None:
                 proof = None
             else:
                 proof.append((leaf, before))
