@@ -68,7 +68,7 @@ def filter_frame(
     target = frame.domain if domain is None else domain
     xp = target.xp
     with target.scope():
-        columns = {c.name: c for c in frame.columns if c.name in flt.columns}
+        columns = frame.columns_named(flt.columns)
         mask = filter_mask(flt, columns, frame.num_rows, xp)
         indices = xp.nonzero(mask)[0]
         del mask
@@ -163,11 +163,12 @@ def gatherable(frames: Sequence[DeviceFrame], output: Sequence[str]) -> bool:
         first = frames[0].column(name)
         if first.kind not in _GATHERED:
             return False
+        field, dtype = first.field, first.data.dtype
         for frame in frames[1:]:
             other = frame.column(name)
-            if not other.field.equals(first.field, check_metadata=True):
+            if other.field is not field and not other.field.equals(field, check_metadata=True):
                 return False
-            if other.data.dtype != first.data.dtype:
+            if other.data.dtype != dtype:
                 return False
     return True
 
@@ -183,6 +184,7 @@ def gather_table(
     staged: bool | None = ...,
     on_device: Literal[False] = ...,
     hand_over: bool = ...,
+    checked: bool = ...,
 ) -> pa.Table: ...
 
 
@@ -197,6 +199,7 @@ def gather_table(
     staged: bool | None = ...,
     on_device: Literal[True],
     hand_over: bool = ...,
+    checked: bool = ...,
 ) -> DeviceFrame: ...
 
 
@@ -210,6 +213,7 @@ def gather_table(
     staged: bool | None = None,
     on_device: bool = False,
     hand_over: bool = False,
+    checked: bool = False,
 ) -> pa.Table | DeviceFrame:
     """The ``rows`` of each frame (an integer array of ``domain.xp``; None: every row),
     in frame order, with the ``output`` columns, as one host ``pyarrow.Table`` that
@@ -237,8 +241,11 @@ def gather_table(
     it (:meth:`~nexus_cache.backends.AllocationDomain.disown`; its bytes leave the
     domain's books, its memory lives on in the result's Arrow buffers). Validity is
     packed to bits; booleans and every other column are gathered as above.
+
+    ``checked``: the caller found :func:`gatherable` true of these frames and
+    columns just now; it is not asked again.
     """
-    if not gatherable(frames, output):
+    if not checked and not gatherable(frames, output):
         raise ValueError(
             f"columns {list(output)} are not one fixed-width or boolean field in every "
             "frame; gather each frame with take_frame"

@@ -519,9 +519,11 @@ def scan_table(
             rows = kept_rows(_per_frame(frames, filters, domain, lambda mask: mask, False), xp)
         result: pa.Table | DeviceFrame
         if on_device:
-            result = gather_table(frames, rows, output, domain, on_device=True)
+            result = gather_table(frames, rows, output, domain, on_device=True, checked=True)
         else:
-            result = gather_table(frames, rows, output, domain, parallel=parallel, hand_over=own)
+            result = gather_table(
+                frames, rows, output, domain, parallel=parallel, hand_over=own, checked=True
+            )
     return result, FilterCounts(before, result.num_rows)
 
 
@@ -575,7 +577,7 @@ def _per_frame(
 
     def task(i: int, frame: DeviceFrame, flt: TableFilter) -> Callable[[], None]:
         def run() -> None:
-            columns = {c.name: c for c in frame.columns if c.name in flt.columns}
+            columns = frame.columns_named(flt.columns)  # filter_mask names one missing
             out[i] = use(filter_mask(flt, columns, frame.num_rows, xp))
 
         return run
