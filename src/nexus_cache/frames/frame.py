@@ -166,11 +166,13 @@ class DeviceFrame:
             self._names = names
         return names
 
-    def columns_named(self, names: Iterable[str]) -> dict[str, DeviceColumn]:
-        """The first column of each of ``names`` that the frame holds, by name (a name
-        it lacks is left out)."""
+    def columns_named(self, names: Iterable[str] | None = None) -> dict[str, DeviceColumn]:
+        """The first column of each of ``names`` (None: of every name) that the frame
+        holds, by name (a name it lacks is left out)."""
         columns = self.columns
         index = self._name_index()
+        if names is None:
+            return {name: columns[i] for name, i in index.items()}
         return {name: columns[index[name]] for name in names if name in index}
 
     def column(self, key: str | int) -> DeviceColumn:
@@ -209,7 +211,9 @@ class DeviceFrame:
     def view(self) -> DeviceFrame:
         """The same rows and columns (no copy, the same owner), released on its own:
         ``select(column_names)`` with no look-up."""
-        return self._derive(self.columns, self._num_rows)
+        view = self._derive(self.columns, self._num_rows)
+        view._names = self._name_index()  # the same columns: the same names, found once
+        return view
 
     def select(self, columns: Sequence[str | int]) -> DeviceFrame:
         """A projection, in the order given (names or indices)."""

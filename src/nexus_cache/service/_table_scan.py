@@ -510,7 +510,7 @@ def scan_table(
     filters = _frame_filters(read, unmasked)
     with domain.scope():
         if not domain.host_memory:  # the common filter: three launches, one wait
-            fused = fused_scan(frames, filters, output, domain, on_device=on_device)
+            fused = fused_scan(frames, filters, output, domain, on_device=on_device, checked=True)
             if fused is not None:
                 return fused, FilterCounts(before, fused.num_rows)
         if domain.host_memory:
