@@ -178,6 +178,10 @@ class DeviceFrame:
     def column(self, key: str | int) -> DeviceColumn:
         """The column at an index, or the first one of a name."""
         columns = self.columns
+        if type(key) is str:  # the common look-up: one dict get
+            found = (self._names or self._name_index()).get(key)
+            if found is not None:
+                return columns[found]
         if isinstance(key, int):
             return columns[key]
         names = self._name_index()

@@ -361,7 +361,9 @@ class Admission:
     def _choose(self, nbytes: int, keys: tuple[str, ...] | None) -> int:
         caches = self._served()
         ledgers = caches.ledgers()
-        if keys is not None and len(ledgers) > 1:
+        if len(ledgers) == 1:  # the one device: nothing to compare
+            return ledgers[0].device_id
+        if keys is not None:
             home = self._homes.get(keys)
             if home is not None:
                 snap = caches.ledger(home).snapshot()
