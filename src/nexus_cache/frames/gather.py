@@ -25,6 +25,7 @@ domain (CuPy arrays on CUDA, NumPy on the host backend).
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -110,7 +111,10 @@ def _take_into(values: Any, indices: Any, xp: Any, out: Any) -> None:
     elif out.size:
         # NumPy buffers ``out`` unless told the indices need no check (they come
         # from nonzero or offsets, so they are in range); CuPy has no ``mode``
-        xp.take(values, indices, axis=0, out=out, **_UNCHECKED.get(xp.__name__, {}))
+        if type(values) is np.ndarray:  # NumPy's own method: no dispatch on the way
+            values.take(indices, axis=0, out=out, mode="clip")
+        else:
+            xp.take(values, indices, axis=0, out=out, **_UNCHECKED.get(xp.__name__, {}))
 
 
 #: NumPy's ``take`` into ``out`` without the buffered bounds check
@@ -259,7 +263,14 @@ def gather_table(
         start = 0
         for i, (count, indices) in enumerate(zip(counts, rows, strict=True)):
             for parts, (values, validity) in zip(layout.columns, layout.sections, strict=True):
-                tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
+                if parallel:
+                    tasks.append(
+                        functools.partial(
+                            _gather_rows, parts[i], indices, xp, values, validity, start, count
+                        )
+                    )
+                else:  # in this thread, in order, as run_tasks would
+                    _gather_rows(parts[i], indices, xp, values, validity, start, count)
             start += count
         run_tasks(tasks, parallel=parallel)
 
@@ -524,7 +535,7 @@ class _Section:
         return self.region.buffer[self.at + start * size : self.at + stop * size].view(self.dtype)
 
 
-def _gather_task(
+def _gather_rows(
     column: DeviceColumn,
     indices: Any,
     xp: Any,
@@ -532,17 +543,13 @@ def _gather_task(
     validity: _Section | None,
     start: int,
     count: int,
-) -> Callable[[], None]:
+) -> None:
     """Gather one frame's rows of one column into rows ``[start, start + count)`` of
     its output sections (validity all True where the frame has none)."""
-
-    def task() -> None:
-        _take_into(column.data, indices, xp, values.view(start, start + count))
-        if validity is not None:
-            valid = validity.view(start, start + count)
-            if column.validity is None:
-                valid.fill(True)
-            else:
-                _take_into(column.validity, indices, xp, valid)
-
-    return task
+    _take_into(column.data, indices, xp, values.view(start, start + count))
+    if validity is not None:
+        valid = validity.view(start, start + count)
+        if column.validity is None:
+            valid.fill(True)
+        else:
+            _take_into(column.validity, indices, xp, valid)
