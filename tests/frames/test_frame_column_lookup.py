@@ -49,3 +49,33 @@ def test_a_projection_looks_up_its_own_columns_and_a_released_frame_none() -> No
     frame.release()
     with pytest.raises(LifecycleError):
         frame.column("b")
+
+
+def test_columns_named_gives_the_first_of_each_name_and_leaves_out_the_missing() -> None:
+    frame = _frame()
+    named = frame.columns_named(["b", "c", "a"])
+    assert list(named) == ["b", "a"]  # "c" is not a column: left out
+    assert named["a"] is frame.columns[0]
+    assert named["b"] is frame.columns[1]
+    every = frame.columns_named()
+    assert every == {"a": frame.columns[0], "b": frame.columns[1]}
+    frame.release()
+    with pytest.raises(LifecycleError):
+        frame.columns_named(["a"])
+
+
+def test_a_view_shares_the_columns_and_is_released_on_its_own() -> None:
+    frame = _frame()
+    view = frame.view()
+    assert view.columns == frame.columns  # the same column objects: no copy
+    assert view.column("a") is frame.columns[0]  # the name index it shares
+    assert view.owner is frame.owner
+    view.release()
+    assert not frame.released
+    assert frame.column("b") is frame.columns[1]
+    with pytest.raises(LifecycleError):
+        view.column("a")
+    again = frame.view()
+    frame.release()
+    assert again.column(2) is not None  # the view's columns outlive the frame's handle
+    again.release()

@@ -173,10 +173,23 @@ def test_a_query_retried_for_its_grant_asks_for_what_it_needed_the_next_time(
 
 def test_the_grant_memory_is_bounded_and_forgets_the_least_recently_used() -> None:
     memory = GrantMemory(capacity=2)
-    memory.learn("a", 10)
-    memory.learn("b", 20)
-    assert memory.floor("a") == 10  # a is now the most recently used
-    memory.learn("c", 30)
-    assert (memory.floor("a"), memory.floor("b"), memory.floor("c")) == (10, 0, 30)
-    memory.learn("a", 5)  # the latest need replaces the older one
-    assert memory.floor("a") == 5
+    a, b, c = ({"type": "scan", "source": name} for name in "abc")
+    memory.learn(a, 10)
+    memory.learn(b, 20)
+    assert memory.floor(a) == 10  # a is now the most recently used
+    memory.learn(c, 30)
+    assert (memory.floor(a), memory.floor(b), memory.floor(c)) == (10, 0, 30)
+    memory.learn(dict(a), 5)  # the latest need replaces the older one (an equal query)
+    assert memory.floor(a) == 5
+    assert memory.floor({"source": "c", "type": "scan"}) == 30  # keys in any order
+
+
+def test_an_empty_grant_memory_makes_no_digest_of_the_query() -> None:
+    # a warm query's floor costs no JSON and no SHA-256 while nothing was learned:
+    # a value JSON cannot write shows whether the query was serialised
+    memory = GrantMemory()
+    unwritable = {"type": "scan", "source": object()}
+    assert memory.floor(unwritable) == 0
+    memory.learn({"type": "scan", "source": "a"}, 10)
+    with pytest.raises(TypeError):
+        memory.floor(unwritable)  # now looked up by its digest

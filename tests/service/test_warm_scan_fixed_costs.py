@@ -115,3 +115,103 @@ def test_a_repeated_scan_makes_no_new_source_key(
         third = service.execute(Scan(str(hive), ("src", "w"), filter=other))
         assert len(made) == 1
         assert_same_rows(third.table, _reference(hive, other))
+
+
+def test_an_unwritten_evidence_document_is_built_when_its_digest_is_first_read(
+    hive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no evidence directory nothing reads an attempt's document until its digest
+    is read: a warm query neither builds it (the plan's dict) nor serialises it;
+    reading the digest builds it once, and a second read gives the same digest."""
+    made: list[Any] = []
+    real = _attempt.AttemptPlan.to_dict
+
+    def counting(self: Any, *, query: bool = True) -> dict[str, Any]:
+        made.append(self)
+        return real(self, query=query)
+
+    with make_service(tmp_path / "svc", evidence_dir=None) as service:
+        scan = Scan(str(hive), ("src", "w"), filter=_FILTER)
+        service.execute(scan)
+        monkeypatch.setattr(_attempt.AttemptPlan, "to_dict", counting)
+        result = service.execute(scan)
+        assert made == []
+        digest = result.diagnostics.attempts[0].evidence_digest
+        assert len(made) == 1
+        assert len(digest) == 64
+        assert int(digest, 16) >= 0
+        assert result.diagnostics.attempts[0].evidence_digest == digest
+        assert len(made) == 1
+    assert_same_rows(result.table, _reference(hive, _FILTER))
+
+
+def test_an_evidence_writer_without_a_directory_makes_the_document_when_read(
+    tmp_path: Path,
+) -> None:
+    from nexus_cache.service.evidence import EVIDENCE_FORMAT, EvidenceWriter, seal_digest
+
+    calls: list[int] = []
+
+    def make() -> dict[str, Any]:
+        calls.append(1)
+        return {"attempt_id": "a-1", "outcome": "ok"}
+
+    deferred = EvidenceWriter(None).digest(make)
+    assert calls == []
+    assert callable(deferred)
+    want = seal_digest({**make(), "format": EVIDENCE_FORMAT, "previous_digest": None})
+    assert deferred() == want
+    written = EvidenceWriter(tmp_path / "evidence").digest(make)  # made and sealed now
+    assert isinstance(written, str)
+    assert len(calls) == 3
+    assert list((tmp_path / "evidence").glob("attempt-*.json"))
+
+
+def test_a_repeated_filter_over_a_kept_snapshot_prunes_no_file_again(
+    hive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pruning of a table read is a pure function of its snapshot, filter and
+    columns: a repeated query over a snapshot its listing keeps prunes nothing again,
+    while another filter, other columns, or a file changed between two queries (a
+    snapshot resolved anew) is pruned afresh and gives its own rows."""
+    from nexus_cache.service import _table_scan
+    from nexus_cache.tables import _hive_pruned
+
+    # the fixture's directories were made just now: count them settled, so the
+    # listing keeps its snapshot (as it does a table's that has not changed lately)
+    monkeypatch.setattr(_hive_pruned, "_SETTLED_S", 0.0)
+    pruned: list[Any] = []
+    real = _table_scan.plan_scan
+
+    def counting(snapshot: Any, flt: Any, *args: Any) -> Any:
+        pruned.append(flt)
+        return real(snapshot, flt, *args)
+
+    monkeypatch.setattr(_table_scan, "plan_scan", counting)
+    other = [("day", "in", [2, 3]), ("w", "<", 0.5)]
+    with make_service(tmp_path / "svc") as service:
+        first = service.execute(Scan(str(hive), ("src", "w"), filter=_FILTER))
+        again = service.execute(Scan(str(hive), ("src", "w"), filter=_FILTER))
+        assert len(pruned) == 1
+        assert_same_rows(again.table, _reference(hive, _FILTER))
+        same = ("filter_digest", "projected_columns", "objects_planned", "objects_read")
+        same += ("pruned_by_partition", "pruned_by_statistics", "rows_after_filter")
+        for name in same:
+            assert again.diagnostics.table[name] == first.diagnostics.table[name], name
+        second = service.execute(Scan(str(hive), ("src", "w"), filter=other))
+        assert len(pruned) == 2
+        assert_same_rows(second.table, _reference(hive, other))
+        narrow = service.execute(Scan(str(hive), ("w",), filter=other))
+        assert len(pruned) == 3
+        assert narrow.table.column_names == ["w"]
+        # a kept file rewritten with other rows (another size): the listing's snapshot
+        # no longer holds, the new one is pruned afresh and its rows are the new ones
+        path = hive / "day=2" / "part-0.parquet"
+        pq.write_table(
+            pa.table({"src": pa.array([5, 6, 7]), "w": pa.array([0.1, 0.2, 0.3])}), path
+        )
+        age_files(hive)
+        changed = service.execute(Scan(str(hive), ("src", "w"), filter=other))
+        assert len(pruned) == 4
+        assert_same_rows(changed.table, _reference(hive, other))
+        assert sorted(changed.table.column("src").to_pylist()).count(6) >= 1

@@ -23,6 +23,7 @@ row is valid. A column without one has no nulls. Offsets need not start at
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,8 +129,10 @@ class DeviceColumn:
     def type(self) -> pa.DataType:
         return self.field.type
 
-    @property
+    @functools.cached_property
     def kind(self) -> ColumnKind:
+        """The column's layout (:func:`column_kind` of its type), found once: a
+        column never changes, and a resident entry's columns are read by every query."""
         return column_kind(self.field.type, self.name)
 
     def device_arrays(self) -> tuple[Any, ...]:

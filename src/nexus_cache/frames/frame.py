@@ -155,17 +155,36 @@ class DeviceFrame:
         """Every device buffer the frame references, e.g. to attach to a cache entry."""
         return tuple(a for c in self.columns for a in c.device_arrays())
 
+    def _name_index(self) -> dict[str, int]:
+        """Each column name and the index of its first column (made once: the columns
+        never change)."""
+        names = self._names
+        if names is None:
+            names = {}
+            for i, column in enumerate(self.columns):
+                names.setdefault(column.field.name, i)
+            self._names = names
+        return names
+
+    def columns_named(self, names: Iterable[str] | None = None) -> dict[str, DeviceColumn]:
+        """The first column of each of ``names`` (None: of every name) that the frame
+        holds, by name (a name it lacks is left out)."""
+        columns = self.columns
+        index = self._name_index()
+        if names is None:
+            return {name: columns[i] for name, i in index.items()}
+        return {name: columns[index[name]] for name in names if name in index}
+
     def column(self, key: str | int) -> DeviceColumn:
         """The column at an index, or the first one of a name."""
         columns = self.columns
+        if type(key) is str:  # the common look-up: one dict get
+            found = (self._names or self._name_index()).get(key)
+            if found is not None:
+                return columns[found]
         if isinstance(key, int):
             return columns[key]
-        names = self._names
-        if names is None:  # the columns never change: looked up by name from now on
-            names = {}
-            for i, column in enumerate(columns):
-                names.setdefault(column.field.name, i)
-            self._names = names
+        names = self._name_index()
         try:
             found = names.get(key)
         except TypeError:  # unhashable: no column's name
@@ -192,6 +211,13 @@ class DeviceFrame:
         start = min(offset, self._num_rows)
         stop = self._num_rows if length is None else min(start + length, self._num_rows)
         return self._derive((c.slice(start, stop) for c in self.columns), stop - start)
+
+    def view(self) -> DeviceFrame:
+        """The same rows and columns (no copy, the same owner), released on its own:
+        ``select(column_names)`` with no look-up."""
+        view = self._derive(self.columns, self._num_rows)
+        view._names = self._name_index()  # the same columns: the same names, found once
+        return view
 
     def select(self, columns: Sequence[str | int]) -> DeviceFrame:
         """A projection, in the order given (names or indices)."""

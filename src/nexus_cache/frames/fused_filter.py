@@ -143,7 +143,7 @@ def _programs(
     named: list[dict[str, DeviceColumn]] = []
     made: dict[tuple[int, tuple[Any, ...]], FilterProgram | None] = {}
     for frame, flt in zip(frames, filters, strict=True):
-        columns = {c.name: c for c in frame.columns}
+        columns = frame.columns_named()
         named.append(columns)
         if flt is None:
             out.append(None)
@@ -243,14 +243,18 @@ def fused_scan(
     domain: AllocationDomain,
     *,
     on_device: bool = False,
+    checked: bool = False,
 ) -> pa.Table | DeviceFrame | None:
     """The rows of each frame its filter keeps (None: every row), with the ``output``
     columns, as ``gather_table`` builds them (a host table, or with ``on_device``
     a frame of ``domain``), in three launches and one wait on CUDA; None when the
     fused path cannot run it (the caller keeps the generic path): a filter on a
     column of another kind (strings, dictionaries, float16), more than
-    :data:`MAX_OUTPUTS` output columns, or output columns :func:`gatherable` refuses."""
-    return _fused_scan(frames, filters, output, domain, on_device, _CUDA, CHUNK_ROWS)
+    :data:`MAX_OUTPUTS` output columns, or output columns :func:`gatherable` refuses
+    (``checked``: the caller found it true just now; not asked again)."""
+    return _fused_scan(
+        frames, filters, output, domain, on_device, _CUDA, CHUNK_ROWS, checked=checked
+    )
 
 
 def fused_count(
@@ -269,8 +273,10 @@ def _fused_scan(
     on_device: bool,
     kernels: FusedKernels,
     chunk_rows: int,
+    *,
+    checked: bool = False,
 ) -> pa.Table | DeviceFrame | None:
-    if len(output) > MAX_OUTPUTS or not gatherable(frames, output):
+    if len(output) > MAX_OUTPUTS or not (checked or gatherable(frames, output)):
         return None
     planned = _programs(frames, filters)
     if planned is None:

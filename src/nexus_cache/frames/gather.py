@@ -25,6 +25,7 @@ domain (CuPy arrays on CUDA, NumPy on the host backend).
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -68,7 +69,7 @@ def filter_frame(
     target = frame.domain if domain is None else domain
     xp = target.xp
     with target.scope():
-        columns = {c.name: c for c in frame.columns if c.name in flt.columns}
+        columns = frame.columns_named(flt.columns)
         mask = filter_mask(flt, columns, frame.num_rows, xp)
         indices = xp.nonzero(mask)[0]
         del mask
@@ -110,7 +111,10 @@ def _take_into(values: Any, indices: Any, xp: Any, out: Any) -> None:
     elif out.size:
         # NumPy buffers ``out`` unless told the indices need no check (they come
         # from nonzero or offsets, so they are in range); CuPy has no ``mode``
-        xp.take(values, indices, axis=0, out=out, **_UNCHECKED.get(xp.__name__, {}))
+        if type(values) is np.ndarray:  # NumPy's own method: no dispatch on the way
+            values.take(indices, axis=0, out=out, mode="clip")
+        else:
+            xp.take(values, indices, axis=0, out=out, **_UNCHECKED.get(xp.__name__, {}))
 
 
 #: NumPy's ``take`` into ``out`` without the buffered bounds check
@@ -163,11 +167,12 @@ def gatherable(frames: Sequence[DeviceFrame], output: Sequence[str]) -> bool:
         first = frames[0].column(name)
         if first.kind not in _GATHERED:
             return False
+        field, dtype = first.field, first.data.dtype
         for frame in frames[1:]:
             other = frame.column(name)
-            if not other.field.equals(first.field, check_metadata=True):
+            if other.field is not field and not other.field.equals(field, check_metadata=True):
                 return False
-            if other.data.dtype != first.data.dtype:
+            if other.data.dtype != dtype:
                 return False
     return True
 
@@ -183,6 +188,7 @@ def gather_table(
     staged: bool | None = ...,
     on_device: Literal[False] = ...,
     hand_over: bool = ...,
+    checked: bool = ...,
 ) -> pa.Table: ...
 
 
@@ -197,6 +203,7 @@ def gather_table(
     staged: bool | None = ...,
     on_device: Literal[True],
     hand_over: bool = ...,
+    checked: bool = ...,
 ) -> DeviceFrame: ...
 
 
@@ -210,6 +217,7 @@ def gather_table(
     staged: bool | None = None,
     on_device: bool = False,
     hand_over: bool = False,
+    checked: bool = False,
 ) -> pa.Table | DeviceFrame:
     """The ``rows`` of each frame (an integer array of ``domain.xp``; None: every row),
     in frame order, with the ``output`` columns, as one host ``pyarrow.Table`` that
@@ -237,8 +245,11 @@ def gather_table(
     it (:meth:`~nexus_cache.backends.AllocationDomain.disown`; its bytes leave the
     domain's books, its memory lives on in the result's Arrow buffers). Validity is
     packed to bits; booleans and every other column are gathered as above.
+
+    ``checked``: the caller found :func:`gatherable` true of these frames and
+    columns just now; it is not asked again.
     """
-    if not gatherable(frames, output):
+    if not checked and not gatherable(frames, output):
         raise ValueError(
             f"columns {list(output)} are not one fixed-width or boolean field in every "
             "frame; gather each frame with take_frame"
@@ -252,7 +263,14 @@ def gather_table(
         start = 0
         for i, (count, indices) in enumerate(zip(counts, rows, strict=True)):
             for parts, (values, validity) in zip(layout.columns, layout.sections, strict=True):
-                tasks.append(_gather_task(parts[i], indices, xp, values, validity, start, count))
+                if parallel:
+                    tasks.append(
+                        functools.partial(
+                            _gather_rows, parts[i], indices, xp, values, validity, start, count
+                        )
+                    )
+                else:  # in this thread, in order, as run_tasks would
+                    _gather_rows(parts[i], indices, xp, values, validity, start, count)
             start += count
         run_tasks(tasks, parallel=parallel)
 
@@ -517,7 +535,7 @@ class _Section:
         return self.region.buffer[self.at + start * size : self.at + stop * size].view(self.dtype)
 
 
-def _gather_task(
+def _gather_rows(
     column: DeviceColumn,
     indices: Any,
     xp: Any,
@@ -525,17 +543,13 @@ def _gather_task(
     validity: _Section | None,
     start: int,
     count: int,
-) -> Callable[[], None]:
+) -> None:
     """Gather one frame's rows of one column into rows ``[start, start + count)`` of
     its output sections (validity all True where the frame has none)."""
-
-    def task() -> None:
-        _take_into(column.data, indices, xp, values.view(start, start + count))
-        if validity is not None:
-            valid = validity.view(start, start + count)
-            if column.validity is None:
-                valid.fill(True)
-            else:
-                _take_into(column.validity, indices, xp, valid)
-
-    return task
+    _take_into(column.data, indices, xp, values.view(start, start + count))
+    if validity is not None:
+        valid = validity.view(start, start + count)
+        if column.validity is None:
+            valid.fill(True)
+        else:
+            _take_into(column.validity, indices, xp, valid)

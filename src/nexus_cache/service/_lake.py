@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -93,9 +94,10 @@ class SourcePlan:
         listed = self.listed_sizes or (None,) * len(self.plans)
         return sum(p.size or s or 0 for p, s in zip(self.plans, listed, strict=True))
 
-    @property
+    @functools.cached_property
     def identity_keys(self) -> tuple[str, ...] | None:
-        """The entry keys of every object, or None when one has no proven identity."""
+        """The entry keys of every object, or None when one has no proven identity
+        (found once: the plan never changes)."""
         keys = tuple(p.key for p in self.plans if p.key is not None)
         return keys if len(keys) == len(self.plans) else None
 

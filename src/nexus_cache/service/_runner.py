@@ -13,8 +13,6 @@ owns; the service checks a query's arguments and its own lifetime first.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -124,9 +122,7 @@ class QueryRunner:
         it, or ``max_attempts`` is spent (the last transient error is raised).
         Its arguments were checked by the service."""
         run = _QueryRun(query, query_id, device, cancel, time.perf_counter(), on_device=on_device)
-        # by digest: a query's JSON may be large (a long ``in`` list)
-        key = hashlib.sha256(json.dumps(run.query_dict, sort_keys=True).encode()).hexdigest()
-        floor = self._needs.floor(key)
+        floor = self._needs.floor(run.query_dict)
         short = False  # an attempt ran past its grant
         for number in range(1, self.config.max_attempts + 1):
             check_cancelled(cancel, run.query_id, "before its next attempt")
@@ -140,7 +136,7 @@ class QueryRunner:
                     short = True
                 continue
             if short:  # its estimate fell short: the next run asks for what this one used
-                self._needs.learn(key, run.records[-1].used_bytes)
+                self._needs.learn(run.query_dict, run.records[-1].used_bytes)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -315,27 +311,39 @@ class QueryRunner:
                 fingerprint = None
         ledger = self._caches.ledger(attempt.device_id).snapshot()
         message = None if error is None else f"{type(error).__name__}: {error}"
-        doc = {
-            "attempt_id": attempt.attempt_id,
-            "query_id": attempt.query_id,
-            "outcome": kind,
-            "error": message,
-            "plan": {**plan.to_dict(query=False), "query": run.query_dict},
-            "device_id": attempt.device_id,
-            "backend": self._caches.backend.name,
-            "statuses": outcome.statuses(plan) if statuses is None else statuses,
-            "ledger": ledger.to_dict(),
-            "used_bytes": outcome.used_bytes,
-            "timings": dict(outcome.timings),
-            "result": None
+        # what the document holds, as it is now; the rest (the plan, the ledger
+        # snapshot: frozen) is turned into JSON values when the document is made
+        backend = self._caches.backend.name
+        statuses = outcome.statuses(plan) if statuses is None else statuses
+        used, timings = outcome.used_bytes, dict(outcome.timings)
+        result = (
+            None
             if table is None
             else {
                 "rows": table.num_rows,
                 "columns": table.column_names,
                 "fingerprint": fingerprint,
-            },
-        }
-        digest = self._evidence.digest(doc)
+            }
+        )
+        query = run.query_dict
+
+        def make() -> dict[str, Any]:
+            return {
+                "attempt_id": attempt.attempt_id,
+                "query_id": attempt.query_id,
+                "outcome": kind,
+                "error": message,
+                "plan": {**plan.to_dict(query=False), "query": query},
+                "device_id": attempt.device_id,
+                "backend": backend,
+                "statuses": statuses,
+                "ledger": ledger.to_dict(),
+                "used_bytes": used,
+                "timings": timings,
+                "result": result,
+            }
+
+        digest = self._evidence.digest(make)
         record = AttemptRecord(
             attempt_id=attempt.attempt_id,
             device_id=attempt.device_id,

@@ -246,7 +246,7 @@ class SourcePort:
                 load.holds.append(groups)
                 frame = checkout.value
                 if frame.domain is not domain:  # borrowed: a view to release, not the entry
-                    frame = frame.select(frame.column_names)
+                    frame = frame.view()
                 load.frames.append(frame)
                 status = _STATUS[checkout.status]
                 statuses.append(status)

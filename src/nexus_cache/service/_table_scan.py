@@ -65,7 +65,7 @@ from nexus_cache.service._lake import (
     open_object,
 )
 from nexus_cache.service.queries import Scan
-from nexus_cache.tables import DataFile, ScanPlan, TableFilter, TableSnapshot
+from nexus_cache.tables import DataFile, ScanPlan, TableFilter, TableSnapshot, plan_scan
 
 __all__ = [
     "PARALLEL_ROWS",
@@ -182,7 +182,7 @@ def plan_table(
     """The lakehouse plans of the data files ``scan`` reads from its table's snapshot,
     after pruning; :class:`ConfigError` for a filter or column the table does not
     have, or a data file outside ``allowed_roots``, before any data is read."""
-    from nexus_cache.tables import canonical_filter, catalog_source, plan_scan, resolve_table
+    from nexus_cache.tables import canonical_filter, catalog_source, resolve_table
 
     source = scan.source
     if allowed_roots is not None and catalog_source(source) is None:
@@ -195,21 +195,11 @@ def plan_table(
         filter=raw,
         allowed_roots=allowed_roots,
     )
-    schema = snapshot.schema
-    flt = snapshot.pruned_with or canonical_filter(raw, schema)  # the listing's, if pruned
-    output = tuple(schema.names) if scan.columns is None else scan.columns
-    unknown = [c for c in output if schema.get_field_index(c) < 0]
-    if unknown:
-        raise ConfigError(
-            f"Scan.columns: table {source!r} has no column {unknown[0]!r} (its columns: "
-            f"{', '.join(schema.names[:20])}); name columns of the table"
-        )
-    wanted = set(output) | set(() if flt is None else flt.columns)
-    columns = tuple(n for n in schema.names if n in wanted)
+    flt = snapshot.pruned_with or canonical_filter(raw, snapshot.schema)  # the listing's
+    output, columns, pruning = _shape(snapshot, flt, scan.columns, source)
     if allowed_roots is not None:  # a catalog table: its location, then its data files
         named = catalog_source(source) is not None
         check_listed(snapshot.location if named else source, snapshot.locations, allowed_roots)
-    pruning = plan_scan(snapshot, flt)  # partitions and file statistics; no footers
     fs = snapshot.filesystem
     files = tuple(p.file for p in pruning.files)
     if fs is None:
@@ -221,6 +211,43 @@ def plan_table(
     )
     read = TableRead(snapshot, flt, pruning, files, columns, output)
     return SourcePlan(source, plans, sizes, table=read)
+
+
+_Shape = tuple[tuple[str, ...], tuple[str, ...], ScanPlan]
+
+
+def _shape(
+    snapshot: TableSnapshot,
+    flt: TableFilter | None,
+    wanted_columns: tuple[str, ...] | None,
+    source: str,
+) -> _Shape:
+    """``(output columns, projected columns, pruning)`` of a read of ``snapshot``
+    with ``flt`` and the scan's columns (None: all); :class:`ConfigError` for a
+    column the table does not have. A pure function of them (no footer is read):
+    kept in the snapshot's :attr:`~nexus_cache.tables.TableSnapshot.derived` by the
+    filter (held, so its id names it alone) and the columns, so a repeated query
+    over a snapshot its table keeps (a Hive listing's, a Delta version's) prunes no
+    file again, and one resolved anew (a file changed) starts afresh."""
+    memory = snapshot.derived
+    key = ("table_read", id(flt), wanted_columns)
+    found = memory.get(key)
+    if found is not None and found[0] is flt:
+        return found[1]  # type: ignore[no-any-return]
+    schema = snapshot.schema
+    output = tuple(schema.names) if wanted_columns is None else wanted_columns
+    unknown = [c for c in output if schema.get_field_index(c) < 0]
+    if unknown:
+        raise ConfigError(
+            f"Scan.columns: table {source!r} has no column {unknown[0]!r} (its columns: "
+            f"{', '.join(schema.names[:20])}); name columns of the table"
+        )
+    wanted = set(output) | set(() if flt is None else flt.columns)
+    columns = tuple(n for n in schema.names if n in wanted)
+    pruning = plan_scan(snapshot, flt)  # partitions and file statistics; no footers
+    shape = (output, columns, pruning)
+    memory.put(key, (flt, shape))
+    return shape
 
 
 def _plan_file(cache: LakehouseCache, snapshot: TableSnapshot, file: DataFile) -> ReadPlan:
@@ -510,7 +537,7 @@ def scan_table(
     filters = _frame_filters(read, unmasked)
     with domain.scope():
         if not domain.host_memory:  # the common filter: three launches, one wait
-            fused = fused_scan(frames, filters, output, domain, on_device=on_device)
+            fused = fused_scan(frames, filters, output, domain, on_device=on_device, checked=True)
             if fused is not None:
                 return fused, FilterCounts(before, fused.num_rows)
         if domain.host_memory:
@@ -519,9 +546,11 @@ def scan_table(
             rows = kept_rows(_per_frame(frames, filters, domain, lambda mask: mask, False), xp)
         result: pa.Table | DeviceFrame
         if on_device:
-            result = gather_table(frames, rows, output, domain, on_device=True)
+            result = gather_table(frames, rows, output, domain, on_device=True, checked=True)
         else:
-            result = gather_table(frames, rows, output, domain, parallel=parallel, hand_over=own)
+            result = gather_table(
+                frames, rows, output, domain, parallel=parallel, hand_over=own, checked=True
+            )
     return result, FilterCounts(before, result.num_rows)
 
 
@@ -575,7 +604,7 @@ def _per_frame(
 
     def task(i: int, frame: DeviceFrame, flt: TableFilter) -> Callable[[], None]:
         def run() -> None:
-            columns = {c.name: c for c in frame.columns if c.name in flt.columns}
+            columns = frame.columns_named(flt.columns)  # filter_mask names one missing
             out[i] = use(filter_mask(flt, columns, frame.num_rows, xp))
 
         return run

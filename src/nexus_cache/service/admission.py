@@ -43,13 +43,15 @@ Thread-safe.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -142,18 +144,28 @@ class GrantMemory:
     floor), so a query whose data decodes to more than ``grant_expansion`` times
     its Parquet bytes (dictionary-heavy columns) is retried once, not on every
     run. Bounded (the least recently used is forgotten first); thread-safe.
+    While it holds nothing, a query's floor is 0 with no digest made.
     """
 
     def __init__(self, capacity: int = _MAX_NEEDS) -> None:
         self._needs: BoundedLRU[str, int] = BoundedLRU(capacity)
 
-    def floor(self, key: str) -> int:
-        """The bytes ``key`` needed the last time it ran short (0: never)."""
-        return self._needs.get(key) or 0
+    def floor(self, query: Mapping[str, Any]) -> int:
+        """The bytes ``query`` (a query's ``to_dict()``) needed the last time it ran
+        short (0: never)."""
+        if not len(self._needs):  # nothing learned yet: no digest to make
+            return 0
+        return self._needs.get(_query_digest(query)) or 0
 
-    def learn(self, key: str, needed: int) -> None:
-        """Remember that ``key`` needed ``needed`` bytes."""
-        self._needs.put(key, needed)
+    def learn(self, query: Mapping[str, Any], needed: int) -> None:
+        """Remember that ``query`` (a query's ``to_dict()``) needed ``needed`` bytes."""
+        self._needs.put(_query_digest(query), needed)
+
+
+def _query_digest(query: Mapping[str, Any]) -> str:
+    """SHA-256 of a query's canonical JSON (a query's may be large: a long ``in``
+    list, so it is remembered by digest)."""
+    return hashlib.sha256(json.dumps(query, sort_keys=True).encode()).hexdigest()
 
 
 def estimate_grant(
@@ -349,7 +361,9 @@ class Admission:
     def _choose(self, nbytes: int, keys: tuple[str, ...] | None) -> int:
         caches = self._served()
         ledgers = caches.ledgers()
-        if keys is not None and len(ledgers) > 1:
+        if len(ledgers) == 1:  # the one device: nothing to compare
+            return ledgers[0].device_id
+        if keys is not None:
             home = self._homes.get(keys)
             if home is not None:
                 snap = caches.ledger(home).snapshot()

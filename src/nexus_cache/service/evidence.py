@@ -109,14 +109,16 @@ class EvidenceWriter:
     def directory(self) -> Path | None:
         return self._dir
 
-    def digest(self, doc: Mapping[str, Any]) -> str | Callable[[], str]:
-        """The seal's digest of ``doc``: sealed and published now (:meth:`seal`) where
-        documents are written; where they are not, a function that seals ``doc``
-        alone (not chained: nothing records the chain) when first called, so an
-        attempt whose digest nobody reads does not serialise its document."""
+    def digest(self, make: Callable[[], Mapping[str, Any]]) -> str | Callable[[], str]:
+        """The seal's digest of the document ``make()`` returns: made, sealed and
+        published now (:meth:`seal`) where documents are written; where they are
+        not, a function that makes the document and seals it alone (not chained:
+        nothing records the chain) when first called, so an attempt whose digest
+        nobody reads neither builds nor serialises its document. ``make`` must then
+        read only what no longer changes."""
         if self._dir is not None:
-            return str(self.seal(doc)["seal"]["digest"])
-        return lambda: seal_digest({**doc, "format": EVIDENCE_FORMAT, "previous_digest": None})
+            return str(self.seal(make())["seal"]["digest"])
+        return lambda: seal_digest({**make(), "format": EVIDENCE_FORMAT, "previous_digest": None})
 
     def seal(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         """Link ``doc`` to the previous attempt, seal it, publish it; returns it sealed."""

@@ -25,6 +25,7 @@ the front ends.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -431,7 +432,13 @@ _KINDS: dict[str, Any] = {"scan": Scan, "count": Count, "graph": GraphQuery}
 _ACCEPTED = "use a Scan, Count or GraphQuery, its to_dict() form or its JSON text"
 
 
+#: values that are their own JSON form (exact types: a subclass goes the long way)
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _plain(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, (Scan, Count, GraphQuery)):
         return value.to_dict()
     if isinstance(value, tuple):
@@ -444,9 +451,16 @@ def _plain(value: Any) -> Any:
 def _dict_of(query: Any) -> dict[str, Any]:
     """``{"type": kind, <field>: <plain value>, ...}`` of a query dataclass."""
     out: dict[str, Any] = {"type": query.kind}
-    for field in dataclasses.fields(query):
-        out[field.name] = _plain(getattr(query, field.name))
+    kind: type = type(query)
+    for name in _field_names(kind):
+        out[name] = _plain(getattr(query, name))
     return out
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    """The field names of query dataclass ``kind``, in order (found once per class)."""
+    return tuple(field.name for field in dataclasses.fields(kind))
 
 
 def _load(text: str | bytes) -> Any:

@@ -155,6 +155,8 @@ def _predicate_mask(p: Predicate, column: MaskColumn, xp: Any) -> Any:
 
 def _values_mask(column: MaskColumn, op: str, value: Any, xp: Any) -> Any:
     """``op`` on every row's value, nulls ignored (their answer is the caller's)."""
+    if column.offsets is None and column.dictionary is None:  # values, one per row
+        return _number_mask(column.data, op, value, xp)
     arrow_type = column.type
     if pat.is_dictionary(arrow_type):
         in_dictionary = _values_mask(column.dictionary, op, value, xp)
@@ -164,7 +166,11 @@ def _values_mask(column: MaskColumn, op: str, value: Any, xp: Any) -> Any:
         return in_dictionary[column.data]
     if pat.is_string(arrow_type) or pat.is_large_string(arrow_type):
         return _string_mask(column, op, value, xp)
-    data = column.data
+    return _number_mask(column.data, op, value, xp)
+
+
+def _number_mask(data: Any, op: str, value: Any, xp: Any) -> Any:
+    """``op`` on a column of one value per row (numbers, booleans, temporal storage)."""
     if op == "in":
         return _in_sorted(data, value, xp)  # the list in the column's type, as is_in
     if data.dtype.kind == "f" and data.dtype.itemsize < 8:

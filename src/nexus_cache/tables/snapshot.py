@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from nexus_cache._lru import BoundedLRU
 from nexus_cache._roots import location_allowed
 from nexus_cache.errors import BackendUnavailableError, ConfigError
 
@@ -71,6 +72,10 @@ class DataFile:
         return dict(self.partition)
 
 
+#: what one snapshot's :attr:`~TableSnapshot.derived` keeps at most
+_DERIVED = 16
+
+
 @dataclass(frozen=True)
 class TableSnapshot:
     """The data files of one version of a table, and the schema to read them with.
@@ -97,6 +102,13 @@ class TableSnapshot:
     filesystem: Any = field(default=None, compare=False, repr=False)
     partitions_skipped: int = 0
     pruned_with: TableFilter | None = field(default=None, compare=False, repr=False)
+
+    @functools.cached_property
+    def derived(self) -> BoundedLRU[Any, Any]:
+        """A small memory of what pure functions of this snapshot gave (a reader's
+        pruning by filter, say), kept as long as the snapshot and no longer: a
+        snapshot never changes, so what it gave once holds while it lives."""
+        return BoundedLRU(_DERIVED)
 
     @property
     def locations(self) -> tuple[str, ...]:

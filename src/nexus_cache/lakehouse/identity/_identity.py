@@ -18,6 +18,7 @@ instead: such an object is read remotely and never cached.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -180,9 +181,15 @@ def fs_protocol(fs: Any) -> str:
 
 
 def is_local_fs(fs: Any) -> bool:
+    return fs is None or isinstance(fs, _local_fs_class())
+
+
+@functools.cache
+def _local_fs_class() -> type:
+    """fsspec's local filesystem class (imported once, when first asked)."""
     from fsspec.implementations.local import LocalFileSystem
 
-    return fs is None or isinstance(fs, LocalFileSystem)
+    return LocalFileSystem
 
 
 def _endpoint(fs: Any) -> str:
