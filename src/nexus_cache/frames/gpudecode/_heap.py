@@ -151,13 +151,14 @@ class DataPages(NamedTuple):
 
 
 class _Heap:
-    """The heap of one or more chunks (a row group's) on the device, filled:
-    packed on the host, copied over, decompressed; each chunk's pages found."""
+    """The heap of one or more chunks (a row group's; ``items``: each chunk's
+    bytes, or None, its spec and its pages) on the device, filled: laid out on
+    the host, copied over, decompressed; each chunk's pages found."""
 
     def __init__(
         self,
         cp: Any,
-        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        items: Sequence[tuple[Any, ChunkSpec, list[Page]]],
         transfer: Any = None,
         stages: dict[str, float] | None = None,
         codecs: dict[Any, Any] | None = None,
@@ -166,8 +167,8 @@ class _Heap:
         self.data: Any = None
         self.size = 0
         self.started = time.perf_counter()
-        groups = sorted({spec.row_group for spec, _ in items})
-        where = f"{items[0][0].source!r}, row group {', '.join(map(str, groups))}"
+        groups = sorted({spec.row_group for _, spec, _ in items})
+        where = f"{items[0][1].source!r}, row group {', '.join(map(str, groups))}"
         try:
             layout = self._fill(items, transfer, where, on_device=True)
         except NvcompRefused as exc:
@@ -184,13 +185,13 @@ class _Heap:
         # every chunk's v1 level lengths in one read
         wanted = [
             level_offsets(placed, spec)
-            for (spec, _), placed in zip(items, layout.chunks, strict=True)
+            for (_, spec, _), placed in zip(items, layout.chunks, strict=True)
         ]
         lengths = self.peek(np.concatenate(wanted)).astype(np.int64)
         self.chunks: list[_Chunk] = []
         errors = self.cp.zeros(len(items), np.int32)  # every chunk's error flag, one allocation
         at = 0
-        for k, ((spec, _), placed, offsets) in enumerate(
+        for k, ((_, spec, _), placed, offsets) in enumerate(
             zip(items, layout.chunks, wanted, strict=True)
         ):
             sections = page_sections_at(placed, spec, lengths[at : at + offsets.size])
@@ -199,23 +200,24 @@ class _Heap:
 
     def _fill(
         self,
-        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        items: Sequence[tuple[Any, ChunkSpec, list[Page]]],
         transfer: Any,
         where: str,
         on_device: bool,
     ) -> HeapLayout:
-        """Pack, copy and (``on_device``: by nvCOMP) decompress: the layout."""
+        """Lay out, copy and (``on_device``: by nvCOMP) decompress: the layout."""
         cp = self.cp
         layout = HeapLayout()
-        for spec, pages in items:
-            layout.add(spec, pages, device_algorithm(spec.codec) if on_device else None)
+        for chunk, spec, pages in items:
+            layout.add(spec, pages, device_algorithm(spec.codec) if on_device else None, chunk)
         layout.finish()
         self.stage("pack")
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
         if transfer is not None:
             # every piece from the file's bytes into its place in the pinned
-            # staging (one host copy a page), one device copy per slot filled
+            # staging (one host copy a chunk, or a page where a page is placed
+            # on its own), one device copy per slot filled
             transfer.pieces_to_device(layout.pieces, layout.host_size, self.data)
         elif layout.host_size:
             self.data[: layout.host_size] = cp.asarray(layout.host_image())

@@ -105,7 +105,7 @@ def decode_chunks_on_device(
             reason = None if checked else unsupported_reason(spec, pages)
         if reason is not None:
             raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
-        resolved.append((spec, pages))
+        resolved.append((chunk, spec, pages))
     if not resolved:
         return []
     with domain.scope() if transfer is None else transfer.device():

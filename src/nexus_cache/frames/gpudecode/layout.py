@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from nexus_cache.errors import SourceFormatError
-from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT
+from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT, input_alignment
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageTable, PageType, page_table
 from nexus_cache.frames.gpudecode.reference import decompress_section
 from nexus_cache.frames.gpudecode.support import CODECS
@@ -83,9 +83,66 @@ class Sections(NamedTuple):
     values_end: np.ndarray
 
 
+class _Cut(NamedTuple):
+    """Where the sections of pages lie in the file (int64 arrays, one entry a
+    page): a page's *section* (a v1 or dictionary page's payload, a v2 page's
+    values) at ``[section, section + section_size)``, a v2 page's levels just
+    before it; ``out_size``: the section's size decompressed (its header's);
+    ``stored``: the section is stored uncompressed (a chunk without a codec,
+    or a v2 page written with ``is_compressed`` false)."""
+
+    section: np.ndarray
+    section_size: np.ndarray
+    out_size: np.ndarray
+    stored: np.ndarray
+
+    @classmethod
+    def of(cls, table: PageTable, last: np.ndarray, end: Any, stored: Any) -> _Cut:
+        """The cut of the pages of ``table`` (one or more chunks' pages, one
+        after another; ``last``: the index of each chunk's last page, ``end``:
+        where each chunk ends in the file; ``stored``: whether each page's
+        chunk has no codec). A page ends where the next one's header begins,
+        the last of a chunk where the chunk ends (read_pages' pages tile it)."""
+        page_end = np.empty_like(table.offset)
+        page_end[:-1] = table.offset[1:]
+        page_end[last] = end
+        lead = table.rep_bytes + table.def_bytes  # 0 but for a v2 page
+        return cls(
+            page_end - table.compressed_size + lead,
+            table.compressed_size - lead,
+            table.uncompressed_size - lead,
+            stored | (table.is_compressed == 0),
+        )
+
+    def jobs(self) -> np.ndarray:
+        """The pages whose section nvCOMP decompresses (compressed, not empty
+        decompressed), in order."""
+        return np.flatnonzero(~self.stored & (self.out_size > 0))
+
+
+class _Image(NamedTuple):
+    """A chunk placed as its file image, its pages' places still to find: its
+    index among the layout's chunks, spec, pages and their table, nvCOMP
+    algorithm, heap offset, and its pages whose sections were copied to
+    aligned places of their own (local indices, places), if any."""
+
+    chunk: int
+    spec: ChunkSpec
+    pages: Sequence[Page]
+    table: PageTable
+    algorithm: str | None
+    base: int
+    copies: tuple[np.ndarray, np.ndarray] | None
+
+
 def _aligned(n: Any) -> Any:
     """``n`` (an int or an int64 array) rounded up to a multiple of ALIGNMENT."""
     return (n + _STEP) // ALIGNMENT * ALIGNMENT
+
+
+#: what :attr:`HeapLayout.chunks` holds for a chunk placed as its image until
+#: :meth:`HeapLayout.finish` finds its pages' places
+_PLACED_LATER = ChunkPlaces((), page_table(()), *(np.zeros(0, np.int64),) * 4)
 
 
 def _nbytes(data: bytes | memoryview) -> int:
@@ -114,11 +171,14 @@ class HeapLayout:
     size: int = 0
     jobs: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     chunks: list[ChunkPlaces] = field(default_factory=list)
-    # (chunk, its pages, algorithm, in offsets, in sizes, out sizes) awaiting
-    # output slots, one entry a chunk
-    _pending: list[tuple[int, np.ndarray, str, np.ndarray, np.ndarray, np.ndarray]] = field(
-        default_factory=list
+    # (places, pages of them, algorithm, in offsets, in sizes, out sizes)
+    # awaiting output slots: one entry a chunk placed page by page, one an
+    # algorithm for the chunks placed as images
+    _pending: list[tuple[ChunkPlaces, np.ndarray, str, np.ndarray, np.ndarray, np.ndarray]] = (
+        field(default_factory=list)
     )
+    # the chunks placed as images whose pages are still to place
+    _images: list[_Image] = field(default_factory=list)
 
     def _put(self, data: bytes | memoryview) -> int:
         at = _aligned(self.host_size)
@@ -152,16 +212,34 @@ class HeapLayout:
             out[at : at + piece.size] = piece
         return out
 
-    def add(self, spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None) -> None:
+    def add(
+        self,
+        spec: ChunkSpec,
+        pages: Sequence[Page],
+        algorithm: str | None,
+        chunk: Any = None,
+    ) -> None:
         """Lay out one chunk's ``pages``: its compressed sections left to nvCOMP's
-        ``algorithm``, or (None) decompressed here by PyArrow. SourceFormatError
-        for a page that fails host decompression or contradicts its header."""
+        ``algorithm``, or (None) decompressed here by PyArrow. ``chunk``: the
+        chunk's bytes (what ``pages`` were read from, by :func:`.pages.read_pages`):
+        given, the chunk is placed as its file image (:meth:`_add_image`) where
+        that is sound, else page by page. SourceFormatError for a page that
+        fails host decompression or contradicts its header (raised here, or by
+        :meth:`finish` for a chunk placed as its image; the first such page of
+        the chunks in the order added)."""
         codec = CODECS[spec.codec]
         table = page_table(pages)
         n = len(pages)
+        if (
+            chunk is not None
+            and n
+            and (codec is None or algorithm is not None)
+            and self._add_image(spec, pages, table, algorithm, chunk)
+        ):
+            return
         body, body_end = np.zeros(n, np.int64), np.zeros(n, np.int64)
         levels, levels_size = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        chunk = len(self.chunks)
+        places = ChunkPlaces(pages, table, body, body_end, levels, levels_size)
         if (
             codec is not None
             and algorithm is not None
@@ -174,11 +252,132 @@ class HeapLayout:
             at = self._put_all(payloads, sizes)
             if n:
                 self._pending.append(
-                    (chunk, np.arange(n), algorithm, at, sizes, table.uncompressed_size)
+                    (places, np.arange(n), algorithm, at, sizes, table.uncompressed_size)
                 )
         else:
-            self._add_pages(spec, pages, table, algorithm, (body, body_end, levels, levels_size))
-        self.chunks.append(ChunkPlaces(pages, table, body, body_end, levels, levels_size))
+            try:
+                self._add_pages(spec, pages, table, algorithm, places)
+            except SourceFormatError:
+                self._place_images()  # a page of a chunk added before refused first
+                raise
+        self.chunks.append(places)
+
+    def _add_image(
+        self,
+        spec: ChunkSpec,
+        pages: Sequence[Page],
+        table: PageTable,
+        algorithm: str | None,
+        chunk: Any,
+    ) -> bool:
+        """:meth:`add` of a chunk as its file image: its bytes (page headers
+        included) one piece, at a heap offset congruent to its file offset
+        modulo :data:`ALIGNMENT` (so a section is as aligned in the heap as in
+        the file, and chunks adjacent in the file lie adjacent here), each
+        page's sections read where they lie. Only a compressed section that
+        breaks its algorithm's input alignment (:func:`.nvcomp.input_alignment`:
+        never a Snappy one) is copied, to a place of its own after the image.
+        The pages' places are found in :meth:`finish`, for every image at once
+        by array operations. False (nothing placed) where the image is not
+        worth it: the misaligned sections, copied anyway, would be over a
+        quarter of the chunk."""
+        data = memoryview(chunk).cast("B")
+        start, size = spec.start, spec.size
+        if len(data) != size or pages[0].offset != start:
+            raise ValueError(f"{spec.where(start)}: the pages were not read from these bytes")
+        base = self.host_size + (start - self.host_size) % ALIGNMENT
+        copies: tuple[np.ndarray, np.ndarray] | None = None
+        if algorithm is not None and input_alignment(algorithm) > 1:
+            end = np.array([start + size])
+            cut = _Cut.of(table, np.array([len(pages) - 1]), end, CODECS[spec.codec] is None)
+            jobs = cut.jobs()
+            misplaced = jobs[(cut.section[jobs] - start + base) % input_alignment(algorithm) != 0]
+            sizes = cut.section_size[misplaced]
+            if 4 * int(sizes.sum()) > size:
+                return False
+            first = (cut.section[misplaced] - start).tolist()
+            pieces = [data[a : a + k] for a, k in zip(first, sizes.tolist(), strict=True)]
+            self.pieces.append((base, data))
+            self.host_size = base + size
+            copies = (misplaced, self._put_all(pieces, sizes))
+        else:
+            self.pieces.append((base, data))
+            self.host_size = base + size
+        self._images.append(_Image(len(self.chunks), spec, pages, table, algorithm, base, copies))
+        self.chunks.append(_PLACED_LATER)
+        return True
+
+    def _place_images(self) -> None:
+        """The places of the pages of every chunk :meth:`_add_image` placed since
+        the last call, found by array operations over all of them at once: each
+        section where it lies in its chunk's image (or copied), each compressed
+        one's job pending its output slot. SourceFormatError for the first
+        page stored uncompressed whose size is not its header's."""
+        images = self._images
+        if not images:
+            return
+        tables = [image.table for image in images]
+        counts = np.fromiter((len(image.pages) for image in images), np.int64, len(images))
+        table = PageTable(*(np.concatenate(f) for f in zip(*tables, strict=True)))
+        last = np.cumsum(counts) - 1
+        starts = np.fromiter((image.spec.start for image in images), np.int64, len(images))
+        sizes = np.fromiter((image.spec.size for image in images), np.int64, len(images))
+        stored = np.repeat(
+            np.fromiter((CODECS[i.spec.codec] is None for i in images), bool, len(images)),
+            counts,
+        )
+        cut = _Cut.of(table, last, starts + sizes, stored)
+        bad = np.flatnonzero(cut.stored & (cut.section_size != cut.out_size))
+        if bad.size:
+            k = int(bad[0])
+            image = images[int(np.searchsorted(last, k))]
+            raise SourceFormatError(
+                f"{image.spec.where(int(table.offset[k]))}: an uncompressed page holds "
+                f"{int(cut.section_size[k])} bytes, its header says {int(cut.out_size[k])}; "
+                "the file is corrupt"
+            )
+        bases = np.fromiter((image.base for image in images), np.int64, len(images))
+        shift = np.repeat(bases - starts, counts)
+        body = cut.section + shift
+        body_end = body + np.where(cut.stored, cut.section_size, 0)
+        v2 = table.type == _DATA_PAGE_V2
+        levels = np.where(v2, cut.section - table.def_bytes + shift, 0)
+        levels_size = np.where(v2, table.def_bytes, 0)
+        jobs = cut.jobs()
+        source = body.copy()
+        first = last - counts + 1
+        algorithms: dict[str, list[np.ndarray]] = {}
+        for k, image in enumerate(images):
+            if image.copies is not None:
+                local, at = image.copies
+                source[first[k] + local] = at
+            if image.algorithm is not None:
+                algorithms.setdefault(image.algorithm, []).append(np.arange(first[k], last[k] + 1))
+            a, b = int(first[k]), int(last[k]) + 1
+            self.chunks[image.chunk] = ChunkPlaces(
+                image.pages,
+                image.table,
+                body[a:b],
+                body_end[a:b],
+                levels[a:b],
+                levels_size[a:b],
+            )
+        places = ChunkPlaces((), table, body, body_end, levels, levels_size)
+        for algorithm, members in algorithms.items():
+            mine = np.concatenate(members)
+            index = mine[np.isin(mine, jobs, assume_unique=True)]
+            if index.size:
+                self._pending.append(
+                    (
+                        places,
+                        index,
+                        algorithm,
+                        source[index],
+                        cut.section_size[index],
+                        cut.out_size[index],
+                    )
+                )
+        images.clear()
 
     def _add_pages(
         self,
@@ -186,12 +385,12 @@ class HeapLayout:
         pages: Sequence[Page],
         table: PageTable,
         algorithm: str | None,
-        places: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        places: ChunkPlaces,
     ) -> None:
         """:meth:`add` a page at a time (v2 pages, host decompression),
         writing each page's places into ``places``."""
         codec = CODECS[spec.codec]
-        body, body_end, levels, levels_size = places
+        body, body_end, levels, levels_size = places[2:]
         pending: list[tuple[int, int, int, int]] = []  # page, in offset, in size, out size
         put = self._put
         for i, page in enumerate(pages):
@@ -219,30 +418,33 @@ class HeapLayout:
             body[i], body_end[i] = at, at + len(data)
         if pending and algorithm is not None:
             index, source, in_size, size_ = np.array(pending, np.int64).reshape(-1, 4).T
-            self._pending.append((len(self.chunks), index, algorithm, source, in_size, size_))
+            self._pending.append((places, index, algorithm, source, in_size, size_))
 
     def finish(self) -> None:
-        """Place the decompressed sections after the host's bytes; fix ``size``."""
+        """Place the pages of the chunks placed as images (:meth:`_place_images`),
+        then the decompressed sections after the host's bytes; fix ``size``."""
+        self._place_images()
         cursor = _aligned(self.host_size)
-        chunks, jobs = self.chunks, self.jobs
-        for chunk, index, algorithm, source, in_size, size in self._pending:
+        jobs = self.jobs
+        for places, index, algorithm, source, in_size, size in self._pending:
             steps = _aligned(size)
             out = cursor + np.cumsum(steps) - steps
             cursor += int(steps.sum())
             jobs.setdefault(algorithm, []).extend(
                 zip(source.tolist(), in_size.tolist(), out.tolist(), size.tolist(), strict=True)
             )
-            places = chunks[chunk]
             places.body[index] = out
             places.body_end[index] = out + size
         self._pending.clear()
         self.size = max(cursor, 1)
 
 
-def layout_chunk(spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None) -> HeapLayout:
+def layout_chunk(
+    spec: ChunkSpec, pages: Sequence[Page], algorithm: str | None, chunk: Any = None
+) -> HeapLayout:
     """The heap layout of one chunk (see :meth:`HeapLayout.add`)."""
     out = HeapLayout()
-    out.add(spec, pages, algorithm)
+    out.add(spec, pages, algorithm, chunk)
     out.finish()
     return out
 

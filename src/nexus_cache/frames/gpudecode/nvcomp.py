@@ -4,7 +4,8 @@ nvCOMP (``nvidia-nvcomp-cu13``, module ``nvidia.nvcomp``) decompresses
 every compressed page section of a row group (of one codec) in one batched
 call: the inputs and outputs are slices of one device buffer (the *heap*,
 allocated by the caller in its domain, so the outputs are charged like any
-other bytes), each at an offset aligned as nvCOMP requires. Parquet's
+other bytes), each at an offset aligned as nvCOMP requires (an input at
+:func:`input_alignment`, an output at :data:`ALIGNMENT`). Parquet's
 codecs are raw streams to nvCOMP (``BitstreamKind.RAW``): Snappy, Zstd,
 LZ4_RAW, and Gzip. Where nvCOMP does not import, or lacks the codec, the
 caller decompresses on the host instead (:func:`device_algorithm` returns
@@ -39,9 +40,11 @@ from nexus_cache.errors import SourceFormatError
 __all__ = [
     "CODEC_ALGORITHMS",
     "ALIGNMENT",
+    "INPUT_ALIGNMENT",
     "NvcompRefused",
     "decompress_batch",
     "device_algorithm",
+    "input_alignment",
     "nvcomp_module",
     "refuse_wrong_sizes",
 ]
@@ -61,10 +64,20 @@ CODEC_ALGORITHMS = {
     "GZIP": "Gzip",
 }
 
-#: Every input and output of a batch starts at a multiple of this many bytes
-#: of the heap (the most any of the algorithms above requires is 8; the heap
-#: itself starts at an allocation's 256-byte alignment).
+#: Every output of a batch starts at a multiple of this many bytes of the heap
+#: (the most any of the algorithms above requires is 8; the heap itself starts
+#: at an allocation's 256-byte alignment), and so does an input placed on its
+#: own.
 ALIGNMENT = 16
+
+#: nvCOMP algorithm -> the alignment (bytes) its compressed inputs need: the
+#: most restrictive of nvCOMP's decompression requirements for the algorithm
+#: (``nvcomp<Algorithm>RequiredDecompressionAlignment`` of nvCOMP 6's headers,
+#: what ``Codec.get_required_decompression_alignment`` returns; nvCOMP 4's
+#: ``nvcompBatched<Algorithm>DecompressRequiredAlignments`` ask 1 byte of the
+#: inputs of all four). A page read where it lies in the file's bytes must
+#: start at a multiple of this; else it is copied to a place of its own.
+INPUT_ALIGNMENT = {"Snappy": 1, "LZ4": 4, "Zstd": 8, "Gzip": 8}
 
 
 @functools.cache
@@ -84,6 +97,12 @@ def device_algorithm(codec: str) -> str | None:
     if nvcomp_module() is None:
         return None
     return CODEC_ALGORITHMS.get(codec)
+
+
+def input_alignment(algorithm: str) -> int:
+    """The alignment an input of nvCOMP's ``algorithm`` needs (:data:`INPUT_ALIGNMENT`;
+    :data:`ALIGNMENT` for an algorithm not listed there)."""
+    return INPUT_ALIGNMENT.get(algorithm, ALIGNMENT)
 
 
 def decompress_batch(
