@@ -1,8 +1,9 @@
 """The device heap of a row group's column chunks, and each chunk's plan over it.
 
-:class:`_Heap` fills one device buffer for several chunks: packed on the
-host (:mod:`.layout`), copied to the device (through the caller's pinned
-staging when given), its Snappy and LZ4 sections checked on the device
+:class:`_Heap` fills one device buffer for several chunks: laid out on the
+host (:mod:`.layout`: each chunk as its bytes in the file), copied to the
+device (through the caller's pinned staging when given), its Snappy and
+LZ4 sections checked on the device
 (:mod:`.stream_check`), decompressed by nvCOMP (one batched call per codec,
 :mod:`.nvcomp`), and every v1 page's level length read back in one copy.
 :class:`_Chunk` is one chunk's pages over it (their levels and values

@@ -1,30 +1,46 @@
 """Where each page of a column chunk lives in the chunk's device *heap*.
 
 The device decoder keeps a whole column chunk in one byte buffer, the heap:
-first the *input region*, packed on the host and copied to the device in
-one transfer, then the *output region*, which nvCOMP fills. Every piece
-starts at a multiple of :data:`.nvcomp.ALIGNMENT`:
+first the *input region*, laid out on the host and copied to the device in
+one transfer, then the *output region*, which nvCOMP fills, each of its
+slots at a multiple of :data:`.nvcomp.ALIGNMENT`.
+
+The input region is the file's own bytes: given a chunk's bytes, the chunk
+is one piece, page headers included, at a heap offset congruent to its
+file offset modulo :data:`.nvcomp.ALIGNMENT` (so each section is as
+aligned in the heap as in the file, and chunks adjacent in the file lie
+adjacent in the heap), and each page's sections are read where they lie:
 
 * a compressed page section (a v1 page, a dictionary page, or the values
-  of a v2 page) that nvCOMP decompresses: its compressed bytes in the input
-  region, a slot of its header's uncompressed size in the output region,
-  and a *job* ``(in offset, in size, out offset, out size)``;
+  of a v2 page) that nvCOMP decompresses: read in place where its file
+  position meets its algorithm's input alignment
+  (:func:`.nvcomp.input_alignment`: any byte for Snappy), else copied to
+  an aligned place of its own after the image; a slot of its header's
+  uncompressed size in the output region, and a *job* ``(in offset, in
+  size, out offset, out size)``;
 * everything stored uncompressed (a chunk without a codec, a v2 page's
   definition levels, which v2 never compresses, and the values of a v2 page
-  written with ``is_compressed`` false): its bytes in the input region;
-* with host decompression (nvCOMP missing or lacking the codec) the page
-  sections are decompressed here, by PyArrow, into the input region.
+  written with ``is_compressed`` false): read in place (the kernels read
+  the heap byte by byte, so a section may start at any byte).
+
+A chunk is laid out page by page instead (every section copied to a place
+of its own, at a multiple of the alignment) where its bytes are not given,
+where the sections copied for their alignment would be over a quarter of
+it, and with host decompression (nvCOMP missing or lacking the codec: the
+page sections are decompressed here, by PyArrow, into the input region).
 
 A :class:`HeapLayout` holds one chunk or several (the device decoder lays
-out a whole row group's chunks in one heap: one copy, one nvCOMP call per
-codec), each chunk's places as arrays (:class:`ChunkPlaces`).
+out a batch of row groups' chunks in one heap: one copy, one nvCOMP call
+per codec), each chunk's places as arrays (:class:`ChunkPlaces`), found
+for all the chunks laid out as images at once.
 :func:`page_sections_at` then finds each page's ``(definition levels,
 values)`` in the heap from the few bytes it needs (a v1 page's
 4-byte level length, at :func:`level_offsets`), read back by the caller:
 the device decoder reads every chunk's in one gather, the host tests from
 a heap filled with PyArrow's decompression, checked against the NumPy
-reference's :func:`.reference.page_sections`. Pure host code; a layout is
-built by one thread.
+reference's :func:`.reference.page_sections`. Its bounds checks hold the
+same wherever a page lies: a section's end is where its page ends in the
+file. Pure host code; a layout is built by one thread.
 """
 
 from __future__ import annotations
@@ -153,18 +169,19 @@ def _nbytes(data: bytes | memoryview) -> int:
 class HeapLayout:
     """The heap of one or more chunks (row groups' chunks, decoded together):
     ``size`` bytes, of which the first ``host_size`` come from the host, as
-    ``pieces`` (heap offset, bytes: views of the file's pages, or what the
-    host decompressed), zeros between them; ``jobs``: nvCOMP algorithm -> its
+    ``pieces`` (heap offset, bytes: views of the file's chunks or pages, or
+    what the host decompressed), zeros between them; ``jobs``: nvCOMP algorithm -> its
     ``(in offset, in size, out offset, out size)`` sections; ``chunks``: each
     chunk's pages in their places, in the order added. Call :meth:`finish`
     after the last :meth:`add`.
 
     The pieces are not joined on the host: the caller copies each straight
     from the file's bytes into its place in the pinned staging
-    (``Transfer.pieces_to_device``: one device copy per slot), so a page is
-    copied once on the host, not three times (joined, grown, staged). A
-    chunk whose every page is one compressed section for nvCOMP (the common
-    case) is placed by array arithmetic, without a Python step a page."""
+    (``Transfer.pieces_to_device``: one device copy per slot), so a chunk
+    laid out as its image is one host copy, not one a page. The pages of
+    such chunks are placed by array operations over all of them at once,
+    and a chunk laid out page by page whose every page is one compressed
+    section for nvCOMP by array arithmetic too: no Python step a page."""
 
     pieces: list[tuple[int, bytes | memoryview]] = field(default_factory=list)
     host_size: int = 0
