@@ -171,7 +171,8 @@ class HeapLayout:
     ``size`` bytes, of which the first ``host_size`` come from the host, as
     ``pieces`` (heap offset, bytes: views of the file's chunks or pages, or
     what the host decompressed), zeros between them; ``jobs``: nvCOMP algorithm -> its
-    ``(in offset, in size, out offset, out size)`` sections; ``chunks``: each
+    ``(in offset, in size, out offset, out size)`` sections (an int64 array, a
+    row a section); ``chunks``: each
     chunk's pages in their places, in the order added. Call :meth:`finish`
     after the last :meth:`add`.
 
@@ -186,7 +187,7 @@ class HeapLayout:
     pieces: list[tuple[int, bytes | memoryview]] = field(default_factory=list)
     host_size: int = 0
     size: int = 0
-    jobs: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    jobs: dict[str, np.ndarray] = field(default_factory=dict)
     chunks: list[ChunkPlaces] = field(default_factory=list)
     # (places, pages of them, algorithm, in offsets, in sizes, out sizes)
     # awaiting output slots: one entry a chunk placed page by page, one an
@@ -442,17 +443,17 @@ class HeapLayout:
         then the decompressed sections after the host's bytes; fix ``size``."""
         self._place_images()
         cursor = _aligned(self.host_size)
-        jobs = self.jobs
+        jobs: dict[str, list[np.ndarray]] = {}
         for places, index, algorithm, source, in_size, size in self._pending:
             steps = _aligned(size)
             out = cursor + np.cumsum(steps) - steps
             cursor += int(steps.sum())
-            jobs.setdefault(algorithm, []).extend(
-                zip(source.tolist(), in_size.tolist(), out.tolist(), size.tolist(), strict=True)
-            )
+            jobs.setdefault(algorithm, []).append(np.stack([source, in_size, out, size], axis=1))
             places.body[index] = out
             places.body_end[index] = out + size
         self._pending.clear()
+        for algorithm, parts in jobs.items():
+            self.jobs[algorithm] = np.concatenate(parts)
         self.size = max(cursor, 1)
 
 

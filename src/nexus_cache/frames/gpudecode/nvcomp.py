@@ -35,6 +35,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from nexus_cache.errors import SourceFormatError
 
 __all__ = [
@@ -108,13 +110,13 @@ def input_alignment(algorithm: str) -> int:
 def decompress_batch(
     heap: Any,
     algorithm: str,
-    jobs: Sequence[tuple[int, int, int, int]],
+    jobs: Sequence[tuple[int, int, int, int]] | np.ndarray,
     where: str,
     codecs: dict[tuple[str, int, int], Any] | None = None,
 ) -> None:
     """Decompress every ``(in offset, in size, out offset, out size)`` of ``jobs``
-    within the device byte array ``heap``, in one batched nvCOMP call on the
-    current CuPy stream.
+    (tuples, or the rows of an int64 array) within the device byte array
+    ``heap``, in one batched nvCOMP call on the current CuPy stream.
 
     ``codecs``: the caller's cache of nvCOMP codecs (by algorithm, device and
     stream), kept for one thread's decode of one file, so its row groups
@@ -124,9 +126,11 @@ def decompress_batch(
     nvCOMP refuses a stream or a page decompresses to other than its
     header's size. Returns when the
     outputs are complete on the current stream (nvCOMP reads the sizes back)."""
-    if not jobs:
+    if len(jobs) == 0:
         return
     import cupy
+
+    source, in_size, out, out_size = (c.tolist() for c in _table(jobs).T)
 
     nvcomp = nvcomp_module()
     stream = cupy.cuda.get_current_stream().ptr
@@ -143,12 +147,8 @@ def decompress_batch(
             )
             if codecs is not None:
                 codecs[key] = codec
-        sources = nvcomp.as_arrays(
-            heap, [j[0] for j in jobs], [j[1] for j in jobs], cuda_stream=stream
-        )
-        outputs = nvcomp.as_arrays(
-            heap, [j[2] for j in jobs], [j[3] for j in jobs], cuda_stream=stream
-        )
+        sources = nvcomp.as_arrays(heap, source, in_size, cuda_stream=stream)
+        outputs = nvcomp.as_arrays(heap, out, out_size, cuda_stream=stream)
         done = codec.decode(sources, out=outputs)
         sizes = [int(s) for s in done.buffer_sizes]
     except (RuntimeError, ValueError) as exc:
@@ -162,16 +162,26 @@ def decompress_batch(
 
 def refuse_wrong_sizes(
     algorithm: str,
-    jobs: Sequence[tuple[int, int, int, int]],
+    jobs: Sequence[tuple[int, int, int, int]] | np.ndarray,
     sizes: Sequence[int],
     where: str,
 ) -> None:
     """Raise :class:`NvcompRefused` naming ``where`` when a page of ``jobs``
     decompressed to another size (``sizes``: what the decompressor reports it
     wrote, one per job) than its header says (the job's out size)."""
-    for (_, _, _, want), got in zip(jobs, sizes, strict=True):
-        if got != want:
-            raise NvcompRefused(
-                f"{where}: a {algorithm} page decompressed to {got} bytes, its header "
-                f"says {want}; the file is corrupt"
-            )
+    want = _table(jobs)[:, 3]
+    got = np.asarray(sizes, np.int64).reshape(-1)
+    if got.size != want.size:
+        raise ValueError(f"{got.size} sizes for {want.size} jobs")
+    wrong = np.flatnonzero(got != want)
+    if wrong.size:
+        k = int(wrong[0])
+        raise NvcompRefused(
+            f"{where}: a {algorithm} page decompressed to {int(got[k])} bytes, its header "
+            f"says {int(want[k])}; the file is corrupt"
+        )
+
+
+def _table(jobs: Sequence[tuple[int, int, int, int]] | np.ndarray) -> np.ndarray:
+    """``jobs`` as an int64 array, a row a job."""
+    return np.asarray(jobs, np.int64).reshape(-1, 4)
