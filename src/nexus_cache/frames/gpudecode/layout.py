@@ -61,6 +61,7 @@ from nexus_cache.frames.gpudecode.support import CODECS
 __all__ = [
     "ChunkPlaces",
     "HeapLayout",
+    "HeapPages",
     "Sections",
     "layout_chunk",
     "level_offsets",
@@ -470,9 +471,7 @@ def layout_chunk(
 def level_offsets(places: ChunkPlaces, spec: ChunkSpec) -> np.ndarray:
     """Where the 4-byte level length of each v1 data page of a chunk is (in
     page order, int64): what :func:`page_sections_at` peeks."""
-    if not spec.max_def:
-        return np.zeros(0, np.int64)
-    return places.body[places.table.type == _DATA_PAGE]
+    return HeapPages.of([places], [spec]).level_offsets()
 
 
 def page_sections_at(places: ChunkPlaces, spec: ChunkSpec, lengths: Any) -> Sections:
@@ -480,32 +479,90 @@ def page_sections_at(places: ChunkPlaces, spec: ChunkSpec, lengths: Any) -> Sect
     :func:`.reference.page_sections` cuts them (empty levels where that gives
     none); ``lengths``: the values read (peeked) at :func:`level_offsets`.
     SourceFormatError names the first page whose levels do not fit."""
-    body, body_end, kind = places.body, places.body_end, places.table.type
-    levels_start, levels_end = body.copy(), body.copy()
-    values_start = body.copy()
-    v2 = np.flatnonzero(kind == _DATA_PAGE_V2)
-    if v2.size:
-        levels_start[v2] = places.levels[v2]
-        levels_end[v2] = places.levels[v2] + places.levels_size[v2]
-    if spec.max_def:
-        v1 = np.flatnonzero(kind == _DATA_PAGE)
+    return HeapPages.of([places], [spec]).sections(lengths)
+
+
+class HeapPages(NamedTuple):
+    """The pages of several chunks of a heap (``chunks``, of ``specs``), one
+    after another: their places joined (``places``: one array a field, the
+    pages' objects left out), which pages have definition levels
+    (``has_def``: their chunk's ``max_def``), and where each chunk's pages
+    begin among them (``first``, one more entry: where they end). What
+    :func:`level_offsets` and :func:`page_sections_at` do for one chunk,
+    for all of them at once, by array operations."""
+
+    chunks: Sequence[ChunkPlaces]
+    specs: Sequence[ChunkSpec]
+    places: ChunkPlaces
+    has_def: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, chunks: Sequence[ChunkPlaces], specs: Sequence[ChunkSpec]) -> HeapPages:
+        """The pages of ``chunks`` (of ``specs``), one after another."""
+        counts = np.fromiter((len(c.pages) for c in chunks), np.int64, len(chunks))
+        first = np.zeros(len(chunks) + 1, np.int64)
+        np.cumsum(counts, out=first[1:])
+        if len(chunks) == 1:
+            places = chunks[0]
+        else:
+            table = PageTable(*(_join([c.table[k] for c in chunks]) for k in range(10)))
+            places = ChunkPlaces(
+                (),
+                table,
+                _join([c.body for c in chunks]),
+                _join([c.body_end for c in chunks]),
+                _join([c.levels for c in chunks]),
+                _join([c.levels_size for c in chunks]),
+            )
+        flags = np.fromiter((bool(s.max_def) for s in specs), bool, len(specs))
+        return cls(chunks, specs, places, np.repeat(flags, counts), first)
+
+    def level_offsets(self) -> np.ndarray:
+        """:func:`level_offsets` of every chunk, one after another."""
+        places = self.places
+        return places.body[(places.table.type == _DATA_PAGE) & self.has_def]
+
+    def sections(self, lengths: Any) -> Sections:
+        """:func:`page_sections_at` of every chunk, one after another (``lengths``:
+        read at :meth:`level_offsets`). SourceFormatError names the first page
+        whose levels do not fit."""
+        places = self.places
+        body, body_end, kind = places.body, places.body_end, places.table.type
+        levels_start, levels_end = body.copy(), body.copy()
+        values_start = body.copy()
+        v2 = np.flatnonzero(kind == _DATA_PAGE_V2)
+        if v2.size:
+            levels_start[v2] = places.levels[v2]
+            levels_end[v2] = places.levels[v2] + places.levels_size[v2]
+        v1 = np.flatnonzero((kind == _DATA_PAGE) & self.has_def)
         length = np.asarray(lengths, np.int64).reshape(-1)
         if length.size != v1.size:
             raise ValueError(f"{length.size} level lengths for {v1.size} v1 data pages")
-        start = body[v1] + 4
-        short = body_end[v1] - body[v1] < 4
-        bad = np.flatnonzero(short | (start + length > body_end[v1]))
-        if bad.size:
-            k = int(bad[0])
-            page = places.pages[int(v1[k])]
-            if short[k]:
-                raise _corrupt(spec, page, "a data page ends before its definition levels")
-            what = f"definition levels of {int(length[k])} bytes run past the page"
-            raise _corrupt(spec, page, what)
-        levels_start[v1] = start
-        levels_end[v1] = start + length
-        values_start[v1] = start + length
-    return Sections(levels_start, levels_end, values_start, body_end.copy())
+        if v1.size:
+            start = body[v1] + 4
+            short = body_end[v1] - body[v1] < 4
+            bad = np.flatnonzero(short | (start + length > body_end[v1]))
+            if bad.size:
+                k = int(bad[0])
+                if short[k]:
+                    what = "a data page ends before its definition levels"
+                else:
+                    what = f"definition levels of {int(length[k])} bytes run past the page"
+                raise self._corrupt(int(v1[k]), what)
+            levels_start[v1] = start
+            levels_end[v1] = start + length
+            values_start[v1] = start + length
+        return Sections(levels_start, levels_end, values_start, body_end.copy())
+
+    def _corrupt(self, i: int, what: str) -> SourceFormatError:
+        """The error naming page ``i`` (of all the chunks' pages) and ``what``."""
+        c = int(np.searchsorted(self.first, i, "right")) - 1
+        return _corrupt(self.specs[c], self.chunks[c].pages[i - int(self.first[c])], what)
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _corrupt(spec: ChunkSpec, page: Page, what: str) -> SourceFormatError:
