@@ -231,10 +231,13 @@ def test_the_first_refused_chunk_is_named_however_the_chunks_are_placed() -> Non
     h = pages[-1].header
     pages[-1] = pages[-1]._replace(header=h._replace(uncompressed_size=h.uncompressed_size + 1))
     raw = write(_mixed_table(300), compression="snappy", data_page_version="1.0")
-    bad, bad_spec, _ = _items(raw)[2]
+    bad, bad_spec, good_pages = _items(raw)[2]
     corrupt = bytearray(bad)
-    corrupt[-8:] = b"\xff" * 8
+    at = len(bad) - len(good_pages[-1].payload)
+    corrupt[at : at + 4] = b"\xff\xff\xff\x0f"  # the Snappy preamble: a wrong length
     bad_pages = read_pages(bytes(corrupt), bad_spec)
+    with pytest.raises(SourceFormatError, match="snappy"):  # alone, it is refused
+        layout_chunk(bad_spec, read_pages(bytes(corrupt), bad_spec), None, bytes(corrupt))
     for image in (chunk, None):
         layout = HeapLayout()
         refused = pytest.raises(
