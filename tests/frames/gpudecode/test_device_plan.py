@@ -307,8 +307,6 @@ def test_a_row_group_is_decoded_from_one_heap(device_codec: bool, codecs: tuple[
 
     import pyarrow.parquet as pq
 
-    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
-
     table = _mixed_table(2000)
     compression = {name: codecs[i % len(codecs)] for i, name in enumerate(table.column_names)}
     raw = write(table, compression=compression, data_page_size=1024, row_group_size=700)
@@ -328,8 +326,6 @@ def test_a_row_group_reads_back_four_times_however_many_chunks(device_codec: boo
     import io
 
     import pyarrow.parquet as pq
-
-    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
 
     table = pa.table(
         {
@@ -365,7 +361,7 @@ def test_pages_nvcomp_refuses_are_decompressed_on_the_host(
 
     import pyarrow.parquet as pq
 
-    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+    from nexus_cache.frames.gpudecode import read_pages
     from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused
 
     def refuse(heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None) -> None:

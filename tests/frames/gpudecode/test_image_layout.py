@@ -284,3 +284,37 @@ def test_a_misaligned_section_is_copied_and_the_rest_read_in_place() -> None:
                     copied += 1
     assert in_place
     assert copied
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_the_sections_of_a_heap_are_every_chunk_s_one_after_another(version: str) -> None:
+    from nexus_cache.frames.gpudecode.layout import HeapPages
+
+    raw = write(
+        _mixed_table(900), data_page_version=version, data_page_size=512, row_group_size=300
+    )
+    items = _items(raw)
+    layout = _layout(items, image=True)
+    heap, specs = _heap(layout), [spec for _, spec, _ in items]
+    pages = HeapPages.of(layout.chunks, specs)
+    offsets = pages.level_offsets().tolist()
+    lengths = [int.from_bytes(heap[o : o + 4], "little") for o in offsets]
+    got = pages.sections(lengths)
+    one_by_one = []
+    for (_, spec, _), placed in zip(items, layout.chunks, strict=True):
+        own = [int.from_bytes(heap[o : o + 4], "little") for o in level_offsets(placed, spec)]
+        one_by_one.append(page_sections_at(placed, spec, own))
+    for field in range(4):
+        assert got[field].tolist() == np.concatenate([s[field] for s in one_by_one]).tolist()
+    if version == "1.0":
+        # a level length past its page in a later chunk: that chunk's page is named
+        k = len(lengths) - 1
+        lengths[k] = 1 << 30
+        i = int(np.flatnonzero(pages.places.body == offsets[k])[0])
+        c = int(np.searchsorted(pages.first, i, "right")) - 1
+        assert c > 0
+        page = items[c][2][i - int(pages.first[c])]
+        with pytest.raises(
+            SourceFormatError, match=f"row group {specs[c].row_group}, byte {page.offset}"
+        ):
+            pages.sections(lengths)
