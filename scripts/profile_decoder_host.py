@@ -175,9 +175,10 @@ _STAGES = {
     "fill": ("nexus_cache.frames.staging", "_CudaTransfer.pieces_to_device"),
     "sections": (
         "nexus_cache.frames.gpudecode._heap",
-        "level_offsets",
-        "page_sections_at",
-        "_Chunk.__init__",
+        "HeapPages.of",
+        "HeapPages.level_offsets",
+        "HeapPages.sections",
+        "_Chunk.all",
     ),
     "merge": ("nexus_cache.frames.gpudecode._heap", "_Heap.merge"),
     "decode": ("nexus_cache.frames.gpudecode._steps", "decode_all"),

@@ -36,7 +36,12 @@ import pyarrow as pa
 from nexus_cache.frames.gpudecode._inflated import inflated_size
 from nexus_cache.frames.gpudecode._tile import TILE_BYTES
 from nexus_cache.frames.gpudecode.kernels import kernel_source
-from nexus_cache.frames.gpudecode.nvcomp import ALIGNMENT, NvcompRefused, refuse_wrong_sizes
+from nexus_cache.frames.gpudecode.nvcomp import (
+    ALIGNMENT,
+    NvcompRefused,
+    input_alignment,
+    refuse_wrong_sizes,
+)
 
 #: reads back from the "device" so far (each ``get``: one copy, one wait)
 READS = [0]
@@ -50,13 +55,15 @@ def decompress_like_nvcomp(
     heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None
 ) -> None:
     """nvCOMP's batched decompression of ``jobs`` within ``heap``, by PyArrow
-    (each input and output at nvCOMP's alignment, as the heap layout places it):
+    (each input at its algorithm's input alignment, where it lies in the
+    file's image or copied, and each output at :data:`.nvcomp.ALIGNMENT`, as
+    the heap layout places them):
     a stream the codec refuses raises NvcompRefused, as nvCOMP's error does, and
     the size each page really decompressed to (what nvCOMP reports) is checked
     against its header's as ``nvcomp.decompress_batch`` checks nvCOMP's."""
     sizes = []
     for source, size, out, want in jobs:
-        assert source % ALIGNMENT == 0
+        assert source % input_alignment(algorithm) == 0
         assert out % ALIGNMENT == 0
         codec = PYARROW_CODEC[algorithm]
         stream = bytes(heap[source : source + size])

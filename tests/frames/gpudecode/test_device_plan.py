@@ -30,18 +30,35 @@ _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 _steps = importlib.import_module("nexus_cache.frames.gpudecode._steps")
 
 
-def _decode_together(items: list[tuple[ChunkSpec, list[Page]]]) -> list[HostPiece]:
+def _decode_together(items: list[tuple[bytes, ChunkSpec, list[Page]]]) -> list[HostPiece]:
     """What ``decode_chunks_on_device`` does, on the emulated device."""
     heap = _heap._Heap(_emulator.fake_cupy, items)
     return [
         device_piece(got, spec.arrow_type)
-        for (spec, _), got in zip(items, _steps.decode_all(heap.chunks), strict=True)
+        for (_, spec, _), got in zip(items, _steps.decode_all(heap.chunks), strict=True)
     ]
+
+
+def _row_group(raw: bytes, g: int = 0) -> list[tuple[bytes, ChunkSpec, list[Page]]]:
+    """Every chunk of row group ``g`` of the file ``raw``: its bytes, spec and pages."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    out = []
+    for j in range(pf.metadata.num_columns):
+        spec = chunk_spec(pf, g, j, "t.parquet")
+        chunk = raw[spec.start : spec.start + spec.size]
+        out.append((chunk, spec, read_pages(chunk, spec)))
+    return out
 
 
 def _emulated(device_codec: bool) -> Any:
     def decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
-        return _decode_together([(spec, pages)])[0]
+        return _decode_together([(chunk, spec, pages)])[0]
 
     return decode
 
@@ -274,7 +291,8 @@ def test_the_stage_times_cover_every_stage(device_codec: bool) -> None:
     spec = chunk_spec(pq.ParquetFile(io.BytesIO(raw)), 0, 0, "t.parquet")
     pages = read_pages(raw[spec.start : spec.start + spec.size], spec)
     stages: dict[str, float] = {}
-    heap = _heap._Heap(_emulator.fake_cupy, [(spec, pages)], None, stages)
+    chunk = raw[spec.start : spec.start + spec.size]
+    heap = _heap._Heap(_emulator.fake_cupy, [(chunk, spec, pages)], None, stages)
     _steps.decode_all(heap.chunks)
     heap.stage("decode")
     assert set(stages) == {"pack", "transfer", "decompress", "decode"}
@@ -289,20 +307,15 @@ def test_a_row_group_is_decoded_from_one_heap(device_codec: bool, codecs: tuple[
 
     import pyarrow.parquet as pq
 
-    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
-
     table = _mixed_table(2000)
     compression = {name: codecs[i % len(codecs)] for i, name in enumerate(table.column_names)}
     raw = write(table, compression=compression, data_page_size=1024, row_group_size=700)
     pf = pq.ParquetFile(io.BytesIO(raw))
     for g in range(pf.metadata.num_row_groups):
-        items = []
-        for j in range(pf.metadata.num_columns):
-            spec = chunk_spec(pf, g, j, "t.parquet")
-            items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+        items = _row_group(raw, g)
         got = _decode_together(items)
         expected = pf.read_row_group(g)
-        for (spec, _), piece in zip(items, got, strict=True):
+        for (_, spec, _), piece in zip(items, got, strict=True):
             assert_same(piece, expected.column(spec.column).combine_chunks(), spec.column)
 
 
@@ -313,8 +326,6 @@ def test_a_row_group_reads_back_four_times_however_many_chunks(device_codec: boo
     import io
 
     import pyarrow.parquet as pq
-
-    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
 
     table = pa.table(
         {
@@ -327,18 +338,15 @@ def test_a_row_group_reads_back_four_times_however_many_chunks(device_codec: boo
     )
     raw = write(table, compression="snappy", data_page_size=512, data_page_version="1.0")
     pf = pq.ParquetFile(io.BytesIO(raw))
-    items = []
-    for j in range(pf.metadata.num_columns):
-        spec = chunk_spec(pf, 0, j, "t.parquet")
-        items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+    items = _row_group(raw)
     assert len(items) == 28
-    assert sum(len(pages) for _, pages in items) > 70
+    assert sum(len(pages) for _, _, pages in items) > 70
     before = _emulator.READS[0]
     heap = _heap._Heap(_emulator.fake_cupy, items)
     results = _steps.decode_all(heap.chunks)
     assert _emulator.READS[0] - before == 4 + device_codec
     expected = pf.read_row_group(0)
-    for (spec, _), got in zip(items, results, strict=True):
+    for (_, spec, _), got in zip(items, results, strict=True):
         assert_same(device_piece(got), expected.column(spec.column).combine_chunks(), spec.column)
 
 
@@ -353,7 +361,7 @@ def test_pages_nvcomp_refuses_are_decompressed_on_the_host(
 
     import pyarrow.parquet as pq
 
-    from nexus_cache.frames.gpudecode import chunk_spec, read_pages
+    from nexus_cache.frames.gpudecode import read_pages
     from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused
 
     def refuse(heap: Any, algorithm: str, jobs: Any, where: str, codecs: Any = None) -> None:
@@ -364,21 +372,18 @@ def test_pages_nvcomp_refuses_are_decompressed_on_the_host(
     monkeypatch.setattr(_heap, "device_algorithm", lambda codec: PYARROW_CODECS[codec])
     raw = write(_mixed_table(800), compression="zstd")
     pf = pq.ParquetFile(io.BytesIO(raw))
-    items = []
-    for j in range(pf.metadata.num_columns):
-        spec = chunk_spec(pf, 0, j, "t.parquet")
-        items.append((spec, read_pages(raw[spec.start : spec.start + spec.size], spec)))
+    items = _row_group(raw)
     with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"):
         got = _decode_together(items)
     assert "decompressing these pages on the host instead" in caplog.text
     expected = pf.read_row_group(0)
-    for (spec, _), piece in zip(items, got, strict=True):
+    for (_, spec, _), piece in zip(items, got, strict=True):
         assert_same(piece, expected.column(spec.column).combine_chunks(), spec.column)
     # a corrupt page: the host's codec names it
-    spec, pages = items[1]
+    _, spec, pages = items[1]
     chunk = bytearray(raw[spec.start : spec.start + spec.size])
     last = pages[-1]
     at = len(chunk) - len(last.payload)
     chunk[at : at + 8] = bytes(8)  # the Zstd frame's magic number gone
     with pytest.raises(SourceFormatError, match="zstd decompression failed"):
-        _decode_together([(spec, read_pages(bytes(chunk), spec))])
+        _decode_together([(bytes(chunk), spec, read_pages(bytes(chunk), spec))])

@@ -334,12 +334,12 @@ def test_a_corrupt_page_never_reaches_nvcomp(
     chunk, spec, page = corrupt_chunk(compression)
     refused = pytest.raises(SourceFormatError, match=f"byte {page.offset}: {codec} decompression")
     with caplog.at_level(logging.WARNING, logger="nexus_cache.frames"), refused:
-        _heap._Heap(_emulator.fake_cupy, [(spec, read_pages(chunk, spec))])
+        _heap._Heap(_emulator.fake_cupy, [(chunk, spec, read_pages(chunk, spec))])
     assert calls == []
     assert f"1 of 1 {algorithm} pages failed the stream check" in caplog.text
     raw, table = _file(compression)
     good = raw[spec.start : spec.start + spec.size]
-    heap = _heap._Heap(_emulator.fake_cupy, [(spec, read_pages(good, spec))])
+    heap = _heap._Heap(_emulator.fake_cupy, [(good, spec, read_pages(good, spec))])
     assert calls == [algorithm]
     (got,) = _steps.decode_all(heap.chunks)
     assert_same(device_piece(got), table.column("x").combine_chunks(), "x")

@@ -33,7 +33,7 @@ _SMALL_TILES = [1, 3, 5, 64]
 
 
 def _emulated_decode(chunk: bytes, spec: ChunkSpec, pages: list[Page]) -> HostPiece:
-    heap = _heap._Heap(_emulator.fake_cupy, [(spec, pages)])
+    heap = _heap._Heap(_emulator.fake_cupy, [(chunk, spec, pages)])
     (got,) = _steps.decode_all(heap.chunks)
     return device_piece(got)
 

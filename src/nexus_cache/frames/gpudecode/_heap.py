@@ -1,8 +1,9 @@
 """The device heap of a row group's column chunks, and each chunk's plan over it.
 
-:class:`_Heap` fills one device buffer for several chunks: packed on the
-host (:mod:`.layout`), copied to the device (through the caller's pinned
-staging when given), its Snappy and LZ4 sections checked on the device
+:class:`_Heap` fills one device buffer for several chunks: laid out on the
+host (:mod:`.layout`: each chunk as its bytes in the file), copied to the
+device (through the caller's pinned staging when given), its Snappy and
+LZ4 sections checked on the device
 (:mod:`.stream_check`), decompressed by nvCOMP (one batched call per codec,
 :mod:`.nvcomp`), and every v1 page's level length read back in one copy.
 :class:`_Chunk` is one chunk's pages over it (their levels and values
@@ -26,13 +27,7 @@ import numpy as np
 from nexus_cache._kernel_loader import grid_blocks
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.kernels import BLOCK_KERNELS, kernel_function
-from nexus_cache.frames.gpudecode.layout import (
-    ChunkPlaces,
-    HeapLayout,
-    Sections,
-    level_offsets,
-    page_sections_at,
-)
+from nexus_cache.frames.gpudecode.layout import HeapLayout, HeapPages, Sections
 from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused, decompress_batch, device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
 from nexus_cache.frames.gpudecode.stream_check import refuse_corrupt_streams
@@ -151,13 +146,14 @@ class DataPages(NamedTuple):
 
 
 class _Heap:
-    """The heap of one or more chunks (a row group's) on the device, filled:
-    packed on the host, copied over, decompressed; each chunk's pages found."""
+    """The heap of one or more chunks (a row group's; ``items``: each chunk's
+    bytes, or None, its spec and its pages) on the device, filled: laid out on
+    the host, copied over, decompressed; each chunk's pages found."""
 
     def __init__(
         self,
         cp: Any,
-        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        items: Sequence[tuple[Any, ChunkSpec, list[Page]]],
         transfer: Any = None,
         stages: dict[str, float] | None = None,
         codecs: dict[Any, Any] | None = None,
@@ -166,8 +162,8 @@ class _Heap:
         self.data: Any = None
         self.size = 0
         self.started = time.perf_counter()
-        groups = sorted({spec.row_group for spec, _ in items})
-        where = f"{items[0][0].source!r}, row group {', '.join(map(str, groups))}"
+        groups = sorted({spec.row_group for _, spec, _ in items})
+        where = f"{items[0][1].source!r}, row group {', '.join(map(str, groups))}"
         try:
             layout = self._fill(items, transfer, where, on_device=True)
         except NvcompRefused as exc:
@@ -181,41 +177,35 @@ class _Heap:
             traceback.clear_frames(exc.__traceback__)
             self.data = None
             layout = self._fill(items, transfer, where, on_device=False)
-        # every chunk's v1 level lengths in one read
-        wanted = [
-            level_offsets(placed, spec)
-            for (spec, _), placed in zip(items, layout.chunks, strict=True)
-        ]
-        lengths = self.peek(np.concatenate(wanted)).astype(np.int64)
-        self.chunks: list[_Chunk] = []
+        # every chunk's v1 level lengths in one read, every chunk's sections
+        # and page tables found at once
+        specs = [spec for _, spec, _ in items]
+        pages = HeapPages.of(layout.chunks, specs)
+        lengths = self.peek(pages.level_offsets()).astype(np.int64)
+        sections = pages.sections(lengths)
         errors = self.cp.zeros(len(items), np.int32)  # every chunk's error flag, one allocation
-        at = 0
-        for k, ((spec, _), placed, offsets) in enumerate(
-            zip(items, layout.chunks, wanted, strict=True)
-        ):
-            sections = page_sections_at(placed, spec, lengths[at : at + offsets.size])
-            at += offsets.size
-            self.chunks.append(_Chunk(self, spec, placed, sections, errors[k : k + 1]))
+        self.chunks: list[_Chunk] = _Chunk.all(self, pages, sections, errors)
 
     def _fill(
         self,
-        items: Sequence[tuple[ChunkSpec, list[Page]]],
+        items: Sequence[tuple[Any, ChunkSpec, list[Page]]],
         transfer: Any,
         where: str,
         on_device: bool,
     ) -> HeapLayout:
-        """Pack, copy and (``on_device``: by nvCOMP) decompress: the layout."""
+        """Lay out, copy and (``on_device``: by nvCOMP) decompress: the layout."""
         cp = self.cp
         layout = HeapLayout()
-        for spec, pages in items:
-            layout.add(spec, pages, device_algorithm(spec.codec) if on_device else None)
+        for chunk, spec, pages in items:
+            layout.add(spec, pages, device_algorithm(spec.codec) if on_device else None, chunk)
         layout.finish()
         self.stage("pack")
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
         if transfer is not None:
             # every piece from the file's bytes into its place in the pinned
-            # staging (one host copy a page), one device copy per slot filled
+            # staging (one host copy a chunk, or a page where a page is placed
+            # on its own), one device copy per slot filled
             transfer.pieces_to_device(layout.pieces, layout.host_size, self.data)
         elif layout.host_size:
             self.data[: layout.host_size] = cp.asarray(layout.host_image())
@@ -290,8 +280,8 @@ class _Chunk:
         self,
         heap: _Heap,
         spec: ChunkSpec,
-        placed: ChunkPlaces,
-        sections: Sections,
+        dictionaries: list[tuple[Page, int, int]],
+        data_pages: DataPages,
         error: Any,
     ) -> None:
         # The heap's buffer and size, not the heap: a chunk that pointed back at
@@ -304,16 +294,23 @@ class _Chunk:
         self.error = error  # int32[1]: set by a kernel that finds a stream malformed
         # dictionary pages (page, values start, end): one per chunk at most,
         # one per row group in a merged chunk
-        table = placed.table
+        self.dictionaries = dictionaries
+        self.data_pages = data_pages
+
+    @classmethod
+    def all(cls, heap: _Heap, pages: HeapPages, sections: Sections, errors: Any) -> list[_Chunk]:
+        """The plan of every chunk of ``pages`` over ``heap`` (``sections``: their
+        pages', one after another; ``errors``: their error flags, one each),
+        found by array operations over all the chunks' pages at once."""
+        table, first = pages.places.table, pages.first
         is_dictionary = table.type == _DICTIONARY_PAGE
-        self.dictionaries: list[tuple[Page, int, int]] = [
-            (placed.pages[i], sections.values_start[i].item(), sections.values_end[i].item())
-            for i in np.flatnonzero(is_dictionary).tolist()
-        ]
+        seen = np.zeros(table.type.size + 1, np.int64)
+        np.cumsum(is_dictionary, out=seen[1:])
+        # each data page's dictionary: the last one before it in its chunk
+        # (-1: none yet)
+        dictionary = seen[1:] - 1 - np.repeat(seen[first[:-1]], np.diff(first))
         data = np.flatnonzero(~is_dictionary)
-        # each data page's dictionary: the last one before it (-1: none yet)
-        dictionary = np.cumsum(is_dictionary) - 1
-        self.data_pages = DataPages(
+        every = DataPages(
             table.num_values[data],
             sections.levels_start[data],
             sections.levels_end[data],
@@ -324,6 +321,22 @@ class _Chunk:
             table.nulls[data],
             table.offset[data],
         )
+        bounds = np.searchsorted(data, first).tolist()
+        found: list[list[tuple[Page, int, int]]] = [[] for _ in pages.chunks]
+        which = np.searchsorted(first, np.flatnonzero(is_dictionary), "right") - 1
+        for i, c in zip(np.flatnonzero(is_dictionary).tolist(), which.tolist(), strict=True):
+            page = pages.chunks[c].pages[i - int(first[c])]
+            found[c].append((page, sections.values_start[i].item(), sections.values_end[i].item()))
+        return [
+            cls(
+                heap,
+                spec,
+                found[k],
+                DataPages(*(f[bounds[k] : bounds[k + 1]] for f in every)),
+                errors[k : k + 1],
+            )
+            for k, spec in enumerate(pages.specs)
+        ]
 
     @classmethod
     def merged(cls, parts: Sequence[_Chunk]) -> _Chunk:

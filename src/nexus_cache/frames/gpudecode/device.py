@@ -3,8 +3,9 @@
 :func:`decode_chunks_on_device` runs the steps of :mod:`.reference` with
 the kernels of :mod:`.kernels`, for several chunks at once (the page
 engine passes a batch of row groups' chunks, and has each column's chunks
-of the batch decoded as one: ``columns``). The host reads the page headers and packs
-the chunks into one *heap* (:mod:`.layout`): one host-to-device copy
+of the batch decoded as one: ``columns``). The host reads the page headers and lays
+the chunks out in one *heap*, each as its own bytes in the file
+(:mod:`.layout`): one host-to-device copy
 (through the caller's pinned staging when given), then one batched nvCOMP
 call per codec decompresses every compressed page section on the device
 (:mod:`.nvcomp`; where nvCOMP is missing or lacks the codec, the host
@@ -105,7 +106,7 @@ def decode_chunks_on_device(
             reason = None if checked else unsupported_reason(spec, pages)
         if reason is not None:
             raise FrameTypeError(f"{spec.where(spec.start)}: {reason} is decoded on the host only")
-        resolved.append((spec, pages))
+        resolved.append((chunk, spec, pages))
     if not resolved:
         return []
     with domain.scope() if transfer is None else transfer.device():

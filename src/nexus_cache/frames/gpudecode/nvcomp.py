@@ -4,7 +4,8 @@ nvCOMP (``nvidia-nvcomp-cu13``, module ``nvidia.nvcomp``) decompresses
 every compressed page section of a row group (of one codec) in one batched
 call: the inputs and outputs are slices of one device buffer (the *heap*,
 allocated by the caller in its domain, so the outputs are charged like any
-other bytes), each at an offset aligned as nvCOMP requires. Parquet's
+other bytes), each at an offset aligned as nvCOMP requires (an input at
+:func:`input_alignment`, an output at :data:`ALIGNMENT`). Parquet's
 codecs are raw streams to nvCOMP (``BitstreamKind.RAW``): Snappy, Zstd,
 LZ4_RAW, and Gzip. Where nvCOMP does not import, or lacks the codec, the
 caller decompresses on the host instead (:func:`device_algorithm` returns
@@ -34,14 +35,18 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from nexus_cache.errors import SourceFormatError
 
 __all__ = [
     "CODEC_ALGORITHMS",
     "ALIGNMENT",
+    "INPUT_ALIGNMENT",
     "NvcompRefused",
     "decompress_batch",
     "device_algorithm",
+    "input_alignment",
     "nvcomp_module",
     "refuse_wrong_sizes",
 ]
@@ -61,10 +66,20 @@ CODEC_ALGORITHMS = {
     "GZIP": "Gzip",
 }
 
-#: Every input and output of a batch starts at a multiple of this many bytes
-#: of the heap (the most any of the algorithms above requires is 8; the heap
-#: itself starts at an allocation's 256-byte alignment).
+#: Every output of a batch starts at a multiple of this many bytes of the heap
+#: (the most any of the algorithms above requires is 8; the heap itself starts
+#: at an allocation's 256-byte alignment), and so does an input placed on its
+#: own.
 ALIGNMENT = 16
+
+#: nvCOMP algorithm -> the alignment (bytes) its compressed inputs need: the
+#: most restrictive of nvCOMP's decompression requirements for the algorithm
+#: (``nvcomp<Algorithm>RequiredDecompressionAlignment`` of nvCOMP 6's headers,
+#: what ``Codec.get_required_decompression_alignment`` returns; nvCOMP 4's
+#: ``nvcompBatched<Algorithm>DecompressRequiredAlignments`` ask 1 byte of the
+#: inputs of all four). A page read where it lies in the file's bytes must
+#: start at a multiple of this; else it is copied to a place of its own.
+INPUT_ALIGNMENT = {"Snappy": 1, "LZ4": 4, "Zstd": 8, "Gzip": 8}
 
 
 @functools.cache
@@ -86,16 +101,22 @@ def device_algorithm(codec: str) -> str | None:
     return CODEC_ALGORITHMS.get(codec)
 
 
+def input_alignment(algorithm: str) -> int:
+    """The alignment an input of nvCOMP's ``algorithm`` needs (:data:`INPUT_ALIGNMENT`;
+    :data:`ALIGNMENT` for an algorithm not listed there)."""
+    return INPUT_ALIGNMENT.get(algorithm, ALIGNMENT)
+
+
 def decompress_batch(
     heap: Any,
     algorithm: str,
-    jobs: Sequence[tuple[int, int, int, int]],
+    jobs: Sequence[tuple[int, int, int, int]] | np.ndarray,
     where: str,
     codecs: dict[tuple[str, int, int], Any] | None = None,
 ) -> None:
     """Decompress every ``(in offset, in size, out offset, out size)`` of ``jobs``
-    within the device byte array ``heap``, in one batched nvCOMP call on the
-    current CuPy stream.
+    (tuples, or the rows of an int64 array) within the device byte array
+    ``heap``, in one batched nvCOMP call on the current CuPy stream.
 
     ``codecs``: the caller's cache of nvCOMP codecs (by algorithm, device and
     stream), kept for one thread's decode of one file, so its row groups
@@ -105,9 +126,11 @@ def decompress_batch(
     nvCOMP refuses a stream or a page decompresses to other than its
     header's size. Returns when the
     outputs are complete on the current stream (nvCOMP reads the sizes back)."""
-    if not jobs:
+    if len(jobs) == 0:
         return
     import cupy
+
+    source, in_size, out, out_size = (c.tolist() for c in _table(jobs).T)
 
     nvcomp = nvcomp_module()
     stream = cupy.cuda.get_current_stream().ptr
@@ -124,12 +147,8 @@ def decompress_batch(
             )
             if codecs is not None:
                 codecs[key] = codec
-        sources = nvcomp.as_arrays(
-            heap, [j[0] for j in jobs], [j[1] for j in jobs], cuda_stream=stream
-        )
-        outputs = nvcomp.as_arrays(
-            heap, [j[2] for j in jobs], [j[3] for j in jobs], cuda_stream=stream
-        )
+        sources = nvcomp.as_arrays(heap, source, in_size, cuda_stream=stream)
+        outputs = nvcomp.as_arrays(heap, out, out_size, cuda_stream=stream)
         done = codec.decode(sources, out=outputs)
         sizes = [int(s) for s in done.buffer_sizes]
     except (RuntimeError, ValueError) as exc:
@@ -143,16 +162,26 @@ def decompress_batch(
 
 def refuse_wrong_sizes(
     algorithm: str,
-    jobs: Sequence[tuple[int, int, int, int]],
+    jobs: Sequence[tuple[int, int, int, int]] | np.ndarray,
     sizes: Sequence[int],
     where: str,
 ) -> None:
     """Raise :class:`NvcompRefused` naming ``where`` when a page of ``jobs``
     decompressed to another size (``sizes``: what the decompressor reports it
     wrote, one per job) than its header says (the job's out size)."""
-    for (_, _, _, want), got in zip(jobs, sizes, strict=True):
-        if got != want:
-            raise NvcompRefused(
-                f"{where}: a {algorithm} page decompressed to {got} bytes, its header "
-                f"says {want}; the file is corrupt"
-            )
+    want = _table(jobs)[:, 3]
+    got = np.asarray(sizes, np.int64).reshape(-1)
+    if got.size != want.size:
+        raise ValueError(f"{got.size} sizes for {want.size} jobs")
+    wrong = np.flatnonzero(got != want)
+    if wrong.size:
+        k = int(wrong[0])
+        raise NvcompRefused(
+            f"{where}: a {algorithm} page decompressed to {int(got[k])} bytes, its header "
+            f"says {int(want[k])}; the file is corrupt"
+        )
+
+
+def _table(jobs: Sequence[tuple[int, int, int, int]] | np.ndarray) -> np.ndarray:
+    """``jobs`` as an int64 array, a row a job."""
+    return np.asarray(jobs, np.int64).reshape(-1, 4)

@@ -227,17 +227,18 @@ _Launch = Callable[[str, int | None, int, tuple[Any, ...]], None]
 def refuse_corrupt_streams(
     cp: Any,
     heap: Any,
-    jobs: Mapping[str, Sequence[tuple[int, int, int, int]]],
+    jobs: Mapping[str, Sequence[tuple[int, int, int, int]] | np.ndarray],
     where: str,
     launch: _Launch,
 ) -> None:
     """Check every Snappy and LZ4 section of ``jobs`` (nvCOMP algorithm -> its
     ``(in offset, in size, out offset, out size)`` sections of the device byte
-    array ``heap``) on the device: one launch per codec, one read back of the
-    flags for all of them. Raises :class:`NvcompRefused` naming ``where`` when
-    any section fails; returns when all pass (or there are none). Zstd and
-    Gzip sections are not checked."""
-    checked = [(a, jobs[a]) for a in CHECK_KERNELS if jobs.get(a)]
+    array ``heap``, as tuples or the rows of an int64 array) on the device: one
+    launch per codec, one read back of the flags for all of them. Raises
+    :class:`NvcompRefused` naming ``where`` when any section fails; returns
+    when all pass (or there are none). Zstd and Gzip sections are not
+    checked."""
+    checked = [(a, jobs[a]) for a in CHECK_KERNELS if len(jobs.get(a, ()))]
     if not checked:
         return
     total = sum(len(sections) for _, sections in checked)
@@ -245,12 +246,12 @@ def refuse_corrupt_streams(
     at = 0
     for algorithm, sections in checked:
         n = len(sections)
-        table = np.asarray([(s[0], s[1], s[3]) for s in sections], np.int64).reshape(n, 3)
+        table = np.asarray(sections, np.int64).reshape(n, 4)
         args = (
             heap,
             cp.asarray(np.ascontiguousarray(table[:, 0])),
             cp.asarray(np.ascontiguousarray(table[:, 1])),
-            cp.asarray(np.ascontiguousarray(table[:, 2])),
+            cp.asarray(np.ascontiguousarray(table[:, 3])),
             refused[at : at + n],
             np.int32(n),
         )
