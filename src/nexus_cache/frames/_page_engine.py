@@ -2,18 +2,15 @@
 the page decoder takes, and their device columns.
 
 ``NEXUS_DECODE_ENGINE`` (or the ``engine`` argument) chooses: ``host`` (the
-default) decodes every column on the host threads; ``gpu`` decodes every
-supported column chunk with the page-decode kernels
-(:mod:`nexus_cache.frames.gpudecode`) and refuses a domain that is not a
-CUDA one; ``auto`` gives the kernels, where they can run (the domain's
-memory is device memory and CuPy imports), the columns they decode faster
-than the host pool: those whose data pages are all dictionary-encoded (on
-an H100 the kernels take about 0.6x the host pool's time there, and about
-1.5x on plain-encoded pages); every other column, and every column where
-the kernels cannot run, is decoded on the host. A column goes to the GPU
-only when every chunk of it that the read covers is supported (footer and
-page headers agree, see ``gpudecode.support``); otherwise the host decodes
-it, and ``DecodeStats.paths`` says why. The pages of a GPU column are decompressed
+default until the GPU engine is verified on a GPU) decodes every column on
+the host threads; ``gpu`` decodes every supported column chunk with the
+page-decode kernels (:mod:`nexus_cache.frames.gpudecode`) and refuses a
+domain that is not a CUDA one; ``auto`` does the same where it can (the
+domain's memory is device memory and CuPy imports) and decodes on the host
+otherwise. A column goes to the GPU only when every chunk of it that the
+read covers is supported (footer and page headers agree, see
+``gpudecode.support``); otherwise the host decodes it, and
+``DecodeStats.paths`` says why. The pages of a GPU column are decompressed
 on the device by nvCOMP (the ``gpudecode`` extra); where nvCOMP does not
 import or lacks the codec, on the host, and the column's path says
 ``"gpu (host decompression)"``. Device columns are allocated in the
@@ -38,18 +35,10 @@ from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, sto
 from nexus_cache.frames.frame import _to_host
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device, mergeable
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
-from nexus_cache.frames.gpudecode.pages import (
-    ChunkSpec,
-    Encoding,
-    Page,
-    PageType,
-    chunk_spec,
-    read_pages,
-)
+from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
 __all__ = [
-    "AUTO_HOST_REASON",
     "ENGINES",
     "ENV_DECODE_ENGINE",
     "PagePlan",
@@ -142,24 +131,6 @@ def _column_reason(
     return None, chunks
 
 
-#: data page encodings the kernels decode faster than the host pool
-_DICTIONARY_ENCODINGS = frozenset({int(Encoding.PLAIN_DICTIONARY), int(Encoding.RLE_DICTIONARY)})
-_DATA_PAGES = frozenset({int(PageType.DATA_PAGE), int(PageType.DATA_PAGE_V2)})
-#: the path of a column that ``auto`` leaves to the host pool
-AUTO_HOST_REASON = "engine auto leaves pages not dictionary-encoded to the host pool"
-
-
-def _dictionary_encoded(chunks: Sequence[tuple[Any, ChunkSpec, list[Page]]]) -> bool:
-    """Whether every data page of ``chunks`` is dictionary-encoded (a chunk whose
-    writer fell back to PLAIN part way is not)."""
-    return all(
-        page.header.encoding in _DICTIONARY_ENCODINGS
-        for _, _, pages in chunks
-        for page in pages
-        if page.header.type in _DATA_PAGES
-    )
-
-
 def _gpu_path(chunks: Sequence[tuple[Any, ChunkSpec, list[Page]]]) -> str:
     """``gpu``, or ``gpu (host decompression)`` when a chunk's pages cannot be
     decompressed on the device."""
@@ -194,8 +165,6 @@ def plan_page_columns(
         reason = "the source is streamed, not mapped"
     for f in schema:
         why, chunks = (reason, []) if reason else _column_reason(pf, buffer, groups, f, source)
-        if why is None and value == "auto" and not _dictionary_encoded(chunks):
-            why = AUTO_HOST_REASON
         if why is None and groups:
             plan.gpu[f.name] = chunks
             plan.paths[f.name] = _gpu_path(chunks)
