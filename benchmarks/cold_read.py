@@ -96,7 +96,6 @@ def _dict_schema(pa: Any) -> Any:
 
 
 GPU_ROW = "ours, GPU decode (engine=gpu, nvCOMP)"
-AUTO_ROW = "ours, engine=auto (dictionary columns on the GPU)"
 NO_ROOT_ROW = "ours, no lakehouse root (the local file)"
 STAGES = ("pack", "transfer", "decompress", "decode")
 
@@ -178,14 +177,6 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
         gpu_stats.append(s)
         return s
 
-    auto_stats: list[DecodeStats] = []
-
-    def ours_auto() -> object:
-        s = DecodeStats()
-        read_parquet(str(path), domain=domain, lake=lake, stats=s, engine="auto").release()
-        auto_stats.append(s)
-        return s
-
     paths: dict[str, Callable[[], object]] = {
         "ours (row-group pool, lakehouse hit)": ours,
         "user's path (read_table + asarray per buffer)": _user_path(path, domain.xp),
@@ -197,7 +188,6 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
     on_cuda = domain.xp.__name__ == "cupy"
     if on_cuda:
         paths[GPU_ROW] = ours_gpu
-        paths[AUTO_ROW] = ours_auto
     times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(repeats):  # interleaved, so drift hits every path alike
         for name, fn in paths.items():
@@ -256,13 +246,6 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
     )
     print(f"RESULT {label}: ours GPU decode {gbs:.2f} GB/s decoded end to end")
     result["gpu_gbs"] = gbs
-    on_gpu = sum(p.startswith("gpu") for p in auto_stats[-1].paths.values())
-    fastest = min(medians[names[0]], medians[GPU_ROW])
-    print(
-        f"RATIO {label}: ours engine=auto ({on_gpu} of {len(auto_stats[-1].paths)} columns "
-        f"on the GPU) / the faster of host pool and GPU = {medians[AUTO_ROW] / fastest:.2f}"
-    )
-    result["auto_gbs"] = nbytes / medians[AUTO_ROW] / 1e9
     return result
 
 
