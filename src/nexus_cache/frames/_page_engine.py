@@ -51,7 +51,7 @@ __all__ = [
 
 ENV_DECODE_ENGINE = DECODE_ENGINE.name
 
-ChunkDecoder = Callable[[Any, ChunkSpec, Any, list[Page]], DeviceChunk]
+ChunkDecoder = Callable[[Any, ChunkSpec, Any, Sequence[Page]], DeviceChunk]
 
 
 def engine_setting(engine: str | None) -> tuple[str, str]:
@@ -107,17 +107,17 @@ class PagePlan:
     :func:`plan_page_columns` checked supported: :func:`decode_page_columns`
     does not check them again."""
 
-    gpu: dict[str, list[tuple[Any, ChunkSpec, list[Page]]]] = field(default_factory=dict)
+    gpu: dict[str, list[tuple[Any, ChunkSpec, Sequence[Page]]]] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
 
 
 def _column_reason(
     pf: pq.ParquetFile, buffer: Any, groups: Sequence[int], f: pa.Field, source: str
-) -> tuple[str | None, list[tuple[Any, ChunkSpec, list[Page]]]]:
+) -> tuple[str | None, list[tuple[Any, ChunkSpec, Sequence[Page]]]]:
     leaves = [j for j in range(len(pf.schema)) if pf.schema.column(j).path.split(".")[0] == f.name]
     if len(leaves) != 1 or pf.schema.column(leaves[0]).path != f.name:
         return "nested column", []
-    chunks = []
+    chunks: list[tuple[Any, ChunkSpec, Sequence[Page]]] = []
     for g in groups:
         spec = chunk_spec(pf, g, leaves[0], source)
         if spec.arrow_type != f.type:
@@ -131,7 +131,7 @@ def _column_reason(
     return None, chunks
 
 
-def _gpu_path(chunks: Sequence[tuple[Any, ChunkSpec, list[Page]]]) -> str:
+def _gpu_path(chunks: Sequence[tuple[Any, ChunkSpec, Sequence[Page]]]) -> str:
     """``gpu``, or ``gpu (host decompression)`` when a chunk's pages cannot be
     decompressed on the device."""
     for _, spec, _ in chunks:
@@ -286,11 +286,11 @@ def _free_device_bytes() -> int | None:
 
 
 def _batches(
-    row_groups: Sequence[list[tuple[Any, ChunkSpec, list[Page]]]], budget: int
-) -> list[list[list[tuple[Any, ChunkSpec, list[Page]]]]]:
+    row_groups: Sequence[list[tuple[Any, ChunkSpec, Sequence[Page]]]], budget: int
+) -> list[list[list[tuple[Any, ChunkSpec, Sequence[Page]]]]]:
     """Consecutive row groups (each its chunks) in batches of at most ``budget``
     bytes of heap, one row group at least."""
-    out: list[list[list[tuple[Any, ChunkSpec, list[Page]]]]] = []
+    out: list[list[list[tuple[Any, ChunkSpec, Sequence[Page]]]]] = []
     held = 0
     for row_group in row_groups:
         size = sum(spec.size + spec.uncompressed_size for _, spec, _ in row_group)

@@ -209,7 +209,8 @@ def test_a_stored_page_of_another_size_than_its_header_is_refused_alike(version:
     raw = write(
         _mixed_table(300), compression="none", data_page_size=512, data_page_version=version
     )
-    chunk, spec, pages = _items(raw)[1]
+    chunk, spec, read = _items(raw)[1]
+    pages = list(read)  # one page's header forged
     k = len(pages) // 2
     h = pages[k].header
     pages[k] = pages[k]._replace(header=h._replace(uncompressed_size=h.uncompressed_size + 1))
@@ -227,7 +228,8 @@ def test_the_first_refused_chunk_is_named_however_the_chunks_are_placed() -> Non
     # with a page of the wrong size, then a Snappy chunk decompressed on the
     # host that fails: the first chunk's page is the one named, as when every
     # chunk is placed page by page
-    chunk, spec, pages = _uncompressed_items()[0]
+    chunk, spec, read = _uncompressed_items()[0]
+    pages = list(read)  # its last page's header forged
     h = pages[-1].header
     pages[-1] = pages[-1]._replace(header=h._replace(uncompressed_size=h.uncompressed_size + 1))
     raw = write(_mixed_table(300), compression="snappy", data_page_version="1.0")

@@ -153,7 +153,7 @@ class _Heap:
     def __init__(
         self,
         cp: Any,
-        items: Sequence[tuple[Any, ChunkSpec, list[Page]]],
+        items: Sequence[tuple[Any, ChunkSpec, Sequence[Page]]],
         transfer: Any = None,
         stages: dict[str, float] | None = None,
         codecs: dict[Any, Any] | None = None,
@@ -188,7 +188,7 @@ class _Heap:
 
     def _fill(
         self,
-        items: Sequence[tuple[Any, ChunkSpec, list[Page]]],
+        items: Sequence[tuple[Any, ChunkSpec, Sequence[Page]]],
         transfer: Any,
         where: str,
         on_device: bool,

@@ -55,7 +55,7 @@ def decode_chunk_on_device(
     chunk: Any,
     spec: ChunkSpec,
     domain: Any,
-    pages: list[Page] | None = None,
+    pages: Sequence[Page] | None = None,
     transfer: Any = None,
     stages: dict[str, float] | None = None,
 ) -> DeviceChunk:
@@ -65,7 +65,7 @@ def decode_chunk_on_device(
 
 
 def decode_chunks_on_device(
-    items: Sequence[tuple[Any, ChunkSpec, list[Page] | None]],
+    items: Sequence[tuple[Any, ChunkSpec, Sequence[Page] | None]],
     domain: Any,
     transfer: Any = None,
     stages: dict[str, float] | None = None,

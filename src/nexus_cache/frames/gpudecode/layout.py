@@ -302,7 +302,7 @@ class HeapLayout:
         quarter of the chunk."""
         data = memoryview(chunk).cast("B")
         start, size = spec.start, spec.size
-        if len(data) != size or pages[0].offset != start:
+        if len(data) != size or int(table.offset[0]) != start:
             raise ValueError(f"{spec.where(start)}: the pages were not read from these bytes")
         base = self.host_size + (start - self.host_size) % ALIGNMENT
         copies: tuple[np.ndarray, np.ndarray] | None = None
@@ -506,7 +506,9 @@ class HeapPages(NamedTuple):
         if len(chunks) == 1:
             places = chunks[0]
         else:
-            table = PageTable(*(_join([c.table[k] for c in chunks]) for k in range(10)))
+            table = PageTable(
+                *(_join(list(f)) for f in zip(*(c.table for c in chunks), strict=True))
+            )
             places = ChunkPlaces(
                 (),
                 table,

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
-from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +44,7 @@ __all__ = [
     "Encoding",
     "Page",
     "PageHeader",
+    "PageList",
     "PageTable",
     "PageType",
     "chunk_spec",
@@ -120,9 +119,12 @@ class Page(NamedTuple):
 
 class PageTable(NamedTuple):
     """A chunk's page headers as arrays (int64, one entry a page, in page order):
-    what the heap layout and the decode steps read of every page, taken out
-    of the headers once per chunk. ``nulls``: a v2 page's ``num_nulls``, -1
-    for other pages; ``offset``: where the page's header starts in the file."""
+    what the heap layout, the support check and the decode steps read of
+    every page, taken out of the headers once per chunk. ``nulls``: a v2
+    page's ``num_nulls``, -1 for other pages; ``offset``: where the page's
+    header starts in the file; ``def_encoding`` / ``rep_encoding``: a v1 data
+    page's level encodings, ``num_rows``: a v2 page's, -1 for other pages
+    (where its :class:`PageHeader` has None)."""
 
     type: np.ndarray
     uncompressed_size: np.ndarray
@@ -134,29 +136,158 @@ class PageTable(NamedTuple):
     is_compressed: np.ndarray
     nulls: np.ndarray
     offset: np.ndarray
+    def_encoding: np.ndarray
+    rep_encoding: np.ndarray
+    num_rows: np.ndarray
 
 
-#: the fields of a PageHeader that are ints in every header, in PageTable's order
-_TABLED = itemgetter(0, 1, 2, 3, 4, 9, 10, 11)
-_HEADER_OF = itemgetter(0)
-_OFFSET_OF = itemgetter(1)
+#: A page as :func:`read_pages` records it, a *row*: its type, sizes, number of
+#: values, encoding, level encodings (-1: none), and where its header and its
+#: payload start (offsets from the chunk's start). The fields a v2 page adds
+#: (:data:`_EXTRA`) are kept apart, for the few pages that have them.
+_ROW = 9
+#: a page's ``def_bytes``, ``rep_bytes``, ``is_compressed``, ``nulls`` and
+#: ``num_rows``, as most pages have them (v1 and dictionary pages)
+_EXTRA = (0, 0, 1, -1, -1)
+
+
+def _header_row(
+    header: PageHeader, offset: int, payload: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The row of ``header`` (of a page whose header starts at ``offset`` and
+    whose payload at ``payload``) and its :data:`_EXTRA` fields, None as -1."""
+    kind, usize, csize, values, encoding, def_encoding, rep_encoding, nulls, rows = header[:9]
+    row = (
+        kind,
+        usize,
+        csize,
+        values,
+        encoding,
+        -1 if def_encoding is None else def_encoding,
+        -1 if rep_encoding is None else rep_encoding,
+        offset,
+        payload,
+    )
+    extra = (
+        header.def_bytes,
+        header.rep_bytes,
+        int(header.is_compressed),
+        -1 if nulls is None or kind != _DATA_PAGE_V2 else nulls,
+        -1 if rows is None else rows,
+    )
+    return row, extra
+
+
+def _rows_table(
+    rows: list[int], extras: dict[int, tuple[int, ...]], start: int
+) -> tuple[PageTable, np.ndarray]:
+    """The PageTable of ``rows`` (:data:`_ROW` integers a page, one page after
+    another; ``extras``: the :data:`_EXTRA` fields of the pages, by index,
+    whose fields differ) and the pages' payload starts, offsets made file
+    offsets by adding ``start``."""
+    n = len(rows) // _ROW
+    kind, usize, csize, values, encoding, def_encoding, rep_encoding, offset, payload = (
+        np.array(rows, np.int64).reshape(n, _ROW).T.copy()
+    )
+    offset += start
+    payload += start
+    extra = np.array(_EXTRA, np.int64)[:, None].repeat(n, axis=1)
+    if extras:
+        index = np.fromiter(extras, np.int64, len(extras))
+        extra[:, index] = np.array(list(extras.values()), np.int64).reshape(-1, 5).T
+    def_bytes, rep_bytes, compressed, nulls, num_rows = extra
+    table = PageTable(
+        kind,
+        usize,
+        csize,
+        values,
+        encoding,
+        def_bytes,
+        rep_bytes,
+        compressed,
+        nulls,
+        offset,
+        def_encoding,
+        rep_encoding,
+        num_rows,
+    )
+    return table, payload
 
 
 def page_table(pages: Sequence[Page]) -> PageTable:
-    """The :class:`PageTable` of ``pages`` (one pass over the headers in C, no
-    Python loop a page)."""
-    n = len(pages)
-    headers = list(map(_HEADER_OF, pages))
-    fields = chain.from_iterable(map(_TABLED, headers))
-    rows = np.fromiter(fields, np.int64, 8 * n).reshape(n, 8).T.copy()
-    kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed = rows
-    nulls = np.full(n, -1, np.int64)
-    for i in np.flatnonzero(kind == _DATA_PAGE_V2).tolist():  # v2 pages: few writers make them
-        nulls[i] = headers[i].num_nulls
-    offset = np.fromiter(map(_OFFSET_OF, pages), np.int64, n)
-    return PageTable(
-        kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed, nulls, offset
-    )
+    """The :class:`PageTable` of ``pages`` (a :class:`PageList`'s own table, or
+    one built from the headers of a list of pages)."""
+    if type(pages) is PageList:
+        return pages.table
+    rows: list[int] = []
+    extras: dict[int, tuple[int, ...]] = {}
+    for i, page in enumerate(pages):
+        row, extra = _header_row(page.header, page.offset, -1)
+        rows += row
+        if extra != _EXTRA:
+            extras[i] = extra
+    return _rows_table(rows, extras, 0)[0]
+
+
+class PageList(Sequence[Page]):
+    """A chunk's pages, as :func:`read_pages` reads them: their headers as a
+    :class:`PageTable` (``table``), each :class:`Page` (header and payload
+    view) made only when one is asked for (the refusal messages, the
+    reference decoder, a page laid out on its own), so a walk makes no Python
+    object a page. Immutable; thread-safe."""
+
+    __slots__ = ("_data", "_payload", "_start", "table")
+
+    def __init__(self, table: PageTable, payload: np.ndarray, data: Any, start: int) -> None:
+        self.table = table
+        self._payload = payload  # where each page's payload starts in the file
+        self._data = data  # the chunk's bytes, from file offset ``start``
+        self._start = start
+
+    def __len__(self) -> int:
+        return int(self._payload.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Page: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Page]: ...
+
+    def __getitem__(self, index: int | slice) -> Page | list[Page]:
+        if isinstance(index, slice):
+            return [self._page(i) for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"page {index} of {n}")
+        return self._page(index % n)
+
+    def __iter__(self) -> Iterator[Page]:
+        fields = [f.tolist() for f in (*self.table, self._payload)]
+        for row in zip(*fields, strict=True):
+            yield self._made(row)
+
+    def _page(self, i: int) -> Page:
+        return self._made(tuple(int(f[i]) for f in (*self.table, self._payload)))
+
+    def _made(self, row: tuple[int, ...]) -> Page:
+        kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed = row[:8]
+        nulls, offset, def_encoding, rep_encoding, rows, payload = row[8:]
+        header = PageHeader(
+            kind,
+            usize,
+            csize,
+            values,
+            encoding,
+            None if def_encoding < 0 else def_encoding,
+            None if rep_encoding < 0 else rep_encoding,
+            None if nulls < 0 else nulls,
+            None if rows < 0 else rows,
+            def_bytes,
+            rep_bytes,
+            bool(compressed),
+        )
+        at = payload - self._start
+        return Page(header, offset, self._data[at : at + csize])
 
 
 @dataclass(frozen=True)
@@ -406,28 +537,57 @@ def _common_header(buf: Any, pos: int) -> tuple[PageHeader, int] | None:
     return PageHeader(kind_, usize, csize, s1, s4, None, None, s2, s3, s5, s6, compressed), pos
 
 
-_VARINT = rb"([\x80-\xff]{0,4}[\x00-\x7f])"  # at most five bytes, as _common_header reads
-_SMALL = rb"([\x00-\x7f])"  # a one-byte varint
-#: The data page header (v1) PyArrow and most writers write, to its statistics:
-#: type 0, the two sizes, then the v1 header's number of values and three
-#: encodings (short-form field ids, in order), then the statistics' field
-#: head, if any.
+#: A varint of one to five bytes whose zigzag value is a non-negative 32-bit
+#: integer (the check :func:`_common_header` makes): an even first byte (not
+#: negative), and a fifth byte, if any, below 16 (below 2**31).
+_EVEN_LOW = b"[" + b"".join(b"\\x%02x" % b for b in range(0, 0x80, 2)) + b"]"
+_EVEN_HIGH = b"[" + b"".join(b"\\x%02x" % b for b in range(0x80, 0x100, 2)) + b"]"
+_VARINT = (
+    b"(" + _EVEN_LOW
+    + b"|" + _EVEN_HIGH + rb"(?:[\x80-\xff]{0,2}[\x00-\x7f]|[\x80-\xff]{3}[\x00-\x0f]))"
+)  # fmt: skip
+_SMALL = b"(" + _EVEN_LOW + b")"  # a one-byte varint, not negative
+
+
+def _heads(kinds: Sequence[int]) -> bytes:
+    """A character class of the short-form field heads (id delta 1..15) of ``kinds``."""
+    return b"[" + b"".join(b"\\x%02x" % (d << 4 | k) for d in range(1, 16) for k in kinds) + b"]"
+
+
+#: a binary's lengths, the usual ones first (the order of alternatives)
+_LENGTHS = [8, 4, 1, 12, 16, 2] + [n for n in range(128) if n not in (8, 4, 1, 12, 16, 2)]
+#: One field of a statistics struct as :func:`._thrift._skip_struct` reads
+#: it, of the kinds writers put there, short-form ids: a binary of fewer than
+#: 128 bytes (one alternative a length, so the length byte picks the bytes
+#: skipped), an integer (a varint of at most ten bytes), a boolean.
+_STATISTICS_FIELD = (
+    b"(?:" + _heads([8]) + b"(?:" + b"|".join(b"\\x%02x.{%d}" % (n, n) for n in _LENGTHS) + b")"
+    + b"|" + _heads([4, 5, 6]) + rb"[\x80-\xff]{0,9}[\x00-\x7f]"
+    + b"|" + _heads([1, 2]) + b")"
+)  # fmt: skip
+#: The data page header (v1) PyArrow and most writers write, whole: type 0,
+#: the two sizes, then the v1 header's number of values and three encodings
+#: (short-form field ids, in order), its statistics if any (of
+#: :data:`_STATISTICS_FIELD`), and the two struct ends. Each field's head
+#: decides how it is read, so a header matches in one way or none.
 _DATA_V1_SHAPE = re.compile(
     rb"\x15\x00\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x2c\x15" + _VARINT
     + (rb"\x15" + _SMALL) * 3
-    + rb"(\x1c)?",
+    + rb"(?:\x1c" + _STATISTICS_FIELD + rb"*+\x00)?\x00\x00",
+    re.DOTALL,
+)  # fmt: skip
+#: The dictionary page header PyArrow writes, whole: type 2, the two sizes,
+#: then the dictionary header's number of values, encoding and ``is_sorted``
+#: (if there), and the two struct ends.
+_DICTIONARY_SHAPE = re.compile(
+    rb"\x15\x04\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x4c\x15" + _VARINT
+    + rb"\x15" + _SMALL + rb"[\x11\x12]?\x00\x00",
     re.DOTALL,
 )  # fmt: skip
 
 
-#: varint bytes -> their integer (_unzigzag's), for the values pages share
-_KNOWN: dict[bytes, int] = {}
-_KNOWN_MAX = 1 << 12
-
-
 def _unzigzag(raw: bytes) -> int:
-    """The compact-protocol integer whose varint (one to five bytes) is ``raw``
-    (kept in :data:`_KNOWN`, while it has room)."""
+    """The compact-protocol integer whose varint (one to five bytes) is ``raw``."""
     x = int.from_bytes(raw, "little")
     u = (
         (x & 0x7F)
@@ -436,55 +596,79 @@ def _unzigzag(raw: bytes) -> int:
         | (x >> 3 & 0xFE00000)
         | (x >> 4 & 0x7F0000000)
     )
-    value = (u >> 1) ^ -(u & 1)
-    if len(_KNOWN) < _KNOWN_MAX:  # a bounded cache (a race only stores the same value twice)
-        _KNOWN[raw] = value
-    return value
+    return (u >> 1) ^ -(u & 1)
 
 
-def _data_v1_header(buf: Any, pos: int, size: int) -> tuple[PageHeader, int] | None:
-    """:func:`_common_header` of a header of :data:`_DATA_V1_SHAPE` (the
-    statistics skipped, then the two struct ends), matched by one regular
-    expression instead of a loop over its bytes (``size``: ``len(buf)``); else None (and
-    :func:`_common_header` reads it). The same header, or None, as
+class _Varints(dict[bytes, int]):
+    """Varint bytes -> their integer (:func:`_unzigzag`'s), for the values pages
+    share: a bounded cache (a race only stores the same value twice)."""
+
+    def __missing__(self, raw: bytes) -> int:
+        value = _unzigzag(raw)
+        if len(self) < _KNOWN_MAX:
+            self[raw] = value
+        return value
+
+
+_KNOWN_MAX = 1 << 12
+_KNOWN = _Varints()
+
+
+def _shaped_header(buf: Any, pos: int) -> tuple[PageHeader, int] | None:
+    """:func:`_common_header` of a header of :data:`_DATA_V1_SHAPE` or of
+    :data:`_DICTIONARY_SHAPE`, matched by one regular expression instead of a
+    loop over its bytes (what :func:`read_pages` reads first); else None
+    (and :func:`_common_header` reads it). The same header, or None, as
     :func:`_common_header` gives."""
+    row = _shape_row(buf, pos)
+    if row is None:
+        return None
+    kind, usize, csize, values, encoding, def_encoding, rep_encoding, _, body = row
+    if kind == _DATA_PAGE:
+        return PageHeader(kind, usize, csize, values, encoding, def_encoding, rep_encoding), body
+    return PageHeader(kind, usize, csize, values, encoding), body
+
+
+def _shape_row(buf: Any, pos: int) -> tuple[int, ...] | None:
+    """The row (:data:`_ROW`) of the page header at ``buf[pos]`` when it has
+    :data:`_DATA_V1_SHAPE` or :data:`_DICTIONARY_SHAPE` (the patterns check
+    its fields' ranges too); else None."""
     m = _DATA_V1_SHAPE.match(buf, pos)
+    known = _KNOWN
+    if m is not None:
+        usize, csize, values, encoding, def_encoding, rep_encoding = m.groups()
+        return (
+            _DATA_PAGE,
+            known[usize],
+            known[csize],
+            known[values],
+            encoding[0] >> 1,
+            def_encoding[0] >> 1,
+            rep_encoding[0] >> 1,
+            pos,
+            m.end(),
+        )
+    m = _DICTIONARY_SHAPE.match(buf, pos)
     if m is None:
         return None
-    raw_usize, raw_csize, raw_values, raw_encoding, raw_def, raw_rep, stats = m.groups()
-    pos = m.end()
-    try:
-        if stats is not None:
-            pos = _skip_struct(buf, pos, size, 3)
-        if buf[pos] or buf[pos + 1]:  # the v1 header's end, then the page header's
-            return None
-    except (IndexError, ThriftError):
-        return None
-    known = _KNOWN.get
-    usize, csize, values = known(raw_usize), known(raw_csize), known(raw_values)
-    if usize is None:
-        usize = _unzigzag(raw_usize)
-    if csize is None:
-        csize = _unzigzag(raw_csize)
-    if values is None:
-        values = _unzigzag(raw_values)
-    encoding, def_encoding, rep_encoding = raw_encoding[0], raw_def[0], raw_rep[0]
-    if (
-        0 <= usize < _I32_END
-        and 0 <= csize < _I32_END
-        and 0 <= values < _I32_END
-        and not (encoding | def_encoding | rep_encoding) & 1  # one-byte zigzag: not negative
-    ):
-        header = PageHeader(
-            _DATA_PAGE, usize, csize, values, encoding >> 1, def_encoding >> 1, rep_encoding >> 1
-        )
-        return header, pos + 2
-    return None
+    usize, csize, values, encoding = m.groups()
+    return (
+        _DICTIONARY_PAGE,
+        known[usize],
+        known[csize],
+        known[values],
+        encoding[0] >> 1,
+        -1,
+        -1,
+        pos,
+        m.end(),
+    )
 
 
-def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
+def read_pages(chunk: Any, spec: ChunkSpec) -> PageList:
     """Every page of the column chunk whose bytes are ``chunk`` (exactly
-    ``spec.size`` bytes from ``spec.start`` of the file), in order.
+    ``spec.size`` bytes from ``spec.start`` of the file), in order, as a
+    :class:`PageList` (the headers read straight into its table).
 
     Raises SourceFormatError naming the file, column and file offset when a
     header is malformed, a payload runs past the chunk, or the data pages
@@ -497,38 +681,44 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> list[Page]:
             f"{spec.where(spec.start)}: the column chunk is {len(data)} bytes, "
             f"the footer says {spec.size}; the file is truncated or corrupt"
         )
-    pages: list[Page] = []
+    rows: list[int] = []
+    extras: dict[int, tuple[int, ...]] = {}  # the v2 pages' fields (_EXTRA)
+    shaped = _shape_row
     pos = values = inflated = 0
     size, start, limit = len(data), spec.start, spec.uncompressed_size
     while pos < size:
-        common = _data_v1_header(data, pos, size) or _common_header(data, pos)
-        if common is not None:
-            header, body = common
-        else:
-            header, body = _general_header(data, pos, size, spec)
-        end = body + header.compressed_size
+        row = shaped(data, pos)
+        if row is None:
+            common = _common_header(data, pos)
+            header, body = common if common is not None else _general_header(data, pos, size, spec)
+            row, extra = _header_row(header, pos, body)
+            if extra != _EXTRA:
+                extras[len(rows) // _ROW] = extra
+        kind, usize, csize, count = row[:4]
+        end = row[8] + csize
         if end > size:
             raise SourceFormatError(
-                f"{spec.where(spec.start + pos)}: a page of {header.compressed_size} bytes "
+                f"{spec.where(start + pos)}: a page of {csize} bytes "
                 "runs past the column chunk; the file is truncated or corrupt"
             )
         # The footer's sizes bound what decompression may allocate.
-        inflated += header.uncompressed_size
+        inflated += usize
         if inflated > limit:
             raise SourceFormatError(
-                f"{spec.where(spec.start + pos)}: the pages inflate past the "
+                f"{spec.where(start + pos)}: the pages inflate past the "
                 f"{spec.uncompressed_size} bytes the footer states; the file is corrupt"
             )
-        pages.append(Page(header, start + pos, data[body:end]))
-        if header.type in _DATA_TYPES:
-            values += header.num_values
+        rows += row
+        if kind in _DATA_TYPES:
+            values += count
         pos = end  # a header is at least one byte, so every step advances
     if values != spec.num_values:
         raise SourceFormatError(
-            f"{spec.where(spec.start)}: the pages hold {values} values, the footer says "
+            f"{spec.where(start)}: the pages hold {values} values, the footer says "
             f"{spec.num_values}; the file is corrupt"
         )
-    return pages
+    table, payload = _rows_table(rows, extras, start)
+    return PageList(table, payload, data, start)
 
 
 def _general_header(data: Any, pos: int, size: int, spec: ChunkSpec) -> tuple[PageHeader, int]:

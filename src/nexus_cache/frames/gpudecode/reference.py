@@ -35,6 +35,7 @@ naming the file, column and page offset. Pure host code, thread-safe.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -121,7 +122,7 @@ def page_sections(page: Page, spec: ChunkSpec) -> tuple[bytes, bytes]:
     return whole[4 : 4 + length], whole[4 + length :]
 
 
-def chunk_sections(pages: list[Page], spec: ChunkSpec) -> list[tuple[bytes, bytes]]:
+def chunk_sections(pages: Sequence[Page], spec: ChunkSpec) -> list[tuple[bytes, bytes]]:
     """:func:`page_sections` of every page; SourceFormatError names the bad page."""
     out = []
     for page in pages:
@@ -220,7 +221,7 @@ def _scatter(valid: np.ndarray, dense: np.ndarray, dtype: np.dtype[Any]) -> np.n
     return out
 
 
-def decode_chunk(chunk: Any, spec: ChunkSpec, pages: list[Page] | None = None) -> HostPiece:
+def decode_chunk(chunk: Any, spec: ChunkSpec, pages: Sequence[Page] | None = None) -> HostPiece:
     """Decode the column chunk whose bytes are ``chunk`` (``spec.size`` bytes at
     ``spec.start``) into host buffers laid out as a frame column's.
 

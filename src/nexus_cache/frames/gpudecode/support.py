@@ -30,8 +30,8 @@ Stateless and thread-safe.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 
@@ -41,6 +41,7 @@ from nexus_cache.frames.gpudecode.pages import (
     Page,
     PageType,
     encoding_name,
+    page_table,
 )
 
 __all__ = [
@@ -108,10 +109,6 @@ def footer_reason(spec: ChunkSpec) -> str | None:
     return _type_reason(spec)
 
 
-#: a page header's fields :func:`pages_reason` looks at: its type, encoding,
-#: definition level encoding and repetition levels' length
-_SHAPE = itemgetter(0, 4, 5, 10)
-_HEADER = itemgetter(0)
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3  # PageType's, as plain ints
 
 
@@ -119,22 +116,30 @@ def pages_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
     """Why the page headers rule the chunk out, or None.
 
     A chunk's pages have few distinct shapes (type and encodings): each is
-    checked once, and only where one fails, or the dictionary page is not the
-    first and only one, are the pages walked in order for the first reason."""
-    headers = list(map(_HEADER, pages))
-    types = list(map(_HEADER, headers))
-    dictionaries = types.count(_DICTIONARY_PAGE)
-    if dictionaries == 0 or (dictionaries == 1 and types[0] == _DICTIONARY_PAGE):
-        shapes = set(map(_SHAPE, headers))
+    checked once, from the pages' table (:func:`.pages.page_table`), and
+    only where one fails, or the dictionary page is not the first and only
+    one, are the pages walked in order for the first reason."""
+    table = page_table(pages)
+    kind = table.type
+    dictionaries = int(np.count_nonzero(kind == _DICTIONARY_PAGE))
+    if dictionaries == 0 or (dictionaries == 1 and kind[0] == _DICTIONARY_PAGE):
+        shapes = set(
+            zip(
+                kind.tolist(),
+                table.encoding.tolist(),
+                table.def_encoding.tolist(),
+                table.rep_bytes.tolist(),
+                strict=True,
+            )
+        )
         if all(_shape_fits(spec, shape, dictionaries == 1) for shape in shapes):
             return None
     return _first_reason(spec, pages)
 
 
-def _shape_fits(
-    spec: ChunkSpec, shape: tuple[int, int, int | None, int], dictionary: bool
-) -> bool:
-    """Whether a page of ``shape`` (:data:`_SHAPE`) passes every check of
+def _shape_fits(spec: ChunkSpec, shape: tuple[int, int, int, int], dictionary: bool) -> bool:
+    """Whether a page of ``shape`` (its type, encoding, definition level
+    encoding, -1 for none, and repetition levels' length) passes every check of
     :func:`_first_reason` that does not depend on the pages before it, in a
     chunk whose first page is its one dictionary page (``dictionary``) or
     that has none."""
