@@ -35,7 +35,7 @@ from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, sto
 from nexus_cache.frames.frame import _to_host
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device, mergeable
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
-from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_spec, read_pages
+from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_specs, read_pages
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
 __all__ = [
@@ -118,8 +118,7 @@ def _column_reason(
     if len(leaves) != 1 or pf.schema.column(leaves[0]).path != f.name:
         return "nested column", []
     chunks: list[tuple[Any, ChunkSpec, Sequence[Page]]] = []
-    for g in groups:
-        spec = chunk_spec(pf, g, leaves[0], source)
+    for g, spec in zip(groups, chunk_specs(pf, groups, leaves[0], source), strict=True):
         if spec.arrow_type != f.type:
             return f"read as {f.type}", []
         data = memoryview(buffer)[spec.start : spec.start + spec.size]

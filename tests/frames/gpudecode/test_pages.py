@@ -445,3 +445,34 @@ def test_the_one_match_reader_agrees_with_the_common_and_general_ones(raw: bytes
     if fast is not None:
         assert fast == _general(raw)
         assert fast == _pages._common_header(memoryview(raw), 0)
+
+
+@st.composite
+def _dictionary_headers(draw: st.DrawFn) -> bytes:
+    """Dictionary page headers of the shape pyarrow writes, and near it: any
+    value in or out of range, ``is_sorted`` true, false or absent (or an
+    integer), fields added, cut, or a byte changed."""
+    value = st.sampled_from([*_GOOD, *_BAD, 1 << 34, -(1 << 34)])
+    sub = [_i32(1, draw(value)), _i32(2, draw(st.sampled_from([0, 2, 8, -1, 1 << 20])))]
+    sub += draw(st.sampled_from([[], [(3, TRUE, b"")], [(3, FALSE, b"")], [_i32(3, 1)]]))
+    if draw(st.integers(0, 7)) == 0:
+        sub.append(_i32(draw(st.sampled_from([4, 9])), 1))
+    top = [_i32(1, draw(st.sampled_from([2, 2, 2, 0, 3]))), _i32(2, draw(value))]
+    top += [_i32(3, draw(value)), (7, STRUCT, _struct(*sub))]
+    if draw(st.integers(0, 7)) == 0:
+        top.append((8, STRUCT, _struct()))
+    raw = bytearray(_struct(*top))
+    if draw(st.integers(0, 5)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    if raw and draw(st.integers(0, 5)) == 0:
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    return bytes(raw) + bytes(draw(st.integers(0, 3)))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(raw=_dictionary_headers())
+def test_the_one_match_reader_reads_dictionary_headers_as_the_general_one(raw: bytes) -> None:
+    fast = _pages._shaped_header(memoryview(raw), 0)
+    if fast is not None:
+        assert fast == _general(raw)
+        assert fast == _pages._common_header(memoryview(raw), 0)

@@ -51,12 +51,16 @@ from nexus_cache.frames.gpudecode.support import is_dictionary_of_bytes
 
 __all__ = ["decode_all"]
 
-_DICTIONARY = np.array([Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY], np.int64)
-#: the encodings whose values start with a header read back (a bit width, a length)
-_HEADED = np.array([*_DICTIONARY, Encoding.RLE], np.int64)
+_PLAIN_DICTIONARY, _RLE_DICTIONARY = int(Encoding.PLAIN_DICTIONARY), int(Encoding.RLE_DICTIONARY)
 _RLE = int(Encoding.RLE)
 _PLAIN_BYTES = {"INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8}
 _INT32_MAX = (1 << 31) - 1
+
+
+def _keyed(encoding: np.ndarray) -> np.ndarray:
+    """Which of the pages of ``encoding`` are dictionary-encoded (two compares,
+    not ``np.isin``'s sort: a page table is small, and this runs per chunk)."""
+    return (encoding == _RLE_DICTIONARY) | (encoding == _PLAIN_DICTIONARY)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -90,12 +94,14 @@ def _levels(c: _Chunk) -> tuple[_Levels, list[Any]]:
         del levels
     else:
         valid = cp.ones(max(rows, 1), np.uint8)[:rows]
-    position = cp.cumsum(valid, dtype=np.int64) - 1
+    position = cp.cumsum(valid, dtype=np.int64)
+    position -= 1  # in place: no second array of the rows' size
     # the positions at the page ends (a page of no rows ends where the one
     # before it ends; fixed on the host)
     last = cp.asarray(np.maximum(bounds[1:] - 1, 0))
     ends = position[last] + 1 if rows else cp.zeros(len(pages), np.int64)
-    headed = np.flatnonzero(np.isin(pages.encoding, _HEADED))
+    # the pages whose values start with a header read back (a bit width, a length)
+    headed = np.flatnonzero(_keyed(pages.encoding) | (pages.encoding == _RLE))
     heads = c.gather(pages.values_start[headed])
     reads = [ends, c.error.astype(np.int64), heads.astype(np.int64)]
     return _Levels(valid, position, rows, bounds, headed), reads
@@ -163,7 +169,7 @@ def _groups(pages: DataPages, counts: np.ndarray) -> list[tuple[bool, np.ndarray
     with_values = np.flatnonzero(counts)
     if not with_values.size:
         return []
-    kind = np.isin(pages.encoding[with_values], _DICTIONARY)
+    kind = _keyed(pages.encoding[with_values])
     cuts = np.flatnonzero(kind[1:] != kind[:-1]) + 1
     return [
         (bool(kind[at]), members)
@@ -255,7 +261,7 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: np.ndarray) -> Any:
             f"{c.where(int(pages.offset[k]))}: the levels hold {int(nulls[k])} nulls, "
             f"the header says {int(pages.nulls[k])}; the file is corrupt"
         )
-    widths = np.where(np.isin(pages.encoding, _DICTIONARY), heads & 0xFF, 0)
+    widths = np.where(_keyed(pages.encoding), heads & 0xFF, 0)
     # every dictionary-encoded page's bit width, a page of nulls' too (PyArrow
     # refuses one past 32 where no index follows); ``heads``: 0 where not read
     wide = np.flatnonzero((widths > MAX_BIT_WIDTH) & (pages.values_end > pages.values_start))
@@ -424,19 +430,21 @@ def _indices(c: _Chunk, table: _Rows, heads: np.ndarray) -> Any:
 
 def _string_table(c: _Chunk, table: _Rows, starts: Any, lengths: Any) -> None:
     """``plain_lengths`` over every page of ``table``, one launch (one thread a page)."""
-    cp = c.cp
     counts = _i64(table.nonnull)
     base = np.cumsum(counts) - counts
+    page_starts, page_ends, base_d, counts_d = _upload(  # one upload
+        c.cp, _i64(table.start), _i64(table.end), base, counts
+    )
     _launch(
         "plain_lengths",
         None,
         len(table),
         (
             c.heap,
-            cp.asarray(_i64(table.start)),
-            cp.asarray(_i64(table.end)),
-            cp.asarray(base),
-            cp.asarray(counts),
+            page_starts,
+            page_ends,
+            base_d,
+            counts_d,
             starts,
             lengths,
             c.error,
@@ -460,7 +468,8 @@ def _string_rows(
     dense_base, counts = pages
     starts = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
     lengths = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
-    dict_starts, dict_lengths = _dictionary_strings(c)
+    dict_starts, dict_buffer = _dictionary_strings(c)
+    dict_lengths = dict_buffer[1:]
     sizes = _dictionary_rows(c).nonnull
     for is_dict, members in groups:
         g0 = int(dense_base[members[0]])
@@ -485,35 +494,40 @@ def _string_rows(
             )
         else:
             _string_table(c, table, starts[g0:g1], lengths[g0:g1])
-    row_lengths = cp.zeros(max(rows, 1), np.int64)[:rows]
+    row_buffer, row_lengths = _lengths(cp, rows)
     row_starts = cp.zeros(max(rows, 1), np.int64)[:rows]
     valid, position = lv.valid, lv.position
     _launch("scatter_values", 8, rows, (valid, position, lengths, row_lengths, np.int64(rows)))
     _launch("scatter_values", 8, rows, (valid, position, starts, row_starts, np.int64(rows)))
-    return _Strings(rows, row_starts, _offsets(cp, row_lengths), validity)
+    return _Strings(rows, row_starts, _offsets(cp, row_buffer), validity)
 
 
-def _offsets(cp: Any, lengths: Any) -> Any:
-    """The int64 offsets of strings of ``lengths``: 0, then their running sum."""
-    n = int(lengths.size)
-    offsets = cp.zeros(n + 1, np.int64)
-    if n:
-        offsets[1:] = cp.cumsum(lengths)
-    return offsets
+def _lengths(cp: Any, n: int) -> tuple[Any, Any]:
+    """``(buffer, lengths)``: zeroed int64 room for ``n`` string lengths
+    (``lengths``) after a zero, whose running sum is their offsets
+    (:func:`_offsets`), with no copy of the lengths."""
+    buffer = cp.zeros(n + 1, np.int64)
+    return buffer, buffer[1:]
+
+
+def _offsets(cp: Any, buffer: Any) -> Any:
+    """The int64 offsets of the strings whose lengths ``buffer`` (from
+    :func:`_lengths`) holds: 0, then their running sum."""
+    return cp.cumsum(buffer, dtype=np.int64)
 
 
 def _dictionary_strings(c: _Chunk) -> tuple[Any, Any]:
     """``plain_lengths`` of the chunk's dictionary pages (a merged chunk's, one
-    after another, in one launch): each entry's start in the heap and length
-    (empty without a dictionary page)."""
+    after another, in one launch): each entry's start in the heap, and its
+    length in a buffer of :func:`_lengths` (empty without a dictionary page)."""
     cp = c.cp
     table = _dictionary_rows(c)
     size = int(table.nonnull.sum())
     starts = cp.zeros(max(size, 1), np.int64)[:size]
-    lengths = cp.zeros(max(size, 1), np.int64)[:size]
+    buffer, lengths = _lengths(cp, size)
     if len(table):
         _string_table(c, table, starts, lengths)
-    return starts, lengths
+    return starts, buffer
 
 
 def _dictionary_values(c: _Chunk) -> _Strings:
@@ -521,8 +535,8 @@ def _dictionary_values(c: _Chunk) -> _Strings:
     dictionary page): its dictionary page's strings up to their offsets (none
     without a dictionary page: a chunk of no values)."""
     assert len(c.dictionaries) <= 1, "a chunk read as a dictionary is decoded alone"
-    starts, lengths = _dictionary_strings(c)
-    return _Strings(int(starts.size), starts, _offsets(c.cp, lengths), None)
+    starts, buffer = _dictionary_strings(c)
+    return _Strings(int(starts.size), starts, _offsets(c.cp, buffer), None)
 
 
 def _string_bytes(c: _Chunk, s: _Strings, total: int, arrow_type: Any) -> DeviceChunk:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import re
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
@@ -48,6 +49,7 @@ __all__ = [
     "PageTable",
     "PageType",
     "chunk_spec",
+    "chunk_specs",
     "encoding_name",
     "page_table",
     "read_pages",
@@ -149,6 +151,7 @@ _ROW = 9
 #: a page's ``def_bytes``, ``rep_bytes``, ``is_compressed``, ``nulls`` and
 #: ``num_rows``, as most pages have them (v1 and dictionary pages)
 _EXTRA = (0, 0, 1, -1, -1)
+_EXTRA_COLUMN = np.array(_EXTRA, np.int64)[:, None]
 
 
 def _header_row(
@@ -186,12 +189,13 @@ def _rows_table(
     whose fields differ) and the pages' payload starts, offsets made file
     offsets by adding ``start``."""
     n = len(rows) // _ROW
-    kind, usize, csize, values, encoding, def_encoding, rep_encoding, offset, payload = (
-        np.array(rows, np.int64).reshape(n, _ROW).T.copy()
-    )
+    flat = np.frombuffer(array("q", rows), np.int64) if n else np.zeros(0, np.int64)
+    columns = flat.reshape(n, _ROW).T.copy()  # one contiguous row a field
+    kind, usize, csize, values, encoding, def_encoding, rep_encoding, offset, payload = columns
     offset += start
     payload += start
-    extra = np.array(_EXTRA, np.int64)[:, None].repeat(n, axis=1)
+    extra = np.empty((len(_EXTRA), n), np.int64)
+    extra[:] = _EXTRA_COLUMN
     if extras:
         index = np.fromiter(extras, np.int64, len(extras))
         extra[:, index] = np.array(list(extras.values()), np.int64).reshape(-1, 5).T
@@ -322,34 +326,51 @@ class ChunkSpec:
 
 def chunk_spec(pf: pq.ParquetFile, row_group: int, column: int, source: str) -> ChunkSpec:
     """The :class:`ChunkSpec` of leaf column ``column`` of ``row_group`` of ``pf``."""
+    return chunk_specs(pf, [row_group], column, source)[0]
+
+
+def chunk_specs(
+    pf: pq.ParquetFile, row_groups: Sequence[int], column: int, source: str
+) -> list[ChunkSpec]:
+    """The :class:`ChunkSpec` of leaf column ``column`` in each of ``row_groups``
+    of ``pf``: what the column's chunks share (its type, levels, the Arrow
+    type it reads as) looked up once."""
     import json
 
-    meta = pf.metadata.row_group(row_group).column(column)
     leaf = pf.schema.column(column)
-    start = int(meta.data_page_offset)
-    dict_offset = meta.dictionary_page_offset
-    if meta.has_dictionary_page and dict_offset is not None and 0 < dict_offset < start:
-        start = int(dict_offset)
-    name = str(meta.path_in_schema)
-    top = name.split(".")[0]
+    logical = leaf.logical_type.to_json()
+    max_def, max_rep = int(leaf.max_definition_level), int(leaf.max_repetition_level)
     arrow_schema = pf.schema_arrow
-    arrow_type = arrow_schema.field(top).type if top in arrow_schema.names else pa.null()
-    return ChunkSpec(
-        source=source,
-        column=name,
-        row_group=row_group,
-        start=start,
-        # A chunk of no values needs no pages (writers leave odd offsets there).
-        size=int(meta.total_compressed_size) if meta.num_values else 0,
-        num_values=int(meta.num_values),
-        uncompressed_size=int(meta.total_uncompressed_size),
-        codec=str(meta.compression),
-        physical_type=str(meta.physical_type),
-        logical=json.loads(leaf.logical_type.to_json()),
-        max_def=int(leaf.max_definition_level),
-        max_rep=int(leaf.max_repetition_level),
-        arrow_type=arrow_type,
-    )
+    metadata = pf.metadata
+    out = []
+    for row_group in row_groups:
+        meta = metadata.row_group(row_group).column(column)
+        start = int(meta.data_page_offset)
+        dict_offset = meta.dictionary_page_offset
+        if meta.has_dictionary_page and dict_offset is not None and 0 < dict_offset < start:
+            start = int(dict_offset)
+        name = str(meta.path_in_schema)
+        top = name.split(".")[0]
+        arrow_type = arrow_schema.field(top).type if top in arrow_schema.names else pa.null()
+        num_values = int(meta.num_values)
+        spec = ChunkSpec(
+            source=source,
+            column=name,
+            row_group=row_group,
+            start=start,
+            # A chunk of no values needs no pages (writers leave odd offsets there).
+            size=int(meta.total_compressed_size) if num_values else 0,
+            num_values=num_values,
+            uncompressed_size=int(meta.total_uncompressed_size),
+            codec=str(meta.compression),
+            physical_type=str(meta.physical_type),
+            logical=json.loads(logical),
+            max_def=max_def,
+            max_rep=max_rep,
+            arrow_type=arrow_type,
+        )
+        out.append(spec)
+    return out
 
 
 _I32_END = 1 << 31

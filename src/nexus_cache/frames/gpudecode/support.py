@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 
@@ -120,12 +119,12 @@ def pages_reason(spec: ChunkSpec, pages: Sequence[Page]) -> str | None:
     only where one fails, or the dictionary page is not the first and only
     one, are the pages walked in order for the first reason."""
     table = page_table(pages)
-    kind = table.type
-    dictionaries = int(np.count_nonzero(kind == _DICTIONARY_PAGE))
-    if dictionaries == 0 or (dictionaries == 1 and kind[0] == _DICTIONARY_PAGE):
+    kinds = table.type.tolist()
+    dictionaries = kinds.count(_DICTIONARY_PAGE)
+    if dictionaries == 0 or (dictionaries == 1 and kinds[0] == _DICTIONARY_PAGE):
         shapes = set(
             zip(
-                kind.tolist(),
+                kinds,
                 table.encoding.tolist(),
                 table.def_encoding.tolist(),
                 table.rep_bytes.tolist(),
