@@ -13,8 +13,10 @@ phases, each ending in one read back for all the chunks together:
    length);
 2. values: each chunk's pages decoded in groups (the longest runs of
    pages of one encoding kind, one launch per kernel over a page table)
-   and scattered to rows; a string chunk up to its offsets; then one read
-   of every string chunk's byte count and error flag;
+   and scattered to rows (where every row holds a value the dense values
+   are the rows: no scatter); a string chunk up to its offsets (its
+   lengths written after a zero, so one prefix sum gives them); then one
+   read of every string chunk's byte count and error flag;
 3. strings: each string chunk's bytes copied; then one read of every
    chunk's error flag.
 
@@ -171,6 +173,8 @@ def _groups(pages: DataPages, counts: np.ndarray) -> list[tuple[bool, np.ndarray
         return []
     kind = _keyed(pages.encoding[with_values])
     cuts = np.flatnonzero(kind[1:] != kind[:-1]) + 1
+    if not cuts.size:  # one kind (the usual chunk): one group, no split
+        return [(bool(kind[0]), with_values)]
     return [
         (bool(kind[at]), members)
         for at, members in zip([0, *cuts.tolist()], np.split(with_values, cuts), strict=True)
@@ -321,13 +325,15 @@ def _values(c: _Chunk, lv: _Levels, ends: np.ndarray, heads: np.ndarray) -> Any:
             part[...] = _booleans(c, table, heads[members]).astype(np.bool_)
         else:
             _plain_fixed(c, table, part)
-    out = cp.zeros(max(rows, 1), dtype)[:rows]
-    _launch(
-        "scatter_values",
-        dtype.itemsize,
-        rows,
-        (lv.valid, lv.position, dense, out, np.int64(rows)),
-    )
+    out = dense  # every row holds a value: the dense values are the rows
+    if nonnull != rows:
+        out = cp.zeros(max(rows, 1), dtype)[:rows]
+        _launch(
+            "scatter_values",
+            dtype.itemsize,
+            rows,
+            (lv.valid, lv.position, dense, out, np.int64(rows)),
+        )
     if values is not None:
         return _Dictionary(DeviceChunk(rows, out, None, validity), values)
     return DeviceChunk(rows, out, None, validity)
@@ -467,7 +473,7 @@ def _string_rows(
     cp, rows = c.cp, lv.rows
     dense_base, counts = pages
     starts = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
-    lengths = cp.zeros(max(nonnull, 1), np.int64)[:nonnull]
+    buffer, lengths = _lengths(cp, nonnull)
     dict_starts, dict_buffer = _dictionary_strings(c)
     dict_lengths = dict_buffer[1:]
     sizes = _dictionary_rows(c).nonnull
@@ -494,6 +500,8 @@ def _string_rows(
             )
         else:
             _string_table(c, table, starts[g0:g1], lengths[g0:g1])
+    if nonnull == rows:  # every row holds a value: the dense strings are the rows
+        return _Strings(rows, starts, _offsets(cp, buffer), validity)
     row_buffer, row_lengths = _lengths(cp, rows)
     row_starts = cp.zeros(max(rows, 1), np.int64)[:rows]
     valid, position = lv.valid, lv.position
