@@ -133,7 +133,7 @@ _KINDS = [
     for d in (True, False)
     for c in ("none", "snappy")
     for s in (True, False)
-]
+] + [dict(write_page_checksum=True, use_dictionary=d) for d in (True, False)]
 
 
 @pytest.mark.parametrize("options", _KINDS, ids=lambda o: "-".join(map(str, o.values())))
@@ -157,6 +157,7 @@ def test_every_page_shape_reads_as_the_page_walk_does(options: dict[str, Any]) -
     codec=st.sampled_from(["none", "snappy", "gzip", "zstd"]),
     statistics=st.booleans(),
     long_strings=st.booleans(),
+    checksums=st.booleans(),
 )
 def test_written_files_read_as_the_page_walk_does(
     n: int,
@@ -167,6 +168,7 @@ def test_written_files_read_as_the_page_walk_does(
     codec: str,
     statistics: bool,
     long_strings: bool,
+    checksums: bool,
 ) -> None:
     chunks = _write(
         _columns(n, seed, long_strings),
@@ -175,6 +177,7 @@ def test_written_files_read_as_the_page_walk_does(
         use_dictionary=dictionary,
         compression=codec,
         write_statistics=statistics,
+        write_page_checksum=checksums,
     )
     for chunk, spec in chunks:
         _check(chunk, spec)

@@ -425,7 +425,10 @@ def _v1_headers(draw: st.DrawFn) -> bytes:
     if draw(st.integers(0, 7)) == 0:
         sub.append(_i32(draw(st.sampled_from([6, 7, 9])), 1))
     top = [_i32(1, draw(st.sampled_from([0, 0, 0, 2, 3]))), _i32(2, draw(value))]
-    top += [_i32(3, draw(value)), (5, STRUCT, _struct(*sub))]
+    top += [_i32(3, draw(value))]
+    if draw(st.integers(0, 3)) == 0:  # a crc, any value (of up to six bytes)
+        top.append(_i32(4, draw(st.sampled_from([*_GOOD, *_BAD, 1 << 34]))))
+    top += [(5, STRUCT, _struct(*sub))]
     if draw(st.integers(0, 7)) == 0:
         top.append((8, STRUCT, _struct()))
     raw = bytearray(_struct(*top))
@@ -458,7 +461,10 @@ def _dictionary_headers(draw: st.DrawFn) -> bytes:
     if draw(st.integers(0, 7)) == 0:
         sub.append(_i32(draw(st.sampled_from([4, 9])), 1))
     top = [_i32(1, draw(st.sampled_from([2, 2, 2, 0, 3]))), _i32(2, draw(value))]
-    top += [_i32(3, draw(value)), (7, STRUCT, _struct(*sub))]
+    top += [_i32(3, draw(value))]
+    if draw(st.integers(0, 3)) == 0:  # a crc, any value (of up to six bytes)
+        top.append(_i32(4, draw(st.sampled_from([*_GOOD, *_BAD, 1 << 34]))))
+    top += [(7, STRUCT, _struct(*sub))]
     if draw(st.integers(0, 7)) == 0:
         top.append((8, STRUCT, _struct()))
     raw = bytearray(_struct(*top))

@@ -1,20 +1,27 @@
-"""Column chunks of a Parquet file as lists of pages, read on the host.
+"""Column chunks of a Parquet file as tables of pages, read on the host.
 
-:func:`chunk_spec` takes what the footer says about one column chunk (where
-it starts, how long it is, its codec, physical type and levels) and
-:func:`read_pages` walks the chunk's bytes into pages: each page's Thrift
-header decoded (:mod:`._thrift`) and its payload as a slice of the chunk.
-A v1 data page header as PyArrow writes it is matched by one regular
-expression (:func:`_data_v1_header`, its statistics skipped); a header of
-the common shape by one loop over local variables (:func:`_common_header`);
-any other, and any these find wrong, by the general reader, which names
-what is wrong; all give the same header. Nothing is decompressed or decoded
-here. Malformed bytes raise :class:`~nexus_cache.errors.SourceFormatError`
-naming the file, the column and the byte offset in the file; the walk reads
-each byte at most three times (the match, the common reader, the general
-one) and always advances, so
-hostile input cannot make it loop. Stateless and
-thread-safe.
+:func:`chunk_spec` (:func:`chunk_specs`: a column's, in several row groups)
+takes what the footer says about one column chunk (where it starts, how
+long it is, its codec, physical type and levels) and :func:`read_pages`
+walks the chunk's bytes into pages: each page's Thrift header decoded
+(:mod:`._thrift`) straight into the chunk's :class:`PageTable` (one int64
+array a field, what the support check, the heap layout and the decode
+steps read), its payload a slice of the chunk. A :class:`PageList` holds
+the table and makes a :class:`Page` only when one is asked for (the
+refusal messages, the reference decoder), so the walk makes no Python
+object a page. A v1 data page or dictionary page header as PyArrow writes
+it is matched whole, statistics included, by one regular expression
+(:data:`_DATA_V1_SHAPE`, :data:`_DICTIONARY_SHAPE`: every field's head
+decides how it is read, and the patterns check the fields' ranges too); a
+header of the common shape by one loop over local variables
+(:func:`_common_header`); any other, and any these find wrong, by the
+general reader, which names what is wrong; all give the same header.
+Nothing is decompressed or decoded here. Malformed bytes raise
+:class:`~nexus_cache.errors.SourceFormatError` naming the file, the column
+and the byte offset in the file; the walk reads each byte at most four
+times (the two matches, the common reader, the general one), each in one
+pass, and always advances, so hostile input cannot make it loop. Stateless
+and thread-safe.
 """
 
 from __future__ import annotations
@@ -181,19 +188,16 @@ def _header_row(
     return row, extra
 
 
-def _rows_table(
-    rows: list[int], extras: dict[int, tuple[int, ...]], start: int
-) -> tuple[PageTable, np.ndarray]:
+def _rows_table(rows: list[int], extras: dict[int, tuple[int, ...]], start: int) -> PageTable:
     """The PageTable of ``rows`` (:data:`_ROW` integers a page, one page after
     another; ``extras``: the :data:`_EXTRA` fields of the pages, by index,
-    whose fields differ) and the pages' payload starts, offsets made file
-    offsets by adding ``start``."""
+    whose fields differ), offsets made file offsets by adding ``start``."""
     n = len(rows) // _ROW
     flat = np.frombuffer(array("q", rows), np.int64) if n else np.zeros(0, np.int64)
-    columns = flat.reshape(n, _ROW).T.copy()  # one contiguous row a field
-    kind, usize, csize, values, encoding, def_encoding, rep_encoding, offset, payload = columns
+    # one contiguous row a field (the payloads' starts stay in the rows)
+    columns = flat.reshape(n, _ROW)[:, : _ROW - 1].T.copy()
+    kind, usize, csize, values, encoding, def_encoding, rep_encoding, offset = columns
     offset += start
-    payload += start
     extra = np.empty((len(_EXTRA), n), np.int64)
     extra[:] = _EXTRA_COLUMN
     if extras:
@@ -215,7 +219,7 @@ def _rows_table(
         rep_encoding,
         num_rows,
     )
-    return table, payload
+    return table
 
 
 def page_table(pages: Sequence[Page]) -> PageTable:
@@ -230,7 +234,7 @@ def page_table(pages: Sequence[Page]) -> PageTable:
         rows += row
         if extra != _EXTRA:
             extras[i] = extra
-    return _rows_table(rows, extras, 0)[0]
+    return _rows_table(rows, extras, 0)
 
 
 class PageList(Sequence[Page]):
@@ -240,16 +244,25 @@ class PageList(Sequence[Page]):
     reference decoder, a page laid out on its own), so a walk makes no Python
     object a page. Immutable; thread-safe."""
 
-    __slots__ = ("_data", "_payload", "_start", "table")
+    __slots__ = ("_data", "_extras", "_rows", "_start", "table")
 
-    def __init__(self, table: PageTable, payload: np.ndarray, data: Any, start: int) -> None:
+    def __init__(
+        self,
+        table: PageTable,
+        rows: list[int],
+        extras: dict[int, tuple[int, ...]],
+        data: Any,
+        start: int,
+    ) -> None:
         self.table = table
-        self._payload = payload  # where each page's payload starts in the file
+        # the walk's rows (:data:`_ROW` integers a page, offsets from the
+        # chunk's start) and the v2 pages' :data:`_EXTRA` fields, by index
+        self._rows, self._extras = rows, extras
         self._data = data  # the chunk's bytes, from file offset ``start``
         self._start = start
 
     def __len__(self) -> int:
-        return int(self._payload.size)
+        return len(self._rows) // _ROW
 
     @overload
     def __getitem__(self, index: int) -> Page: ...
@@ -266,16 +279,14 @@ class PageList(Sequence[Page]):
         return self._page(index % n)
 
     def __iter__(self) -> Iterator[Page]:
-        fields = [f.tolist() for f in (*self.table, self._payload)]
-        for row in zip(*fields, strict=True):
-            yield self._made(row)
+        for i in range(len(self)):
+            yield self._page(i)
 
     def _page(self, i: int) -> Page:
-        return self._made(tuple(int(f[i]) for f in (*self.table, self._payload)))
-
-    def _made(self, row: tuple[int, ...]) -> Page:
-        kind, usize, csize, values, encoding, def_bytes, rep_bytes, compressed = row[:8]
-        nulls, offset, def_encoding, rep_encoding, rows, payload = row[8:]
+        kind, usize, csize, values, encoding, def_encoding, rep_encoding, offset, payload = (
+            self._rows[i * _ROW : i * _ROW + _ROW]
+        )
+        def_bytes, rep_bytes, compressed, nulls, rows = self._extras.get(i, _EXTRA)
         header = PageHeader(
             kind,
             usize,
@@ -290,8 +301,7 @@ class PageList(Sequence[Page]):
             rep_bytes,
             bool(compressed),
         )
-        at = payload - self._start
-        return Page(header, offset, self._data[at : at + csize])
+        return Page(header, self._start + offset, self._data[payload : payload + csize])
 
 
 @dataclass(frozen=True)
@@ -587,21 +597,27 @@ _STATISTICS_FIELD = (
     + b"|" + _heads([1, 2]) + b")"
 )  # fmt: skip
 #: The data page header (v1) PyArrow and most writers write, whole: type 0,
-#: the two sizes, then the v1 header's number of values and three encodings
+#: the two sizes, a ``crc`` if any, then the v1 header's number of values and three encodings
 #: (short-form field ids, in order), its statistics if any (of
 #: :data:`_STATISTICS_FIELD`), and the two struct ends. Each field's head
 #: decides how it is read, so a header matches in one way or none.
+#: A page header's ``crc`` (field 4, read past: at most five bytes, as
+#: :func:`_common_header` reads it), then the nested header's field head
+#: (field 5 or 7, a struct); without the ``crc``, the nested header's head alone.
+_CRC = rb"\x15[\x80-\xff]{0,4}[\x00-\x7f]"
 _DATA_V1_SHAPE = re.compile(
-    rb"\x15\x00\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x2c\x15" + _VARINT
+    rb"\x15\x00\x15" + _VARINT + rb"\x15" + _VARINT
+    + rb"(?:\x2c|" + _CRC + rb"\x1c)\x15" + _VARINT
     + (rb"\x15" + _SMALL) * 3
     + rb"(?:\x1c" + _STATISTICS_FIELD + rb"*+\x00)?\x00\x00",
     re.DOTALL,
 )  # fmt: skip
 #: The dictionary page header PyArrow writes, whole: type 2, the two sizes,
-#: then the dictionary header's number of values, encoding and ``is_sorted``
+#: a ``crc`` if any, then the dictionary header's number of values, encoding and ``is_sorted``
 #: (if there), and the two struct ends.
 _DICTIONARY_SHAPE = re.compile(
-    rb"\x15\x04\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x4c\x15" + _VARINT
+    rb"\x15\x04\x15" + _VARINT + rb"\x15" + _VARINT
+    + rb"(?:\x4c|" + _CRC + rb"\x3c)\x15" + _VARINT
     + rb"\x15" + _SMALL + rb"[\x11\x12]?\x00\x00",
     re.DOTALL,
 )  # fmt: skip
@@ -738,8 +754,7 @@ def read_pages(chunk: Any, spec: ChunkSpec) -> PageList:
             f"{spec.where(start)}: the pages hold {values} values, the footer says "
             f"{spec.num_values}; the file is corrupt"
         )
-    table, payload = _rows_table(rows, extras, start)
-    return PageList(table, payload, data, start)
+    return PageList(_rows_table(rows, extras, start), rows, extras, data, start)
 
 
 def _general_header(data: Any, pos: int, size: int, spec: ChunkSpec) -> tuple[PageHeader, int]:
