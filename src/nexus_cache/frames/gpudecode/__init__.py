@@ -1,7 +1,8 @@
 """Parquet page decoding laid out for the GPU, with a NumPy reference.
 
 * ``pages``: page headers (our own Thrift compact reader) and the walk of a
-  column chunk into pages, from the footer's offsets;
+  column chunk into pages, from the footer's offsets, read into a table of
+  arrays (``PageTable``, held by a ``PageList``);
 * ``support``: which chunks are supported, decided from the footer and the
   page headers before any decoding;
 * ``reference``: the NumPy decoder of one column chunk into frame buffers,
@@ -32,8 +33,11 @@ if TYPE_CHECKING:
     from nexus_cache.frames.gpudecode.pages import Encoding as Encoding
     from nexus_cache.frames.gpudecode.pages import Page as Page
     from nexus_cache.frames.gpudecode.pages import PageHeader as PageHeader
+    from nexus_cache.frames.gpudecode.pages import PageList as PageList
+    from nexus_cache.frames.gpudecode.pages import PageTable as PageTable
     from nexus_cache.frames.gpudecode.pages import PageType as PageType
     from nexus_cache.frames.gpudecode.pages import chunk_spec as chunk_spec
+    from nexus_cache.frames.gpudecode.pages import chunk_specs as chunk_specs
     from nexus_cache.frames.gpudecode.pages import read_pages as read_pages
     from nexus_cache.frames.gpudecode.reference import decode_chunk as decode_chunk
     from nexus_cache.frames.gpudecode.support import footer_reason as footer_reason
@@ -49,8 +53,11 @@ _EXPORTS: dict[str, str] = {
     "Encoding": "nexus_cache.frames.gpudecode.pages",
     "Page": "nexus_cache.frames.gpudecode.pages",
     "PageHeader": "nexus_cache.frames.gpudecode.pages",
+    "PageList": "nexus_cache.frames.gpudecode.pages",
+    "PageTable": "nexus_cache.frames.gpudecode.pages",
     "PageType": "nexus_cache.frames.gpudecode.pages",
     "chunk_spec": "nexus_cache.frames.gpudecode.pages",
+    "chunk_specs": "nexus_cache.frames.gpudecode.pages",
     "read_pages": "nexus_cache.frames.gpudecode.pages",
     "decode_chunk": "nexus_cache.frames.gpudecode.reference",
     "footer_reason": "nexus_cache.frames.gpudecode.support",
