@@ -402,6 +402,26 @@ def test_pyarrow_v1_data_page_headers_take_the_one_match_path_and_read_the_same(
     assert seen >= 5
 
 
+def _page_header(draw: st.DrawFn, types: list[int], field: int, sub: list[Any]) -> bytes:
+    """A page header of one of ``types`` whose ``field`` is the struct of ``sub``:
+    sizes in or out of range, sometimes a crc or a v2 struct added, the bytes
+    sometimes cut or one changed, and up to three bytes after it."""
+    value = st.sampled_from([*_GOOD, *_BAD, 1 << 34, -(1 << 34)])
+    top = [_i32(1, draw(st.sampled_from(types))), _i32(2, draw(value))]
+    top += [_i32(3, draw(value))]
+    if draw(st.integers(0, 3)) == 0:  # a crc, any value (of up to six bytes)
+        top.append(_i32(4, draw(st.sampled_from([*_GOOD, *_BAD, 1 << 34]))))
+    top += [(field, STRUCT, _struct(*sub))]
+    if draw(st.integers(0, 7)) == 0:
+        top.append((8, STRUCT, _struct()))
+    raw = bytearray(_struct(*top))
+    if draw(st.integers(0, 5)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    if raw and draw(st.integers(0, 5)) == 0:
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    return bytes(raw) + bytes(draw(st.integers(0, 3)))
+
+
 @st.composite
 def _v1_headers(draw: st.DrawFn) -> bytes:
     """v1 data page headers of the shape pyarrow writes, and near it: any
@@ -424,19 +444,7 @@ def _v1_headers(draw: st.DrawFn) -> bytes:
         sub.append((5, STRUCT, stats))
     if draw(st.integers(0, 7)) == 0:
         sub.append(_i32(draw(st.sampled_from([6, 7, 9])), 1))
-    top = [_i32(1, draw(st.sampled_from([0, 0, 0, 2, 3]))), _i32(2, draw(value))]
-    top += [_i32(3, draw(value))]
-    if draw(st.integers(0, 3)) == 0:  # a crc, any value (of up to six bytes)
-        top.append(_i32(4, draw(st.sampled_from([*_GOOD, *_BAD, 1 << 34]))))
-    top += [(5, STRUCT, _struct(*sub))]
-    if draw(st.integers(0, 7)) == 0:
-        top.append((8, STRUCT, _struct()))
-    raw = bytearray(_struct(*top))
-    if draw(st.integers(0, 5)) == 0:
-        raw = raw[: draw(st.integers(0, len(raw)))]
-    if raw and draw(st.integers(0, 5)) == 0:
-        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
-    return bytes(raw) + bytes(draw(st.integers(0, 3)))
+    return _page_header(draw, [0, 0, 0, 2, 3], 5, sub)
 
 
 @settings(max_examples=1500, deadline=None)
@@ -460,19 +468,7 @@ def _dictionary_headers(draw: st.DrawFn) -> bytes:
     sub += draw(st.sampled_from([[], [(3, TRUE, b"")], [(3, FALSE, b"")], [_i32(3, 1)]]))
     if draw(st.integers(0, 7)) == 0:
         sub.append(_i32(draw(st.sampled_from([4, 9])), 1))
-    top = [_i32(1, draw(st.sampled_from([2, 2, 2, 0, 3]))), _i32(2, draw(value))]
-    top += [_i32(3, draw(value))]
-    if draw(st.integers(0, 3)) == 0:  # a crc, any value (of up to six bytes)
-        top.append(_i32(4, draw(st.sampled_from([*_GOOD, *_BAD, 1 << 34]))))
-    top += [(7, STRUCT, _struct(*sub))]
-    if draw(st.integers(0, 7)) == 0:
-        top.append((8, STRUCT, _struct()))
-    raw = bytearray(_struct(*top))
-    if draw(st.integers(0, 5)) == 0:
-        raw = raw[: draw(st.integers(0, len(raw)))]
-    if raw and draw(st.integers(0, 5)) == 0:
-        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
-    return bytes(raw) + bytes(draw(st.integers(0, 3)))
+    return _page_header(draw, [2, 2, 2, 0, 3], 7, sub)
 
 
 @settings(max_examples=1000, deadline=None)
