@@ -180,7 +180,12 @@ def test_a_server_bounded_by_allkeys_lru_evicts_to_plain_misses(tmp_path):
             for i in range(60):
                 c[f"k{i}"] = bytes([i]) * 200_000  # 12 MB into a 4 MB server
             got = [c.get(f"k{i}") for i in range(60)]
-            assert got[0] is None  # the oldest went first
+            gone = [i for i, value in enumerate(got) if value is None]  # plain misses
+            for i, value in enumerate(got):  # what the server kept is intact
+                assert value is None or value == bytes([i]) * 200_000
+            # Redis's LRU is sampled, not exact: not always the very oldest key,
+            # but more of the older half than of the newer one
+            assert sum(i < 30 for i in gone) > sum(i >= 30 for i in gone)
             assert got[-1] == bytes([59]) * 200_000
             s = c.stats()
             assert (s.stores, s.corrupt) == (60, 0)
