@@ -8,6 +8,8 @@
 #       decoder    the GPU page decoder's tests (the corrupt-page ones in a process
 #                  of their own, so a device fault there cannot hide the others)
 #       cold_read  benchmarks/cold_read.py --backend cuda on a 2 GiB file
+#       profile    scripts/profile_decoder.py --size-mib 2048 (PROFILE_ARGS: more
+#                  options): where one engine="gpu" read spends its time
 #       warmup     benchmarks/warmup.py --scale 20 --runs 2,4
 #       serve      benchmarks/serve.py --backend cuda --only-demo
 #       tests      every other gpu-marked test (RMM domains where rmm is installed),
@@ -17,7 +19,8 @@
 #                  scans with the mask and the gather on the GPU, against pyarrow.dataset
 #       graph source_cache program   the remaining benchmarks
 #   STEP_TIMEOUT=NAME=SECONDS,...   override a step's limit (defaults below)
-#   DEMO_ARGS, BENCH_ARGS           extra arguments for the demo and the benchmarks
+#   DEMO_ARGS, BENCH_ARGS, PROFILE_ARGS   extra arguments for the demo, the benchmarks
+#                                   and the profile
 #
 # Wheels for packages the machine lacks travel in .whl/ (ignored by git; name it
 # in the device call's carry): rmm-cu13, librmm-cu13, rapids-logger, kvikio-cu13,
@@ -42,7 +45,7 @@ done
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
 
 declare -A limit=([decoder]=240 [cold_read]=300 [warmup]=300 [serve]=240 [tests]=540
-                  [demo]=240 [tables]=300 [graph]=240 [source_cache]=240 [program]=240)
+                  [demo]=240 [tables]=300 [profile]=300 [graph]=240 [source_cache]=240 [program]=240)
 IFS=',' read -ra overrides <<<"${STEP_TIMEOUT:-}"
 for o in "${overrides[@]}"; do [ -n "$o" ] && limit[${o%%=*}]=${o#*=}; done
 
@@ -57,6 +60,9 @@ step_decoder() {
 }
 step_cold_read() {
   python3 benchmarks/cold_read.py --backend cuda --size-mib 2048 --repeats 3 ${BENCH_ARGS:-}
+}
+step_profile() {
+  python3 scripts/profile_decoder.py --size-mib 2048 --out "${OUT:-gpu-out}/profile" ${PROFILE_ARGS:-}
 }
 step_warmup() { python3 benchmarks/warmup.py --scale 20 --runs 2,4 ${BENCH_ARGS:-}; }
 step_serve() { python3 benchmarks/serve.py --backend cuda --only-demo --demo-scale 16 ${BENCH_ARGS:-}; }

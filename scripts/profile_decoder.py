@@ -15,6 +15,7 @@ once to load the kernels, then reads it three ways:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,42 @@ def _events(fn: Callable[[], None]) -> dict[str, list[float]]:
     for name, start, end in pairs:
         out[name].append(cp.cuda.get_elapsed_time(start, end))
     return out
+
+
+@contextlib.contextmanager
+def _walls() -> Iterator[dict[str, list[float]]]:
+    """Wall seconds of the page engine's planning (the page headers), heap
+    filling, decode steps and joins, by name, while the block runs."""
+    from nexus_cache.frames import _page_engine, decode
+    from nexus_cache.frames.gpudecode import _heap, device
+
+    out: dict[str, list[float]] = defaultdict(list)
+    targets = [
+        (decode, "plan_page_columns"),
+        (decode, "decode_page_columns"),
+        (_heap._Heap, "_fill"),
+        (device, "decode_all"),
+        (_page_engine, "join_chunks"),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in targets]
+
+    def timed(name: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                out[name].append(time.perf_counter() - started)
+
+        return run
+
+    for owner, name, inner in saved:
+        setattr(owner, name, timed(name, inner))
+    try:
+        yield out
+    finally:
+        for owner, name, inner in saved:
+            setattr(owner, name, inner)
 
 
 def main() -> int:
@@ -128,7 +165,8 @@ def _profile(label: str, path: Path, read: Callable[..., None], out_dir: Path) -
     read()
     s = DecodeStats()
     started = time.perf_counter()
-    read(s)
+    with _walls() as walls:
+        read(s)
     wall = time.perf_counter() - started
     started = time.perf_counter()
     read()
@@ -137,7 +175,9 @@ def _profile(label: str, path: Path, read: Callable[..., None], out_dir: Path) -
         f"{label}: {path.stat().st_size / 1e9:.2f} GB on disk; plain read {plain:.3f} s, "
         f"with stages {wall:.3f} s; stages "
         + ", ".join(f"{k} {v:.3f}" for k, v in s.gpu_stages.items())
-        + f"; {s.row_groups} row groups; paths {sorted(set(s.paths.values()))}"
+        + f"; {s.row_groups} row groups; paths {sorted(set(s.paths.values()))}",
+        "wall by step (outermost calls): "
+        + ", ".join(f"{k} {sum(v):.3f} s in {len(v)}" for k, v in walls.items()),
     ]
     started = time.perf_counter()
     timings = _events(read)
