@@ -112,6 +112,12 @@ def main() -> int:
         default="",
         help="comma-separated heap batch sizes to profile each (default: the engine's own)",
     )
+    p.add_argument(
+        "--in-flight",
+        default="",
+        help="comma-separated counts of heaps decoded at once to profile each "
+        "(default: the engine's own)",
+    )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from nexus_cache.frames import _page_engine
@@ -119,6 +125,7 @@ def main() -> int:
     batches = [int(b) << 20 for b in args.batch_mib.split(",") if b] or [
         _page_engine.HEAP_BATCH_BYTES
     ]
+    flights = [int(f) for f in args.in_flight.split(",") if f] or [_page_engine.HEAPS_IN_FLIGHT]
     from cold_read import make_dictionary_heavy
     from nexus_cache.backends import select_backend
     from nexus_cache.frames import read_parquet
@@ -153,8 +160,10 @@ def main() -> int:
                 host.append(time.perf_counter() - started)
             print(f"{label}: host pool read {min(host):.3f} s (best of 3)", flush=True)
             for batch in batches:
-                _page_engine.HEAP_BATCH_BYTES = batch
-                _profile(f"{label}-batch{batch >> 20}", path, read, args.out)
+                for flight in flights:
+                    _page_engine.HEAP_BATCH_BYTES = batch
+                    _page_engine.HEAPS_IN_FLIGHT = flight
+                    _profile(f"{label}-batch{batch >> 20}-flight{flight}", path, read, args.out)
     return 0
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import weakref
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -84,8 +85,15 @@ class Array(np.ndarray):
         return np.asarray(self).copy()
 
 
-#: the domains whose scope is entered, innermost last (they charge what is made)
-_SCOPES: list[Domain] = []
+#: the domains whose scope this thread entered, innermost last (they charge
+#: what the thread makes), as a domain's scope is per thread
+_THREAD = threading.local()
+
+
+def _scopes() -> list[Domain]:
+    if not hasattr(_THREAD, "scopes"):
+        _THREAD.scopes = []
+    return _THREAD.scopes  # type: ignore[no-any-return]
 
 
 def _wrap(a: Any) -> Array:
@@ -95,8 +103,9 @@ def _wrap(a: Any) -> Array:
     values = np.asarray(a)
     out = Array(values.shape, values.dtype)
     out[...] = values
-    if _SCOPES:
-        _SCOPES[-1].charge(out)
+    scopes = _scopes()
+    if scopes:
+        scopes[-1].charge(out)
     return out
 
 
@@ -125,21 +134,24 @@ class Domain:
     def __init__(self, limit_bytes: int | None = None) -> None:
         self.limit_bytes = limit_bytes
         self._used = 0
+        self._lock = threading.RLock()  # heaps in flight charge from their own threads
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
-        _SCOPES.append(self)
+        _scopes().append(self)
         try:
             yield
         finally:
-            _SCOPES.pop()
+            _scopes().pop()
 
     def charge(self, array: Array) -> None:
-        self._used += array.nbytes
+        with self._lock:
+            self._used += array.nbytes
         weakref.finalize(array, self._free, array.nbytes)
 
     def _free(self, nbytes: int) -> None:
-        self._used -= nbytes
+        with self._lock:
+            self._used -= nbytes
 
     def used_bytes(self) -> int:
         return self._used
