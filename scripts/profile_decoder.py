@@ -118,6 +118,12 @@ def main() -> int:
         help="comma-separated counts of heaps decoded at once to profile each "
         "(default: the engine's own)",
     )
+    p.add_argument(
+        "--fill-threads",
+        default="",
+        help="comma-separated thread counts that fill the pinned slots, to profile each "
+        "(default: the shared pool's)",
+    )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from nexus_cache.frames import _page_engine
@@ -125,6 +131,9 @@ def main() -> int:
     batches = [int(b) << 20 for b in args.batch_mib.split(",") if b] or [
         _page_engine.HEAP_BATCH_BYTES
     ]
+    from nexus_cache import _workers
+
+    fill_threads = [int(f) for f in args.fill_threads.split(",") if f] or [_workers.WORKERS]
     flights = [int(f) for f in args.in_flight.split(",") if f] or [_page_engine.HEAPS_IN_FLIGHT]
     from cold_read import make_dictionary_heavy
     from nexus_cache.backends import select_backend
@@ -161,10 +170,23 @@ def main() -> int:
             print(f"{label}: host pool read {min(host):.3f} s (best of 3)", flush=True)
             for batch in batches:
                 for flight in flights:
-                    _page_engine.HEAP_BATCH_BYTES = batch
-                    _page_engine.HEAPS_IN_FLIGHT = flight
-                    _profile(f"{label}-batch{batch >> 20}-flight{flight}", path, read, args.out)
+                    for fillers in fill_threads:
+                        _page_engine.HEAP_BATCH_BYTES = batch
+                        _page_engine.HEAPS_IN_FLIGHT = flight
+                        _fill_threads(fillers)
+                        name = f"{label}-batch{batch >> 20}-flight{flight}-fill{fillers}"
+                        _profile(name, path, read, args.out)
     return 0
+
+
+def _fill_threads(count: int) -> None:
+    """The shared pool (which fills the pinned slots) with ``count`` threads."""
+    from nexus_cache import _workers
+    from nexus_cache.frames import staging
+
+    if count != _workers.WORKERS:
+        _workers.WORKERS = staging.WORKERS = count  # type: ignore[misc]
+        _workers._pool = None  # the next batch starts a pool of this size
 
 
 def _profile(label: str, path: Path, read: Callable[..., None], out_dir: Path) -> None:
