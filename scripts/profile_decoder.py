@@ -113,12 +113,6 @@ def main() -> int:
         help="comma-separated heap batch sizes to profile each (default: the engine's own)",
     )
     p.add_argument(
-        "--in-flight",
-        default="",
-        help="comma-separated counts of heaps decoded at once to profile each "
-        "(default: the engine's own)",
-    )
-    p.add_argument(
         "--fill-threads",
         default="",
         help="comma-separated thread counts that fill the pinned slots, to profile each "
@@ -134,7 +128,6 @@ def main() -> int:
     from nexus_cache import _workers
 
     fill_threads = [int(f) for f in args.fill_threads.split(",") if f] or [_workers.WORKERS]
-    flights = [int(f) for f in args.in_flight.split(",") if f] or [_page_engine.HEAPS_IN_FLIGHT]
     from cold_read import make_dictionary_heavy
     from nexus_cache.backends import select_backend
     from nexus_cache.frames import read_parquet
@@ -169,13 +162,10 @@ def main() -> int:
                 host.append(time.perf_counter() - started)
             print(f"{label}: host pool read {min(host):.3f} s (best of 3)", flush=True)
             for batch in batches:
-                for flight in flights:
-                    for fillers in fill_threads:
-                        _page_engine.HEAP_BATCH_BYTES = batch
-                        _page_engine.HEAPS_IN_FLIGHT = flight
-                        _fill_threads(fillers)
-                        name = f"{label}-batch{batch >> 20}-flight{flight}-fill{fillers}"
-                        _profile(name, path, read, args.out)
+                for fillers in fill_threads:
+                    _page_engine.HEAP_BATCH_BYTES = batch
+                    _fill_threads(fillers)
+                    _profile(f"{label}-batch{batch >> 20}-fill{fillers}", path, read, args.out)
     return 0
 
 

@@ -239,9 +239,6 @@ def _read(path: Path, cp: Any, seconds: dict[str, float] | None) -> int:
 
     from nexus_cache.frames import _page_engine
 
-    # one heap at a time: with the device work free there is nothing to
-    # overlap, and this measures the host's share of each page
-    _page_engine.HEAPS_IN_FLIGHT = 1
     domain = _Domain(cp)
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         pf = pq.ParquetFile(path)

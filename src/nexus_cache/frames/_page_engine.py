@@ -19,12 +19,8 @@ decode's domain. Thread-safe: a call keeps its state in its own objects.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -274,23 +270,8 @@ def join_chunks(domain: Any, f: pa.Field, chunks: Sequence[DeviceChunk]) -> Devi
 #: keeps the device busy where one row group's pages would not. A row group
 #: larger than this is decoded alone. A domain with a limit gets at most an
 #: eighth of it, and no heap takes more than a quarter of the device's free
-#: memory (shared by the heaps in flight).
+#: memory.
 HEAP_BATCH_BYTES = 4 << 30
-#: Heaps decoded at once, each by a thread of its own on its own pinned
-#: staging and stream: while the device decompresses and decodes one heap,
-#: the host copies the next one's pages into pinned memory and prepares its
-#: launches (on a 2 GiB read the two take about as long). 1: one heap after
-#: the other.
-HEAPS_IN_FLIGHT = 2
-#: With heaps in flight, a read is cut into about this many heaps where its
-#: row groups allow (what the overlap cannot hide is the first heap's host
-#: work and the last one's device work), none under :data:`MIN_PIPELINED_BYTES`
-#: (below which a heap's fixed costs, its reads back and launches, outweigh
-#: what it overlaps).
-PIPELINE_HEAPS = 4
-MIN_PIPELINED_BYTES = 256 << 20
-
-_Item = tuple[Any, ChunkSpec, Sequence[Page]]
 
 
 def _free_device_bytes() -> int | None:
@@ -303,17 +284,15 @@ def _free_device_bytes() -> int | None:
         return None
 
 
-def _heap_bytes(row_group: Sequence[_Item]) -> int:
-    return sum(spec.size + spec.uncompressed_size for _, spec, _ in row_group)
-
-
-def _batches(row_groups: Sequence[list[_Item]], budget: int) -> list[list[list[_Item]]]:
+def _batches(
+    row_groups: Sequence[list[tuple[Any, ChunkSpec, Sequence[Page]]]], budget: int
+) -> list[list[list[tuple[Any, ChunkSpec, Sequence[Page]]]]]:
     """Consecutive row groups (each its chunks) in batches of at most ``budget``
     bytes of heap, one row group at least."""
-    out: list[list[list[_Item]]] = []
+    out: list[list[list[tuple[Any, ChunkSpec, Sequence[Page]]]]] = []
     held = 0
     for row_group in row_groups:
-        size = _heap_bytes(row_group)
+        size = sum(spec.size + spec.uncompressed_size for _, spec, _ in row_group)
         if out and held + size <= budget:
             out[-1].append(row_group)
             held += size
@@ -321,123 +300,6 @@ def _batches(row_groups: Sequence[list[_Item]], budget: int) -> list[list[list[_
             out.append([row_group])
             held = size
     return out
-
-
-def _pipelined_batches(
-    row_groups: Sequence[list[_Item]], budget: int, in_flight: int
-) -> list[list[list[_Item]]]:
-    """:func:`_batches` for ``in_flight`` heaps at once: each heap at most
-    ``budget / in_flight`` bytes, and the read cut into about
-    :data:`PIPELINE_HEAPS` heaps of even size (none under
-    :data:`MIN_PIPELINED_BYTES`) so that they have something to overlap."""
-    if in_flight < 2 or not row_groups:
-        return _batches(row_groups, budget)
-    sizes = [_heap_bytes(g) for g in row_groups]
-    total = sum(sizes)
-    each = max(1, budget // in_flight)
-    heaps = max(-(-total // each), min(PIPELINE_HEAPS, total // MIN_PIPELINED_BYTES), 1)
-    # each row group to the heap its middle byte falls in, then any heap over
-    # ``each`` (uneven row groups) cut again
-    cut: list[list[list[_Item]]] = [[] for _ in range(heaps)]
-    at = 0
-    for row_group, size in zip(row_groups, sizes, strict=True):
-        cut[min(heaps - 1, (2 * at + size) * heaps // (2 * max(total, 1)))].append(row_group)
-        at += size
-    return [b for heap in cut if heap for b in _batches(heap, each)]
-
-
-class _Lanes:
-    """The transfers the heaps in flight run on (the caller's and siblings of
-    it, or none: plain copies on the thread's current stream), each used by
-    one heap at a time, and the stage times they add up. Thread-safe."""
-
-    def __init__(self, transfer: Any, count: int, stages: dict[str, float] | None) -> None:
-        self.transfer, self.stages, self.count = transfer, stages, count
-        self.own = [transfer.sibling() for _ in range(count - 1)] if transfer is not None else []
-        self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        for lane in [transfer, *self.own] if transfer is not None else [None] * count:
-            self._free.put(lane)
-        self._lock = threading.Lock()
-
-    def run(self, decode: Callable[[Any, dict[str, float] | None], Any]) -> Any:
-        """``decode(transfer, stages)`` on a free lane, its stage times added."""
-        lane = self._free.get()
-        mine: dict[str, float] | None = None if self.stages is None else {}
-        try:
-            return decode(lane, mine)
-        finally:
-            self._free.put(lane)
-            total = self.stages
-            if mine and total is not None:
-                with self._lock:
-                    for name, seconds in mine.items():
-                        total[name] = total.get(name, 0.0) + seconds
-
-    def close(self) -> None:
-        """Wait for the siblings' copies, add their figures to the caller's
-        transfer and give them back."""
-        for twin in self.own:
-            try:
-                twin.finish()
-                self.transfer.stats.add(twin.stats)
-            finally:
-                twin.close()
-        self.own = []
-
-
-def _run_heaps(batches: Sequence[Any], decode: Callable[..., Any], lanes: _Lanes) -> list[Any]:
-    """``decode(batch, transfer, stages)`` of every batch, in order, with up to
-    one batch per lane at once (threads of their own; inline for one batch).
-    On any error or interrupt nothing new starts, the heaps under way end
-    (their device memory is back when this raises) and the results made so far
-    are dropped."""
-    if len(batches) == 1:
-        return [lanes.run(partial(decode, batches[0]))]
-    pool = ThreadPoolExecutor(lanes.count, thread_name_prefix="nexus-gpu-heap")
-    futures = [pool.submit(lanes.run, partial(decode, batch)) for batch in batches]
-    try:
-        return [f.result() for f in futures]
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        wait(futures)
-        # the error's traceback keeps this frame: let go of the heaps' results
-        futures.clear()
-        raise
-    finally:
-        pool.shutdown(wait=True)
-
-
-def _decode_batch(
-    batch: Sequence[Sequence[_Item]],
-    transfer: Any,
-    stages: dict[str, float] | None,
-    *,
-    names: Sequence[str],
-    domain: Any,
-    codecs: dict[Any, Any],
-) -> tuple[list[str], list[DeviceChunk]]:
-    """One heap's row groups decoded, each column's chunks as one where
-    :func:`mergeable` allows: the owner column of each result, and the results."""
-    owners: list[str] = []
-    columns: list[list[int]] = []
-    for j, name in enumerate(names):
-        mine = [k * len(names) + j for k in range(len(batch))]
-        if mergeable([row_group[j][1] for row_group in batch]):
-            columns.append(mine)
-        else:
-            columns.extend([i] for i in mine)
-        owners.extend([name] * (len(columns) - len(owners)))
-    got = decode_chunks_on_device(
-        [c for row_group in batch for c in row_group],
-        domain,
-        transfer,
-        stages,
-        codecs,
-        columns=columns,
-        checked=True,  # plan_page_columns checked these pages
-    )
-    return owners, got
 
 
 def decode_page_columns(
@@ -453,37 +315,44 @@ def decode_page_columns(
     By default consecutive row groups' chunks are decoded together, up to
     :data:`HEAP_BATCH_BYTES` at a time (:func:`decode_chunks_on_device`: one
     heap, its pieces copied through ``transfer``'s pinned staging when given,
-    one nvCOMP call per codec with one codec per algorithm and stream for
-    the whole call, each column's chunks of the batch decoded as one where
+    one nvCOMP call per codec with one codec per algorithm for the whole
+    call, each column's chunks of the batch decoded as one where
     :func:`~.gpudecode.device.mergeable` allows; its stage times added to
-    ``stages`` when given, summed over the heaps in flight), up to
-    :data:`HEAPS_IN_FLIGHT` heaps at once, each on a sibling of ``transfer``
-    (:meth:`~nexus_cache.frames.Transfer.sibling`) whose figures are added to
-    ``transfer``'s; ``decode`` decodes one chunk at a time instead. On any
-    error, interrupts included, no heap is left running and nothing decoded
-    is kept."""
+    ``stages`` when given); ``decode`` decodes one chunk at a time instead."""
     names = [f.name for f in schema if f.name in plan.gpu]
     pieces: dict[str, list[DeviceChunk]] = {name: [] for name in names}
     if decode is None and names:  # (no column for the GPU: nothing to size, no CuPy to ask)
-        codecs: dict[Any, Any] = {}  # one nvCOMP codec per algorithm and stream for the file
+        codecs: dict[Any, Any] = {}  # one nvCOMP codec per algorithm for the whole file
         groups = len(plan.gpu[names[0]])
         # a small domain (a cache cap, a grant) takes no more than an eighth
-        # of itself in heaps
+        # of itself in one heap
         limit = getattr(domain, "limit_bytes", None)
         budget = HEAP_BATCH_BYTES if not limit else min(HEAP_BATCH_BYTES, limit // 8)
         free = _free_device_bytes()
         if free is not None:
             budget = min(budget, free // 4)
         row_groups = [[plan.gpu[name][k] for name in names] for k in range(groups)]
-        batches = _pipelined_batches(row_groups, budget, HEAPS_IN_FLIGHT)
-        lanes = _Lanes(transfer, min(HEAPS_IN_FLIGHT, len(batches)), stages)
-        try:
-            done = _run_heaps(
-                batches, partial(_decode_batch, names=names, domain=domain, codecs=codecs), lanes
+        for batch in _batches(row_groups, budget):
+            # items row group by row group; each column's chunks of the batch
+            # decoded as one where they may be (one round of launches a column)
+            owners: list[str] = []
+            columns: list[list[int]] = []
+            for j, name in enumerate(names):
+                mine = [k * len(names) + j for k in range(len(batch))]
+                if mergeable([row_group[j][1] for row_group in batch]):
+                    columns.append(mine)
+                else:
+                    columns.extend([i] for i in mine)
+                owners.extend([name] * (len(columns) - len(owners)))
+            got = decode_chunks_on_device(
+                [c for row_group in batch for c in row_group],
+                domain,
+                transfer,
+                stages,
+                codecs,
+                columns=columns,
+                checked=True,  # plan_page_columns checked these pages
             )
-        finally:
-            lanes.close()
-        for owners, got in done:
             for name, piece in zip(owners, got, strict=True):
                 pieces[name].append(piece)
     elif decode is not None:

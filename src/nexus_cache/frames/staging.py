@@ -170,12 +170,6 @@ class Transfer:
     def close(self) -> None:
         """Give back what the transfer borrowed (idempotent)."""
 
-    def sibling(self) -> Transfer:
-        """Another transfer into the same domain, with its own staging and (on
-        CUDA) its own stream, timed as this one is: for a second thread to
-        copy and compute beside this one. Close it when done."""
-        return Transfer(self.domain)
-
 
 def check_staging(slot_bytes: int | str, slots: int) -> tuple[int, int]:
     """Validated ``(slot_bytes, slots)``; ``slot_bytes`` may be a size string ("32MiB")."""
@@ -385,11 +379,6 @@ class _CudaTransfer(Transfer):
         if not self._closed:
             self._closed = True
             self._staging.release()
-
-    def sibling(self) -> Transfer:
-        staging = self._staging
-        twin = PinnedStaging.acquire(staging.device_id, staging.slot_bytes, len(staging.buffers))
-        return _CudaTransfer(self.domain, twin, self._timing, self._part_bytes)
 
 
 def open_transfer(

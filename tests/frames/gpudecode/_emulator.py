@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 import weakref
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -85,15 +84,8 @@ class Array(np.ndarray):
         return np.asarray(self).copy()
 
 
-#: the domains whose scope this thread entered, innermost last (they charge
-#: what the thread makes), as a domain's scope is per thread
-_THREAD = threading.local()
-
-
-def _scopes() -> list[Domain]:
-    if not hasattr(_THREAD, "scopes"):
-        _THREAD.scopes = []
-    return _THREAD.scopes  # type: ignore[no-any-return]
+#: the domains whose scope is entered, innermost last (they charge what is made)
+_SCOPES: list[Domain] = []
 
 
 def _wrap(a: Any) -> Array:
@@ -103,9 +95,8 @@ def _wrap(a: Any) -> Array:
     values = np.asarray(a)
     out = Array(values.shape, values.dtype)
     out[...] = values
-    scopes = _scopes()
-    if scopes:
-        scopes[-1].charge(out)
+    if _SCOPES:
+        _SCOPES[-1].charge(out)
     return out
 
 
@@ -134,24 +125,21 @@ class Domain:
     def __init__(self, limit_bytes: int | None = None) -> None:
         self.limit_bytes = limit_bytes
         self._used = 0
-        self._lock = threading.RLock()  # heaps in flight charge from their own threads
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
-        _scopes().append(self)
+        _SCOPES.append(self)
         try:
             yield
         finally:
-            _scopes().pop()
+            _SCOPES.pop()
 
     def charge(self, array: Array) -> None:
-        with self._lock:
-            self._used += array.nbytes
+        self._used += array.nbytes
         weakref.finalize(array, self._free, array.nbytes)
 
     def _free(self, nbytes: int) -> None:
-        with self._lock:
-            self._used -= nbytes
+        self._used -= nbytes
 
     def used_bytes(self) -> int:
         return self._used

@@ -40,11 +40,6 @@ class _Transfer(Transfer):
         self.images.append(sum(memoryview(p).nbytes for _, p in pieces))
         super().pieces_to_device(pieces, nbytes, dst)
 
-    def sibling(self) -> _Transfer:  # the heaps in flight record theirs here too
-        twin = _Transfer()
-        twin.images = self.images
-        return twin
-
 
 def _table(n: int = 4000) -> pa.Table:
     rng = np.random.default_rng(9)
