@@ -4,8 +4,9 @@ One Parquet file (a numbers-and-strings file, and a dictionary-heavy one) is
 filled into the lakehouse cache first, so every path below reads local bytes
 with the page cache warm. Timed in the same process, interleaved, medians:
 
-* **ours**: ``nexus_cache.frames.read_parquet(path, domain=..., lake=lake)``,
-  a lakehouse hit decoded by the row-group pool into the attempt's domain
+* **ours**: ``nexus_cache.frames.read_parquet(path, domain=..., lake=lake,
+  engine="host")`` (the host engine: where nvCOMP is installed the default
+  is ``auto``, the GPU row below), a lakehouse hit decoded by the row-group pool into the attempt's domain
   (with the per-stage breakdown of ``DecodeStats``);
 * **ours, no lakehouse root**: ``read_parquet(path, domain=..., lake=<a cache
   without a root>)``: the local file read directly (memory-mapped and decoded
@@ -153,19 +154,19 @@ def bench_file(label: str, path: Path, lake: Any, domain: Any, repeats: int) -> 
 
     def ours_no_root() -> object:
         s = DecodeStats()
-        read_parquet(str(path), domain=domain, lake=no_root, stats=s).release()
+        read_parquet(str(path), domain=domain, lake=no_root, stats=s, engine="host").release()
         bare.append(s)
         return s
 
     lake.prefetch(str(path))
-    frame = read_parquet(str(path), domain=domain, lake=lake)
+    frame = read_parquet(str(path), domain=domain, lake=lake, engine="host")
     nbytes = frame.nbytes
     frame.release()
     stats: list[DecodeStats] = []
 
     def ours() -> object:
         s = DecodeStats()
-        read_parquet(str(path), domain=domain, lake=lake, stats=s).release()
+        read_parquet(str(path), domain=domain, lake=lake, stats=s, engine="host").release()
         stats.append(s)
         return s
 

@@ -196,6 +196,35 @@ def test_warm_up_loads_the_decode_kernels_under_auto(
             assert (name if size is None else f"{name}({size} bytes)") in labels
 
 
+@pytest.mark.parametrize(
+    ("codec", "path"),
+    [
+        ("snappy", "gpu"),
+        ("lz4", "gpu"),
+        ("none", "gpu"),
+        ("zstd", "host: codec ZSTD is not checked before nvCOMP"),
+        ("gzip", "host: codec GZIP is not checked before nvCOMP"),
+    ],
+)
+def test_the_default_engine_leaves_unchecked_codecs_to_the_host(
+    codec: str, path: str, domain: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nvCOMP installed the default engine is auto: Snappy, LZ4_RAW and
+    uncompressed columns on the GPU, Zstd and Gzip ones on the host; the rows
+    are PyArrow's either way."""
+    pytest.importorskip("nvidia.nvcomp")
+    monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+    file = tmp_path / "t.parquet"
+    file.write_bytes(write(_codec_table(30_000), compression=codec, row_group_size=10_000))
+    stats = DecodeStats()
+    frame = decode_parquet(file, domain=domain, stats=stats)
+    try:
+        assert_same_table(frame.to_arrow(), pq.read_table(file))
+    finally:
+        frame.release()
+    assert all(p.startswith(path) for p in stats.paths.values()), stats.paths
+
+
 def _codec_table(n: int = 200_000) -> pa.Table:
     rng = np.random.default_rng(3)
     mask = rng.random(n) < 0.15

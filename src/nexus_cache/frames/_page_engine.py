@@ -1,20 +1,23 @@
 """The GPU engine of :func:`~nexus_cache.frames.decode_parquet`: which columns
 the page decoder takes, and their device columns.
 
-``NEXUS_DECODE_ENGINE`` (or the ``engine`` argument) chooses: ``host`` (the
-default until the GPU engine is verified on a GPU) decodes every column on
-the host threads; ``gpu`` decodes every supported column chunk with the
-page-decode kernels (:mod:`nexus_cache.frames.gpudecode`) and refuses a
-domain that is not a CUDA one; ``auto`` does the same where it can (the
-domain's memory is device memory and CuPy imports) and decodes on the host
-otherwise. A column goes to the GPU only when every chunk of it that the
-read covers is supported (footer and page headers agree, see
-``gpudecode.support``); otherwise the host decodes it, and
-``DecodeStats.paths`` says why. The pages of a GPU column are decompressed
-on the device by nvCOMP (the ``gpudecode`` extra); where nvCOMP does not
-import or lacks the codec, on the host, and the column's path says
-``"gpu (host decompression)"``. Device columns are allocated in the
-decode's domain. Thread-safe: a call keeps its state in its own objects.
+``NEXUS_DECODE_ENGINE`` (or the ``engine`` argument) chooses: ``host``
+decodes every column on the host threads; ``gpu`` decodes every supported
+column chunk with the page-decode kernels
+(:mod:`nexus_cache.frames.gpudecode`) and refuses a domain that is not a
+CUDA one; ``auto`` (the default where nvCOMP imports, :func:`default_engine`;
+else ``host`` is) does the same where it can (the domain's memory is device
+memory and CuPy imports) and decodes on the host otherwise, and also leaves
+to the host a column whose pages nvCOMP would decompress unchecked (Zstd,
+Gzip) or could not decompress at all (:func:`_auto_reason`). A column goes
+to the GPU only when every chunk of it that the read covers is supported
+(footer and page headers agree, see ``gpudecode.support``); otherwise the
+host decodes it, and ``DecodeStats.paths`` says why. The pages of a GPU
+column are decompressed on the device by nvCOMP (the ``gpudecode`` extra);
+under ``gpu``, where nvCOMP does not import or lacks the codec, on the host,
+and the column's path says ``"gpu (host decompression)"``. Device columns
+are allocated in the decode's domain. Thread-safe: a call keeps its state in
+its own objects.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from nexus_cache.frames._builder import check_dictionary_length
 from nexus_cache.frames._variables import DECODE_ENGINE, ENGINES
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
 from nexus_cache.frames.frame import _to_host
+from nexus_cache.frames.gpudecode import nvcomp as _nvcomp
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device, mergeable
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_specs, read_pages
+from nexus_cache.frames.gpudecode.stream_check import CHECK_KERNELS
 from nexus_cache.frames.gpudecode.support import unsupported_reason
 
 __all__ = [
@@ -43,6 +48,7 @@ __all__ = [
     "ENV_DECODE_ENGINE",
     "PagePlan",
     "decode_page_columns",
+    "default_engine",
     "engine_setting",
     "join_chunks",
     "plan_page_columns",
@@ -60,9 +66,35 @@ def engine_setting(engine: str | None) -> tuple[str, str]:
     if engine is None:
         text = raw(DECODE_ENGINE)
         if text is None:
-            return str(read(DECODE_ENGINE)), "the default"
+            return default_engine(), "the default"
         return str(read(DECODE_ENGINE)), f"{ENV_DECODE_ENGINE}={text!r}"
     return parse_choice(engine, "engine", ENGINES), f"engine={engine!r}"
+
+
+def default_engine() -> str:
+    """The engine when none is set: ``auto`` where nvCOMP imports (the GPU
+    engine is then the faster one on a CUDA domain, and ``auto`` leaves to
+    the host what it cannot check), else ``host``."""
+    return "auto" if _nvcomp.nvcomp_module() is not None else "host"
+
+
+def _auto_reason(spec: ChunkSpec) -> str | None:
+    """Why ``auto`` leaves a chunk to the host although the GPU engine could
+    decode it, or None: its pages would reach nvCOMP unchecked (Zstd, Gzip:
+    nvCOMP's decompressors of those assume valid input), or be decompressed
+    on the host for the GPU (nvCOMP missing or without the codec), which is
+    slower than the host engine's threads."""
+    if spec.codec == "UNCOMPRESSED":
+        return None
+    algorithm = device_algorithm(spec.codec)
+    if algorithm is None:
+        return f"codec {spec.codec} is not decompressed by nvCOMP here (engine gpu takes it)"
+    if algorithm not in CHECK_KERNELS:
+        return (
+            f"codec {spec.codec} is not checked before nvCOMP reads it "
+            "(engine gpu takes it, for trusted files)"
+        )
+    return None
 
 
 def _device_reason(domain: Any) -> str | None:
@@ -112,7 +144,12 @@ class PagePlan:
 
 
 def _column_reason(
-    pf: pq.ParquetFile, buffer: Any, groups: Sequence[int], f: pa.Field, source: str
+    pf: pq.ParquetFile,
+    buffer: Any,
+    groups: Sequence[int],
+    f: pa.Field,
+    source: str,
+    auto: bool = False,
 ) -> tuple[str | None, list[tuple[Any, ChunkSpec, Sequence[Page]]]]:
     leaves = [j for j in range(len(pf.schema)) if pf.schema.column(j).path.split(".")[0] == f.name]
     if len(leaves) != 1 or pf.schema.column(leaves[0]).path != f.name:
@@ -121,6 +158,9 @@ def _column_reason(
     for g, spec in zip(groups, chunk_specs(pf, groups, leaves[0], source), strict=True):
         if spec.arrow_type != f.type:
             return f"read as {f.type}", []
+        why = _auto_reason(spec) if auto else None
+        if why is not None:
+            return f"{why} in row group {g}", []
         data = memoryview(buffer)[spec.start : spec.start + spec.size]
         pages = read_pages(data, spec)
         reason = unsupported_reason(spec, pages)
@@ -163,7 +203,11 @@ def plan_page_columns(
     if reason is None and buffer is None:
         reason = "the source is streamed, not mapped"
     for f in schema:
-        why, chunks = (reason, []) if reason else _column_reason(pf, buffer, groups, f, source)
+        why, chunks = (
+            (reason, [])
+            if reason
+            else _column_reason(pf, buffer, groups, f, source, auto=value == "auto")
+        )
         if why is None and groups:
             plan.gpu[f.name] = chunks
             plan.paths[f.name] = _gpu_path(chunks)

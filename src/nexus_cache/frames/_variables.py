@@ -30,7 +30,7 @@ DECODE_ENGINE = Variable(
     "NEXUS_DECODE_ENGINE",
     "enum",
     "Which decoder takes each Parquet column",
-    default="host",  # until the GPU engine is verified on a GPU
+    unset="`auto` where nvCOMP imports (the `gpudecode` extra), else `host`",
     choices=ENGINES,
 )
 DECODE_WINDOW_BYTES = Variable(

@@ -43,8 +43,27 @@ def _table(n: int = 500) -> pa.Table:
     )
 
 
+def _nvcomp(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    """nvCOMP as if it imported (a stand-in module) or not."""
+    from nexus_cache.frames.gpudecode import nvcomp
+
+    monkeypatch.setattr(nvcomp, "nvcomp_module", lambda: object() if installed else None)
+
+
+@pytest.mark.parametrize(("installed", "default"), [(True, "auto"), (False, "host")])
+def test_the_default_engine_is_auto_where_nvcomp_imports(
+    installed: bool, default: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+    _nvcomp(monkeypatch, installed)
+    assert engine_setting(None) == (default, "the default")
+    monkeypatch.setenv("NEXUS_DECODE_ENGINE", "host")  # a setting wins over the default
+    assert engine_setting(None) == ("host", "NEXUS_DECODE_ENGINE='host'")
+
+
 def test_engine_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+    _nvcomp(monkeypatch, installed=False)
     assert engine_setting(None)[0] == "host"
     monkeypatch.setenv("NEXUS_DECODE_ENGINE", " Auto ")
     assert engine_setting(None)[0] == "auto"
@@ -63,11 +82,67 @@ def _decode(tmp_path: Path, **kwargs: Any) -> tuple[DeviceFrame, DecodeStats]:
     return decode_parquet(path, domain=_domain(), stats=stats, **kwargs), stats
 
 
-def test_host_engine_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("installed", "path"),
+    [
+        (False, "host: engine host, the default"),
+        (True, "host: the domain's memory is host memory"),
+    ],
+)
+def test_the_default_engine_decodes_a_host_domain_on_the_host(
+    installed: bool, path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
+    _nvcomp(monkeypatch, installed)
     frame, stats = _decode(tmp_path)
-    assert stats.paths == {c: "host: engine host, the default" for c in "isbt"}
+    assert stats.paths == dict.fromkeys("isbt", path)
     assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
+
+
+@pytest.mark.usefixtures("emulated_device")
+@pytest.mark.parametrize(
+    ("codec", "installed", "auto", "gpu"),
+    [
+        ("snappy", True, "gpu", "gpu"),  # checked on the device before nvCOMP
+        ("lz4", True, "gpu", "gpu"),
+        ("none", True, "gpu", "gpu"),
+        ("none", False, "gpu", "gpu"),  # nothing to decompress
+        ("zstd", True, "host: codec ZSTD is not checked before nvCOMP", "gpu"),
+        ("gzip", True, "host: codec GZIP is not checked before nvCOMP", "gpu"),
+        (
+            "snappy",
+            False,
+            "host: codec SNAPPY is not decompressed by nvCOMP here",
+            "gpu (host decompression)",
+        ),
+    ],
+)
+def test_auto_leaves_to_the_host_what_nvcomp_would_read_unchecked(
+    codec: str, installed: bool, auto: str, gpu: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto`` takes a column to the GPU only where its pages need no
+    decompression or are checked on the device before nvCOMP reads them;
+    ``gpu`` takes every supported column."""
+    from tests.frames.gpudecode import _emulator
+
+    from nexus_cache.frames._page_engine import plan_page_columns
+
+    _nvcomp(monkeypatch, installed)
+    raw, pf = _file(_table(), compression=codec, row_group_size=200)
+    groups = list(range(pf.metadata.num_row_groups))
+    for engine, want in (("auto", auto), ("gpu", gpu)):
+        plan = plan_page_columns(
+            engine, _emulator.Domain(), pf, raw, groups, pf.schema_arrow, "t.parquet"
+        )
+        assert set(plan.paths) == set(pf.schema_arrow.names)
+        if want.startswith("host"):
+            assert plan.gpu == {}
+            for path in plan.paths.values():  # the first row group names the reason
+                assert path.startswith(want)
+                assert path.endswith("in row group 0")
+        else:
+            assert set(plan.paths.values()) == {want}
+            assert set(plan.gpu) == set(pf.schema_arrow.names)
 
 
 def test_a_host_decode_asks_no_device_for_its_memory(
