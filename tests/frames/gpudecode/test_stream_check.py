@@ -343,3 +343,80 @@ def test_a_corrupt_page_never_reaches_nvcomp(
     assert calls == [algorithm]
     (got,) = _steps.decode_all(heap.chunks)
     assert_same(device_piece(got), table.column("x").combine_chunks(), "x")
+
+
+class _SideStream:
+    """A stand-in for the checks' own stream: records what it waited for and
+    which launches were queued on it."""
+
+    def __init__(self) -> None:
+        self.waits = 0
+        self.inside = False
+
+    def wait_event(self, event: Any) -> None:
+        self.waits += 1
+
+    def __enter__(self) -> _SideStream:
+        self.inside = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inside = False
+
+
+@pytest.mark.parametrize("side", [False, True], ids=["current stream", "own stream"])
+@pytest.mark.parametrize("corrupt", [None, 2, 9])
+def test_checks_launch_as_the_copies_land_each_section_once(
+    side: bool, corrupt: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heap's checks launch as its input arrives (each section once its
+    bytes are all copied, on the checks' own stream where there is one), and
+    a corrupt section is refused however the copies fell."""
+    from nexus_cache.frames.gpudecode.stream_check import StreamChecks
+
+    cp = _emulator.fake_cupy
+    current = _SideStream()  # the stream the copies go on: it waits for the checks
+    monkeypatch.setattr(cp.cuda, "Event", lambda **_: _Recorded(), raising=False)
+    monkeypatch.setattr(cp.cuda, "get_current_stream", lambda: current)
+    heap = bytearray()
+    jobs: dict[str, list[tuple[int, int, int, int]]] = {"Snappy": [], "LZ4": []}
+    for k, data in enumerate(stream_samples()[:12]):
+        codec = "snappy" if k % 3 else "lz4_raw"
+        packed = bytearray(_stream(codec, data))
+        if k == corrupt:
+            packed[0] ^= 0x7F  # the length preamble or first token no longer fits
+        jobs[_ALGORITHM[codec]].append((len(heap), len(packed), 0, len(data)))
+        heap += packed + b"\x00" * (k % 5)
+    device = cp.asarray(np.frombuffer(bytes(heap), np.uint8))
+    launched: list[tuple[str, int, int]] = []
+    stream = _SideStream() if side else None
+
+    def launch(name: str, element_bytes: int | None, items: int, args: tuple[Any, ...]) -> None:
+        assert stream is None or stream.inside  # queued on the checks' own stream
+        reached = int(np.asarray(args[1]).max() + np.asarray(args[2]).max())
+        launched.append((name, items, reached))
+        _launch(name, element_bytes, items, args)
+
+    checks = StreamChecks(cp, device, jobs, "t.parquet", launch, stream)
+    for upto in (0, 5, len(heap) // 3, len(heap) // 2, len(heap) // 2):
+        before = len(launched)
+        checks.copied(upto)
+        assert all(end <= upto for _, _, end in launched[before:])  # nothing not yet copied
+    if corrupt is None:
+        checks.finish()
+    else:
+        with pytest.raises(NvcompRefused, match=r"1 of [0-9]+ (Snappy|LZ4) pages failed"):
+            checks.finish()
+    assert sum(items for _, items, _ in launched) == sum(len(j) for j in jobs.values())
+    assert len(launched) > 2  # launched in parts, not all at the end
+    if stream is not None:
+        assert stream.waits >= 3  # each part after the copies before it
+        assert current.waits == 1  # and what follows the checks, after them all
+
+
+class _Recorded:
+    def record(self, stream: Any = None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
