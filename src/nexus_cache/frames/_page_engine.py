@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache._env import parse_choice, raw, read
+from nexus_cache._sizes import format_size
 from nexus_cache.errors import BackendUnavailableError
 from nexus_cache.frames._builder import check_dictionary_length
 from nexus_cache.frames._variables import DECODE_ENGINE, ENGINES
@@ -213,7 +214,50 @@ def plan_page_columns(
             plan.paths[f.name] = _gpu_path(chunks)
         else:
             plan.paths[f.name] = f"host: {why or 'no row groups'}"
+    too_large = _too_large_for(domain, plan, groups) if value == "auto" else None
+    if too_large is not None:
+        # auto never needs more device memory than the host engine would
+        for name in plan.gpu:
+            plan.paths[name] = f"host: {too_large}"
+        plan.gpu.clear()
     return plan
+
+
+def _heap_room(domain: Any) -> int | None:
+    """The most heap bytes a decode into ``domain`` may hold at once where memory
+    bounds it: an eighth of a limited domain (a cache cap, a grant), a quarter
+    of the device's free memory; None where neither is known."""
+    limit = getattr(domain, "limit_bytes", None)
+    free = _free_device_bytes()
+    bounds = [
+        b
+        for b in (limit // 8 if limit else None, None if free is None else free // 4)
+        if b is not None
+    ]
+    return min(bounds) if bounds else None
+
+
+def _too_large_for(domain: Any, plan: PagePlan, groups: Sequence[int]) -> str | None:
+    """Why ``auto`` leaves the plan's GPU columns to the host: a row group whose
+    chunks of them need more heap than :func:`_heap_room` allows (the GPU engine
+    decodes such a row group alone, in a heap the domain may not hold, where the
+    host engine needs room for the decoded columns only); else None."""
+    if not plan.gpu:
+        return None
+    room = _heap_room(domain)
+    if room is None:
+        return None
+    for k, g in enumerate(groups):
+        need = sum(
+            chunks[k][1].size + chunks[k][1].uncompressed_size for chunks in plan.gpu.values()
+        )
+        if need > room:
+            return (
+                f"row group {g} needs {format_size(need)} of device memory to decode "
+                f"on the GPU, more than this domain leaves a decode ({format_size(room)}); "
+                "engine gpu takes it"
+            )
+    return None
 
 
 def _same_as_before(domain: Any, dictionaries: Sequence[DeviceChunk]) -> list[bool]:
@@ -370,11 +414,8 @@ def decode_page_columns(
         groups = len(plan.gpu[names[0]])
         # a small domain (a cache cap, a grant) takes no more than an eighth
         # of itself in one heap
-        limit = getattr(domain, "limit_bytes", None)
-        budget = HEAP_BATCH_BYTES if not limit else min(HEAP_BATCH_BYTES, limit // 8)
-        free = _free_device_bytes()
-        if free is not None:
-            budget = min(budget, free // 4)
+        room = _heap_room(domain)
+        budget = HEAP_BATCH_BYTES if room is None else min(HEAP_BATCH_BYTES, room)
         row_groups = [[plan.gpu[name][k] for name in names] for k in range(groups)]
         for batch in _batches(row_groups, budget):
             # items row group by row group; each column's chunks of the batch

@@ -268,3 +268,38 @@ def test_the_path_says_where_pages_are_decompressed(
     finally:
         monkeypatch.undo()
         nvcomp.nvcomp_module.cache_clear()
+
+
+@pytest.mark.usefixtures("emulated_device")
+def test_auto_leaves_to_the_host_a_file_whose_row_group_a_limited_domain_cannot_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under ``auto`` a decode never needs more device memory than the host
+    engine would: a row group whose GPU heap passes an eighth of a limited
+    domain sends the file's columns to the host; ``gpu`` still takes them."""
+    from tests.frames.gpudecode import _emulator
+
+    from nexus_cache.frames._page_engine import plan_page_columns
+
+    _nvcomp(monkeypatch, installed=True)
+    raw, pf = _file(_table(2000), compression="snappy", row_group_size=500)
+    groups = list(range(pf.metadata.num_row_groups))
+    heap = max(
+        sum(
+            pf.metadata.row_group(g).column(j).total_compressed_size
+            + pf.metadata.row_group(g).column(j).total_uncompressed_size
+            for j in range(pf.metadata.num_columns)
+        )
+        for g in groups
+    )
+    for limit, want in ((64 * heap, "gpu"), (4 * heap, "host: row group ")):
+        domain = _emulator.Domain(limit_bytes=limit)
+        plan = plan_page_columns("auto", domain, pf, raw, groups, pf.schema_arrow, "t.parquet")
+        assert all(p.startswith(want) for p in plan.paths.values()), plan.paths
+        assert bool(plan.gpu) == (want == "gpu")
+        if want != "gpu":
+            assert "engine gpu takes it" in next(iter(plan.paths.values()))
+            forced = plan_page_columns(
+                "gpu", domain, pf, raw, groups, pf.schema_arrow, "t.parquet"
+            )
+            assert set(forced.paths.values()) == {"gpu"}
