@@ -105,7 +105,7 @@ def _device(fn: Callable[..., Any]) -> Callable[..., _Array]:
 
 def _fake_cupy() -> Any:
     event = SimpleNamespace(record=lambda *a: None, synchronize=lambda: None)
-    stream = _Stream()
+    stream = SimpleNamespace(synchronize=lambda: None, ptr=0)
     return SimpleNamespace(
         zeros=_device(np.zeros),
         ones=_device(np.ones),
@@ -115,7 +115,6 @@ def _fake_cupy() -> Any:
         concatenate=_device(np.concatenate),
         cuda=SimpleNamespace(
             get_current_stream=lambda: stream,
-            Stream=lambda **k: _Stream(),
             Event=lambda **k: event,
             runtime=SimpleNamespace(memcpyAsync=lambda *a: None, memcpyHostToDevice=1),
         ),
@@ -126,9 +125,6 @@ class _Stream(contextlib.nullcontext):  # type: ignore[type-arg]
     ptr = 0
 
     def synchronize(self) -> None:
-        pass
-
-    def wait_event(self, event: Any) -> None:
         pass
 
 

@@ -348,33 +348,3 @@ def test_a_small_write_deep_in_a_long_gap_lands_zeros(slot: int, part: int, part
         if src is None and k < _slots._SMALL_OP and start + k > _slots._SMALL_OP
     ]
     assert short
-
-
-@pytest.mark.parametrize("part_bytes", [1 << 30, 1000])
-def test_on_copied_follows_each_slot_with_the_bytes_it_reached(part_bytes: int) -> None:
-    """``on_copied(upto)`` runs once per slot filled, after that slot's copy is
-    queued on the transfer's stream: at each call the image's first ``upto``
-    bytes land once the stream has run; the last call reaches the image's end."""
-    slot = 4096
-    transfer, copies = _cuda_transfer(slot, 2, part_bytes)
-    layout = _layout(7, 60)
-    device = _Device(layout.host_size)
-    image = layout.host_image()
-    reached: list[int] = []
-
-    def on_copied(upto: int) -> None:
-        transfer._staging.stream.synchronize()  # what is queued so far, run
-        assert device.host[:upto].tobytes() == image[:upto].tobytes()
-        reached.append(upto)
-
-    transfer.pieces_to_device(layout.pieces, layout.host_size, device, on_copied=on_copied)
-    transfer.finish()
-    assert len(reached) == len(copies) > 3  # one a slot
-    assert reached == sorted(reached)
-    assert reached[-1] == layout.host_size
-    host_reached: list[int] = []
-    Transfer(SimpleNamespace()).pieces_to_device(  # type: ignore[arg-type]
-        layout.pieces, layout.host_size, np.zeros(layout.host_size, np.uint8), host_reached.append
-    )
-    assert host_reached == [layout.host_size]  # the host copy: once, at its end
-    transfer.close()

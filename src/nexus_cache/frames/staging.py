@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -135,22 +135,12 @@ class Transfer:
         self.stats.h2d_bytes += int(host.nbytes)
         self.stats.h2d_copies += 1
 
-    def pieces_to_device(
-        self,
-        pieces: Sequence[tuple[int, Any]],
-        nbytes: int,
-        dst: Any,
-        on_copied: Callable[[int], None] | None = None,
-    ) -> None:
+    def pieces_to_device(self, pieces: Sequence[tuple[int, Any]], nbytes: int, dst: Any) -> None:
         """Make the first ``nbytes`` of the contiguous byte array ``dst`` the image
         of ``pieces`` (``(offset, bytes-like)`` in increasing order, none
         overlapping the next), zeros between them: one copy here, one per
-        pinned slot filled on CUDA. ``on_copied(upto)``: called (on this
-        thread) each time the copies queued reach byte ``upto`` of the image
-        (on CUDA, once per slot: device work queued on the transfer's stream
-        from it comes after those copies; here once, at the end). ValueError
-        for pieces out of order or past ``nbytes`` (on CUDA, any copy it
-        queued is done by then)."""
+        pinned slot filled on CUDA. ValueError for pieces out of order or
+        past ``nbytes`` (on CUDA, any copy it queued is done by then)."""
         started = time.perf_counter()
         view = _bytes_of(dst, nbytes)
         at = 0
@@ -162,8 +152,6 @@ class Transfer:
         self.stats.h2d_seconds += time.perf_counter() - started
         self.stats.h2d_bytes += nbytes
         self.stats.h2d_copies += 1
-        if on_copied is not None:
-            on_copied(nbytes)
 
     def read_into(self, reader: Any, nbytes: int, dst: Any) -> None:
         """Fill ``dst`` (``nbytes`` contiguous bytes) from ``reader.readinto``."""
@@ -331,13 +319,7 @@ class _CudaTransfer(Transfer):
             self._timed.append(events)
         self.stats.h2d_copies += 1
 
-    def pieces_to_device(
-        self,
-        pieces: Sequence[tuple[int, Any]],
-        nbytes: int,
-        dst: Any,
-        on_copied: Callable[[int], None] | None = None,
-    ) -> None:
+    def pieces_to_device(self, pieces: Sequence[tuple[int, Any]], nbytes: int, dst: Any) -> None:
         # The image is written into the slots in order (plan_fills), each
         # slot's run by a few threads at once when it is large, and goes in
         # one copy once written; the next slot is written while it is copied.
@@ -359,9 +341,6 @@ class _CudaTransfer(Transfer):
                 )
                 self._used = fill.slot_at + fill.size
                 self._memcpy(dst_ptr + fill.image_at, fill.slot_at, fill.size)
-                if on_copied is not None:
-                    with staging.stream:  # what it queues follows the copy
-                        on_copied(fill.image_at + fill.size)
         except BaseException:
             # every task has finished (run_tasks waits), and the copies queued
             # so far are done before the error reaches the caller, who may

@@ -36,9 +36,9 @@ class _Transfer(Transfer):
         super().__init__(_emulator.Domain())  # type: ignore[arg-type]
         self.images: list[int] = []
 
-    def pieces_to_device(self, pieces: Any, nbytes: int, dst: Any, **kwargs: Any) -> None:
+    def pieces_to_device(self, pieces: Any, nbytes: int, dst: Any) -> None:
         self.images.append(sum(memoryview(p).nbytes for _, p in pieces))
-        super().pieces_to_device(pieces, nbytes, dst, **kwargs)
+        super().pieces_to_device(pieces, nbytes, dst)
 
 
 def _table(n: int = 4000) -> pa.Table:

@@ -30,7 +30,7 @@ from nexus_cache.frames.gpudecode.kernels import BLOCK_KERNELS, kernel_function
 from nexus_cache.frames.gpudecode.layout import HeapLayout, HeapPages, Sections
 from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused, decompress_batch, device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, PageType
-from nexus_cache.frames.gpudecode.stream_check import StreamChecks
+from nexus_cache.frames.gpudecode.stream_check import refuse_corrupt_streams
 
 __all__ = ["DataPages", "DeviceChunk"]
 
@@ -202,30 +202,17 @@ class _Heap:
         self.stage("pack")
         self.size = layout.size
         self.data = cp.zeros(layout.size, np.uint8)
+        if transfer is not None:
+            # every piece from the file's bytes into its place in the pinned
+            # staging (one host copy a chunk, or a page where a page is placed
+            # on its own), one device copy per slot filled
+            transfer.pieces_to_device(layout.pieces, layout.host_size, self.data)
+        elif layout.host_size:
+            self.data[: layout.host_size] = cp.asarray(layout.host_image())
+        self.stage("transfer")
         # nvCOMP reads out of bounds on a corrupt Snappy or LZ4 stream (which
-        # poisons the CUDA context): check them all first, on the device. Their
-        # walks are serial per page, so with pinned staging they run on a
-        # stream of their own as the copies land, while the host fills the
-        # rest of the heap, rather than after the whole copy.
-        side = (
-            None if transfer is None or transfer.host_memory else cp.cuda.Stream(non_blocking=True)
-        )
-        checks = StreamChecks(cp, self.data, layout.jobs, where, _launch, side)
-        try:
-            if transfer is not None:
-                # every piece from the file's bytes into its place in the pinned
-                # staging (one host copy a chunk, or a page where a page is placed
-                # on its own), one device copy per slot filled
-                transfer.pieces_to_device(
-                    layout.pieces, layout.host_size, self.data, on_copied=checks.copied
-                )
-            elif layout.host_size:
-                self.data[: layout.host_size] = cp.asarray(layout.host_image())
-            self.stage("transfer")
-            checks.finish()
-        except BaseException:
-            checks.settle()  # no walk still reads the heap once it is freed
-            raise
+        # poisons the CUDA context): check them all first, on the device
+        refuse_corrupt_streams(cp, self.data, layout.jobs, where, _launch)
         for algorithm, jobs in layout.jobs.items():  # one batched call per codec
             decompress_batch(self.data, algorithm, jobs, where, self.codecs)
         self.stage("decompress")

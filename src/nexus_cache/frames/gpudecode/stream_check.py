@@ -42,13 +42,7 @@ import numpy as np
 from nexus_cache.frames.gpudecode._tile import TILE_SOURCE
 from nexus_cache.frames.gpudecode.nvcomp import NvcompRefused
 
-__all__ = [
-    "CHECK_KERNELS",
-    "LZ4_CHECK",
-    "SNAPPY_CHECK",
-    "StreamChecks",
-    "refuse_corrupt_streams",
-]
+__all__ = ["CHECK_KERNELS", "LZ4_CHECK", "SNAPPY_CHECK", "refuse_corrupt_streams"]
 
 #: A walk's state between its steps (kept by the one thread that walks), and
 #: what a step returns.
@@ -230,108 +224,6 @@ CHECK_KERNELS = {"Snappy": "snappy_check", "LZ4": "lz4_check"}
 _Launch = Callable[[str, int | None, int, tuple[Any, ...]], None]
 
 
-class StreamChecks:
-    """The stream checks of one heap's Snappy and LZ4 sections (``jobs``:
-    nvCOMP algorithm -> its ``(in offset, in size, out offset, out size)``
-    sections of the device byte array ``heap``, as tuples or the rows of an
-    int64 array), launched as the heap's input arrives.
-
-    :meth:`copied` launches the checks of every section whose input lies
-    below a byte the copies have reached (on ``side``, a stream of its own,
-    once it has waited for the copies queued so far on the current stream:
-    so the walks run while the host still fills the rest of the heap; on the
-    current stream where ``side`` is None); :meth:`finish` launches the rest,
-    waits for them, reads every flag back at once and raises
-    :class:`NvcompRefused` naming ``where`` when any section fails. Every
-    section is checked exactly once. The section tables go to the device once,
-    ordered by where each section's input ends, before any copy. Not
-    thread-safe: one heap's filling thread drives it."""
-
-    def __init__(
-        self,
-        cp: Any,
-        heap: Any,
-        jobs: Mapping[str, Sequence[tuple[int, int, int, int]] | np.ndarray],
-        where: str,
-        launch: _Launch,
-        side: Any = None,
-    ) -> None:
-        self.cp, self.heap, self.where, self._launch, self.side = cp, heap, where, launch, side
-        self._parts: list[tuple[str, int, np.ndarray, tuple[Any, Any, Any]]] = []
-        at = 0
-        for algorithm in CHECK_KERNELS:
-            sections = jobs.get(algorithm, ())
-            if not len(sections):
-                continue
-            table = np.asarray(sections, np.int64).reshape(-1, 4)
-            ends = table[:, 0] + table[:, 1]
-            order = np.argsort(ends, kind="stable")
-            table, ends = table[order], ends[order]
-            columns = tuple(cp.asarray(np.ascontiguousarray(table[:, k])) for k in (0, 1, 3))
-            self._parts.append((algorithm, at, ends, columns))  # type: ignore[arg-type]
-            at += len(table)
-        self.refused: Any = cp.zeros(at, np.int32) if at else None
-        self._done = [0] * len(self._parts)  # sections launched, per algorithm
-
-    def copied(self, upto: int) -> None:
-        """Launch the checks of the sections whose input ends at or below byte
-        ``upto`` of the heap (the copies queued so far reach it)."""
-        if self.refused is None:
-            return
-        if self.side is None:
-            self._launch_upto(upto)
-            return
-        arrived = self.cp.cuda.Event(disable_timing=True)
-        arrived.record()  # on the current stream: the copies queued so far
-        self.side.wait_event(arrived)
-        with self.side:
-            self._launch_upto(upto)
-
-    def _launch_upto(self, upto: int) -> None:
-        for k, (algorithm, at, ends, (start, size, out)) in enumerate(self._parts):
-            lo, hi = self._done[k], int(np.searchsorted(ends, upto, side="right"))
-            if hi <= lo:
-                continue
-            args = (
-                self.heap,
-                start[lo:hi],
-                size[lo:hi],
-                out[lo:hi],
-                self.refused[at + lo : at + hi],
-                np.int32(hi - lo),
-            )
-            self._launch(CHECK_KERNELS[algorithm], None, hi - lo, args)
-            self._done[k] = hi
-
-    def finish(self) -> None:
-        """Check what is left, wait for every check and raise for a refused section."""
-        if self.refused is None:
-            return
-        self.copied(np.iinfo(np.int64).max)
-        self.settle()
-        flags = np.asarray(self.refused.get())
-        if not flags.any():
-            return
-        bad = []
-        for algorithm, at, ends, _ in self._parts:
-            failed = int(np.count_nonzero(flags[at : at + len(ends)]))
-            if failed:
-                bad.append(f"{failed} of {len(ends)} {algorithm} pages")
-        raise NvcompRefused(
-            f"{self.where}: {' and '.join(bad)} failed the stream check on the device "
-            "(a length or offset out of bounds, or another size than the page header "
-            "says): the pages are corrupt, and are not handed to nvCOMP"
-        )
-
-    def settle(self) -> None:
-        """Have the current stream wait for every check launched on ``side`` (so
-        what follows on it, nvCOMP or freeing the heap, comes after them)."""
-        if self.side is not None:
-            walked = self.cp.cuda.Event(disable_timing=True)
-            walked.record(self.side)
-            self.cp.cuda.get_current_stream().wait_event(walked)
-
-
 def refuse_corrupt_streams(
     cp: Any,
     heap: Any,
@@ -345,5 +237,37 @@ def refuse_corrupt_streams(
     launch per codec, one read back of the flags for all of them. Raises
     :class:`NvcompRefused` naming ``where`` when any section fails; returns
     when all pass (or there are none). Zstd and Gzip sections are not
-    checked. (:class:`StreamChecks` all at once, on the current stream.)"""
-    StreamChecks(cp, heap, jobs, where, launch).finish()
+    checked."""
+    checked = [(a, jobs[a]) for a in CHECK_KERNELS if len(jobs.get(a, ()))]
+    if not checked:
+        return
+    total = sum(len(sections) for _, sections in checked)
+    refused = cp.zeros(total, np.int32)
+    at = 0
+    for algorithm, sections in checked:
+        n = len(sections)
+        table = np.asarray(sections, np.int64).reshape(n, 4)
+        args = (
+            heap,
+            cp.asarray(np.ascontiguousarray(table[:, 0])),
+            cp.asarray(np.ascontiguousarray(table[:, 1])),
+            cp.asarray(np.ascontiguousarray(table[:, 3])),
+            refused[at : at + n],
+            np.int32(n),
+        )
+        launch(CHECK_KERNELS[algorithm], None, n, args)
+        at += n
+    flags = np.asarray(refused.get())
+    if flags.any():
+        at = 0
+        bad = []
+        for algorithm, sections in checked:
+            failed = int(np.count_nonzero(flags[at : at + len(sections)]))
+            if failed:
+                bad.append(f"{failed} of {len(sections)} {algorithm} pages")
+            at += len(sections)
+        raise NvcompRefused(
+            f"{where}: {' and '.join(bad)} failed the stream check on the device "
+            "(a length or offset out of bounds, or another size than the page header "
+            "says): the pages are corrupt, and are not handed to nvCOMP"
+        )
