@@ -5,8 +5,9 @@ filled into the lakehouse cache first, so every path below reads local bytes
 with the page cache warm. Timed in the same process, interleaved, medians:
 
 * **ours**: ``nexus_cache.frames.read_parquet(path, domain=..., lake=lake,
-  engine="host")`` (the host engine: where nvCOMP is installed the default
-  is ``auto``, the GPU row below), a lakehouse hit decoded by the row-group pool into the attempt's domain
+  engine="host")`` (the host engine, named so that a ``NEXUS_DECODE_ENGINE``
+  set in the environment does not change the row), a lakehouse hit decoded by
+  the row-group pool into the attempt's domain
   (with the per-stage breakdown of ``DecodeStats``);
 * **ours, no lakehouse root**: ``read_parquet(path, domain=..., lake=<a cache
   without a root>)``: the local file read directly (memory-mapped and decoded

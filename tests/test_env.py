@@ -339,7 +339,7 @@ def test_the_sites_keep_their_variables_defaults_and_refusals(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from nexus_cache.backends import HostBackend, select_backend
-    from nexus_cache.frames._page_engine import default_engine, engine_setting
+    from nexus_cache.frames._page_engine import engine_setting
     from nexus_cache.frames._pool import decode_settings
     from nexus_cache.graph._host_engine import host_kernels
     from nexus_cache.program import default_filestream_root, default_redis_url
@@ -357,7 +357,7 @@ def test_the_sites_keep_their_variables_defaults_and_refusals(
     with pytest.raises(ConfigError, match=r"NEXUS_DEVICE_BACKEND='tpu'.*auto, cuda, host"):
         select_backend()
     monkeypatch.setenv("NEXUS_DECODE_ENGINE", "")
-    assert engine_setting(None) == (default_engine(), "the default")
+    assert engine_setting(None) == ("host", "the default")
     monkeypatch.setenv("NEXUS_DECODE_THREADS", "3")
     monkeypatch.setenv("NEXUS_DECODE_WINDOW_BYTES", " ")
     assert decode_settings() == (3, 3 * (64 << 20))

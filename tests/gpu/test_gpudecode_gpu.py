@@ -206,18 +206,16 @@ def test_warm_up_loads_the_decode_kernels_under_auto(
         ("gzip", "host: codec GZIP is not checked before nvCOMP"),
     ],
 )
-def test_the_default_engine_leaves_unchecked_codecs_to_the_host(
-    codec: str, path: str, domain: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_auto_leaves_unchecked_codecs_to_the_host(
+    codec: str, path: str, domain: Any, tmp_path: Path
 ) -> None:
-    """With nvCOMP installed the default engine is auto: Snappy, LZ4_RAW and
-    uncompressed columns on the GPU, Zstd and Gzip ones on the host; the rows
-    are PyArrow's either way."""
+    """Under auto: Snappy, LZ4_RAW and uncompressed columns on the GPU, Zstd
+    and Gzip ones on the host; the rows are PyArrow's either way."""
     pytest.importorskip("nvidia.nvcomp")
-    monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
     file = tmp_path / "t.parquet"
     file.write_bytes(write(_codec_table(30_000), compression=codec, row_group_size=10_000))
     stats = DecodeStats()
-    frame = decode_parquet(file, domain=domain, stats=stats)
+    frame = decode_parquet(file, domain=domain, stats=stats, engine="auto")
     try:
         assert_same_table(frame.to_arrow(), pq.read_table(file))
     finally:

@@ -1,15 +1,16 @@
 """The GPU engine of :func:`~nexus_cache.frames.decode_parquet`: which columns
 the page decoder takes, and their device columns.
 
-``NEXUS_DECODE_ENGINE`` (or the ``engine`` argument) chooses: ``host``
-decodes every column on the host threads; ``gpu`` decodes every supported
-column chunk with the page-decode kernels
+``NEXUS_DECODE_ENGINE`` (or the ``engine`` argument) chooses: ``host`` (the
+default) decodes every column on the host threads; ``gpu`` decodes every
+supported column chunk with the page-decode kernels
 (:mod:`nexus_cache.frames.gpudecode`) and refuses a domain that is not a
-CUDA one; ``auto`` (the default where nvCOMP imports, :func:`default_engine`;
-else ``host`` is) does the same where it can (the domain's memory is device
+CUDA one; ``auto`` does the same where it can (the domain's memory is device
 memory and CuPy imports) and decodes on the host otherwise, and also leaves
 to the host a column whose pages nvCOMP would decompress unchecked (Zstd,
-Gzip) or could not decompress at all (:func:`_auto_reason`). A column goes
+Gzip) or could not decompress at all (:func:`_auto_reason`), and a file
+whose row group needs more heap than a limited domain leaves a decode
+(:func:`_too_large_for`). A column goes
 to the GPU only when every chunk of it that the read covers is supported
 (footer and page headers agree, see ``gpudecode.support``); otherwise the
 host decodes it, and ``DecodeStats.paths`` says why. The pages of a GPU
@@ -37,7 +38,6 @@ from nexus_cache.frames._builder import check_dictionary_length
 from nexus_cache.frames._variables import DECODE_ENGINE, ENGINES
 from nexus_cache.frames.column import ColumnKind, DeviceColumn, column_kind, storage_dtype
 from nexus_cache.frames.frame import _to_host
-from nexus_cache.frames.gpudecode import nvcomp as _nvcomp
 from nexus_cache.frames.gpudecode.device import DeviceChunk, decode_chunks_on_device, mergeable
 from nexus_cache.frames.gpudecode.nvcomp import device_algorithm
 from nexus_cache.frames.gpudecode.pages import ChunkSpec, Page, chunk_specs, read_pages
@@ -49,7 +49,6 @@ __all__ = [
     "ENV_DECODE_ENGINE",
     "PagePlan",
     "decode_page_columns",
-    "default_engine",
     "engine_setting",
     "join_chunks",
     "plan_page_columns",
@@ -67,16 +66,9 @@ def engine_setting(engine: str | None) -> tuple[str, str]:
     if engine is None:
         text = raw(DECODE_ENGINE)
         if text is None:
-            return default_engine(), "the default"
+            return str(read(DECODE_ENGINE)), "the default"
         return str(read(DECODE_ENGINE)), f"{ENV_DECODE_ENGINE}={text!r}"
     return parse_choice(engine, "engine", ENGINES), f"engine={engine!r}"
-
-
-def default_engine() -> str:
-    """The engine when none is set: ``auto`` where nvCOMP imports (the GPU
-    engine is then the faster one on a CUDA domain, and ``auto`` leaves to
-    the host what it cannot check), else ``host``."""
-    return "auto" if _nvcomp.nvcomp_module() is not None else "host"
 
 
 def _auto_reason(spec: ChunkSpec) -> str | None:
@@ -273,10 +265,10 @@ def _same_as_before(domain: Any, dictionaries: Sequence[DeviceChunk]) -> list[bo
     if not pairs:
         return same
     flags = []
-    for k in pairs:
-        a, b = dictionaries[k - 1], dictionaries[k]
-        flags.append(((a.offsets == b.offsets).all() & (a.data == b.data).all()).reshape(1))
-    with domain.scope():
+    with domain.scope():  # the comparisons' temporaries are the domain's too
+        for k in pairs:
+            a, b = dictionaries[k - 1], dictionaries[k]
+            flags.append(((a.offsets == b.offsets).all() & (a.data == b.data).all()).reshape(1))
         equal = _to_host(domain.xp.concatenate(flags))
     for k, flag in zip(pairs, equal, strict=True):
         same[k] = bool(flag)

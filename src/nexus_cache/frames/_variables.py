@@ -30,7 +30,7 @@ DECODE_ENGINE = Variable(
     "NEXUS_DECODE_ENGINE",
     "enum",
     "Which decoder takes each Parquet column",
-    unset="`auto` where nvCOMP imports (the `gpudecode` extra), else `host`",
+    default="host",  # auto waits for the warm-up to cover the GPU decode (see frames.md)
     choices=ENGINES,
 )
 DECODE_WINDOW_BYTES = Variable(

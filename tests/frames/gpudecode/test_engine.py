@@ -50,17 +50,6 @@ def _nvcomp(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
     monkeypatch.setattr(nvcomp, "nvcomp_module", lambda: object() if installed else None)
 
 
-@pytest.mark.parametrize(("installed", "default"), [(True, "auto"), (False, "host")])
-def test_the_default_engine_is_auto_where_nvcomp_imports(
-    installed: bool, default: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
-    _nvcomp(monkeypatch, installed)
-    assert engine_setting(None) == (default, "the default")
-    monkeypatch.setenv("NEXUS_DECODE_ENGINE", "host")  # a setting wins over the default
-    assert engine_setting(None) == ("host", "NEXUS_DECODE_ENGINE='host'")
-
-
 def test_engine_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
     _nvcomp(monkeypatch, installed=False)
@@ -82,21 +71,13 @@ def _decode(tmp_path: Path, **kwargs: Any) -> tuple[DeviceFrame, DecodeStats]:
     return decode_parquet(path, domain=_domain(), stats=stats, **kwargs), stats
 
 
-@pytest.mark.parametrize(
-    ("installed", "path"),
-    [
-        (False, "host: engine host, the default"),
-        (True, "host: the domain's memory is host memory"),
-    ],
-)
-def test_the_default_engine_decodes_a_host_domain_on_the_host(
-    installed: bool, path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_host_engine_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
-    _nvcomp(monkeypatch, installed)
-    frame, stats = _decode(tmp_path)
-    assert stats.paths == dict.fromkeys("isbt", path)
-    assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
+    for installed in (True, False):  # with nvCOMP or without it
+        _nvcomp(monkeypatch, installed)
+        frame, stats = _decode(tmp_path)
+        assert stats.paths == dict.fromkeys("isbt", "host: engine host, the default")
+        assert frame.to_arrow().equals(pq.read_table(tmp_path / "t.parquet"))
 
 
 @pytest.mark.usefixtures("emulated_device")

@@ -109,7 +109,7 @@ def test_decode_kernels_are_not_preloaded_where_the_host_decodes(
     domain = select_backend().create_domain(0)
     try:
         monkeypatch.delenv("NEXUS_DECODE_ENGINE", raising=False)
-        assert preload_decode_kernels(domain) is None  # the default engine: host memory
+        assert preload_decode_kernels(domain) is None  # the default engine is host
         assert preload_decode_kernels(domain, "auto") is None  # host memory
         with pytest.raises(BackendUnavailableError, match="NEXUS_DECODE_ENGINE"):
             preload_decode_kernels(domain, "gpu")
