@@ -3,6 +3,7 @@ compare it with PyArrow's decode, bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,22 @@ from nexus_cache.frames.gpudecode import (
     read_pages,
     unsupported_reason,
 )
+
+
+def file_chunks(raw: bytes, shift: int = 0) -> list[tuple[bytes, ChunkSpec, Any]]:
+    """Every chunk of every row group of the Parquet file ``raw``, row group by
+    row group, as (bytes, spec, pages), each as if it lay ``shift`` bytes
+    further into the file."""
+    pf = pq.ParquetFile(io.BytesIO(raw))
+    out = []
+    for g in range(pf.metadata.num_row_groups):
+        for j in range(pf.metadata.num_columns):
+            spec = chunk_spec(pf, g, j, "t.parquet")
+            chunk = raw[spec.start : spec.start + spec.size]
+            if shift:
+                spec = dataclasses.replace(spec, start=spec.start + shift)
+            out.append((chunk, spec, read_pages(chunk, spec)))
+    return out
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

@@ -8,20 +8,18 @@ layout, the same."""
 
 from __future__ import annotations
 
-import dataclasses
-import io
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests.frames.gpudecode._check import file_chunks
 from tests.frames.gpudecode.test_device_plan import _mixed_table
 from tests.frames.gpudecode.test_reference import CODECS, WRITE_OPTIONS, tables, write
 
 from nexus_cache.errors import SourceFormatError
-from nexus_cache.frames.gpudecode import ChunkSpec, Page, chunk_spec, read_pages
+from nexus_cache.frames.gpudecode import ChunkSpec, Page, read_pages
 from nexus_cache.frames.gpudecode.layout import (
     HeapLayout,
     layout_chunk,
@@ -38,15 +36,7 @@ Item = tuple[bytes, ChunkSpec, list[Page]]
 def _items(raw: bytes, shift: int = 0) -> list[Item]:
     """Every chunk of every row group of ``raw`` (bytes, spec, pages), each as if
     it lay ``shift`` bytes further into the file."""
-    pf = pq.ParquetFile(io.BytesIO(raw))
-    out = []
-    for g in range(pf.metadata.num_row_groups):
-        for j in range(pf.metadata.num_columns):
-            spec = chunk_spec(pf, g, j, "t.parquet")
-            chunk = raw[spec.start : spec.start + spec.size]
-            spec = dataclasses.replace(spec, start=spec.start + shift)
-            out.append((chunk, spec, read_pages(chunk, spec)))
-    return out
+    return file_chunks(raw, shift)
 
 
 def _layout(items: list[Item], image: bool, device: bool = True) -> HeapLayout:

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from tests.frames.gpudecode import _emulator
-from tests.frames.gpudecode._check import assert_same, device_piece
+from tests.frames.gpudecode._check import assert_same, device_piece, file_chunks
 from tests.frames.gpudecode.test_device_plan import _mixed_table
 from tests.frames.gpudecode.test_reference import WRITE_OPTIONS, tables, write
 
@@ -30,14 +30,7 @@ _heap = importlib.import_module("nexus_cache.frames.gpudecode._heap")
 
 def _items(raw: bytes) -> tuple[pq.ParquetFile, list[Any]]:
     """Every chunk of ``raw``, row group by row group."""
-    pf = pq.ParquetFile(io.BytesIO(raw))
-    items = []
-    for g in range(pf.metadata.num_row_groups):
-        for j in range(pf.metadata.num_columns):
-            spec = chunk_spec(pf, g, j, "t.parquet")
-            data = raw[spec.start : spec.start + spec.size]
-            items.append((data, spec, read_pages(data, spec)))
-    return pf, items
+    return pq.ParquetFile(io.BytesIO(raw)), file_chunks(raw)
 
 
 def _by_column(pf: pq.ParquetFile) -> list[list[int]]:

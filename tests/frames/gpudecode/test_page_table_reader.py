@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.frames.gpudecode.test_pages import corrupted
 
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode import ChunkSpec, chunk_spec, read_pages
@@ -206,15 +207,9 @@ def test_corrupt_and_truncated_headers_are_refused_as_the_page_walk_refuses(
     # a byte of a header changed (or anywhere), the chunk cut, the footer's
     # count off: the same pages, or the same refusal, the same message
     chunk, spec = _CHUNKS[which]
-    data = bytearray(chunk)
-    headers = _HEADERS[which]
-    for where, into_header, value in edits:
-        at = where if into_header < 0 else headers[where % len(headers)] + into_header
-        data[at % len(data)] = value
-    if cut:
-        data = data[:-cut]
+    data = corrupted(chunk, _HEADERS[which], edits, cut)
     spec = dataclasses.replace(spec, size=len(data), num_values=spec.num_values + values)
-    _check(bytes(data), spec)
+    _check(data, spec)
 
 
 def test_a_chunk_of_the_wrong_size_is_refused_as_before() -> None:

@@ -213,6 +213,20 @@ def _fuzz_chunks() -> list[tuple[bytes, ChunkSpec]]:
     return chunks
 
 
+def corrupted(
+    chunk: bytes, headers: list[int], edits: list[tuple[int, int, int]], cut: int
+) -> bytes:
+    """``chunk`` with each ``(where, into_header, value)`` of ``edits`` written
+    (``into_header`` -1: byte ``where`` of the chunk; else that byte of the page
+    header at ``headers[where]``, both wrapped around) and its last ``cut``
+    bytes dropped."""
+    data = bytearray(chunk)
+    for where, into_header, value in edits:
+        at = where if into_header < 0 else headers[where % len(headers)] + into_header
+        data[at % len(data)] = value
+    return bytes(data[: len(data) - cut])
+
+
 _CHUNKS = _fuzz_chunks()
 # Where each chunk's page headers start: most edits land in a header.
 _HEADERS = [[p.offset - spec.start for p in read_pages(c, spec)] for c, spec in _CHUNKS]
@@ -232,14 +246,7 @@ def test_corrupted_chunks_raise_source_format_error_only(
     which: int, edits: list[tuple[int, int, int]], cut: int
 ) -> None:
     chunk, spec = _CHUNKS[which]
-    data = bytearray(chunk)
-    headers = _HEADERS[which]
-    for where, into_header, value in edits:
-        # into_header -1: anywhere in the chunk; else that byte of a page header
-        at = where if into_header < 0 else headers[where % len(headers)] + into_header
-        data[at % len(data)] = value
-    if cut:
-        data = data[:-cut]
+    data = corrupted(chunk, _HEADERS[which], edits, cut)
     spec = dataclasses.replace(spec, size=len(data))
     started = time.monotonic()
     try:
