@@ -68,19 +68,22 @@ def test_an_idle_device_gets_the_free_blocks_back(tmp_path: Path, source: Path) 
 
 
 def test_a_query_during_the_wait_postpones_the_release(tmp_path: Path, source: Path) -> None:
-    service = make_service(tmp_path / "svc", idle_release_s=0.3)
+    # Margins wide enough for a loaded 2-core runner: the borrow starts at once
+    # (well inside the idle spell) and lasts past the first timer's deadline.
+    idle = 1.0
+    service = make_service(tmp_path / "svc", idle_release_s=idle)
     try:
         service.execute(Scan(str(source), ["a"]))
         left = time.monotonic()
-        time.sleep(0.2)
         with service._work.borrow(0):  # a query's attempt, as the service lends it
-            time.sleep(0.2)  # the first timer fires now, while the domain is borrowed
+            assert time.monotonic() - left < idle, "the borrow began after the idle spell"
+            time.sleep(idle + 0.3)  # the first timer fires now, while the domain is borrowed
             assert _releases(service) == 0
         second = time.monotonic()
         assert _until(lambda: _releases(service) == 1)
         # not before the idle spell that began at the second leave was over
-        assert time.monotonic() - second >= 0.25
-        assert time.monotonic() - left >= 0.6
+        assert time.monotonic() - second >= idle - 0.1
+        assert time.monotonic() - left >= 2 * idle + 0.2
     finally:
         service.shutdown()
 
