@@ -23,6 +23,7 @@ from nexus_cache.frames.gpudecode.pages import Page, PageList, PageTable, page_t
 from nexus_cache.frames.gpudecode.support import pages_reason, unsupported_reason
 
 _pages = importlib.import_module("nexus_cache.frames.gpudecode.pages")
+_headers = importlib.import_module("nexus_cache.frames.gpudecode._page_headers")
 
 
 def _walk(chunk: bytes, spec: ChunkSpec) -> list[Page]:
@@ -231,6 +232,7 @@ def test_the_walk_and_the_support_check_make_no_page_object(
 
     monkeypatch.setattr(_pages, "Page", refuse)
     monkeypatch.setattr(_pages, "PageHeader", refuse)
+    monkeypatch.setattr(_headers, "PageHeader", refuse)  # the readers' own
     pages = read_pages(chunk, spec)
     assert len(pages) > 5
     assert unsupported_reason(spec, pages) is None

@@ -26,7 +26,7 @@ from nexus_cache.frames.gpudecode import (
 )
 from nexus_cache.frames.gpudecode._thrift import MAX_DEPTH, ThriftError, read_fields, read_struct
 
-_pages = importlib.import_module("nexus_cache.frames.gpudecode.pages")
+_readers = importlib.import_module("nexus_cache.frames.gpudecode._page_headers")
 
 # A compact-protocol writer for the tests' own headers.
 I32, BINARY, LIST, MAP, STRUCT, TRUE, FALSE = 5, 8, 9, 11, 12, 1, 2
@@ -268,8 +268,8 @@ def test_random_bytes_raise_source_format_error_only(data: bytes, values: int) -
 def _general(buf: bytes) -> tuple[Any, int] | None:
     """The general reader's ``(header, offset past it)``, None where it refuses."""
     try:
-        fields, body = read_fields(memoryview(buf), 0, len(buf), _pages._HEADER)
-        return _pages._header(fields, body), body
+        fields, body = read_fields(memoryview(buf), 0, len(buf), _readers._HEADER)
+        return _readers._header(fields, body), body
     except ThriftError:
         return None
 
@@ -281,7 +281,7 @@ def test_pyarrow_page_headers_take_the_common_path_and_read_the_same() -> None:
         data = memoryview(chunk)
         for page in read_pages(chunk, spec):
             at = page.offset - spec.start
-            common = _pages._common_header(data, at)
+            common = _readers.common_header(data, at)
             assert common is not None
             header, body = common
             assert header == page.header
@@ -350,7 +350,7 @@ def _headers(draw: st.DrawFn) -> bytes:
 @settings(max_examples=1500, deadline=None)
 @given(raw=_headers())
 def test_the_common_header_reader_agrees_with_the_general_one(raw: bytes) -> None:
-    common = _pages._common_header(memoryview(raw), 0)
+    common = _readers.common_header(memoryview(raw), 0)
     if common is not None:  # where it reads one, it is the general reader's
         assert common == _general(raw)
 
@@ -397,7 +397,7 @@ def test_pyarrow_v1_data_page_headers_take_the_one_match_path_and_read_the_same(
         data = memoryview(chunk)
         for page in read_pages(chunk, spec):
             at = page.offset - spec.start
-            fast = _pages._shaped_header(data, at)
+            fast = _readers._shaped_header(data, at)
             if page.header.type not in (PageType.DATA_PAGE, PageType.DICTIONARY_PAGE):
                 assert fast is None
                 continue
@@ -459,10 +459,10 @@ def _v1_headers(draw: st.DrawFn) -> bytes:
 def test_the_one_match_reader_agrees_with_the_common_and_general_ones(raw: bytes) -> None:
     # where it reads a header it is exactly the general reader's (and the
     # common reader's); what either refuses or leaves, it leaves too
-    fast = _pages._shaped_header(memoryview(raw), 0)
+    fast = _readers._shaped_header(memoryview(raw), 0)
     if fast is not None:
         assert fast == _general(raw)
-        assert fast == _pages._common_header(memoryview(raw), 0)
+        assert fast == _readers.common_header(memoryview(raw), 0)
 
 
 @st.composite
@@ -481,7 +481,7 @@ def _dictionary_headers(draw: st.DrawFn) -> bytes:
 @settings(max_examples=1000, deadline=None)
 @given(raw=_dictionary_headers())
 def test_the_one_match_reader_reads_dictionary_headers_as_the_general_one(raw: bytes) -> None:
-    fast = _pages._shaped_header(memoryview(raw), 0)
+    fast = _readers._shaped_header(memoryview(raw), 0)
     if fast is not None:
         assert fast == _general(raw)
-        assert fast == _pages._common_header(memoryview(raw), 0)
+        assert fast == _readers.common_header(memoryview(raw), 0)

@@ -1,8 +1,9 @@
 """Parquet page decoding laid out for the GPU, with a NumPy reference.
 
-* ``pages``: page headers (our own Thrift compact reader) and the walk of a
-  column chunk into pages, from the footer's offsets, read into a table of
-  arrays (``PageTable``, held by a ``PageList``);
+* ``pages``: the walk of a column chunk into pages, from the footer's
+  offsets, read into a table of arrays (``PageTable``, held by a
+  ``PageList``); its page headers (``PageHeader``, our own Thrift compact
+  reader) are read by ``_page_headers``;
 * ``support``: which chunks are supported, decided from the footer and the
   page headers before any decoding;
 * ``reference``: the NumPy decoder of one column chunk into frame buffers,
@@ -22,6 +23,9 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from nexus_cache.frames.gpudecode._page_headers import Encoding as Encoding
+    from nexus_cache.frames.gpudecode._page_headers import PageHeader as PageHeader
+    from nexus_cache.frames.gpudecode._page_headers import PageType as PageType
     from nexus_cache.frames.gpudecode.device import DeviceChunk as DeviceChunk
     from nexus_cache.frames.gpudecode.device import (
         decode_chunk_on_device as decode_chunk_on_device,
@@ -30,12 +34,9 @@ if TYPE_CHECKING:
         decode_chunks_on_device as decode_chunks_on_device,
     )
     from nexus_cache.frames.gpudecode.pages import ChunkSpec as ChunkSpec
-    from nexus_cache.frames.gpudecode.pages import Encoding as Encoding
     from nexus_cache.frames.gpudecode.pages import Page as Page
-    from nexus_cache.frames.gpudecode.pages import PageHeader as PageHeader
     from nexus_cache.frames.gpudecode.pages import PageList as PageList
     from nexus_cache.frames.gpudecode.pages import PageTable as PageTable
-    from nexus_cache.frames.gpudecode.pages import PageType as PageType
     from nexus_cache.frames.gpudecode.pages import chunk_spec as chunk_spec
     from nexus_cache.frames.gpudecode.pages import chunk_specs as chunk_specs
     from nexus_cache.frames.gpudecode.pages import read_pages as read_pages
@@ -50,12 +51,12 @@ _EXPORTS: dict[str, str] = {
     "decode_chunk_on_device": "nexus_cache.frames.gpudecode.device",
     "decode_chunks_on_device": "nexus_cache.frames.gpudecode.device",
     "ChunkSpec": "nexus_cache.frames.gpudecode.pages",
-    "Encoding": "nexus_cache.frames.gpudecode.pages",
+    "Encoding": "nexus_cache.frames.gpudecode._page_headers",
     "Page": "nexus_cache.frames.gpudecode.pages",
-    "PageHeader": "nexus_cache.frames.gpudecode.pages",
+    "PageHeader": "nexus_cache.frames.gpudecode._page_headers",
     "PageList": "nexus_cache.frames.gpudecode.pages",
     "PageTable": "nexus_cache.frames.gpudecode.pages",
-    "PageType": "nexus_cache.frames.gpudecode.pages",
+    "PageType": "nexus_cache.frames.gpudecode._page_headers",
     "chunk_spec": "nexus_cache.frames.gpudecode.pages",
     "chunk_specs": "nexus_cache.frames.gpudecode.pages",
     "read_pages": "nexus_cache.frames.gpudecode.pages",

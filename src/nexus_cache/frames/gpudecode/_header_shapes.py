@@ -5,9 +5,9 @@ A v1 data page header or a dictionary page header as PyArrow writes it
 over its bytes: every field's head decides how the field is read, so a
 header matches in one way or none, and the patterns check the fields'
 ranges (a non-negative 32-bit size, a one-byte encoding) as
-:func:`.pages._common_header` does. :func:`shape_row` gives the page's row
+:func:`._page_headers.common_header` does. :func:`shape_row` gives the page's row
 as :func:`.pages.read_pages` records it, or None for any other header (the
-readers in :mod:`.pages` read it then, and name what is wrong). Stateless
+readers in :mod:`._page_headers` read it then, and name what is wrong). Stateless
 and thread-safe (the varint cache only ever stores the value its key gives).
 """
 
@@ -24,7 +24,7 @@ __all__ = ["shape_row"]
 _DATA_PAGE, _DICTIONARY_PAGE = 0, 2
 
 #: A varint of one to five bytes whose zigzag value is a non-negative 32-bit
-#: integer (the check :func:`.pages._common_header` makes): an even first
+#: integer (the check :func:`._page_headers.common_header` makes): an even first
 #: byte (not negative), and a fifth byte, if any, below 16 (below 2**31).
 _EVEN_LOW = b"[" + b"".join(b"\\x%02x" % b for b in range(0, 0x80, 2)) + b"]"
 _EVEN_HIGH = b"[" + b"".join(b"\\x%02x" % b for b in range(0x80, 0x100, 2)) + b"]"
@@ -57,7 +57,7 @@ _STATISTICS_FIELD = (
 #: :data:`_STATISTICS_FIELD`), and the two struct ends. Each field's head
 #: decides how it is read, so a header matches in one way or none.
 #: A page header's ``crc`` (field 4, read past: at most five bytes, as
-#: :func:`.pages._common_header` reads it), then the nested header's field head
+#: :func:`._page_headers.common_header` reads it), then the nested header's field head
 #: (field 5 or 7, a struct); without the ``crc``, the nested header's head alone.
 _CRC = rb"\x15[\x80-\xff]{0,4}[\x00-\x7f]"
 _DATA_V1_SHAPE = re.compile(
