@@ -423,7 +423,7 @@ def test_the_cli_default_limit_is_the_library_one(capsys: pytest.CaptureFixture[
 def test_admission_log_keeps_a_bounded_tail_in_memory(tmp_path: Path) -> None:
     # a long-running server admits millions of attempts: the in-memory lines
     # must not grow with them (the file keeps every line)
-    from nexus_cache.service.evidence import ADMISSION_MEMORY_LINES, AdmissionLog
+    from nexus_cache.service._admission_tsv import ADMISSION_MEMORY_LINES, AdmissionLog
 
     log = AdmissionLog(None)
     for n in range(ADMISSION_MEMORY_LINES + 5):

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from nexus_cache._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from nexus_cache.service._admission_tsv import ADMISSION_COLUMNS as ADMISSION_COLUMNS
     from nexus_cache.service.config import DEFAULT_CACHE_CAP_FRACTION as DEFAULT_CACHE_CAP_FRACTION
     from nexus_cache.service.config import DeviceSettings as DeviceSettings
     from nexus_cache.service.config import ServiceConfig as ServiceConfig
     from nexus_cache.service.config import load_lakehouse_config as load_lakehouse_config
     from nexus_cache.service.config import load_lakehouse_root as load_lakehouse_root
     from nexus_cache.service.device_result import DeviceQueryResult as DeviceQueryResult
-    from nexus_cache.service.evidence import ADMISSION_COLUMNS as ADMISSION_COLUMNS
     from nexus_cache.service.evidence import EVIDENCE_FORMAT as EVIDENCE_FORMAT
     from nexus_cache.service.evidence import EvidenceReport as EvidenceReport
     from nexus_cache.service.evidence import verify_evidence as verify_evidence
@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "load_lakehouse_config": "nexus_cache.service.config",
     "load_lakehouse_root": "nexus_cache.service.config",
     "DeviceQueryResult": "nexus_cache.service.device_result",
-    "ADMISSION_COLUMNS": "nexus_cache.service.evidence",
+    "ADMISSION_COLUMNS": "nexus_cache.service._admission_tsv",
     "EVIDENCE_FORMAT": "nexus_cache.service.evidence",
     "EvidenceReport": "nexus_cache.service.evidence",
     "table_fingerprint": "nexus_cache.service.fingerprint",
