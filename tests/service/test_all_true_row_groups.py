@@ -27,13 +27,12 @@ from nexus_cache.backends import HostBackend
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
 from nexus_cache.service import Count, Scan
+from nexus_cache.service._table_filter import count_table, scan_table
 from nexus_cache.service._table_scan import (
     choose_row_groups,
-    count_table,
     decode_table_object,
     needs_no_mask,
     plan_table,
-    scan_table,
 )
 
 _fused = importlib.import_module("nexus_cache.frames.fused_filter")

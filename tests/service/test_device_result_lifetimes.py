@@ -31,7 +31,7 @@ from tests.service._helpers import MIB, make_service, write_year_month_hive
 
 import nexus_cache.service._attempt as attempt_module
 import nexus_cache.service._runner as runner_module
-import nexus_cache.service._table_scan as table_scan_module
+import nexus_cache.service._table_filter as table_filter_module
 import nexus_cache.service.service as service_module
 from nexus_cache.errors import AdmissionError, LifecycleError
 from nexus_cache.frames import DeviceFrame
@@ -227,7 +227,7 @@ def _instead(real: Callable[..., Any]) -> Callable[..., Any]:
 # (where, attribute, how): every Python step between admission and the return
 STEPS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = {
     "decode": (attempt_module, "decode_table_object", _after),
-    "gather": (table_scan_module, "gather_table", _after),
+    "gather": (table_filter_module, "gather_table", _after),
     "sealing": (EvidenceWriter, "seal", _after),
     "booking": (DeviceFrame, "with_owner", _after),
     "noting the source's device": (Admission, "remember", _instead),

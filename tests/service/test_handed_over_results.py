@@ -24,12 +24,12 @@ from tests.tables._compare import assert_same_rows
 from nexus_cache.backends import HostBackend, round_allocation
 from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
 from nexus_cache.service import Scan
+from nexus_cache.service._table_filter import scan_table
 from nexus_cache.service._table_scan import (
     choose_row_groups,
     decode_table_object,
     needs_no_mask,
     plan_table,
-    scan_table,
 )
 
 ROWS, GROUP = 800, 100

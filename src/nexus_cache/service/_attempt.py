@@ -43,18 +43,20 @@ from nexus_cache.service._lake import (
     plan_source,
 )
 from nexus_cache.service._source_port import BYPASS_COUNT, SourceLoad, SourceOutcome, SourcePort
-from nexus_cache.service._table_scan import (
+from nexus_cache.service._table_filter import (
     FilterCounts,
+    count_table,
+    filter_frames,
+    scan_table,
+)
+from nexus_cache.service._table_scan import (
     RowGroupChoice,
     TableRead,
     choose_row_groups,
-    count_table,
     decode_table_object,
-    filter_frames,
     is_table_read,
     needs_no_mask,
     plan_table,
-    scan_table,
 )
 from nexus_cache.service.admission import Attempt, estimate_grant
 from nexus_cache.service.queries import Count, GraphQuery, Query, Scan
