@@ -6,7 +6,8 @@ location (:func:`split_location`; cluster routing keys on it too, through
 :func:`location_key`): a local location is compared after resolving symlinks
 and ``..`` (``file://`` and ``local://`` are local paths), a URL by prefix at
 a ``/`` boundary, its scheme case-insensitive; a URL with a ``.`` or ``..``
-segment is never allowed (a store may resolve it).
+segment is never allowed (a store may resolve it), percent-encoded ones
+(``%2e%2e``, ``..%2f``) included: an HTTP client decodes and resolves them.
 Pure functions; thread-safe.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from nexus_cache.errors import ConfigError
 
@@ -43,7 +45,7 @@ def split_location(location: str) -> tuple[str, str] | None:
     The one normal form of a location: blanks around it dropped, ``file://``
     and ``local://`` (any case) are the local scheme ``file``, a URL's scheme in
     lower case, trailing slashes dropped. None for a URL with a ``.`` or ``..``
-    segment (a store may resolve it).
+    segment (a store may resolve it), also once percent-decoded.
     """
     text = location.strip()
     scheme, sep, rest = text.partition("://")
@@ -52,11 +54,25 @@ def split_location(location: str) -> tuple[str, str] | None:
     if sep or "::" in text:
         if not sep:  # a chained URL without '://': its whole text is its scheme
             return text.lower(), ""
-        parts = rest.split("/")
-        if "." in parts or ".." in parts:
+        if _dot_segment(rest):
             return None
         return scheme.lower(), rest.rstrip("/")
     return "file", text.rstrip("/") or text
+
+
+def _dot_segment(path: str) -> bool:
+    """Whether ``path`` (a URL's part after ``://``) has a ``.`` or ``..`` segment as
+    written or once percent-decoded, however many times encoded: an HTTP client
+    (aiohttp, as fsspec's ``http`` uses it) decodes ``%2e%2e`` and resolves it."""
+    for _ in range(8):
+        parts = path.split("/")
+        if "." in parts or ".." in parts:
+            return True
+        decoded = unquote(path)
+        if decoded == path:
+            return False
+        path = decoded
+    return True  # encoded deeper than any client decodes: refused rather than guessed
 
 
 def location_key(location: str) -> str:

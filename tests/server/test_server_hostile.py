@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
@@ -164,6 +168,51 @@ def test_links_and_dot_dot_out_of_the_roots_are_refused_and_never_followed(
         result = client.execute(_scan(str(lake / "mixed")))
         assert result.table.equals(pq.read_table(lake / "mixed" / "real.parquet"))
         assert result.diagnostics.lakehouse["objects"] == 1
+
+
+def test_percent_encoded_dot_segments_never_leave_a_url_root(tmp_path: Path) -> None:
+    """An HTTP client decodes ``%2e%2e`` and resolves it, so a URL under an HTTP root
+    written with encoded dot segments would fetch what lies outside the root."""
+    site = tmp_path / "site"
+    (site / "lake").mkdir(parents=True)
+    write_parquet(fact_table(5), site / "lake" / "facts.parquet")
+    write_parquet(fact_table(11), site / "secret.parquet")
+    requested: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def send_head(self) -> Any:
+            requested.append(self.path)
+            return super().send_head()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    web = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(site)))
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{web.server_address[1]}/lake"
+    toml = tmp_path / "nexus.toml"
+    toml.write_text(f"[server]\nallowed_roots = [{json.dumps(root)}]\n")
+    server = start_server(server_env(tmp_path), "--config", str(toml))
+    try:
+        with Client(server.url) as client:
+            for source in (
+                f"{root}/%2e%2e/secret.parquet",
+                f"{root}/%2E%2E/secret.parquet",
+                f"{root}/.%2e/secret.parquet",
+                f"{root}/..%2fsecret.parquet",
+                f"{root}/%252e%252e/secret.parquet",
+                f"{root}/sub/%2e%2e/%2e%2e/secret.parquet",
+            ):
+                for query in (_scan(source), {"type": "count", "source": source}):
+                    with pytest.raises(ConfigError, match=r"outside .*allowed_roots"):
+                        client.execute(query)
+                with pytest.raises(ConfigError, match=r"outside .*allowed_roots"):
+                    client.plan(_scan(source))
+        assert not [p for p in requested if not p.startswith("/lake/")], requested
+    finally:
+        close_all([server])
+        web.shutdown()
+        web.server_close()
 
 
 # -- hostile tickets --------------------------------------------------------------------------
