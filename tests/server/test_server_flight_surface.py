@@ -122,3 +122,43 @@ def test_the_client_maps_every_flight_error_class_back_to_the_service_error() ->
         expected = errors.ServerError if type(exc) is RuntimeError else type(exc)
         assert type(raised.value) is expected
         assert str(raised.value) == message
+
+
+def test_uploads_and_exchanges_are_refused_in_one_line_and_the_server_goes_on(
+    served: Server, lake: Path
+) -> None:
+    """``do_put`` and ``do_exchange`` are not served: a generic client gets a one-line
+    error saying what is served, never pyarrow's traceback of the server."""
+    client = flight.connect(served.url)
+    try:
+        descriptor = flight.FlightDescriptor.for_command(b'{"type": "scan"}')
+        schema = pa.schema([("a", pa.int64())])
+
+        def put() -> None:
+            writer, _ = client.do_put(descriptor, schema)
+            writer.write_table(pa.table({"a": [1, 2]}))
+            writer.close()
+
+        def exchange() -> None:
+            writer, reader = client.do_exchange(descriptor)
+            writer.done_writing()
+            reader.read_all()
+
+        for name, call in (("do_put", put), ("do_exchange", exchange)):
+            with pytest.raises(flight.FlightError) as info:
+                call()
+            error = info.value
+            assert isinstance(error, flight.FlightServerError), (name, repr(error))
+            text = str(error)
+            assert "Traceback" not in text, text
+            assert 'File "' not in text, text
+            line = text.split(". Detail:")[0]
+            assert name in line, line
+            assert "do_get" in line, line
+            assert json.loads(error.extra_info)["error"] == "ConfigError"
+        ticket = flight.Ticket(
+            json.dumps({"type": "count", "source": str(lake / "facts.parquet")}).encode()
+        )
+        assert client.do_get(ticket).read_all()["rows"][0].as_py() == 300
+    finally:
+        client.close()

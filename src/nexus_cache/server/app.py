@@ -371,6 +371,12 @@ class QueryFlightServer(flight.FlightServerBase):
         with answering("get_schema"):
             return flight.SchemaResult(self._described(descriptor)[2])
 
+    def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        raise flight_error(_not_served("do_put", "takes no uploads"))
+
+    def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        raise flight_error(_not_served("do_exchange", "has no exchanges"))
+
     def _described(self, descriptor: flight.FlightDescriptor) -> tuple[bytes, Any, pa.Schema]:
         """``(ticket, plan, result schema)`` of a command descriptor."""
         if descriptor.descriptor_type != flight.DescriptorType.CMD:
@@ -454,6 +460,15 @@ class QueryFlightServer(flight.FlightServerBase):
             "rss_bytes": _rss_bytes(),
             "arrow_allocated_bytes": pa.total_allocated_bytes(),
         }
+
+
+def _not_served(call: str, what: str) -> ConfigError:
+    """The one-line error of a Flight call this server does not serve (pyarrow's
+    default would send its traceback)."""
+    return ConfigError(
+        f"{call} is not served: this nexus-cache server {what}; run a query with do_get "
+        "(a ticket holding the query's JSON), plan it with get_flight_info"
+    )
 
 
 def _rss_bytes() -> int | None:
