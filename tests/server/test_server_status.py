@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
 
@@ -332,6 +333,58 @@ def test_the_cancel_button_cancels_a_running_query(served: tuple[Server, str], l
         if client.poll() is None:
             client.kill()
         client.communicate(timeout=30)
+
+
+def test_queries_refused_for_a_slot_or_failing_are_logged_counted_and_named(
+    tmp_path: Path, lake: Path
+) -> None:
+    """A query that got no running-query slot within queue_timeout_s, and one that
+    failed, each have their log line, their count under outcome="error" and a row
+    on the page naming them by the id they ran under."""
+    env = server_env(
+        tmp_path, NEXUS_SERVER_MAX_RUNNING_QUERIES="1", NEXUS_SERVER_QUEUE_TIMEOUT_S="0"
+    )
+    server = start_server(env, "--metrics-port", "0")
+    query = json.dumps(_pagerank(lake / "ring.parquet", **_SLOW))
+    holder = run_python(server_env(Path("/nonexistent")), _CLIENT, server.url, query)
+    try:
+        assert server.metrics_url is not None
+        base = server.metrics_url.rsplit("/metrics", 1)[0]
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "asking"
+        assert wait_until(lambda: len(_status(base)["running"]) == 1, timeout=60)
+        plain = flight.connect(server.url)
+
+        def ask(query_id: str, source: Path) -> None:
+            options = flight.FlightCallOptions(headers=[(b"x-nexus-query-id", query_id.encode())])
+            ticket = flight.Ticket(json.dumps(_scan(source)).encode())
+            with pytest.raises(flight.FlightError):
+                plain.do_get(ticket, options).read_all()
+
+        try:
+            ask("queued-out", lake / "edges.parquet")  # the PageRank holds the one slot
+            holder.kill()
+            assert wait_until(lambda: _status(base)["running"] == [], timeout=60)
+            ask("missing-file", lake / "missing.parquet")
+        finally:
+            plain.close()
+        server.wait_for(r"query queued-out .*edges\.parquet.* error .*queue_timeout_s=0")
+        server.wait_for(r"query missing-file .*missing\.parquet.* error ")
+        rows = {row["query_id"]: row for row in _status(base)["recent"]}
+        assert rows["queued-out"]["outcome"] == "error"
+        assert "queue_timeout_s=0" in rows["queued-out"]["message"]
+        assert rows["missing-file"]["outcome"] == "error"
+        assert "missing.parquet" in rows["missing-file"]["message"]
+        samples = _metric_samples(base)
+        errors = samples[
+            ("nexus_queries_total", frozenset({("type", "scan"), ("outcome", "error")}))
+        ]
+        assert errors == 2
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.communicate(timeout=30)
+        close_all([server])
 
 
 # -- the token ------------------------------------------------------------------------------

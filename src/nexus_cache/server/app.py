@@ -281,11 +281,10 @@ class QueryFlightServer(flight.FlightServerBase):
                 )
             finally:
                 self._slots.release()
-        except flight.FlightError:
+        except flight.FlightError as exc:  # no slot within queue_timeout_s
+            self._failed(query, start, running, "error", str(exc))
             raise
         except Exception as exc:
-            elapsed = time.perf_counter() - start
-            text = json.dumps(query.to_dict(), separators=(",", ":"))
             cancelled = isinstance(exc, QueryCancelledError)
             if cancelled and running.by_server:
                 exc = QueryCancelledError(
@@ -295,25 +294,28 @@ class QueryFlightServer(flight.FlightServerBase):
                     "run it again against a running server"
                 )
             outcome = "cancelled" if cancelled else "error"
-            message = encode_error(exc)[0]
-            log.info(
-                "query %s %s %s %.1f ms: %s",
-                running.query_id,
-                text,
-                outcome,
-                elapsed * 1e3,
-                message,
-            )
-            if self._metrics is not None:
-                if isinstance(exc, AdmissionError):
-                    self._metrics.refused()
-                self._metrics.observe(query.kind, outcome, elapsed, None)
-            if self._board is not None:
-                self._board.finished(running.cancel, outcome, elapsed, None, message)
+            if self._metrics is not None and isinstance(exc, AdmissionError):
+                self._metrics.refused()
+            self._failed(query, start, running, outcome, encode_error(exc)[0])
             if isinstance(exc, USER_ERRORS):  # QueryCancelledError included
                 raise flight_error(exc) from None
             log.exception("query %s failed unexpectedly", running.query_id)
             raise flight_error(exc, internal=True) from None
+
+    def _failed(
+        self, query: Any, start: float, running: RunningQuery, outcome: str, message: str
+    ) -> None:
+        """Log, count and board a query that made no result (``outcome``: ``error`` or
+        ``cancelled``)."""
+        elapsed = time.perf_counter() - start
+        text = json.dumps(query.to_dict(), separators=(",", ":"))
+        log.info(
+            "query %s %s %s %.1f ms: %s", running.query_id, text, outcome, elapsed * 1e3, message
+        )
+        if self._metrics is not None:
+            self._metrics.observe(query.kind, outcome, elapsed, None)
+        if self._board is not None:
+            self._board.finished(running.cancel, outcome, elapsed, None, message)
 
     def _finish(
         self,

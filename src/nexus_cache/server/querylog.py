@@ -111,7 +111,8 @@ class QueryBoard:
             self._recent.append(
                 {
                     "run_id": run.run_id,
-                    "query_id": diag.get("query_id"),
+                    # a query that failed has no diagnostics: its id is the one it ran under
+                    "query_id": diag.get("query_id") or run.run_id,
                     "type": run.kind,
                     "query": run.summary,
                     "query_json": run.text,
