@@ -317,6 +317,22 @@ def test_unreachable_server_is_one_line_naming_the_url(lake: Path, tmp_path: Pat
         Client(url, timeout=5).health()
 
 
+def test_a_host_name_that_does_not_resolve_is_named_as_such(lake: Path, tmp_path: Path) -> None:
+    """A server URL whose host name resolves to nothing says so (fix the name), never
+    that a server there is running (nothing was reached) nor to start one."""
+    env = server_env(tmp_path)
+    url = "grpc://no-such-host.invalid:8815"  # .invalid never resolves (RFC 2606)
+    cli = run_cli(env, "scan", str(lake / "facts.parquet"), "--server", url)
+    assert cli.returncode == 2
+    (line,) = cli.stderr.strip().splitlines()
+    expected = f"nexus-cache: error: the host of the nexus-cache server URL {url} does not resolve"
+    assert line.startswith(expected), line
+    assert "--server" in line, line
+    assert "is running" not in line, line
+    with pytest.raises(ServerUnavailableError, match="does not resolve"):
+        Client(url, timeout=30).health()
+
+
 # -- concurrency, single flight, cancellation --------------------------------------------------
 
 _SCAN_CLIENT = """

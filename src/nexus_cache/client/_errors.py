@@ -6,10 +6,10 @@ whatever Flight exception carried it. Otherwise the failure is named from
 the exception's kind and gRPC's text, never from its Python type alone (a
 server may answer with another gRPC status code, which pyarrow raises as
 another class): a refused token, a deadline that passed, a TLS handshake
-that failed (no TLS on one side, an untrusted certificate), a server that
-cannot be reached, a running server that refuses the call (shutting down,
-every running-query slot busy). Only a server that cannot be reached at all
-is told to be started. Pure functions; thread-safe.
+that failed (no TLS on one side, an untrusted certificate), a host name
+that does not resolve, a server that cannot be reached, a running server
+that refuses the call (shutting down, every running-query slot busy). Only
+a server that cannot be reached at all is told to be started. Pure functions; thread-safe.
 """
 
 from __future__ import annotations
@@ -43,13 +43,20 @@ _FLIGHT_PREFIX = re.compile(r"^Flight returned [\w ]+ error, with message: ")
 _NOT_TLS = ("wrong version number", "WRONG_VERSION_NUMBER", "http request", "HTTP_REQUEST")
 _UNTRUSTED = ("certificate verify failed", "CERTIFICATE_VERIFY_FAILED")
 _WRONG_NAME = ("Peer name", "not in peer certificate", "hostname mismatch")
+# gRPC's text for a host name that resolves to no address
+_UNRESOLVED = (
+    "DNS resolution failed",
+    "errors resolving",
+    "address lookup failed",
+    "Domain name not found",
+    "Name or service not known",
+)
 # gRPC's text for a connection that could not be made at all
 _UNREACHABLE = (
+    *_UNRESOLVED,
     "failed to connect to all addresses",
     "Connection refused",
     "connection refused",
-    "DNS resolution failed",
-    "Name or service not known",
     "empty address list",
     "No route to host",
     "Network is unreachable",
@@ -114,6 +121,11 @@ def _unavailable(url: str, text: str) -> ServerError:
         return ServerUnavailableError(
             f"the TLS handshake with the server at {url} failed ({_tls_reason(text)}); "
             "check grpc:// against grpc+tls:// and the certificates"
+        )
+    if _any(text, _UNRESOLVED):
+        return ServerUnavailableError(
+            f"the host of the nexus-cache server URL {url} does not resolve ({text}); fix "
+            "the host name in --server / NEXUS_SERVER_URL"
         )
     if _any(text, _UNREACHABLE):
         return ServerUnavailableError(
