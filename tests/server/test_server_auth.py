@@ -23,7 +23,7 @@ from nexus_cache.client import Client
 from nexus_cache.errors import ServerAuthError
 from nexus_cache.service.datagen import fact_table, ring_edges, write_parquet
 
-from ._helpers import Server, close_all, server_env, start_server, wait_until
+from ._helpers import Server, close_all, run_cli, server_env, start_server, wait_until
 
 _TOKEN = "s3cret-Tok3n"
 # A PageRank that runs for hours (alpha near 1 on a ring: see ring_edges).
@@ -227,3 +227,39 @@ def test_a_call_names_its_query_and_the_cancel_action_behind_the_token_cancels_i
         ours.close()
         client.close()
         thread.join(30)
+
+
+def test_a_token_no_header_can_carry_is_refused_where_it_is_given(
+    guarded: Server, lake: Path, tmp_path: Path
+) -> None:
+    """A token with an accent or a line break could never be sent (gRPC headers are
+    printable ASCII): the server refuses to start with it, naming where it came
+    from, and a client refuses to send it, naming the token, instead of failing
+    every call with gRPC's 'Invalid metadata' blamed on the server."""
+    env = server_env(tmp_path)
+    for text in ("pässwörd", "line-one\nline-two"):
+        token_file = tmp_path / "token"
+        token_file.write_text(text + "\n")
+        started = time.monotonic()
+        serve = run_cli(env, "serve", "--port", "0", "--token-file", str(token_file), timeout=60)
+        assert serve.returncode == 2, serve.stderr
+        (line,) = serve.stderr.strip().splitlines()
+        assert "--token-file" in line, line
+        assert "printable ASCII" in line, line
+        assert "warm-up" not in serve.stderr
+        assert time.monotonic() - started < 30
+        # the same token given to a client, against a running server
+        cli = run_cli(
+            {**env, "NEXUS_SERVER_TOKEN": text},
+            "scan",
+            str(lake / "facts.parquet"),
+            "--server",
+            guarded.url,
+        )
+        assert cli.returncode == 2, cli.stderr
+        (line,) = cli.stderr.strip().splitlines()
+        assert "NEXUS_SERVER_TOKEN" in line, line
+        assert "printable ASCII" in line, line
+    # the server's own token still works
+    with Client(guarded.url, token=_TOKEN) as client:
+        assert client.health()["status"] == "ready"

@@ -44,6 +44,7 @@ from nexus_cache.client._calls import Cancellable, interruptible
 from nexus_cache.client._errors import translated
 from nexus_cache.errors import CacheClosedError, ConfigError
 from nexus_cache.server.auth import bearer_header
+from nexus_cache.server.settings import header_safe
 from nexus_cache.server.wire import QUERY_ID_HEADER, encode_ticket, split_diagnostics
 from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult, defer_fingerprint
@@ -102,7 +103,8 @@ class Client:
     ------
     ConfigError
         The URL's scheme is not ``grpc`` or ``grpc+tls``, the URL cannot be
-        used, or the token is empty.
+        used, or the token is empty or holds a character other than
+        printable ASCII.
 
     Examples
     --------
@@ -136,6 +138,12 @@ class Client:
             )
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ConfigError("the server token is empty; give a token or leave it unset")
+        if token is not None and not header_safe(token.strip()):
+            raise ConfigError(
+                "the server token holds a character that a call header cannot carry; use "
+                "the server's token (NEXUS_SERVER_TOKEN for the nexus-cache commands) as "
+                "printable ASCII, without accents, tabs or line breaks"
+            )
         self.url = url
         self._timeout = timeout
         # what each connection to the server is made with (the cancel's own too)

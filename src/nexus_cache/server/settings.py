@@ -38,6 +38,7 @@ __all__ = [
     "URL_VARIABLE",
     "VARIABLES",
     "ServerSettings",
+    "header_safe",
     "is_loopback",
     "load_settings",
     "read_token_file",
@@ -156,6 +157,12 @@ class ServerSettings:
             raise ConfigError(
                 f"{ENV_SERVER_TOKEN} (or --token-file) is empty; give a token or leave it unset"
             )
+        if self.token is not None and not header_safe(self.token.strip()):
+            raise ConfigError(
+                f"{ENV_SERVER_TOKEN} (or --token-file) holds a character that a call header "
+                "cannot carry (no client could send it); use a token of printable ASCII "
+                "characters only, without accents, tabs or line breaks"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together; give both or neither")
         for option, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
@@ -205,6 +212,13 @@ class ServerSettings:
                 f"reaches it could read what this server's user can read; set {ENV_SERVER_TOKEN} "
                 "or --token-file, or pass --allow-unauthenticated"
             )
+
+
+def header_safe(token: str) -> bool:
+    """Whether ``token`` can travel in a call header: printable ASCII only (gRPC
+    refuses any other character, so a token with an accent, a tab or a line break
+    could never be sent)."""
+    return all(" " <= ch <= "~" for ch in token)
 
 
 def is_loopback(host: str) -> bool:
