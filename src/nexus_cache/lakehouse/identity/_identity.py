@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import os
 import socket
@@ -268,11 +269,28 @@ def _local_resolution(path: str, min_age_s: float, now: float | None) -> Resolut
 
 
 def _fs_info(fs: Any, path: str) -> dict[str, Any]:
-    # A listing cache must never answer an identity question: ask the store itself.
-    try:
+    # A listing cache must never answer an identity question: ask the store itself,
+    # with ``refresh=True`` where the filesystem names that parameter (s3fs, adlfs),
+    # else with its listing cache of ``path`` dropped first. Passing ``refresh`` to
+    # one that does not name it is not harmless: fsspec's http filesystem hands
+    # unknown keywords to its HTTP client, which fails, and the read is reported
+    # as a missing file.
+    if _names_refresh(fs.__class__):
         return dict(fs.info(path, refresh=True))
-    except TypeError:
-        return dict(fs.info(path))
+    fs.invalidate_cache(path)
+    return dict(fs.info(path))
+
+
+@functools.cache
+def _names_refresh(kind: Any) -> bool:
+    """Whether filesystem class ``kind``'s ``info`` (its coroutine ``_info`` for an
+    async one, which the sync ``info`` wraps) has a ``refresh`` parameter."""
+    method = getattr(kind, "_info", None) if getattr(kind, "async_impl", False) else None
+    try:
+        parameters = inspect.signature(method or kind.info).parameters
+    except (TypeError, ValueError):  # no signature to read: ask without it
+        return False
+    return "refresh" in parameters
 
 
 def identity_from_info(fs: Any, path: str, info: dict[str, Any]) -> Resolution:
