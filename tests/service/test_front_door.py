@@ -77,11 +77,14 @@ def test_as_query_refuses_what_is_no_query_in_one_form() -> None:
         (42, "use a Scan, Count or GraphQuery"),
         (b"\xff\xfe", "query JSON is malformed"),
         ("[1]", "use a JSON object with a 'type'"),
-        ("9" * 5000, "query JSON is malformed"),  # an integer of too many digits
+        ("9" * 5000, "query JSON is malformed: it holds an integer of more digits"),
         ('{"type": "count", "source": "/x", "colour": 1}', "unknown field"),
     ]:
         with pytest.raises(ConfigError, match=words):
             as_query(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as digits:
+        as_query("9" * 5000)
+    assert "set_int_max_str_digits" not in str(digits.value)  # nothing a client can do
     # the server's ticket check gives the very same text
     with pytest.raises(ConfigError) as here:
         as_query(b"{")

@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -468,6 +469,13 @@ def _load(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:  # not UTF-8, not JSON, an integer of too many digits
+        if "integer string conversion" in str(exc):
+            # Python's own text tells the reader to raise a limit in the parsing
+            # process, which a server's client cannot do and no query needs
+            raise ConfigError(
+                "query JSON is malformed: it holds an integer of more digits than any "
+                f"query field takes (over {sys.get_int_max_str_digits()})"
+            ) from None
         raise ConfigError(f"query JSON is malformed: {exc}") from None
     except RecursionError:  # json's answer to deep nesting; no query is that deep
         raise ConfigError(
