@@ -333,6 +333,25 @@ def test_a_host_name_that_does_not_resolve_is_named_as_such(lake: Path, tmp_path
         Client(url, timeout=30).health()
 
 
+def test_a_server_url_without_a_port_is_refused_naming_the_default(
+    lake: Path, tmp_path: Path
+) -> None:
+    """gRPC would take port 80 or 443 for a URL without one, where no nexus-cache
+    server listens: the client and the CLI refuse it and name the port to give."""
+    for url in ("grpc://127.0.0.1", "grpc+tls://localhost/", "grpc://[::1]"):
+        with pytest.raises(ConfigError, match="names no port") as refused:
+            Client(url)
+        assert "8815" in str(refused.value)
+    cli = run_cli(
+        server_env(tmp_path), "scan", str(lake / "facts.parquet"), "--server", "grpc://127.0.0.1"
+    )
+    assert cli.returncode == 2
+    (line,) = cli.stderr.strip().splitlines()
+    assert "names no port" in line, line
+    assert "8815" in line, line
+    Client("grpc://[::1]:8815").close()  # an address with its port is taken
+
+
 # -- concurrency, single flight, cancellation --------------------------------------------------
 
 _SCAN_CLIENT = """

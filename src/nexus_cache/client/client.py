@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -44,7 +45,7 @@ from nexus_cache.client._calls import Cancellable, interruptible
 from nexus_cache.client._errors import translated
 from nexus_cache.errors import CacheClosedError, ConfigError
 from nexus_cache.server.auth import bearer_header
-from nexus_cache.server.settings import header_safe
+from nexus_cache.server.settings import DEFAULT_PORT, header_safe
 from nexus_cache.server.wire import QUERY_ID_HEADER, encode_ticket, split_diagnostics
 from nexus_cache.service.queries import Query, as_query
 from nexus_cache.service.result import AttemptRecord, Diagnostics, QueryResult, defer_fingerprint
@@ -135,6 +136,14 @@ class Client:
         if not isinstance(url, str) or not url.startswith(_SCHEMES):
             raise ConfigError(
                 f"server URL {url!r} is not accepted; use grpc://HOST:PORT or grpc+tls://HOST:PORT"
+            )
+        if _no_port(url):
+            # gRPC would take port 443 (grpc+tls) or 80 without a word, where no
+            # nexus-cache server listens unless told to
+            raise ConfigError(
+                f"server URL {url!r} names no port; use grpc://HOST:PORT or "
+                f"grpc+tls://HOST:PORT (nexus-cache serve listens on {DEFAULT_PORT} "
+                "unless given --port)"
             )
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ConfigError("the server token is empty; give a token or leave it unset")
@@ -435,6 +444,15 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _no_port(url: str) -> bool:
+    """Whether ``url`` (``grpc://...``) names no port (a malformed one is left to
+    Flight's own check)."""
+    try:
+        return urlsplit(url).port is None
+    except ValueError:  # a port that is no number, or out of range
+        return False
 
 
 def _root_certs(value: bytes | str | os.PathLike[str]) -> bytes:
