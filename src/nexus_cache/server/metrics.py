@@ -145,17 +145,31 @@ class ServerMetrics:
         return bytes(generate_latest(self.registry))
 
 
+#: seconds a connection to the metrics / status port may stay silent before it is closed
+IDLE_TIMEOUT_S = 30.0
+
+
 class MetricsEndpoint:
     """``GET /metrics`` over HTTP on ``host:port`` in a daemon thread; with ``pages``
     (a :class:`~nexus_cache.server.status_web.StatusPages`) also the status page's
-    routes (404 elsewhere)."""
+    routes (404 elsewhere). One thread a connection; a connection silent for
+    ``idle_timeout_s`` is closed, so idle clients cannot hold threads for ever."""
 
     def __init__(
-        self, metrics: ServerMetrics, host: str, port: int, pages: Any | None = None
+        self,
+        metrics: ServerMetrics,
+        host: str,
+        port: int,
+        pages: Any | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         render = metrics.text
 
         class Handler(BaseHTTPRequestHandler):
+            # a connection that sends nothing for this long is closed: each holds
+            # a thread, so idle ones must not pile up
+            timeout = idle_timeout_s
+
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] != "/metrics":
                     if pages is not None:
