@@ -241,10 +241,14 @@ def _plan_file(cache: LakehouseCache, snapshot: TableSnapshot, file: DataFile) -
     """One data file's lakehouse plan, with no request for a remote one whose identity
     the snapshot gives: a Delta or Iceberg data file (immutable: path and size), or a
     listed object with its ETag. Otherwise (a local file: one stat; a listing with no
-    ETag) planned as any object."""
+    ETag) planned as any object. A local data file that does not exist is refused
+    naming the table and its version."""
     fs = snapshot.filesystem
     if fs is None:
-        return cache.plan_known(file.path, file.size)
+        try:
+            return cache.plan_known(file.path, file.size)
+        except FileNotFoundError as exc:
+            raise snapshot.missing_file(file.path) from exc
     if file.etag is not None or snapshot.kind in ("delta", "iceberg"):
         return cache.plan_known(file.path, file.size, etag=file.etag, fs=fs)
     return cache.plan(file.path, fs=fs)

@@ -70,10 +70,7 @@ def _open(snapshot: TableSnapshot, file: DataFile) -> pq.ParquetFile:
         return pq.ParquetFile(snapshot.filesystem.open(file.path, "rb"))
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, FileNotFoundError):
-            raise FileNotFoundError(
-                f"{file.path!r} (a data file of table {snapshot.location!r}, version "
-                f"{snapshot.version}) does not exist; the snapshot may have expired"
-            ) from exc
+            raise snapshot.missing_file(file.path) from exc
         raise SourceFormatError(
             f"{file.path!r} (in table {snapshot.location!r}) is not readable Parquet "
             f"({exc}); check the file"

@@ -126,6 +126,16 @@ class TableSnapshot:
         root = (self.location,) if self.kind in ("delta", "iceberg", "hive") else ()
         return tuple(p for p in self.locations if not location_allowed(p, root))
 
+    def missing_file(self, path: str) -> FileNotFoundError:
+        """The error for a data file of this snapshot that does not exist (removed by
+        a vacuum or snapshot expiry, or by hand): it names the file, the table and
+        its version, and says what to do."""
+        return FileNotFoundError(
+            f"{path!r} (a data file of table {self.location!r}, version "
+            f"{self.version}) does not exist; the snapshot may have expired: resolve "
+            "the table again, or restore the file"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON summary for diagnostics and evidence."""
         return {
