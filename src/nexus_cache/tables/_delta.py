@@ -30,6 +30,9 @@ SUPPORTED_READER_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"}
 )
 
+#: the largest Delta version (the protocol's versions are signed 64-bit integers)
+_LAST_VERSION = (1 << 63) - 1
+
 _FEATURE_HINTS = {
     "deletionVectors": (
         "rows deleted by a deletion vector are still in the data files; rewrite the "
@@ -57,13 +60,23 @@ def resolve_delta(
             f"source {source!r} is a Delta table; reading it needs the deltalake package: "
             "pip install 'nexus-cache[delta]'"
         ) from exc
-    if as_of is not None and (isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0):
-        raise ConfigError(f"as_of={as_of!r}: a Delta version is an integer >= 0")
+    if as_of is not None and (
+        isinstance(as_of, bool) or not isinstance(as_of, int) or not 0 <= as_of <= _LAST_VERSION
+    ):
+        raise ConfigError(
+            f"as_of={as_of!r}: a Delta version is an integer from 0 to {_LAST_VERSION}; name "
+            "an existing version"
+        )
     uri = path if fs is None else fs.unstrip_protocol(path)
     options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
     state = log_state(fs, path)  # one listing of the log: None on any doubt
     if state is None:
         return _load(DeltaTable, source, fs, uri, as_of, options)
+    if as_of is not None and as_of > state.latest:  # deltalake walks every version up to it
+        raise ConfigError(
+            f"as_of={as_of}: Delta table {source!r} has no such version (its latest is "
+            f"{state.latest}); name an existing version"
+        )
     version = state.latest if as_of is None else as_of
     stamp = state.stamp(version)
     key = (uri, options_identity(options), version)
