@@ -26,8 +26,10 @@ import functools
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
@@ -58,6 +60,8 @@ MAX_IN_VALUES = 100_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _DATE_EPOCH = _dt.date(1970, 1, 1)
 _UNIT_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+# the fraction of a second in ISO 8601 text (Python's datetime keeps 6 digits of it)
+_SECOND_FRACTION = re.compile(r"(?<=\d)[.,](\d+)")
 
 
 @dataclass(frozen=True, order=True)
@@ -309,9 +313,27 @@ def _predicate(item: Sequence[Any], schema: pa.Schema) -> Predicate:
                 "range, or split the query",
             )
         typed = {_typed(v, arrow_type, item, allow_null=True) for v in value}
-        ordered = tuple(sorted((v for v in typed if v is not None), key=_order))
+        # a time between two of the column's ticks equals no value of the column
+        ordered = tuple(
+            sorted((v for v in typed if v is not None and type(v) is not Fraction), key=_order)
+        )
         return Predicate(column, op, ordered + ((None,) if None in typed else ()))
-    return Predicate(column, op, _typed(value, arrow_type, item, allow_null=False))
+    typed = _typed(value, arrow_type, item, allow_null=False)
+    if type(typed) is Fraction:
+        return _between_ticks(column, op, typed)
+    return Predicate(column, op, typed)
+
+
+def _between_ticks(column: str, op: str, value: Fraction) -> Predicate:
+    """The predicate ``column op value`` for a time ``value`` (in the column's unit)
+    that falls between two of the column's ticks, as one on the tick below it: no
+    value equals it, each is either below or above it, as pyarrow compares them."""
+    below = math.floor(value)
+    if op == "=":
+        return Predicate(column, "in", ())  # no row
+    if op == "!=":
+        return Predicate(column, "not in", (None,))  # every row but the nulls
+    return Predicate(column, "<=" if op in ("<", "<=") else ">", below)
 
 
 def _order(value: Any) -> Any:
@@ -369,13 +391,15 @@ def _int_range(arrow_type: pa.DataType) -> tuple[int, int]:
     return 0, (1 << bits) - 1
 
 
-def _timestamp(value: Any, arrow_type: pa.TimestampType, raw: list[Any]) -> int:
+def _timestamp(value: Any, arrow_type: pa.TimestampType, raw: list[Any]) -> int | Fraction:
     """An ISO 8601 text or a datetime as an int in the column's unit (naive values
-    read as UTC), or an int as it is."""
+    read as UTC), or an int as it is; a time between two ticks of the unit (a
+    fraction of a second finer than it) as the exact :class:`Fraction` of ticks."""
     if isinstance(value, int) and not isinstance(value, bool):
         if not -(1 << 63) <= value < (1 << 63):
             raise _refuse(raw, f"{value} is outside a 64-bit timestamp")
         return value
+    fraction = None  # the text's fraction of a second, all its digits
     if isinstance(value, str):
         text = value.strip()
         if text.endswith(("Z", "z")):
@@ -388,15 +412,21 @@ def _timestamp(value: Any, arrow_type: pa.TimestampType, raw: list[Any]) -> int:
                 f"{value!r} is not an ISO 8601 timestamp (e.g. 2025-01-31T12:00:00Z) nor an "
                 f"integer in the column's unit ({arrow_type.unit})",
             ) from None
+        found = _SECOND_FRACTION.search(text)
+        digits = found.group(1) if found else ""
+        if digits and int(digits[:6].ljust(6, "0")) == value.microsecond:
+            fraction = Fraction(int(digits), 10 ** len(digits))
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
         delta = value - _EPOCH
-        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-        per_second = _UNIT_PER_SECOND[arrow_type.unit]
-        if per_second >= 1_000_000:
-            return micros * (per_second // 1_000_000)
-        return micros // (1_000_000 // per_second)
+        seconds = Fraction(delta.days * 86_400 + delta.seconds)
+        if fraction is None:
+            fraction = Fraction(delta.microseconds, 1_000_000)
+        else:  # the text's digits, not the 6 the datetime kept of them
+            seconds += Fraction(delta.microseconds - value.microsecond, 1_000_000)
+        ticks = (seconds + fraction) * _UNIT_PER_SECOND[arrow_type.unit]
+        return int(ticks) if ticks.denominator == 1 else ticks
     raise _refuse(raw, f"{value!r} is not a timestamp (ISO 8601 text or an integer)")
 
 
@@ -556,6 +586,7 @@ def _canonical_value(value: Any, arrow_type: pa.DataType) -> Any:
         except UnicodeDecodeError:
             return None
     try:
-        return _typed(value, arrow_type, ["", "=", value], allow_null=True)
+        typed = _typed(value, arrow_type, ["", "=", value], allow_null=True)
     except ConfigError:
         return None
+    return math.floor(typed) if type(typed) is Fraction else typed
