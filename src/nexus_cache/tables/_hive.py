@@ -171,7 +171,7 @@ def resolve_hive(
         entries = [(base, int(info.get("size") or 0), _etag(info))]
     if not entries:
         raise ConfigError(f"source {source!r} holds no .parquet object; point it at Parquet data")
-    segments = [_segments(name[len(base) :]) if is_dir else () for name, _, _ in entries]
+    segments = [_segments(name[len(base) :], base) if is_dir else () for name, _, _ in entries]
     partition_fields, schema = _table_schema(source, entries[0][0], fs, _partition_types(segments))
     return TableSnapshot(
         kind="hive" if partition_fields else "parquet",
@@ -292,24 +292,47 @@ def _read_schema(name: str, fs: Any) -> pa.Schema:
     return schema
 
 
-def _segments(relative: str) -> _Pairs:
-    """The ``key=value`` directory segments of a relative object path."""
+def _segments(relative: str, base: str) -> _Pairs:
+    """The ``key=value`` directory segments of an object's path relative to ``base``."""
     out = []
-    for part in relative.strip("/").split("/")[:-1]:
-        found = _segment(part)
+    parts = relative.strip("/").split("/")[:-1]
+    for depth, part in enumerate(parts, 1):
+        try:
+            found = _segment(part)
+        except UnicodeDecodeError:
+            raise _undecodable("/".join([base.rstrip("/"), *parts[:depth]])) from None
         if found is not None:
             out.append(found)
     return tuple(out)
 
 
+def _segment_at(name: str, path: str) -> tuple[str, str | None] | None:
+    """:func:`_segment` of the directory ``name`` at ``path``."""
+    try:
+        return _segment(name)
+    except UnicodeDecodeError:
+        raise _undecodable(path) from None
+
+
+def _undecodable(path: str) -> SourceFormatError:
+    """The error for a partition directory whose name is not UTF-8 text once
+    URI-decoded: pyarrow's partitioning refuses it too (decoded leniently, two such
+    values would read as one)."""
+    return SourceFormatError(
+        f"partition directory {path!r} is not UTF-8 text once its %-escapes are "
+        "decoded; rename it, writing its value as UTF-8 (e.g. %C3%A9 for é)"
+    )
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _segment(name: str) -> tuple[str, str | None] | None:
-    """``(key, value)`` of a ``key=value`` directory name (None: not one)."""
+    """``(key, value)`` of a ``key=value`` directory name (None: not one);
+    :class:`UnicodeDecodeError` when a part is not UTF-8 text once URI-decoded."""
     key, sep, value = name.partition("=")
     if not (sep and key):
         return None
-    decoded = unquote(value)
-    return unquote(key), None if decoded == NULL_PARTITION else decoded
+    decoded = unquote(value, errors="strict")
+    return unquote(key, errors="strict"), None if decoded == NULL_PARTITION else decoded
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -52,7 +52,7 @@ from nexus_cache.tables._hive import (
     _Pairs,
     _partition_shape,
     _partition_types,
-    _segment,
+    _segment_at,
     _sized,
     _typed_partition,
     _with_partitions,
@@ -132,8 +132,8 @@ class _Tree:
         return bool(files) or any(self.holds_object(d.path) for d in dirs)
 
 
-def _with(pairs: _Pairs, name: str) -> _Pairs:
-    found = _segment(name)
+def _with(pairs: _Pairs, name: str, path: str) -> _Pairs:
+    found = _segment_at(name, path)
     return pairs if found is None else (*pairs, found)
 
 
@@ -331,7 +331,7 @@ def _layout(base: str, tree: _Tree) -> _Layout | None:
         for directory, pairs in frontier:
             files, dirs = tree.scan(directory)
             upper.extend((f.path, pairs) for f in files)
-            below.extend((d.path, _with(pairs, d.name)) for d in dirs)
+            below.extend((d.path, _with(pairs, d.name, d.path)) for d in dirs)
         frontier = below
     leaves: list[_Leaf] = [(path + "/", pairs) for path, pairs in frontier]
     above: list[_Leaf] = list(upper)
