@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -71,3 +72,26 @@ def test_a_delta_version_beyond_the_latest_is_refused_at_once(tmp_path: Path, as
         with pytest.raises(ConfigError, match=rf"as_of={as_of}: .*name an existing version"):
             service.execute(Scan(str(table), ["id"], as_of=as_of))
         assert service.execute(Scan(str(table), ["id"], as_of=1)).table.num_rows == 3
+
+
+def test_a_delta_version_beyond_the_latest_is_refused_at_once_where_the_log_listing_is_not_trusted(
+    tmp_path: Path,
+) -> None:
+    """A log the listing cannot vouch for (a ``_commits`` directory: commits not in
+    the log yet) is read by deltalake alone: there too a version beyond the latest is
+    refused at once, naming the latest, and an existing one reads as deltalake does."""
+    deltalake = pytest.importorskip("deltalake")
+    table = tmp_path / "lake" / "d"
+    deltalake.write_deltalake(str(table), pa.table({"id": [1, 2]}))
+    deltalake.write_deltalake(str(table), pa.table({"id": [3]}), mode="append")
+    (table / "_delta_log" / "_commits").mkdir()
+    age_files(tmp_path / "lake")
+    with make_service(tmp_path / "svc") as service:
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=r"as_of=1000000000: .*its latest is 1"):
+            service.execute(Scan(str(table), ["id"], as_of=10**9))
+        assert time.monotonic() - started < 20  # deltalake's own walk took about a minute
+        for version in (0, 1):
+            got = service.execute(Scan(str(table), ["id"], as_of=version)).table
+            want = deltalake.DeltaTable(str(table), version=version).to_pyarrow_table()
+            assert sorted(got.column("id").to_pylist()) == sorted(want.column("id").to_pylist())

@@ -100,9 +100,22 @@ def _load(
     as_of: int | None,
     options: dict[str, str] | None,
 ) -> TableSnapshot:
-    """The snapshot of version ``as_of`` (None: the latest), from the table's log."""
+    """The snapshot of version ``as_of`` (None: the latest), from the table's log.
+
+    With ``as_of``, the latest version is loaded first and a later ``as_of`` refused:
+    deltalake looks for a missing version by walking every version number up to it
+    (minutes for a billion, hours beyond)."""
     try:
-        table = delta_table(uri, version=as_of, storage_options=options)
+        table = delta_table(uri, storage_options=options)
+        if as_of is not None and as_of > table.version():
+            raise ConfigError(
+                f"as_of={as_of}: Delta table {source!r} has no such version (its latest "
+                f"is {table.version()}); name an existing version"
+            )
+        if as_of is not None and as_of != table.version():
+            table.load_as_version(as_of)
+    except ConfigError:
+        raise
     except Exception as exc:  # deltalake raises its own classes (and OSError) for a bad log
         if as_of is not None and "version" in str(exc).lower():
             raise ConfigError(
