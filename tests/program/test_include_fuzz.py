@@ -127,3 +127,64 @@ def test_sources_nvrtc_does_not_read_keep_their_keys() -> None:
             code=src + KERNEL, code_type="c++", options=options, target_type="cubin"
         )
         assert len(key) == 32
+
+
+@pytest.mark.parametrize("no_source_include", [None, True])
+@pytest.mark.parametrize(
+    "directive",
+    [
+        "#include <{h}>",
+        "%:include <{h}>",
+        "#include <//{h}>",
+        '#include "{h}"',
+        "#if __has_include(<{h}>)\n#define VAL 3\n#endif",
+        "#define HDR <{h}>\n#include HDR",
+    ],
+)
+def test_an_absolute_header_path_is_never_served_from_another_headers_entry(
+    tmp_path: Path, directive: str, no_source_include: bool | None
+) -> None:
+    """NVRTC opens an absolute path as it is, whatever the delimiters and even
+    with no_source_include: two headers' contents must not share an entry."""
+    from nexus_cache.program import CompileInputs, FileStreamProgramCache, cached_compile
+
+    header = tmp_path / "abs.h"
+    src = directive.format(h=header) + "\n" + KERNEL
+    options = core.ProgramOptions(arch="sm_90", no_source_include=no_source_include)
+    header.write_text("#define VAL 1\n")
+    first = _outcome(src, None)
+    header.write_text("#define VAL 2\n")
+    second = _outcome(src, None)
+    if "__has_include" not in directive:
+        assert first != second  # NVRTC really reads the header's contents
+    else:
+        header.unlink()
+        assert _outcome(src, None) != second  # its presence changes the binary
+        header.write_text("#define VAL 2\n")
+    with FileStreamProgramCache(tmp_path / "cache") as cache:
+        header.write_text("#define VAL 1\n")
+        with pytest.raises(ProgramCacheKeyError, match="absolute path"):
+            cached_compile(CompileInputs(src, "c++", options), "cubin", cache=cache)
+        # extra_digest over the header lifts the refusal, and keys it by content.
+        digest = header.read_bytes()
+        got = cached_compile(
+            CompileInputs(src, "c++", options), "cubin", cache=cache, extra_digest=digest
+        )
+        assert bytes(got.code) == first
+        header.write_text("#define VAL 2\n")
+        got = cached_compile(
+            CompileInputs(src, "c++", options),
+            "cubin",
+            cache=cache,
+            extra_digest=header.read_bytes(),
+        )
+        assert bytes(got.code) == second
+
+
+def test_no_source_include_still_keys_searched_and_quoted_relative_names() -> None:
+    options = core.ProgramOptions(arch="sm_90", no_source_include=True)
+    for src in ('#include "x.h"\n', "#include <x.h>\n"):
+        key = make_program_cache_key(
+            code=src + KERNEL, code_type="c++", options=options, target_type="cubin"
+        )
+        assert len(key) == 32

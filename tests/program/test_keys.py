@@ -276,7 +276,12 @@ def test_source_relative_includes_need_extra_digest(directive: str) -> None:
     with pytest.raises(ProgramCacheKeyError, match="extra_digest"):
         key(code)
     assert len(key(code, extra_digest=b"h")) == 32
-    assert len(key(code, no_source_include=True)) == 32
+    if "MACRO" in directive:
+        # A computed name may spell an absolute path, which NVRTC opens anyway.
+        with pytest.raises(ProgramCacheKeyError, match="absolute path"):
+            key(code, no_source_include=True)
+    else:
+        assert len(key(code, no_source_include=True)) == 32
 
 
 def test_angle_includes_and_commented_includes_are_accepted() -> None:

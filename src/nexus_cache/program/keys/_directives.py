@@ -9,7 +9,12 @@ phases and then lexes the text (comments, string and character literals,
 raw strings, pp-numbers) to find every ``#include`` / ``#include_next`` /
 ``#import`` / ``#embed`` whose operand is not ``<...>``, and every
 ``__has_include`` / ``__has_include_next`` / ``__has_embed`` whose argument
-is not ``<...>``.
+is not ``<...>``. An operand that names an absolute path (``</abs/x.h>``,
+``"/abs/x.h"``) counts whatever its delimiters: NVRTC opens it as it is,
+without searching, even with ``no_source_include``. With
+``source_dir=False`` (``no_source_include=True``) a quoted relative name no
+longer counts; a computed operand (``#include MACRO``) still does, since the
+macro may spell an absolute path.
 
 The answer must never be "no" when NVRTC would read the file. Where the
 lexing depends on the language mode (trigraphs exist before C++17, digit
@@ -89,6 +94,7 @@ _LEXERS = {
 }
 _GAP = re.compile(rb"(?:[ \t\f\v\r]|/\*(?s:.*?)\*/)*")
 _DIRECTIVE_NAME = re.compile(rb"(?:[ \t\f\v\r]|/\*(?s:.*?)\*/)*(" + _IDENT + rb")")
+_NAME_START = re.compile(rb"[ \t\f\v]*([^ \t\f\v])")
 _FILE_DIRECTIVES = frozenset({b"include", b"include_next", b"import", b"embed"})
 _FILE_OPERATORS = frozenset({b"__has_include", b"__has_include_next", b"__has_embed"})
 
@@ -99,24 +105,37 @@ def _gap_end(text: bytes, pos: int) -> int:
     return gap.end() if gap is not None else pos  # the pattern matches the empty string
 
 
-def _operand_is_angle(text: bytes, pos: int) -> bool:
+def _operand_reads(text: bytes, pos: int, source_dir: bool) -> bool:
+    """Whether the operand at ``pos`` may name a file outside NVRTC's search list.
+
+    ``<name>`` is looked up only in the search list and ``"name"`` first in the
+    program's directory (when ``source_dir``); a name whose first non-blank is
+    ``/`` is opened as it is (NVRTC keeps the blanks, so ``< /x.h>`` names no
+    file; refusing it costs nothing). Anything else is computed: it counts.
+    """
     end = _gap_end(text, pos)
-    return text[end : end + 1] == b"<"
+    opener = text[end : end + 1]
+    if opener not in (b"<", b'"'):
+        return True
+    first = _NAME_START.match(text, end + 1)
+    if first is not None and first.group(1) == b"/":
+        return True
+    return opener == b'"' and source_dir
 
 
-def _scan(text: bytes, lexer: re.Pattern[bytes]) -> bytes | None:
+def _scan(text: bytes, lexer: re.Pattern[bytes], source_dir: bool) -> bytes | None:
     for m in lexer.finditer(text):
         if m.lastgroup == "h":
             name = _DIRECTIVE_NAME.match(text, m.end())
             if (
                 name is not None
                 and name.group(1) in _FILE_DIRECTIVES
-                and not _operand_is_angle(text, name.end())
+                and _operand_reads(text, name.end(), source_dir)
             ):
                 return _line_of(text, m.start())
         elif m.lastgroup == "i" and m.group("i") in _FILE_OPERATORS:
             paren = _gap_end(text, m.end())
-            if text[paren : paren + 1] == b"(" and not _operand_is_angle(text, paren + 1):
+            if text[paren : paren + 1] == b"(" and _operand_reads(text, paren + 1, source_dir):
                 return _line_of(text, m.start())
     return None
 
@@ -145,9 +164,10 @@ def _readings(code: bytes) -> list[bytes]:
     return texts
 
 
-def find_file_directive(code: bytes) -> bytes | None:
-    """The first directive (its line) by which NVRTC may read a file relative to
-    the program, under any reading of ``code``; ``None`` when there is none."""
+def find_file_directive(code: bytes, *, source_dir: bool = True) -> bytes | None:
+    """The first directive (its line) by which NVRTC may read a file outside its
+    search list (relative to the program when ``source_dir``, or by an absolute
+    path), under any reading of ``code``; ``None`` when there is none."""
     texts = _readings(code)
     if not any(word in text for text in texts for word in _WORDS):
         return None  # no reading can spell a file directive
@@ -158,7 +178,7 @@ def find_file_directive(code: bytes) -> bytes | None:
         if b'R"' in text:
             lexers.append(_LEXERS[(False, False)])
         for lexer in lexers:
-            found = _scan(text, lexer)
+            found = _scan(text, lexer, source_dir)
             if found is not None:
                 return found
     return None

@@ -23,19 +23,19 @@ __all__ = ["NvrtcStrategy", "encode_names", "ptxas_side_effects"]
 
 # Sources already scanned for file directives (the scan applies translation
 # phases 1-3 and lexes the text, so a hit path re-deriving a key reuses it).
-_SCANNED: dict[bytes, bytes | None] = {}
+_SCANNED: dict[tuple[bytes, bool], bytes | None] = {}
 _SCANNED_MAX = 256
 
 
-def _file_directive(code: bytes) -> bytes | None:
+def _file_directive(code: bytes, source_dir: bool) -> bytes | None:
     try:
-        return _SCANNED[code]
+        return _SCANNED[code, source_dir]
     except KeyError:
         pass
-    found = find_file_directive(code)
+    found = find_file_directive(code, source_dir=source_dir)
     if len(_SCANNED) >= _SCANNED_MAX:
         _SCANNED.clear()
-    _SCANNED[code] = found
+    _SCANNED[code, source_dir] = found
     return found
 
 
@@ -168,26 +168,28 @@ class NvrtcStrategy(KeyStrategy):
         return found
 
     def validate_sources(self, fields: Mapping[str, Any], code: bytes) -> None:
-        if flag("no_source_include", fields.get("no_source_include")):
-            return  # NVRTC adds no source directory to the search path
+        # no_source_include: NVRTC adds no source directory to the search path
+        # (an absolute or computed name is still read, so the scan still runs).
+        source_dir = not flag("no_source_include", fields.get("no_source_include"))
         name = fields.get("name")
-        if isinstance(name, str) and ("/" in name or "\\" in name):
+        if source_dir and isinstance(name, str) and ("/" in name or "\\" in name):
             refuse_external(
                 fields,
                 ["name"],
                 "NVRTC resolves quoted #include directives against the directory of "
                 "the program name (set no_source_include=True to turn that off)",
             )
-        found = _file_directive(code)
+        found = _file_directive(code, source_dir)
         if found is not None:
             directive = found.decode("utf-8", "replace")
             raise ProgramCacheKeyError(
                 f"cannot derive a program cache key: the source has {directive!r}, which "
-                "NVRTC resolves against the program's directory (the working directory "
-                f"for options.name={fields.get('name')!r}), and the key cannot see that "
-                "file. Pass extra_digest=<non-empty bytes, e.g. a SHA-256 over the "
-                "headers> or set no_source_include=True (quoted includes then search "
-                "only include_path)."
+                "reads a file the key cannot see (NVRTC opens an absolute path as it is, "
+                "and resolves a quoted name against the program's directory: the "
+                f"working directory for options.name={fields.get('name')!r}). Pass "
+                "extra_digest=<non-empty bytes, e.g. a SHA-256 over the headers> or, "
+                "for a quoted name, set no_source_include=True (quoted includes then "
+                "search only include_path)."
             )
 
     def encode_code(self, code: object) -> bytes:
