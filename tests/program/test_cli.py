@@ -70,6 +70,28 @@ def test_ls_lists_lru_first(setup, capsys):
     assert "programs: 3" in out
 
 
+def test_ls_leaves_the_lru_order_alone(tmp_path, capsys):
+    """Listing reads every entry without stamping it: the kernel's relatime
+    must not make entries never read look just read (newer than the one
+    really read), or the next eviction would remove that one first."""
+    c = FileStreamProgramCache(tmp_path / "fs")
+    c.update({b"a": b"x" * 1000, b"b": b"y" * 1000, b"c": b"z" * 1000})
+    assert c.get(b"a") == b"x" * 1000  # a is now the most recently used
+    entries = c.path / "entries"
+    before = [(e.name, e.atime_ns) for e in c.iter_entries()]  # flushes a's stamp
+    assert before[-1][0] == entry_name(b"a")
+    times = {p: p.stat().st_atime_ns for p in entries.rglob("*") if p.is_file()}
+    for argv in (["ls"], ["ls", "--json"], ["verify"], ["info"]):
+        rc, _, _ = run(capsys, *argv, "--path", str(c.path))
+        assert rc == 0
+        assert {p: p.stat().st_atime_ns for p in times} == times, argv
+    assert [(e.name, e.atime_ns) for e in c.iter_entries()] == before
+    rc, _, _ = run(capsys, "prune", "--path", str(c.path), "--max-bytes", "1000")
+    assert rc == 0
+    assert c.get(b"a") == b"x" * 1000
+    assert (c.get(b"b"), c.get(b"c"), len(c)) == (None, None, 1)
+
+
 def test_prune_and_clear(setup, capsys):
     opts, _ = setup
     rc, out, _ = run(capsys, "prune", *opts, "--max-bytes", "2300")

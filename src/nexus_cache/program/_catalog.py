@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexus_cache.program._identify import CACHE_KINDS, identify_cache_path
-from nexus_cache.program._integrity import entry_relpath
+from nexus_cache.program._integrity import entry_relpath, open_entry
 from nexus_cache.program._sidecar import SIDECAR_SUFFIX
 from nexus_cache.program._sqlite import SQLiteProgramCache
 from nexus_cache.program.filestream import FileStreamProgramCache
@@ -114,8 +114,11 @@ def _symbols(doc: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _read_regular(path: str) -> bytes | None:
+    # open_entry: O_NOATIME (a plain read lets relatime stamp an entry never
+    # read since its write, i.e. move it in the LRU order) and O_NONBLOCK (a
+    # FIFO swapped in after the scan must not hang the listing).
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_entry(path)
     except OSError:
         return None
     try:
