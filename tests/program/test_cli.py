@@ -146,6 +146,17 @@ def test_missing_cache_exits_2_and_is_not_created(tmp_path, capsys):
     assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.parametrize("backend", ["filestream", "sqlite"])
+def test_a_cache_path_under_a_regular_file_is_missing_not_a_failure(tmp_path, capsys, backend):
+    (tmp_path / "file").write_bytes(b"x")
+    where = tmp_path / "file" / "cache"
+    for action in ("info", "ls", "verify", "clear"):
+        rc, _, err = run(capsys, action, "--backend", backend, "--path", str(where))
+        assert rc == 2, err
+        assert f"no {backend} program cache at {where}" in err
+    assert (tmp_path / "file").read_bytes() == b"x"
+
+
 def test_sqlite_file_without_backend_suggests_it(tmp_path, capsys):
     c = sqlite_cache(tmp_path)
     rc, _, err = run(capsys, "info", "--path", str(c.path))

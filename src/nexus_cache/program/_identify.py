@@ -45,7 +45,7 @@ def identify_cache_path(path: str | os.PathLike[str]) -> str:
     p = Path(path).expanduser()
     try:
         st = os.lstat(p)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such path (nor can there be)
         return "missing"
     if stat.S_ISLNK(st.st_mode):
         return "symlink"  # the caches refuse symlinked roots; let them say so
