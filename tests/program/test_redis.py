@@ -139,6 +139,24 @@ def test_ttl_expires_entries_and_a_read_renews_it(redis_url, tmp_path):
         assert c.get(b"short") is None
 
 
+@pytest.mark.parametrize("setting", ["ttl", "timeout", "retry_interval"])
+def test_a_setting_beyond_what_redis_and_sockets_take_is_refused_at_open(
+    redis_url, tmp_path, setting
+):
+    # A finite but huge ttl reached the server as a PEXPIRE it refuses (every
+    # store dropped, logged as an outage); a huge timeout raised OverflowError
+    # out of a store. Refused up front, naming the setting.
+    ns = f"t:{tmp_path}"
+    for huge in (1e16, 1e300):
+        with pytest.raises(ConfigError, match=f"{setting} .*at most"):
+            RedisProgramCache(redis_url, namespace=ns, **{setting: huge})
+    with RedisProgramCache(redis_url, namespace=ns, **{setting: 1e9}) as c:
+        c[b"k"] = b"v"
+        assert c.get(b"k") == b"v"
+        assert c.stats().stores == 1
+        assert c.reachable
+
+
 def test_a_capped_cache_evicts_least_recently_read_across_objects(redis_url, tmp_path):
     # Two objects (two processes' worth) share one LRU order: the server's clock.
     ns = f"t:{tmp_path}"

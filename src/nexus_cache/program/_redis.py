@@ -30,6 +30,11 @@ DEFAULT_NAMESPACE = "nexus-cache:program"
 _SCAN_BATCH = 512
 
 
+# Seconds a setting may name at most (about 31 years): beyond it Redis refuses
+# the TTL (milliseconds past its 64-bit clock) and sockets the timeout.
+_MAX_SECONDS = 10**9
+
+
 def _seconds(name: str, value: object, *, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
@@ -37,6 +42,11 @@ def _seconds(name: str, value: object, *, allow_none: bool = False) -> float | N
         raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
     if value <= 0:
         raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    if value > _MAX_SECONDS:
+        never = "; for no expiry pass ttl=None" if allow_none else ""
+        raise ConfigError(
+            f"{name} must be at most {_MAX_SECONDS} seconds (about 31 years), got {value!r}{never}"
+        )
     return float(value)
 
 
