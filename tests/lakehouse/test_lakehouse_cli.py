@@ -257,3 +257,40 @@ def test_stats_shows_the_reads_of_other_processes(
     assert re.search(r"read hit +1", out)
     assert "recent reads" in out
     assert main(["lakehouse", "stats", "--root", str(tmp_path / "none")]) == 2
+
+
+def test_object_names_that_are_not_utf8_print_escaped_on_a_utf8_terminal(
+    tmp_path: Path,
+) -> None:
+    # A local file named in Latin-1 (b"caf\xe9"), or with a raw C1 byte (0x9b is
+    # CSI on 8-bit terminals): Python names it with surrogates, which a UTF-8
+    # stdout (any UTF-8 locale: errors="strict") cannot encode. Each command
+    # used to stop mid-table with a UnicodeEncodeError; the bytes print escaped.
+    import subprocess
+    import sys
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    source = os.fsdecode(os.path.join(os.fsencode(remote), b"caf\xe9-\x9b31m.parquet"))
+    write_old_file(Path(source), os.urandom(2_000))
+    root = tmp_path / "c"
+    env = {
+        **os.environ,
+        "PYTHONIOENCODING": "utf-8:strict",
+        "NEXUS_LAKEHOUSE_CACHE_POLICY": "fill_before_read",
+        "NEXUS_LAKEHOUSE_CACHE_MAX_BYTES": "1G",
+    }
+    escaped = "caf\\xe9-\\x9b31m.parquet"
+    command = [sys.executable, "-m", "nexus_cache.cli.main", "lakehouse"]
+    for argv in (["read", source], ["ls"], ["stats"], ["read", source + "-missing"]):
+        done = subprocess.run(
+            [*command, *argv, "--root", str(root)],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        out, err = done.stdout.decode(), done.stderr.decode()
+        assert "UnicodeEncodeError" not in err, (argv, err)
+        assert done.returncode == (2 if argv[-1].endswith("-missing") else 0), (argv, err)
+        assert escaped in out + err, (argv, out, err)
+        assert b"\x9b" not in done.stdout + done.stderr

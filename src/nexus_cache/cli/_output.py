@@ -197,7 +197,15 @@ NULL_TEXT = "null"
 
 # C0 and C1 control characters but newline: an ESC from a cell value must not
 # reach the terminal as an escape sequence (colours, cursor moves, titles).
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A}
+# Surrogates too: a path that is not UTF-8 (b"caf\xe9") reaches Python as
+# U+DCE9 (surrogateescape), which a UTF-8 stdout cannot encode (the command
+# failed mid-table) and a C/POSIX one writes as the raw byte (0x9b is CSI on
+# 8-bit terminals). Such a byte prints as \xe9; any other lone surrogate as \udXXX.
+_CONTROLS = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A},
+    **{c: f"\\x{c - 0xDC00:02x}" for c in range(0xDC80, 0xDD00)},
+    **{c: f"\\u{c:04x}" for c in (*range(0xD800, 0xDC80), *range(0xDD00, 0xE000))},
+}
 
 
 def literal(text: str) -> str:
