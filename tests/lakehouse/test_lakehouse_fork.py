@@ -3,15 +3,15 @@ workers) uses its parent's caches as if it had made them itself."""
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from nexus_cache.lakehouse import CacheStatus, default_cache, read_stats
 
@@ -151,18 +151,30 @@ def _default_cache_in_child(root: str, out: Any) -> None:
     out.put(str(default_cache(root).store.root))
 
 
-def test_forked_child_gets_a_default_cache_while_the_parent_opens_one(tmp_path: Path) -> None:
-    # A root whose layout.json is a FIFO holds its opener until someone writes
-    # to it: the parent's thread waits there inside default_cache().
+def test_forked_child_gets_a_default_cache_while_the_parent_opens_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The parent's thread is held inside default_cache() while it opens a
+    # root (its layout check waits for an event), when the parent forks.
+    from nexus_cache.lakehouse.store._store import EntryStore
+
     slow_root = tmp_path / "slow"
-    (slow_root / "tmp").mkdir(parents=True)
-    os.mkfifo(slow_root / "layout.json")
+    opening, release = threading.Event(), threading.Event()
+    check_layout = EntryStore._check_layout
+
+    def slow_check_layout(store: EntryStore) -> None:
+        if store.root == slow_root:
+            opening.set()
+            release.wait(60)
+        check_layout(store)
+
+    monkeypatch.setattr(EntryStore, "_check_layout", slow_check_layout)
     opener = threading.Thread(target=lambda: default_cache(slow_root).close(), daemon=True)
     opener.start()
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     try:
-        time.sleep(0.2)  # the opener is blocked in the FIFO now
+        assert opening.wait(30)  # the opener is held inside default_cache() now
         proc = ctx.Process(target=_default_cache_in_child, args=(str(tmp_path / "c"), out))
         proc.start()
         try:
@@ -173,11 +185,5 @@ def test_forked_child_gets_a_default_cache_while_the_parent_opens_one(tmp_path: 
                 proc.kill()
                 proc.join()
     finally:
-        # release the opener (non-blocking: ENXIO if it is not waiting any more)
-        with contextlib.suppress(OSError):
-            fifo = os.open(slow_root / "layout.json", os.O_WRONLY | os.O_NONBLOCK)
-            try:
-                os.write(fifo, b'{"format": "nexus-lakehouse", "version": 1}')
-            finally:
-                os.close(fifo)
+        release.set()
         opener.join(30)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from nexus_cache._storage._atomic import write_all as write_all
     from nexus_cache._storage._dirs import check_owned_regular as check_owned_regular
     from nexus_cache._storage._dirs import ensure_private_dir as ensure_private_dir
+    from nexus_cache._storage._dirs import read_regular as read_regular
     from nexus_cache._storage._guard import StatKey as StatKey
     from nexus_cache._storage._guard import UnlinkResult as UnlinkResult
     from nexus_cache._storage._guard import lstat_key as lstat_key
@@ -46,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "write_all": "nexus_cache._storage._atomic",
     "check_owned_regular": "nexus_cache._storage._dirs",
     "ensure_private_dir": "nexus_cache._storage._dirs",
+    "read_regular": "nexus_cache._storage._dirs",
     "StatKey": "nexus_cache._storage._guard",
     "UnlinkResult": "nexus_cache._storage._guard",
     "lstat_key": "nexus_cache._storage._guard",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nexus_cache.errors import CacheSecurityError
 
-__all__ = ["check_owned_regular", "ensure_private_dir"]
+__all__ = ["check_owned_regular", "ensure_private_dir", "read_regular"]
 
 _DIR_MODE = 0o700
 
@@ -119,3 +119,20 @@ def check_owned_regular(path: str | os.PathLike[str], st: os.stat_result) -> Non
         raise CacheSecurityError(f"{p} is not a regular file; remove it from the cache directory")
     if st.st_uid != os.geteuid():
         raise _refuse_owner(p, st.st_uid)
+
+
+def read_regular(path: str | os.PathLike[str]) -> bytes:
+    """All bytes of the regular file at ``path`` (a symlink is followed).
+
+    Opened non-blocking and checked before any read: a FIFO, socket or device
+    in its place is refused (``CacheSecurityError``, a ``PermissionError``)
+    instead of holding the reader until a writer appears, which is what a
+    plain ``open`` of a FIFO does. A missing file raises ``FileNotFoundError``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CacheSecurityError(
+                f"{os.fspath(path)} is not a regular file; remove it from the cache directory"
+            )
+        return f.read()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_cache._env import read
-from nexus_cache._storage import atomic_write, ensure_private_dir, host_tag
+from nexus_cache._storage import atomic_write, ensure_private_dir, host_tag, read_regular
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse._config import BY_FIELD, ENV_ROOT
 from nexus_cache.lakehouse._events import summarize_counts
@@ -131,8 +131,7 @@ def write_all() -> None:
 
 def _load(path: str) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read())
+        doc = json.loads(read_regular(path))  # a FIFO is refused, not waited on
     except (OSError, ValueError, RecursionError):  # Recursion: deep nesting
         return None
     if not isinstance(doc, dict) or doc.get("format") != "nexus-lakehouse-stats":

@@ -156,7 +156,7 @@ def _sync(fd: int, record: str, discard: Discard) -> None:
     """
     try:
         try:
-            rfd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            rfd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             return  # removed meanwhile (retention, clear): nothing left to keep
         try:

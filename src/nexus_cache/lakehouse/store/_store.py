@@ -53,6 +53,7 @@ from nexus_cache._storage import (
     check_owned_regular,
     ensure_private_dir,
     lstat_key,
+    read_regular,
     stat_key,
     sweep_stale_temps,
     touch_if_unchanged,
@@ -255,7 +256,7 @@ class EntryStore:
     def _check_layout(self) -> None:
         marker = self.root / "layout.json"
         try:
-            found = json.loads(marker.read_text("utf-8"))
+            found = json.loads(read_regular(marker).decode("utf-8"))
         except FileNotFoundError:
             atomic_write(marker, json.dumps(_LAYOUT).encode(), tmp_dir=self.tmp_dir)
             return
@@ -317,7 +318,12 @@ class EntryStore:
     def open_data(self, key: str) -> int:
         """Open the entry's data read-only; ``FileNotFoundError`` when absent."""
         try:
-            fd = os.open(self._data(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO in the entry's place (the lstat size of a FIFO
+            # is that of an empty object) is opened at once and refused below,
+            # not waited on; it changes nothing for a regular file
+            fd = os.open(
+                self._data(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            )
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 raise
@@ -385,9 +391,10 @@ class EntryStore:
     def read_record(self, key: str) -> dict[str, Any] | None:
         """The entry's identity record, or ``None`` when missing or not valid JSON."""
         try:
-            raw = self.record_path(key).read_bytes()
-            record = json.loads(raw)
-        except (FileNotFoundError, ValueError, UnicodeDecodeError, RecursionError):
+            record = json.loads(read_regular(self.record_path(key)))
+        # OSError: missing, or a FIFO, socket or device in its place (refused
+        # unread); ValueError covers UnicodeDecodeError
+        except (OSError, ValueError, RecursionError):
             return None
         return record if isinstance(record, dict) else None
 
