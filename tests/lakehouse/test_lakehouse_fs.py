@@ -215,3 +215,21 @@ def test_unknown_or_unsupported_options_are_refused_by_name(
     path = write_old_file(tmp_path / "a.bin", b"x")
     with pytest.raises(ConfigError, match=named):
         fsspec.open(f"nexus::file://{path}", nexus=options).open()
+
+
+@pytest.mark.parametrize("storage", ["", "  ", "s3://bucket/cache", "~no-such-user-x/c", "FILE"])
+def test_a_bad_cache_storage_is_named_as_the_option_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str
+) -> None:
+    # These were refused as "NEXUS_LAKEHOUSE_CACHE_ROOT='...' is not accepted",
+    # sending the user to a variable they never set.
+    from nexus_cache.errors import ConfigError
+
+    monkeypatch.delenv("NEXUS_LAKEHOUSE_CACHE_ROOT", raising=False)
+    path = write_old_file(tmp_path / "a.bin", b"x")
+    if storage == "FILE":
+        storage = str(path)  # a file, not a directory
+    with pytest.raises(ConfigError) as caught:
+        fsspec.open(f"nexus::file://{path}", nexus={"cache_storage": storage}).open()
+    assert str(caught.value).startswith(f"nexus option cache_storage={storage!r}")
+    assert "NEXUS_LAKEHOUSE_CACHE_ROOT" not in str(caught.value)

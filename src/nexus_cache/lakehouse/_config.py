@@ -201,23 +201,25 @@ def _parse_seconds(value: Any, name: str) -> float:
     return parse_number(value, name, minimum=0, maximum=threading.TIMEOUT_MAX, unit="seconds")
 
 
-def _check_root(value: Any) -> Path:
+def _check_root(value: Any, name: str = ENV_ROOT) -> Path:
+    """The root ``value`` names, absolute; ``ConfigError`` naming ``name`` (the
+    setting the user gave: the variable, or an option that stands for it)."""
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
         raise ConfigError(
-            f"{ENV_ROOT}={value!r} is not accepted: the cache root is a directory path "
+            f"{name}={value!r} is not accepted: the cache root is a directory path "
             f"(a string), not {type(value).__name__}; quote it, or leave it unset for no cache"
         )
     text = os.fspath(value)
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(
-            f"{ENV_ROOT}={text!r} is not accepted: an empty root would mean the current "
+            f"{name}={text!r} is not accepted: an empty root would mean the current "
             "directory; set a directory path, or leave it unset (root=None) for no cache"
         )
     scheme, sep, rest = text.partition("://")
     if sep and scheme.isidentifier():
         if scheme.lower() != "file":
             raise ConfigError(
-                f"{ENV_ROOT}={text!r} is not accepted: the cache root is a local directory "
+                f"{name}={text!r} is not accepted: the cache root is a local directory "
                 f"and {scheme}:// is not local (the objects it caches may live on any "
                 "fsspec store; its copies live on this machine's disk); set a directory "
                 "path such as /var/cache/nexus-lake"
@@ -230,14 +232,14 @@ def _check_root(value: Any) -> Path:
         # under the current directory.
         user = expanded[1:].split("/", 1)[0] or "the current user ($HOME is not set)"
         raise ConfigError(
-            f"{ENV_ROOT}={os.fspath(value)!r} is not accepted: {expanded.split('/', 1)[0]!r} "
+            f"{name}={os.fspath(value)!r} is not accepted: {expanded.split('/', 1)[0]!r} "
             f"names no home directory ({user} is unknown here); give the directory's "
             "absolute path"
         )
     root = Path(os.path.abspath(expanded))
     if root.exists() and not root.is_dir():
         raise ConfigError(
-            f"{ENV_ROOT}={text!r} is not a directory ({root} exists as a file); "
+            f"{name}={text!r} is not a directory ({root} exists as a file); "
             "point it at a directory, or remove the file"
         )
     return root

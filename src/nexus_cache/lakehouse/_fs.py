@@ -52,6 +52,7 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 from nexus_cache.errors import ConfigError
 from nexus_cache.lakehouse._cache import LakehouseCache, default_cache
+from nexus_cache.lakehouse._config import _check_root
 from nexus_cache.lakehouse._reader import LakehouseFile
 from nexus_cache.lakehouse.identity._proofs import MetadataProofs
 
@@ -111,6 +112,9 @@ def _cache_from_options(
         raise ConfigError(
             f"nexus option cache_storage={cache_storage!r}: give the cache directory's path"
         )
+    # checked here, not by default_cache(), whose errors name the variable the
+    # option stands for (NEXUS_LAKEHOUSE_CACHE_ROOT) instead of the option given
+    _check_root(cache_storage, name="nexus option cache_storage")
     return None, cache_storage
 
 
