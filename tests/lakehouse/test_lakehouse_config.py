@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -191,6 +192,23 @@ def test_every_bad_value_is_named_in_one_error(tmp_path: Path) -> None:
 def test_empty_root_is_refused(root: str) -> None:
     with pytest.raises(ConfigError, match=ROOT):
         LakehouseCacheConfig(root=root)
+
+
+def test_root_with_a_nul_character_is_a_config_error_naming_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TOML string may hold "\u0000": the cache failed to open with a bare
+    # "ValueError: embedded null byte" (and `lakehouse ls --config` with it).
+    from nexus_cache.cli.main import main
+    from nexus_cache.lakehouse import LakehouseCache
+
+    with pytest.raises(ConfigError, match=rf"{ROOT}=.*NUL character"):
+        LakehouseCache(LakehouseCacheConfig(root=f"{tmp_path}/a\0b"))
+    config = tmp_path / "service.toml"
+    config.write_text(f'[lakehouse]\nroot = "{tmp_path}/a\\u0000b"\n')
+    monkeypatch.delenv(ROOT, raising=False)
+    assert main(["lakehouse", "ls", "--config", str(config)]) == 2
+    assert re.search(r"service\.toml \[lakehouse\] root=.*NUL character", capsys.readouterr().err)
 
 
 def test_root_that_is_a_file_is_a_config_error_naming_the_variable(tmp_path: Path) -> None:

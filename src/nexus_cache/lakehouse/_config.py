@@ -215,6 +215,13 @@ def _check_root(value: Any, name: str = ENV_ROOT) -> Path:
             f"{name}={text!r} is not accepted: an empty root would mean the current "
             "directory; set a directory path, or leave it unset (root=None) for no cache"
         )
+    if "\0" in text:
+        # no path can hold one: os calls would fail later with a bare
+        # "ValueError: embedded null byte" naming neither setting nor path
+        raise ConfigError(
+            f"{name}={text!r} is not accepted: a path cannot contain a NUL character "
+            "(\\x00); give the cache directory's path"
+        )
     scheme, sep, rest = text.partition("://")
     if sep and scheme.isidentifier():
         if scheme.lower() != "file":
