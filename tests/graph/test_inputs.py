@@ -217,6 +217,17 @@ def test_weights_beyond_the_weight_dtype_are_refused_naming_the_column() -> None
     assert wide.weights.tolist() == [pytest.approx(6e38, rel=1e-6), 1.0]
 
 
+def test_float64_weight_overflow_advises_scaling_not_float64() -> None:
+    # the service and the command line build float64 graphs: advising
+    # weight_dtype='float64' there names what is already the case
+    twice = {"src": np.array([0, 0]), "dst": np.array([1, 1]), "cost": np.array([1.7e308] * 2)}
+    wide = GraphOptions(weight_dtype="float64")
+    with pytest.raises(GraphInputError, match="weight_dtype=float64") as refused:
+        build_graph(twice, weight="cost", options=wide)
+    assert "scale the weights down" in str(refused.value)
+    assert "GraphOptions(weight_dtype='float64')" not in str(refused.value)
+
+
 def test_pagerank_refuses_negative_weights_naming_the_column() -> None:
     edges = {
         "src": np.array([0, 1, 2, 0]),

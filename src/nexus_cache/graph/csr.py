@@ -323,10 +323,15 @@ def build_graph(
     finite = weights is None or weight is None or bool(reduce("all", xp.isfinite(weights)))
     if not finite:
         # the input was finite (edge_columns checks): the cast or the sum overflowed
+        # float64 is the widest: only scaling the weights down helps there
+        wider = (
+            "build with GraphOptions(weight_dtype='float64'), or scale the weights down"
+            if options.weight_dtype == "float32"
+            else "scale the weights down"
+        )
         raise GraphInputError(
             f"weight column {weight!r} has weights beyond the range of "
-            f"weight_dtype={options.weight_dtype} (after duplicate edges were summed); "
-            "build with GraphOptions(weight_dtype='float64'), or scale the weights down"
+            f"weight_dtype={options.weight_dtype} (after duplicate edges were summed); {wider}"
         )
     return Graph(
         indptr=indptr,
