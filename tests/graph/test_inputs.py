@@ -300,3 +300,23 @@ def test_no_pairs_give_an_empty_similarity(metric: str) -> None:
         assert table.num_rows == 0
         assert table.column_names == ["first", "second", metric]
         assert table.schema.field(metric).type == pa.float64()
+
+
+@pytest.mark.parametrize("dtype", ["int64", "bool", "complex128", "float16", "nonsense", object])
+def test_pagerank_refuses_a_dtype_that_is_not_float32_or_float64(dtype: object) -> None:
+    # an integer dtype failed deep in the iteration (numpy's UFuncTypeError),
+    # a name numpy does not know with a bare TypeError
+    graph = build_graph(EDGES, source="a", destination="b")
+    with pytest.raises(ConfigError, match=r"pagerank dtype=.*'float32', 'float64'"):
+        pagerank(graph, dtype=dtype)
+
+
+def test_pagerank_dtype_float64_on_a_float32_graph_matches_networkx() -> None:
+    graph = build_graph(EDGES, source="a", destination="b")
+    ranks = pagerank(graph, dtype="float64", tol=1e-12).to_arrow().to_pydict()
+    assert len(ranks["pagerank"]) == 3
+    G = nx.MultiDiGraph(list(zip(EDGES["a"].tolist(), EDGES["b"].tolist(), strict=True)))
+    expected = nx.pagerank(G, tol=1e-12)
+    assert pagerank(graph, dtype=np.float64)["pagerank"].dtype == np.float64
+    for vertex, rank in zip(ranks["vertex"], ranks["pagerank"], strict=True):
+        assert rank == pytest.approx(expected[vertex], abs=1e-9)

@@ -29,6 +29,7 @@ from nexus_cache.errors import ConfigError, GraphConvergenceError, GraphInputErr
 from nexus_cache.graph._reductions import reduce
 from nexus_cache.graph.arrays import occurrences
 from nexus_cache.graph.csr import Graph
+from nexus_cache.graph.options import _WEIGHT_DTYPES
 from nexus_cache.graph.registry import CONVERGENCE_RULES, _finite
 from nexus_cache.graph.result import GraphResult
 from nexus_cache.graph.stopping import checkpoint
@@ -44,6 +45,21 @@ def _check(name: str, value: Any, lo: float, hi: float, *, closed_lo: bool = Tru
     if not ok:
         bound = "[" if closed_lo else "("
         raise ConfigError(f"pagerank {name}={value!r}: use a number in {bound}{lo}, {hi}]")
+
+
+def _arithmetic_type(dtype: Any, default: str) -> np.dtype[Any]:
+    """``dtype`` (default ``default``) as float32 or float64; ConfigError otherwise."""
+    try:
+        chosen = np.dtype(dtype or default)
+    except TypeError:
+        chosen = None
+    if chosen is None or chosen.name not in _WEIGHT_DTYPES:
+        raise ConfigError(
+            f"pagerank dtype={dtype!r} is not accepted; use one of "
+            + ", ".join(repr(t) for t in _WEIGHT_DTYPES)
+            + " (or None for the graph's weight_dtype)"
+        )
+    return chosen
 
 
 def _vector(graph: Graph, given: VertexValues | None, name: str, dtype: Any) -> Any | None:
@@ -114,7 +130,7 @@ def pagerank(
         the start vector (default: uniform).
     fail_on_nonconvergence : bool, optional
         Raise instead of returning an unconverged vector.
-    dtype : dtype or None, optional
+    dtype : {"float32", "float64"} or None, optional
         The arithmetic type (default: the graph's ``weight_dtype``).
     convergence : {"total", "networkx"}, optional
         How ``tol`` is read.
@@ -156,7 +172,7 @@ def pagerank(
             + ", ".join(repr(r) for r in CONVERGENCE_RULES)
         )
     xp = graph.xp
-    dtype = np.dtype(dtype or graph.options.weight_dtype)
+    dtype = _arithmetic_type(dtype, graph.options.weight_dtype)
     n = graph.n_vertices
     threshold = tol * n if convergence == "networkx" else tol
     if n == 0:
