@@ -320,3 +320,11 @@ def test_pagerank_dtype_float64_on_a_float32_graph_matches_networkx() -> None:
     assert pagerank(graph, dtype=np.float64)["pagerank"].dtype == np.float64
     for vertex, rank in zip(ranks["vertex"], ranks["pagerank"], strict=True):
         assert rank == pytest.approx(expected[vertex], abs=1e-9)
+
+
+@pytest.mark.parametrize("name", ["personalization", "dangling", "initial"])
+def test_pagerank_vector_values_that_are_not_numbers_name_the_vector(name: str) -> None:
+    # a bare ValueError ("could not convert string to float") named nothing
+    graph = build_graph(EDGES, source="a", destination="b")
+    with pytest.raises(GraphInputError, match=f"pagerank {name} values must be numbers"):
+        pagerank(graph, **{name: ([5, 7], ["high", "low"])})

@@ -72,7 +72,12 @@ def _vector(graph: Graph, given: VertexValues | None, name: str, dtype: Any) -> 
     except (TypeError, ValueError) as exc:
         raise GraphInputError(f"pagerank {name} must be a pair (vertex ids, values)") from exc
     dense = graph.dense(ids, f"pagerank {name} vertices")
-    values = xp.asarray(values, dtype=dtype).reshape(-1)
+    try:
+        values = xp.asarray(values, dtype=dtype).reshape(-1)
+    except (TypeError, ValueError) as exc:  # text, or values of no numeric form
+        raise GraphInputError(
+            f"pagerank {name} values must be numbers ({exc}); give one number per vertex"
+        ) from exc
     if values.shape != dense.shape:
         raise GraphInputError(
             f"pagerank {name}: {dense.size} vertices but {values.size} values; give one each"
