@@ -328,3 +328,14 @@ def test_pagerank_vector_values_that_are_not_numbers_name_the_vector(name: str) 
     graph = build_graph(EDGES, source="a", destination="b")
     with pytest.raises(GraphInputError, match=f"pagerank {name} values must be numbers"):
         pagerank(graph, **{name: ([5, 7], ["high", "low"])})
+
+
+@pytest.mark.parametrize("huge", [2**64, 2**70, -(2**63) - 1])
+def test_ids_beyond_int64_are_named_as_out_of_range_not_as_a_wrong_type(huge: int) -> None:
+    # they were refused as "got dtype object; cast the column to an integer type"
+    graph = build_graph(EDGES, source="a", destination="b")
+    with pytest.raises(GraphInputError, match=rf"BFS sources \[{huge}\] are outside int64"):
+        bfs(graph, huge)
+    with pytest.raises(GraphInputError, match=r"first vertices of pairs .* outside int64"):
+        jaccard(graph, ([5, huge], [7, 9]))
+    assert bfs(graph, [5])["distance"].tolist() == [0, 1, 2]  # ids in range still work

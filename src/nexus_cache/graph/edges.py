@@ -72,9 +72,26 @@ def _as_array(column: Any, name: str) -> Any:
     return np.asarray(column)
 
 
+def _refuse_huge_ints(array: np.ndarray, name: str) -> None:
+    """GraphInputError when ``array`` (NumPy's object array of Python values) holds
+    integers beyond int64: ids out of range, not ids of the wrong type."""
+    if array.dtype != object:
+        return
+    values = array.reshape(-1).tolist()
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        bad = [v for v in values if not -(2**63) <= v < 2**63][:5]
+        raise GraphInputError(f"{name} {bad} are outside int64; ids must fit in int64")
+
+
 def vertex_array(values: Any, xp: Any, name: str) -> Any:
     """``values`` as int64 vertex ids on ``xp`` (refuses floats and ids >= 2**63)."""
-    array = _as_array(values, name) if not isinstance(values, (list, tuple, int)) else values
+    if isinstance(values, (list, tuple, int)):
+        # through NumPy on every module: Python ints beyond int64 become an
+        # object array there, refused below as ids out of range
+        array = np.asarray(values)
+        _refuse_huge_ints(array, name)
+    else:
+        array = _as_array(values, name)
     array = xp.asarray(array)
     if array.ndim == 0:
         array = array.reshape(1)
