@@ -215,6 +215,37 @@ def test_a_directory_whose_objects_drifted_is_combined(tmp_path: Path) -> None:
         assert ranks.num_rows == 3
 
 
+def test_a_drifted_directory_with_named_columns_is_null_where_an_object_lacks_one(
+    tmp_path: Path,
+) -> None:
+    """Named columns read as the whole scan reads them: an object that lacks one is
+    null there (in the host and the device result, in the order asked); a column
+    no object holds is refused; a graph's object without its edge columns is named."""
+    source = _objects(
+        tmp_path / "added",
+        pa.table({"s": [0, 1], "d": [1, 2], "w": [0.5, 1.5]}),
+        pa.table({"s": [2], "d": [0]}),  # written before w was added
+        pa.table({"x": [7, 8]}),  # holds none of the columns asked for
+    )
+    whole = pa.concat_tables(
+        [pq.read_table(p) for p in sorted(Path(source).glob("*.parquet"))],
+        promote_options="permissive",
+    )
+    with make_service(tmp_path) as service:
+        for columns in (["w", "s"], ["s", "w"], ["w"]):
+            got = service.execute(Scan(source, columns)).table
+            assert got.equals(whole.select(columns)), columns
+            held = service.execute_on_device(Scan(source, columns))
+            try:
+                assert held.to_arrow().equals(whole.select(columns)), columns
+            finally:
+                held.release()
+        with pytest.raises(ConfigError, match=r"columns \['nope'\] are in none of"):
+            service.execute(Scan(source, ["s", "nope"]))
+        with pytest.raises(GraphInputError, match=r"part-2\.parquet.* has no column 's'"):
+            service.execute(GraphQuery(Scan(source), "s", "d", "pagerank", weight="w"))
+
+
 def test_objects_whose_types_cannot_be_combined(tmp_path: Path) -> None:
     source = _objects(
         tmp_path / "clash",

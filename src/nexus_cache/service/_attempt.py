@@ -359,28 +359,34 @@ def _run_scan(run: _Run, query: Scan) -> pa.Table | DeviceFrame:
             run.budget.charge(table.nbytes, "the result table")
             return table
         _filter_frames(run, read)
+    columns = query.columns if read is None else None
     if run.device_result:
-        return _device_frame(run)
+        return _device_frame(run, columns)
     t0 = time.perf_counter()
-    table = run.load.table(detach=run.domain.host_memory)
+    table = run.load.table(detach=run.domain.host_memory, columns=columns)
     run.outcome.timings["to_arrow_s"] = time.perf_counter() - t0
     run.budget.charge(table.nbytes, "the result table")
     return table
 
 
-def _device_frame(run: _Run) -> DeviceFrame:
+def _device_frame(run: _Run, columns: Sequence[str] | None) -> DeviceFrame:
     """The attempt's frames as one new frame of its domain, holding no pin: one frame
-    copied; several gathered whole in one pass where their columns allow it, else
-    combined as Arrow (types widened as a host result's are) and copied in."""
+    copied; several gathered whole in one pass where they hold the same columns and
+    their columns allow it, else combined as Arrow (types widened and a column an
+    object lacks null there, as a host result's are) and copied in. ``columns``: the
+    scan's projection, in its order (None: every column)."""
+    run.load.check_columns(columns)
     frames = run.load.frames
+    names = frames[0].column_names if frames else []
     t0 = time.perf_counter()
     if len(frames) == 1:
         frame = frames[0].copy_into(run.domain)
-    elif gatherable(frames, frames[0].column_names):
+    elif all(f.column_names == names for f in frames) and gatherable(frames, names):
         rows = [None] * len(frames)
-        frame = gather_table(frames, rows, frames[0].column_names, run.domain, on_device=True)
+        frame = gather_table(frames, rows, names, run.domain, on_device=True)
     else:
-        frame = DeviceFrame.from_arrow(run.load.table(detach=False), domain=run.domain)
+        table = run.load.table(detach=False, columns=columns)
+        frame = DeviceFrame.from_arrow(table, domain=run.domain)
     run.outcome.timings["to_device_s"] = time.perf_counter() - t0
     return _charged(run, frame)
 
@@ -484,13 +490,23 @@ def _load_source(
         timings["footer_s"] = timings.get("footer_s", 0.0) + time.perf_counter() - t
         return choice.groups
 
+    def present(schema: pa.Schema) -> list[str]:
+        return [c for c in scan.columns or () if c in schema.names]
+
     def decode(read_plan: ReadPlan, groups: tuple[int, ...] | None) -> Any:
         nonlocal decoded
         attempt.check_cancelled("while decoding its source")
         t = time.perf_counter()
         if table is None:
             frame = decode_object(
-                run.ports.lakehouse, read_plan, scan.columns, run.domain, run.outcome.reads
+                run.ports.lakehouse,
+                read_plan,
+                scan.columns,
+                run.domain,
+                run.outcome.reads,
+                # objects of a directory whose schemas drifted: each decodes the
+                # asked columns it holds; those it lacks are null in the result
+                present if scan.columns is not None and len(run.plan.source.plans) > 1 else None,
             )
         else:
             choice = choices.get(id(read_plan))

@@ -47,7 +47,7 @@ from nexus_cache.device import (
     SourceCheckout,
     SourceFrameKey,
 )
-from nexus_cache.errors import SourceFormatError, StalePlanError
+from nexus_cache.errors import ConfigError, SourceFormatError, StalePlanError
 from nexus_cache.frames import DeviceFrame
 from nexus_cache.lakehouse import ReadPlan
 from nexus_cache.service._lake import SourcePlan, identity_problem, one_word
@@ -95,13 +95,31 @@ class SourceLoad:
     def nbytes(self) -> int:
         return sum(int(f.nbytes) for f in self.frames)
 
-    def table(self, *, detach: bool) -> pa.Table:
+    def table(self, *, detach: bool, columns: Sequence[str] | None = None) -> pa.Table:
         """The frames as one host table. ``detach`` copies it out of the domain:
         on the host backend ``to_arrow`` shares the frames' buffers, which must
-        not outlive the attempt."""
-        tables = [f.to_arrow() for f in self.frames]
+        not outlive the attempt. ``columns``: the scan's projection, in its order
+        (the objects of a directory decode those of them they hold: a column one
+        lacks is null in its rows); ConfigError for one that no object holds."""
+        self.check_columns(columns)
+        tables = [_rows_table(f) for f in self.frames]
         table = tables[0] if len(tables) == 1 else concat_objects(tables)
+        if columns is not None:
+            table = table.select(list(columns))
         return host_copy(table) if detach else table
+
+    def check_columns(self, columns: Sequence[str] | None) -> None:
+        """ConfigError when a column of ``columns`` is in none of the frames (a
+        frame lacks only those its object lacks)."""
+        if columns is None or not self.frames:
+            return
+        held = {name for f in self.frames for name in f.column_names}
+        missing = [c for c in columns if c not in held]
+        if missing:
+            raise ConfigError(
+                f"columns {missing} are in none of the source's {len(self.frames)} Parquet "
+                "objects; check the names against the objects' schemas"
+            )
 
     def release(self) -> None:
         """Release every frame and checkout (unpinning hits). Idempotent."""
@@ -283,6 +301,16 @@ class SourcePort:
             # a DeviceFrame is a device-cache value; this decode is ours alone and
             # never written again, so a host entry may share its memory
             return result.publish(frame, share=True)
+
+
+def _rows_table(frame: DeviceFrame) -> pa.Table:
+    """``frame`` as Arrow, its rows kept when it holds no column (an object of a
+    directory that lacks every column asked for: its rows are null in them)."""
+    table = frame.to_arrow()
+    if table.num_columns or not frame.num_rows:
+        return table
+    rows = pa.RecordBatch.from_struct_array(pa.nulls(frame.num_rows, pa.struct([])))
+    return pa.Table.from_batches([rows])
 
 
 def concat_objects(tables: list[pa.Table]) -> pa.Table:
