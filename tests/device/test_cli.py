@@ -86,3 +86,42 @@ def test_cap_above_capacity_is_config_error(capsys: pytest.CaptureFixture[str]) 
     args = ["device", "report", "--backend", "host", "--cache-cap-bytes", str(1 << 50)]
     assert main(args) == 2
     assert "lower the cap" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cap", ["100K", "1M"])
+def test_demo_with_a_cap_too_small_for_its_entries_names_the_option(
+    cap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Below 1 MiB the source entry was refused by the ledger (exit 1, "retry
+    # after pins release"); at 1 MiB the graph entry evicted it, and the
+    # report showed no pinned entry although --demo promises one.
+    args = ["device", "report", "--backend", "host", "--demo", "--cache-cap-bytes", cap]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--demo" in err
+    assert "--cache-cap-bytes" in err
+    assert "1.1 MiB" in err  # the least it needs: 1 MiB source + 64 KiB graph entry
+
+
+def test_demo_with_the_least_cap_it_needs_pins_its_source_entry(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    least = str((1 << 20) + (64 << 10))
+    args = [
+        "device",
+        "report",
+        "--backend",
+        "host",
+        "--demo",
+        "--json",
+        "--cache-cap-bytes",
+        least,
+    ]
+    assert main(args) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["cache_pinned_in_use_bytes"] == 1 << 20
+    assert row["cache_evictable_resident_bytes"] == 64 << 10
+    assert row["source_evictions"] == 0

@@ -49,6 +49,9 @@ _SECTIONS = (("domain_", "domain"), ("source_", "source cache"), ("graph_", "gra
 
 _DEMO_SOURCE_BYTES = 1 << 20
 _DEMO_GRAPH_BYTES = 64 << 10
+# --demo's entries side by side, the source one pinned: a smaller cap would
+# refuse the source entry, or evict it to make room for the graph entry
+_DEMO_CAP_BYTES = _DEMO_SOURCE_BYTES + _DEMO_GRAPH_BYTES
 
 
 def register(subparsers: Any) -> None:
@@ -131,6 +134,18 @@ def _report(args: argparse.Namespace) -> int:
                 f"--cache-cap-bytes {size(cap)} exceeds the managed capacity of "
                 f"device {device_id}, {size(managed)} "
                 f"({MANAGED_CAPACITY_FRACTION:.0%} of {size(total)}); lower the cap"
+            )
+        if args.demo and 0 < cap < _DEMO_CAP_BYTES:
+            default = (
+                " (the default: 10% of its managed capacity)"
+                if args.cache_cap_bytes is None
+                else ""
+            )
+            raise CommandError(
+                f"--demo publishes a {size(_DEMO_SOURCE_BYTES)} source entry and a "
+                f"{size(_DEMO_GRAPH_BYTES)} graph entry, which need a cache cap of at least "
+                f"{size(_DEMO_CAP_BYTES)}, and device {device_id}'s is {size(cap)}{default}; "
+                f"pass --cache-cap-bytes {_DEMO_CAP_BYTES} or more, or leave --demo out"
             )
         profiles.append(DeviceProfile(device_id, cap))
     caches = DeviceResidentCaches(profiles, backend=backend)
