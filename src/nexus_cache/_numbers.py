@@ -4,14 +4,20 @@ Python's ``int()`` and ``float()`` accept more than a setting should:
 underscores (``1_000``) and any Unicode decimal digit (Arabic-Indic one and zero read as 10), so
 a value that looks like garbage in a terminal would be silently used. Every
 numeric setting that is not a byte size (those go through
-:mod:`nexus_cache._sizes`) parses its text here. Pure functions: thread-safe.
+:mod:`nexus_cache._sizes`) parses its text here; a timeout passed at run time
+(``shutdown(timeout=...)``) is checked by :func:`check_timeout`. Pure
+functions: thread-safe.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import threading
 
-__all__ = ["parse_float_text", "parse_int_text"]
+from nexus_cache.errors import ConfigError
+
+__all__ = ["check_timeout", "parse_float_text", "parse_int_text"]
 
 # [0-9], not \d: \d also matches Arabic-Indic and other Unicode digits.
 _INT_RE = re.compile(r"\s*[+-]?[0-9]+\s*")
@@ -34,3 +40,18 @@ def parse_float_text(text: str) -> float:
     if not _FLOAT_RE.fullmatch(text):
         raise ValueError(f"not a number: {text!r}")
     return float(text)
+
+
+def check_timeout(what: str, value: object) -> float:
+    """``value`` as seconds to wait: a finite ``int`` or ``float`` >= 0 (``bool``
+    refused), else :class:`ConfigError` naming ``what``. A value beyond the longest
+    wait Python's threads accept (``threading.TIMEOUT_MAX``, about 292 years) is
+    that longest wait: the same in effect, where waiting for it would overflow."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(f"{what}={value!r} is not accepted; use a finite number of seconds >= 0")
+    return min(float(value), threading.TIMEOUT_MAX)

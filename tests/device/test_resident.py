@@ -336,6 +336,30 @@ def test_shutdown_waits_for_pins_released_by_other_threads() -> None:
     assert result.complete
 
 
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "10", None, True])
+def test_shutdown_timeout_is_checked_before_anything_is_shut(bad: object) -> None:
+    # inf raised OverflowError, "10" and None TypeError: after admission had closed
+    caches = make_caches()
+    with pytest.raises(ConfigError, match=r"shutdown timeout=.* finite number of seconds >= 0"):
+        caches.shutdown(bad)  # type: ignore[arg-type]
+    assert caches.ledger(0).snapshot().admission_open
+    fill(caches.source_cache(0), "s", 1000)
+    assert caches.shutdown(timeout=1.0)[0].complete
+
+
+def test_shutdown_with_a_timeout_beyond_what_threads_wait_still_waits_for_pins() -> None:
+    # 1e30 is a finite number of seconds; the drain's wait raised OverflowError
+    caches = make_caches()
+    fill(caches.source_cache(0), "s", 1000)
+    pin = caches.source_cache(0).checkout("s")
+    timer = threading.Timer(0.05, pin.release)
+    timer.start()
+    result = caches.shutdown(timeout=1e30)[0]
+    timer.join()
+    assert result.complete
+    assert caches.device_cache_reports()[0].ledger.cache_charged_bytes == 0
+
+
 def test_publication_after_close_is_discarded() -> None:
     caches = make_caches()
     source = caches.source_cache(0)

@@ -8,6 +8,7 @@ exits 2 (the command line must change), not 1.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -268,6 +269,21 @@ def test_shutdown_timeout_is_checked_first(tmp_path: Path, edges: Path) -> None:
     assert service.execute(Count(str(edges))).table.num_rows == 1
     first = service.shutdown(0)
     assert service.shutdown() == first
+
+
+def test_shutdown_with_a_huge_timeout_waits_for_a_held_result(tmp_path: Path, edges: Path) -> None:
+    # a finite timeout beyond threading.TIMEOUT_MAX raised OverflowError while it
+    # waited for the result, leaving the service closed and its caches up
+    service = make_service(tmp_path)
+    result = service.execute_on_device(Scan(str(edges)))
+    timer = threading.Timer(0.05, result.release)
+    timer.start()
+    try:
+        shutdown = service.shutdown(timeout=1e30)
+    finally:
+        timer.join()
+    assert all(d.complete for d in shutdown)
+    assert service.shutdown() == shutdown
 
 
 def test_bad_out_exits_2_before_the_query_runs(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from nexus_cache._numbers import check_timeout
 from nexus_cache.backends import BACKEND_NAMES, DeviceBackend, select_backend
 from nexus_cache.device.domain import DeviceCacheAllocationFactory
 from nexus_cache.device.graph import GraphCacheSubdomain
@@ -213,8 +214,10 @@ class DeviceResidentCaches:
         Idempotent: once every device completed, later calls return the same
         result; after an incomplete shutdown (pins held past ``timeout``,
         builders still running, unsafe teardowns) the domain is kept and a
-        later call retries.
+        later call retries. ``timeout`` must be a finite number of seconds >= 0
+        (:class:`ConfigError`, before anything is shut).
         """
+        timeout = check_timeout("shutdown timeout", timeout)
         with self._shutdown_lock:
             if self._shutdown is not None and all(d.complete for d in self._shutdown):
                 return self._shutdown

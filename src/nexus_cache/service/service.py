@@ -34,7 +34,6 @@ process-safe beyond what each cache states (the ledger governs one process).
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import time
@@ -43,6 +42,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from nexus_cache._numbers import check_timeout
 from nexus_cache.backends import DeviceBackend, select_backend
 from nexus_cache.device import (
     MANAGED_CAPACITY_FRACTION,
@@ -403,16 +403,7 @@ class QueryService:
         be a finite number of seconds >= 0 (:class:`ConfigError`, before anything
         is shut).
         """
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout < 0
-        ):
-            raise ConfigError(
-                f"shutdown timeout={timeout!r} is not accepted; use a finite number of "
-                "seconds >= 0"
-            )
+        timeout = check_timeout("shutdown timeout", timeout)
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
