@@ -200,6 +200,37 @@ def test_waiter_past_its_deadline_times_out_and_leaves_nothing(caches: Any, atte
     assert caches.ledger(0).snapshot().cache_charged_bytes == 0
 
 
+def test_a_waiter_with_a_timeout_beyond_what_threads_wait_gets_the_frame(
+    caches: Any, attempt: Any
+) -> None:
+    # 1e30 s is a finite timeout, accepted; the wait raised OverflowError
+    source = caches.source_cache(0)
+    claim = source.checkout_or_claim(key("h"), domain=attempt)
+    box: dict[str, Any] = {}
+
+    def follow() -> None:
+        try:
+            box["result"] = source.checkout_or_claim(key("h"), domain=attempt, timeout=1e30)
+        except BaseException as exc:
+            box["error"] = exc
+
+    waiter = threading.Thread(target=follow)
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while source.stats().waits < 1 and "error" not in box:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    claim.publish(Decoder(attempt)()).release()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert "error" not in box, box.get("error")
+    result = box["result"]
+    assert result.status is CheckoutStatus.FOLLOWER
+    assert np.array_equal(np.asarray(result.value["a"]), expected())
+    result.release()
+    assert ledger_pair(caches) == (ENTRY, 0)
+
+
 class _Stopped(Exception):
     pass
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
@@ -95,7 +96,8 @@ def _check_timeout(timeout: float) -> float:
         raise ConfigError(f"timeout={timeout!r}; accepted: seconds > 0")
     if not math.isfinite(timeout) or timeout <= 0:
         raise ConfigError(f"timeout={timeout!r}; accepted: a finite number of seconds > 0")
-    return float(timeout)
+    # longer than threading's waits accept (they overflow) is the same in effect
+    return min(float(timeout), threading.TIMEOUT_MAX)
 
 
 class SourceCacheSubdomain(CacheSubdomain):
