@@ -174,6 +174,8 @@ def test_leader_decode_error_reaches_every_waiter(caches: Any, attempt: Any) -> 
     assert sum(isinstance(e, ValueError) for e in errors) == 1  # the leader's own
     followers = [e for e in errors if isinstance(e, SourceDecodeError)]
     assert len(followers) == 5
+    # each follower's message says why, as the leader's does (not only a fingerprint)
+    assert all("ValueError: corrupt page in row group 0" in str(e) for e in followers)
     assert all(isinstance(e.__cause__, ValueError) for e in followers)
     assert source.stats().decode_errors == 1
     assert source.in_flight_keys() == 0

@@ -204,9 +204,11 @@ class SourceCacheSubdomain(CacheSubdomain):
                     return SourceClaim(self._outcomes, waited_on, key, waited_s=waited)
                 if outcome is FlightState.FAILED:
                     error = waited_on.error
+                    why = " ".join(str(error).split())  # what the leader itself was told
                     raise SourceDecodeError(
                         f"the decode leader of source frame {key.fingerprint} failed "
-                        f"({type(error).__name__}); every waiter gets this error"
+                        f"({type(error).__name__}{': ' + why if why else ''}); every waiter "
+                        "gets this error"
                     ) from error
                 # PUBLISHED: this caller is a copier of the flight until copied()
                 status = CheckoutStatus.FOLLOWER
