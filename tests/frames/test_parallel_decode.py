@@ -242,8 +242,10 @@ def test_a_failing_row_group_reaches_the_caller_and_stops_the_pool(tmp_path: Pat
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(bytes(data))
     domain = _domain()
-    with pytest.raises(OSError):  # ArrowException: Parquet's own corruption error
+    # Parquet's own corruption error (an OSError) named no file
+    with pytest.raises(SourceFormatError, match=r"broken\.parquet.* is corrupt") as caught:
         decode_parquet(str(broken), domain=domain, threads=4)
+    assert isinstance(caught.value.__cause__, OSError)
     gc.collect()
     assert _decoders() == 0
     assert domain.counters().used_bytes == 0

@@ -286,6 +286,32 @@ def test_shutdown_with_a_huge_timeout_waits_for_a_held_result(tmp_path: Path, ed
     assert service.shutdown() == shutdown
 
 
+def test_a_corrupt_column_chunk_is_a_source_format_error_naming_the_object(
+    tmp_path: Path,
+    edges: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Arrow's "Corrupt snappy compressed data." / "Unexpected end of stream" (an
+    # OSError) reached the caller bare: no object named, exit status 1
+    broken = tmp_path / "broken.parquet"
+    pq.write_table(pq.read_table(edges), broken, compression="snappy")
+    data = bytearray(broken.read_bytes())
+    chunk = pq.ParquetFile(broken).metadata.row_group(0).column(1)
+    start = chunk.data_page_offset
+    data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
+    broken.write_bytes(bytes(data))
+    with (
+        make_service(tmp_path) as service,
+        pytest.raises(SourceFormatError, match=r"broken\.parquet.* is corrupt"),
+    ):
+        service.execute(Scan(str(broken)))
+    use_host_cli(monkeypatch)
+    assert main(["scan", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.parquet" in err
+
+
 def test_bad_out_exits_2_before_the_query_runs(
     env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.errors import ConfigError, SourceFormatError
+from nexus_cache.errors import ConfigError, NexusCacheError, SourceFormatError
 from nexus_cache.frames._builder import ColumnBuilder
 from nexus_cache.frames._host import HostPiece
 from nexus_cache.frames._page_engine import decode_page_columns, plan_page_columns
@@ -277,7 +277,15 @@ def decode_parquet(
         decoded = iter(pool)
         while True:
             waited = time.perf_counter()
-            item = next(decoded, None)
+            try:
+                item = next(decoded, None)
+            except (pa.ArrowInvalid, OSError) as exc:
+                if not _data_error(exc, in_memory=shared is not None):
+                    raise
+                raise SourceFormatError(
+                    f"{_source_name(source)!r} is corrupt: a column chunk does not decode "
+                    f"({' '.join(str(exc).split())}); rewrite the file or read another"
+                ) from exc
             stats.wait_seconds += time.perf_counter() - waited
             if item is None:
                 break
@@ -303,6 +311,17 @@ def decode_parquet(
         stats.transfer.add(transfer.stats)
     stats.wall_seconds += time.perf_counter() - started
     return DeviceFrame(result, num_rows=total, domain=domain, metadata=schema.metadata)
+
+
+def _data_error(exc: BaseException, *, in_memory: bool) -> bool:
+    """Whether Arrow's error decoding a column chunk says the file is corrupt. Bytes
+    read from memory (a memory map, a buffer) fail only for what they hold, so
+    every ``OSError`` there is the data's (``Corrupt snappy compressed data``,
+    ``Couldn't deserialize thrift``); from a stream an ``OSError`` may be the
+    read's own. Our own errors (an entry that changed under the read) are not."""
+    if isinstance(exc, NexusCacheError):
+        return False
+    return in_memory or isinstance(exc, pa.ArrowInvalid)
 
 
 def _piece_bytes(piece: HostPiece) -> int:
