@@ -283,6 +283,11 @@ def test_an_error_of_the_query_is_raised_as_one_process_raises_it(running, tmp_p
         ({"config": {"backend": "host"}}, "use a ServiceConfig"),
         ({"max_worker_losses": -1}, "max_worker_losses"),
         ({"max_worker_losses": True}, "max_worker_losses"),
+        # on a worker, a bad shutdown_timeout failed its teardown: its service ran on unshut
+        ({"shutdown_timeout": -1}, "shutdown_timeout=-1"),
+        ({"shutdown_timeout": float("nan")}, "shutdown_timeout=nan"),
+        ({"shutdown_timeout": "10"}, "shutdown_timeout='10'"),
+        ({"shutdown_timeout": True}, "shutdown_timeout=True"),
     ],
 )
 def test_bad_client_settings_are_refused_before_touching_the_cluster(kwargs, match):

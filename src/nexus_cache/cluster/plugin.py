@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from distributed import WorkerPlugin, get_worker
 from nexus_cache._storage import atomic_write, ensure_private_dir
 from nexus_cache.cluster._cancel import CancelledOnWorker, worker_cancel
 from nexus_cache.cluster._wire import worker_config
-from nexus_cache.errors import LifecycleError, QueryCancelledError
+from nexus_cache.errors import ConfigError, LifecycleError, QueryCancelledError
 from nexus_cache.program import (
     FileStreamProgramCache,
     InMemoryProgramCache,
@@ -82,6 +83,18 @@ class QueryServicePlugin(WorkerPlugin):
     def __init__(
         self, config_json: str, redis_url: str | None = None, shutdown_timeout: float = 10.0
     ) -> None:
+        # Checked here, on the client: on a worker a bad one would only fail its
+        # teardown, leaving its service running unshut.
+        if (
+            isinstance(shutdown_timeout, bool)
+            or not isinstance(shutdown_timeout, (int, float))
+            or not math.isfinite(shutdown_timeout)
+            or shutdown_timeout < 0
+        ):
+            raise ConfigError(
+                f"shutdown_timeout={shutdown_timeout!r} is not accepted; use a finite number "
+                "of seconds >= 0 (default 10.0)"
+            )
         # Plain data only: Dask pickles the plugin to send it.
         self.config_json = config_json
         self.redis_url = redis_url
