@@ -141,6 +141,19 @@ def test_an_unknown_scheduler_host_fails_at_once(capsys):
     assert "unknown" in err
 
 
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "1e400"])
+def test_a_timeout_that_is_no_positive_number_of_seconds_is_a_bad_option(timeout, capsys):
+    # Dask failed on these far from the option: a negative or NaN one with a
+    # ValueError of its own and exit status 1, zero as an unreachable scheduler
+    argv = ["cluster", "report", "--scheduler", _refused_address(), "--timeout", timeout]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--timeout {timeout!r} is not accepted" in err
+    assert "seconds > 0" in err
+
+
 def test_an_unreachable_scheduler_is_one_line_and_exit_2(capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import socket
 from typing import Any
 
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
     )
     report.add_argument(
         "--timeout",
-        type=number_option("--timeout"),
+        type=_seconds_option,
         default=10.0,
         metavar="SECONDS",
         help=(
@@ -42,6 +43,20 @@ def register(subparsers: Any) -> None:
     )
     add_json_option(report)
     report.set_defaults(func=_report)
+
+
+_number = number_option("--timeout")
+
+
+def _seconds_option(text: str) -> float:
+    """``--timeout``: a finite number of seconds > 0 (Dask fails on the others, far
+    from the option: a negative or NaN one is a ``ValueError`` of its own)."""
+    seconds = _number(text)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"--timeout {text!r} is not accepted; use a finite number of seconds > 0, such as 10"
+        )
+    return seconds
 
 
 def _connect(address: str, timeout: float) -> Any:
