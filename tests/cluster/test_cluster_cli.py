@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -162,4 +167,79 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(capsys):
     assert main(["cluster", "report", "--scheduler", address, "--timeout", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nexus-cache: error: cannot reach the Dask scheduler")
+    assert err.count("\n") == 1
+
+
+@contextlib.contextmanager
+def _listener(answer: bytes | None) -> Iterator[str]:
+    """A loopback TCP listener that is no Dask scheduler: it sends ``answer`` to
+    each connection and keeps it open, or (None) never answers at all."""
+    server = socket.create_server(("127.0.0.1", 0))
+    kept: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            kept.append(conn)
+            if answer is not None:
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        thread.join(10)
+        for conn in kept:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [None, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"],
+    ids=["silent", "http"],
+)
+def test_a_listener_that_is_no_scheduler_fails_within_the_timeout(answer):
+    # Dask bounds the connection, not its handshake: a silent listener held the
+    # command forever, an HTTP answer failed it with a MemoryError (exit 1)
+    with _listener(answer) as address:
+        argv = ["cluster", "report", "--scheduler", address, "--timeout", "2"]
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "nexus_cache.cli.main", *argv],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - started < 60
+    assert done.stderr.startswith("nexus-cache: error: ")
+    assert address in done.stderr
+    assert "no Dask scheduler" in done.stderr
+    assert "check --scheduler" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_a_workers_address_is_refused_naming_its_scheduler(cluster, capsys):
+    local, client = cluster
+    worker = sorted(client.scheduler_info()["workers"])[0]
+    assert main(["cluster", "report", "--scheduler", worker, "--timeout", "5"]) == 2
+    err = capsys.readouterr().err
+    assert f"at {worker} is no Dask scheduler (it says it is a Worker)" in err
+    assert f"its scheduler is at {local.scheduler_address}" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("address", ["foo", "tcp://127.0.0.1", "http://127.0.0.1:8786"])
+def test_a_malformed_scheduler_address_is_named_as_such(address, capsys):
+    # it failed as 'cannot reach ... within 2 s (ValueError)', then waited 6 s
+    started = time.monotonic()
+    assert main(["cluster", "report", "--scheduler", address, "--timeout", "2"]) == 2
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert err.startswith(f"nexus-cache: error: --scheduler {address!r} is not a Dask scheduler")
     assert err.count("\n") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import socket
 from typing import Any
@@ -74,6 +75,7 @@ def _connect(address: str, timeout: float) -> Any:
             f"cannot reach the Dask scheduler at {address}: {refused}; check --scheduler "
             "and that the scheduler runs"
         )
+    _handshake(address, timeout)
     try:
         return Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
@@ -81,6 +83,58 @@ def _connect(address: str, timeout: float) -> Any:
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
             f"({type(exc).__name__}); check --scheduler and that the scheduler runs"
         ) from None
+
+
+def _handshake(address: str, timeout: float) -> None:
+    """Dask's connection handshake with ``address`` and its ``identity``, bounded as a
+    whole by ``timeout``; a ``CommandError`` naming the address unless a scheduler answers.
+
+    ``Client`` bounds only the connection, not the handshake after it: a
+    listener that is no Dask scheduler (one that never answers, an HTTP server
+    such as the dashboard's port) held it forever or failed with a
+    ``MemoryError`` from the garbage it read, a worker's address failed with a
+    ``TypeError`` and then a 6 s wait, and a malformed address failed as a timeout.
+    """
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def shake() -> Any:
+        args = Security().get_connection_args("client")
+        comm = await connect(address, timeout=timeout, **args)
+        try:
+            await comm.write({"op": "identity", "reply": True, "close": True})
+            return await comm.read()
+        finally:
+            await comm.close()
+
+    advice = (
+        "check --scheduler (the scheduler's port, 8786 by default, not its dashboard's) "
+        "and that the scheduler runs"
+    )
+    try:
+        identity = asyncio.run(asyncio.wait_for(shake(), timeout))
+    except ValueError as exc:  # Dask's word for a malformed address
+        raise CommandError(
+            f"--scheduler {address!r} is not a Dask scheduler address ({exc}); "
+            "give tcp://host:port"
+        ) from None
+    except OSError as exc:  # also the timeouts: TimeoutError is an OSError
+        raise CommandError(
+            f"no Dask scheduler answered at {address} within {timeout:g} s "
+            f"({type(exc).__name__}); {advice}"
+        ) from None
+    except Exception as exc:  # what it sent is no Dask handshake
+        raise CommandError(
+            f"what listens at {address} is no Dask scheduler ({type(exc).__name__}: {exc}); "
+            f"{advice}"
+        ) from None
+    kind = identity.get("type") if isinstance(identity, dict) else None
+    if kind != "Scheduler":
+        hint = identity.get("scheduler") if isinstance(identity, dict) else None
+        raise CommandError(
+            f"what listens at {address} is no Dask scheduler (it says it is a {kind!s}); "
+            + (f"its scheduler is at {hint}: give that" if hint else advice)
+        )
 
 
 # How long the first look at a TCP scheduler address may take.
