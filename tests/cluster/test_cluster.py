@@ -21,7 +21,7 @@ from nexus_cache.cluster import (  # noqa: E402
     rendezvous_order,
     routing_key,
 )
-from nexus_cache.errors import ConfigError  # noqa: E402
+from nexus_cache.errors import ConfigError, LifecycleError  # noqa: E402
 from nexus_cache.service import Count, GraphQuery, QueryService, Scan, tables_match  # noqa: E402
 from server._helpers import wait_until  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
@@ -328,3 +328,27 @@ def test_the_worker_list_never_reads_empty_while_the_client_refreshes_its_own(
     monkeypatch.setattr(client, "_update_scheduler_info", lambda n_workers=0: refresh(n_workers=0))
     for _ in range(20):
         assert nexus.workers() == want
+
+
+def test_a_closed_dask_client_is_named_not_an_attribute_error(tmp_path, monkeypatch):
+    # a closed Client has no scheduler: every call failed with AttributeError
+    # "'NoneType' object has no attribute 'identity'"
+    monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0", silence_logs=40
+    ) as cluster:
+        client = distributed.Client(cluster)
+        nexus = ClusterQueryClient(client, make_config(tmp_path))
+        client.close()
+        query = Scan(str(tmp_path / "facts.parquet"))
+        calls = [
+            lambda: nexus.execute(query),
+            lambda: nexus.worker_for(query),
+            nexus.workers,
+            nexus.report,
+            lambda: ClusterQueryClient(client, make_config(tmp_path)),
+        ]
+        for call in calls:
+            with pytest.raises(LifecycleError, match="the Dask client is closed; make a new"):
+                call()

@@ -40,6 +40,17 @@ def _lost_worker_errors() -> tuple[type[BaseException], ...]:
     return (KilledWorker, CommClosedError)
 
 
+def _connected(dask_client: Any) -> Any:
+    """``dask_client``, unless it is closed (then it has no scheduler to ask)."""
+    status = getattr(dask_client, "status", None)
+    if status in ("closing", "closed"):
+        raise LifecycleError(
+            f"the Dask client is {status}; make a new distributed.Client and a "
+            "ClusterQueryClient on it"
+        )
+    return dask_client
+
+
 class ClusterQueryClient:
     """Runs queries on the query services of a Dask cluster's workers.
 
@@ -86,7 +97,7 @@ class ClusterQueryClient:
         self._client = dask_client
         self._max_losses = max_worker_losses
         plugin = QueryServicePlugin(self.config.to_json(), redis_url, shutdown_timeout)
-        dask_client.register_plugin(plugin, name=PLUGIN_NAME)
+        _connected(dask_client).register_plugin(plugin, name=PLUGIN_NAME)
 
     @property
     def dask_client(self) -> Any:
@@ -94,7 +105,7 @@ class ClusterQueryClient:
 
     def workers(self) -> list[str]:
         """The addresses of the live workers, as the scheduler knows them now."""
-        client = self._client
+        client = _connected(self._client)
         try:
             # the scheduler's answer itself: Client.scheduler_info() returns the client's
             # cached copy, which its periodic refresh (asking for no worker) may replace
@@ -218,7 +229,7 @@ class ClusterQueryClient:
     def report(self) -> list[dict[str, Any]]:
         """Per worker, in address order: its device cache reports, lakehouse and
         program cache figures (plain data; see :func:`worker_report`)."""
-        return cluster_report(self._client)
+        return cluster_report(_connected(self._client))
 
 
 def _with_worker(result: QueryResult, worker: str, lost: tuple[str, ...]) -> QueryResult:
