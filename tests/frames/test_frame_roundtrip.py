@@ -4,16 +4,18 @@ owners, copies, and the domain's books covering every column."""
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nexus_cache.backends import HostBackend
 from nexus_cache.errors import FrameTypeError, LifecycleError
-from nexus_cache.frames import ColumnKind, DeviceFrame, FrameOwner
+from nexus_cache.frames import ColumnKind, DeviceFrame, FrameOwner, decode_parquet
 
 from ._tables import assert_same_table, tables
 
@@ -212,3 +214,23 @@ def test_a_copy_is_one_allocation_and_copies_again_as_one_block() -> None:
     assert_same_table(again.to_arrow(), table)
     assert _packed_root(*layout(copy.select(["s"])), first) is None  # a projection is not
     assert_same_table(copy.select(["s", "a"]).copy_into(second).to_arrow(), table.select([1, 0]))
+
+
+def test_a_frame_of_no_columns_keeps_its_row_count_back_to_arrow(tmp_path: Path) -> None:
+    """A zero-column table still has rows (``table.select([])``, a decode of
+    ``columns=[]``): ``to_arrow()`` gives them back, as Arrow's reader does."""
+    table = pa.table({"a": [1, 2, 3]}).replace_schema_metadata({"k": "v"})
+    for source in (table.select([]), table.to_batches()[0].select([])):
+        frame = DeviceFrame.from_arrow(source, domain=_domain())
+        out = frame.to_arrow()
+        assert out.num_rows == frame.num_rows == 3
+        assert out.equals(table.select([]), check_metadata=True)
+        assert frame.slice(1).to_arrow().num_rows == 2
+        assert frame.copy_into(_domain()).to_arrow().num_rows == 3
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=2)
+    decoded = decode_parquet(str(path), domain=_domain(), columns=[])
+    expected = pq.read_table(path, columns=[])
+    assert expected.num_rows == 3
+    assert decoded.to_arrow().equals(expected, check_metadata=True)

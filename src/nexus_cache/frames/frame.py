@@ -276,6 +276,11 @@ class DeviceFrame:
     def to_arrow(self) -> pa.Table:
         """A host ``pyarrow.Table`` equal to the one the frame came from."""
         arrays = [_column_to_arrow(c) for c in self.columns]
+        if not arrays:
+            # No column carries the row count: project a column of nulls away (a
+            # zero-column table made any other way has no rows).
+            rows = pa.schema([("rows", pa.null())], metadata=self._metadata)
+            return pa.Table.from_arrays([pa.nulls(self._num_rows)], schema=rows).select([])
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
     # -- release ---------------------------------------------------------------------------
