@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -34,3 +35,18 @@ def test_columns_as_one_string_is_refused(tmp_path: Path) -> None:
         decode_parquet(str(path), domain=_domain(), columns="id")
     frame = decode_parquet(str(path), domain=_domain(), columns=["id"])
     assert frame.to_arrow().column_names == ["id"]
+
+
+@pytest.mark.parametrize("row_groups", [[0.7], [1.0], ["1"], "10", [True], [None], 1, b"\x01"])
+def test_row_groups_that_are_not_indices_are_refused(tmp_path: Path, row_groups: object) -> None:
+    """A float, a string, a bool or a lone number is no row group index: it must not
+    read some row group ([0.7] was row group 0, "10" row groups 1 and 0)."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": list(range(6))}), path, row_group_size=2)
+    domain = _domain()
+    with pytest.raises(ConfigError, match="row_groups") as caught:
+        decode_parquet(str(path), domain=domain, row_groups=row_groups)  # type: ignore[arg-type]
+    assert "the file has 3" in str(caught.value)
+    assert domain.counters().used_bytes == 0
+    frame = decode_parquet(str(path), domain=domain, row_groups=(2, np.int64(0)))
+    assert frame.to_arrow().column("a").to_pylist() == [4, 5, 0, 1]

@@ -23,11 +23,12 @@ lakehouse cache and decodes it with :func:`decode_parquet`.
 from __future__ import annotations
 
 import mmap
+import operator
 import os
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,11 +122,31 @@ def _check_request(
     count = pf.metadata.num_row_groups
     if row_groups is None:
         return columns, list(range(count))
-    groups = [int(g) for g in row_groups]
+    groups = _row_group_indices(row_groups, count)
     bad = [g for g in groups if not 0 <= g < count]
     if bad:
         raise ConfigError(f"row_groups {bad} do not exist; the file has {count} (0..{count - 1})")
     return columns, groups
+
+
+def _row_group_indices(row_groups: Any, count: int) -> list[int]:
+    """``row_groups`` as a list of ints; ConfigError for anything that is not a
+    sequence of whole numbers (a float, a bool, a string: ``int()`` would read
+    0.7 as row group 0 and "10" as row groups 1 and 0)."""
+    accepted = f"use a list of row group indices (the file has {count})"
+    if isinstance(row_groups, (str, bytes)) or not isinstance(row_groups, Iterable):
+        raise ConfigError(f"row_groups={row_groups!r} is not accepted; {accepted}")
+    groups = []
+    for g in row_groups:
+        try:
+            if isinstance(g, bool):
+                raise TypeError
+            groups.append(operator.index(g))
+        except TypeError:
+            raise ConfigError(
+                f"row_groups holds {g!r}, which is not a row group index; {accepted}"
+            ) from None
+    return groups
 
 
 def _shared_bytes(source: Any, window: int) -> pa.Buffer | None:
