@@ -50,3 +50,18 @@ def test_row_groups_that_are_not_indices_are_refused(tmp_path: Path, row_groups:
     assert domain.counters().used_bytes == 0
     frame = decode_parquet(str(path), domain=domain, row_groups=(2, np.int64(0)))
     assert frame.to_arrow().column("a").to_pylist() == [4, 5, 0, 1]
+
+
+def test_read_dictionary_names_that_are_no_column_are_refused(tmp_path: Path) -> None:
+    """An unknown read_dictionary name raised a bare ``KeyError: b'nope'``, and one
+    string was read as its characters ("ab" as ['a', 'b'])."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": ["x", "y"], "b": ["z", "z"], "ab": ["u", "v"]}), path)
+    domain = _domain()
+    with pytest.raises(ConfigError, match=r"read_dictionary.*'nope'.*t\.parquet"):
+        decode_parquet(str(path), domain=domain, read_dictionary=["a", "nope"])
+    with pytest.raises(ConfigError, match="use a list of names"):
+        decode_parquet(str(path), domain=domain, read_dictionary="ab")
+    assert domain.counters().used_bytes == 0
+    frame = decode_parquet(str(path), domain=domain, read_dictionary=["ab"])
+    assert [pa.types.is_dictionary(f.type) for f in frame.schema] == [False, False, True]

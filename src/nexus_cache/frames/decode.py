@@ -199,8 +199,20 @@ def _open(
     source: Any,
     metadata: pq.FileMetaData | None = None,
 ) -> pq.ParquetFile:
+    if isinstance(read_dictionary, (str, bytes)):  # "ab" would mean ['a', 'b']
+        raise ConfigError(
+            f"read_dictionary={read_dictionary!r} is not accepted; use a list of names"
+        )
     try:
         return pq.ParquetFile(reader, metadata=metadata, read_dictionary=read_dictionary)
+    except KeyError as exc:  # Arrow's reader looks each read_dictionary name up
+        name = exc.args[0] if exc.args else "?"
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        raise ConfigError(
+            f"read_dictionary names {name!r}, which is not a column of "
+            f"{_source_name(source)!r}; name only columns the file has"
+        ) from None
     except pa.ArrowInvalid as exc:
         raise SourceFormatError(
             f"{_source_name(source)!r} is not readable Parquet ({' '.join(str(exc).split())}); "
