@@ -154,3 +154,25 @@ def test_empty_chunks_and_unvouched_sources_never_touch_the_cache(setup, tmp_pat
     assert sub.stats() == before
     frame.release()
     gc.collect()
+
+
+@pytest.mark.parametrize("first", [[], None])
+def test_no_columns_and_all_columns_are_different_reads(setup, first) -> None:
+    """``columns=[]`` (no column) and ``columns=None`` (all) both keyed as ``()``:
+    whichever came first was served to the other, a frame of no columns for
+    "all" or every column for "none"."""
+    source, caches, lake, backend = setup
+    sub = caches.source_cache(0)
+    attempt = backend.create_domain(0)
+    expected = {None: pq.read_table(source).column_names, (): []}
+    for columns in (first, [] if first is None else None):
+        stats = DecodeStats()
+        frame = read_cached_parquet(
+            source, domain=attempt, source_cache=sub, lake=lake, columns=columns, stats=stats
+        )
+        assert frame.num_rows == 20_000
+        assert frame.column_names == expected[None if columns is None else ()]
+        if columns == []:  # nothing to cache
+            assert stats.source.status is CheckoutStatus.BYPASS
+        frame.release()
+    gc.collect()

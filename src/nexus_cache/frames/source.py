@@ -40,7 +40,8 @@ def source_frame_key(
     The source identity is the digest of the lakehouse identity (storage
     domain, content identity, location), never the raw location. ``columns``
     and ``row_groups`` of None mean "all" and key as ``()``; an explicit
-    empty ``row_groups`` is an empty chunk, which bypasses the cache. None
+    empty ``row_groups`` or ``columns`` is an empty chunk (nothing to cache,
+    and not to be mistaken for "all"), which bypasses the cache. None
     when the lakehouse resolved no identity (a source it cannot vouch for is
     never cached).
     """
@@ -53,7 +54,7 @@ def source_frame_key(
         columns=tuple(columns or ()),
         row_groups=tuple(row_groups or ()),
         decode_options=options,
-        empty_chunk=row_groups is not None and len(row_groups) == 0,
+        empty_chunk=any(part is not None and len(part) == 0 for part in (row_groups, columns)),
     )
 
 
