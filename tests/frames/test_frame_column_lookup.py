@@ -79,3 +79,15 @@ def test_a_view_shares_the_columns_and_is_released_on_its_own() -> None:
     frame.release()
     assert again.column(2) is not None  # the view's columns outlive the frame's handle
     again.release()
+
+
+@pytest.mark.parametrize("index", [3, -4, 10**6])
+def test_an_index_past_the_columns_is_an_index_error_naming_the_columns(index: int) -> None:
+    """``column(3)`` or ``select([3])`` of three columns said only "tuple index out
+    of range"; negative indices within range count from the end, as in Python."""
+    frame = _frame()
+    for lookup in (lambda: frame.column(index), lambda: frame.select([0, index])):
+        with pytest.raises(IndexError, match=rf"index {index}.*3 columns.*\['a', 'b', 'a'\]"):
+            lookup()
+    assert frame.select([-1]).column_names == ["a"]
+    frame.release()

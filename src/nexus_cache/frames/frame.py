@@ -183,7 +183,12 @@ class DeviceFrame:
             if found is not None:
                 return columns[found]
         if isinstance(key, int):
-            return columns[key]
+            if -len(columns) <= key < len(columns):
+                return columns[key]
+            raise IndexError(
+                f"no column at index {key}; the frame has {len(columns)} columns: "
+                f"{self.column_names}"
+            )
         names = self._name_index()
         try:
             found = names.get(key)
