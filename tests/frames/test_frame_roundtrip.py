@@ -234,3 +234,16 @@ def test_a_frame_of_no_columns_keeps_its_row_count_back_to_arrow(tmp_path: Path)
     expected = pq.read_table(path, columns=[])
     assert expected.num_rows == 3
     assert decoded.to_arrow().equals(expected, check_metadata=True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"a": [1]}, pa.chunked_array([[1]]), pa.array([1]), None],
+    ids=["dict", "chunked_array", "array", "none"],
+)
+def test_from_arrow_of_no_table_names_what_it_takes(value: object) -> None:
+    """A dict or an array raised "AttributeError: ... has no attribute 'schema'"."""
+    domain = _domain()
+    with pytest.raises(FrameTypeError, match=r"pyarrow\.Table or RecordBatch"):
+        DeviceFrame.from_arrow(value, domain=domain)  # type: ignore[arg-type]
+    assert domain.counters().used_bytes == 0

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from nexus_cache.backends import AllocationDomain
-from nexus_cache.errors import LifecycleError
+from nexus_cache.errors import FrameTypeError, LifecycleError
 from nexus_cache.frames._builder import build_column
 from nexus_cache.frames._copy import copy_columns, copy_stream, share_columns
 from nexus_cache.frames._host import arrow_array
@@ -89,6 +89,11 @@ class DeviceFrame:
         """Copy ``table`` into ``domain``. Raises FrameTypeError for unsupported types."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
+        elif not isinstance(table, pa.Table):
+            raise FrameTypeError(
+                f"DeviceFrame.from_arrow takes a pyarrow.Table or RecordBatch, not "
+                f"{type(table).__name__}; make one first (pyarrow.table(...))"
+            )
         for f in table.schema:
             column_kind(f.type, f.name)  # refuse before allocating anything
         transfer = open_transfer(domain)
