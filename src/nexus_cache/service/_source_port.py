@@ -102,7 +102,7 @@ class SourceLoad:
         (the objects of a directory decode those of them they hold: a column one
         lacks is null in its rows); ConfigError for one that no object holds."""
         self.check_columns(columns)
-        tables = [_rows_table(f) for f in self.frames]
+        tables = [f.to_arrow() for f in self.frames]  # a frame of no columns keeps its rows
         table = tables[0] if len(tables) == 1 else concat_objects(tables)
         if columns is not None:
             table = table.select(list(columns))
@@ -301,16 +301,6 @@ class SourcePort:
             # a DeviceFrame is a device-cache value; this decode is ours alone and
             # never written again, so a host entry may share its memory
             return result.publish(frame, share=True)
-
-
-def _rows_table(frame: DeviceFrame) -> pa.Table:
-    """``frame`` as Arrow, its rows kept when it holds no column (an object of a
-    directory that lacks every column asked for: its rows are null in them)."""
-    table = frame.to_arrow()
-    if table.num_columns or not frame.num_rows:
-        return table
-    rows = pa.RecordBatch.from_struct_array(pa.nulls(frame.num_rows, pa.struct([])))
-    return pa.Table.from_batches([rows])
 
 
 def concat_objects(tables: list[pa.Table]) -> pa.Table:
