@@ -33,6 +33,7 @@ is the CI smoke run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import tempfile
@@ -396,6 +397,16 @@ def main(argv: list[str] | None = None) -> int:
         help="cache_cap_bytes for the cache rows (default 96G; capped at 80%% of the device)",
     )
     args = parser.parse_args(argv)
+    if args.peers_only and args.backend != "host":
+        # the side by side runs on the host only: without this, nothing ran and nothing said so
+        parser.error("--peers-only runs the host side by side: add --backend host")
+    if args.backend == "cuda" and not args.peers_only and importlib.util.find_spec("cupy") is None:
+        parser.error(
+            "--backend cuda (the default) needs CuPy (nexus-cache[gpu]); "
+            "on a machine without a GPU use --backend host"
+        )
+    if args.workdir is not None:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     bench = Bench(np, args.repeats) if args.peers_only else run(args)
     peer_rows: list[tuple[str, ...]] = []
     scales = [int(s) for s in args.peer_scales.split(",") if s.strip()]
