@@ -74,7 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--runs", type=int, default=20, help="runs of each (default 20)")
     args = parser.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="nexus-cli-remote-bench-"))
+    if args.workdir is not None:
+        return _run(args, Path(args.workdir))
+    # no --workdir: the file and the server's lakehouse cache go with the run
+    with tempfile.TemporaryDirectory(prefix="nexus-cli-remote-bench-") as tmp:
+        return _run(args, Path(tmp))
+
+
+def _run(args: argparse.Namespace, work: Path) -> int:
     work.mkdir(parents=True, exist_ok=True)
     one = work / "one.parquet"
     pq.write_table(pa.table({"k": [1], "v": [0.5]}), one)
@@ -97,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         code = server.stop()
     med = {name: statistics.median(times) for name, times in walls.items()}
-    print(f"backend {args.backend}; {args.runs} runs each, alternating; workdir {work}")
+    kept = f"workdir {work}" if args.workdir is not None else "temporary workdir, removed"
+    print(f"backend {args.backend}; {args.runs} runs each, alternating; {kept}")
     for name, label in (("ours", "nexus-cache scan --server"), ("bare", "bare pyarrow do_get")):
         print(
             f"one-row warm scan, {label}: median {med[name] * 1e3:.0f} ms, "

@@ -444,7 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         "--only-demo", action="store_true", help="only the demo mix (at --demo-scale)"
     )
     args = parser.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="nexus-serve-bench-"))
+    if args.workdir is not None:
+        return _run(args, Path(args.workdir))
+    # no --workdir: the data (--scan-gib of Parquet) and the caches go with the run
+    with tempfile.TemporaryDirectory(prefix="nexus-serve-bench-") as tmp:
+        return _run(args, Path(tmp))
+
+
+def _run(args: argparse.Namespace, work: Path) -> int:
     if args.only_demo:
         demo_mix(work, args.backend, max(args.demo_scale, 1), str(8 << 30))
         return 0
@@ -455,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     one = {"type": "scan", "source": str(files["one"])}
     big = {"type": "scan", "source": str(files["big"])}
     big_bytes = 0
-    print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; workdir {work}")
+    kept = f"workdir {work}" if args.workdir is not None else "temporary workdir, removed"
+    print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; {kept}")
 
     # in-process and through the server, interleaved (alternating blocks) so
     # that the machine's load weighs on both alike

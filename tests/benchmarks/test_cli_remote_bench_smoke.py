@@ -3,6 +3,7 @@ times and their ratio."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -27,3 +28,19 @@ def test_short_host_run_prints_both_walls_and_the_ratio(tmp_path: Path) -> None:
         r"server exit status on SIGTERM: 0",
     ):
         assert re.search(figure, done.stdout), (figure, done.stdout)
+
+
+def test_without_workdir_leaves_nothing_in_the_temp_dir(tmp_path: Path) -> None:
+    # The default workdir (the file and the server's lakehouse cache) was left in /tmp.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(_SCRIPT), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "temporary workdir, removed" in done.stdout
+    assert not list(tmp_path.glob("nexus-cli-remote-bench-*"))

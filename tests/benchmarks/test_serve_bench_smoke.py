@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,13 @@ def test_tiny_host_run_prints_every_figure(
         monkeypatch.delenv(name, raising=False)  # the run sets them; restored after
     args = ["--scan-gib", "0.01", "--repeats", "10", "--stream-repeats", "1"]
     args += ["--qps-seconds", "0.5", "--clients", "1", "--demo-scale", "5"]
-    assert bench.main([*args, "--workdir", str(tmp_path)]) == 0
+    # Without --workdir the run's data and caches go in a temporary directory
+    # that is removed at the end (it was left in /tmp, --scan-gib of Parquet each run).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert bench.main(args) == 0
+    assert not list(tmp_path.glob("nexus-serve-bench-*"))
     out = capsys.readouterr().out
+    assert "temporary workdir, removed" in out
     for figure in (
         r"one-row warm query, in-process: p50 [\d.]+ ms, p99 [\d.]+ ms",
         r"one-row warm query, server: +p50 [\d.]+ ms, p99 [\d.]+ ms",
