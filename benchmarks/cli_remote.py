@@ -23,7 +23,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _serve, when run as a script
 
 from _serve.procs import Server
+from _workdir import workdir, workdir_label
 
 TARGET_RATIO = 1.5
 
@@ -74,11 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--runs", type=int, default=20, help="runs of each (default 20)")
     args = parser.parse_args(argv)
-    if args.workdir is not None:
-        return _run(args, Path(args.workdir))
-    # no --workdir: the file and the server's lakehouse cache go with the run
-    with tempfile.TemporaryDirectory(prefix="nexus-cli-remote-bench-") as tmp:
-        return _run(args, Path(tmp))
+    with workdir(args.workdir, "nexus-cli-remote-bench-") as work:
+        return _run(args, work)
 
 
 def _run(args: argparse.Namespace, work: Path) -> int:
@@ -104,7 +101,7 @@ def _run(args: argparse.Namespace, work: Path) -> int:
     finally:
         code = server.stop()
     med = {name: statistics.median(times) for name, times in walls.items()}
-    kept = f"workdir {work}" if args.workdir is not None else "temporary workdir, removed"
+    kept = workdir_label(args.workdir, work)
     print(f"backend {args.backend}; {args.runs} runs each, alternating; {kept}")
     for name, label in (("ours", "nexus-cache scan --server"), ("bare", "bare pyarrow do_get")):
         print(

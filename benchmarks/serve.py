@@ -41,7 +41,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _serve, when run as 
 
 from _serve.procs import Server, start_clients
 from _serve.soak import COLUMNS, soak, soak_queries
+from _workdir import workdir, workdir_label
 from nexus_cache.client import Client
 from nexus_cache.service import QueryService, ServiceConfig, table_fingerprint
 from nexus_cache.service.datagen import rmat_edges, write_parquet
@@ -444,11 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only-demo", action="store_true", help="only the demo mix (at --demo-scale)"
     )
     args = parser.parse_args(argv)
-    if args.workdir is not None:
-        return _run(args, Path(args.workdir))
-    # no --workdir: the data (--scan-gib of Parquet) and the caches go with the run
-    with tempfile.TemporaryDirectory(prefix="nexus-serve-bench-") as tmp:
-        return _run(args, Path(tmp))
+    with workdir(args.workdir, "nexus-serve-bench-") as work:
+        return _run(args, work)
 
 
 def _run(args: argparse.Namespace, work: Path) -> int:
@@ -462,7 +459,7 @@ def _run(args: argparse.Namespace, work: Path) -> int:
     one = {"type": "scan", "source": str(files["one"])}
     big = {"type": "scan", "source": str(files["big"])}
     big_bytes = 0
-    kept = f"workdir {work}" if args.workdir is not None else "temporary workdir, removed"
+    kept = workdir_label(args.workdir, work)
     print(f"backend {args.backend}; scan {args.scan_gib:g} GiB; {kept}")
 
     # in-process and through the server, interleaved (alternating blocks) so

@@ -20,7 +20,6 @@ import cProfile
 import io
 import pstats
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from _workdir import workdir
 
 
 def _events(fn: Callable[[], None]) -> dict[str, list[float]]:
@@ -119,6 +120,11 @@ def main() -> int:
         "(default: the shared pool's)",
     )
     args = p.parse_args()
+    with workdir(args.workdir, "nexus-prof-") as work:
+        return _profile(args, work)
+
+
+def _profile(args: argparse.Namespace, work: Path) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     from nexus_cache.frames import _page_engine
 
@@ -134,7 +140,6 @@ def main() -> int:
     from nexus_cache.lakehouse import LakehouseCache, LakehouseCacheConfig
     from source_cache import MIB, make_parquet
 
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="nexus-prof-"))
     files = [
         ("mixed", work / "mixed.parquet", make_parquet, args.size_mib),
         ("dict", work / "dict.parquet", make_dictionary_heavy, args.size_mib // 10),

@@ -27,7 +27,6 @@ import io
 import mmap
 import pstats
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ import numpy as np
 _ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT / "benchmarks"))
 
+from _workdir import workdir  # noqa: E402
 
 #: seconds spent in the stand-ins of device work (array operations), which
 #: the real run queues on the device: taken out of the stages' host time
@@ -266,11 +266,14 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="add cProfile's top functions")
     args = p.parse_args()
+    with workdir(args.workdir, "nexus-prof-host-") as work:
+        return _profile(args, work)
+
+
+def _profile(args: argparse.Namespace, work: Path) -> int:
     from cold_read import make_dictionary_heavy
     from source_cache import MIB, make_parquet
 
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="nexus-prof-host-"))
-    work.mkdir(parents=True, exist_ok=True)
     files = [
         ("mixed", work / "mixed.parquet", make_parquet, args.size_mib),
         ("dict", work / "dict.parquet", make_dictionary_heavy, args.size_mib // 10),
