@@ -6,9 +6,11 @@ name is imported from its home module on first access.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from nexus_cache._lazy import lazy_exports
+
+# Not typing's: importing typing takes ~10 ms, a window in which a Ctrl-C of the
+# command line would end in a traceback before its entry point can catch it.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from nexus_cache._version import __version__ as __version__

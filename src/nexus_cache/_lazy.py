@@ -10,8 +10,11 @@ a name may import its module from two threads; both get the same object).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported: see nexus_cache/__init__.py
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 __all__ = ["lazy_exports"]
 

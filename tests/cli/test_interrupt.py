@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nexus_cache.service.datagen import ring_edges, write_parquet
 
 _PYTHONPATH = os.pathsep.join(p for p in sys.path if p)
@@ -112,3 +114,42 @@ def test_ctrl_c_at_each_stage_exits_130_and_leaves_nothing_behind(tmp_path: Path
     evidence = _cli(env, "evidence", "verify", str(tmp_path / "evidence"))
     assert evidence.returncode == 0, evidence.stdout + evidence.stderr
     assert " 0 failed" in evidence.stdout
+
+
+# A real Ctrl-C, delivered exactly while the command line imports ``module``:
+# an import hook sends SIGINT to its own process when that import begins.
+_INTERRUPT_AT_IMPORT = """
+import os, runpy, signal, sys
+MODULE = sys.argv[1]
+class Hook:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Hook())
+sys.argv = ["nexus-cache", *sys.argv[2:]]
+runpy.run_module("nexus_cache.cli.main", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["typing", "argparse", "nexus_cache.cli._output", "nexus_cache.cli._remote"],
+)
+@pytest.mark.parametrize("command", [["count", "x.parquet"], ["lakehouse", "ls"]])
+def test_ctrl_c_while_the_command_line_starts_exits_130_without_a_traceback(
+    tmp_path: Path, module: str, command: list[str]
+) -> None:
+    # These imports took ~50 ms before main() could catch anything: a Ctrl-C
+    # there printed a KeyboardInterrupt traceback and ended the process by SIGINT.
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_AT_IMPORT, module, *command],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == ""

@@ -8,15 +8,22 @@ output, progress, error and exit-code rules live in :mod:`nexus_cache.cli._outpu
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
-from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for, literal
-from nexus_cache.cli._remote import quiet_grpc
+try:
+    import argparse
+    import importlib
+    import os
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+    from nexus_cache.cli._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, exit_code_for, literal
+    from nexus_cache.cli._remote import quiet_grpc
+except KeyboardInterrupt:
+    # A Ctrl-C while the command starts (these imports take tens of ms) is as
+    # much an interrupt as one inside it: exit 130 quietly, not with the
+    # traceback an uncaught KeyboardInterrupt prints.
+    raise SystemExit(130) from None
 
 __all__ = ["build_parser", "entry", "main"]
 
