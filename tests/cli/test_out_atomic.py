@@ -109,3 +109,42 @@ def test_an_out_symlink_is_followed(host: None, tmp_path: Path) -> None:
     assert main(["scan", str(source), "--out", str(link)]) == 0
     assert link.is_symlink()
     assert pq.read_table(target).column_names == ["x"]
+
+
+def test_the_next_write_removes_the_temp_a_killed_write_left(tmp_path: Path) -> None:
+    from nexus_cache._storage import host_tag
+
+    source = tmp_path / "big.parquet"
+    numbers = pa.array(np.random.default_rng(1).integers(0, 2**62, 4_000_000), pa.int64())
+    pq.write_table(pa.table({"a": numbers, "b": numbers}), source, compression="none")
+    out = tmp_path / "result.parquet"
+    env = {**os.environ, "NEXUS_DEVICE_BACKEND": "host", "PYTHONPATH": str(SRC)}
+    argv = [sys.executable, "-m", "nexus_cache.cli.main", "scan", str(source), "--out", str(out)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+                break
+            time.sleep(0.0005)
+        assert proc.poll() is None, "the command finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not out.exists()
+    # a concurrent write's temp (a live pid: ours) and a file we did not make stay
+    live = tmp_path / f".result.parquet.{host_tag()}-{os.getpid()}-{'0' * 16}.tmp"
+    live.write_bytes(b"in flight")
+    mine = tmp_path / ".result.parquet.notes.tmp"
+    mine.write_bytes(b"user's")
+    small = tmp_path / "small.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), small)
+    argv[4] = str(small)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out).column_names == ["x"]
+    assert not left.exists()
+    assert live.exists()
+    assert mine.exists()

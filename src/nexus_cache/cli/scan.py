@@ -279,13 +279,16 @@ def write_parquet_atomically(table: Any, out: str) -> None:
     ``.NAME.*.tmp`` stays beside it after a kill. A failed write removes its
     temp. ``out`` that is a symlink is followed: its target is replaced, as
     a plain write would change it. The new file gets the old one's
-    permissions, else those the umask gives a new file.
+    permissions, else those the umask gives a new file. Temps beside ``out``
+    that a killed earlier write left (``.NAME.<host>-<pid>-<random>.tmp`` of
+    a dead process of this host) are removed first.
     """
     import pyarrow.parquet as pq
 
     from nexus_cache._storage import new_temp, publish_temp, unlink_quietly
 
     final = os.path.realpath(out)
+    _sweep_dead_temps(final)
     fd, tmp = new_temp(os.path.dirname(final), prefix=f".{os.path.basename(final)}.")
     try:
         os.fchmod(fd, _mode_for(final))
@@ -296,6 +299,37 @@ def write_parquet_atomically(table: Any, out: str) -> None:
         unlink_quietly(tmp)
         raise
     publish_temp(fd, tmp, final)  # fsync, close, rename; removes the temp on error
+
+
+def _sweep_dead_temps(final: str) -> None:
+    """Remove the temps of ``final`` whose writer, a process of this host, is dead.
+
+    Only names :func:`write_parquet_atomically` makes, regular files of ours;
+    a temp of a live process (a concurrent write) or of another host is kept.
+    """
+    import re
+    import stat
+
+    from nexus_cache._storage import host_tag, pid_alive, unlink_quietly
+
+    parent, name = os.path.split(final)
+    pattern = re.compile(re.escape(f".{name}.") + r"([0-9a-f]{8})-([0-9]+)-[0-9a-f]{16}\.tmp\Z")
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    me, uid = host_tag(), os.geteuid()
+    for entry in names:
+        m = pattern.match(entry)
+        if m is None or m.group(1) != me or pid_alive(int(m.group(2))):
+            continue
+        path = os.path.join(parent, entry)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+            unlink_quietly(path)
 
 
 def _mode_for(path: str) -> int:
