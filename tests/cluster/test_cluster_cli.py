@@ -192,8 +192,12 @@ def _listener(answer: bytes | None) -> Iterator[str]:
     try:
         yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
     finally:
+        # shutdown wakes the thread's accept (a close alone leaves it waiting)
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
         server.close()
         thread.join(10)
+        assert not thread.is_alive()
         for conn in kept:
             conn.close()
 
