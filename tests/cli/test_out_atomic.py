@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 from nexus_cache.cli.main import main
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+_ENV = {**os.environ, "NEXUS_DEVICE_BACKEND": "host", "PYTHONPATH": str(SRC)}
 
 
 @pytest.fixture
@@ -32,23 +34,21 @@ def _old_file(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def test_a_kill_mid_write_leaves_the_previous_file_whole(tmp_path: Path) -> None:
+def _kill_mid_write(tmp_path: Path, seed: int, started: Callable[[Path], bool]) -> list[str]:
+    """Run ``nexus-cache scan BIG --out tmp_path/result.parquet`` in a process of its
+    own and SIGKILL it once ``started(out)`` says its write has begun; returns the
+    command line (its source is ``argv[4]``)."""
     source = tmp_path / "big.parquet"
     # random values: Parquet cannot compress them, so the write takes a while
-    numbers = pa.array(np.random.default_rng(0).integers(0, 2**62, 4_000_000), pa.int64())
+    numbers = pa.array(np.random.default_rng(seed).integers(0, 2**62, 4_000_000), pa.int64())
     pq.write_table(pa.table({"a": numbers, "b": numbers}), source, compression="none")
     out = tmp_path / "result.parquet"
-    old = _old_file(out)
-    env = {**os.environ, "NEXUS_DEVICE_BACKEND": "host", "PYTHONPATH": str(SRC)}
     argv = [sys.executable, "-m", "nexus_cache.cli.main", "scan", str(source), "--out", str(out)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     try:
-        # Kill as soon as the write has begun: a temp beside the file (the fix),
-        # or the file itself changed (a write in place).
         while time.monotonic() < deadline and proc.poll() is None:
-            temps = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-            if temps or out.stat().st_size != len(old) or out.read_bytes() != old:
+            if started(out):
                 break
             time.sleep(0.0005)
         assert proc.poll() is None, "the command finished before it could be killed"
@@ -56,6 +56,23 @@ def test_a_kill_mid_write_leaves_the_previous_file_whole(tmp_path: Path) -> None
     finally:
         proc.kill()
         proc.wait()
+    return argv
+
+
+def _temps(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_kill_mid_write_leaves_the_previous_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "result.parquet"
+    old = _old_file(out)
+
+    # Kill as soon as the write has begun: a temp beside the file (the fix),
+    # or the file itself changed (a write in place).
+    def started(out: Path) -> bool:
+        return bool(_temps(tmp_path)) or out.stat().st_size != len(old) or out.read_bytes() != old
+
+    _kill_mid_write(tmp_path, 0, started)
     assert out.read_bytes() == old
     assert pq.read_table(out).column_names == ["old"]
 
@@ -114,25 +131,9 @@ def test_an_out_symlink_is_followed(host: None, tmp_path: Path) -> None:
 def test_the_next_write_removes_the_temp_a_killed_write_left(tmp_path: Path) -> None:
     from nexus_cache._storage import host_tag
 
-    source = tmp_path / "big.parquet"
-    numbers = pa.array(np.random.default_rng(1).integers(0, 2**62, 4_000_000), pa.int64())
-    pq.write_table(pa.table({"a": numbers, "b": numbers}), source, compression="none")
+    argv = _kill_mid_write(tmp_path, 1, lambda out: bool(_temps(tmp_path)))
     out = tmp_path / "result.parquet"
-    env = {**os.environ, "NEXUS_DEVICE_BACKEND": "host", "PYTHONPATH": str(SRC)}
-    argv = [sys.executable, "-m", "nexus_cache.cli.main", "scan", str(source), "--out", str(out)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
-                break
-            time.sleep(0.0005)
-        assert proc.poll() is None, "the command finished before it could be killed"
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
-    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    (left,) = _temps(tmp_path)
     assert not out.exists()
     # a concurrent write's temp (a live pid: ours) and a file we did not make stay
     live = tmp_path / f".result.parquet.{host_tag()}-{os.getpid()}-{'0' * 16}.tmp"
@@ -142,7 +143,7 @@ def test_the_next_write_removes_the_temp_a_killed_write_left(tmp_path: Path) -> 
     small = tmp_path / "small.parquet"
     pq.write_table(pa.table({"x": [1, 2]}), small)
     argv[4] = str(small)
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(argv, env=_ENV, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert pq.read_table(out).column_names == ["x"]
     assert not left.exists()
