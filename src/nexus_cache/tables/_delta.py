@@ -70,13 +70,10 @@ def resolve_delta(
     uri = path if fs is None else fs.unstrip_protocol(path)
     options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
     state = log_state(fs, path)  # one listing of the log: None on any doubt
-    if state is None:
-        return _load(DeltaTable, source, fs, uri, as_of, options)
+    if state is None:  # the listing cannot bound as_of: the log's latest version does
+        return _load(DeltaTable, source, fs, uri, as_of, options, bound=True)
     if as_of is not None and as_of > state.latest:  # deltalake walks every version up to it
-        raise ConfigError(
-            f"as_of={as_of}: Delta table {source!r} has no such version (its latest is "
-            f"{state.latest}); name an existing version"
-        )
+        raise _beyond_latest(as_of, source, state.latest)
     version = state.latest if as_of is None else as_of
     stamp = state.stamp(version)
     key = (uri, options_identity(options), version)
@@ -92,6 +89,13 @@ def resolve_delta(
     return snapshot
 
 
+def _beyond_latest(as_of: int, source: str, latest: int) -> ConfigError:
+    return ConfigError(
+        f"as_of={as_of}: Delta table {source!r} has no such version (its latest is "
+        f"{latest}); name an existing version"
+    )
+
+
 def _load(
     delta_table: Any,
     source: str,
@@ -99,21 +103,24 @@ def _load(
     uri: str,
     as_of: int | None,
     options: dict[str, str] | None,
+    *,
+    bound: bool = False,
 ) -> TableSnapshot:
     """The snapshot of version ``as_of`` (None: the latest), from the table's log.
 
-    With ``as_of``, the latest version is loaded first and a later ``as_of`` refused:
-    deltalake looks for a missing version by walking every version number up to it
-    (minutes for a billion, hours beyond)."""
+    ``bound`` (an ``as_of`` no listing has bounded): the latest version is loaded
+    first and a later ``as_of`` refused, since deltalake looks for a missing version
+    by walking every version number up to it (minutes for a billion, hours beyond)."""
     try:
-        table = delta_table(uri, storage_options=options)
-        if as_of is not None and as_of > table.version():
-            raise ConfigError(
-                f"as_of={as_of}: Delta table {source!r} has no such version (its latest "
-                f"is {table.version()}); name an existing version"
-            )
-        if as_of is not None and as_of != table.version():
-            table.load_as_version(as_of)
+        if as_of is None or not bound:
+            table = delta_table(uri, version=as_of, storage_options=options)
+        else:
+            table = delta_table(uri, storage_options=options)
+            latest = table.version()
+            if as_of > latest:
+                raise _beyond_latest(as_of, source, latest)
+            if as_of != latest:
+                table.load_as_version(as_of)
     except ConfigError:
         raise
     except Exception as exc:  # deltalake raises its own classes (and OSError) for a bad log
