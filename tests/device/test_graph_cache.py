@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import threading
+import traceback
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from nexus_cache.device import (
     plan_graph_run,
     run_graph,
 )
-from nexus_cache.errors import GraphInputError
+from nexus_cache.errors import GraphConvergenceError, GraphInputError
 from nexus_cache.graph import GraphOptions, build_graph, pagerank
 
 from ._graph_checks import check_empty_edge_table, check_vertices_without_arcs, empty_edges
@@ -293,6 +294,38 @@ def test_algorithm_errors_reach_the_caller_and_the_graph_stays_parked(caches: An
         assert handle.entry.pins == 1
     assert caches.ledger(0).snapshot().cache_reserved_bytes == 0  # headroom released
     assert cache.run(_plan("bfs"), edges, sources=[10**12 + 1]).status is GraphRunStatus.HIT
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "params", "error"),
+    [
+        ("bfs", {"sources": [42]}, GraphInputError),
+        (
+            "pagerank",
+            {"max_iter": 1, "tol": 1e-30, "fail_on_nonconvergence": True},
+            GraphConvergenceError,
+        ),
+    ],
+)
+def test_a_kept_error_of_a_parked_run_leaves_the_graph_free_to_tear_down(
+    caches: Any, algorithm: str, params: dict[str, Any], error: type[Exception]
+) -> None:
+    # The error passed through the algorithm's frames, which held the parked graph.
+    # Kept by the caller (a log, Dask's failed task, a REPL's last error), it used
+    # to keep the graph's arrays alive past the pin: the teardown was then unsafe,
+    # the graph stayed charged and admission on the device closed.
+    cache = caches.graph_cache(0)
+    edges = _edges(15)
+    assert cache.run(_plan("bfs"), edges, sources=[10**12 + 1]).status is GraphRunStatus.MISS
+    with pytest.raises(error) as kept:
+        cache.run(_plan(algorithm), edges, **params)
+    (shutdown,) = caches.shutdown(timeout=5.0)
+    assert shutdown.graph is not None
+    assert (shutdown.graph.destroyed, shutdown.graph.quarantined) == (1, 0)
+    assert shutdown.complete, shutdown
+    assert caches.ledger(0).snapshot().cache_charged_bytes == 0
+    # its traceback still says where it was raised (only the frames' locals went)
+    assert "nexus_cache/graph/" in traceback.extract_tb(kept.tb)[-1].filename
 
 
 def test_shutdown_drains_parked_graphs(caches: Any) -> None:

@@ -408,3 +408,22 @@ def test_the_command_line_and_a_json_query_agree_on_the_default_direction(
     with QueryService(ServiceConfig.from_env()) as service:
         result = service.execute(query)
     assert result.diagnostics.result_fingerprint == report["diagnostics"]["result_fingerprint"]
+
+
+def test_a_kept_graph_error_leaves_the_parked_graph_free_to_tear_down(tmp_path: Path) -> None:
+    # A BFS from a vertex that is not in the graph fails inside the algorithm, on
+    # the parked graph. The caller keeps the error: its traceback must not keep
+    # the graph's arrays alive, or the graph's teardown is unsafe and the device
+    # refuses every later query.
+    lake = make_lake(tmp_path)
+    edges = Scan(lake.edges, columns=("src", "dst"))
+    with make_service(tmp_path) as service:
+        bfs = GraphQuery(edges, "src", "dst", "bfs", params={"source": lake.bfs_source})
+        assert service.execute(bfs).diagnostics.graph_cache["status"] == "miss"
+        with pytest.raises(GraphInputError, match="not vertices of the graph") as kept:
+            service.execute(GraphQuery(edges, "src", "dst", "bfs", params={"source": -7}))
+        (shut,) = service.shutdown(5.0)
+    assert shut.graph is not None
+    assert (shut.graph.destroyed, shut.graph.quarantined) == (1, 0)
+    assert shut.complete, shut
+    assert kept.value.__traceback__ is not None

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.device import Grant
 from nexus_cache.errors import GrantExhaustedError
@@ -196,32 +197,32 @@ def run_attempt(
     device_result: bool = False,
 ) -> pa.Table | DeviceFrame:
     """Run ``plan`` as ``attempt`` under ``grant`` with device work in ``domain``
-    (the attempt's), filling ``outcome`` as it goes (also on failure). Every
-    frame and pin the attempt took is released before this returns, except, with
-    ``device_result`` (a scan only), the result: a frame of ``domain`` holding no
-    pin and no buffer of a cache entry, which the caller releases.
-
-    The attempt's cancel event is looked at before the run, before each
-    object is decoded, before the graph algorithm and between its iterations
-    (:mod:`nexus_cache.graph.stopping`); once set, the run stops there with
-    :class:`QueryCancelledError`.
+    (the attempt's), filling ``outcome`` as it goes (also on failure). Every frame
+    and pin it took is released before it returns (an error keeps no cached array
+    alive in its frames), except a ``device_result`` (a scan's): a frame of
+    ``domain`` holding no pin nor cache buffer, which the caller releases. Its
+    cancel event is looked at before the run, each object's decode and the graph
+    algorithm, and between the algorithm's iterations (:mod:`nexus_cache.graph.stopping`):
+    once set, the run stops with :class:`QueryCancelledError`.
     """
     budget = AttemptBudget(grant)
     run = _Run(plan, attempt, grant, domain, ports, outcome, budget, SourceLoad(), device_result)
-    query = plan.query
     try:
         attempt.check_cancelled("before it ran")
-        if device_result and not isinstance(query, Scan):
-            raise TypeError(f"a device result is built for a Scan only, not {query.kind}")
-        if isinstance(query, Count):
-            table = _run_count(run, query)
-        elif isinstance(query, Scan):
-            table = _run_scan(run, query)
+        if device_result and not isinstance(plan.query, Scan):
+            raise TypeError(f"a device result is built for a Scan only, not {plan.query.kind}")
+        if isinstance(plan.query, Count):
+            table = _run_count(run, plan.query)
+        elif isinstance(plan.query, Scan):
+            table = _run_scan(run, plan.query)
         else:
-            table = _run_graph(run, query)
+            table = _run_graph(run, plan.query)
         if isinstance(table, pa.Table):
             outcome.table = table
         return table
+    except BaseException as exc:  # before the pins go (see drop_frame_locals)
+        drop_frame_locals(exc)
+        raise
     finally:
         run.load.release()
         outcome.used_bytes = run.budget.used

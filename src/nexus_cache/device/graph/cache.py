@@ -43,6 +43,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache.device.graph.key import GraphPlan, GraphUncachedReason, ResidentGraphKey
 from nexus_cache.device.residency import PinHandle, ResidentEntry
 from nexus_cache.device.subdomain import CacheSubdomain, EntryView
@@ -56,6 +57,7 @@ from nexus_cache.errors import (
 from nexus_cache.graph.registry import get_spec
 
 if TYPE_CHECKING:
+    from nexus_cache.backends import AllocationDomain
     from nexus_cache.device.domain import DeviceCacheAllocationFactory
     from nexus_cache.device.ledger import DeviceLedger
     from nexus_cache.graph import Graph, GraphResult
@@ -339,7 +341,8 @@ class GraphCacheSubdomain(CacheSubdomain):
                 evict=self.evict_on_reserve,
             )
         except (CapacityError, AdmissionClosedError) as exc:
-            del graph
+            graph = None
+            drop_frame_locals(exc)
             handle.release()
             return self._uncached(
                 plan,
@@ -349,10 +352,11 @@ class GraphCacheSubdomain(CacheSubdomain):
                 f"no run headroom: {exc}",
                 on_ready,
             )
-        except BaseException:
+        except BaseException as exc:
             # an estimate that fails, or Ctrl-C: the pin must not outlive the run,
             # or the graph could never be evicted, retired or drained
-            del graph
+            graph = None
+            drop_frame_locals(exc)
             handle.release()
             raise
         try:
@@ -361,11 +365,8 @@ class GraphCacheSubdomain(CacheSubdomain):
             with self._domain_lock:
                 baseline = domain.used_bytes()
                 started = time.perf_counter()
-                with domain.scope():
-                    result = get_spec(plan.algorithm).run(graph, **params)
-                del graph
-                owned = result.copy()  # out of the cache domain, into the attempt's
-                del result
+                owned = _run_owned(plan.algorithm, graph, params, domain)
+                graph = None
                 run_s = time.perf_counter() - started
                 drift = domain.used_bytes() - baseline
                 if drift > 0:
@@ -373,6 +374,13 @@ class GraphCacheSubdomain(CacheSubdomain):
                     released = True
                     torn_down = self._teardown_now(entry)
                 domain.release_unused()  # so the domain holds no more than the ledger charges
+        except BaseException as exc:
+            # The error's traceback keeps the frames it passed through: whoever keeps
+            # the error (a caller, Dask's failed task) would keep the graph's arrays
+            # past the pin, and its eviction would be unsafe (admission would close).
+            graph = None
+            drop_frame_locals(exc)
+            raise
         finally:
             headroom.destroy()
             if not released:
@@ -490,6 +498,17 @@ def _run_uncached(
     return GraphRun(
         result, GraphRunStatus.UNCACHED, None, reason, text, built - started, done - built
     )
+
+
+def _run_owned(
+    algorithm: str, graph: Graph, params: dict[str, Any], domain: AllocationDomain
+) -> GraphResult:
+    """``algorithm`` on a parked ``graph``, working in the cache's ``domain``; its
+    result copied out into the current scope (the attempt's), holding no array of
+    the graph (a result column may be one of the graph's, such as its vertex ids)."""
+    with domain.scope():
+        result = get_spec(algorithm).run(graph, **params)
+    return result.copy()
 
 
 def run_graph(
