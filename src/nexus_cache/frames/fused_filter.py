@@ -35,7 +35,6 @@ cache; CI runs the same flows with the kernels' NumPy ports.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.frames._filter_program import FilterProgram, filter_program
 from nexus_cache.frames._fused_source import (
@@ -233,7 +233,7 @@ def _output_kind(frames: Sequence[DeviceFrame], name: str) -> tuple[int, bool, b
 def _release_on_failure(exc: BaseException) -> None:
     """The failed flow's frames let go of its device arrays (the mask, the counts,
     the uploaded table), though the exception's traceback lives on."""
-    traceback.clear_frames(exc.__traceback__)
+    drop_frame_locals(exc)
 
 
 def fused_scan(

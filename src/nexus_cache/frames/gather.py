@@ -26,13 +26,13 @@ domain (CuPy arrays on CUDA, NumPy on the host backend).
 from __future__ import annotations
 
 import functools
-import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
 
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache._workers import run_tasks
 from nexus_cache.backends import AllocationDomain
 from nexus_cache.errors import LifecycleError
@@ -294,7 +294,7 @@ def gather_table(
         # what was allocated goes back now, though the failure's traceback lives on:
         # the frames it holds let go of their views of the buffers
         words.buffer = flags.buffer = None
-        traceback.clear_frames(exc.__traceback__)
+        drop_frame_locals(exc)
         raise
     return layout.table(frames)
 
@@ -469,7 +469,7 @@ def gather_into(
         # what was allocated goes back now, though the failure's traceback lives on:
         # the frames it holds let go of their views of the buffers
         device = layout.buffer = words.buffer = flags.buffer = None
-        traceback.clear_frames(exc.__traceback__)
+        drop_frame_locals(exc)
         raise
     del device
     layout.buffer = None

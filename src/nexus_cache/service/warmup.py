@@ -36,7 +36,6 @@ import contextlib
 import dataclasses
 import functools
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -44,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache.backends import AllocationDomain, DeviceBackend
 from nexus_cache.device import plan_graph_run, run_graph
 from nexus_cache.frames import DeviceFrame, decode_parquet, preload_decode_kernels
@@ -333,24 +333,10 @@ def warm_up_device(
     try:
         return _warm_up_device(backend, device_id, domain)
     except BaseException as exc:
-        _drop_locals(exc)
+        # the failed step's graph, edge arrays or half-made copy must not keep
+        # their bytes in the domain while the caller holds the error
+        drop_frame_locals(exc)
         raise
-
-
-def _drop_locals(exc: BaseException) -> None:
-    """Clear the finished frames of ``exc``'s tracebacks (its cause and context
-    too): their locals (the failed step's graph, edge arrays, a half-made copy)
-    would otherwise keep their bytes in the domain for as long as the exception
-    is held, e.g. while the caller closes the domain. Line numbers stay."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)  # skips frames still running
-        pending.extend((current.__cause__, current.__context__))
 
 
 def _warm_up_device(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from nexus_cache._kernel_loader import grid_blocks
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache.errors import SourceFormatError
 from nexus_cache.frames.gpudecode.kernels import BLOCK_KERNELS, kernel_function
 from nexus_cache.frames.gpudecode.layout import HeapLayout, HeapPages, Sections
@@ -174,7 +174,7 @@ class _Heap:
             # held by the refusal's frames too (the stream check's and
             # nvCOMP's arguments), and the refusal stays alive as the context
             # of any error the host's decompression raises next.
-            traceback.clear_frames(exc.__traceback__)
+            drop_frame_locals(exc)
             self.data = None
             layout = self._fill(items, transfer, where, on_device=False)
         # every chunk's v1 level lengths in one read, every chunk's sections

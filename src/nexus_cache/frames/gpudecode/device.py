@@ -34,12 +34,12 @@ call uses its own buffers on the current stream (or the staging's).
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from nexus_cache._tracebacks import drop_frame_locals
 from nexus_cache.errors import FrameTypeError
 from nexus_cache.frames.gpudecode._heap import DeviceChunk, _Heap
 from nexus_cache.frames.gpudecode._steps import decode_all
@@ -126,7 +126,7 @@ def decode_chunks_on_device(
             # every device temporary they held, for as long as the caller keeps
             # the exception: clear them (and those of the errors it was raised
             # from) so the domain gets its bytes back now.
-            _clear_chain(exc)
+            drop_frame_locals(exc)
             raise
         finally:
             if heap is not None:
@@ -147,14 +147,3 @@ def mergeable(specs: Sequence[ChunkSpec]) -> bool:
     if pa.types.is_string(t) or pa.types.is_binary(t):
         return sum(s.uncompressed_size for s in specs) <= _INT32_MAX
     return True
-
-
-def _clear_chain(exc: BaseException) -> None:
-    """Clear the frames of ``exc``'s traceback and of every error it was raised
-    from or while handling (each seen once)."""
-    seen: set[int] = set()
-    at: BaseException | None = exc
-    while at is not None and id(at) not in seen:
-        seen.add(id(at))
-        traceback.clear_frames(at.__traceback__)
-        at = at.__cause__ or at.__context__
