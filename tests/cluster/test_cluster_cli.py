@@ -247,3 +247,53 @@ def test_a_malformed_scheduler_address_is_named_as_such(address, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"nexus-cache: error: --scheduler {address!r} is not a Dask scheduler")
     assert err.count("\n") == 1
+
+
+def test_a_worker_that_does_not_answer_fails_the_report_within_the_timeout(
+    cluster, monkeypatch, capsys
+):
+    # Dask's Client.run has no bound: a worker that never answered (its event loop
+    # stuck) held the command for ever, whatever --timeout said
+    import asyncio
+
+    from nexus_cache.cluster import plugin
+
+    local, _ = cluster
+
+    async def stuck(dask_worker):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(plugin, "_report_off_the_loop", stuck)
+    started = time.monotonic()
+    argv = ["cluster", "report", "--scheduler", local.scheduler_address, "--timeout", "2"]
+    assert main(argv) == 2
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert f"the workers of the Dask scheduler at {local.scheduler_address} did not all " in err
+    assert "within 2 s" in err
+    assert err.count("\n") == 1
+
+
+def test_a_workers_report_is_built_off_its_event_loop(cluster, monkeypatch):
+    # a report that waits (for a busy cache's lock) must not stall the worker
+    import asyncio
+
+    from nexus_cache.cluster import plugin
+
+    _, client = cluster
+    ClusterQueryClient(client)
+    on_a_loop = []
+    real = plugin.worker_report
+
+    def spy(dask_worker=None):  # type: ignore[no-untyped-def]
+        try:
+            asyncio.get_running_loop()
+            on_a_loop.append(True)
+        except RuntimeError:  # no event loop runs in this thread
+            on_a_loop.append(False)
+        return real(dask_worker)
+
+    monkeypatch.setattr(plugin, "worker_report", spy)
+    reports = plugin.cluster_report(client)
+    assert [r["service"] for r in reports] == [True, True]
+    assert on_a_loop == [False, False]

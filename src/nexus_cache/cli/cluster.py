@@ -6,12 +6,16 @@ import argparse
 import asyncio
 import math
 import socket
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from nexus_cache.cli._output import EXIT_OK, Table, add_json_option, emit, number_option, size
 from nexus_cache.errors import BackendUnavailableError, CommandError
 
 __all__ = ["register"]
+
+_T = TypeVar("_T")
 
 _HELP = "the query services of a Dask cluster's workers (the cluster extra)"
 
@@ -39,7 +43,8 @@ def register(subparsers: Any) -> None:
         default=10.0,
         metavar="SECONDS",
         help=(
-            "seconds to wait for the scheduler (default 10); a refused connection fails at once"
+            "seconds to wait for the scheduler, then again for the workers' reports "
+            "(default 10); a refused connection fails at once"
         ),
     )
     add_json_option(report)
@@ -166,6 +171,32 @@ def _refused(address: str, timeout: float) -> str | None:
         return None  # slow or filtered: Dask tries for the full --timeout
 
 
+def _within(seconds: float, call: Callable[[], _T], address: str) -> _T:
+    """``call()``, waited for ``seconds`` at most: Dask's ``Client.run`` has no
+    bound of its own, and a worker whose event loop is stuck never answers it.
+    The call runs on a daemon thread, which the client's close then ends."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="nexus-cluster-report", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise CommandError(
+            f"the workers of the Dask scheduler at {address} did not all answer within "
+            f"{seconds:g} s; a worker may be stuck (check its logs), or raise --timeout"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return cast(_T, value)
+
+
 def _warm_up_cell(warm_up: dict[str, Any] | None) -> str:
     if not warm_up:
         return "-"
@@ -248,7 +279,7 @@ def _report(args: argparse.Namespace) -> int:
 
     client = _connect(args.scheduler, args.timeout)
     try:
-        reports = cluster_report(client)
+        reports = _within(args.timeout, lambda: cluster_report(client), args.scheduler)
     finally:
         client.close()
     emit({"scheduler": args.scheduler, "workers": reports}, _table(reports), as_json=args.json)

@@ -274,7 +274,16 @@ def worker_report(dask_worker: Any = None) -> dict[str, Any]:
     }
 
 
+async def _report_off_the_loop(dask_worker: Any) -> dict[str, Any]:
+    # ``client.run`` calls a plain function on the worker's event loop; the report
+    # takes the caches' and the lakehouse's locks, and waiting for one there would
+    # stall the worker's heartbeats and every other call to it
+    return await asyncio.to_thread(worker_report, dask_worker)
+
+
 def cluster_report(dask_client: Any) -> list[dict[str, Any]]:
-    """:func:`worker_report` of every worker of ``dask_client``'s cluster, by address."""
-    reports = dask_client.run(worker_report)
+    """:func:`worker_report` of every worker of ``dask_client``'s cluster, by address.
+
+    Each worker builds its report on a thread of its own, never on its event loop."""
+    reports = dask_client.run(_report_off_the_loop)
     return [reports[w] for w in sorted(reports)]
