@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,17 +23,29 @@ from nexus_cache.service import Count, Scan  # noqa: E402
 from service._helpers import make_config, make_lake  # noqa: E402
 
 
+@contextlib.contextmanager
+def _in_process(workers: int) -> Iterator[tuple[Any, Any]]:
+    """A LocalCluster of ``workers`` in-process workers and a client, closed within
+    bounds: a cluster stuck at close fails its test instead of holding the run."""
+    local = distributed.LocalCluster(
+        n_workers=workers, processes=False, dashboard_address=":0", silence_logs=40
+    )
+    try:
+        client = distributed.Client(local)
+        try:
+            yield local, client
+        finally:
+            client.close(timeout=20)
+    finally:
+        local.close(timeout=30)
+
+
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=False, dashboard_address=":0", silence_logs=40
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield cluster, client
+    with _in_process(2) as (local, client):
+        yield local, client
 
 
 def test_report_lists_each_workers_caches_as_json_and_as_a_table(cluster, tmp_path, capsys):
@@ -91,12 +104,7 @@ def test_a_failed_warm_up_is_reported_and_the_worker_serves_on(tmp_path, monkeyp
     monkeypatch.setenv("NEXUS_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     monkeypatch.delenv("NEXUS_PROGRAM_CACHE_REDIS_URL", raising=False)
     lake = make_lake(tmp_path)
-    with (
-        distributed.LocalCluster(
-            n_workers=1, processes=False, dashboard_address=":0", silence_logs=40
-        ) as local,
-        distributed.Client(local) as client,
-    ):
+    with _in_process(1) as (local, client):
         nexus = ClusterQueryClient(client, make_config(tmp_path, cache_cap_bytes=1024))
         assert main(["cluster", "report", "--scheduler", local.scheduler_address, "--json"]) == 0
         (report,) = json.loads(capsys.readouterr().out)["workers"]
