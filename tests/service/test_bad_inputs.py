@@ -343,6 +343,31 @@ def test_unknown_protocol_and_missing_filesystem_package_exit_2(
         assert err.count("\n") == 1
 
 
+def test_a_bucketless_s3_source_fails_at_once_with_credentials_set(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With credentials set, asking whether s3:// was a table directory listed the
+    # account's buckets first: seconds of retries where the endpoint does not answer
+    s3fs = pytest.importorskip("s3fs")
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        started = time.monotonic()
+        assert main(["scan", "s3://"]) == 2
+        assert time.monotonic() - started < 2.0
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert "name a bucket and a path" in capsys.readouterr().err
+
+
 def test_weight_that_is_also_an_id_column(
     env: Path, edges: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -129,6 +129,10 @@ def is_table_read(scan: Scan, storage_options: Mapping[str, Any] | None = None) 
         fs, path = resolve_source(
             scan.source, None, None if storage_options is None else dict(storage_options)
         )
+        if fs is not None and not path.strip("/"):
+            # no bucket (s3://): no table; with credentials set, asking would list
+            # the account's buckets first (seconds, or a network timeout)
+            return False
         return path.endswith(".metadata.json") or _table_dir(fs, path)
     except Exception:  # any failure here (no credentials, no bucket): the listing reports it
         return False
