@@ -18,6 +18,12 @@ def test_quick_run_prints_every_ratio_line(
     # package's); its pieces come from benchmarks/_lakehouse, which the spawned
     # readers of figure (4) import by name, so that directory goes on the path.
     monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    # The benchmark puts dummy AWS credentials in the environment for its moto
+    # server and keeps them (its spawned readers inherit them); set here, they go
+    # at teardown instead of sending every later test's S3 call out with them.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     spec = importlib.util.spec_from_file_location("lakehouse_bench", _BENCHMARKS / "lakehouse.py")
     assert spec is not None
     assert spec.loader is not None
