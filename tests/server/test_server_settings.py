@@ -133,6 +133,26 @@ def test_settings_from_toml_environment_and_options(tmp_path: Path) -> None:
         load_settings(toml, {})
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("max_running_queries = 0", "[server]: max_running_queries=0 is not accepted"),
+        ("queue_timeout_s = -1", "[server]: queue_timeout_s=-1 is not accepted"),
+        ('max_ticket_bytes = "lots"', "[server]: max_ticket_bytes='lots'"),
+        ("allowed_roots = 5", "[server] allowed_roots=5 is not accepted"),
+    ],
+)
+def test_a_bad_server_value_in_the_file_names_the_file(
+    tmp_path: Path, line: str, said: str
+) -> None:
+    # the message named the NEXUS_SERVER_* variable, which was not set, and not the file
+    toml = tmp_path / "nexus.toml"
+    toml.write_text(f"[server]\n{line}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_settings(toml, {})
+    assert str(exc.value).startswith(f"{toml} {said}")
+
+
 def test_exposure_needs_a_token_or_an_explicit_opt_out() -> None:
     assert is_loopback("127.0.0.1")
     assert is_loopback("localhost")

@@ -171,6 +171,24 @@ def test_bad_lakehouse_toml_values_are_named_by_their_place_in_the_file(
     assert str(exc.value).startswith(f"{path} [lakehouse] {key}=")
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ('cache_cap_bytes = "abc"', "cache_cap_bytes='abc' is not a byte size"),
+        ("max_attempts = 0", "max_attempts=0 is not accepted"),
+        ('backend = "tpu"', "backend='tpu'"),
+        ("admission_timeout_s = -1", "admission_timeout_s=-1"),
+    ],
+)
+def test_bad_service_toml_values_name_the_file(tmp_path: Path, line: str, said: str) -> None:
+    # they named the setting alone, so a user did not know the file was at fault
+    path = tmp_path / "service.toml"
+    path.write_text(f"{line}\n")
+    with pytest.raises(ConfigError) as exc:
+        ServiceConfig.load(path, environ={})
+    assert str(exc.value).startswith(f"{path}: {said}")
+
+
 def test_lakehouse_rule_applies() -> None:
     with pytest.raises(ConfigError, match="NEXUS_LAKEHOUSE_CACHE_MAX_BYTES is required"):
         ServiceConfig.from_env(

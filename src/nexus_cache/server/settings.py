@@ -274,9 +274,15 @@ def _read_table(path: Path) -> dict[str, Any]:
     table = data.get("server", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: server={table!r}; accepted: a [server] table")
-    for key in table:
+    for key, value in table.items():
         if key not in _TOML_KEYS:
             raise ConfigError(
                 f"{path} [server]: unknown key {key!r}; accepted keys: {', '.join(_TOML_KEYS)}"
             )
+        try:  # checked one by one, so that the error names the file
+            ServerSettings(**{key: value})
+        except ConfigError as exc:
+            said = str(exc)
+            where = f"{path} " if said.startswith("[server]") else f"{path} [server]: "
+            raise ConfigError(where + said) from None
     return dict(table)

@@ -515,6 +515,12 @@ def _read_toml(path: Path, origin: str = ENV_CONFIG) -> tuple[dict[str, Any], di
             f"{path}: storage_options={fields['storage_options']!r}; accepted: a "
             "[storage_options] table"
         )
+    for key, value in fields.items():
+        # checked one by one, as a variable's value is, so the error names the file
+        try:
+            ServiceConfig(**{key: value})
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     lake = data.get("lakehouse", {})
     if not isinstance(lake, dict):
         raise ConfigError(f"{path}: lakehouse={lake!r}; accepted: a [lakehouse] table")
