@@ -471,13 +471,14 @@ def _lakehouse(settings: dict[str, Any]) -> LakehouseCacheConfig:
         raise ConfigError(f"lakehouse settings: {exc}") from None
 
 
-def _named(variable: str, field: str, value: str) -> Any:
-    # Validate here so the error names the variable the user set, not the field.
+def _named(origin: str, field: str, value: Any) -> Any:
+    # Validate here so the error names where the user set it (the variable, or the
+    # TOML file's path), not the field alone.
     try:
         overrides: dict[str, Any] = {field: value}
         ServiceConfig(**overrides)
     except ConfigError as exc:
-        raise ConfigError(f"{variable}: {exc}") from None
+        raise ConfigError(f"{origin}: {exc}") from None
     return value
 
 
@@ -515,12 +516,8 @@ def _read_toml(path: Path, origin: str = ENV_CONFIG) -> tuple[dict[str, Any], di
             f"{path}: storage_options={fields['storage_options']!r}; accepted: a "
             "[storage_options] table"
         )
-    for key, value in fields.items():
-        # checked one by one, as a variable's value is, so the error names the file
-        try:
-            ServiceConfig(**{key: value})
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+    for key, value in fields.items():  # checked as a variable's value is: named by the file
+        _named(str(path), key, value)
     lake = data.get("lakehouse", {})
     if not isinstance(lake, dict):
         raise ConfigError(f"{path}: lakehouse={lake!r}; accepted: a [lakehouse] table")
